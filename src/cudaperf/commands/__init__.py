@@ -1,0 +1,1 @@
+"""Thin CLI adapters, one module per `cudaperf` subcommand."""
