@@ -1,0 +1,365 @@
+"""The evaluation recipe: static policy → build (CPU pool) → sandboxed GPU worker → `EvalResult`.
+
+Covers: configuration (`EvalConfig`), the parent-side orchestration of one evaluation and of a batch
+(builds of the whole batch are submitted to the CPU pool at once, so compilation overlaps with GPU work;
+one thread per GPU worker drains the queue; each result is appended to the store as soon as it exists,
+so an interrupted batch loses nothing and resumes), and the final outcome decision.
+
+Not covered here: what runs inside the worker (`cudaperf.execute.session`), how builds work
+(`cudaperf.build`), the sandbox (`cudaperf.execute.sandbox`), the anti-cheat rules (`cudaperf.anticheat`).
+This module never executes candidate code itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cudaperf.types import (
+    BuildResult,
+    ConfigCorrectness,
+    ConfigTiming,
+    EvalResult,
+    Flag,
+    Outcome,
+    Severity,
+    Solution,
+    SolutionFormat,
+    Task,
+    from_dict,
+    to_dict,
+)
+
+# Flags that mean "the candidate cheated or tampered", as opposed to "the answer is wrong".
+_POLICY_FLAG_PREFIXES = (
+    "static_",
+    "torch_compute_op",
+    "monkey_patch",
+    "thread_created",
+    "stream_created",
+    "precision_flags_changed",
+    "impossible_speed",
+    "channel_forged",
+    "low_coverage",
+)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("CUDAPERF_CACHE_DIR", Path.home() / ".cache" / "cudaperf"))
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    enabled: bool = True
+    """Time the candidate and the baselines (off: correctness only, e.g. for RL rollouts on a budget)."""
+    budget_ms: float = 400.0
+    """Time budget per callable and configuration; repetitions are sized from it (Triton do_bench style)."""
+    warmup_ms: float = 50.0
+    """Warm-up budget per callable and configuration, excluded from the samples."""
+    baselines: tuple[str, ...] = ("eager", "compile")
+    """Baselines timed live on the same GPU, interleaved with the candidate."""
+    input_sets: int = 3
+    """Distinct input sets rotated during timing (defeats caching on data pointers)."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str = "auto"
+    """'auto' (a GPU if present, else build + static checks only), 'cuda', 'cpu' (pure-PyTorch candidates,
+    tests and CI), or 'none' (never run candidate code: build + static checks, the rest SKIPPED)."""
+    gpus: tuple[int, ...] | None = None
+    """GPU indices to use, one worker each; None = every visible GPU."""
+    seeds: int = 3
+    """Public seeds per configuration for correctness; each is mixed with the secret."""
+    secret: str | None = None
+    """Secret mixed into seeds (hex). None = a fresh random secret per Evaluator."""
+    policy: Any = None
+    """`cudaperf.anticheat.policy.Policy`; None = the strict default."""
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    coverage: bool = True
+    """Measure the share of GPU time spent in the candidate's own kernels (torch profiler)."""
+    build_workers: int = 0
+    """Processes in the CPU build pool; 0 = one per core."""
+    arch: str | None = None
+    """Target architecture for builds (e.g. 'sm_90'); None = the first GPU's, or sm_90 without a GPU."""
+    cache_dir: str | None = None
+    """Content-addressed build cache; None = $CUDAPERF_CACHE_DIR or ~/.cache/cudaperf."""
+    max_output_bytes: int = 4 << 30
+    """Largest output a candidate may return (a huge output is an error, not an OOM of the harness)."""
+    stage_timeouts_s: dict[str, float] = field(default_factory=dict)
+    """Per-stage deadline overrides (stages: setup, reference, import, construct, correctness, timing,
+    coverage); unnamed stages use the sandbox defaults."""
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cuda", "cpu", "none"):
+            raise ValueError(f"EvalConfig.device={self.device!r}: use 'auto', 'cuda', 'cpu' or 'none'")
+        if self.seeds < 1:
+            raise ValueError(f"EvalConfig.seeds={self.seeds}: at least one seed is needed")
+        if self.device == "cpu" and self.gpus:
+            raise ValueError("EvalConfig.device='cpu' with gpus set: drop gpus or use device='cuda'")
+
+
+def _cuda_devices() -> list[int]:
+    try:
+        import torch
+    except ImportError:
+        return []
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def _device_arch(devices: list[int]) -> str:
+    if not devices:
+        return "sm_90"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(devices[0])
+    return f"sm_{major}{minor}"
+
+
+class Evaluator:
+    """Owns a CPU build pool and one sandboxed worker per GPU. Use as a context manager."""
+
+    def __init__(self, config: EvalConfig | None = None):
+        from cudaperf.anticheat.policy import Policy
+
+        self.config = config or EvalConfig()
+        self.policy = self.config.policy or Policy()
+        self.secret = self.config.secret or secrets.token_hex(16)
+        self.cache_dir = Path(self.config.cache_dir) if self.config.cache_dir else default_cache_dir()
+        self.mode, self.devices = self._resolve_devices()
+        self.arch = self.config.arch or _device_arch(self.devices if self.mode == "cuda" else [])
+        self._builds = None
+        self._workers = None
+        self._seed_counter = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def _resolve_devices(self) -> tuple[str, list[int]]:
+        cfg = self.config
+        if cfg.device in ("none", "cpu"):
+            return cfg.device, []
+        found = _cuda_devices()
+        devices = [d for d in (cfg.gpus if cfg.gpus is not None else found) if d in found]
+        if devices:
+            return "cuda", devices
+        if cfg.device == "cuda":
+            raise RuntimeError("EvalConfig.device='cuda' but no CUDA GPU is visible; use device='auto'")
+        return "none", []
+
+    def __enter__(self) -> Evaluator:
+        from cudaperf.build.pool import BuildPool
+
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self._builds = BuildPool(self.config.build_workers or os.cpu_count() or 1)
+        if self.mode in ("cuda", "cpu"):
+            from cudaperf.execute.sandbox import WorkerPool
+
+            self._workers = WorkerPool(self.devices if self.mode == "cuda" else None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
+        if self._builds is not None:
+            self._builds.close()
+            self._builds = None
+
+    # -- one evaluation --------------------------------------------------------------------------
+    def evaluate(self, task: Task, solution: Solution) -> EvalResult:
+        """Evaluate one solution. Never raises for a fault of the candidate."""
+        build = self._submit_build(solution)
+        return self._finish(task, solution, build)
+
+    def _submit_build(self, solution: Solution) -> Future[BuildResult] | None:
+        if self._builds is None:
+            raise RuntimeError("Evaluator used outside its context: use `with Evaluator(...) as ev:`")
+        if solution.format is SolutionFormat.PYTORCH:
+            return None
+        return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
+
+    def _finish(self, task: Task, solution: Solution, build_future: Future | None) -> EvalResult:
+        started = time.perf_counter()
+        durations: dict[str, float] = {}
+        static_flags = self._static_flags(solution)
+        durations["static"] = time.perf_counter() - started
+        base = dict(task_id=task.task_id, solution_id=solution.solution_id, created_at=_now())
+        if any(f.code == "syntax_error" for f in static_flags):
+            msg = next(f.message for f in static_flags if f.code == "syntax_error")
+            return EvalResult(**base, outcome=Outcome.SYNTAX_ERROR, stage="static", message=msg,
+                              flags=static_flags, stage_durations_s=durations)
+        errors = [f for f in static_flags if f.severity is Severity.ERROR]
+        build = self._wait_build(build_future, durations)
+        if errors:
+            msg = "; ".join(f"line {f.line}: {f.message}" if f.line else f.message for f in errors)
+            return EvalResult(**base, outcome=Outcome.POLICY_VIOLATION, stage="static", message=msg,
+                              flags=static_flags, build=build, stage_durations_s=durations)
+        if build is not None and not build.ok and build.outcome is not Outcome.SKIPPED:
+            return EvalResult(**base, outcome=build.outcome, stage="build", message=build.message,
+                              flags=static_flags, build=build, stage_durations_s=durations,
+                              logs=build.log)
+        if self._workers is None:
+            why = ("no CUDA GPU on this machine" if self.config.device != "none"
+                   else "EvalConfig.device='none'")
+            return EvalResult(**base, outcome=Outcome.SKIPPED, stage="execute", build=build,
+                              flags=static_flags, stage_durations_s=durations,
+                              message=f"{why}: build and static checks ran; correctness and timing skipped")
+        return self._run_in_worker(task, solution, build, static_flags, durations, base)
+
+    def _static_flags(self, solution: Solution) -> tuple[Flag, ...]:
+        from cudaperf.anticheat.static import check_source
+
+        return tuple(check_source(solution.source, self.policy))
+
+    @staticmethod
+    def _wait_build(future: Future | None, durations: dict[str, float]) -> BuildResult | None:
+        if future is None:
+            return None
+        t0 = time.perf_counter()
+        build = future.result()
+        durations["build_wait"] = time.perf_counter() - t0
+        durations["build"] = build.duration_s
+        return build
+
+    def _job(self, task: Task, solution: Solution) -> dict[str, Any]:
+        from cudaperf.build.inline import extensions_dir_for
+
+        self._seed_counter += 1
+        base_seed = 1000 * self._seed_counter
+        timing = self.config.timing
+        return {
+            "task": to_dict(task),
+            "solution": to_dict(solution),
+            "device": "cpu" if self.mode == "cpu" else "cuda:0",
+            "seeds": [base_seed + i for i in range(self.config.seeds)],
+            "secret": self.secret,
+            "policy": to_dict(self.policy),
+            "timing": {**dataclasses.asdict(timing), "baselines": list(timing.baselines)},
+            "coverage": self.config.coverage and self.mode == "cuda",
+            "max_output_bytes": self.config.max_output_bytes,
+            "cache_dir": str(self.cache_dir),
+            "torch_extensions_dir": (str(extensions_dir_for(solution, self.cache_dir))
+                                     if solution.format is SolutionFormat.INLINE else None),
+        }
+
+    def _run_in_worker(self, task, solution, build, static_flags, durations, base) -> EvalResult:
+        from cudaperf.execute.sandbox import StageTimeouts
+
+        reply = self._workers.run(self._job(task, solution), StageTimeouts.from_overrides(
+            self.config.stage_timeouts_s))
+        payload = reply.payload or {}
+        durations.update(reply.durations_s or {})
+        correctness = tuple(from_dict(ConfigCorrectness, c) for c in payload.get("correctness", []))
+        timings = tuple(from_dict(ConfigTiming, t) for t in payload.get("timings", []))
+        flags = static_flags + tuple(from_dict(Flag, f) for f in payload.get("flags", []))
+        outcome, message = decide_outcome(reply.outcome, reply.message, correctness, flags)
+        return EvalResult(
+            **base, outcome=outcome, message=message, stage=reply.stage, correctness=correctness,
+            timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
+            speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
+            coverage=payload.get("coverage"), build=build, flags=flags, logs=reply.logs or "",
+            stage_durations_s=durations, environment=payload.get("environment", {}),
+        )
+
+    # -- many evaluations ------------------------------------------------------------------------
+    def evaluate_many(self, pairs: Iterable[tuple[Task, Solution]], store=None,
+                      progress: bool = False) -> Iterator[EvalResult]:
+        """Evaluate pairs; builds overlap with GPU work; results stream out (and into `store`) as they
+        finish. Pairs already in `store` are skipped (resume)."""
+        done = store.done() if store is not None else set()
+        todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
+        jobs: queue.Queue = queue.Queue()
+        for task, sol in todo:  # all builds submitted up front: the CPU pool runs ahead of the GPUs
+            jobs.put((task, sol, self._submit_build(sol)))
+        results: queue.Queue = queue.Queue()
+        n_threads = max(1, len(self.devices)) if self._workers is not None else 1
+        threads = [threading.Thread(target=self._drain, args=(jobs, results), daemon=True)
+                   for _ in range(n_threads)]
+        for th in threads:
+            th.start()
+        with _progress(progress, len(todo)) as advance:
+            for _ in range(len(todo)):
+                result = results.get()
+                if store is not None:
+                    store.append(result)
+                advance(result)
+                yield result
+        for th in threads:
+            th.join()
+
+    def _drain(self, jobs: queue.Queue, results: queue.Queue) -> None:
+        while True:
+            try:
+                task, sol, fut = jobs.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results.put(self._finish(task, sol, fut))
+            except Exception as exc:  # a harness fault must not lose the pair: record it as such
+                results.put(EvalResult(task_id=task.task_id, solution_id=sol.solution_id,
+                                       outcome=Outcome.HARNESS_ERROR, stage="harness",
+                                       message=f"{type(exc).__name__}: {exc}", created_at=_now()))
+
+
+def decide_outcome(worker_outcome: Outcome | None, message: str,
+                   correctness: tuple[ConfigCorrectness, ...],
+                   flags: tuple[Flag, ...]) -> tuple[Outcome, str]:
+    """The final outcome: a fault reported by the worker wins; then error flags; then correctness."""
+    if worker_outcome is not None and worker_outcome is not Outcome.CORRECT:
+        return worker_outcome, message
+    errors = [f for f in flags if f.severity is Severity.ERROR]
+    policy = [f for f in errors if f.code.startswith(_POLICY_FLAG_PREFIXES)]
+    if policy:
+        return Outcome.POLICY_VIOLATION, "; ".join(f"{f.code}: {f.message}" for f in policy)
+    if not correctness:
+        return Outcome.HARNESS_ERROR, message or "the worker returned no correctness result"
+    wrong = [c for c in correctness if not c.correct]
+    if wrong or errors:
+        parts = [f"{c.config}: {c.message}" for c in wrong] + [f"{f.code}: {f.message}" for f in errors]
+        return Outcome.INCORRECT, "; ".join(parts)
+    return Outcome.CORRECT, message
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in xs) / len(xs)) if xs else None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class _progress:
+    """A rich progress bar (or nothing), advanced once per finished result."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled, self.total, self._bar = enabled, total, None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda result: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+                             TimeRemainingColumn(), TextColumn("{task.description}"))
+        self._bar.start()
+        tid = self._bar.add_task("", total=self.total)
+        return lambda result: self._bar.update(
+            tid, advance=1, description=f"{result.task_id}/{result.solution_id}: {result.outcome.value}")
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()
