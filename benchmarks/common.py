@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmark scripts: candidate variants, example pairs, result files.
+
+Not imported by the package. Variants make each candidate's CUDA text distinct (a comment line), so that
+no build cache is shared between candidates: every build in a benchmark is a cold build.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from env_info import env_info  # noqa: E402
+
+from cudaperf.solutions import solution_from_text  # noqa: E402
+from cudaperf.tasks import load_task  # noqa: E402
+from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir  # noqa: E402
+
+_CUDA_STRING = re.compile(r'(r?"""|r?\'\'\')(?=[^"\']*?__global__)', re.S)
+
+
+def variant(source: str, k: int) -> str:
+    """The same solution with a distinct CUDA text: a comment at the start of its first kernel string."""
+    m = _CUDA_STRING.search(source)
+    if m is None:
+        raise ValueError("no triple-quoted CUDA source with __global__ found")
+    return source[: m.end()] + f"\n// benchmark variant {k}\n" + source[m.end():]
+
+
+def example_pairs(fmt: str, n: int) -> list[tuple]:
+    """n (Task, Solution) pairs cycling over the example tasks, each solution a distinct variant."""
+    tasks = {p.stem: load_task(p) for p in sorted(Path(example_tasks_dir()).glob("*.py"))
+             if not p.name.startswith("_")}
+    sols = {p.stem: p.read_text() for p in sorted(Path(example_solutions_dir(fmt)).glob("*.py"))
+            if p.stem in tasks}
+    names = sorted(sols)
+    pairs = []
+    for i in range(n):
+        name = names[i % len(names)]
+        text = variant(sols[name], i)
+        pairs.append((tasks[name], solution_from_text(text, f"{name}-{fmt}-v{i}")))
+    return pairs
+
+
+def write_result(path: str | None, payload: dict) -> None:
+    payload = {"environment": env_info(), **payload}
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(payload, indent=1, default=str))
