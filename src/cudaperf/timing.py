@@ -1,0 +1,355 @@
+"""Timing of a candidate and its baselines, interleaved, inside the GPU worker.
+
+Covers `bench_interleaved` (the contract: `dict[str, Timing]`) and `bench_interleaved_report` (the same run
+with everything it noticed), `summarize` (median, IQR, min, mean of raw samples) and
+`default_l2_flush_bytes`. The protocol, per timed call (Triton's do_bench, with the hacks of
+evaluation.md in mind):
+
+1. write a buffer of 2x the L2 size, so no call finds its inputs in L2 left by the previous one;
+2. record a start event on the stream current when timing began;
+3. call the function;
+4. `torch.cuda.synchronize()`: a FULL device synchronisation, so work the function left on a side stream
+   or another device queue is finished before the end event (hack #4: an end event on the current stream
+   alone fires before side-stream work is done);
+5. record the end event on the same stream, synchronise, read the host clock.
+
+Consequence, on purpose: every sample includes the synchronisation latency and the end event's submission
+(a few microseconds), identical for the candidate and the baselines. The report measures it with an empty
+function under the same protocol (`BenchReport.overhead`) so it can be shown or subtracted; Timing values
+are NOT corrected for it. Other defences: functions run interleaved in a shuffled order each round
+(CUDA-L1), input sets rotate round-robin, and on a sample of rounds the contents of another input set are
+copied into the tensors about to be used, so a result cached by pointer, shape or call count is wrong
+and `check` catches it (hacks #3, #15); a per-call host clock brackets each event pair and a sample whose
+event time exceeds its host time is counted as a clock violation (hack #7).
+
+CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
+`time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
+it is never used for reported GPU numbers.
+
+Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), caches keyed
+on the input contents (they must read the inputs, which the flush makes cost memory traffic).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cudaperf.correctness import clone_inputs, flatten_tensors, inputs_mutated
+from cudaperf.types import Flag, Severity, Timing
+
+OVERHEAD_NAME = "<empty>"  # the empty function that measures the protocol's own cost
+DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H200 (gpu-machine.md), when the device does not report it
+ESTIMATE_ROUNDS = 3
+
+Fn = Callable[[list], object]
+Check = Callable[[str, int, object], bool]
+
+
+class FunctionFailed(Exception):
+    """A timed function raised; `name` says which, `error` is the original exception (for classification)."""
+
+    def __init__(self, name: str, error: BaseException):
+        super().__init__(f"{name}: {type(error).__name__}: {error}")
+        self.name, self.error = name, error
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """Everything one interleaved run measured and noticed."""
+
+    timings: dict[str, Timing]
+    overhead: Timing | None  # the empty function under the same protocol (sync + event latency)
+    device: str
+    rounds: int
+    warmup_rounds: int
+    l2_flush_bytes: int
+    host_total_ms: float  # perf_counter around the whole timed loop
+    event_total_ms: float  # sum of every timed sample
+    checks: dict[str, int] = field(default_factory=dict)  # outputs re-checked, per function
+    check_failures: dict[str, int] = field(default_factory=dict)
+    input_mutations: dict[str, int] = field(default_factory=dict)  # seen on checked calls
+    clock_violations: dict[str, int] = field(default_factory=dict)  # samples with event > host time
+    stream_changes: dict[str, int] = field(default_factory=dict)  # calls that left another stream current
+
+    def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
+        """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
+        found = [
+            ("timed_output_mismatch", self.check_failures, "re-checked outputs were wrong during timing"),
+            ("timed_input_mutation", self.input_mutations, "inputs were modified during timing"),
+            ("timer_inconsistent", self.clock_violations, "event time exceeded the host clock"),
+            ("stream_changed", self.stream_changes, "calls left a different CUDA stream current"),
+        ]
+        return tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
+                     for code, counts, text in found if counts.get(name))
+
+    @property
+    def clock_consistent(self) -> bool:
+        """The summed event times fit inside the host time of the whole loop (else a timer was tampered)."""
+        return self.event_total_ms <= self.host_total_ms * 1.001 + 0.01
+
+
+def summarize(samples_ms: Sequence[float], host_ms_per_call: float | None = None) -> Timing:
+    """Median, interquartile range, min and mean of raw samples (milliseconds)."""
+    if not samples_ms:
+        raise ValueError("summarize needs at least one sample")
+    ordered = sorted(samples_ms)
+    one = len(ordered) == 1
+    q1, _, q3 = (ordered[0],) * 3 if one else statistics.quantiles(ordered, n=4, method="inclusive")
+    return Timing(median_ms=statistics.median(ordered), iqr_ms=q3 - q1, min_ms=ordered[0],
+                  mean_ms=statistics.fmean(ordered), n_samples=len(ordered),
+                  host_ms_per_call=host_ms_per_call, samples_ms=tuple(samples_ms))
+
+
+def default_l2_flush_bytes(device: str | torch.device) -> int:
+    """2x the device's L2 (so one write evicts everything); 0 on CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or DEFAULT_L2_BYTES
+    return 2 * int(l2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Clocks: one timed call each
+
+
+class _CpuClock:
+    """Test aid: perf_counter around the call, no flush. Never used for reported GPU numbers."""
+
+    device = "cpu"
+    flush_bytes = 0
+
+    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
+        start = time.perf_counter_ns()
+        out = fn(inputs)
+        elapsed_ms = (time.perf_counter_ns() - start) / 1e6
+        return out, elapsed_ms, elapsed_ms, False
+
+
+class _CudaClock:
+    """The protocol of the module docstring: flush, start event, call, device sync, end event."""
+
+    def __init__(self, device: torch.device, flush_bytes: int):
+        self.device = str(device)
+        self.flush_bytes = flush_bytes
+        self.stream = torch.cuda.current_stream(device)
+        self.buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
+
+    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        host_start = time.perf_counter_ns()
+        if self.flush_bytes:
+            self.buffer.zero_()  # queued ahead of the start event: it also hides the launch overhead
+        start.record(self.stream)
+        out = fn(inputs)
+        torch.cuda.synchronize(self.stream.device)  # every stream of the device, not just ours (hack #4)
+        end.record(self.stream)
+        end.synchronize()
+        host_ms = (time.perf_counter_ns() - host_start) / 1e6
+        stream_changed = torch.cuda.current_stream(self.stream.device) != self.stream
+        if stream_changed:
+            torch.cuda.set_stream(self.stream)
+        return out, start.elapsed_time(end), host_ms, stream_changed
+
+
+def _make_clock(device: torch.device, flush_bytes: int | None) -> _CpuClock | _CudaClock:
+    if device.type != "cuda":
+        return _CpuClock()
+    return _CudaClock(device, default_l2_flush_bytes(device) if flush_bytes is None else flush_bytes)
+
+
+def _infer_device(input_sets: Sequence[Sequence[Any]]) -> torch.device:
+    tensors = [t for inputs in input_sets for t in flatten_tensors(list(inputs))]
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+# --------------------------------------------------------------------------------------------------
+# The interleaved run
+
+
+def bench_interleaved(
+    fns: dict[str, Fn], input_sets: list[list], *, budget_ms: float = 1000.0, warmup_ms: float = 100.0,
+    l2_flush_bytes: int | None = None, check: Check | None = None, **options: Any,
+) -> dict[str, Timing]:
+    """Time every function of `fns` on rotating `input_sets`, interleaved; see the module docstring.
+    `options` go to `bench_interleaved_report`."""
+    return bench_interleaved_report(fns, input_sets, budget_ms=budget_ms, warmup_ms=warmup_ms,
+                                    l2_flush_bytes=l2_flush_bytes, check=check, **options).timings
+
+
+def bench_interleaved_report(
+    fns: dict[str, Fn],
+    input_sets: list[list],
+    *,
+    budget_ms: float = 1000.0,
+    warmup_ms: float = 100.0,
+    l2_flush_bytes: int | None = None,
+    check: Check | None = None,
+    device: str | torch.device | None = None,
+    min_reps: int = 10,
+    max_reps: int = 1000,
+    check_fraction: float = 0.1,
+    measure_overhead: bool = True,
+    seed: int = 0,
+) -> BenchReport:
+    """Time `fns` (name -> fn(inputs)) over `input_sets`.
+
+    `budget_ms` is the time for the timed rounds of ALL functions together (the worker's stage deadline
+    is what it protects); the number of rounds is budget / (estimated round time), clamped to
+    [min_reps, max_reps]. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
+    None = 2x L2, 0 = no flush. `check(name, input_index, output) -> bool` re-checks outputs on a
+    `check_fraction` sample of rounds (at least one per input set). Raises `FunctionFailed` when a
+    function raises (the caller classifies `.error`).
+    """
+    if not input_sets:
+        raise ValueError("bench_interleaved needs at least one input set")
+    run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
+                                                      _infer_device(input_sets), l2_flush_bytes),
+               random.Random(seed), measure_overhead)
+    round_ms = run.estimate_round_ms()
+    warmup_rounds = _clamp(math.ceil(warmup_ms / round_ms), 1, max_reps)
+    rounds = _clamp(int(budget_ms / round_ms), min_reps, max_reps)
+    run.warm_up(warmup_rounds)
+    run.timed(rounds, _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set())
+    return run.report(rounds, warmup_rounds)
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random) -> set[int]:
+    """Rounds whose outputs are re-checked: a random sample, and at least one round per input set."""
+    wanted = min(rounds, max(n_sets, math.ceil(fraction * rounds)))
+    chosen = set(range(min(n_sets, rounds)))
+    chosen |= set(rng.sample(range(rounds), wanted))
+    return chosen
+
+
+class _Run:
+    """State of one interleaved run: samples per function, counters, the clock."""
+
+    def __init__(self, fns, input_sets, check, clock, rng, measure_overhead):
+        self.fns = dict(fns)
+        if measure_overhead:
+            self.fns[OVERHEAD_NAME] = lambda inputs: None
+        self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
+        self.samples = {name: [] for name in self.fns}
+        self.host = {name: [] for name in self.fns}
+        self.counts = {key: dict.fromkeys(self.fns, 0) for key in
+                       ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes")}
+        self.host_total_ms = 0.0
+
+    def call(self, name: str, inputs: list) -> tuple[object, float, float]:
+        try:
+            out, event_ms, host_ms, stream_changed = self.clock.time_call(self.fns[name], inputs)
+        except Exception as error:  # re-raised with the function's name, for classification
+            raise FunctionFailed(name, error) from error
+        self.counts["stream_changes"][name] += stream_changed
+        return out, event_ms, host_ms
+
+    def estimate_round_ms(self) -> float:
+        """One untimed call per function (first-call effects), then the median of a few host-timed rounds."""
+        for name in self.fns:
+            self.call(name, self.input_sets[0])
+        per_round = []
+        for r in range(ESTIMATE_ROUNDS):
+            start = time.perf_counter_ns()
+            for name in self.fns:
+                self.call(name, self.input_sets[r % len(self.input_sets)])
+            per_round.append((time.perf_counter_ns() - start) / 1e6)
+        return max(statistics.median(per_round), 1e-3)
+
+    def warm_up(self, rounds: int) -> None:
+        for r in range(rounds):
+            for name in self.rng.sample(list(self.fns), len(self.fns)):
+                self.call(name, self.input_sets[r % len(self.input_sets)])
+
+    def timed(self, rounds: int, check_rounds: set[int]) -> None:
+        start = time.perf_counter_ns()
+        for r in range(rounds):
+            index = r % len(self.input_sets)
+            if r in check_rounds:
+                self.checked_round(index)
+            else:
+                self.plain_round(index)
+        self.host_total_ms = (time.perf_counter_ns() - start) / 1e6
+
+    def record(self, name: str, event_ms: float, host_ms: float) -> None:
+        self.samples[name].append(event_ms)
+        self.host[name].append(host_ms)
+        # 0.01 ms of slack: event and host clocks have different resolutions
+        self.counts["clock_violations"][name] += event_ms > host_ms + 0.01
+
+    def plain_round(self, index: int) -> None:
+        for name in self.rng.sample(list(self.fns), len(self.fns)):
+            out, event_ms, host_ms = self.call(name, self.input_sets[index])
+            self.record(name, event_ms, host_ms)
+            del out
+
+    def checked_round(self, index: int) -> None:
+        """A round on set `index`'s tensors holding set `source`'s contents; every output re-checked."""
+        source = self._pick_source(index)
+        working = self.input_sets[index]
+        backup = clone_inputs(working) if source != index else None
+        _copy_contents(working, self.input_sets[source])
+        for name in self.rng.sample(list(self.fns), len(self.fns)):
+            out, event_ms, host_ms = self.call(name, working)
+            self.record(name, event_ms, host_ms)
+            self._verify(name, source, out, working)
+            del out
+        if backup is not None:
+            _copy_contents(working, backup)
+
+    def _pick_source(self, index: int) -> int:
+        others = [j for j in range(len(self.input_sets))
+                  if j != index and _same_layout(self.input_sets[j], self.input_sets[index])]
+        return self.rng.choice(others) if others else index
+
+    def _verify(self, name: str, source: int, out: object, working: list) -> None:
+        if name == OVERHEAD_NAME:
+            return
+        self.counts["checks"][name] += 1
+        if not self.check(name, source, out):
+            self.counts["check_failures"][name] += 1
+        if inputs_mutated(self.input_sets[source], working):
+            self.counts["input_mutations"][name] += 1
+            _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
+
+    def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
+        timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))
+                   for name in self.fns if name != OVERHEAD_NAME}
+        overhead = (summarize(self.samples[OVERHEAD_NAME], statistics.fmean(self.host[OVERHEAD_NAME]))
+                    if OVERHEAD_NAME in self.fns else None)
+        return BenchReport(
+            timings=timings, overhead=overhead, device=self.clock.device, rounds=rounds,
+            warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes,
+            host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
+            **{key: _without_overhead(counts) for key, counts in self.counts.items()},
+        )
+
+
+def _without_overhead(counts: dict[str, int]) -> dict[str, int]:
+    return {name: n for name, n in counts.items() if name != OVERHEAD_NAME}
+
+
+def _same_layout(a: list, b: list) -> bool:
+    ta, tb = flatten_tensors(list(a)), flatten_tensors(list(b))
+    if len(ta) != len(tb):
+        return False
+    return all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(ta, tb, strict=True))
+
+
+def _copy_contents(dst: list, src: list) -> None:
+    """Copy the tensor values of `src` into `dst`'s tensors (same pointers, other contents)."""
+    for d, s in zip(flatten_tensors(list(dst)), flatten_tensors(list(src)), strict=True):
+        if d.data_ptr() != s.data_ptr():
+            d.copy_(s)
