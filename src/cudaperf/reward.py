@@ -31,6 +31,7 @@ import enum
 import importlib
 import itertools
 import math
+import numbers
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -478,7 +479,7 @@ def _ranker_term(ranker_score: float | None, config: RewardConfig, details: dict
 
 def _finite(x: object) -> float | None:
     """A finite float, or None for None / NaN / inf / anything that is not a number."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):  # Real: numpy scalars too
         return None
     return float(x) if math.isfinite(x) else None
 
@@ -526,37 +527,40 @@ def structural_score(
     for name, ms in (kernel_time_ms or {}).items():  # instantiations of one template share a base name
         if _finite(ms) is not None:
             times[_base_name(name)] = times.get(_base_name(name), 0.0) + float(ms)
-    scored: list[tuple[float, float | None]] = []  # (score, GPU time or None)
+    scored: list[tuple[float, float | None]] = []  # (score, GPU time or None) per kernel
+    kernel_parts: list[dict[str, float]] = []
     for f in kernels:
         launched, time_ms = _launch_evidence(f, times)
-        if launched is None:
-            parts["launch_unknown"] += 1
+        parts["launch_unknown"] += float(launched is None)
         if launched is False or (launched is None and require_launch_evidence):
             parts["never_launched"] += float(launched is False)
             scored.append((0.0, 0.0 if launched is False else time_ms))
             continue
         score, kparts = kernel_structural_score(f, w)
-        _accumulate(parts, kparts)
+        kernel_parts.append(kparts)
         scored.append((score, time_ms))
-    ran = len(kernels) - int(parts["never_launched"])
-    for name in _COMPONENT_NAMES:  # mean of each component over the kernels that were scored
-        if name in parts and ran > 0:
-            parts[name] /= parts.pop(f"_n.{name}")
+    parts.update(_summarise(kernel_parts))
     return _combine(scored), parts
 
 
-def _accumulate(parts: dict[str, float], kparts: dict[str, float]) -> None:
-    for key, value in kparts.items():
-        parts[key] = parts.get(key, 0.0) + value
-        if key in _COMPONENT_NAMES:
-            parts[f"_n.{key}"] = parts.get(f"_n.{key}", 0.0) + 1.0
+def _summarise(kernel_parts: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each component over the scored kernels; counts for the "missing.*" and other markers."""
+    out: dict[str, float] = {}
+    for name in _COMPONENT_NAMES:
+        values = [p[name] for p in kernel_parts if name in p]
+        if values:
+            out[name] = sum(values) / len(values)
+    for p in kernel_parts:
+        for key, value in p.items():
+            if key not in _COMPONENT_NAMES:
+                out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def _combine(scored: list[tuple[float, float | None]]) -> float:
-    times = [t for _, t in scored]
-    if all(t is not None for t in times) and sum(times) > 0:  # type: ignore[arg-type]
-        total = sum(times)  # type: ignore[arg-type]
-        value = sum(s * t for s, t in scored) / total  # type: ignore[operator]
+    known = [t for _, t in scored if t is not None]
+    if len(known) == len(scored) and sum(known) > 0:  # every kernel's GPU time is known: weight by it
+        value = sum(s * (t or 0.0) for s, t in scored) / sum(known)
     else:
         value = sum(s for s, _ in scored) / len(scored)
     return min(1.0, max(0.0, value))
