@@ -41,6 +41,7 @@ from cudaperf.types import (
     CoalescingClass,
     EvalResult,
     KernelFeatures,
+    MemoryAccess,
     Outcome,
     RewardBreakdown,
     Severity,
@@ -400,7 +401,7 @@ def compute_reward(
 
 def _gating_flags(result: EvalResult, config: RewardConfig) -> int:
     codes = set(config.gate_flag_codes)
-    return sum(1 for f in result.flags
+    return sum(1 for f in result.flags or ()
                if (config.gate_error_flags and f.severity is Severity.ERROR) or f.code in codes)
 
 
@@ -582,13 +583,13 @@ def kernel_structural_score(feature: KernelFeatures, weights: StructuralWeights)
         den += getattr(weights, name)
     score = num / den if den > 0 else weights.neutral
     if feature.divergent_barriers:
-        parts["divergent_barriers"] = float(len(feature.divergent_barriers))
+        parts["divergent_barriers"] = float(len(tuple(feature.divergent_barriers)))
         score *= weights.divergent_barrier_factor
     return min(1.0, max(0.0, score)), parts
 
 
-def _global_accesses(f: KernelFeatures) -> list:
-    return [a for a in f.accesses if getattr(a, "space", None) == "global"]
+def _global_accesses(f: KernelFeatures) -> list[MemoryAccess]:
+    return [a for a in f.accesses or () if isinstance(a, MemoryAccess) and a.space == "global"]
 
 
 def _coalescing(f: KernelFeatures, w: StructuralWeights) -> _Value:
@@ -611,14 +612,14 @@ def _access_efficiency(cls: CoalescingClass | None, stride: int | None, neutral:
 
 
 def _occupancy(f: KernelFeatures, w: StructuralWeights) -> _Value:
-    occ = _finite(f.occupancy.occupancy) if f.occupancy is not None else None
+    occ = _finite(getattr(f.occupancy, "occupancy", None))
     if occ is None:
         return _Absent.MISSING
     return min(1.0, max(0.0, occ) / w.occupancy_saturation)
 
 
 def _bank_conflicts(f: KernelFeatures, w: StructuralWeights) -> _Value:
-    shared = [a for a in f.accesses if getattr(a, "space", None) == "shared"]
+    shared = [a for a in f.accesses or () if isinstance(a, MemoryAccess) and a.space == "shared"]
     if not shared:
         return _Absent.NOT_APPLICABLE
     degrees = [a.bank_conflict_degree for a in shared if isinstance(a.bank_conflict_degree, int)]
@@ -628,19 +629,20 @@ def _bank_conflicts(f: KernelFeatures, w: StructuralWeights) -> _Value:
 
 
 def _synchronization(f: KernelFeatures, w: StructuralWeights) -> _Value:
-    barriers = max(f.barriers, len(f.redundant_barriers))
+    redundant = len(f.redundant_barriers or ())
+    barriers = max(_num(f.barriers), redundant)
     if barriers <= 0:
         return _Absent.NOT_APPLICABLE
-    return 1.0 - len(f.redundant_barriers) / barriers
+    return 1.0 - redundant / barriers
 
 
 def _spills(f: KernelFeatures, w: StructuralWeights) -> _Value:
     sass_local = sum(_count(f.sass, k) for k in SASS_LOCAL_KEYS)
-    if f.resources is None and not any(k in f.sass for k in SASS_LOCAL_KEYS):
+    if f.resources is None and not any(k in (f.sass or {}) for k in SASS_LOCAL_KEYS):
         return _Absent.MISSING
     r = f.resources
-    spilled = max(0, r.spill_store_bytes) + max(0, r.spill_load_bytes) if r is not None else 0
-    local = sass_local > 0 or (r is not None and r.stack_frame_bytes > 0)
+    spilled = max(0.0, _num(r.spill_store_bytes)) + max(0.0, _num(r.spill_load_bytes)) if r is not None else 0.0
+    local = sass_local > 0 or (r is not None and _num(r.stack_frame_bytes) > 0)
     value = 1.0 / (1.0 + spilled / w.spill_scale_bytes)
     return min(value, w.local_memory_factor) if local else value
 
@@ -648,15 +650,15 @@ def _spills(f: KernelFeatures, w: StructuralWeights) -> _Value:
 def _vectorization(f: KernelFeatures, w: StructuralWeights) -> _Value:
     accesses = _global_accesses(f)
     if accesses:
-        vectorised = sum(1 for a in accesses if a.vector_width > 1)
-        return min(len(accesses), max(vectorised, f.vectorized_accesses)) / len(accesses)
+        vectorised = sum(1 for a in accesses if _num(a.vector_width) > 1)
+        return min(len(accesses), max(vectorised, _num(f.vectorized_accesses))) / len(accesses)
     if any(_count(f.sass, k) > 0 for k in SASS_VECTOR_KEYS):
         return 1.0
     return _Absent.MISSING
 
 
 def _intensity(f: KernelFeatures, w: StructuralWeights) -> _Value:
-    fraction = _finite(f.dynamic.get(DYNAMIC_ROOFLINE_FRACTION))
+    fraction = _finite((f.dynamic or {}).get(DYNAMIC_ROOFLINE_FRACTION))
     return _Absent.MISSING if fraction is None else min(1.0, max(0.0, fraction))
 
 
@@ -665,7 +667,7 @@ def _tensor_cores(f: KernelFeatures, w: StructuralWeights) -> _Value:
     if f.roofline_regime == "memory":
         return _Absent.NOT_APPLICABLE
     if f.roofline_regime == "compute":
-        return 1.0 if used else (0.0 if f.sass else _Absent.MISSING)
+        return 1.0 if used else (0.0 if f.sass else _Absent.MISSING)  # SASS read, no tensor op
     return 1.0 if used else _Absent.MISSING  # regime unknown: credit visible use, assume nothing else
 
 
@@ -681,20 +683,26 @@ _COMPONENTS: dict[str, Callable[[KernelFeatures, StructuralWeights], _Value]] = 
 }
 
 
-def _count(counts: Mapping[str, object], key: str) -> float:
-    value = _finite(counts.get(key))
+def _count(counts: Mapping[str, object] | None, key: str) -> float:
+    return _num((counts or {}).get(key))
+
+
+def _num(x: object) -> float:
+    """A finite number, or 0 for None / NaN / non-numbers (fields of records decoded from bad JSON)."""
+    value = _finite(x)
     return value if value is not None else 0.0
 
 
 def _launch_evidence(f: KernelFeatures, times: Mapping[str, float]) -> tuple[bool | None, float | None]:
     """(ran?, GPU time in ms) — None where unknown. A non-empty profiler table lists every kernel that ran."""
     if times:
-        time_ms = times.get(_base_name(f.kernel), 0.0)
+        time_ms = times.get(_base_name(str(f.kernel)), 0.0)
         return time_ms > 0, time_ms
-    time_ms = _finite(f.dynamic.get(DYNAMIC_GPU_TIME_MS))
+    dynamic = f.dynamic or {}
+    time_ms = _finite(dynamic.get(DYNAMIC_GPU_TIME_MS))
     if time_ms is not None:
         return time_ms > 0, time_ms
-    launches = _finite(f.dynamic.get(DYNAMIC_LAUNCHES))
+    launches = _finite(dynamic.get(DYNAMIC_LAUNCHES))
     if launches is not None:
         return launches > 0, None
     return None, None

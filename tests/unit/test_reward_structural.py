@@ -218,3 +218,39 @@ def test_require_launch_evidence_zeroes_unknown_kernels():
 ])
 def test_kernel_names_match_across_source_mangled_and_profiler_forms(name):
     assert _base_name(name) == "my_kernel"
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input (issue #3 item 8): records decoded from partial or malformed JSON never make the reward raise
+
+_junk = st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3))
+_access_dicts = st.fixed_dictionaries({"line": st.integers(1, 9), "text": st.just("x"),
+                                       "space": st.sampled_from(["global", "shared", "?"]), "kind": st.just("load")},
+                                      optional={"vector_width": _junk, "bank_conflict_degree": _junk,
+                                                "stride_elements": _junk,
+                                                "coalescing": st.sampled_from([c.value for c in CoalescingClass])})
+_feature_dicts = st.fixed_dictionaries({"kernel": st.text(max_size=12)}, optional={
+    "barriers": _junk, "vectorized_accesses": _junk, "sass": st.one_of(st.none(), st.dictionaries(
+        st.sampled_from(["hmma", "ldl", "ldg128"]), _junk, max_size=3)),
+    "dynamic": st.one_of(st.none(), st.dictionaries(st.sampled_from(["gpu_time_ms", "launches", "roofline_fraction"]),
+                                                    _junk, max_size=3)),
+    "accesses": st.lists(_access_dicts, max_size=3), "roofline_regime": st.sampled_from([None, "memory", "compute", "?"]),
+    "resources": st.one_of(st.none(), st.fixed_dictionaries({"kernel": st.just("k"), "arch": st.just("sm_90"),
+                                                             "registers": _junk}, optional={
+        "spill_store_bytes": _junk, "spill_load_bytes": _junk, "stack_frame_bytes": _junk})),
+    "occupancy": st.one_of(st.none(), st.fixed_dictionaries({"arch": st.just("sm_90"), "block_size": _junk,
+                                                             "active_blocks_per_sm": _junk, "occupancy": _junk})),
+})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_feature_dicts, max_size=3),
+       st.one_of(st.none(), st.dictionaries(st.text(max_size=8), _junk, max_size=3)))
+def test_reward_never_raises_on_malformed_feature_records(dicts, times):
+    from cudaperf.reward import compute_reward
+    from cudaperf.types import EvalResult, Outcome, from_dict
+
+    features = [from_dict(KernelFeatures, d) for d in dicts]
+    b = compute_reward(EvalResult("t", "s", Outcome.CORRECT, speedup_vs_eager=2.0), features,
+                       kernel_time_ms=times)
+    assert 0.0 <= b.details.get("structural_score", 0.0) <= 1.0
