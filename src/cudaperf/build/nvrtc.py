@@ -1,0 +1,231 @@
+"""CUDA C++ source -> cubin with NVRTC, behind a content-addressed disk cache shared by all processes.
+
+Covers: one compile request (source, arch, options, name expressions) -> `NvrtcOutput` (cubin, log,
+ptxas resource usage, the mangled symbol of each name expression), the cache under
+`<cache_dir>/nvrtc/<key>.cubin` + `<key>.json`, and where the CUDA headers are (so `#include
+<cuda_fp16.h>` works under NVRTC, which has no default include path).
+
+The compile goes through `cuda.bindings.nvrtc` (the layer cuda-core's `Program` wraps) rather than
+`cuda.core.Program`, because solutions pass raw NVRTC option strings (`-use_fast_math`, `--std=c++17`,
+`-DTILE=16`) and `ProgramOptions` only takes typed fields: mapping every spelling would be a translation
+table to maintain and a source of cache-key drift. Loading and launching use cuda-core (`cudaperf.cuda`).
+
+The cache key is sha256(source, sorted name expressions, options, arch, NVRTC major.minor, cache format):
+everything that changes the cubin, nothing that is local to a machine (include paths), so a pool on one
+host fills the cache a GPU worker reads. Entries are written atomically (cubin first, then the json that
+names the cubin's sha256), so concurrent compiles of the same key are safe and a torn entry reads as a
+miss. Failed compiles are not cached: a failure caused by the environment (a missing header directory)
+must not outlive its fix.
+
+Not covered: launching (`cudaperf.cuda`), nvcc builds, `load_inline` (`inline.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudaperf.build.cache import atomic_write, content_key, resolve_cache_dir
+from cudaperf.build.ptxas import parse_ptxas
+from cudaperf.types import ResourceUsage, from_dict, to_dict
+
+PROGRAM_NAME = "kernel.cu"  # appears in error messages: "kernel.cu(12): error: ..."
+
+
+class CompileError(Exception):
+    """NVRTC rejected the source. `log` is the full compiler log (errors with line numbers)."""
+
+    def __init__(self, log: str):
+        super().__init__(log)
+        self.log = log
+
+    def __str__(self) -> str:
+        return "NVRTC compilation failed:\n" + self.log
+
+
+@dataclass(frozen=True)
+class NvrtcOutput:
+    cubin: bytes
+    log: str  # NVRTC log, including the ptxas -v report
+    resources: tuple[ResourceUsage, ...]
+    key: str
+    cache_hit: bool
+    arch: str = "sm_90"
+    lowered_names: dict[str, str] = field(default_factory=dict)  # name expression -> mangled symbol
+    duration_s: float = 0.0  # compile time, or cache read time on a hit
+
+
+def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] | list[str] = (),
+                 name_expressions: tuple[str, ...] | list[str] = (),
+                 cache_dir: str | os.PathLike[str] | None = None, use_cache: bool = True) -> NvrtcOutput:
+    """Compile `source` for `arch` (e.g. "sm_90"); raises `CompileError(log)` when NVRTC fails.
+
+    `name_expressions` must already be canonical (see `signature.canonical_name_expressions`) for the
+    key to match other callers'. `cache_dir=None` uses `$CUDAPERF_CACHE_DIR` or `~/.cache/cudaperf`.
+    """
+    t0 = time.perf_counter()
+    options, name_expressions = normalize_options(options), tuple(sorted(set(name_expressions or ())))
+    key = cache_key(source, arch=arch, options=options, name_expressions=name_expressions)
+    directory = resolve_cache_dir(cache_dir) / "nvrtc"
+    if use_cache and (hit := _read_entry(directory, key)) is not None:
+        return _with(hit, duration_s=time.perf_counter() - t0)
+    cubin, log, lowered = _nvrtc_compile(source, arch, options, name_expressions)
+    out = NvrtcOutput(cubin=cubin, log=log, resources=parse_ptxas(log, arch), key=key, cache_hit=False,
+                      arch=arch, lowered_names=lowered, duration_s=time.perf_counter() - t0)
+    if use_cache:
+        _write_entry(directory, out)
+    return out
+
+
+def normalize_options(options) -> tuple[str, ...]:
+    """Options as given by a caller -> the tuple used in the key: a lone string is one option, not a
+    sequence of characters."""
+    if options is None:
+        return ()
+    if isinstance(options, str):
+        return (options,)
+    return tuple(str(o) for o in options)
+
+
+def cache_key(source: str, *, arch: str, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> str:
+    major, minor = nvrtc_version()
+    return content_key("nvrtc", source, "\0".join(sorted(set(name_expressions))), "\0".join(options), arch,
+                       f"{major}.{minor}")
+
+
+@functools.cache
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+@functools.cache
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Directories holding the CUDA headers (cuda_fp16.h, cuda_bf16.h...) and CCCL, first found first."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    candidates = [Path(r) / "include" for r in roots if r]
+    try:
+        from cuda import pathfinder
+
+        found = pathfinder.find_nvidia_header_directory("cudart")
+        if found:
+            candidates.append(Path(found))
+    except Exception:  # noqa: BLE001 - any pathfinder failure leaves the toolkit paths above, which suffice
+        found = None
+    for inc in candidates:
+        if (inc / "cuda_fp16.h").is_file():
+            cccl = inc / "cccl"
+            return (str(inc), str(cccl)) if cccl.is_dir() else (str(inc),)
+    return ()
+
+
+def nvrtc_options(arch: str, options: tuple[str, ...]) -> list[str]:
+    """The full option list: arch, include paths and `-v` for ptxas first, the caller's options last (a
+    caller's own `-arch` therefore wins; NVRTC only warns about the repetition)."""
+    includes = [f"--include-path={d}" for d in cuda_include_dirs()]
+    return [f"--gpu-architecture={arch}", *includes, "--ptxas-options=-v", *options]
+
+
+def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...],
+                   name_expressions: tuple[str, ...]) -> tuple[bytes, str, dict[str, str]]:
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0], "nvrtcAddNameExpression")
+        opts = [o.encode() for o in nvrtc_options(arch, options)]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        log = _program_log(nvrtc, prog)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(log or _error_string(nvrtc, result))
+        return _cubin(nvrtc, prog), log, _lowered_names(nvrtc, prog, name_expressions, log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _program_log(nvrtc, prog) -> str:
+    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _check(err, "nvrtcGetProgramLogSize")
+    buf = b" " * size
+    _check(nvrtc.nvrtcGetProgramLog(prog, buf)[0], "nvrtcGetProgramLog")
+    return buf.rstrip(b"\0").decode(errors="replace").strip()
+
+
+def _cubin(nvrtc, prog) -> bytes:
+    err, size = nvrtc.nvrtcGetCUBINSize(prog)
+    _check(err, "nvrtcGetCUBINSize")
+    buf = b" " * size
+    _check(nvrtc.nvrtcGetCUBIN(prog, buf)[0], "nvrtcGetCUBIN")
+    return buf
+
+
+def _lowered_names(nvrtc, prog, name_expressions: tuple[str, ...], log: str) -> dict[str, str]:
+    lowered = {}
+    for expr in name_expressions:
+        err, name = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"{log}\nname expression {expr!r} does not name a __global__ function "
+                               f"instantiated by this source ({_error_string(nvrtc, err)})".strip())
+        lowered[expr] = name.decode()
+    return lowered
+
+
+def _error_string(nvrtc, result) -> str:
+    try:
+        return nvrtc.nvrtcGetErrorString(result)[1].decode()
+    except Exception:  # noqa: BLE001 - only for a message; the enum's repr is a fine fallback
+        return str(result)
+
+
+def _check(err, what: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache entries
+
+
+def _write_entry(directory: Path, out: NvrtcOutput) -> None:
+    meta = {
+        "key": out.key,
+        "arch": out.arch,
+        "log": out.log,
+        "resources": to_dict(out.resources),
+        "lowered_names": out.lowered_names,
+        "cubin_sha256": hashlib.sha256(out.cubin).hexdigest(),
+        "nvrtc_version": list(nvrtc_version()),
+    }
+    atomic_write(directory / f"{out.key}.cubin", out.cubin)
+    atomic_write(directory / f"{out.key}.json", json.dumps(meta).encode())
+
+
+def _read_entry(directory: Path, key: str) -> NvrtcOutput | None:
+    try:
+        meta = json.loads((directory / f"{key}.json").read_bytes())
+        cubin = (directory / f"{key}.cubin").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
+        return None  # a writer replaced the cubin between our two reads: treat as a miss
+    resources = tuple(from_dict(ResourceUsage, r) for r in meta.get("resources", []))
+    return NvrtcOutput(cubin=cubin, log=meta.get("log", ""), resources=resources, key=key, cache_hit=True,
+                       arch=meta.get("arch", ""), lowered_names=dict(meta.get("lowered_names", {})))
+
+
+def _with(out: NvrtcOutput, **changes) -> NvrtcOutput:
+    from dataclasses import replace
+
+    return replace(out, **changes)
