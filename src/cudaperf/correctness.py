@@ -70,20 +70,24 @@ def _override_key(name: str) -> str:
 def _as_tolerance(value: Any) -> Tolerance:
     if isinstance(value, Tolerance):
         return value
+    if isinstance(value, (list, tuple)):
+        return Tolerance(atol=float(value[0]), rtol=float(value[1]))
     return Tolerance(atol=float(value["atol"]), rtol=float(value["rtol"]))
 
 
 def tolerance_for(dtype: torch.dtype, overrides: Mapping[str, Any] | None = None) -> Tolerance:
-    """The bound for outputs of `dtype`: a task override (keys like "float32", "fp32", or "*" for every
-    floating dtype; values `Tolerance` or {"atol", "rtol"}) wins over the defaults."""
+    """The bound for outputs of `dtype`: a task override (keys like "float32", "fp32", or "*"/"default"
+    for every floating dtype; values `Tolerance`, {"atol", "rtol"} or [atol, rtol]) wins over the
+    defaults."""
     if not (dtype.is_floating_point or dtype.is_complex):
         return EXACT  # integers and bool: exact, whatever the task says
     wanted = dtype_name(dtype)
     for key, value in (overrides or {}).items():
         if _override_key(key) == wanted:
             return _as_tolerance(value)
-    if "*" in (overrides or {}):
-        return _as_tolerance(overrides["*"])
+    for key in ("*", "default"):  # "default": C tasks carry one tolerance for every output
+        if key in (overrides or {}):
+            return _as_tolerance(overrides[key])
     return DEFAULT_TOLERANCES.get(wanted, NARROW_FLOAT_TOLERANCE)
 
 

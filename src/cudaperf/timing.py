@@ -202,21 +202,22 @@ def bench_interleaved_report(
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs)) over `input_sets`.
 
-    `budget_ms` is the time for the timed rounds of ALL functions together (the worker's stage deadline
-    is what it protects); the number of rounds is budget / (estimated round time), clamped to
-    [min_reps, max_reps]. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
+    `budget_ms` is the timed budget PER FUNCTION (so the whole run takes about budget x len(fns)): the
+    number of rounds is budget / (estimated round time / len(fns)), clamped to [min_reps, max_reps]; a
+    slow function gets the same number of samples as a fast one, so the run takes longer than the budget
+    when their times differ a lot. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
     None = 2x L2, 0 = no flush. `check(name, input_index, output) -> bool` re-checks outputs on a
     `check_fraction` sample of rounds (at least one per input set). Raises `FunctionFailed` when a
     function raises (the caller classifies `.error`).
     """
-    if not input_sets:
-        raise ValueError("bench_interleaved needs at least one input set")
+    if not input_sets or not fns:
+        raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes),
                random.Random(seed), measure_overhead)
-    round_ms = run.estimate_round_ms()
-    warmup_rounds = _clamp(math.ceil(warmup_ms / round_ms), 1, max_reps)
-    rounds = _clamp(int(budget_ms / round_ms), min_reps, max_reps)
+    per_fn_ms = run.estimate_round_ms() / len(fns)
+    warmup_rounds = _clamp(math.ceil(warmup_ms / per_fn_ms), 1, max_reps)
+    rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
     run.warm_up(warmup_rounds)
     run.timed(rounds, _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set())
     return run.report(rounds, warmup_rounds)
