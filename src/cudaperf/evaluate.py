@@ -63,9 +63,9 @@ def default_cache_dir() -> Path:
 class TimingConfig:
     enabled: bool = True
     """Time the candidate and the baselines (off: correctness only, e.g. for RL rollouts on a budget)."""
-    budget_ms: float = 400.0
+    budget_ms: float = 100.0
     """Time budget per callable and configuration; repetitions are sized from it (Triton do_bench style)."""
-    warmup_ms: float = 50.0
+    warmup_ms: float = 25.0
     """Warm-up budget per callable and configuration, excluded from the samples."""
     baselines: tuple[str, ...] = ("eager", "compile")
     """Baselines timed live on the same GPU, interleaved with the candidate."""
@@ -141,7 +141,6 @@ class Evaluator:
         self.arch = self.config.arch or _device_arch(self.devices if self.mode == "cuda" else [])
         self._builds = None
         self._workers = None
-        self._seed_counter = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _resolve_devices(self) -> tuple[str, list[int]]:
@@ -237,14 +236,14 @@ class Evaluator:
     def _job(self, task: Task, solution: Solution) -> dict[str, Any]:
         from cudaperf.build.inline import extensions_dir_for
 
-        self._seed_counter += 1
-        base_seed = 1000 * self._seed_counter
         timing = self.config.timing
         return {
             "task": to_dict(task),
             "solution": to_dict(solution),
             "device": "cpu" if self.mode == "cpu" else "cuda:0",
-            "seeds": [base_seed + i for i in range(self.config.seeds)],
+            # The same public seeds for every job of this Evaluator, so the worker can reuse reference
+            # outputs per (task, config, seed); candidates still cannot predict inputs (secret mixed in).
+            "seeds": list(range(1, self.config.seeds + 1)),
             "secret": self.secret,
             "policy": to_dict(self.policy),
             "timing": {**dataclasses.asdict(timing), "baselines": list(timing.baselines)},
@@ -270,7 +269,8 @@ class Evaluator:
             **base, outcome=outcome, message=message, stage=reply.stage, correctness=correctness,
             timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
             speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
-            coverage=payload.get("coverage"), build=build, flags=flags, logs=reply.logs or "",
+            coverage=payload.get("coverage"), kernel_time_ms=payload.get("kernel_time_ms") or {},
+            build=build, flags=flags, logs=reply.logs or "",
             stage_durations_s=durations, environment=payload.get("environment", {}),
         )
 

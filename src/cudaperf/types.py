@@ -212,6 +212,7 @@ class EvalResult:
     speedup_vs_eager: float | None = None  # geometric mean over timed configurations
     speedup_vs_compile: float | None = None
     coverage: float | None = None  # share of GPU time in the candidate's own kernels
+    kernel_time_ms: dict[str, float] = field(default_factory=dict)  # GPU time per own kernel (profiler)
     build: BuildResult | None = None
     flags: tuple[Flag, ...] = ()
     logs: str = ""  # candidate stdout/stderr and tracebacks, truncated
