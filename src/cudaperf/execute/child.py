@@ -1,0 +1,266 @@
+"""The sandbox worker's main loop: `python -m cudaperf.execute.child --job-fd N --reply-fd M --root DIR`.
+
+Covers: start-up (network namespace, rlimits, process flags, preloaded modules, audit hook, parent
+watchdog, then a "ready" message), and per job: a fresh working directory, the handler call
+(`handler(job, report)`, default `cudaperf.execute.session:run_eval_job`), classification of an exception
+that escapes the handler, the after-job sweep (candidate finalizers run inside a candidate scope,
+leftover processes killed, leftover threads and tampered harness callables detected, CUDA context
+checked, environment and sys.path restored, working directory deleted) and the reply on the private
+channel, refused when larger than the limit.
+
+Not covered: the evaluation itself (session.py decides what runs inside `candidate_scope`), and
+anything the parent does (deadlines, kills, replacement: sandbox.py). Secrets stay out of this module:
+the channel nonce lives only in locals and in the `report` closure, never in module globals, and the job
+(which holds the secret until session.py pops it) is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from cudaperf.execute import guards
+from cudaperf.execute.sandbox import encode_message, read_message, write_all
+from cudaperf.types import Outcome
+
+# Text that marks a CUDA error in an exception message (torch, cuda-core, cuda-bindings).
+_CUDA_ERROR_MARKERS = (
+    "CUDA error", "CUDA_ERROR_", "cudaError", "illegal memory access", "misaligned address",
+    "unspecified launch failure", "device-side assert", "an illegal instruction was encountered",
+)  # fmt: skip
+_EXIT_CHANNEL_BROKEN = 70  # the result fd is gone (closed by candidate code, or the parent died)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="cudaperf.execute.child")
+    parser.add_argument("--job-fd", type=int, required=True)
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--root", required=True)
+    args = parser.parse_args(argv)
+    for fd in (args.job_fd, args.reply_fd):
+        os.set_inheritable(fd, False)  # programs the harness starts must not hold our channel
+    hello = read_message(args.job_fd)
+    if not hello or hello.get("type") != "hello":
+        os._exit(2)
+    ready = _set_up(hello, args)
+    _send(args.reply_fd, {"type": "ready", "nonce": hello["nonce"], **ready})
+    _serve(args.job_fd, args.reply_fd, args.root, hello)
+
+
+def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Guards first (network before any thread exists), then the preloaded modules, then the hook."""
+    limits, cpu = hello["limits"], hello["mode"] == "cpu"
+    network = guards.isolate_network() if limits["isolate_network"] else "off"
+    applied = guards.apply_limits(
+        file_bytes=limits["file_bytes"],
+        open_files=limits["open_files"],
+        address_space_bytes=limits["address_space_bytes"] if cpu else None,
+        data_bytes=limits["data_bytes"],
+        processes=limits["processes"],
+    )
+    flags = guards.set_process_flags(parent_death_signal=hello["parent_death_signal"])
+    sys.dont_write_bytecode = True
+    started = time.monotonic()
+    for module in hello["preload"]:
+        importlib.import_module(module)
+    preload_s = time.monotonic() - started
+    guards.install_audit_hook(temp_root=args.root, protected_fds=(args.job_fd, args.reply_fd))
+    guards.watch_parent(hello["parent_pid"])
+    return {
+        "pid": os.getpid(),
+        "network": network,
+        "rlimits": applied,
+        "process_flags": list(flags),
+        "python": sys.version.split()[0],
+        "preload_s": preload_s,
+    }
+
+
+def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any]) -> None:
+    handlers: dict[str, Callable] = {}
+    environ, path = dict(os.environ), list(sys.path)
+    while True:
+        message = read_message(job_fd)
+        if message is None:  # the parent closed the pipe: we are done
+            os._exit(0)
+        if message.get("type") != "job":
+            continue
+        reply = _run_job(message["job"], message["nonce"], reply_fd, root, hello, handlers)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
+        _send(reply_fd, reply)
+
+
+def _run_job(job: dict, nonce: str, reply_fd: int, root: str, hello: dict, handlers: dict) -> bytes:
+    started = time.monotonic()
+    work = _fresh_workdir(root)
+    _truncate_log()
+    current = ["setup"]
+
+    def report(stage: str) -> None:
+        current[0] = str(stage)
+        _send(reply_fd, {"type": "stage", "nonce": nonce, "name": current[0]})
+
+    spec = job.pop("handler", hello["default_handler"])
+    threads = guards.python_threads()
+    snapshot = guards.integrity_snapshot()
+    try:
+        handler = handlers.get(spec) or handlers.setdefault(spec, _load_handler(spec))
+        payload = handler(job, report)
+    except BaseException as exc:  # noqa: BLE001 - every escape is classified, none may kill the loop
+        payload = _classify(exc, current[0])
+    report("cleanup")
+    findings = _sweep(threads, snapshot)
+    os.chdir(root)
+    shutil.rmtree(work, ignore_errors=True)
+    _flush_output()
+    sandbox = {**findings, "child_s": time.monotonic() - started}
+    return _encode_bounded({"type": "result", "nonce": nonce, "payload": payload, "sandbox": sandbox},
+                           hello["limits"]["max_reply_bytes"], current[0])  # fmt: skip
+
+
+def _fresh_workdir(root: str) -> str:
+    work = os.path.join(root, "work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.mkdir(work)
+    os.chdir(work)
+    return work
+
+
+def _load_handler(spec: str) -> Callable:
+    """`package.module:function` or `/path/to/file.py:function` (the escape hatch tests use)."""
+    target, _, name = spec.rpartition(":")
+    if target.endswith(".py"):
+        module_spec = importlib.util.spec_from_file_location(f"cudaperf_handler_{abs(hash(target))}", target)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    return getattr(module, name)
+
+
+def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
+    """An exception escaped the handler. session.py turns candidate exceptions into RUNTIME_ERROR itself,
+    so an escaping Exception is most likely the harness's (HARNESS_ERROR), except for the kinds the
+    candidate can cause anywhere: memory exhaustion, CUDA errors, and BaseExceptions (SystemExit...)
+    that `except Exception` in the harness does not catch."""
+    traceback.print_exception(exc, file=sys.stderr)  # into the log, whose tail the parent attaches
+    text = f"{type(exc).__name__}: {exc}"[:2000]
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        outcome, poisoned = Outcome.OUT_OF_MEMORY, False
+    elif any(marker in text for marker in _CUDA_ERROR_MARKERS):
+        outcome, poisoned = Outcome.CUDA_ERROR, True
+    elif not isinstance(exc, Exception):
+        outcome, poisoned = Outcome.RUNTIME_ERROR, False
+    else:
+        outcome, poisoned = Outcome.HARNESS_ERROR, False
+    return {"outcome": outcome.value, "stage": stage, "message": text, "worker_poisoned": poisoned}
+
+
+def _sweep(threads: frozenset[int], snapshot: dict) -> dict[str, Any]:
+    """What the job left behind. Poisoned = the next job must not run in this process."""
+    flags: list[dict[str, str]] = []
+    with guards.candidate_scope():
+        gc.collect()  # finalizers of candidate objects run here, under the guards
+    killed = guards.reap_descendants()
+    if killed:
+        flags.append(
+            _flag("lingering_processes", f"killed {len(killed)} process(es) left running by the job")
+        )
+    extra = guards.python_threads() - threads
+    if extra:
+        flags.append(_flag("lingering_threads", f"{len(extra)} Python thread(s) still running after the job"))
+    changes = guards.integrity_changes(snapshot)
+    flags += [
+        _flag(code, text, "error" if code == "harness_tampered" else "warning") for code, text in changes
+    ]
+    cuda_error = _cuda_error()
+    if cuda_error:
+        flags.append(_flag("cuda_context_unusable", cuda_error))
+    return {
+        "flags": flags,
+        "poisoned": bool(extra or changes or cuda_error),
+        "tampered": any(code == "harness_tampered" for code, _ in changes),
+    }
+
+
+def _flag(code: str, message: str, severity: str = "warning") -> dict[str, str]:
+    return {"code": code, "message": message, "severity": severity}
+
+
+def _cuda_error() -> str:
+    """Empty if CUDA was not used or still works; else the error (a sticky error poisons the context)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return ""
+    try:
+        torch.cuda.synchronize()
+        return ""
+    except Exception as exc:  # noqa: BLE001 - any failure here means the context is unusable
+        return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _truncate_log() -> None:
+    """Each job's log starts empty (stdout and stderr share one file opened with O_APPEND)."""
+    _flush_output()
+    try:
+        os.ftruncate(1, 0)
+    except OSError:
+        pass
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:  # printf from native code sits in libc's buffers
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def _encode_bounded(message: dict[str, Any], max_bytes: int, stage: str) -> bytes:
+    """The encoded message, or a small OUTPUT_TOO_LARGE / HARNESS_ERROR reply in its place."""
+    try:
+        data = encode_message(message)
+    except (TypeError, ValueError, RecursionError) as exc:
+        payload = {"outcome": Outcome.HARNESS_ERROR.value, "stage": stage,
+                   "message": f"the job's result is not JSON-serialisable: {exc}"[:2000]}  # fmt: skip
+        return encode_message({**message, "payload": payload})
+    if len(data) <= max_bytes:
+        return data
+    payload = {"outcome": Outcome.OUTPUT_TOO_LARGE.value, "stage": stage,
+               "message": f"the job's result is {len(data)} bytes, over the {max_bytes} byte limit"}  # fmt: skip
+    return encode_message({**message, "payload": payload})
+
+
+def _send(fd: int, message: dict[str, Any] | bytes) -> None:
+    try:
+        write_all(fd, message if isinstance(message, bytes) else encode_message(message))
+    except OSError:
+        os._exit(_EXIT_CHANNEL_BROKEN)
+
+
+if __name__ == "__main__":
+    # Never run interpreter shutdown: atexit handlers and finalizers registered by candidate code would
+    # run outside any scope. A start-up error goes to the log (stderr), whose tail the parent reports.
+    try:
+        main()
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+    _flush_output()
+    os._exit(1)

@@ -1,0 +1,695 @@
+"""Parent side of sandboxed execution: long-lived worker processes that run untrusted candidate code.
+
+Covers:
+- `WorkerPool(devices, limits)`: one worker per GPU (CUDA_VISIBLE_DEVICES set per worker, so each sees
+  its GPU as cuda:0) or one CPU-mode worker (`devices=None`, used in CI). `run(job, timeouts)` sends a
+  job to an idle worker and always returns a `WorkerReply`: candidate faults are values, never
+  exceptions. Safe to call from one thread per worker.
+- `Worker`: one child process, `python -m cudaperf.execute.child`, started with `subprocess.Popen`
+  (`start_new_session=True` so the child leads its own process group and a single killpg takes down
+  everything it forked; `pass_fds` for the two pipes). Why Popen and not multiprocessing: we need the
+  process group, the exact fds and environment, and no pickling of anything the child sends back.
+- The wire: length-prefixed JSON over two pipes, jobs in and heartbeats/results out on a private fd
+  (never stdout/stderr, which go to a log file whose tail is attached to the reply). Each job carries a
+  random nonce; a message with another nonce, or one that does not parse, is a forgery attempt
+  (POLICY_VIOLATION, flag `channel_forged`). JSON only: the parent never unpickles child data.
+- Deadlines per stage (`StageTimeouts`): the child reports each stage it enters; the parent applies that
+  stage's deadline. Past it: SIGKILL to the process group, TIMEOUT naming the stage. Child death: CRASH
+  with the signal or exit code. Reply `worker_poisoned`, a CUDA error, or a sandbox finding (lingering
+  threads, tampered harness) -> the worker is replaced before the next job. A reply over
+  `Limits.max_reply_bytes` -> OUTPUT_TOO_LARGE.
+
+Not covered: what runs inside the child (`child.py`, the guards in `guards.py`, the evaluation recipe in
+`session.py`), multi-node scale-out (Ray actors wrap a `WorkerPool`), and GPU scheduling beyond
+"one job at a time per GPU". The sandbox's limits are listed in `guards.py`'s docstring.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import secrets
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Any, Self
+
+from cudaperf.execute import guards
+from cudaperf.types import Flag, Outcome, Severity
+
+DEFAULT_HANDLER = "cudaperf.execute.session:run_eval_job"
+
+# Deadlines of the contract's stages (CONTRACTS.md, "The job sent to a worker"). Generous: they catch
+# hangs, not slowness; a tighter budget belongs to the timing code.
+DEFAULT_STAGE_S: dict[str, float] = {
+    "setup": 120.0,
+    "reference": 300.0,
+    "import": 300.0,  # INLINE solutions may still run ninja to relink a prebuilt extension
+    "construct": 120.0,
+    "correctness": 300.0,
+    "timing": 600.0,
+    "coverage": 300.0,
+    "cleanup": 60.0,  # the child's own sweep; a candidate kernel still spinning shows up here
+}
+
+
+@dataclass(frozen=True)
+class StageTimeouts:
+    """Wall-clock deadlines, in seconds, applied by the parent to each stage the child reports."""
+
+    default_s: float = 300.0
+    """Deadline of a stage not listed in `stages`."""
+    stages: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_STAGE_S))
+    """Per-stage deadlines; replaces the defaults as a whole (unlisted stages get `default_s`)."""
+    start_s: float = 300.0
+    """Worker start: interpreter, guards and preloaded modules (torch, the CUDA context) until ready."""
+    job_s: float | None = None
+    """Optional cap on a whole job, whatever its stages report."""
+
+    def __post_init__(self) -> None:
+        values = {"default_s": self.default_s, "start_s": self.start_s, "job_s": self.job_s, **self.stages}
+        bad = {k: v for k, v in values.items() if v is not None and not v > 0}
+        if bad:
+            raise ValueError(f"StageTimeouts: deadlines must be positive seconds, got {bad}")
+
+    def for_stage(self, name: str) -> float:
+        return self.stages.get(name, self.default_s)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a worker may consume. Applied by the child before any candidate code (see guards.py)."""
+
+    max_reply_bytes: int = 64 << 20
+    """A result message larger than this is refused: OUTPUT_TOO_LARGE."""
+    max_log_bytes: int = 32 << 10
+    """How much of the tail of the candidate's stdout/stderr is attached to the reply."""
+    file_bytes: int | None = 1 << 30
+    """RLIMIT_FSIZE: largest file the worker may write (its log included). Must fit built extensions."""
+    open_files: int | None = 4096
+    """RLIMIT_NOFILE."""
+    address_space_bytes: int | None = 16 << 30
+    """RLIMIT_AS, CPU mode only: the CUDA driver reserves huge virtual ranges, so GPU workers skip it."""
+    data_bytes: int | None = None
+    """RLIMIT_DATA (private writable memory), applied in both modes when set. Experimental with CUDA."""
+    processes: int | None = None
+    """RLIMIT_NPROC. Off by default: it counts every thread of the uid machine-wide and root ignores it."""
+    isolate_network: bool = True
+    """Put the worker in an empty network namespace (falls back to the audit hook alone if refused)."""
+    max_jobs_per_worker: int | None = None
+    """Replace a worker after this many jobs (1 = a fresh process per job, the strongest isolation)."""
+    env_allow: tuple[str, ...] = ()
+    """Extra environment variable names to pass through (see guards.ENV_ALLOW for the defaults)."""
+    kill_wait_s: float = 30.0
+    """How long to wait for a killed worker to be reaped (a GPU context can take seconds to tear down)."""
+
+    def __post_init__(self) -> None:
+        if self.max_reply_bytes <= 0 or self.max_log_bytes < 0:
+            raise ValueError("Limits: max_reply_bytes must be > 0 and max_log_bytes >= 0")
+        if self.max_jobs_per_worker is not None and self.max_jobs_per_worker < 1:
+            raise ValueError("Limits: max_jobs_per_worker must be >= 1 or None (never recycle)")
+
+
+@dataclass(frozen=True)
+class WorkerReply:
+    """What came back from one job. `outcome` None means "ran; decide from correctness" (payload)."""
+
+    outcome: Outcome | None
+    stage: str  # the stage that decided the outcome, or the last stage reported
+    message: str = ""
+    payload: dict[str, Any] = field(default_factory=dict)  # the handler's result, as it sent it
+    logs: str = ""  # tail of the candidate's stdout/stderr (and tracebacks), truncated
+    durations_s: dict[str, float] = field(default_factory=dict)  # per stage, measured by the parent
+    flags: tuple[Flag, ...] = ()  # the sandbox's own findings (channel_forged, lingering_processes...)
+    worker_replaced: bool = False
+    sandbox: dict[str, Any] = field(default_factory=dict)  # pid, device, network isolation, start time...
+
+
+# --------------------------------------------------------------------------------------------------
+# Wire format (shared with child.py)
+
+_HEADER = struct.Struct(">I")
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """Length-prefixed JSON. Raises TypeError/ValueError if `message` is not JSON-able."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def read_message(fd: int) -> dict[str, Any] | None:
+    """Blocking read of one message (the child's side of the job pipe); None at end of file."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    body = _read_exact(fd, _HEADER.unpack(header)[0])
+    return None if body is None else json.loads(body)
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# --------------------------------------------------------------------------------------------------
+# One worker
+
+_SIGNAL_TEXT = {
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGABRT: "aborted",
+    signal.SIGFPE: "floating-point exception",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGKILL: "killed (SIGKILL; the host may be out of memory)",
+    signal.SIGXFSZ: "file size limit exceeded",
+    signal.SIGXCPU: "CPU time limit exceeded",
+}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'segmentation fault (SIGSEGV)', 'exited with code 3'..."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        sig = signal.Signals(-returncode)
+        return f"{_SIGNAL_TEXT.get(sig, 'killed by a signal')} ({sig.name})"
+    return f"exited with code {returncode}"
+
+
+@dataclass
+class _Event:
+    kind: str  # message | timeout | exited | too_large | garbled
+    message: dict[str, Any] | None = None
+    detail: str = ""
+
+
+class Worker:
+    """One sandboxed child process. Not thread-safe: the pool gives each worker to one caller at a time.
+
+    `device`: GPU index (the child sees only that GPU) or None for a CPU-mode worker.
+    """
+
+    def __init__(self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = ()):
+        self.device = device
+        self.limits = limits
+        self.preload = tuple(preload)
+        self.info: dict[str, Any] = {}  # the child's "ready" message: pid, network, limits, python...
+        self.jobs_done = 0
+        self.replacements = 0
+        self._proc: subprocess.Popen | None = None
+        self._root: str | None = None
+        self._reply_fd = -1
+        self._job_fd = -1
+        self._pidfd = -1
+        self._buffer = bytearray()
+        self._ready = False
+        self._hello_nonce = ""
+        self._started_at = 0.0
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Spawn the child and send its configuration; readiness is awaited by the next `run`."""
+        if self._proc is not None:
+            return
+        self._root = tempfile.mkdtemp(prefix="cudaperf-worker-")
+        for sub in ("home", "tmp"):
+            os.mkdir(os.path.join(self._root, sub))
+        job_r, job_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        log_fd = os.open(
+            os.path.join(self._root, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        try:
+            self._proc = subprocess.Popen(
+                self._argv(job_r, reply_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                pass_fds=(job_r, reply_w),
+                start_new_session=True,
+                env=self._environment(),
+                cwd=self._root,
+            )
+        finally:
+            for fd in (job_r, reply_w, log_fd):
+                os.close(fd)
+        self._job_fd, self._reply_fd = job_w, reply_r
+        os.set_blocking(self._reply_fd, False)
+        self._pidfd = _pidfd_open(self._proc.pid)
+        self._buffer.clear()
+        self._ready = False
+        self._started_at = time.monotonic()
+        self._hello_nonce = secrets.token_hex(16)
+        # The hello is a few hundred bytes: it fits the pipe buffer, so this never blocks.
+        write_all(self._job_fd, encode_message(self._hello()))
+
+    def close(self) -> None:
+        """Kill the child and its process group, remove its temp directory."""
+        self._closed = True
+        self._retire()
+
+    def _argv(self, job_fd: int, reply_fd: int) -> list[str]:
+        return [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.child",
+                "--job-fd", str(job_fd), "--reply-fd", str(reply_fd), "--root", str(self._root)]  # fmt: skip
+
+    def _environment(self) -> dict[str, str]:
+        root = str(self._root)
+        # The child must import cudaperf even when the parent found it through sys.path tweaks.
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(guards.__file__)))
+        python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)
+        return guards.scrub_environment(
+            os.environ,
+            home=os.path.join(root, "home"),
+            tmpdir=os.path.join(root, "tmp"),
+            extra_allow=self.limits.env_allow,
+            overrides={
+                "CUDA_VISIBLE_DEVICES": "" if self.device is None else str(self.device),
+                "PYTHONPATH": python_path,
+            },
+        )
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "type": "hello",
+            "nonce": self._hello_nonce,
+            "mode": "cpu" if self.device is None else "cuda",
+            "limits": asdict(self.limits),
+            "preload": list(self.preload),
+            "parent_pid": os.getpid(),
+            "parent_death_signal": threading.current_thread() is threading.main_thread(),
+            "default_handler": DEFAULT_HANDLER,
+        }
+
+    def _retire(self) -> None:
+        self._kill()
+        for fd in (self._job_fd, self._reply_fd, self._pidfd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._job_fd = self._reply_fd = self._pidfd = -1
+        if self._root:
+            shutil.rmtree(self._root, ignore_errors=True)
+        self._proc, self._root, self._ready = None, None, False
+
+    def _replace(self) -> None:
+        self._retire()
+        self.replacements += 1
+        self.jobs_done = 0
+        if not self._closed:
+            self.start()
+
+    def _kill(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        # killpg before reaping: while the leader is an unreaped zombie its pid (= the group id) cannot
+        # be reused, so the signal cannot reach an unrelated group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=self.limits.kill_wait_s)
+        except subprocess.TimeoutExpired:  # stuck in the driver; reap it later, off our path
+            threading.Thread(target=proc.wait, daemon=True).start()
+
+    # -- one job -----------------------------------------------------------------------------------
+
+    def run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
+        """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR."""
+        try:
+            return self._run(job, timeouts)
+        except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
+            text = traceback.format_exc()
+            self._replace()
+            return WorkerReply(Outcome.HARNESS_ERROR, "sandbox", f"sandbox error:\n{text}"[-4000:],
+                               worker_replaced=True)  # fmt: skip
+
+    def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
+        if self._closed:
+            return WorkerReply(Outcome.HARNESS_ERROR, "start", "the worker pool is closed")
+        try:
+            data, nonce = self._job_message(job)
+        except (TypeError, ValueError) as exc:
+            return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", f"job is not JSON-serialisable: {exc}")
+        start_s, failure = self._ensure_ready(timeouts)
+        if failure is not None:
+            return failure
+        if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
+            # Died between the readiness check and the job: not the candidate's doing; retry once.
+            self._replace()
+            start_s, failure = self._ensure_ready(timeouts)
+            if failure is not None:
+                return failure
+            if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
+                self._replace()
+                return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", "the worker did not accept the job")
+        info = dict(self.info)  # of the worker that runs this job, even if it is replaced
+        reply = self._collect(nonce, timeouts)
+        sandbox = {**reply.sandbox, "pid": info.get("pid"), "device": self.device,
+                   "network": info.get("network"), "worker_start_s": start_s}  # fmt: skip
+        return dataclasses.replace(reply, sandbox=sandbox)
+
+    def _job_message(self, job: dict[str, Any]) -> tuple[bytes, str]:
+        nonce = secrets.token_hex(16)
+        job = dict(job)
+        job.setdefault("device", "cpu" if self.device is None else "cuda:0")
+        return encode_message({"type": "job", "nonce": nonce, "job": job}), nonce
+
+    def _ensure_ready(self, timeouts: StageTimeouts) -> tuple[float | None, WorkerReply | None]:
+        """(seconds spent waiting for a start, or None if the worker was warm; a failure reply)."""
+        if self._proc is not None and self._proc.poll() is not None:
+            self._replace()  # died while idle (host OOM killer, parent-side kill): just start a new one
+        if self._proc is None:
+            self.start()
+        if self._ready:
+            return None, None
+        error = self._await_ready(self._started_at + timeouts.start_s)
+        if error is None:
+            return time.monotonic() - self._started_at, None
+        logs = self._log_tail()
+        self._retire()
+        return None, WorkerReply(
+            Outcome.HARNESS_ERROR, "start", f"worker failed to start: {error}", logs=logs
+        )
+
+    def wait_ready(self, timeouts: StageTimeouts) -> float | None:
+        """Start if needed and block until ready; seconds since spawn, or None if it failed to start."""
+        start_s, failure = self._ensure_ready(timeouts)
+        if failure is not None:
+            return None
+        return start_s if start_s is not None else 0.0
+
+    def _await_ready(self, deadline: float) -> str | None:
+        event = self._next_event(deadline)
+        if event.kind == "message" and event.message.get("type") == "ready":
+            if event.message.get("nonce") != self._hello_nonce:
+                return "ready message with a wrong nonce"
+            self.info = {k: v for k, v in event.message.items() if k not in ("type", "nonce")}
+            self._ready = True
+            return None
+        if event.kind == "timeout":
+            return f"not ready after {deadline - self._started_at:.0f} s"
+        if event.kind == "exited":
+            return describe_exit(self._reap())
+        return f"unexpected {event.kind} before ready {event.detail}"
+
+    def _send(self, data: bytes, deadline: float) -> bool:
+        """Write the job with a deadline (a large job does not fit the pipe buffer)."""
+        os.set_blocking(self._job_fd, False)
+        view = memoryview(data)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._job_fd, selectors.EVENT_WRITE)
+            while view:
+                if time.monotonic() > deadline or self._proc.poll() is not None:
+                    return False
+                if not sel.select(0.1):
+                    continue
+                try:
+                    view = view[os.write(self._job_fd, view) :]
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, OSError):
+                    return False
+        return True
+
+    def _collect(self, nonce: str, timeouts: StageTimeouts) -> WorkerReply:
+        started = time.monotonic()
+        job_deadline = started + timeouts.job_s if timeouts.job_s else float("inf")
+        stage, stage_start = "setup", started
+        deadline = started + timeouts.for_stage(stage)
+        durations: dict[str, float] = {}
+        while True:
+            event = self._next_event(min(deadline, job_deadline))
+            now = time.monotonic()
+            if event.kind != "message":
+                durations[stage] = durations.get(stage, 0.0) + now - stage_start
+                return self._fault(event, stage, durations, timeouts, job_deadline)
+            message = event.message
+            if message.get("nonce") != nonce or message.get("type") not in ("stage", "result"):
+                durations[stage] = durations.get(stage, 0.0) + now - stage_start
+                return self._forged(stage, durations, "a message with a wrong nonce or type")
+            durations[stage] = durations.get(stage, 0.0) + now - stage_start
+            if message["type"] == "result":
+                return self._result(message, stage, durations, now - started)
+            stage, stage_start = str(message.get("name", "?"))[:64], now
+            deadline = now + timeouts.for_stage(stage)
+
+    # -- building replies --------------------------------------------------------------------------
+
+    def _result(self, message: dict, stage: str, durations: dict, total_s: float) -> WorkerReply:
+        payload, sandbox = message.get("payload"), message.get("sandbox") or {}
+        logs = self._log_tail()
+        flags = tuple(Flag(str(f.get("code")), str(f.get("message")), Severity(f.get("severity", "warning")))
+                      for f in sandbox.get("flags", ()))  # fmt: skip
+        outcome, message_text, stage = _payload_verdict(payload, stage)
+        if sandbox.get("tampered"):
+            outcome = Outcome.POLICY_VIOLATION
+            message_text = next((f.message for f in flags if f.code == "harness_tampered"), message_text)
+        poisoned = bool(sandbox.get("poisoned")) or outcome is Outcome.CUDA_ERROR
+        if isinstance(payload, dict) and payload.get("worker_poisoned"):
+            poisoned = True
+        self.jobs_done += 1
+        recycle = (
+            self.limits.max_jobs_per_worker is not None and self.jobs_done >= self.limits.max_jobs_per_worker
+        )
+        if poisoned or recycle:
+            self._replace()
+        return WorkerReply(
+            outcome=outcome,
+            stage=stage,
+            message=message_text,
+            payload=payload if isinstance(payload, dict) else {},
+            logs=logs,
+            durations_s=durations,
+            flags=flags,
+            worker_replaced=poisoned or recycle,
+            sandbox={"job_s": total_s, "child_job_s": sandbox.get("child_s")},
+        )
+
+    def _fault(
+        self, event: _Event, stage: str, durations: dict, timeouts: StageTimeouts, job_deadline: float
+    ) -> WorkerReply:
+        if event.kind == "garbled":
+            return self._forged(stage, durations, event.detail)
+        if event.kind == "timeout":
+            self._kill()
+            logs = self._log_tail()
+            if time.monotonic() >= job_deadline:
+                text = f"the job ran past its {timeouts.job_s:.1f} s deadline (in stage '{stage}')"
+            else:
+                text = f"stage '{stage}' ran past its {timeouts.for_stage(stage):.1f} s deadline"
+            outcome = Outcome.TIMEOUT
+        elif event.kind == "too_large":
+            self._kill()
+            logs = self._log_tail()
+            text, outcome = event.detail, Outcome.OUTPUT_TOO_LARGE
+        else:  # exited
+            returncode = self._reap()
+            logs = self._log_tail()
+            text, outcome = f"the worker died in stage '{stage}': {describe_exit(returncode)}", Outcome.CRASH
+        self._replace()
+        return WorkerReply(outcome, stage, text, logs=logs, durations_s=durations, worker_replaced=True)
+
+    def _forged(self, stage: str, durations: dict, why: str) -> WorkerReply:
+        self._kill()
+        logs = self._log_tail()
+        self._replace()
+        text = f"forged or corrupted message on the result channel: {why}"
+        return WorkerReply(Outcome.POLICY_VIOLATION, stage, text, logs=logs, durations_s=durations,
+                           flags=(Flag("channel_forged", text, Severity.ERROR),), worker_replaced=True)  # fmt: skip
+
+    def _reap(self) -> int | None:
+        """Exit status of a child that has died (kills the rest of its group first)."""
+        proc = self._proc
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            return proc.wait(timeout=self.limits.kill_wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _log_tail(self) -> str:
+        if not self._root or self.limits.max_log_bytes == 0:
+            return ""
+        try:
+            with open(os.path.join(self._root, "worker.log"), "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - self.limits.max_log_bytes))
+                tail = f.read(self.limits.max_log_bytes)
+        except OSError:
+            return ""
+        text = tail.decode("utf-8", errors="replace")
+        return f"[... {size - len(tail)} earlier bytes cut]\n{text}" if size > len(tail) else text
+
+    # -- reading the result channel ----------------------------------------------------------------
+
+    def _next_event(self, deadline: float) -> _Event:
+        """The next complete message, or why none will come before `deadline`."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._reply_fd, selectors.EVENT_READ)
+            if self._pidfd >= 0:
+                sel.register(self._pidfd, selectors.EVENT_READ)
+            while True:
+                event = self._parse_buffer()
+                if event is not None:
+                    return event
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return _Event("timeout")
+                # Without a pidfd (old kernels), poll the process every 0.1 s.
+                ready = sel.select(remaining if self._pidfd >= 0 else min(remaining, 0.1))
+                eof = self._drain()
+                if eof or (not ready and self._pidfd < 0 and self._proc.poll() is not None):
+                    return self._parse_buffer() or _Event("exited")
+                if any(key.fd == self._pidfd for key, _ in ready):
+                    self._drain()
+                    return self._parse_buffer() or _Event("exited")
+
+    def _drain(self) -> bool:
+        """Read what is available into the buffer; True at end of file."""
+        while len(self._buffer) <= self.limits.max_reply_bytes + _HEADER.size:
+            try:
+                chunk = os.read(self._reply_fd, 1 << 20)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                return True
+            self._buffer += chunk
+        return False
+
+    def _parse_buffer(self) -> _Event | None:
+        if len(self._buffer) < _HEADER.size:
+            return None
+        (size,) = _HEADER.unpack_from(self._buffer)
+        if size > self.limits.max_reply_bytes:
+            return _Event(
+                "too_large",
+                detail=f"reply of {size} bytes is over the {self.limits.max_reply_bytes} byte limit",
+            )
+        if len(self._buffer) < _HEADER.size + size:
+            return None
+        body = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
+        del self._buffer[: _HEADER.size + size]
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            return _Event("garbled", detail=f"unparseable message ({type(exc).__name__})")
+        if not isinstance(message, dict):
+            return _Event("garbled", detail="a message that is not a JSON object")
+        return _Event("message", message=message)
+
+
+def _payload_verdict(payload: object, stage: str) -> tuple[Outcome | None, str, str]:
+    if not isinstance(payload, dict):
+        return Outcome.HARNESS_ERROR, f"the job handler returned {type(payload).__name__}, not a dict", stage
+    stage = str(payload.get("stage") or stage)
+    message = str(payload.get("message", ""))
+    value = payload.get("outcome")
+    if value is None:
+        return None, message, stage
+    try:
+        return Outcome(value), message, stage
+    except ValueError:
+        return Outcome.HARNESS_ERROR, f"the job handler returned an unknown outcome {value!r}", stage
+
+
+def _pidfd_open(pid: int) -> int:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
+# --------------------------------------------------------------------------------------------------
+# The pool
+
+
+class WorkerPool:
+    """Sandboxed workers, one per GPU (or one CPU-mode worker when `devices` is None).
+
+    `run(job, timeouts)` blocks until a worker is free and returns its `WorkerReply`; call it from up to
+    `size` threads at once to use every GPU. Faulty workers are replaced automatically. `preload` names
+    modules each worker imports before it reports ready (torch by default, so jobs do not pay for it).
+    """
+
+    def __init__(
+        self,
+        devices: list[int] | None = None,
+        limits: Limits | None = None,
+        *,
+        timeouts: StageTimeouts | None = None,
+        preload: tuple[str, ...] = ("torch",),
+    ):
+        if devices is not None and not devices:
+            raise ValueError("WorkerPool: devices=[] has no worker; pass GPU indices, or None for CPU mode")
+        self.limits = limits or Limits()
+        self.timeouts = timeouts or StageTimeouts()
+        self.workers = [Worker(d, self.limits, preload=preload) for d in (devices or [None])]
+        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        for worker in self.workers:
+            worker.start()  # all start in parallel; readiness is awaited by the first job of each
+            self._idle.put(worker)
+        self._finalizer = weakref.finalize(self, _close_all, list(self.workers))
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def run(self, job: dict[str, Any], timeouts: StageTimeouts | None = None) -> WorkerReply:
+        worker = self._idle.get()
+        try:
+            return worker.run(job, timeouts or self.timeouts)
+        finally:
+            self._idle.put(worker)
+
+    def warm_up(self) -> list[float | None]:
+        """Block until every idle worker is ready; seconds each took since spawn (None: failed)."""
+        taken = [self._idle.get() for _ in self.workers]
+        try:
+            return [w.wait_ready(self.timeouts) for w in taken]
+        finally:
+            for w in taken:
+                self._idle.put(w)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _close_all(workers: list[Worker]) -> None:
+    for worker in workers:
+        worker.close()

@@ -1,0 +1,306 @@
+"""Test-only job handlers for the sandbox tests: each one stands in for candidate code that misbehaves.
+
+Loaded by the worker through the file-path form of the handler spec (`/path/sandbox_handlers.py:name`),
+so they need no package. Each takes `(job, report)` like `cudaperf.execute.session.run_eval_job` and
+returns a JSON-able payload; most run outside any `candidate_scope` on purpose: they model faults that
+native code could cause anyway (segfault, fork, forged channel writes), which the process-level
+defences must catch. `probe_guards` runs inside the scope and reports what the audit hook refused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+
+def ok(job, report):
+    report("setup")
+    report("correctness")
+    return {"outcome": None, "stage": "correctness", "message": "fine", "echo": job.get("echo")}
+
+
+def stages(job, report):
+    """Walk through stages, sleeping `sleep_s` in each (deadlines are per stage, not per job)."""
+    for name in job["stages"]:
+        report(name)
+        time.sleep(job["sleep_s"])
+    return {"outcome": None, "stage": job["stages"][-1]}
+
+
+def sleep_forever(job, report):
+    report(job.get("stage", "correctness"))
+    time.sleep(10_000)
+
+
+def busy_loop(job, report):
+    report(job.get("stage", "timing"))
+    while True:  # holds the GIL: the worker cannot even answer
+        pass
+
+
+def segfault(job, report):
+    report("correctness")
+    ctypes.string_at(0)
+
+
+def exit_code_3(job, report):
+    report("construct")
+    os._exit(3)
+
+
+def raise_value_error(job, report):
+    report("import")
+    raise ValueError("boom from the handler")
+
+
+def raise_system_exit(job, report):
+    report("construct")
+    sys.exit(4)
+
+
+def raise_cuda_like_error(job, report):
+    report("correctness")
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def fake_verdict(job, report):
+    """Hack #8: print a verdict; the parent must ignore stdout/stderr entirely."""
+    report("correctness")
+    line = '{"type": "result", "payload": {"outcome": "correct", "message": "all good"}}'
+    print(line)
+    print(line, file=sys.stderr)
+    os.write(1, (line + "\n").encode())
+    return {"outcome": "incorrect", "stage": "correctness", "message": "real verdict"}
+
+
+def chatty(job, report):
+    print("x" * job["nbytes"], end="")
+    print("THE-END")
+    return {"outcome": None}
+
+
+def memory_hog(job, report):
+    report("construct")
+    block = bytearray(job["nbytes"])  # under RLIMIT_AS this raises MemoryError
+    return {"outcome": None, "size": len(block)}
+
+
+def fork_linger(job, report):
+    """Leave a child process running after the job (plus, optionally, a setsid'd grandchild)."""
+    report("timing")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if job.get("double"):
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)  # the grandchild is orphaned: re-parented to the worker (subreaper)
+        os.write(w, struct.pack(">i", os.getpid()))
+        time.sleep(600)
+        os._exit(0)
+    lingering = struct.unpack(">i", os.read(r, 4))[0]
+    if job.get("double"):
+        os.waitpid(pid, 0)
+    return {"outcome": None, "pid": lingering}
+
+
+def linger_thread(job, report):
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+    return {"outcome": None}
+
+
+def huge_reply(job, report):
+    return {"outcome": None, "blob": "x" * job["nbytes"]}
+
+
+def not_json(job, report):
+    return {"outcome": None, "value": object()}
+
+
+def _channel_fds():
+    """The write ends of pipes this process holds: what a candidate scanning its fds would find."""
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:") and os.get_blocking(fd) is not None:
+                import fcntl
+
+                if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                    fds.append(fd)
+        except OSError:
+            continue
+    return fds
+
+
+def forge_message(job, report):
+    """Hack #8 on the private channel: write a framed 'correct' result with a guessed nonce."""
+    report("correctness")
+    body = b'{"type":"result","nonce":"' + b"0" * 32 + b'","payload":{"outcome":"correct"}}'
+    for fd in _channel_fds():
+        os.write(fd, struct.pack(">I", len(body)) + body)
+    return {"outcome": "incorrect", "stage": "correctness"}
+
+
+def garble_channel(job, report):
+    report("correctness")
+    for fd in _channel_fds():
+        os.write(fd, struct.pack(">I", 5) + b"{oops")
+    return {"outcome": "incorrect"}
+
+
+def close_channel(job, report):
+    """Candidate code that closes every fd it did not open (the worker can no longer answer)."""
+    os.closerange(3, 1024)
+    return {"outcome": None}
+
+
+def tamper_timer(job, report):
+    """Hack #7: monkey-patch a timer the harness relies on."""
+    time.perf_counter = lambda: 0.0
+    return {"outcome": None}
+
+
+def report_environment(job, report):
+    import resource
+
+    limits = {
+        name: resource.getrlimit(getattr(resource, name))[0]
+        for name in ("RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_NOFILE")
+    }
+    return {
+        "outcome": None,
+        "environ": dict(os.environ),
+        "cwd": os.getcwd(),
+        "rlimits": limits,
+        "stdout": os.readlink("/proc/self/fd/1"),
+        "job_keys": sorted(job),
+    }
+
+
+def write_in_cwd(job, report):
+    with open("left-behind.txt", "w") as f:
+        f.write("x")
+    return {"outcome": None, "cwd": os.getcwd()}
+
+
+def connect(job, report):
+    """Outside any scope: only the network namespace stands in the way."""
+    try:
+        with socket.create_connection(("127.0.0.1", job["port"]), timeout=2):
+            return {"outcome": None, "connected": True}
+    except OSError as exc:
+        return {"outcome": None, "connected": False, "error": str(exc)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Inside the candidate scope: what does the audit hook refuse?
+
+
+def _attempt(fn):
+    try:
+        fn()
+        return "allowed"
+    except (PermissionError, ValueError) as exc:
+        return "refused" if "cudaperf sandbox" in str(exc) else f"error: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - report, not fail, so one probe cannot hide the others
+        return f"error: {type(exc).__name__}: {exc}"
+
+
+def _probes(job):
+    import gc
+    import subprocess
+
+    outside = job["outside_path"]
+
+    def frame_from_traceback():
+        try:
+            raise KeyError
+        except KeyError as exc:
+            return exc.__traceback__.tb_frame
+
+    def swap_code():
+        def f():
+            return 1
+
+        f.__code__ = (lambda: 2).__code__
+
+    def child_thread():
+        threading.Thread(target=lambda: None).start()
+
+    return {
+        "subprocess": lambda: subprocess.run(["true"], check=False),
+        "shell": lambda: subprocess.run("true", shell=True, check=False),
+        "os_system": lambda: os.system("true"),
+        "fork": lambda: os.fork(),
+        "posix_spawn": lambda: os.posix_spawn("/bin/true", ["true"], {}),
+        "exec": lambda: os.execv("/bin/true", ["true"]),
+        "kill_parent": lambda: os.kill(os.getppid(), 0),
+        "socket": lambda: socket.socket(),
+        "ctypes_call": lambda: ctypes.CDLL(None).getpid(),
+        "write_outside": lambda: open(outside, "w").close(),
+        "write_outside_os_open": lambda: os.close(os.open(outside, os.O_WRONLY | os.O_CREAT)),
+        "remove_outside": lambda: os.remove(outside),
+        "write_inside": lambda: open("inside.txt", "w").close(),
+        "read_inside": lambda: open("inside.txt").close(),
+        "write_dev_null": lambda: open(os.devnull, "w").close(),
+        "read_stdlib": lambda: open(os.__file__).close(),
+        "read_own_memory": lambda: open("/proc/self/mem", "rb").close(),
+        "read_parent_environ": lambda: open(f"/proc/{os.getppid()}/environ", "rb").close(),
+        "reopen_channel_fd": lambda: [os.fdopen(fd, "wb", closefd=False) for fd in _channel_fds()],
+        "gc_get_objects": lambda: gc.get_objects(),
+        "gc_get_referrers": lambda: gc.get_referrers(os),
+        "getframe": lambda: sys._getframe(1),
+        "traceback_frame": frame_from_traceback,
+        "settrace": lambda: sys.settrace(None),
+        "setprofile": lambda: sys.setprofile(None),
+        "add_audit_hook": lambda: sys.addaudithook(lambda *a: None),
+        "swap_code": swap_code,
+        "import_forbidden": lambda: __import__("ftplib"),
+        "setrlimit": lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0)),
+        "namedtuple": lambda: __import__("collections").namedtuple("P", "x y"),
+        "logging": lambda: __import__("logging").getLogger("probe").warning("probe"),
+        "thread": child_thread,
+    }
+
+
+def probe_guards(job, report):
+    """Run every probe inside `candidate_scope()`, then a few again after it closed."""
+    from cudaperf.execute import guards
+
+    probes = _probes(job)
+    with guards.candidate_scope(**job.get("scope", {})):
+        inside = {name: _attempt(fn) for name, fn in probes.items() if name in job["names"]}
+    after = {name: _attempt(probes[name]) for name in job.get("after", ())}
+    return {"outcome": None, "inside": inside, "after": after}
+
+
+def escape_scope(job, report):
+    """Try to turn the switch off from candidate code; report whether subprocess is still refused."""
+    import subprocess
+
+    from cudaperf.execute import guards
+
+    def run_true():
+        return _attempt(lambda: subprocess.run(["true"], check=False))
+
+    results = {}
+    with guards.candidate_scope():
+        sys.audit("cudaperf.candidate_scope", "exit", guards.candidate_scope())  # a scope never entered
+        results["forged_exit"] = run_true()
+        mine = guards.candidate_scope()
+        mine.__enter__()
+        mine.__exit__(None, None, None)
+        mine.__exit__(None, None, None)  # exiting my own scope twice must not close the outer one
+        results["double_exit"] = run_true()
+        with guards.candidate_scope(allowed_programs=("true",)):  # nested, wider: intersection applies
+            results["nested_wider"] = run_true()
+    results["after"] = run_true()
+    with guards.candidate_scope(allowed_programs=("true",)):
+        results["allowed_program"] = run_true()
+    return {"outcome": None, "results": results}
