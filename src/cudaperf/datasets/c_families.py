@@ -78,7 +78,7 @@ def _map_expr(rng: np.random.Generator, leaves: list[str], dtype: str) -> str:
 
 def _map_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
     out = []
-    for _ in range(1100):
+    for _ in range(1300):
         dtype = "float" if rng.random() < 0.7 else "double"
         arity = int(rng.integers(1, 4))
         leaves = ["a", "b", "c"][:arity] + (["s"] if rng.random() < 0.3 else [])

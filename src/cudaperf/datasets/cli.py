@@ -1,0 +1,213 @@
+"""`cudaperf dataset build | validate | stats | measure`: generate the task dataset, check it on the CPU,
+count it; measurement needs the GPU session and is not in this build.
+
+  build     write task files, implementations, manifest, prompts.jsonl (+ Parquet when pyarrow is there);
+            rerunning skips files that already hold the same text
+  validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds) and
+            optionally NVRTC compiles of its implementations; results are appended to validate.jsonl one
+            task at a time, and a rerun continues where the last one stopped
+  stats     counts per family and kind, configurations per task, implementations per task, splits,
+            and what validate found
+  measure   GPU timing of every implementation: prints that it needs a GPU session
+
+Not covered: evaluation of model candidates (`cudaperf eval`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from cudaperf.types import TaskKind
+
+MEASURE_MESSAGE = ("cudaperf dataset measure needs a GPU: not implemented in this build. A GPU session must run "
+                   "every implementation and the baselines per configuration through the evaluator's workers and "
+                   "append the timings to <out>/measurements.jsonl (see the report of issue 4).")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    for name, text in (("build", "generate tasks and implementations"), ("validate", "check tasks on the CPU"),
+                       ("stats", "counts and validation results"), ("measure", "time implementations (GPU)")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--out", type=Path, default=Path("dataset"), help="dataset directory (default: ./dataset)")
+        if name == "build":
+            p.add_argument("--seed", type=int, default=0, help="generator seed (same seed, same tasks)")
+            p.add_argument("--kinds", default="pytorch,c", help="comma list of task kinds: pytorch,c")
+            p.add_argument("--families", default="", help="comma list of families (default: all)")
+            p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
+            p.add_argument("--no-impls", action="store_true", help="write tasks only")
+        if name == "validate":
+            p.add_argument("--sample", type=int, default=0, help="check every N-th task only (0: all)")
+            p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
+            p.add_argument("--no-degenerate", action="store_true", help="skip the reference runs")
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "action", None)
+    if action == "measure":
+        print(MEASURE_MESSAGE, file=sys.stderr)
+        return 2
+    if action == "build":
+        return build(args)
+    if action == "validate":
+        return validate(args)
+    if action == "stats":
+        return stats(args)
+    print("usage: cudaperf dataset {build,validate,stats,measure} --out DIR", file=sys.stderr)
+    return 2
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    transient=False)
+
+
+def _select(tasks: list, limit: int) -> list:
+    if not limit:
+        return tasks
+    seen: Counter = Counter()
+    out = []
+    for t in tasks:
+        if seen[t.family] < limit:
+            seen[t.family] += 1
+            out.append(t)
+    return out
+
+
+def build(args: argparse.Namespace) -> int:
+    from cudaperf.datasets import export, registry, splits
+
+    kinds = [TaskKind(k.strip()) for k in args.kinds.split(",") if k.strip()]
+    families = [f.strip() for f in args.families.split(",") if f.strip()] or None
+    tasks = _select(registry.build_index(args.seed, kinds, families), args.limit)
+    split_of = splits.split_tasks(tasks, args.seed)
+    root: Path = args.out
+    rows, impl_rows, entries = [], [], []
+    with _progress() as progress:
+        bar = progress.add_task("build", total=len(tasks))
+        for task in tasks:
+            export.write_atomic(export.task_path(root, task), task.text)
+            impls = [] if args.no_impls else registry.implementations(task)
+            for impl in impls:
+                export.write_atomic(export.impl_path(root, impl), impl.source)
+                impl_rows.append({"impl_id": impl.impl_id, "task_id": task.task_id, "strategy": impl.strategy,
+                                  "tags": list(impl.tags), "baseline": impl.baseline, "source": impl.source})
+            rows.append(export.prompt_row(task, split_of[task.task_id], [i.strategy for i in impls]))
+            entries.append({"task_id": task.task_id, "kind": task.kind.value, "family": task.family,
+                            "group": registry.group_of(task), "split": split_of[task.task_id],
+                            "variant": task.variant, "strategies": [i.strategy for i in impls]})
+            progress.advance(bar)
+    export.write_manifest(root, {"seed": args.seed, "kinds": [k.value for k in kinds], "tasks": entries})
+    export.write_jsonl(root / "prompts.jsonl", rows)
+    for name, table in (("tasks.parquet", rows), ("impls.parquet", impl_rows)):
+        why = export.write_parquet(root / name, table)
+        if why:
+            print(why, file=sys.stderr)
+            break
+    print(f"wrote {len(tasks)} tasks and {len(impl_rows)} implementations to {root}")
+    return 0
+
+
+def _validated(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    done = set()
+    for line in path.read_text().splitlines():
+        try:
+            done.add(json.loads(line)["task_id"])
+        except (json.JSONDecodeError, KeyError):
+            continue  # a torn last line from an interrupted run: that task is checked again
+    return done
+
+
+def validate_task(task: Any, compile_impls: bool, degenerate: bool) -> dict[str, Any]:
+    from cudaperf.datasets import degenerate as degen
+    from cudaperf.datasets import registry
+    from cudaperf.tasks import ctask
+
+    row: dict[str, Any] = {"task_id": task.task_id, "kind": task.kind.value, "family": task.family}
+    if task.kind is TaskKind.C:
+        row["problems"] = list(ctask.validate(ctask.from_json(task.text)))
+    if degenerate:
+        report = degen.check_task(task)
+        row["flags"], row["message"] = list(report.flags), report.message
+    if compile_impls:
+        checks = {i.strategy: ctask.compile_check(i.source) for i in registry.implementations(task)}
+        row["compiled"] = {s: c.status.value for s, c in checks.items()}
+        row["compile_logs"] = {s: c.log[-800:] for s, c in checks.items() if not c.ok}
+    row["ok"] = not row.get("problems") and not row.get("flags") and all(
+        v == "ok" for v in row.get("compiled", {}).values())
+    return row
+
+
+def validate(args: argparse.Namespace) -> int:
+    from cudaperf.datasets import export
+
+    root: Path = args.out
+    tasks = export.load_tasks(root)
+    if not tasks:
+        print(f"no tasks under {root}: run `cudaperf dataset build --out {root}` first", file=sys.stderr)
+        return 2
+    if args.sample:
+        tasks = tasks[:: args.sample]
+    out_path = root / "validate.jsonl"
+    done = _validated(out_path)
+    todo = [t for t in tasks if t.task_id not in done]
+    with _progress() as progress, out_path.open("a") as fh:
+        bar = progress.add_task("validate", total=len(tasks), completed=len(tasks) - len(todo))
+        for task in todo:
+            row = validate_task(task, args.compile, not args.no_degenerate)
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+            fh.flush()  # one line per task: an interrupted run loses at most the task in flight
+            progress.advance(bar)
+    print(f"validated {len(tasks)} tasks ({len(todo)} new); results in {out_path}")
+    return 0
+
+
+def stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cudaperf.datasets import export
+
+    root: Path = args.out
+    manifest = export.read_manifest(root)
+    if manifest is None:
+        print(f"no manifest under {root}: run `cudaperf dataset build --out {root}` first", file=sys.stderr)
+        return 2
+    entries = manifest["tasks"]
+    checked = {}
+    if (root / "validate.jsonl").exists():
+        for line in (root / "validate.jsonl").read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            checked[row["task_id"]] = row
+    table = Table(title=f"dataset {root} (seed {manifest['seed']})")
+    for col in ("kind", "family", "split", "tasks", "impls/task", ">=3 impls", "validated", "kept"):
+        table.add_column(col, justify="right" if col not in ("kind", "family", "split") else "left")
+    fams: dict[tuple[str, str], list] = {}
+    for e in entries:
+        fams.setdefault((e["kind"], e["family"]), []).append(e)
+    for (kind, fam), es in sorted(fams.items()):
+        n_impls = [len(e["strategies"]) for e in es]
+        rows = [checked[e["task_id"]] for e in es if e["task_id"] in checked]
+        table.add_row(kind, fam, es[0]["split"], str(len(es)), f"{sum(n_impls) / len(es):.1f}",
+                      str(sum(n >= 3 for n in n_impls)), str(len(rows)), str(sum(r["ok"] for r in rows)))
+    Console().print(table)
+    for kind in sorted({e["kind"] for e in entries}):
+        es = [e for e in entries if e["kind"] == kind]
+        flagged = Counter(f for e in es for f in checked.get(e["task_id"], {}).get("flags", []))
+        print(f"{kind}: {len(es)} tasks, {sum(len(e['strategies']) >= 3 for e in es)} with >= 3 implementations, "
+              f"splits {dict(Counter(e['split'] for e in es))}, degenerate flags {dict(flagged)}")
+    print("configurations per task: 3 (small, large, odd) for every generated task; "
+          "speedup spread between implementations: needs `cudaperf dataset measure` on a GPU")
+    return 0
