@@ -118,6 +118,10 @@ def huge_reply(job, report):
     return {"outcome": None, "blob": "x" * job["nbytes"]}
 
 
+def unknown_outcome(job, report):
+    return {"outcome": "great"}
+
+
 def not_json(job, report):
     return {"outcome": None, "value": object()}
 
@@ -152,6 +156,13 @@ def garble_channel(job, report):
     for fd in _channel_fds():
         os.write(fd, struct.pack(">I", 5) + b"{oops")
     return {"outcome": "incorrect"}
+
+
+def oversized_frame(job, report):
+    """A frame header announcing 2 GiB: the parent must refuse it before reading the body."""
+    for fd in _channel_fds():
+        os.write(fd, struct.pack(">I", 0x7FFFFFFF))
+    time.sleep(10)
 
 
 def close_channel(job, report):
@@ -230,6 +241,14 @@ def _probes(job):
 
         f.__code__ = (lambda: 2).__code__
 
+    def add_hook():
+        seen = []
+        sys.addaudithook(lambda event, args: seen.append(event))
+        sys.audit("cudaperf.probe")
+        if seen:
+            raise RuntimeError("a new audit hook was added")
+        raise PermissionError("cudaperf sandbox: the new hook was silently not added")
+
     def child_thread():
         threading.Thread(target=lambda: None).start()
 
@@ -259,7 +278,7 @@ def _probes(job):
         "traceback_frame": frame_from_traceback,
         "settrace": lambda: sys.settrace(None),
         "setprofile": lambda: sys.setprofile(None),
-        "add_audit_hook": lambda: sys.addaudithook(lambda *a: None),
+        "add_audit_hook": add_hook,
         "swap_code": swap_code,
         "import_forbidden": lambda: __import__("ftplib"),
         "setrlimit": lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0)),

@@ -202,7 +202,7 @@ def describe_exit(returncode: int | None) -> str:
 
 @dataclass
 class _Event:
-    kind: str  # message | timeout | exited | too_large | garbled
+    kind: str  # message | timeout | exited | eof | too_large | garbled
     message: dict[str, Any] | None = None
     detail: str = ""
 
@@ -418,7 +418,7 @@ class Worker:
             return None
         if event.kind == "timeout":
             return f"not ready after {deadline - self._started_at:.0f} s"
-        if event.kind == "exited":
+        if event.kind in ("exited", "eof"):
             return describe_exit(self._reap())
         return f"unexpected {event.kind} before ready {event.detail}"
 
@@ -512,7 +512,10 @@ class Worker:
             self._kill()
             logs = self._log_tail()
             text, outcome = event.detail, Outcome.OUTPUT_TOO_LARGE
-        else:  # exited
+        else:  # exited, or closed its end of the channel (then give it a moment to exit by itself)
+            if event.kind == "eof":
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=2.0)
             returncode = self._reap()
             logs = self._log_tail()
             text, outcome = f"the worker died in stage '{stage}': {describe_exit(returncode)}", Outcome.CRASH
@@ -568,7 +571,9 @@ class Worker:
                 # Without a pidfd (old kernels), poll the process every 0.1 s.
                 ready = sel.select(remaining if self._pidfd >= 0 else min(remaining, 0.1))
                 eof = self._drain()
-                if eof or (not ready and self._pidfd < 0 and self._proc.poll() is not None):
+                if eof:
+                    return self._parse_buffer() or _Event("eof")
+                if not ready and self._pidfd < 0 and self._proc.poll() is not None:
                     return self._parse_buffer() or _Event("exited")
                 if any(key.fd == self._pidfd for key, _ in ready):
                     self._drain()

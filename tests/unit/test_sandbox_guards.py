@@ -1,0 +1,218 @@
+"""The guards a worker installs, checked from inside real worker processes (CPU mode), plus the pure
+helpers in-process. The audit hook is never installed in the pytest process itself."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudaperf.execute import Limits, StageTimeouts, WorkerPool, guards
+
+HANDLERS = str(Path(__file__).with_name("sandbox_handlers.py"))
+TIMEOUTS = StageTimeouts(default_s=20.0, stages={}, start_s=30.0)
+LIMITS = Limits(address_space_bytes=4 << 30, file_bytes=256 << 20)
+REFUSED_IN_SCOPE = [
+    "subprocess", "shell", "os_system", "fork", "posix_spawn", "exec", "kill_parent", "socket",
+    "ctypes_call", "write_outside", "write_outside_os_open", "remove_outside", "read_own_memory",
+    "read_parent_environ", "reopen_channel_fd", "gc_get_objects", "gc_get_referrers", "getframe",
+    "traceback_frame", "settrace", "setprofile", "add_audit_hook", "swap_code", "import_forbidden",
+    "setrlimit",
+]  # fmt: skip
+ALLOWED_IN_SCOPE = ["write_inside", "read_inside", "write_dev_null", "read_stdlib", "namedtuple", "logging"]
+AFTER_SCOPE = ["subprocess", "gc_get_objects", "getframe", "write_outside"]
+
+
+def job(name: str, **fields) -> dict:
+    return {"handler": f"{HANDLERS}:{name}", **fields}
+
+
+@pytest.fixture(scope="module")
+def secret_env():
+    """Credentials in the evaluator's environment when the pool starts."""
+    saved = {k: os.environ.get(k) for k in ("HF_TOKEN", "CUDAPERF_API_KEY", "CUDAPERF_CACHE_DIR")}
+    os.environ.update(HF_TOKEN="hf_secret", CUDAPERF_API_KEY="k", CUDAPERF_CACHE_DIR="/tmp/cudaperf-cache")
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def pool(secret_env):
+    with WorkerPool(None, LIMITS, timeouts=TIMEOUTS, preload=()) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def environment(pool):
+    return pool.run(job("report_environment")).payload
+
+
+@pytest.fixture(scope="module")
+def probes(pool, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside") / "target.txt"
+    outside.write_text("keep me")
+    names = REFUSED_IN_SCOPE + ALLOWED_IN_SCOPE
+    reply = pool.run(job("probe_guards", names=names, after=AFTER_SCOPE, outside_path=str(outside)))
+    assert reply.outcome is None, reply
+    return {**reply.payload, "outside": outside}
+
+
+# -- environment, working directory, limits --------------------------------------------------------
+
+
+def test_credentials_do_not_reach_the_worker(environment):
+    assert "HF_TOKEN" not in environment["environ"] and "CUDAPERF_API_KEY" not in environment["environ"]
+
+
+def test_allow_listed_variables_reach_the_worker(environment):
+    assert environment["environ"]["CUDAPERF_CACHE_DIR"] == "/tmp/cudaperf-cache"
+    assert environment["environ"]["PATH"] == os.environ["PATH"]
+
+
+def test_cpu_worker_sees_no_gpu(environment):
+    assert environment["environ"]["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_home_and_tmpdir_point_into_the_workers_temp_directory(environment):
+    env = environment["environ"]
+    root = os.path.dirname(environment["cwd"])
+    assert env["HOME"] == os.path.join(root, "home") and env["TMPDIR"] == os.path.join(root, "tmp")
+
+
+def test_candidate_stdout_goes_to_the_log_file_in_the_temp_directory(environment):
+    assert environment["stdout"] == os.path.join(os.path.dirname(environment["cwd"]), "worker.log")
+
+
+def test_core_dumps_are_off_and_file_size_is_limited(environment):
+    assert environment["rlimits"]["RLIMIT_CORE"] == 0
+    assert environment["rlimits"]["RLIMIT_FSIZE"] == 256 << 20
+
+
+def test_cpu_worker_has_an_address_space_limit(environment):
+    assert environment["rlimits"]["RLIMIT_AS"] == 4 << 30
+
+
+def test_working_directory_is_deleted_after_each_job(pool):
+    reply = pool.run(job("write_in_cwd"))
+    assert not Path(reply.payload["cwd"], "left-behind.txt").exists()
+
+
+def test_network_is_unreachable_outside_any_scope(pool):
+    if not str(pool.workers[0].info.get("network", "none")).endswith("netns"):
+        pytest.skip(f"no network namespace here: {pool.workers[0].info.get('network')}")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        reply = pool.run(job("connect", port=server.getsockname()[1]))
+    assert reply.payload["connected"] is False
+
+
+def test_worker_reports_its_isolation_and_flags(pool):
+    pool.run(job("ok"))
+    info = pool.workers[0].info
+    assert "child_subreaper" in info["process_flags"] and "no_new_privs" in info["process_flags"]
+    assert info["rlimits"]["RLIMIT_CORE"] == 0
+
+
+# -- the audit hook inside candidate_scope ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", REFUSED_IN_SCOPE)
+def test_scope_refuses(probes, name):
+    assert probes["inside"][name] == "refused"
+
+
+@pytest.mark.parametrize("name", ALLOWED_IN_SCOPE)
+def test_scope_allows(probes, name):
+    assert probes["inside"][name] == "allowed"
+
+
+@pytest.mark.parametrize("name", AFTER_SCOPE)
+def test_closed_scope_allows_again(probes, name):
+    assert probes["after"][name] == "allowed"
+
+
+def test_refused_write_left_the_outside_file_intact(probes):
+    # AFTER_SCOPE's write_outside truncated it after the scope closed; inside, remove was refused
+    assert probes["outside"].exists()
+
+
+@pytest.fixture(scope="module")
+def escapes(pool):
+    reply = pool.run(job("escape_scope"))
+    assert reply.outcome is None, reply
+    return reply.payload["results"]
+
+
+def test_forged_exit_event_does_not_close_the_scope(escapes):
+    assert escapes["forged_exit"] == "refused"
+
+
+def test_exiting_an_own_scope_twice_does_not_close_the_outer_one(escapes):
+    assert escapes["double_exit"] == "refused"
+
+
+def test_nested_scope_cannot_widen_the_policy(escapes):
+    assert escapes["nested_wider"] == "refused"
+
+
+def test_allowed_programs_run_in_a_scope_that_allows_them(escapes):
+    assert escapes["allowed_program"] == "allowed" and escapes["after"] == "allowed"
+
+
+def test_scope_without_an_installed_hook_raises():
+    with pytest.raises(RuntimeError, match="install_audit_hook"), guards.candidate_scope():
+        pass
+
+
+# -- pure helpers ----------------------------------------------------------------------------------
+
+
+def test_scrub_environment_keeps_the_allow_list_and_drops_credentials():
+    env = {"PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "x", "CUDAPERF_TOKEN": "y", "LC_ALL": "C", "FOO": "z"}
+    out = guards.scrub_environment(env, home="/h", tmpdir="/t")
+    assert out["PATH"] == "/bin" and out["LC_ALL"] == "C" and out["HOME"] == "/h" and out["TMPDIR"] == "/t"
+    assert not {"AWS_SECRET_ACCESS_KEY", "CUDAPERF_TOKEN", "FOO"} & set(out)
+
+
+def test_scrub_environment_applies_overrides_last():
+    out = guards.scrub_environment({"CUDA_VISIBLE_DEVICES": "0,1"}, home="/h", tmpdir="/t",
+                                   overrides={"CUDA_VISIBLE_DEVICES": "1"})  # fmt: skip
+    assert out["CUDA_VISIBLE_DEVICES"] == "1" and out["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("path", "private"),
+    [("/proc/self/mem", True), ("/proc/1/environ", True), ("/proc/self/fd/3", True),
+     ("/proc/self/status", False), ("/proc/cpuinfo", False), ("/dev/mem", True), ("/usr/lib/x", False)],
+)  # fmt: skip
+def test_private_paths(path, private):
+    assert guards._private_path(path, os.getpid()) is private
+
+
+def test_integrity_check_sees_a_replaced_function(monkeypatch):
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.setattr(os, "getcwd", lambda: "/")
+    assert [code for code, _ in guards.integrity_changes(snapshot)] == ["harness_tampered"]
+
+
+def test_integrity_check_is_quiet_when_nothing_changed():
+    snapshot = guards.integrity_snapshot()
+    assert guards.integrity_changes(snapshot) == ()
+
+
+def test_integrity_check_sees_an_import_hook(monkeypatch):
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, object()])
+    assert [code for code, _ in guards.integrity_changes(snapshot)] == ["worker_state_changed"]
+
+
+def test_forbidden_modules_are_listed_once_and_cover_process_and_network():
+    assert {"subprocess", "socket", "ctypes", "multiprocessing"} <= guards.FORBIDDEN_MODULES
