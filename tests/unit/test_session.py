@@ -1,0 +1,269 @@
+"""execute.session.run_eval_job in CPU mode, called in-process on a small inline task with pure-torch
+candidates (policy allow_torch_ops=True). The GPU-only parts (poison, L2 flush, coverage) are in
+tests/gpu/test_session_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.anticheat.policy import Policy  # noqa: E402
+from cudaperf.execute import session  # noqa: E402
+from cudaperf.tasks import task_from_source  # noqa: E402
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind, to_dict  # noqa: E402
+
+TASK = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """y = relu(x @ W^T + b) * 2 + z, with a seeded Linear layer."""
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x, z):
+        return torch.relu(self.linear(x)) * 2 + z
+
+def get_input_configs():
+    return [{"name": "small", "n": 16}, {"name": "odd", "n": 23}]
+
+def get_inputs(n=16):
+    return [torch.randn(8, n), torch.randn(8, n)]
+
+def get_init_inputs(n=16):
+    return [n]
+'''
+
+CORRECT = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)  # built after the same seed: the same weights
+
+    def forward(self, x, z):
+        return torch.relu(self.linear(x)) * 2 + z
+'''
+
+WRONG = CORRECT.replace("torch.relu(self.linear(x)) * 2 + z", "self.linear(x) * 2 + z")
+MUTATING = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z",
+                           "z.add_(torch.relu(self.linear(x)) * 2)\n        return z")
+SUBCLASS = CORRECT.replace("class ModelNew", '''class Lazy(torch.Tensor):
+    pass
+
+class ModelNew''').replace("return torch.relu(self.linear(x)) * 2 + z",
+                           "return (torch.relu(self.linear(x)) * 2 + z).as_subclass(Lazy)")
+RAISING = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z", "raise ValueError('kernel exploded')")
+NO_MODELNEW = CORRECT.replace("class ModelNew", "class SomethingElse")
+BAD_CONSTRUCTOR = CORRECT.replace("def __init__(self, n):", "def __init__(self):").replace(
+    "nn.Linear(n, n)", "nn.Linear(16, 16)")
+TF32 = CORRECT.replace("return torch.relu",
+                       "torch.backends.cuda.matmul.allow_tf32 = True\n        return torch.relu")
+
+
+def _stub_runtime() -> types.ModuleType:
+    """Stand-in for cudaperf.anticheat.runtime while it is not in the tree: the same names, no checks
+    (these tests run with allow_torch_ops=True, where the op monitor reports nothing anyway)."""
+
+    class _Quiet:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def flags(self):
+            return ()
+
+    module = types.ModuleType("cudaperf.anticheat.runtime")
+    module.ProcessWatch = _Quiet
+    module.TorchOpMonitor = _Quiet
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _worker_like_process(monkeypatch, tmp_path_factory):
+    """What the child sets up before jobs: the audit hook (once per process), anti-cheat runtime."""
+    from cudaperf.execute import guards
+
+    if not guards._installed.is_set():
+        guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
+    try:
+        import cudaperf.anticheat.runtime  # noqa: F401
+    except ModuleNotFoundError:
+        monkeypatch.setitem(sys.modules, "cudaperf.anticheat.runtime", _stub_runtime())
+    session.REFERENCES.clear()
+    yield
+    session.REFERENCES.clear()
+
+
+def _job(solution: str, task_source: str = TASK, **overrides) -> dict:
+    task = task_from_source(task_source, "relu_linear")
+    job = {
+        "task": to_dict(task),
+        "solution": to_dict(Solution("s1", solution, SolutionFormat.PYTORCH)),
+        "device": "cpu",
+        "seeds": [1, 2],
+        "secret": "00ff00ff",
+        "policy": to_dict(Policy(allow_torch_ops=True)),
+        "timing": {"enabled": True, "budget_ms": 0.5, "warmup_ms": 0.1, "baselines": ["eager"],
+                   "input_sets": 3},
+        "coverage": False,
+        "max_output_bytes": 1 << 26,
+        "cache_dir": None,
+        "torch_extensions_dir": None,
+    }
+    job.update(overrides)
+    return job
+
+
+def _run(job: dict) -> tuple[dict, list[str]]:
+    stages: list[str] = []
+    payload = session.run_eval_job(job, stages.append)
+    return payload, stages
+
+
+def _codes(payload: dict) -> set[str]:
+    return {f["code"] for f in payload["flags"]}
+
+
+def _errors(payload: dict) -> set[str]:
+    return {f["code"] for f in payload["flags"] if f["severity"] == Severity.ERROR.value}
+
+
+# -- a correct candidate ---------------------------------------------------------------------------
+
+
+def test_correct_candidate_passes_every_config_and_is_timed():
+    payload, stages = _run(_job(CORRECT))
+    assert payload["outcome"] is None, payload["message"]
+    assert [c["config"] for c in payload["correctness"]] == ["small", "odd"]
+    assert all(c["correct"] and c["seeds"] == 2 for c in payload["correctness"])
+    assert [t["config"] for t in payload["timings"]] == ["small", "odd"]
+    assert all(t["candidate"]["n_samples"] >= 10 and t["eager"] is not None for t in payload["timings"])
+    assert not _errors(payload)
+    assert stages == ["setup", "reference", "import", "construct", "correctness", "timing"]
+
+
+def test_payload_has_the_contract_keys_and_is_json():
+    payload, _ = _run(_job(CORRECT))
+    assert {"outcome", "stage", "message", "correctness", "timings", "flags", "coverage", "environment",
+            "durations_s", "worker_poisoned", "kernel_time_ms"} <= set(payload)
+    assert payload["environment"]["torch"] == torch.__version__
+    assert payload["coverage"] is None and payload["worker_poisoned"] is False
+    json.dumps(payload)
+
+
+def test_the_secret_is_popped_from_the_job():
+    job = _job(CORRECT)
+    _run(job)
+    assert "secret" not in job
+
+
+def test_timing_disabled_gives_no_timings():
+    payload, stages = _run(_job(CORRECT, timing={"enabled": False}))
+    assert payload["timings"] == [] and "timing" not in stages
+
+
+def test_reference_outputs_are_reused_across_jobs():
+    _run(_job(CORRECT))
+    cached = len(session.REFERENCES._entries)
+    _run(_job(CORRECT))
+    assert cached > 0 and len(session.REFERENCES._entries) == cached
+
+
+# -- wrong and cheating candidates -----------------------------------------------------------------
+
+
+def test_wrong_candidate_is_incorrect_with_a_message_and_untimed():
+    payload, _ = _run(_job(WRONG))
+    assert payload["outcome"] is None
+    assert not any(c["correct"] for c in payload["correctness"])
+    assert "outside" in payload["correctness"][0]["message"]
+    assert payload["timings"] == []
+
+
+def test_candidate_mutating_its_input_is_caught():
+    payload, _ = _run(_job(MUTATING))
+    assert "input_mutated" in _errors(payload)
+    assert not any(c["correct"] for c in payload["correctness"])
+    assert "modified inputs[1]" in payload["correctness"][0]["message"]
+
+
+def test_tensor_subclass_output_is_rejected():
+    payload, _ = _run(_job(SUBCLASS))
+    assert "tensor_subclass_output" in _errors(payload)
+    assert not any(c["correct"] for c in payload["correctness"])
+
+
+def test_changing_tf32_is_flagged():
+    payload, _ = _run(_job(TF32))
+    assert "precision_flags_changed" in _errors(payload)
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+
+
+# -- failures as outcomes --------------------------------------------------------------------------
+
+
+def test_raising_candidate_is_a_runtime_error_with_the_traceback():
+    payload, _ = _run(_job(RAISING))
+    assert payload["outcome"] == Outcome.RUNTIME_ERROR.value
+    assert payload["stage"] == "correctness"
+    assert "kernel exploded" in payload["message"] and "Traceback" in payload["message"]
+
+
+def test_missing_modelnew_is_an_invalid_solution():
+    payload, _ = _run(_job(NO_MODELNEW))
+    assert payload["outcome"] == Outcome.INVALID_SOLUTION.value and payload["stage"] == "import"
+
+
+def test_wrong_constructor_is_an_invalid_solution():
+    payload, _ = _run(_job(BAD_CONSTRUCTOR))
+    assert payload["outcome"] == Outcome.INVALID_SOLUTION.value and payload["stage"] == "construct"
+
+
+def test_syntax_error_is_reported_as_such():
+    payload, _ = _run(_job("class ModelNew(:\n"))
+    assert payload["outcome"] == Outcome.SYNTAX_ERROR.value
+
+
+def test_output_over_the_size_limit_is_rejected():
+    payload, _ = _run(_job(CORRECT, max_output_bytes=16))
+    assert payload["outcome"] == Outcome.OUTPUT_TOO_LARGE.value
+
+
+def test_a_broken_reference_is_a_harness_error():
+    broken = TASK.replace("return torch.relu(self.linear(x)) * 2 + z", "raise RuntimeError('bad task')")
+    job = _job(CORRECT)
+    job["task"]["source"] = broken
+    payload, _ = _run(job)
+    assert payload["outcome"] == Outcome.HARNESS_ERROR.value and payload["stage"] == "reference"
+
+
+def test_c_tasks_are_answered_without_running():
+    job = _job(CORRECT)
+    job["task"]["kind"] = TaskKind.C.value
+    payload, _ = _run(job)
+    assert payload["outcome"] == Outcome.HARNESS_ERROR.value and payload["stage"] == "setup"
+
+
+# -- degenerate tasks ------------------------------------------------------------------------------
+
+
+def test_a_constant_task_is_flagged_as_the_task_s_fault():
+    constant = TASK.replace("return torch.relu(self.linear(x)) * 2 + z", "return torch.zeros_like(x) + 3")
+    same = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z", "return torch.zeros_like(x) + 3")
+    payload, _ = _run(_job(same, task_source=constant))
+    assert {"task_constant_output", "task_input_independent"} <= _codes(payload)
+    assert not any(code.startswith("candidate_") for code in _codes(payload))
