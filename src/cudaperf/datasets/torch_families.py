@@ -309,7 +309,7 @@ def _scan_make(v: dict[str, Any]) -> str:
              f"    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n        return {call}\n")
     cfgs = [{"name": "small", "batch": 4, "rows": 8, "dim": 100}, {"name": "large", "batch": 16, "rows": 256, "dim": 4096},
             {"name": "odd", "batch": 3, "rows": 33, "dim": 3001}]
-    return _module(f"Scan {v['op']}", "scan", model, "[torch.randn(batch, rows, dim)]", "[]", cfgs, (1e-3, 1e-3))
+    return _module(f"Scan {v['op']}", "scan_torch", model, "[torch.randn(batch, rows, dim)]", "[]", cfgs, (1e-3, 1e-3))
 
 
 def _gather_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
