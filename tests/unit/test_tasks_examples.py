@@ -145,7 +145,8 @@ def _load_inline_kwargs(tree: ast.Module) -> dict[str, ast.expr]:
 
 
 def test_inline_extension_names_are_unique():
-    names = [ast.literal_eval(_load_inline_kwargs(_solution("inline", t)[1])["name"]) for t in EXAMPLE_TASK_IDS]
+    names = [ast.literal_eval(_load_inline_kwargs(_solution("inline", t)[1])["name"])
+             for t in EXAMPLE_TASK_IDS]
     assert len(set(names)) == len(names)
 
 
