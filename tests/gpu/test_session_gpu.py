@@ -1,0 +1,184 @@
+"""execute.session.run_eval_job on the GPU, in-process (marker `gpu`): the bundled relu example in the
+fast format end to end, the uninitialised-output hack against the poisoned allocator, and a kernel
+fault classified as CUDA_ERROR (that one in a subprocess: it destroys the CUDA context). Run:
+    python3 -m pytest -q -s tests/gpu/test_session_gpu.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.anticheat.policy import Policy  # noqa: E402
+from cudaperf.execute import session  # noqa: E402
+from cudaperf.tasks import load_task  # noqa: E402
+from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir  # noqa: E402
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, to_dict  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+EMPTY_HACK = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.empty_like(x)  # hack #1: hope to land on the reference's freed output
+'''
+
+FAULT = '''
+import torch
+import torch.nn as nn
+from cudaperf import cuda
+
+SRC = r"""extern "C" __global__ void bad(float* p) { p[threadIdx.x] = 1.0f; }"""
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.kernel = cuda.compile(SRC, "bad")
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        self.kernel(1, 32, None)  # NULL pointer: illegal address
+        return y
+'''
+
+
+def _stub_runtime() -> types.ModuleType:
+    class _Quiet:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def flags(self):
+            return ()
+
+    module = types.ModuleType("cudaperf.anticheat.runtime")
+    module.ProcessWatch = _Quiet
+    module.TorchOpMonitor = _Quiet
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _worker_like_process(monkeypatch, tmp_path_factory):
+    """What the child does before jobs: preload CUDA modules, install the audit hook once."""
+    import cuda.core  # noqa: F401 - preloaded as the child does: imports inside the scope are policed
+
+    from cudaperf.execute import guards
+
+    if not guards._installed.is_set():
+        guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
+    try:
+        import cudaperf.anticheat.runtime  # noqa: F401
+    except ModuleNotFoundError:
+        print("NOTE: cudaperf.anticheat.runtime missing, runtime monitors stubbed")
+        monkeypatch.setitem(sys.modules, "cudaperf.anticheat.runtime", _stub_runtime())
+
+
+def _job(task_id: str, source: str, cache_dir: str, policy: Policy | None = None, **overrides) -> dict:
+    task = load_task(example_tasks_dir() / f"{task_id}.py")
+    job = {
+        "task": to_dict(task),
+        "solution": to_dict(Solution("gpu-test", source, SolutionFormat.FAST)),
+        "device": "cuda:0",
+        "seeds": [1, 2, 3],
+        "secret": "5eed",
+        "policy": to_dict(policy or Policy()),
+        "timing": {"enabled": True, "budget_ms": 100.0, "warmup_ms": 25.0, "baselines": ["eager", "compile"],
+                   "input_sets": 3},
+        "coverage": True,
+        "max_output_bytes": 1 << 32,
+        "cache_dir": cache_dir,
+        "torch_extensions_dir": None,
+    }
+    job.update(overrides)
+    return job
+
+
+def _print_timings(payload: dict) -> None:
+    for t in payload["timings"]:
+        eager = t["eager"]["median_ms"] if t["eager"] else None
+        compiled = t["compiled"]["median_ms"] if t["compiled"] else None
+        print(f"  {t['config']}: candidate {t['candidate']['median_ms']:.4f} ms (IQR "
+              f"{t['candidate']['iqr_ms']:.4f}), eager {eager}, compile {compiled}, "
+              f"floor {t['speed_of_light_ms']}")
+    print("  overhead ms", payload["timing_overhead_ms"], "coverage", payload["coverage"],
+          "kernels", payload["kernel_time_ms"])
+    print("  flags", [(f["code"], f["severity"]) for f in payload["flags"]])
+    print("  durations", {k: round(v, 3) for k, v in payload["durations_s"].items()})
+
+
+def test_fast_relu_example_is_correct_timed_and_covered(tmp_path_factory):
+    source = (example_solutions_dir("fast") / "relu.py").read_text()
+    payload = session.run_eval_job(_job("relu", source, str(tmp_path_factory.mktemp("cache"))), print)
+    _print_timings(payload)
+    assert payload["outcome"] is None, payload["message"]
+    assert all(c["correct"] for c in payload["correctness"])
+    assert not [f for f in payload["flags"] if f["severity"] == Severity.ERROR.value]
+    assert [t["config"] for t in payload["timings"]] == ["small", "medium", "large"]
+    for t in payload["timings"]:
+        assert t["eager"] is not None and t["compiled"] is not None
+        assert t["speed_of_light_ms"] is not None
+        assert t["candidate"]["median_ms"] >= 0.8 * t["speed_of_light_ms"]
+    assert payload["coverage"] is not None and payload["coverage"] >= 0.5
+    assert "relu_forward" in "".join(payload["kernel_time_ms"])
+    assert payload["environment"]["gpu"] != "none" and payload["environment"]["driver"] != "unknown"
+    assert payload["worker_poisoned"] is False
+
+
+def test_uninitialised_output_hack_fails_against_the_poisoned_allocator(tmp_path_factory):
+    payload = session.run_eval_job(_job("relu", EMPTY_HACK, str(tmp_path_factory.mktemp("cache"))), print)
+    print(payload["correctness"][0]["message"][:300])
+    assert payload["outcome"] is None
+    assert not any(c["correct"] for c in payload["correctness"])
+    assert "allocator poison" in payload["correctness"][0]["message"]
+    assert payload["timings"] == []
+
+
+def test_a_kernel_fault_is_a_cuda_error_that_poisons_the_worker(tmp_path):
+    """In a subprocess: an illegal address leaves the CUDA context unusable."""
+    job_path = tmp_path / "job.json"
+    job_path.write_text(json.dumps(_job("relu", FAULT, str(tmp_path / "cache"), timing={"enabled": False},
+                                        coverage=False)))
+    script = textwrap.dedent(f"""
+        import json, sys, types
+        import cuda.core
+        from cudaperf.execute import guards, session
+        guards.install_audit_hook(temp_root={str(tmp_path)!r})
+        try:
+            import cudaperf.anticheat.runtime
+        except ModuleNotFoundError:
+            class Quiet:
+                def __init__(self, *a, **k): pass
+                def __enter__(self): return self
+                def __exit__(self, *e): return False
+                def flags(self): return ()
+            stub = types.ModuleType("cudaperf.anticheat.runtime")
+            stub.ProcessWatch = stub.TorchOpMonitor = Quiet
+            sys.modules["cudaperf.anticheat.runtime"] = stub
+        payload = session.run_eval_job(json.load(open({str(job_path)!r})), lambda stage: None)
+        print("PAYLOAD" + json.dumps(payload))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("PAYLOAD")), None)
+    assert line is not None, done.stderr[-3000:]
+    payload = json.loads(line[len("PAYLOAD"):])
+    print(payload["outcome"], payload["stage"], payload["message"][:300])
+    assert payload["outcome"] == Outcome.CUDA_ERROR.value
+    assert payload["worker_poisoned"] is True

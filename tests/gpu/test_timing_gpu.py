@@ -1,0 +1,122 @@
+"""GPU properties of cudaperf.timing, cudaperf.sol and the allocator poison (H200; marker `gpu`).
+
+What each test shows, and what to print on failure, is in its docstring. Run:
+    python3 -m pytest -q -s tests/gpu/test_timing_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.correctness import compare, poison_allocator  # noqa: E402
+from cudaperf.sol import bandwidth_gbps, peak_tflops, speed_of_light  # noqa: E402
+from cudaperf.timing import bench_interleaved_report, default_l2_flush_bytes  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = "cuda:0"
+
+
+def _median_excess_us(report, name):
+    """Median of `name` minus the empty function's median (the sync + event overhead), microseconds."""
+    return (report.timings[name].median_ms - report.overhead.median_ms) * 1e3
+
+
+def test_timing_of_a_known_kernel_is_stable():
+    """A 256 MiB copy timed twice: each run's IQR is under 10% of its median, and the medians agree
+    within 5%. (Prints both medians and spreads.)"""
+    src = torch.randn(1 << 26, device=DEVICE)
+    dst = torch.empty_like(src)
+    runs = [bench_interleaved_report({"copy": lambda inputs: dst.copy_(inputs[0])}, [[src]], budget_ms=200,
+                                     warmup_ms=20, device=DEVICE, seed=k) for k in range(2)]
+    medians = [r.timings["copy"].median_ms for r in runs]
+    print("copy medians ms", medians, "spreads", [r.timings["copy"].spread for r in runs],
+          "overhead ms", [r.overhead.median_ms for r in runs])
+    assert all(r.timings["copy"].spread < 0.10 for r in runs)
+    assert abs(medians[0] - medians[1]) / min(medians) < 0.05
+    # 2 x 256 MiB moved: within 0.5x..1.1x of the ceiling measured by sol
+    achieved_gbps = 2 * src.nbytes / (medians[0] * 1e-3) / 1e9
+    assert 0.5 * bandwidth_gbps(DEVICE) < achieved_gbps < 1.1 * bandwidth_gbps(DEVICE)
+
+
+def test_l2_flush_matters_for_an_l2_resident_kernel():
+    """A 16 MiB reduction (fits in the 50 MB L2): without the flush it reads from L2 and looks faster.
+    Compares medians minus the protocol overhead; prints both in microseconds."""
+    x = torch.randn(1 << 22, device=DEVICE)
+    fn = {"sum": lambda inputs: inputs[0].sum()}
+    flushed = bench_interleaved_report(fn, [[x]], budget_ms=100, warmup_ms=10, device=DEVICE,
+                                       l2_flush_bytes=default_l2_flush_bytes(DEVICE))
+    resident = bench_interleaved_report(fn, [[x]], budget_ms=100, warmup_ms=10, device=DEVICE,
+                                        l2_flush_bytes=0)
+    cold, warm = _median_excess_us(flushed, "sum"), _median_excess_us(resident, "sum")
+    print(f"L2 flush {default_l2_flush_bytes(DEVICE)} bytes; sum of 16 MiB: flushed {cold:.2f} us, "
+          f"resident {warm:.2f} us, overhead {flushed.overhead.median_ms * 1e3:.2f} us")
+    assert cold > 1.15 * warm
+
+
+def test_side_stream_work_is_not_faster_than_its_true_time():
+    """Hack #4: a matmul launched on a side stream, returning at once. The full device synchronise before
+    the end event makes it cost what the same matmul costs on the current stream; events on the current
+    stream alone (shown for contrast) would report almost nothing."""
+    a = torch.randn(4096, 4096, device=DEVICE)
+    side = torch.cuda.Stream()
+
+    def honest(inputs):
+        return inputs[0] @ inputs[0]
+
+    def sneaky(inputs):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out = inputs[0] @ inputs[0]
+        return out
+
+    report = bench_interleaved_report({"honest": honest, "sneaky": sneaky}, [[a]], budget_ms=100,
+                                      warmup_ms=10, device=DEVICE)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    sneaky([a])
+    end.record()  # what a current-stream-only harness would measure
+    torch.cuda.synchronize()
+    naive_ms = start.elapsed_time(end)
+    honest_ms, sneaky_ms = report.timings["honest"].median_ms, report.timings["sneaky"].median_ms
+    print(f"honest {honest_ms:.3f} ms, sneaky {sneaky_ms:.3f} ms, naive current-stream events {naive_ms:.3f} ms")
+    assert report.timings["sneaky"].median_ms >= 0.9 * report.timings["honest"].median_ms
+    assert report.clock_consistent
+
+
+def test_poison_makes_the_uninitialised_empty_hack_fail():
+    """Hack #1: an answer computed and freed leaves its block in the caching allocator; `torch.empty` of
+    the same size gets that block back, holding the right answer. The first half shows the threat on
+    this machine (it may legitimately not reproduce if the allocator picks another block: then it only
+    prints), the second half that after poison_allocator the output is NaN and fails."""
+    x = torch.randn(1 << 20, device=DEVICE)
+    expected = x * 2
+    freed = x * 2
+    del freed
+    hack = torch.empty_like(x)
+    threat = compare(hack, expected).ok
+    print("without poison the empty() hack passes:", threat)
+    del hack
+    freed = x * 2
+    del freed
+    poisoned_bytes = poison_allocator(DEVICE, x.nbytes)
+    hack = torch.empty_like(x)
+    result = compare(hack, expected)
+    print("poisoned bytes", poisoned_bytes, "->", result.message[:200])
+    assert poisoned_bytes >= x.nbytes
+    assert not result.ok and "allocator poison" in result.message
+
+
+def test_device_ceilings_are_plausible_for_an_h200():
+    """Measured once per process: copy bandwidth (read + write) and matmul peaks. Printed; bounds are
+    loose (H200: ~4.3 TB/s, bf16 ~790 TFLOP/s measured in docs/gpu-machine.md)."""
+    bw = bandwidth_gbps(DEVICE)
+    peaks = {str(d): peak_tflops(DEVICE, d) for d in (torch.bfloat16, torch.float16, torch.float32)}
+    print("bandwidth GB/s", bw, "peaks TFLOP/s", peaks)
+    assert 1000 < bw < 6000
+    assert 200 < peaks["torch.bfloat16"] < 1200
+    assert peaks["torch.float32"] > 50  # TF32 tensor cores (see sol.py why)
+    floor_ms, _, _ = speed_of_light(bw * 1e9 * 1e-3, None, torch.float32, DEVICE)  # 1 ms of traffic
+    assert floor_ms == pytest.approx(1.0)
