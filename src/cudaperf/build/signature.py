@@ -17,6 +17,7 @@ tree-sitter is not installed, and a kernel's parameter list is a tiny regular pa
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -102,8 +103,12 @@ def _end_of_literal(s: str, i: int) -> int:
     return min(j + 1, len(s))
 
 
+@functools.lru_cache(maxsize=256)
 def parse_kernels(source: str) -> dict[str, KernelSignature]:
-    """Every `__global__` function in `source`, by name (a definition wins over an earlier declaration)."""
+    """Every `__global__` function in `source`, by name (a definition wins over an earlier declaration).
+
+    Memoised (a model constructs `ModelNew` many times with one source); callers must not mutate it.
+    """
     text = strip_comments(source)
     aliases = _type_aliases(text)
     extern_spans = _extern_c_blocks(text)
