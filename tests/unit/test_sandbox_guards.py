@@ -23,6 +23,7 @@ REFUSED_IN_SCOPE = [
     "setrlimit",
 ]  # fmt: skip
 ALLOWED_IN_SCOPE = ["write_inside", "read_inside", "write_dev_null", "read_stdlib", "namedtuple", "logging"]
+THREADS = ["thread"]  # refused from 3.13 (an audit event exists), allowed before: see guards.py
 AFTER_SCOPE = ["subprocess", "gc_get_objects", "getframe", "write_outside"]
 
 
@@ -58,7 +59,7 @@ def environment(pool):
 def probes(pool, tmp_path_factory):
     outside = tmp_path_factory.mktemp("outside") / "target.txt"
     outside.write_text("keep me")
-    names = REFUSED_IN_SCOPE + ALLOWED_IN_SCOPE
+    names = REFUSED_IN_SCOPE + ALLOWED_IN_SCOPE + THREADS
     reply = pool.run(job("probe_guards", names=names, after=AFTER_SCOPE, outside_path=str(outside)))
     assert reply.outcome is None, reply
     return {**reply.payload, "outside": outside}
@@ -132,6 +133,11 @@ def test_scope_refuses(probes, name):
 @pytest.mark.parametrize("name", ALLOWED_IN_SCOPE)
 def test_scope_allows(probes, name):
     assert probes["inside"][name] == "allowed"
+
+
+def test_thread_creation_is_refused_where_python_audits_it(probes):
+    expected = "refused" if sys.version_info >= (3, 13) else "allowed"
+    assert probes["inside"]["thread"] == expected
 
 
 @pytest.mark.parametrize("name", AFTER_SCOPE)

@@ -7,6 +7,7 @@ Importing this package loads neither torch nor CUDA.
 
 from cudaperf.execute.sandbox import (
     DEFAULT_HANDLER,
+    DEFAULT_PRELOAD,
     Limits,
     StageTimeouts,
     Worker,
@@ -17,6 +18,7 @@ from cudaperf.execute.sandbox import (
 
 __all__ = [
     "DEFAULT_HANDLER",
+    "DEFAULT_PRELOAD",
     "Limits",
     "StageTimeouts",
     "Worker",

@@ -70,8 +70,11 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     flags = guards.set_process_flags(parent_death_signal=hello["parent_death_signal"])
     sys.dont_write_bytecode = True
     started = time.monotonic()
-    for module in hello["preload"]:
-        importlib.import_module(module)
+    for entry in hello["preload"]:  # "module" is imported; "module:function" is also called
+        module, _, function = entry.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
     preload_s = time.monotonic() - started
     gc.freeze()  # see _sweep: the per-job collection then scans only what the job created
     guards.install_audit_hook(temp_root=args.root, protected_fds=(args.job_fd, args.reply_fd))
@@ -84,6 +87,28 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "preload_s": preload_s,
     }
+
+
+def warm_up_cuda() -> None:
+    """Load what CUDA Python opens lazily, before any candidate scope exists.
+
+    Why: cuda-bindings finds and dlopens libcuda and libnvrtc through `cuda.pathfinder`, which uses
+    ctypes, on the first call into each library; inside a candidate scope ctypes is refused, so a FAST
+    solution's first `cudaperf.cuda.compile` would fail there. One call per library here is enough.
+    Each step may fail (no driver on a CPU machine): it is reported in the log and start-up goes on.
+    """
+    steps = (
+        lambda: importlib.import_module("cuda.bindings.nvrtc").nvrtcVersion(),
+        lambda: importlib.import_module("cuda.bindings.driver").cuInit(0),
+        lambda: importlib.import_module("cuda.core"),
+        lambda: importlib.import_module("cudaperf.cuda"),
+        lambda: importlib.import_module("cudaperf.build.nvrtc"),
+    )
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - no driver on a CPU machine, no cuda-python...: not fatal
+            print(f"warm_up_cuda: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
 
 
 def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any]) -> None:
@@ -203,15 +228,27 @@ def _flag(code: str, message: str, severity: str = "warning") -> dict[str, str]:
 
 
 def _cuda_error() -> str:
-    """Empty if CUDA was not used or still works; else the error (a sticky error poisons the context)."""
+    """Empty if CUDA was not used or still works; else the error (a sticky error poisons the context).
+
+    Asks torch when it initialised CUDA, and the driver directly for the context current on this thread
+    (candidate code may have used cuda-core alone). Both synchronise: a kernel still running (spinning)
+    blocks here, in the "cleanup" stage, until the parent's deadline.
+    """
     torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return ""
     try:
-        torch.cuda.synchronize()
-        return ""
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - any failure here means the context is unusable
         return f"{type(exc).__name__}: {exc}"[:500]
+    driver = sys.modules.get("cuda.bindings.driver")
+    try:
+        err, context = driver.cuCtxGetCurrent() if driver is not None else (None, 0)
+        if err != driver.CUresult.CUDA_SUCCESS or not int(context):
+            return ""
+        (err,) = driver.cuCtxSynchronize()
+    except Exception:  # noqa: BLE001 - no driver library (CPU machine): nothing to check
+        return ""
+    return "" if err == driver.CUresult.CUDA_SUCCESS else f"cuCtxSynchronize: {err.name}"
 
 
 def _truncate_log() -> None:

@@ -36,7 +36,8 @@ Not covered (this is a speed bump for Python-level misbehaviour, not a security 
   channel nonce), write to the result fd, signal or read /proc of the evaluating process (same uid).
   What still holds against it: the separate process, the network namespace, rlimits, the scrubbed
   environment, the temp cwd, and the parent's deadlines and process-group kill.
-- Threads: Python < 3.13 raises no audit event for thread creation, so threads cannot be refused; a
+- Threads: Python < 3.13 raises no audit event for thread creation, so threads cannot be refused there
+  (3.13+ raises `_thread.start_joinable_thread`, refused); a
   Python thread still alive after a job is detected (`python_threads`) and the worker replaced, but
   while the job runs it can act outside the scope (e.g. during timing, hack #5).
 - Candidate code running outside the scope: finalizers (`__del__`, weakref callbacks), dunder methods or
@@ -286,10 +287,11 @@ _PATH_WRITE_EVENTS: dict[str, tuple[int, ...]] = {
 _REFUSED_EVENTS: frozenset[str] = frozenset(
     {
         "os.system", "os.exec", "os.spawn", "os.fork", "os.forkpty", "pty.spawn", "os.kill", "os.killpg",
-        "signal.pthread_kill", "_thread.start_new_thread", "gc.get_objects", "gc.get_referrers",
-        "gc.get_referents", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
-        "sys.setprofile", "sys.addaudithook", "sys.monitoring.register_callback", "resource.setrlimit",
-        "resource.prlimit", "os.unshare", "os.setns",
+        "signal.pthread_kill", "_thread.start_new_thread", "_thread.start_joinable_thread",
+        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+        "sys._current_exceptions", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+        "sys.monitoring.register_callback", "resource.setrlimit", "resource.prlimit", "os.unshare",
+        "os.setns",
     }
 )  # fmt: skip
 _REFUSED_PREFIXES: tuple[str, ...] = ("ctypes.", "socket.", "cffi.")

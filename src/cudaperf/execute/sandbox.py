@@ -50,6 +50,9 @@ from cudaperf.execute import guards
 from cudaperf.types import Flag, Outcome, Severity
 
 DEFAULT_HANDLER = "cudaperf.execute.session:run_eval_job"
+# Imported (and, for "module:function", called) by each worker before it reports ready: jobs do not pay
+# for torch's import, and CUDA Python's libraries are loaded outside any candidate scope (see warm_up_cuda).
+DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "cudaperf.execute.child:warm_up_cuda")
 
 # Deadlines of the contract's stages (CONTRACTS.md, "The job sent to a worker"). Generous: they catch
 # hangs, not slowness; a tighter budget belongs to the timing code.
@@ -643,7 +646,8 @@ class WorkerPool:
 
     `run(job, timeouts)` blocks until a worker is free and returns its `WorkerReply`; call it from up to
     `size` threads at once to use every GPU. Faulty workers are replaced automatically. `preload` names
-    modules each worker imports before it reports ready (torch by default, so jobs do not pay for it).
+    modules each worker imports (`module`) or imports and calls (`module:function`) before it reports
+    ready; the default loads torch and CUDA Python's libraries, so jobs do not pay for them.
     """
 
     def __init__(
@@ -652,7 +656,7 @@ class WorkerPool:
         limits: Limits | None = None,
         *,
         timeouts: StageTimeouts | None = None,
-        preload: tuple[str, ...] = ("torch",),
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
     ):
         if devices is not None and not devices:
             raise ValueError("WorkerPool: devices=[] has no worker; pass GPU indices, or None for CPU mode")
