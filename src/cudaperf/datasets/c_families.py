@@ -331,7 +331,7 @@ def _image_body(v: dict[str, Any]) -> str:
                 f"float val = p[4];\n{to_out}")
     if f == "emboss":
         return (f"float val = {v['k']!r}f * ((float)IN(y + 1, x + 1) - (float)IN(y - 1, x - 1))"
-                f" + {128 if u8 else 0.5}f;\n{to_out}")
+                f" + {128.0 if u8 else 0.5}f;\n{to_out}")
     terms = " + ".join(f"(float)IN(y + {dy}, x + {dx})" for dy, dx in neigh)
     mean = f"({terms}) * {1.0 / len(neigh)!r}f"
     if f == "unsharp":
