@@ -29,6 +29,9 @@ configurations are prepared once, and the cuda-core stream wrapping torch's curr
 Importing this module imports neither torch nor cuda-core (they load on first use), and `compile` works
 without a GPU (default arch: the current GPU's, else sm_90); only launching needs one.
 
+Dynamic shared memory above 48 KB is opted into automatically (the kernel attribute a CUDA C host program
+sets with cudaFuncSetAttribute).
+
 Not covered: graph capture helpers, cooperative or cluster launches, PTX/JIT linking.
 """
 
@@ -266,6 +269,8 @@ class Kernel:
     def _config(self, grid, block, smem_bytes: int):
         from cuda.core import LaunchConfig
 
+        if smem_bytes > _DEFAULT_DYNAMIC_SMEM_BYTES:
+            _allow_dynamic_smem(self._fn, smem_bytes)
         config = LaunchConfig(grid=grid, block=block, shmem_size=smem_bytes)
         if len(self._configs) >= _MAX_CONFIGS:
             self._configs.clear()
@@ -274,6 +279,23 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<cudaperf.cuda.Kernel {self.name!r} arch={self._program.output.arch}>"
+
+
+# Above 48 KB of dynamic shared memory a kernel must opt in (cudaFuncSetAttribute in CUDA C); the launcher
+# does it, as a CUDA C host program would, so solutions can use the H200's 227 KB per block.
+_DEFAULT_DYNAMIC_SMEM_BYTES = 48 * 1024
+
+
+def _allow_dynamic_smem(fn, smem_bytes: int) -> None:
+    from cuda.bindings import driver
+
+    device = _torch_hooks()[0]()
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    (err,) = driver.cuKernelSetAttribute(attribute, smem_bytes, driver.CUkernel(int(fn.handle)),
+                                         driver.CUdevice(device))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cannot allow {smem_bytes} bytes of dynamic shared memory for this kernel ({err.name}); "
+                           "the device's per-block limit minus the kernel's static shared memory is the maximum")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,10 +447,13 @@ def _wrap_stream(device: int, handle: int):
     from cuda.core import Device
 
     _ensure_context()
-    if handle == 0:
-        from cuda.core import LEGACY_DEFAULT_STREAM
+    if handle == 0:  # torch's default stream is the legacy NULL stream
+        try:
+            from cuda.core import LEGACY_DEFAULT_STREAM as stream
+        except ImportError:  # a cuda-core without the export
+            from cuda.core import Stream
 
-        stream = LEGACY_DEFAULT_STREAM
+            stream = Stream.from_handle(0)
     else:
         stream = Device(device).create_stream(_TorchStream(handle))
     _STREAMS[(device, handle)] = stream

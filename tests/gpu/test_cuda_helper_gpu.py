@@ -115,6 +115,21 @@ def test_dynamic_shared_memory_is_passed():
     torch.testing.assert_close(out, x.view(-1, block).sum(1), rtol=1e-5, atol=1e-4)
 
 
+def test_dynamic_shared_memory_above_48kb_is_allowed():
+    block, smem = 1024, 160 * 1024  # each thread also writes a stripe far above the 48 KB default limit
+    src = r'''extern "C" __global__ void big_smem(float* out, int words) {
+      extern __shared__ float buf[];
+      for (int i = threadIdx.x; i < words; i += blockDim.x) buf[i] = (float)i;
+      __syncthreads();
+      out[threadIdx.x] = buf[words - 1 - threadIdx.x];
+    }'''
+    out = torch.full((block,), float("nan"), device="cuda")
+    words = smem // 4
+    cuda.compile(src, "big_smem")(1, block, out, words, smem_bytes=smem)
+    expected = torch.arange(words - 1, words - 1 - block, -1, device="cuda", dtype=torch.float32)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
 def _spin_cycles() -> int:
     from cuda.core import Device
 

@@ -293,3 +293,9 @@ def test_detect_format_pytorch():
 
 def test_detect_format_plain_cuda_file():
     assert detect_format(ADD + "\nint main() { return 0; }\n") is SolutionFormat.CUDA_C
+
+
+def test_deeply_nested_expression_is_unresolved_not_a_crash():
+    terms = " + ".join(['"a"'] * 900)
+    (u,) = extract_units(f"from cudaperf import cuda\nk = cuda.compile({terms}, 'k')\n")
+    assert not u.resolved and "deeply" in u.message

@@ -79,7 +79,7 @@ def detect_format(source: str) -> SolutionFormat:
     CUDA file (not Python, has `__global__`), else PYTORCH."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return SolutionFormat.CUDA_C if "__global__" in source else SolutionFormat.PYTORCH
     aliases = _Aliases(tree)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
@@ -282,7 +282,7 @@ def extract_units(source: str) -> list[CudaUnit]:
     """Every CUDA compile call in `source`, in source order; [] if it does not parse."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: NUL bytes in the source
         return []
     walker = _Walker(_Aliases(tree))
     walker.module(tree)
@@ -349,22 +349,21 @@ class _Walker:
         _bind(stmt, env, unknown)
 
     def _calls_in(self, nodes: list[ast.AST], env: dict, unknown: dict, local: frozenset[str]) -> None:
-        for node in nodes:
-            self._visit(node, env, unknown, local)
-
-    def _visit(self, node: ast.AST, env: dict, unknown: dict, local: frozenset[str]) -> None:
-        if isinstance(node, ast.Lambda):
-            self._deferred.append((node, local))
-            return
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            env, unknown = dict(env), dict(unknown)
-            for gen in node.generators:
-                for name in _names_in(gen.target):
-                    _forget(env, unknown, name, "a comprehension variable")
-        if isinstance(node, ast.Call) and (function := self.aliases.call_function(node)) is not None:
-            self.units.append(_unit(function, node, _Resolver(env, unknown)))
-        for child in ast.iter_child_nodes(node):
-            self._visit(child, env, unknown, local)
+        # Iterative: candidate code can nest expressions thousands deep ("a" + "a" + ...).
+        stack = [(node, env, unknown) for node in reversed(nodes)]
+        while stack:
+            node, env, unknown = stack.pop()
+            if isinstance(node, ast.Lambda):
+                self._deferred.append((node, local))
+                continue
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                env, unknown = dict(env), dict(unknown)
+                for gen in node.generators:
+                    for name in _names_in(gen.target):
+                        _forget(env, unknown, name, "a comprehension variable")
+            if isinstance(node, ast.Call) and (function := self.aliases.call_function(node)) is not None:
+                self.units.append(_unit(function, node, _Resolver(env, unknown)))
+            stack.extend((child, env, unknown) for child in reversed(list(ast.iter_child_nodes(node))))
 
 
 def _defaults(args: ast.arguments) -> list[ast.AST]:
@@ -380,6 +379,8 @@ def _bind(stmt: ast.stmt, env: dict, unknown: dict) -> None:
             value, why = resolver.value(stmt.value), ""
         except _Unresolvable as exc:
             value, why = None, str(exc)
+        except RecursionError:
+            value, why = None, "expression nested too deeply"
         for target in targets:
             if isinstance(target, ast.Name) and not why:
                 env[target.id] = value
@@ -395,6 +396,8 @@ def _bind(stmt: ast.stmt, env: dict, unknown: dict) -> None:
                                                  lineno=stmt.lineno))
         except _Unresolvable as exc:
             _forget(env, unknown, name, str(exc))
+        except RecursionError:
+            _forget(env, unknown, name, "nested too deeply")
         return
     for name in _stored_names(stmt):
         _forget(env, unknown, name, f"bound by a {type(stmt).__name__} statement")
@@ -485,6 +488,8 @@ def _unit(function: str, call: ast.Call, resolver: _Resolver) -> CudaUnit:
         return _nvrtc_unit(function, call.lineno, args, kwargs)
     except _Unresolvable as exc:
         return CudaUnit(kind=kind, line=call.lineno, resolved=False, message=str(exc))
+    except RecursionError:
+        return CudaUnit(kind=kind, line=call.lineno, resolved=False, message="an argument is nested too deeply")
 
 
 def _nvrtc_unit(function: str, line: int, args: tuple, kwargs: dict) -> CudaUnit:

@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Self
 
 from cudaperf.build.extract import INLINE, NVRTC, CudaUnit, extract_units
 from cudaperf.build.nvrtc import CompileError, compile_cuda
@@ -59,6 +60,8 @@ def _build(solution: Solution, arch: str, cache_dir: str | None, t0: float) -> B
         ast.parse(solution.source)
     except SyntaxError as exc:
         return _result(solution, Outcome.SYNTAX_ERROR, t0, message=f"line {exc.lineno}: {exc.msg}")
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; nesting Python cannot compile either
+        return _result(solution, Outcome.SYNTAX_ERROR, t0, message=f"not loadable Python: {type(exc).__name__}")
     units = extract_units(solution.source)
     nvrtc = _build_nvrtc([u for u in units if u.kind == NVRTC and u.resolved], arch, cache_dir)
     if isinstance(nvrtc, BuildResult):
@@ -177,7 +180,7 @@ class BuildPool:
         for executor in executors:
             executor.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> BuildPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
