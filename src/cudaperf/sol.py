@@ -89,7 +89,7 @@ def count_flops(model: torch.nn.Module, inputs: list) -> float | None:
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(*inputs)
-    except Exception:  # a model the counter cannot trace: no compute floor, not an error
+    except Exception:  # noqa: BLE001 - a model the counter cannot trace: no compute floor, not an error
         return None
     return float(counter.get_total_flops())
 

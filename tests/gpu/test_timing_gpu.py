@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cudaperf.correctness import compare, poison_allocator  # noqa: E402
-from cudaperf.sol import bandwidth_gbps, peak_tflops, speed_of_light  # noqa: E402
-from cudaperf.timing import bench_interleaved_report, default_l2_flush_bytes  # noqa: E402
+from cudaperf.correctness import compare, poison_allocator
+from cudaperf.sol import bandwidth_gbps, peak_tflops, speed_of_light
+from cudaperf.timing import bench_interleaved_report, default_l2_flush_bytes
 
 pytestmark = pytest.mark.gpu
 

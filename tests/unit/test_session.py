@@ -12,10 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cudaperf.anticheat.policy import Policy  # noqa: E402
-from cudaperf.execute import session  # noqa: E402
-from cudaperf.tasks import task_from_source  # noqa: E402
-from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind, to_dict  # noqa: E402
+from cudaperf.anticheat.policy import Policy
+from cudaperf.execute import session
+from cudaperf.tasks import task_from_source
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind, to_dict
 
 TASK = '''
 import torch

@@ -100,7 +100,11 @@ def test_every_input_set_is_used_and_rechecked():
 
 def test_order_is_shuffled_between_rounds():
     order: list[str] = []
-    fns = {name: (lambda n: lambda inputs: order.append(n))(name) for name in "abcd"}
+
+    def recorder(name):
+        return lambda inputs: order.append(name)
+
+    fns = {name: recorder(name) for name in "abcd"}
     bench_interleaved(fns, _sets(1), budget_ms=0, warmup_ms=0, min_reps=20, max_reps=20,
                       measure_overhead=False)
     rounds = {tuple(order[i:i + 4]) for i in range(0, len(order), 4)}

@@ -31,6 +31,7 @@ measures who does the work.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import os
 import platform
@@ -113,7 +114,7 @@ class Reference:
     outputs: Any
     inputs_after: list | None  # the inputs after the reference ran, only when the reference mutates them
     fingerprint: tuple[int, ...] = ()
-    extra: dict[Any, Any] = field(default_factory=dict)  # lazily: flops, compiled model, timing outputs
+    extra: dict[Any, Any] = field(default_factory=dict)  # lazily: flops, the compiled model
     nbytes: int = 0
 
 
@@ -154,8 +155,10 @@ REFERENCES = ReferenceCache()
 
 
 def _fingerprint(entry: Reference) -> tuple[int, ...]:
-    """An integer sum of the raw bytes of every cached tensor (cheap on the device, catches overwrites)."""
-    tensors = flatten_tensors([entry.inputs, entry.outputs, entry.inputs_after])
+    """An integer sum of the raw bytes of every cached tensor and weight (one pass on the device; catches
+    stray writes, not a deliberate collision)."""
+    weights = list(entry.model.parameters()) + list(entry.model.buffers())
+    tensors = flatten_tensors([entry.inputs, entry.outputs, entry.inputs_after, weights])
     return tuple(int(t.contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64)) if t.numel() else 0
                  for t in tensors)
 
@@ -261,8 +264,9 @@ class _Session:
         self.candidate_module_name: str | None = None
         self.built: dict[tuple[str, int], torch.nn.Module] = {}
         self.alive: list[Any] = []  # candidate objects (models, outputs), released inside the scope
-        self.guards = _Guards()
-        self.precision: dict[str, Any] | None = None  # the precision flags candidate code must not change
+        self.verified: dict[tuple, Reference] = {}  # references fingerprint-checked during this job
+        self.timing_outputs: dict[tuple[str, int], Any] = {}  # seed-0 model on other seeds' inputs
+        self.guards: _Guards | None = None  # created in setup (it needs the job's policy)
 
     # -- stages ----------------------------------------------------------------------------------
     def stage(self, name: str, fn: Callable, *args: Any) -> None:
@@ -284,7 +288,9 @@ class _Session:
         self.device = self.job.device
         _select_device(self.device, self.job)
         self.environment = _environment(self.device)
-        self.precision = _set_precision(self.job.task.allow_tf32)
+        _set_precision(self.job.task.allow_tf32)
+        _preload()
+        self.guards = _Guards(self.job.policy)
         if self.job.task.kind is not TaskKind.PYTORCH:
             raise _Stop(Outcome.HARNESS_ERROR, "C->CUDA tasks are not run by the worker session yet")
         from cudaperf.tasks import timed_configs
@@ -350,7 +356,7 @@ class _Session:
         for name, ms, own in result.kernels:
             if own:
                 self.kernel_time_ms[name] = self.kernel_time_ms.get(name, 0.0) + ms
-        self.flags += self.guards.coverage_flags(result, self.job.policy, config.name)
+        self.flags += self.guards.coverage_flags(result, config.name)
 
     # -- the reference ---------------------------------------------------------------------------
     def reference(self, config: InputConfig, seed: int) -> Reference:
@@ -359,8 +365,9 @@ class _Session:
 
         key = (*self.task_key, config.name, repr(sorted(config.params.items())), seed, str(self.device),
                self.job.task.allow_tf32)
-        entry = REFERENCES.get(key)
+        entry = self.verified.get(key) or REFERENCES.get(key)
         if entry is not None:
+            self.verified[key] = entry
             return entry
         inputs = make_inputs(self.module, config, seed, self.device)
         init_inputs = make_init_inputs(self.module, config)
@@ -374,6 +381,7 @@ class _Session:
         entry = Reference(inputs, init_inputs, model, outputs, after,
                           nbytes=_nbytes(inputs, outputs, after, list(model.parameters())))
         REFERENCES.put(key, entry, _cache_budget(self.device))
+        self.verified[key] = entry
         return entry
 
     def rerun_reference(self, entry: Reference, config: str) -> None:
@@ -401,17 +409,19 @@ class _Session:
         return candidate_scope()
 
     def candidate(self, fn: Callable[[], Any], what: str, config: str | None = None) -> Any:
-        """Run candidate code in the guard scope, synchronised (so asynchronous faults surface here)."""
+        """Run candidate code in the guard scope, synchronised (so asynchronous faults surface here),
+        inside one anti-cheat window."""
+        watch, tf32 = self.guards.window()
         try:
-            with self.scope(importing=what == "import"):
+            with watch, tf32, self.scope(importing=what == "import"):
                 result = fn()
                 _synchronize(self.device)
         except _Stop:
             raise
-        except (Exception, SystemExit) as exc:
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever candidate code raises is an Outcome
             raise self._candidate_failure(exc, what, config) from None
         finally:
-            self._restore_precision(config)
+            self.flags += self.guards.after(tf32, config)
         return result
 
     def _candidate_failure(self, exc: BaseException, what: str, config: str | None) -> _Stop:
@@ -437,7 +447,7 @@ class _Session:
         with torch.no_grad():
             if not monitored:
                 return model(*inputs)
-            monitor = self.guards.op_monitor(self.job.policy)
+            monitor = self.guards.op_monitor()
             with monitor:
                 out = model(*inputs)
         self.flags += [replace(f, config=f.config or config) for f in monitor.flags()]
@@ -449,7 +459,7 @@ class _Session:
         poison_allocator(self.device, _nbytes(entry.outputs))
         out = self.candidate(lambda: self.forward(model, given, config), "forward", config)
         self.alive.append(out)
-        size = _nbytes(out)
+        size = _nbytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
         if size > self.job.max_output_bytes:
             raise _Stop(Outcome.OUTPUT_TOO_LARGE, f"forward ({config}): the output has {size} bytes, more "
                         f"than the {self.job.max_output_bytes} allowed")
@@ -516,12 +526,11 @@ class _Session:
         """The seed-0 reference model's output on another seed's inputs (timing uses one model)."""
         if seed == self.job.timing_seeds[0]:
             return entry.outputs
-        key = ("timing_output", seed)
-        if key not in entry.extra:
+        key = (config.name, seed)
+        if key not in self.timing_outputs:
             with torch.no_grad():
-                entry.extra[key] = entry.model(*clone_inputs(self.reference(config, seed).inputs))
-            entry.nbytes += _nbytes(entry.extra[key])
-        return entry.extra[key]
+                self.timing_outputs[key] = entry.model(*clone_inputs(self.reference(config, seed).inputs))
+        return self.timing_outputs[key]
 
     def _scoped_call(self, model: torch.nn.Module, inputs: list) -> Any:
         with self.scope():
@@ -548,7 +557,7 @@ class _Session:
                     compiled(*clone_inputs(entry.inputs))
                 _synchronize(self.device)
                 entry.extra["compiled"] = compiled
-            except Exception as exc:  # the baseline is missing, the evaluation goes on
+            except Exception as exc:  # noqa: BLE001 - the baseline is missing, the evaluation goes on
                 entry.extra["compiled"] = f"{type(exc).__name__}: {exc}"[:500]
             self.durations["compile_baseline"] = time.perf_counter() - start
         compiled = entry.extra["compiled"]
@@ -561,26 +570,26 @@ class _Session:
         """The interleaved run; a failing baseline is dropped (flagged) and the run repeated once."""
         timing = self.job.timing
         for _ in range(len(fns)):
+            watch, tf32 = self.guards.window()
             try:
-                with torch.no_grad():
-                    bench = bench_interleaved_report(
+                with watch, tf32, torch.no_grad():
+                    return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing["budget_ms"]),
                         warmup_ms=float(timing["warmup_ms"]), l2_flush_bytes=None, check=check,
                         device=self.device)
-                self._restore_precision(config)
-                return bench
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self._candidate_failure(failed.error, "timing", config) from None
                 self.flags.append(Flag(f"{failed.name}_baseline_failed", str(failed)[:500], Severity.WARNING,
                                        config))
                 fns = {k: v for k, v in fns.items() if k != failed.name}
+            finally:
+                self.flags += self.guards.after(tf32, config)
         raise RuntimeError("every baseline failed")  # unreachable: the candidate alone cannot be dropped
 
     def summarize_timing(self, config: InputConfig, entry: Reference, bench: BenchReport) -> ConfigTiming:
         name = config.name
-        policy = self.job.policy
-        self.flags += [f for f in bench.flags_for(CANDIDATE, name) if self.guards.active(policy, f.code)]
+        self.flags += [f for f in bench.flags_for(CANDIDATE, name) if self.guards.active(f.code)]
         for baseline in ("eager", "compile"):
             if bench.check_failures.get(baseline):
                 self.flags.append(Flag("baseline_output_mismatch", f"the {baseline} baseline's outputs "
@@ -615,13 +624,6 @@ class _Session:
     def _has_errors(self) -> bool:
         return any(f.severity is Severity.ERROR for f in self.flags)
 
-    def _restore_precision(self, config: str | None) -> None:
-        changed = _precision_changed(self.precision) if self.precision is not None else ()
-        if changed:
-            self.flags.append(Flag("precision_flags_changed", f"candidate code changed {', '.join(changed)}",
-                                   Severity.ERROR, config))
-            _apply_precision(self.precision)
-
     def stop(self, stop: _Stop) -> None:
         self.outcome, self.message = stop.outcome, stop.message[-MESSAGE_CHARS:]
         self.poisoned = self.poisoned or stop.poisoned
@@ -640,14 +642,15 @@ class _Session:
         """Process-watch flags, then drop every trace of the candidate (unless CUDA is gone). A failure
         here must not lose the verdict: it becomes a flag, and the worker is replaced."""
         try:
-            self.flags += self.guards.finish()
+            if self.guards is not None:
+                self.flags += self.guards.finish()
             self.model_new = None
             if self.candidate_module_name:
                 sys.modules.pop(self.candidate_module_name, None)
             self.release()
             if self.device.type == "cuda" and not self.poisoned:
                 torch.cuda.empty_cache()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the verdict is already decided: keep it
             self.flags.append(Flag("cleanup_failed", _describe(exc)[:500], Severity.WARNING))
             self.poisoned = True
 
@@ -672,45 +675,63 @@ class _Session:
 
 
 class _Guards:
-    """The runtime anti-cheat checks around candidate code (cudaperf.anticheat): the process watch
-    (threads, streams), the torch-op monitor, coverage flags. The integrity of harness callables
-    (hack #7) and leftover threads/processes are checked by the child after every job (child.py)."""
+    """The runtime anti-cheat checks of `cudaperf.anticheat.runtime` around candidate code.
 
-    def __init__(self) -> None:
-        self.watch = None
+    Every window of candidate code (import, construct, each forward, the whole timing run) is wrapped in
+    the process watch (threads, current stream) and the TF32 guard (precision flags, restored), entered
+    OUTSIDE the candidate scope (they read /proc and torch state, which the scope refuses). The identities
+    of the functions the harness trusts are compared with a snapshot taken before the import after every
+    window and restored when changed (`monkey_patch`, hack #7), so the harness's own later steps run on
+    the originals. Leftover threads, processes and the integrity of harness modules are also checked by
+    the child after every job (child.py).
+    """
 
-    def start(self) -> None:
+    def __init__(self, policy: Any):
         from cudaperf.anticheat import runtime
 
-        self.watch = runtime.ProcessWatch()
-        self.watch.__enter__()
+        self.runtime = runtime
+        self.policy = policy
+        self.watch = runtime.ProcessWatch(policy=policy)
+        self.snapshot = None
 
-    def op_monitor(self, policy: Any):
-        from cudaperf.anticheat.runtime import TorchOpMonitor
+    def start(self) -> None:
+        self.snapshot = self.runtime.identity_snapshot()
 
-        return TorchOpMonitor(policy)
+    def window(self):
+        """Context managers to enter (in order) around one window of candidate code."""
+        return self.watch, self.runtime.TF32Guard(self.policy)
 
-    def coverage_flags(self, result: Any, policy: Any, config: str) -> list[Flag]:
+    def after(self, tf32: Any, config: str | None) -> list[Flag]:
+        """Flags of one finished window: precision changes, replaced trusted functions (restored)."""
+        flags = [replace(f, config=f.config or config) for f in tf32.flags()]
+        if self.snapshot is not None:
+            changed = self.runtime.identity_changed(self.snapshot)
+            if changed:
+                self.runtime.restore_identities(self.snapshot)
+                flags += [replace(f, config=f.config or config) for f in changed]
+        return flags
+
+    def op_monitor(self):
+        return self.runtime.TorchOpMonitor(self.policy)
+
+    def coverage_flags(self, result: Any, config: str) -> list[Flag]:
         from cudaperf.anticheat.policy import make_flag
 
-        if result.coverage is None or policy.allow_torch_ops or result.coverage >= policy.min_coverage:
+        policy = self.policy
+        if result.coverage is None or not policy.active("low_coverage"):
+            return []
+        if result.coverage >= policy.min_coverage:
             return []
         return [make_flag("low_coverage", f"the candidate's own kernels account for {result.coverage:.0%} of "
                           f"the GPU time (at least {policy.min_coverage:.0%} required)", config=config)]
 
-    @staticmethod
-    def active(policy: Any, code: str) -> bool:
+    def active(self, code: str) -> bool:
         from cudaperf.anticheat.policy import RULES
 
-        return code not in RULES or policy.active(code)
+        return code not in RULES or self.policy.active(code)
 
     def finish(self) -> list[Flag]:
-        flags: list[Flag] = []
-        if self.watch is not None:
-            self.watch.__exit__(None, None, None)
-            flags += list(self.watch.flags())
-            self.watch = None
-        return flags
+        return list(self.watch.flags())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -751,40 +772,19 @@ def _select_device(device: torch.device, job: _Job) -> None:
         torch.cuda.set_device(device)
 
 
-_PRECISION_FLAGS = (
-    ("torch.backends.cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
-    ("torch.backends.cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32),
-    ("float32_matmul_precision", torch.get_float32_matmul_precision),
-    ("allow_fp16_reduced_precision_reduction",
-     lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction),
-    ("allow_bf16_reduced_precision_reduction",
-     lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction),
-)
-
-
-def _precision_state() -> dict[str, Any]:
-    return {name: read() for name, read in _PRECISION_FLAGS}
-
-
-def _set_precision(allow_tf32: bool) -> dict[str, Any]:
-    """TF32 off for matmul and cuDNN unless the task allows it (pitfall #2): returns the state to keep."""
+def _set_precision(allow_tf32: bool) -> None:
+    """TF32 off for matmul and cuDNN unless the task allows it (pitfall #2 of docs/evaluation.md: cuDNN
+    convolutions default to TF32, and a correct fp32 kernel then fails a 1e-4 tolerance)."""
     torch.backends.cuda.matmul.allow_tf32 = allow_tf32
     torch.backends.cudnn.allow_tf32 = allow_tf32
-    return _precision_state()
 
 
-def _apply_precision(state: dict[str, Any]) -> None:
-    torch.set_float32_matmul_precision(state["float32_matmul_precision"])
-    torch.backends.cuda.matmul.allow_tf32 = state["torch.backends.cuda.matmul.allow_tf32"]
-    torch.backends.cudnn.allow_tf32 = state["torch.backends.cudnn.allow_tf32"]
-    matmul = torch.backends.cuda.matmul
-    matmul.allow_fp16_reduced_precision_reduction = state["allow_fp16_reduced_precision_reduction"]
-    matmul.allow_bf16_reduced_precision_reduction = state["allow_bf16_reduced_precision_reduction"]
-
-
-def _precision_changed(state: dict[str, Any]) -> tuple[str, ...]:
-    now = _precision_state()
-    return tuple(name for name in state if now[name] != state[name])
+def _preload() -> None:
+    """Import what torch loads lazily on first use, before any candidate scope exists: torch._dynamo
+    (imported by `torch._compile` wrappers under a dispatch mode; sympy walks frames while loading,
+    which the scope refuses), the flop counter and the profiler."""
+    for name in ("torch._dynamo", "torch.profiler", "torch.utils.flop_counter"):
+        importlib.import_module(name)
 
 
 def _classify(exc: BaseException, device: torch.device) -> tuple[Outcome, bool]:
@@ -812,7 +812,7 @@ def _context_alive(device: torch.device) -> bool:
     try:
         torch.cuda.synchronize(device)
         return float(torch.ones(1, device=device).add_(1).item()) == 2.0
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means the context is gone
         return False
 
 
@@ -864,7 +864,7 @@ def _driver_version() -> str:
 
         _, version = driver.cuDriverGetVersion()
         return f"CUDA driver API {version // 1000}.{version % 1000 // 10}"
-    except Exception:
+    except Exception:  # noqa: BLE001 - no cuda-python or no driver: the version is just unknown
         return "unknown"
 
 
