@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cudaperf.commands.report_cmd", "fast_p table, speedup histogram and per-task table"),
     "analyze": ("cudaperf.analysis.cli", "structural analysis of a kernel source (features + feedback)"),
     "tasks": ("cudaperf.commands.tasks_cmd", "list and check task files"),
+    "dataset": ("cudaperf.datasets.cli", "build, validate, count and (GPU) measure the task dataset"),
 }
 
 

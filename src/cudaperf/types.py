@@ -104,6 +104,7 @@ class Task:
     tolerances: dict[str, Tolerance] = field(default_factory=dict)  # dtype name -> override
     allow_tf32: bool = False
     description: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)  # kind-specific declaration (C tasks: the CTask)
 
 
 @dataclass(frozen=True)
