@@ -44,7 +44,7 @@ from typing import Any
 from cudaperf.build import signature as _sig
 from cudaperf.build.nvrtc import CompileError, NvrtcOutput, compile_cuda, normalize_options
 
-__all__ = ["CompileError", "Kernel", "Module", "compile", "default_arch", "load"]
+__all__ = ["CompileError", "Kernel", "Module", "compile", "default_arch", "kernel_symbols", "load"]
 
 _MAX_PROGRAMS = 512  # in-process program cache bound (a long-lived worker compiles many candidates)
 _MAX_CONFIGS = 256  # launch configurations cached per kernel
@@ -120,6 +120,15 @@ def _program(source: str, names: tuple[str, ...] | None, options: tuple[str, ...
         while len(_PROGRAMS) > _MAX_PROGRAMS:
             _PROGRAMS.popitem(last=False)
     return program
+
+
+def kernel_symbols() -> set[str]:
+    """Symbol names (extern "C" names, mangled names otherwise) of every entry function compiled through
+    this helper in this process: the candidate's own kernels, for GPU-time coverage."""
+    with _PROGRAMS_LOCK:
+        programs = list(_PROGRAMS.values())
+    return {r.kernel for p in programs for r in p.output.resources} | {
+        name for p in programs for name in p.output.lowered_names.values()}
 
 
 _ARCH_BY_DEVICE: dict[int, str] = {}

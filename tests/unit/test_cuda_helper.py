@@ -197,3 +197,19 @@ def test_default_arch_without_gpu_is_sm90():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert cuda.default_arch() == "sm_90"
+
+
+def test_kernel_symbols_lists_compiled_entries_including_mangled_templates():
+    cuda.compile(SOURCE, "scale<float, 64>")
+    assert {"add", "scalars", "_Z5scaleIfLi64EEvPT_S0_i"} <= cuda.kernel_symbols()
+
+
+def test_unwritable_cache_does_not_fail_the_compile(tmp_path, monkeypatch):
+    from cudaperf.build import nvrtc
+
+    def refuse(path, data):
+        raise PermissionError(13, "read-only file system", str(path))
+
+    monkeypatch.setattr(nvrtc, "atomic_write", refuse)
+    out = nvrtc.compile_cuda(SOURCE + "// unwritable\n", arch="sm_90", cache_dir=tmp_path)
+    assert out.cubin and not out.cache_hit

@@ -78,7 +78,10 @@ def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] |
     out = NvrtcOutput(cubin=cubin, log=log, resources=parse_ptxas(log, arch), key=key, cache_hit=False,
                       arch=arch, lowered_names=lowered, duration_s=time.perf_counter() - t0)
     if use_cache:
-        _write_entry(directory, out)
+        try:
+            _write_entry(directory, out)
+        except OSError:  # a read-only or full cache (e.g. inside a sandbox) must not fail the compile
+            pass
     return out
 
 
