@@ -323,3 +323,133 @@ def escape_scope(job, report):
     with guards.candidate_scope(allowed_programs=("true",)):
         results["allowed_program"] = run_true()
     return {"outcome": None, "results": results}
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU handlers (tests/gpu/test_sandbox_gpu.py): tiny NVRTC kernels through cuda-core
+
+_POKE = 'extern "C" __global__ void poke() { *((volatile int*)0x10) = 1; }'
+_SPIN = """
+__device__ volatile int cudaperf_never_set = 0;
+extern "C" __global__ void spin() { while (cudaperf_never_set == 0) { } }
+"""
+_SCALE = """
+extern "C" __global__ void scale(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 2.0f;
+}
+"""
+
+
+def _kernel(source, name):
+    from cuda.core import Device, Program, ProgramOptions
+
+    device = Device(0)
+    device.set_current()
+    program = Program(source, "c++", ProgramOptions(arch=f"sm_{device.arch}"))
+    return device, program.compile("cubin").get_kernel(name)
+
+
+def gpu_ok(job, report):
+    import torch
+
+    report("correctness")
+    x = torch.arange(1024, device="cuda", dtype=torch.float32)
+    return {
+        "outcome": None,
+        "sum": float(x.sum().item()),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "count": torch.cuda.device_count(),
+        "name": torch.cuda.get_device_name(),
+    }
+
+
+def cuda_available(job, report):
+    import torch
+
+    return {"outcome": None, "available": torch.cuda.is_available()}
+
+
+def gpu_illegal_address(job, report):
+    """A kernel writing to address 0x10, compiled and launched inside the candidate scope."""
+    from cuda.core import LaunchConfig, launch
+
+    from cudaperf.execute import guards
+
+    report("correctness")
+    with guards.candidate_scope():
+        device, kernel = _kernel(_POKE, "poke")
+        stream = device.create_stream()
+        launch(stream, LaunchConfig(grid=1, block=1), kernel)
+        stream.sync()  # raises CUDA_ERROR_ILLEGAL_ADDRESS
+    return {"outcome": None, "reached": "after a kernel that should have faulted"}
+
+
+def gpu_device_assert(job, report):
+    """torch indexing out of bounds on the device: a device-side assert, sticky for the context."""
+    import torch
+
+    report("correctness")
+    x = torch.zeros(4, device="cuda")
+    x[torch.tensor([1000], device="cuda")] += 1
+    torch.cuda.synchronize()
+    return {"outcome": None, "reached": "after a device-side assert"}
+
+
+def gpu_spin(job, report):
+    """A kernel that never ends; with sync=False the job returns and leaves it running."""
+    from cuda.core import LaunchConfig, launch
+
+    report(job.get("stage", "hang"))
+    device, kernel = _kernel(_SPIN, "spin")
+    stream = device.create_stream()
+    launch(stream, LaunchConfig(grid=1, block=1), kernel)
+    if job.get("sync", True):
+        stream.sync()
+    return {"outcome": None}
+
+
+def gpu_scale_in_scope(job, report):
+    """A correct kernel compiled and launched on a torch tensor inside the candidate scope."""
+    import numpy as np
+    import torch
+    from cuda.core import LaunchConfig, launch
+
+    from cudaperf.execute import guards
+
+    x = torch.arange(256, device="cuda", dtype=torch.float32)
+    with guards.candidate_scope():
+        device, kernel = _kernel(_SCALE, "scale")
+        stream = device.create_stream()
+        launch(stream, LaunchConfig(grid=1, block=256), kernel, np.uint64(x.data_ptr()), np.int32(256))
+        stream.sync()
+    expected = torch.arange(256, device="cuda", dtype=torch.float32) * 2
+    return {"outcome": None, "correct": bool(torch.equal(x, expected))}
+
+
+def helper_in_scope(job, report):
+    """The FAST format's path: `cudaperf.cuda` compiles (and with `launch`, runs) inside the scope.
+    `helper_source(salt)` is the source; tests may build it first in the parent, as the build pool would."""
+    import torch
+
+    from cudaperf import cuda
+    from cudaperf.execute import guards
+
+    os.environ["CUDAPERF_CACHE_DIR"] = job["cache_dir"]
+    x = torch.arange(256, device="cuda", dtype=torch.float32) if job.get("launch") else None
+    try:
+        with guards.candidate_scope():
+            kernel = cuda.compile(helper_source(job["salt"]), "scale", arch=job.get("arch"))
+            if x is not None:
+                kernel(1, 256, x, 256)
+                torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported to the test, which says what failed
+        return {"outcome": None, "error": f"{type(exc).__name__}: {exc}"}
+    correct = (
+        None if x is None else bool(torch.equal(x, torch.arange(256, device="cuda", dtype=torch.float32) * 2))
+    )
+    return {"outcome": None, "error": None, "correct": correct}
+
+
+def helper_source(salt: str) -> str:
+    return _SCALE + f"\n// {salt}\n"

@@ -12,6 +12,9 @@ import pytest
 
 from cudaperf.execute import Limits, StageTimeouts, WorkerPool, guards
 
+sys.path.insert(0, str(Path(__file__).parent))
+import sandbox_handlers  # next to this file; the workers load it by path
+
 HANDLERS = str(Path(__file__).with_name("sandbox_handlers.py"))
 TIMEOUTS = StageTimeouts(default_s=20.0, stages={}, start_s=30.0)
 LIMITS = Limits(address_space_bytes=4 << 30, file_bytes=256 << 20)
@@ -176,6 +179,36 @@ def test_allowed_programs_run_in_a_scope_that_allows_them(escapes):
 def test_scope_without_an_installed_hook_raises():
     with pytest.raises(RuntimeError, match="install_audit_hook"), guards.candidate_scope():
         pass
+
+
+# -- the FAST format's helper under the guards (CPU: compile only) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def cuda_pool():
+    with WorkerPool(None, LIMITS, timeouts=TIMEOUTS, preload=("cudaperf.execute.child:warm_up_cuda",)) as p:
+        yield p
+
+
+def test_helper_compiles_inside_scope_from_the_prebuilt_cache(cuda_pool, tmp_path, monkeypatch):
+    from cudaperf import cuda
+
+    monkeypatch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path))
+    cuda.compile(
+        sandbox_handlers.helper_source(tmp_path.name), "scale", arch="sm_90"
+    )  # the build pool's part
+    reply = cuda_pool.run(job("helper_in_scope", cache_dir=str(tmp_path), salt=tmp_path.name, arch="sm_90"))
+    assert reply.payload["error"] is None, reply.payload["error"]
+
+
+def test_helper_compiles_inside_scope_without_a_cache_entry(cuda_pool, tmp_path):
+    reply = cuda_pool.run(job("helper_in_scope", cache_dir=str(tmp_path), salt=tmp_path.name, arch="sm_90"))
+    assert reply.payload["error"] is None, reply.payload["error"]
+
+
+def test_candidate_cannot_write_into_the_shared_cache(cuda_pool, tmp_path):
+    cuda_pool.run(job("helper_in_scope", cache_dir=str(tmp_path), salt=tmp_path.name, arch="sm_90"))
+    assert not list(tmp_path.rglob("*.cubin"))
 
 
 # -- pure helpers ----------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def warm_up_cuda() -> None:
-    """Load what CUDA Python opens lazily, before any candidate scope exists.
+    """Load what CUDA Python opens lazily, and create torch's CUDA context, before any candidate scope.
 
     Why: cuda-bindings finds and dlopens libcuda and libnvrtc through `cuda.pathfinder`, which uses
     ctypes, on the first call into each library; inside a candidate scope ctypes is refused, so a FAST
@@ -98,6 +98,7 @@ def warm_up_cuda() -> None:
     Each step may fail (no driver on a CPU machine): it is reported in the log and start-up goes on.
     """
     steps = (
+        _create_torch_context,
         lambda: importlib.import_module("cuda.bindings.nvrtc").nvrtcVersion(),
         lambda: importlib.import_module("cuda.bindings.driver").cuInit(0),
         lambda: importlib.import_module("cuda.core"),
@@ -109,6 +110,14 @@ def warm_up_cuda() -> None:
             step()
         except Exception as exc:  # noqa: BLE001 - no driver on a CPU machine, no cuda-python...: not fatal
             print(f"warm_up_cuda: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+
+
+def _create_torch_context() -> None:
+    """GPU mode: create the CUDA context now (~0.5 s), not in the first job's timed stages."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.ones(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
 
 
 def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any]) -> None:
