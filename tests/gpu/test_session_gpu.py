@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import types
 
 import pytest
 
@@ -55,40 +54,16 @@ class ModelNew(nn.Module):
 '''
 
 
-def _stub_runtime() -> types.ModuleType:
-    class _Quiet:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def flags(self):
-            return ()
-
-    module = types.ModuleType("cudaperf.anticheat.runtime")
-    module.ProcessWatch = _Quiet
-    module.TorchOpMonitor = _Quiet
-    return module
-
-
 @pytest.fixture(autouse=True)
-def _worker_like_process(monkeypatch, tmp_path_factory):
-    """What the child does before jobs: preload CUDA modules, install the audit hook once."""
-    import cuda.core  # noqa: F401 - preloaded as the child does: imports inside the scope are policed
-
+def _worker_like_process(tmp_path_factory):
+    """What the child does before jobs: load CUDA Python's libraries, install the audit hook once."""
     from cudaperf.execute import guards
+    from cudaperf.execute.child import warm_up_cuda
+
+    warm_up_cuda()  # ctypes-based library loading is refused inside a candidate scope
 
     if not guards._installed.is_set():
         guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
-    try:
-        import cudaperf.anticheat.runtime  # noqa: F401
-    except ModuleNotFoundError:
-        print("NOTE: cudaperf.anticheat.runtime missing, runtime monitors stubbed")
-        monkeypatch.setitem(sys.modules, "cudaperf.anticheat.runtime", _stub_runtime())
 
 
 def _job(task_id: str, source: str, cache_dir: str, policy: Policy | None = None, **overrides) -> dict:
@@ -157,21 +132,11 @@ def test_a_kernel_fault_is_a_cuda_error_that_poisons_the_worker(tmp_path):
     job_path.write_text(json.dumps(_job("relu", FAULT, str(tmp_path / "cache"), timing={"enabled": False},
                                         coverage=False)))
     script = textwrap.dedent(f"""
-        import json, sys, types
-        import cuda.core
+        import json
         from cudaperf.execute import guards, session
+        from cudaperf.execute.child import warm_up_cuda
+        warm_up_cuda()
         guards.install_audit_hook(temp_root={str(tmp_path)!r})
-        try:
-            import cudaperf.anticheat.runtime
-        except ModuleNotFoundError:
-            class Quiet:
-                def __init__(self, *a, **k): pass
-                def __enter__(self): return self
-                def __exit__(self, *e): return False
-                def flags(self): return ()
-            stub = types.ModuleType("cudaperf.anticheat.runtime")
-            stub.ProcessWatch = stub.TorchOpMonitor = Quiet
-            sys.modules["cudaperf.anticheat.runtime"] = stub
         payload = session.run_eval_job(json.load(open({str(job_path)!r})), lambda stage: None)
         print("PAYLOAD" + json.dumps(payload))
     """)

@@ -5,8 +5,6 @@ tests/gpu/test_session_gpu.py."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 
@@ -65,44 +63,19 @@ RAISING = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z", "raise Va
 NO_MODELNEW = CORRECT.replace("class ModelNew", "class SomethingElse")
 BAD_CONSTRUCTOR = CORRECT.replace("def __init__(self, n):", "def __init__(self):").replace(
     "nn.Linear(n, n)", "nn.Linear(16, 16)")
+PATCHING = CORRECT.replace("return torch.relu",
+                           "torch.allclose = lambda *args, **kwargs: True\n        return torch.relu")
 TF32 = CORRECT.replace("return torch.relu",
                        "torch.backends.cuda.matmul.allow_tf32 = True\n        return torch.relu")
 
 
-def _stub_runtime() -> types.ModuleType:
-    """Stand-in for cudaperf.anticheat.runtime while it is not in the tree: the same names, no checks
-    (these tests run with allow_torch_ops=True, where the op monitor reports nothing anyway)."""
-
-    class _Quiet:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def flags(self):
-            return ()
-
-    module = types.ModuleType("cudaperf.anticheat.runtime")
-    module.ProcessWatch = _Quiet
-    module.TorchOpMonitor = _Quiet
-    return module
-
-
 @pytest.fixture(autouse=True)
-def _worker_like_process(monkeypatch, tmp_path_factory):
-    """What the child sets up before jobs: the audit hook (once per process), anti-cheat runtime."""
+def _worker_like_process(tmp_path_factory):
+    """What the child sets up before jobs: the audit hook (once per process)."""
     from cudaperf.execute import guards
 
     if not guards._installed.is_set():
         guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
-    try:
-        import cudaperf.anticheat.runtime  # noqa: F401
-    except ModuleNotFoundError:
-        monkeypatch.setitem(sys.modules, "cudaperf.anticheat.runtime", _stub_runtime())
     session.REFERENCES.clear()
     yield
     session.REFERENCES.clear()
@@ -211,6 +184,19 @@ def test_changing_tf32_is_flagged():
     payload, _ = _run(_job(TF32))
     assert "precision_flags_changed" in _errors(payload)
     assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
+
+
+def test_replacing_a_trusted_function_is_flagged_and_undone():
+    original = torch.allclose
+    payload, _ = _run(_job(PATCHING))
+    assert "monkey_patch" in _errors(payload)
+    assert torch.allclose is original
+
+
+def test_torch_ops_under_the_strict_policy_are_flagged_and_not_timed():
+    payload, _ = _run(_job(CORRECT, policy=to_dict(Policy())))
+    assert "torch_compute_op" in _errors(payload)
+    assert payload["timings"] == []
 
 
 # -- failures as outcomes --------------------------------------------------------------------------
