@@ -259,6 +259,17 @@ def test_warm_up_reports_start_seconds():
     assert seconds is not None and 0 < seconds < 10
 
 
+def test_stage_timeouts_from_overrides_keeps_the_other_defaults():
+    timeouts = StageTimeouts.from_overrides({"timing": 5.0}, job_s=60.0)
+    assert timeouts.for_stage("timing") == 5.0 and timeouts.for_stage("import") == 300.0
+    assert timeouts.for_stage("unlisted") == timeouts.default_s and timeouts.job_s == 60.0
+
+
+def test_stage_timeouts_reject_non_positive_deadlines():
+    with pytest.raises(ValueError, match="positive"):
+        StageTimeouts(stages={"timing": 0})
+
+
 def test_describe_exit_names_signals_and_codes():
     assert describe_exit(-11) == "segmentation fault (SIGSEGV)"
     assert describe_exit(-6) == "aborted (SIGABRT)"

@@ -90,6 +90,13 @@ class StageTimeouts:
     def for_stage(self, name: str) -> float:
         return self.stages.get(name, self.default_s)
 
+    @classmethod
+    def from_overrides(
+        cls, stages_s: dict[str, float] | None = None, **fields: float | None
+    ) -> StageTimeouts:
+        """The default deadlines with some stages changed (`stages` given directly replaces them all)."""
+        return cls(stages={**DEFAULT_STAGE_S, **(stages_s or {})}, **fields)
+
 
 @dataclass(frozen=True)
 class Limits:
