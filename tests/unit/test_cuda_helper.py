@@ -213,3 +213,13 @@ def test_unwritable_cache_does_not_fail_the_compile(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "atomic_write", refuse)
     out = nvrtc.compile_cuda(SOURCE + "// unwritable\n", arch="sm_90", cache_dir=tmp_path)
     assert out.cubin and not out.cache_hit
+
+
+def test_compiling_rebinds_no_module_callable():
+    # The sandbox's integrity check flags any cudaperf.* callable that changes during a job.
+    import cudaperf.cuda as helper
+
+    before = {k: id(v) for k, v in vars(helper).items() if callable(v)}
+    cuda.compile(SOURCE + "// fresh\n", "add")
+    cuda.default_arch()
+    assert {k: id(v) for k, v in vars(helper).items() if callable(v)} == before
