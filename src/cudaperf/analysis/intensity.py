@@ -1,0 +1,358 @@
+"""Static work estimate: floating-point operations, global-memory bytes, arithmetic intensity, roofline regime.
+
+Covers:
+- FLOPs per thread: float `+ - * /` and compound assignments count 1, `fma`/`fmaf` 2, math functions 1,
+  half2 intrinsics per lane, `wmma::mma_sync` and `mma.sync.mMnNkK` PTX by their shape — weighted by the
+  trip counts of enclosing `for` loops (`k < K` -> K; `i += blockDim.x*gridDim.x` -> n/(blockDim.x*
+  gridDim.x); `s >>= 1` -> log2) and multiplied by the number of threads: the launch's, or the bound of a
+  guard `if (i < n)` / `if (i >= n) return;` on a global thread index. Symbols are bound from `sizes`
+  (kernel parameters, macros) and the launch at the end, so a grid-stride loop's thread count cancels.
+- bytes requested: every global access x its trip counts x threads (what the LSU asks for, no cache);
+  the compulsory footprint that intensity prefers comes from `intervals.footprints`.
+- regime: intensity against the H200 ridge point, FP32 CUDA cores or tensor cores (from SASS).
+
+Not covered: data-dependent trip counts (`while`, early exits: counted once, with a diagnostic), branch
+probabilities (both sides of an `if` count), caches between footprint and request, integer work.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from tree_sitter import Node
+
+from cudaperf.analysis import cst
+from cudaperf.analysis.memory import Access
+from cudaperf.analysis.scope import FLOAT_TYPES, TX, KernelScope, call_name, init_var, type_info
+from cudaperf.analysis.symbolic import Poly
+
+# H200 ceilings (gpu-machine.md): measured 4.27 TB/s copy bandwidth and ~790 TFLOP/s bf16 dense matmul;
+# FP32 CUDA cores: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz boost = 66.9 TFLOP/s (spec-sheet arithmetic).
+H200_BANDWIDTH_BYTES_PER_S = 4.27e12
+H200_FP32_FLOPS = 66.9e12
+H200_TENSOR_FLOPS = 790e12
+
+_FMA = {"fmaf", "fma", "__fmaf_rn", "__fmaf_rz", "__fmaf_ru", "__fmaf_rd", "__fma_rn", "__hfma"}
+_ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_rn|__hadd|__hsub|__hmul|__hdiv|"
+                  r"expf?|exp2f?|__expf|logf?|log2f?|__logf|sinf?|cosf?|__sinf|__cosf|tanhf?|tanf?|sqrtf?|"
+                  r"rsqrtf?|powf?|erff?|__powf|fmaxf|fminf|fmax|fmin|fabsf?|floorf|ceilf|roundf|"
+                  r"__frcp_rn|__fsqrt_rn|__frsqrt_rn|sigmoidf?)$")
+_PAIR = {"__hadd2": 2, "__hsub2": 2, "__hmul2": 2, "__hfma2": 4, "__hmax2": 2, "__hmin2": 2}
+_MATH_RETURNS_FLOAT = re.compile(r"^(\w+f|__\w+f|__f\w+|exp|log|sqrt|sin|cos|tanh|pow|fma|fmax|fmin|fabs|"
+                                 r"__half2float|__bfloat162float|__int_as_float|__ldg|__shfl\w*)$")
+_MMA_PTX = re.compile(r"mma\.sync\.aligned\.m(\d+)n(\d+)k(\d+)")
+
+
+@dataclass(frozen=True)
+class WorkEstimate:
+    flops_per_thread: Poly
+    threads: Poly
+    flops: Poly  # total, symbolic
+    bytes_requested: Poly
+    requested_by_array: dict[str, Poly]
+    log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)  # "log2(..)" -> (ratio, halves to 0)
+    diagnostics: tuple[str, ...] = ()
+
+
+def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) -> WorkEstimate:
+    counter = _Counter(scope)
+    flops = Poly()
+    for node in cst.walk(scope.body) if scope.body is not None else []:
+        cost = counter.flop_cost(node)
+        if cost:
+            flops = flops + Poly.const(cost) * counter.multiplier(node)
+    threads, guard_diag = _threads(scope, uses_dims)
+    requested: dict[str, Poly] = {}
+    for a in accesses:
+        if a.space != "global":
+            continue
+        requested[a.array] = requested.get(a.array, Poly()) + Poly.const(a.access_bytes) * counter.multiplier(a.node)
+    requested = {k: v * threads for k, v in requested.items()}
+    total_req = Poly()
+    for v in requested.values():
+        total_req = total_req + v
+    return WorkEstimate(
+        flops_per_thread=flops, threads=threads, flops=flops * threads, bytes_requested=total_req,
+        requested_by_array=requested, log_terms=counter.log_terms,
+        diagnostics=tuple(counter.diagnostics) + guard_diag,
+    )
+
+
+class _Counter:
+    def __init__(self, scope: KernelScope):
+        self.scope = scope
+        self.trips: dict[int, Poly] = {}
+        self.log_terms: dict[str, tuple[Poly, bool]] = {}
+        self.diagnostics: list[str] = []
+
+    # loops ---------------------------------------------------------------------------------------------
+    def multiplier(self, node: Node) -> Poly:
+        out = Poly.const(1)
+        parent = node.parent
+        while parent is not None and parent.id != self.scope.fn.id:
+            if parent.type in ("for_statement", "while_statement", "do_statement"):
+                body = parent.child_by_field_name("body")
+                if body is not None and body.start_byte <= node.start_byte < body.end_byte:
+                    out = out * self.trip(parent)
+            parent = parent.parent
+        return out
+
+    def trip(self, loop: Node) -> Poly:
+        if loop.id not in self.trips:
+            trip = self._trip(loop) if loop.type == "for_statement" else None
+            if trip is None:
+                self.diagnostics.append(f"line {cst.line(loop)}: loop trip count not static; counted once")
+                trip = Poly.const(1)
+            self.trips[loop.id] = trip
+        return self.trips[loop.id]
+
+    def _trip(self, loop: Node) -> Poly | None:
+        var = init_var(loop.child_by_field_name("initializer"))
+        cond, update = loop.child_by_field_name("condition"), loop.child_by_field_name("update")
+        if not var or cond is None or cond.type != "binary_expression" or update is None:
+            return None
+        start = self._start(loop.child_by_field_name("initializer"))
+        bound = _bound(self.scope, cond, var)
+        if start is None or bound is None:
+            return None
+        end, direction = bound
+        step_kind, step = _step(self.scope, update, var)
+        if step_kind is None:
+            return None
+        if step_kind == "add":
+            span = (end - start) if direction > 0 else (start - end)
+            if step.is_const and step.value < 0:
+                step = -step
+            return span.divide(step)
+        # geometric: s >>= 1 from start down to end (or to zero), or s <<= 1 from start up to end
+        to_zero = direction < 0 and end.is_const and end.value <= 0
+        ratio = start if to_zero else (start.divide(end) if direction < 0 else end.divide(start))
+        if ratio is None or not step.is_const or step.value <= 1:
+            return None
+        name = f"log{int(step.value)}({_plain(ratio)})" + ("+1" if to_zero else "")
+        self.log_terms[name] = (ratio, to_zero)
+        return Poly.sym(name)
+
+    def _start(self, init: Node | None) -> Poly | None:
+        value = None
+        if init is not None and init.type == "declaration":
+            for d in init.children:
+                if d.type == "init_declarator":
+                    value = d.child_by_field_name("value")
+        elif init is not None and init.type == "assignment_expression":
+            value = init.child_by_field_name("right")
+        v = self.scope.value(value)
+        if not isinstance(v, Poly):
+            return None
+        # thread and block indices only shift a grid- or block-stride loop by less than one step
+        return Poly(tuple((m, c) for m, c in v.terms if not any(s.startswith(("threadIdx", "blockIdx")) for s, _ in m)))
+
+    # flops ---------------------------------------------------------------------------------------------
+    def flop_cost(self, node: Node) -> int:
+        t = node.type
+        if t == "binary_expression":
+            op = cst.text(node.child_by_field_name("operator"))
+            return 1 if op in ("+", "-", "*", "/") and self.is_float(node) else 0
+        if t == "assignment_expression":
+            op = cst.text(node.child_by_field_name("operator"))
+            return 1 if op in ("+=", "-=", "*=", "/=") and self.is_float(node.child_by_field_name("left")) else 0
+        if t == "call_expression":
+            name = call_name(node)
+            if name in _FMA:
+                return 2
+            if name in _PAIR:
+                return _PAIR[name]
+            if name == "mma_sync":
+                return 2 * 16 * 16 * 16 // 32  # wmma 16x16x16 per warp, per lane
+            return 1 if _ONE.match(name) else 0
+        if t == "gnu_asm_expression":
+            m = _MMA_PTX.search(cst.text(node))
+            return 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) // 32 if m else 0
+        return 0
+
+    def is_float(self, node: Node | None) -> bool:
+        if node is None:
+            return False
+        t = node.type
+        if t == "number_literal":
+            s = cst.text(node).lower()
+            return not s.startswith("0x") and ("." in s or "e" in s or s.endswith("f"))
+        if t == "identifier":
+            var = self.scope.lookup(cst.text(node), node)
+            return var is not None and not var.pointer_depth and _floatish(var.type.name, var.type.assumed)
+        if t == "subscript_expression" or (t == "pointer_expression" and cst.text(node.child_by_field_name("operator")) == "*"):
+            return self._element_float(node)
+        if t == "field_expression":
+            arg = node.child_by_field_name("argument")
+            return cst.text(arg) not in ("threadIdx", "blockIdx", "blockDim", "gridDim") and self.is_float(arg)
+        if t in ("parenthesized_expression",):
+            return any(self.is_float(c) for c in node.named_children)
+        if t == "unary_expression":
+            return self.is_float(node.child_by_field_name("argument"))
+        if t == "binary_expression":
+            op = cst.text(node.child_by_field_name("operator"))
+            if op not in ("+", "-", "*", "/"):
+                return False
+            return self.is_float(node.child_by_field_name("left")) or self.is_float(node.child_by_field_name("right"))
+        if t == "conditional_expression":
+            return self.is_float(node.child_by_field_name("consequence")) or self.is_float(
+                node.child_by_field_name("alternative"))
+        if t == "cast_expression":
+            return _floatish(type_info(cst.text(node.child_by_field_name("type"))).name, False)
+        if t == "call_expression":
+            return bool(_MATH_RETURNS_FLOAT.match(call_name(node)))
+        return False
+
+    def _element_float(self, node: Node) -> bool:
+        base = node
+        while base is not None and base.type in ("subscript_expression", "pointer_expression", "parenthesized_expression"):
+            base = base.child_by_field_name("argument") if base.type != "parenthesized_expression" else (
+                base.named_children[0] if base.named_children else None)
+        if base is None:
+            return False
+        if base.type == "identifier":
+            name = cst.text(base)
+            var = self.scope.lookup(name, base) or self.scope.file.shared_globals.get(name) or \
+                self.scope.file.device_arrays.get(name)
+            return var is not None and _floatish(var.type.name, var.type.assumed)
+        if base.type in ("call_expression", "cast_expression"):
+            return any(t in cst.text(base) for t in ("float", "half", "double", "bfloat"))
+        if base.type == "binary_expression":
+            return self._element_float(base.child_by_field_name("left"))
+        return False
+
+
+def _floatish(name: str, assumed: bool) -> bool:
+    return name in FLOAT_TYPES or assumed
+
+
+def _plain(p: Poly) -> str:
+    return re.sub(r"#\d+", "", str(p))
+
+
+def _bound(scope: KernelScope, cond: Node, var: str) -> tuple[Poly, int] | None:
+    """(exclusive end, direction +1 for up / -1 for down) from `var < end`, `var <= end`, `var > end`..."""
+    op = cst.text(cond.child_by_field_name("operator"))
+    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+    flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "!=": "!="}
+    if cst.text(right) == var and cst.text(left) != var:
+        left, right, op = right, left, flip.get(op, op)
+    if cst.text(left) != var:
+        return None
+    end = scope.value(right)
+    if not isinstance(end, Poly):
+        return None
+    if op in ("<", "!="):
+        return end, 1
+    if op == "<=":
+        return end + Poly.const(1), 1
+    if op == ">":
+        return end, -1
+    if op == ">=":
+        return end - Poly.const(1), -1
+    return None
+
+
+def _step(scope: KernelScope, update: Node, var: str) -> tuple[str | None, Poly]:
+    if update.type == "update_expression":
+        return "add", Poly.const(1 if "++" in cst.text(update) else -1)
+    if update.type == "assignment_expression":
+        op = cst.text(update.child_by_field_name("operator"))
+        v = scope.value(update.child_by_field_name("right"))
+        if not isinstance(v, Poly) or v.depends_on(TX):
+            return None, Poly()
+        if op in ("+=", "-="):
+            return "add", v if op == "+=" else -v
+        if op in (">>=", "<<=") and v.is_const:
+            return "geo", Poly.const(2 ** int(v.value))
+        if op in ("*=", "/="):
+            return "geo", v
+        if op == "=":  # i = i + step
+            right = update.child_by_field_name("right")
+            if right.type == "binary_expression" and cst.text(right.child_by_field_name("left")) == var:
+                inner = scope.value(right.child_by_field_name("right"))
+                rop = cst.text(right.child_by_field_name("operator"))
+                if isinstance(inner, Poly) and rop in ("+", "-"):
+                    return "add", inner if rop == "+" else -inner
+    return None, Poly()
+
+
+# --------------------------------------------------------------------------------------------------
+# Threads and guards
+
+DIMS = ("x", "y", "z")
+
+
+def _threads(scope: KernelScope, uses_dims: set[str]) -> tuple[Poly, tuple[str, ...]]:
+    bounds = guard_bounds(scope)
+    total = Poly.const(1)
+    for d in DIMS:
+        if d in bounds:
+            total = total * bounds[d]
+        elif d in uses_dims or d == "x":
+            total = total * Poly.sym(f"gridDim.{d}") * Poly.sym(f"blockDim.{d}")
+    return total, ()
+
+
+def guard_bounds(scope: KernelScope) -> dict[str, Poly]:
+    """Per dimension, N from a top-level guard `i < N` (or `if (i >= N) return;`) on a global index."""
+    out: dict[str, Poly] = {}
+    if scope.body is None:
+        return out
+    for stmt in scope.body.named_children:
+        if stmt.type != "if_statement":
+            continue
+        cond = stmt.child_by_field_name("condition")
+        body = stmt.child_by_field_name("consequence")
+        exits = body is not None and (body.type == "return_statement" or (
+            body.type == "compound_statement" and len(body.named_children) == 1
+            and body.named_children[0].type == "return_statement"))
+        for term in _conjuncts(cond, "||" if exits else "&&"):
+            found = _index_bound(scope, term, negated=exits)
+            if found is not None:
+                out.setdefault(found[0], found[1])
+    return out
+
+
+def _conjuncts(node: Node | None, joiner: str) -> list[Node]:
+    if node is None:
+        return []
+    if node.type in ("parenthesized_expression", "condition_clause"):
+        inner = [c for c in node.named_children if c.type != "comment"]
+        return _conjuncts(inner[-1], joiner) if inner else []
+    if node.type == "binary_expression" and cst.text(node.child_by_field_name("operator")) == joiner:
+        return _conjuncts(node.child_by_field_name("left"), joiner) + _conjuncts(node.child_by_field_name("right"), joiner)
+    return [node]
+
+
+def _index_bound(scope: KernelScope, term: Node, negated: bool) -> tuple[str, Poly] | None:
+    if term.type != "binary_expression":
+        return None
+    op = cst.text(term.child_by_field_name("operator"))
+    left, right = term.child_by_field_name("left"), term.child_by_field_name("right")
+    if negated:  # `i >= n` in an early return means the live threads satisfy i < n
+        op = {">=": "<", ">": "<="}.get(op, "")
+    if op not in ("<", "<="):
+        return None
+    idx, end = scope.value(left), scope.value(right)
+    if not (isinstance(idx, Poly) and isinstance(end, Poly)) or end.depends_on(TX):
+        return None
+    for d in DIMS:
+        if idx.depends_on(f"threadIdx.{d}") and idx.depends_on(f"blockIdx.{d}"):
+            return d, end + Poly.const(1) if op == "<=" else end
+    return None
+
+
+def evaluate_log_terms(log_terms: dict[str, tuple[Poly, bool]], bindings: dict[str, float]) -> dict[str, float]:
+    """Trip counts of geometric loops: ceil(log_b(ratio)), or floor(log_b(start)) + 1 when halving to zero."""
+    out = {}
+    for name, (arg, to_zero) in log_terms.items():
+        v = arg.evaluate(bindings)
+        base = int(re.match(r"log(\d+)", name).group(1))
+        if v is None or v < 1:
+            continue
+        exact = math.log(v, base)
+        out[name] = math.floor(exact + 1e-9) + 1 if to_zero else math.ceil(exact - 1e-9)
+    return out
