@@ -52,7 +52,9 @@ from cudaperf.types import Flag, Outcome, Severity
 DEFAULT_HANDLER = "cudaperf.execute.session:run_eval_job"
 # Imported (and, for "module:function", called) by each worker before it reports ready: jobs do not pay
 # for torch's import, and CUDA Python's libraries are loaded outside any candidate scope (see warm_up_cuda).
-DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "cudaperf.execute.child:warm_up_cuda")
+# torch._dynamo because importing it replaces `torch.manual_seed` with a wrapped version: imported lazily
+# during a job (torch.compile baselines, dispatch modes) it would look like tampering to the integrity check.
+DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "torch._dynamo", "cudaperf.execute.child:warm_up_cuda")
 
 # Deadlines of the contract's stages (CONTRACTS.md, "The job sent to a worker"). Generous: they catch
 # hangs, not slowness; a tighter budget belongs to the timing code.
