@@ -209,6 +209,28 @@ def connect(job, report):
         return {"outcome": None, "connected": False, "error": str(exc)}
 
 
+def torch_work(job, report):
+    """What a real job does with torch (seeding, a dispatch mode, the profiler, a model in the scope):
+    none of it may look like tampering to the integrity check."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cudaperf.execute import guards
+
+    class PassThrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    with guards.candidate_scope():
+        model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+        with PassThrough():
+            y = model(torch.randn(4, 16))
+    with torch.profiler.profile():
+        model(torch.randn(4, 16))
+    return {"outcome": None, "shape": list(y.shape)}
+
+
 # --------------------------------------------------------------------------------------------------
 # Inside the candidate scope: what does the audit hook refuse?
 

@@ -181,6 +181,14 @@ def test_scope_without_an_installed_hook_raises():
         pass
 
 
+def test_real_torch_work_with_the_default_preload_trips_no_integrity_check():
+    with WorkerPool(None, LIMITS, timeouts=TIMEOUTS) as p:  # torch, torch._dynamo, CUDA Python warm-up
+        replies = [p.run(job("torch_work")) for _ in range(2)]
+    assert [r.outcome for r in replies] == [None, None], replies[0].logs[-2000:]
+    assert [r.flags for r in replies] == [(), ()]
+    assert replies[0].sandbox["pid"] == replies[1].sandbox["pid"]
+
+
 # -- the FAST format's helper under the guards (CPU: compile only) ---------------------------------
 
 
