@@ -94,8 +94,9 @@ class _Program:
         if self._object_code is None:
             from cuda.core import ObjectCode
 
-            self._object_code = ObjectCode.from_cubin(self.output.cubin, name="cudaperf",
-                                                      symbol_mapping=dict(self.output.lowered_names))
+            # No symbol_mapping: its value type differs across cuda-core releases (bytes in 1.2.0, str
+            # later); the lowered (mangled) names are resolved here instead, see Kernel._bind.
+            self._object_code = ObjectCode.from_cubin(self.output.cubin, name="cudaperf")
         return self._object_code
 
 
@@ -265,7 +266,8 @@ class Kernel:
             raise RuntimeError(f"cannot launch {self.name!r}: no CUDA GPU (torch.cuda.is_available() is False); "
                                "compiling works without one, launching does not")
         _ensure_context()
-        lookup = self.name if self.name in self._program.output.lowered_names else _sig.base_name(self.name)
+        lowered = self._program.output.lowered_names
+        lookup = lowered[self.name] if self.name in lowered else _sig.base_name(self.name)
         try:
             fn = self._program.object_code().get_kernel(lookup)
         except Exception as exc:
