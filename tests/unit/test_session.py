@@ -71,8 +71,11 @@ TF32 = CORRECT.replace("return torch.relu",
 
 @pytest.fixture(autouse=True)
 def _worker_like_process(tmp_path_factory):
-    """What the child sets up before jobs: the audit hook (once per process)."""
+    """What the child sets up before jobs: preloaded modules, the audit hook (once per process)."""
     from cudaperf.execute import guards
+    from cudaperf.execute.child import warm_up_cuda
+
+    warm_up_cuda()  # imports cudaperf.cuda (and CUDA Python where present) outside any candidate scope
 
     if not guards._installed.is_set():
         guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
@@ -207,6 +210,18 @@ def test_raising_candidate_is_a_runtime_error_with_the_traceback():
     assert payload["outcome"] == Outcome.RUNTIME_ERROR.value
     assert payload["stage"] == "correctness"
     assert "kernel exploded" in payload["message"] and "Traceback" in payload["message"]
+
+
+@pytest.mark.parametrize(("raised", "outcome", "poisoned"), [
+    ("RuntimeError('CUDA error: an illegal memory access was encountered')", Outcome.CUDA_ERROR, True),
+    ("torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')", Outcome.OUT_OF_MEMORY, False),
+    ("CompileError('kernel.cu(3): error: expected a ;')", Outcome.COMPILE_ERROR, False),
+])
+def test_errors_are_classified(raised, outcome, poisoned):
+    source = "from cudaperf.cuda import CompileError\n" + RAISING.replace("ValueError('kernel exploded')", raised)
+    payload, _ = _run(_job(source))
+    assert payload["outcome"] == outcome.value
+    assert payload["worker_poisoned"] is poisoned
 
 
 def test_missing_modelnew_is_an_invalid_solution():

@@ -344,14 +344,20 @@ class _Session:
                 and not self._has_errors())
 
     def measure_coverage(self) -> None:
-        from cudaperf.anticheat.coverage import measure_coverage
-
+        """Coverage on the first timed configuration. A failure of the profiler is a warning (the verdict
+        stands: the op monitor already ran on every forward); a failure of the candidate is its outcome."""
         config = {c.name: c for c in self.job.task.configs}[self.timed_names[0]]
         seed = self.job.seeds[0]
         entry, model = self.reference(config, seed), self.construct(config, seed)
         inputs = clone_inputs(entry.inputs)
-        result = measure_coverage(lambda: self.candidate(lambda: self.forward(model, inputs, None, False),
-                                                         "forward", config.name), None)
+        try:
+            from cudaperf.anticheat.coverage import measure_coverage
+
+            result = measure_coverage(lambda: self.candidate(
+                lambda: self.forward(model, inputs, None, False), "forward", config.name), None)
+        except Exception as exc:  # noqa: BLE001 - the harness's profiler failed, not the candidate
+            self.flags.append(Flag("coverage_failed", _describe(exc)[:500], Severity.WARNING, config.name))
+            return
         self.coverage = result.coverage
         for name, ms, own in result.kernels:
             if own:
