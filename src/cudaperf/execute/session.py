@@ -351,10 +351,13 @@ class _Session:
         entry, model = self.reference(config, seed), self.construct(config, seed)
         inputs = clone_inputs(entry.inputs)
         try:
-            from cudaperf.anticheat.coverage import measure_coverage
+            from cudaperf.anticheat.coverage import kernel_names_from_source, measure_coverage
 
+            # None when no name is found (kernel text built by f-strings): then every non-library
+            # kernel counts as own, rather than an honest templated solution scoring zero.
+            own_names = kernel_names_from_source(self.job.solution.source) or None
             result = measure_coverage(lambda: self.candidate(
-                lambda: self.forward(model, inputs, None, False), "forward", config.name), None)
+                lambda: self.forward(model, inputs, None, False), "forward", config.name), own_names)
         except Exception as exc:  # noqa: BLE001 - the harness's profiler failed, not the candidate
             self.flags.append(Flag("coverage_failed", _describe(exc)[:500], Severity.WARNING, config.name))
             return
@@ -721,15 +724,10 @@ class _Guards:
         return self.runtime.TorchOpMonitor(self.policy)
 
     def coverage_flags(self, result: Any, config: str) -> list[Flag]:
-        from cudaperf.anticheat.policy import make_flag
+        """`low_coverage`, `no_gpu_work`, `stream_created`, `vendor_kernel_name` under the policy."""
+        from cudaperf.anticheat.coverage import coverage_flags
 
-        policy = self.policy
-        if result.coverage is None or not policy.active("low_coverage"):
-            return []
-        if result.coverage >= policy.min_coverage:
-            return []
-        return [make_flag("low_coverage", f"the candidate's own kernels account for {result.coverage:.0%} of "
-                          f"the GPU time (at least {policy.min_coverage:.0%} required)", config=config)]
+        return list(coverage_flags(result, self.policy, config=config))
 
     def active(self, code: str) -> bool:
         from cudaperf.anticheat.policy import RULES
