@@ -634,7 +634,7 @@ class _Session:
         return any(f.severity is Severity.ERROR for f in self.flags)
 
     def stop(self, stop: _Stop) -> None:
-        self.outcome, self.message = stop.outcome, stop.message[-MESSAGE_CHARS:]
+        self.outcome, self.message = stop.outcome, stop.message[:MESSAGE_CHARS]
         self.poisoned = self.poisoned or stop.poisoned
 
     def release(self) -> None:
@@ -822,9 +822,9 @@ def _context_alive(device: torch.device) -> bool:
 
 def _describe(exc: BaseException) -> str:
     """'Type: message' and the tail of the traceback."""
-    head = f"{type(exc).__name__}: {exc}"
+    head = f"{type(exc).__name__}: {exc}"[: MESSAGE_CHARS // 4]
     tail = "".join(traceback.format_exception(exc))[-(MESSAGE_CHARS // 2):]
-    return f"{head[: MESSAGE_CHARS // 2]}\n{tail}"
+    return f"{head}\n{tail}"
 
 
 def _summarize(config: str, results: list[tuple[str, Comparison]], seeds: int) -> ConfigCorrectness:
