@@ -120,6 +120,23 @@ def test_cuda_initialises_under_rlimit_data():
     assert reply.outcome is None and reply.payload["sum"] == 1023 * 1024 / 2, (reply, reply.logs[-2000:])
 
 
+def test_gpu_worker_under_its_own_uid_runs_cuda(tmp_path):
+    """Limits.run_as_uid on the GPU machine: CUDA must work as an unprivileged uid (world-accessible
+    /dev/nvidia*), and the worker must lose root's powers. Skipped where Python or the checkout is not
+    readable by other uids."""
+    from test_sandbox_guards import skip_unless_run_as_uid_possible
+
+    skip_unless_run_as_uid_possible()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    with WorkerPool([0], Limits(run_as_uid=61000), timeouts=TIMEOUTS) as p:
+        ok = p.run(job("gpu_ok"))
+        powers = p.run(job("privileges", root_only_file=str(secret)))
+    assert ok.outcome is None and ok.payload["sum"] == 1023 * 1024 / 2, (ok, ok.logs[-2000:])
+    assert powers.payload["uid"] == 61000 and powers.payload["signal_parent"] == "PermissionError"
+
+
 def test_cpu_mode_pool_on_a_gpu_machine_hides_the_gpu():
     with WorkerPool(None, Limits(), timeouts=TIMEOUTS) as p:
         reply = p.run(job("cuda_available"))

@@ -194,6 +194,30 @@ def report_environment(job, report):
     }
 
 
+def privileges(job, report):
+    """Outside any scope: what the OS itself lets this process do."""
+
+    def attempt(fn):
+        try:
+            fn()
+            return "allowed"
+        except (OSError, ValueError) as exc:  # setrlimit answers ValueError
+            return type(exc).__name__
+
+    return {
+        "outcome": None,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "groups": os.getgroups(),
+        "read_root_file": attempt(lambda: open(job["root_only_file"]).close()),
+        "signal_parent": attempt(lambda: os.kill(os.getppid(), 0)),
+        "write_cwd": attempt(lambda: open("mine.txt", "w").close()),
+        "raise_rlimit": attempt(
+            lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (1 << 20, 1 << 20))
+        ),
+    }
+
+
 def write_in_cwd(job, report):
     with open("left-behind.txt", "w") as f:
         f.write("x")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -125,6 +126,59 @@ def test_worker_reports_its_isolation_and_flags(pool):
     assert info["rlimits"]["RLIMIT_CORE"] == 0
 
 
+def unreadable_for_others(*paths: str) -> str | None:
+    """The first of `paths` (or a directory above it) that another uid could not read, if any."""
+    for path in map(Path, paths):
+        for p in (path, *path.parents):
+            mode = p.stat().st_mode
+            if not mode & (stat.S_IXOTH if p.is_dir() else stat.S_IROTH):
+                return str(p)
+    return None
+
+
+def skip_unless_run_as_uid_possible() -> None:
+    if os.getuid() != 0:
+        pytest.skip("run_as_uid needs root")
+    blocked = unreadable_for_others(os.__file__, guards.__file__, HANDLERS)
+    if blocked:
+        pytest.skip(f"run_as_uid needs a world-readable Python and checkout; {blocked} is not")
+
+
+@pytest.fixture(scope="module")
+def unprivileged(tmp_path_factory):
+    skip_unless_run_as_uid_possible()
+    secret = tmp_path_factory.mktemp("root-only") / "secret.txt"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    with WorkerPool(
+        None, Limits(run_as_uid=61000, address_space_bytes=4 << 30), timeouts=TIMEOUTS, preload=()
+    ) as p:
+        reply = p.run(job("privileges", root_only_file=str(secret)))
+        reply_after = p.run(job("ok"))
+    assert reply.outcome is None and reply_after.outcome is None, (reply, reply.logs)
+    return reply.payload
+
+
+def test_run_as_uid_gives_the_worker_its_own_uid_and_no_groups(unprivileged):
+    assert (unprivileged["uid"], unprivileged["gid"], unprivileged["groups"]) == (61000, 61000, [])
+
+
+def test_run_as_uid_worker_cannot_read_root_files(unprivileged):
+    assert unprivileged["read_root_file"] == "PermissionError"
+
+
+def test_run_as_uid_worker_cannot_signal_the_evaluator(unprivileged):
+    assert unprivileged["signal_parent"] == "PermissionError"
+
+
+def test_run_as_uid_worker_cannot_raise_its_rlimits(unprivileged):
+    assert unprivileged["raise_rlimit"] != "allowed"
+
+
+def test_run_as_uid_worker_writes_its_own_working_directory(unprivileged):
+    assert unprivileged["write_cwd"] == "allowed"
+
+
 # -- the audit hook inside candidate_scope ---------------------------------------------------------
 
 
@@ -182,6 +236,7 @@ def test_scope_without_an_installed_hook_raises():
 
 
 def test_real_torch_work_with_the_default_preload_trips_no_integrity_check():
+    pytest.importorskip("torch")
     with WorkerPool(None, LIMITS, timeouts=TIMEOUTS) as p:  # torch, torch._dynamo, CUDA Python warm-up
         replies = [p.run(job("torch_work")) for _ in range(2)]
     assert [r.outcome for r in replies] == [None, None], replies[0].logs[-2000:]
@@ -194,6 +249,7 @@ def test_real_torch_work_with_the_default_preload_trips_no_integrity_check():
 
 @pytest.fixture(scope="module")
 def cuda_pool():
+    pytest.importorskip("cuda.bindings.nvrtc")
     with WorkerPool(None, LIMITS, timeouts=TIMEOUTS, preload=("cudaperf.execute.child:warm_up_cuda",)) as p:
         yield p
 

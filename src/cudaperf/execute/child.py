@@ -67,6 +67,8 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         data_bytes=limits["data_bytes"],
         processes=limits["processes"],
     )
+    uid = hello.get("uid")
+    user = guards.drop_privileges(uid, uid) if uid is not None else "unchanged"
     flags = guards.set_process_flags(parent_death_signal=hello["parent_death_signal"])
     sys.dont_write_bytecode = True
     started = time.monotonic()
@@ -84,6 +86,7 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "network": network,
         "rlimits": applied,
         "process_flags": list(flags),
+        "user": user,
         "python": sys.version.split()[0],
         "preload_s": preload_s,
     }

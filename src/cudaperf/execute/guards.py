@@ -11,6 +11,9 @@ Covers, in the order the child applies them:
   only: the CUDA driver reserves hundreds of GiB of virtual address space, so RLIMIT_AS breaks CUDA),
   data segment and process count (RLIMIT_NPROC counts every thread of the uid system-wide and root ignores
   it, so it is off by default).
+- `drop_privileges` (opt-in, `Limits.run_as_uid`): when started as root, the worker switches to a uid of
+  its own, which turns the points below about native code from "can" into "cannot" for files, signals
+  and ptrace (see the function).
 - `set_process_flags`: no_new_privs (setuid binaries gain nothing) and child-subreaper, so every orphaned
   descendant is re-parented to the worker and `reap_descendants` can kill it after each job.
 - `install_audit_hook` + `candidate_scope`: a `sys.addaudithook` hook that, while at least one
@@ -32,9 +35,11 @@ code can close only scopes it opened. The outer scope object lives on the harnes
 
 Not covered (this is a speed bump for Python-level misbehaviour, not a security boundary):
 - Native code. A `load_inline` extension, or anything else that runs machine code in the worker, can
-  make any syscall: it bypasses the audit hook, can read the worker's memory (the job's secret, the
-  channel nonce), write to the result fd, signal or read /proc of the evaluating process (same uid).
-  What still holds against it: the separate process, the network namespace, rlimits, the scrubbed
+  make any syscall: it bypasses the audit hook, can read the worker's own memory (the job's secret, the
+  channel nonce) and write to the result fd. Without `run_as_uid` it runs as the evaluator's user (root
+  on the GPU machine and in CI): it can also read and write any file that user can (the cache, the
+  repository), signal the evaluator, read its /proc entries, and raise its own rlimits again.
+  What holds against it in any case: the separate process, the network namespace, the scrubbed
   environment, the temp cwd, and the parent's deadlines and process-group kill.
 - Threads: Python < 3.13 raises no audit event for thread creation, so threads cannot be refused there
   (3.13+ raises `_thread.start_joinable_thread`, refused); a
@@ -108,6 +113,7 @@ _CLONE_NEWUSER = 0x10000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _SCOPE_EVENT = "cudaperf.candidate_scope"
 
 
@@ -224,6 +230,24 @@ def apply_limits(
         # killing the worker with SIGXFSZ.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     return applied
+
+
+def drop_privileges(uid: int, gid: int) -> str:
+    """Become `uid`/`gid` with no supplementary groups (needs root; call after `isolate_network` and
+    `apply_limits`, before `set_process_flags`, because a uid change clears the parent-death signal).
+
+    Why: as root, native candidate code could read and write any file, signal or inspect the evaluator,
+    and raise its own rlimits back. Under a uid of its own it can do none of that, cannot ptrace or
+    signal the other workers (each gets its own uid) and, being non-dumpable, cannot be ptraced by
+    them either. What it still needs: world-readable Python and CUDA installs, world-accessible
+    /dev/nvidia* nodes, and a temp directory it owns (the parent chowns it).
+    """
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    libc, _ = _libc()
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return f"uid {os.getuid()} gid {os.getgid()}"
 
 
 def set_process_flags(*, parent_death_signal: bool = False) -> tuple[str, ...]:

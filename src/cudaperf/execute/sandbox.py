@@ -117,11 +117,15 @@ class Limits:
     data_bytes: int | None = None
     """RLIMIT_DATA (private writable memory), applied in both modes when set. Experimental with CUDA."""
     processes: int | None = None
-    """RLIMIT_NPROC. Off by default: it counts every thread of the uid machine-wide and root ignores it."""
+    """RLIMIT_NPROC. Off by default: it counts every thread of the uid machine-wide and root ignores it
+    (meaningful with `run_as_uid`, where the uid is the worker's own)."""
     isolate_network: bool = True
     """Put the worker in an empty network namespace (falls back to the audit hook alone if refused)."""
     max_jobs_per_worker: int | None = None
     """Replace a worker after this many jobs (1 = a fresh process per job, the strongest isolation)."""
+    run_as_uid: int | None = None
+    """Needs root: worker i runs as uid and gid `run_as_uid + i` (see guards.drop_privileges). Then the
+    GPU nodes must be world-accessible, and an INLINE extensions directory writable by that uid."""
     env_allow: tuple[str, ...] = ()
     """Extra environment variable names to pass through (see guards.ENV_ALLOW for the defaults)."""
     kill_wait_s: float = 30.0
@@ -225,10 +229,13 @@ class Worker:
     `device`: GPU index (the child sees only that GPU) or None for a CPU-mode worker.
     """
 
-    def __init__(self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = ()):
+    def __init__(
+        self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = (), uid: int | None = None
+    ):
         self.device = device
         self.limits = limits
         self.preload = tuple(preload)
+        self.uid = uid  # run the child as this uid/gid (Limits.run_as_uid); None: as ourselves
         self.info: dict[str, Any] = {}  # the child's "ready" message: pid, network, limits, python...
         self.jobs_done = 0
         self.replacements = 0
@@ -261,6 +268,9 @@ class Worker:
         log_fd = os.open(
             os.path.join(self._root, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
+        if self.uid is not None:  # the child, once it has dropped root, must own its directory
+            for path in (self._root, *(os.path.join(self._root, p) for p in ("home", "tmp", "worker.log"))):
+                os.chown(path, self.uid, self.uid)
         try:
             self._proc = subprocess.Popen(
                 self._argv(job_r, reply_w),
@@ -320,6 +330,7 @@ class Worker:
             "parent_pid": os.getpid(),
             "parent_death_signal": threading.current_thread() is threading.main_thread(),
             "default_handler": DEFAULT_HANDLER,
+            "uid": self.uid,
         }
 
     def _retire(self) -> None:
@@ -671,7 +682,11 @@ class WorkerPool:
             raise ValueError("WorkerPool: devices=[] has no worker; pass GPU indices, or None for CPU mode")
         self.limits = limits or Limits()
         self.timeouts = timeouts or StageTimeouts()
-        self.workers = [Worker(d, self.limits, preload=preload) for d in (devices or [None])]
+        base_uid = self.limits.run_as_uid
+        self.workers = [
+            Worker(d, self.limits, preload=preload, uid=None if base_uid is None else base_uid + i)
+            for i, d in enumerate(devices or [None])
+        ]
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self.workers:
             worker.start()  # all start in parallel; readiness is awaited by the first job of each
