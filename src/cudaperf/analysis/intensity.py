@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from tree_sitter import Node
 
@@ -125,7 +126,8 @@ class _Counter:
             span = (end - start) if direction > 0 else (start - end)
             if step.is_const and step.value < 0:
                 step = -step
-            return span.divide(step)
+            trip = span.divide(step)
+            return None if trip is None else self._average_outer(trip, loop)
         # geometric: s >>= 1 from start down to end (or to zero), or s <<= 1 from start up to end
         to_zero = direction < 0 and end.is_const and end.value <= 0
         ratio = start if to_zero else (start.divide(end) if direction < 0 else end.divide(start))
@@ -134,6 +136,24 @@ class _Counter:
         name = f"log{int(step.value)}({_plain(ratio)})" + ("+1" if to_zero else "")
         self.log_terms[name] = (ratio, to_zero)
         return Poly.sym(name)
+
+    def _average_outer(self, trip: Poly, loop: Node) -> Poly:
+        """A triangular nest (`j = k; j < n`) runs its enclosing loop's mean trip: substitute the mean."""
+        means: dict[str, Poly] = {}
+        parent = loop.parent
+        while parent is not None and parent.id != self.scope.fn.id:
+            if parent.type == "for_statement":
+                key = self.scope.loop_key(parent)
+                sym = self.scope.symbol(key) if key is not None else None
+                if sym is not None and trip.depends_on(sym):
+                    start = self._start(parent.child_by_field_name("initializer"))
+                    cond = parent.child_by_field_name("condition")
+                    bound = _bound(self.scope, cond, init_var(parent.child_by_field_name("initializer"))) \
+                        if cond is not None and cond.type == "binary_expression" else None
+                    if start is not None and bound is not None:
+                        means[sym] = (start + bound[0] - Poly.const(1)) * Poly.const(Fraction(1, 2))
+            parent = parent.parent
+        return trip.substitute(means) if means else trip
 
     def _start(self, init: Node | None) -> Poly | None:
         value = None

@@ -349,6 +349,9 @@ class KernelScope:
     def _taint_fixpoint(self) -> set[str]:
         deps: list[tuple[str, set[str], bool]] = []
         for key, defs in self.defs.items():
+            var = self.locals.get(key)
+            if var is not None and var.shared:
+                continue  # shared memory is read back by index, not by thread: see memory accesses
             for d in defs:
                 nodes = [d.rhs] if d.rhs is not None else []
                 if d.op not in ("=",):
