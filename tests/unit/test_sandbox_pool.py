@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -245,6 +246,17 @@ def test_worker_that_cannot_start_is_a_harness_error_not_an_exception():
         reply = p.run(job("ok"))
     assert reply.outcome is Outcome.HARNESS_ERROR and reply.stage == "start"
     assert "ModuleNotFoundError" in reply.logs
+
+
+def test_closing_the_pool_during_a_job_is_a_harness_error_not_a_crash():
+    p = WorkerPool(None, LIMITS, timeouts=TIMEOUTS, preload=())
+    timer = threading.Timer(0.3, p.close)
+    timer.start()
+    start = time.monotonic()
+    reply = p.run(job("sleep_forever", stage="correctness"))
+    timer.join()
+    assert reply.outcome is Outcome.HARNESS_ERROR and "closed" in reply.message
+    assert time.monotonic() - start < 5
 
 
 def test_closed_pool_answers_harness_error():

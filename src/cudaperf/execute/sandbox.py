@@ -249,6 +249,7 @@ class Worker:
         self._hello_nonce = ""
         self._started_at = 0.0
         self._closed = False
+        self._busy = False  # a job is running (close() from another thread must not pull fds from under it)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -296,9 +297,13 @@ class Worker:
         write_all(self._job_fd, encode_message(self._hello()))
 
     def close(self) -> None:
-        """Kill the child and its process group, remove its temp directory."""
+        """Kill the child and its process group, remove its temp directory. A job running in another
+        thread sees the worker die and returns HARNESS_ERROR (and cleans up itself)."""
         self._closed = True
-        self._retire()
+        if self._busy:
+            self._signal_group()
+        else:
+            self._retire()
 
     def _argv(self, job_fd: int, reply_fd: int) -> list[str]:
         return [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.child",
@@ -351,14 +356,18 @@ class Worker:
         if not self._closed:
             self.start()
 
+    def _signal_group(self) -> None:
+        # killpg before reaping: while the leader is an unreaped zombie its pid (= the group id) cannot
+        # be reused, so the signal cannot reach an unrelated group.
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+
     def _kill(self) -> None:
         proc = self._proc
         if proc is None:
             return
-        # killpg before reaping: while the leader is an unreaped zombie its pid (= the group id) cannot
-        # be reused, so the signal cannot reach an unrelated group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        self._signal_group()
         try:
             proc.wait(timeout=self.limits.kill_wait_s)
         except subprocess.TimeoutExpired:  # stuck in the driver; reap it later, off our path
@@ -368,6 +377,7 @@ class Worker:
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR."""
+        self._busy = True
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -375,6 +385,8 @@ class Worker:
             self._replace()
             return WorkerReply(Outcome.HARNESS_ERROR, "sandbox", f"sandbox error:\n{text}"[-4000:],
                                worker_replaced=True)  # fmt: skip
+        finally:
+            self._busy = False
 
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
@@ -521,6 +533,10 @@ class Worker:
     def _fault(
         self, event: _Event, stage: str, durations: dict, timeouts: StageTimeouts, job_deadline: float
     ) -> WorkerReply:
+        if self._closed:  # the pool was closed under this job: not the candidate's doing
+            self._retire()
+            return WorkerReply(Outcome.HARNESS_ERROR, stage, "the worker pool was closed during the job",
+                               durations_s=durations)  # fmt: skip
         if event.kind == "garbled":
             return self._forged(stage, durations, event.detail)
         if event.kind == "timeout":
@@ -555,11 +571,9 @@ class Worker:
 
     def _reap(self) -> int | None:
         """Exit status of a child that has died (kills the rest of its group first)."""
-        proc = self._proc
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        self._signal_group()
         try:
-            return proc.wait(timeout=self.limits.kill_wait_s)
+            return self._proc.wait(timeout=self.limits.kill_wait_s)
         except subprocess.TimeoutExpired:
             return None
 
