@@ -29,12 +29,6 @@ from cudaperf.analysis.memory import Access
 from cudaperf.analysis.scope import FLOAT_TYPES, TX, KernelScope, call_name, init_var, type_info
 from cudaperf.analysis.symbolic import Poly
 
-# H200 ceilings (gpu-machine.md): measured 4.27 TB/s copy bandwidth and ~790 TFLOP/s bf16 dense matmul;
-# FP32 CUDA cores: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz boost = 66.9 TFLOP/s (spec-sheet arithmetic).
-H200_BANDWIDTH_BYTES_PER_S = 4.27e12
-H200_FP32_FLOPS = 66.9e12
-H200_TENSOR_FLOPS = 790e12
-
 _FMA = {"fmaf", "fma", "__fmaf_rn", "__fmaf_rz", "__fmaf_ru", "__fmaf_rd", "__fma_rn", "__hfma"}
 _ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_rn|__hadd|__hsub|__hmul|__hdiv|"
                   r"expf?|exp2f?|__expf|logf?|log2f?|__logf|sinf?|cosf?|__sinf|__cosf|tanhf?|tanf?|sqrtf?|"

@@ -24,14 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaperf.analysis.compiler import CompiledUnit, compile_unit
-from cudaperf.analysis.intensity import (
-    H200_BANDWIDTH_BYTES_PER_S,
-    H200_FP32_FLOPS,
-    H200_TENSOR_FLOPS,
-    evaluate_log_terms,
-)
+from cudaperf.analysis.intensity import evaluate_log_terms
 from cudaperf.analysis.intervals import footprints
 from cudaperf.analysis.occupancy import theoretical_occupancy
+from cudaperf.analysis.roofline import ridge_flops_per_byte
 from cudaperf.analysis.sources import CudaSource, PythonLaunch, solution_sources
 from cudaperf.analysis.static import LaunchSite, StaticKernel, StaticUnit, analyze_cuda
 from cudaperf.analysis.symbolic import Poly
@@ -368,8 +364,7 @@ class _KernelContext:
         )
 
     def ridge(self, sass: dict[str, int]) -> float:
-        tensor = sass.get("hmma", 0) + sass.get("hgmma", 0) + sass.get("imma", 0) > 0
-        return (H200_TENSOR_FLOPS if tensor else H200_FP32_FLOPS) / H200_BANDWIDTH_BYTES_PER_S
+        return ridge_flops_per_byte(sass.get("hmma", 0) + sass.get("hgmma", 0) + sass.get("imma", 0) > 0)
 
     def detail(self) -> KernelDetail:
         k, w = self.kernel, self.kernel.work
