@@ -63,6 +63,24 @@ def raise_system_exit(job, report):
     sys.exit(4)
 
 
+def raise_booby_trapped(job, report):
+    """A BaseException whose __str__ and __class__ run code: the worker must classify it without
+    calling either (they would run outside any candidate scope)."""
+
+    class Trap(BaseException):
+        def __str__(self):
+            open(job["marker"], "w").close()
+            return "trap sprung"
+
+        @property
+        def __class__(self):
+            open(job["marker"], "w").close()
+            return KeyboardInterrupt
+
+    report("forward")
+    raise Trap("quiet", 7)
+
+
 def raise_cuda_like_error(job, report):
     report("correctness")
     raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -27,7 +27,7 @@ REFUSED_IN_SCOPE = [
     "setrlimit",
 ]  # fmt: skip
 ALLOWED_IN_SCOPE = ["write_inside", "read_inside", "write_dev_null", "read_stdlib", "namedtuple", "logging"]
-THREADS = ["thread"]  # refused from 3.13 (an audit event exists), allowed before: see guards.py
+THREADS = ["thread"]  # refused from 3.12 (an audit event exists), allowed before: see guards.py
 AFTER_SCOPE = ["subprocess", "gc_get_objects", "getframe", "write_outside"]
 
 
@@ -193,7 +193,7 @@ def test_scope_allows(probes, name):
 
 
 def test_thread_creation_is_refused_where_python_audits_it(probes):
-    expected = "refused" if sys.version_info >= (3, 13) else "allowed"
+    expected = "refused" if sys.version_info >= (3, 12) else "allowed"
     assert probes["inside"]["thread"] == expected
 
 

@@ -119,6 +119,13 @@ def test_system_exit_is_a_runtime_error_and_the_worker_survives(pool):
     assert pool.run(job("ok")).sandbox["pid"] == before
 
 
+def test_escaping_candidate_exception_is_described_without_running_its_code(pool, tmp_path):
+    marker = tmp_path / "sprung"
+    reply = pool.run(job("raise_booby_trapped", marker=str(marker)))
+    assert reply.outcome is Outcome.RUNTIME_ERROR and reply.message == "Trap: quiet, 7"
+    assert not marker.exists()
+
+
 def test_cuda_error_text_poisons_and_replaces_the_worker(pool):
     reply = pool.run(job("raise_cuda_like_error"))
     assert reply.outcome is Outcome.CUDA_ERROR and reply.payload["worker_poisoned"] and reply.worker_replaced

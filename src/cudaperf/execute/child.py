@@ -191,18 +191,36 @@ def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
     """An exception escaped the handler. session.py turns candidate exceptions into RUNTIME_ERROR itself,
     so an escaping Exception is most likely the harness's (HARNESS_ERROR), except for the kinds the
     candidate can cause anywhere: memory exhaustion, CUDA errors, and BaseExceptions (SystemExit...)
-    that `except Exception` in the harness does not catch."""
-    traceback.print_exception(exc, file=sys.stderr)  # into the log, whose tail the parent attaches
-    text = f"{type(exc).__name__}: {exc}"[:2000]
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+    that `except Exception` in the harness does not catch.
+
+    The exception may be a candidate-defined class, and this runs outside any candidate scope: nothing
+    here may call its methods (`__str__`, a `__class__` or `__traceback__` property...), hence the
+    descriptor-level reads and `issubclass(type(exc), ...)` instead of `isinstance`.
+    """
+    kind, text = _exception_text(exc)
+    tb = BaseException.__traceback__.__get__(exc)
+    frames = "".join(traceback.format_tb(tb))
+    sys.stderr.write(f"Traceback (most recent call last):\n{frames}{text}\n")  # into the log the parent tails
+    if issubclass(kind, MemoryError) or kind.__name__ == "OutOfMemoryError":
         outcome, poisoned = Outcome.OUT_OF_MEMORY, False
     elif any(marker in text for marker in _CUDA_ERROR_MARKERS):
         outcome, poisoned = Outcome.CUDA_ERROR, True
-    elif not isinstance(exc, Exception):
+    elif not issubclass(kind, Exception):
         outcome, poisoned = Outcome.RUNTIME_ERROR, False
     else:
         outcome, poisoned = Outcome.HARNESS_ERROR, False
     return {"outcome": outcome.value, "stage": stage, "message": text, "worker_poisoned": poisoned}
+
+
+def _exception_text(exc: BaseException) -> tuple[type, str]:
+    """(the exception's real type, "Name: args") without running any code of the exception's class."""
+    kind = type(exc)
+    name = type.__dict__["__name__"].__get__(kind)
+    args = BaseException.args.__get__(exc)
+    plain = [str(a) if type(a) in (str, int, float, bool) else f"<{type.__dict__['__name__'].__get__(type(a))}>"
+             for a in args]  # fmt: skip
+    detail = plain[0] if len(plain) == 1 else ", ".join(plain)
+    return kind, f"{name}: {detail}"[:2000] if detail else name
 
 
 def _sweep(threads: frozenset[int], snapshot: dict) -> dict[str, Any]:

@@ -41,8 +41,8 @@ Not covered (this is a speed bump for Python-level misbehaviour, not a security 
   repository), signal the evaluator, read its /proc entries, and raise its own rlimits again.
   What holds against it in any case: the separate process, the network namespace, the scrubbed
   environment, the temp cwd, and the parent's deadlines and process-group kill.
-- Threads: Python < 3.13 raises no audit event for thread creation, so threads cannot be refused there
-  (3.13+ raises `_thread.start_joinable_thread`, refused); a
+- Threads: Python 3.11 raises no audit event for thread creation, so threads cannot be refused there
+  (3.12 raises `_thread.start_new_thread`, 3.13 `_thread.start_joinable_thread`: both refused); a
   Python thread still alive after a job is detected (`python_threads`) and the worker replaced, but
   while the job runs it can act outside the scope (e.g. during timing, hack #5).
 - Candidate code running outside the scope: finalizers (`__del__`, weakref callbacks), dunder methods or
