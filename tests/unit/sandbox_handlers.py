@@ -329,6 +329,9 @@ def _probes(job):
         "write_outside": lambda: open(outside, "w").close(),
         "write_outside_os_open": lambda: os.close(os.open(outside, os.O_WRONLY | os.O_CREAT)),
         "remove_outside": lambda: os.remove(outside),
+        "dir_fd_escape": lambda: os.open(
+            "escaped.txt", os.O_WRONLY | os.O_CREAT, dir_fd=os.open(os.path.dirname(outside), os.O_RDONLY)
+        ),
         "write_inside": lambda: open("inside.txt", "w").close(),
         "read_inside": lambda: open("inside.txt").close(),
         "write_dev_null": lambda: open(os.devnull, "w").close(),

@@ -197,11 +197,11 @@ def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
     here may call its methods (`__str__`, a `__class__` or `__traceback__` property...), hence the
     descriptor-level reads and `issubclass(type(exc), ...)` instead of `isinstance`.
     """
-    kind, text = _exception_text(exc)
+    kind, name, text = _exception_text(exc)
     tb = BaseException.__traceback__.__get__(exc)
     frames = "".join(traceback.format_tb(tb))
     sys.stderr.write(f"Traceback (most recent call last):\n{frames}{text}\n")  # into the log the parent tails
-    if issubclass(kind, MemoryError) or kind.__name__ == "OutOfMemoryError":
+    if issubclass(kind, MemoryError) or name == "OutOfMemoryError":
         outcome, poisoned = Outcome.OUT_OF_MEMORY, False
     elif any(marker in text for marker in _CUDA_ERROR_MARKERS):
         outcome, poisoned = Outcome.CUDA_ERROR, True
@@ -212,15 +212,15 @@ def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
     return {"outcome": outcome.value, "stage": stage, "message": text, "worker_poisoned": poisoned}
 
 
-def _exception_text(exc: BaseException) -> tuple[type, str]:
-    """(the exception's real type, "Name: args") without running any code of the exception's class."""
+def _exception_text(exc: BaseException) -> tuple[type, str, str]:
+    """(real type, its name, "Name: args") without running any code of the exception's class."""
     kind = type(exc)
-    name = type.__dict__["__name__"].__get__(kind)
+    type_name = type.__dict__["__name__"].__get__
+    name = type_name(kind)
     args = BaseException.args.__get__(exc)
-    plain = [str(a) if type(a) in (str, int, float, bool) else f"<{type.__dict__['__name__'].__get__(type(a))}>"
-             for a in args]  # fmt: skip
+    plain = [str(a) if type(a) in (str, int, float, bool) else f"<{type_name(type(a))}>" for a in args]
     detail = plain[0] if len(plain) == 1 else ", ".join(plain)
-    return kind, f"{name}: {detail}"[:2000] if detail else name
+    return kind, name, (f"{name}: {detail}"[:2000] if detail else name)
 
 
 def _sweep(threads: frozenset[int], snapshot: dict) -> dict[str, Any]:
@@ -314,8 +314,8 @@ def _encode_bounded(message: dict[str, Any], max_bytes: int, stage: str) -> byte
         return encode_message({**message, "payload": payload})
     if len(data) <= max_bytes:
         return data
-    payload = {"outcome": Outcome.OUTPUT_TOO_LARGE.value, "stage": stage,
-               "message": f"the job's result is {len(data)} bytes, over the {max_bytes} byte limit"}  # fmt: skip
+    text = f"the job's result is {len(data)} bytes, over the {max_bytes} byte limit"
+    payload = {"outcome": Outcome.OUTPUT_TOO_LARGE.value, "stage": stage, "message": text}
     return encode_message({**message, "payload": payload})
 
 

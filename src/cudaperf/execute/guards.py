@@ -369,6 +369,10 @@ def _make_hook(temp_root: str, protected_fds: frozenset[int], own_pid: int):
             refuse("open", f"for writing of {_text(path)} (outside the temp directory)")
         if _private_path(path, own_pid):
             refuse("open", f"of {_text(path)}")
+        # A directory fd outside the temp dir would let `os.open(name, ..., dir_fd=fd)` create files
+        # there: the event shows only `name`, which resolves inside the temp dir.
+        if not writable(path) and os.path.isdir(_realpath(path) or ""):
+            refuse("open", f"of the directory {_text(path)} (outside the temp directory)")
 
     def scope_event(args: tuple) -> None:
         action, scope = args[0], args[1]

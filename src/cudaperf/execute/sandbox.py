@@ -566,8 +566,9 @@ class Worker:
         logs = self._log_tail()
         self._replace()
         text = f"forged or corrupted message on the result channel: {why}"
+        flags = (Flag("channel_forged", text, Severity.ERROR),)
         return WorkerReply(Outcome.POLICY_VIOLATION, stage, text, logs=logs, durations_s=durations,
-                           flags=(Flag("channel_forged", text, Severity.ERROR),), worker_replaced=True)  # fmt: skip
+                           flags=flags, worker_replaced=True)  # fmt: skip
 
     def _reap(self) -> int | None:
         """Exit status of a child that has died (kills the rest of its group first)."""
