@@ -52,6 +52,13 @@ _POLICY_FLAG_PREFIXES = (
     "impossible_speed",
     "channel_forged",
     "low_coverage",
+    "tensor_subclass",  # lazy tensor subclass output (hack 6)
+    "output_aliases_reference",  # returns the reference's own output tensor (hack 1 variant)
+    "timer_inconsistent",  # event time disagrees with the host clock (hacks 4, 7)
+    "stream_changed",
+    "no_gpu_work",
+    "harness_tampered",
+    "worker_state_changed",
 )
 
 

@@ -42,16 +42,16 @@ def test_timing_of_a_known_kernel_is_stable():
 
 
 def test_l2_flush_matters_for_an_l2_resident_kernel():
-    """A 16 MiB reduction (fits in the 50 MB L2): without the flush it reads from L2 and looks faster.
+    """A 32 MiB reduction (fits in the 50 MB L2; 16 MiB was too small: launch cost and clock state hid the effect): without the flush it reads from L2 and looks faster.
     Compares medians minus the protocol overhead; prints both in microseconds."""
-    x = torch.randn(1 << 22, device=DEVICE)
+    x = torch.randn(1 << 23, device=DEVICE)
     fn = {"sum": lambda inputs: inputs[0].sum()}
     flushed = bench_interleaved_report(fn, [[x]], budget_ms=100, warmup_ms=10, device=DEVICE,
                                        l2_flush_bytes=default_l2_flush_bytes(DEVICE))
     resident = bench_interleaved_report(fn, [[x]], budget_ms=100, warmup_ms=10, device=DEVICE,
                                         l2_flush_bytes=0)
     cold, warm = _median_excess_us(flushed, "sum"), _median_excess_us(resident, "sum")
-    print(f"L2 flush {default_l2_flush_bytes(DEVICE)} bytes; sum of 16 MiB: flushed {cold:.2f} us, "
+    print(f"L2 flush {default_l2_flush_bytes(DEVICE)} bytes; sum of 32 MiB: flushed {cold:.2f} us, "
           f"resident {warm:.2f} us, overhead {flushed.overhead.median_ms * 1e3:.2f} us")
     assert cold > 1.15 * warm
 

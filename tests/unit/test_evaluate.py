@@ -1,0 +1,169 @@
+"""The evaluation recipe on the CPU machine: outcome decision, the no-GPU path, and CPU-mode runs through
+real sandboxed worker processes (pure-PyTorch candidates stand in for kernels where no GPU exists)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, decide_outcome, geomean
+from cudaperf.solutions import solution_from_text
+from cudaperf.types import ConfigCorrectness, Flag, Outcome, Severity, Task, TaskKind, InputConfig
+
+TASK_SRC = textwrap.dedent("""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    def get_input_configs():
+        return [{"name": "small", "n": 1000}, {"name": "odd", "n": 4097}]
+
+    def get_inputs(n=1000):
+        return [torch.randn(n), torch.randn(n)]
+
+    def get_init_inputs():
+        return []
+""")
+
+FAST_SRC = textwrap.dedent('''
+    import torch
+    from cudaperf import cuda
+
+    SRC = r"""
+    extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) out[i] = a[i] + b[i];
+    }
+    """
+    _add = cuda.compile(SRC, "add")
+
+    class ModelNew(torch.nn.Module):
+        def forward(self, a, b):
+            out = torch.empty_like(a)
+            n = a.numel()
+            _add(((n + 255) // 256,), (256,), a, b, out, n)
+            return out
+''')
+
+
+def _task() -> Task:
+    return Task(
+        task_id="add",
+        kind=TaskKind.PYTORCH,
+        source=TASK_SRC,
+        configs=(InputConfig("small", {"n": 1000}), InputConfig("odd", {"n": 4097})),
+    )
+
+
+def _ok(config: str) -> ConfigCorrectness:
+    return ConfigCorrectness(config=config, correct=True, seeds=3)
+
+
+def test_worker_fault_outcome_wins_over_correctness():
+    outcome, _ = decide_outcome(Outcome.TIMEOUT, "stage correctness", (_ok("a"),), ())
+    assert outcome is Outcome.TIMEOUT
+
+
+def test_policy_error_flag_makes_policy_violation():
+    flag = Flag("torch_compute_op", "aten.add called in forward", Severity.ERROR)
+    outcome, message = decide_outcome(None, "", (_ok("a"),), (flag,))
+    assert outcome is Outcome.POLICY_VIOLATION and "aten.add" in message
+
+
+def test_other_error_flag_makes_incorrect():
+    flag = Flag("input_mutated", "input 0 changed", Severity.ERROR)
+    assert decide_outcome(None, "", (_ok("a"),), (flag,))[0] is Outcome.INCORRECT
+
+
+def test_warning_flags_do_not_fail_a_correct_result():
+    flag = Flag("slow_build", "took long", Severity.WARNING)
+    assert decide_outcome(None, "", (_ok("a"),), (flag,))[0] is Outcome.CORRECT
+
+
+def test_one_wrong_config_makes_incorrect():
+    bad = ConfigCorrectness(config="b", correct=False, seeds=3, message="max rel error 3.2")
+    outcome, message = decide_outcome(None, "", (_ok("a"), bad), ())
+    assert outcome is Outcome.INCORRECT and "b:" in message
+
+
+def test_no_correctness_is_a_harness_error():
+    assert decide_outcome(None, "", (), ())[0] is Outcome.HARNESS_ERROR
+
+
+def test_geomean_ignores_missing_values():
+    assert geomean([2.0, None, 8.0]) == pytest.approx(4.0)
+    assert geomean([None]) is None
+
+
+def test_bad_device_name_is_rejected_with_the_fix():
+    with pytest.raises(ValueError, match="use 'auto'"):
+        EvalConfig(device="gpu")
+
+
+def test_without_gpu_build_and_static_run_and_the_rest_is_skipped(tmp_path):
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(FAST_SRC, "fast-add"))
+    assert result.outcome is Outcome.SKIPPED
+    assert result.build is not None and result.build.ok
+    assert "skipped" in result.message
+
+
+def test_syntax_error_is_classified_before_any_build(tmp_path):
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text("def ModelNew(:\n", "broken"))
+    assert result.outcome is Outcome.SYNTAX_ERROR
+
+
+def test_compile_error_carries_the_compiler_log(tmp_path):
+    bad = FAST_SRC.replace("const float* a", "const flaot* a")
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(bad, "bad"))
+    assert result.outcome is Outcome.COMPILE_ERROR
+    assert "flaot" in (result.build.log + result.message)
+
+
+def test_torch_ops_in_forward_are_a_policy_violation_by_default(tmp_path):
+    src = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return torch.add(a, b)\n"
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(src, "torch-add"))
+    assert result.outcome is Outcome.POLICY_VIOLATION
+
+
+def _cpu_config(tmp_path) -> EvalConfig:
+    from cudaperf.anticheat.policy import Policy
+
+    return EvalConfig(
+        device="cpu",
+        cache_dir=str(tmp_path),
+        build_workers=1,
+        seeds=2,
+        policy=Policy(allow_torch_ops=True),
+        timing=TimingConfig(budget_ms=5, warmup_ms=1),
+    )
+
+
+PURE_TORCH = (
+    "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return {expr}\n"
+)
+
+
+def test_cpu_mode_correct_candidate_through_the_sandbox(tmp_path):
+    with Evaluator(_cpu_config(tmp_path)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "ok"))
+    assert result.outcome is Outcome.CORRECT, result.message
+    assert {c.config for c in result.correctness} == {"small", "odd"}
+
+
+def test_cpu_mode_batch_keeps_every_result_and_resumes(tmp_path):
+    from cudaperf.results import ResultStore
+
+    store = ResultStore(tmp_path / "r.jsonl")
+    sols = [solution_from_text(PURE_TORCH.format(expr=e), f"s{i}") for i, e in enumerate(["a + b", "a - b"])]
+    with Evaluator(_cpu_config(tmp_path)) as ev:
+        first = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
+        again = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
+    assert sorted(r.outcome.value for r in first) == ["correct", "incorrect"]
+    assert again == [] and len(store.load()) == 2
