@@ -70,6 +70,12 @@ def analyze_cuda(text: str, *, template_args: dict[str, tuple[str, ...]] | None 
     tree = cst.parse(text)
     kernels = cst.kernel_nodes(tree.root_node)
     line_map = None
+    if not kernels and "__global__" in text:
+        repaired = _close_truncated(text)
+        if repaired is not None:
+            tree, text = repaired
+            kernels = cst.kernel_nodes(tree.root_node)
+            diagnostics.append("source ends inside a kernel: closed its open braces to analyse what is there")
     if preprocess or (preprocess is None and cst.needs_preprocessing(text, len(kernels))):
         pre = cst.preprocess(text)
         if pre is None:
@@ -94,6 +100,16 @@ def analyze_cuda(text: str, *, template_args: dict[str, tuple[str, ...]] | None 
     if not kernels:
         diagnostics.append("no __global__ kernel found")
     return StaticUnit(tuple(out), launches, errors, tuple(diagnostics), line_map)
+
+
+def _close_truncated(text: str):
+    """A source cut off mid-kernel (a truncated model answer): append what closes it, if that parses."""
+    depth = max(1, text.count("{") - text.count("}"))
+    for tail in ("}" * depth, ";" + "}" * depth, " 0;" + "}" * depth, ")" + "}" * depth):
+        tree = cst.parse(text + "\n" + tail)
+        if cst.kernel_nodes(tree.root_node):
+            return tree, text + "\n" + tail
+    return None
 
 
 def _analyze_kernel_safely(node: Node, file_scope: FileScope, bindings: dict[str, tuple[str, ...]],

@@ -75,7 +75,7 @@ def analyze_barriers(scope: KernelScope, effect_nodes: list[Node]) -> list[Barri
     out = []
     for node in sites:
         out.append(Barrier(cst.line(node), " ".join(cst.text(node).split())[:60],
-                           _divergence(scope, node, exits), cst.line(node) in redundant))
+                           _divergence(scope, node, exits), node.id in redundant))
     return out
 
 
@@ -186,7 +186,7 @@ class _Redundancy:
         barrier = self.plain_barrier(stmt)
         if barrier is not None:
             if clean and mark:
-                self.redundant.add(cst.line(barrier))
+                self.redundant.add(barrier.id)
             return True
         if t == "if_statement":
             c0 = clean and not self.has_effect(stmt.child_by_field_name("condition"))
