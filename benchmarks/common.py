@@ -7,7 +7,6 @@ no build cache is shared between candidates: every build in a benchmark is a col
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -19,15 +18,14 @@ from cudaperf.solutions import solution_from_text  # noqa: E402
 from cudaperf.tasks import load_task  # noqa: E402
 from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir  # noqa: E402
 
-_CUDA_STRING = re.compile(r'(r?"""|r?\'\'\')(?=[^"\']*?__global__)', re.S)
-
-
 def variant(source: str, k: int) -> str:
-    """The same solution with a distinct CUDA text: a comment at the start of its first kernel string."""
-    m = _CUDA_STRING.search(source)
-    if m is None:
-        raise ValueError("no triple-quoted CUDA source with __global__ found")
-    return source[: m.end()] + f"\n// benchmark variant {k}\n" + source[m.end():]
+    """The same solution with a distinct CUDA text: a comment line before its first `__global__` line
+    (that line is inside the CUDA source string, so the comment is too)."""
+    at = source.find("__global__")
+    if at < 0:
+        raise ValueError("no CUDA source with __global__ found")
+    line_start = source.rfind("\n", 0, at) + 1
+    return source[:line_start] + f"// benchmark variant {k}\n" + source[line_start:]
 
 
 def example_pairs(fmt: str, n: int) -> list[tuple]:
