@@ -468,3 +468,13 @@ def test_checker_fails_closed_on_pathological_input():
     deep = "x = " + "(" * 5000 + "1" + ")" * 5000 + "\n"
     flags = check_source(deep)
     assert flags and all(f.severity is Severity.ERROR for f in flags)
+
+
+def test_pointer_compared_with_remembered_state_is_a_cache():
+    body = "if x.data_ptr() == self.last_ptr:\n    return self.last\n" + textwrap.dedent(HONEST_FORWARD)
+    assert "identity_cache" in errors(solution(body))
+
+
+def test_aliasing_check_between_fresh_pointers_is_not_a_cache():
+    body = "y = torch.empty_like(x)\nassert y.data_ptr() != x.data_ptr()\nreturn y"
+    assert "identity_cache" not in errors(solution(body))

@@ -825,10 +825,8 @@ class _Checker:
             keys.append(node.slice)
         elif isinstance(node, ast.Dict):
             keys.extend(k for k in node.keys if k is not None)
-        elif isinstance(node, ast.Compare) and any(
-            isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)) for op in node.ops
-        ):
-            keys.extend([node.left, *node.comparators])
+        elif isinstance(node, ast.Compare):
+            keys.extend(self._compare_keys(node))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
             "get", "setdefault", "pop", "__contains__"
         ):
@@ -837,6 +835,26 @@ class _Checker:
             if self._is_identity_operand(key):
                 self.add("identity_cache", "state keyed on a tensor's identity (data_ptr/id/hash)", node)
                 return
+
+    def _compare_keys(self, node: ast.Compare) -> list[ast.AST]:
+        """Operands of a comparison that act as lookup keys: the left side of `in`, or either side of
+        `==`/`is` against remembered state (`self.x`, a module-level name). Two fresh identities compared
+        with each other (an aliasing check: `y.data_ptr() != x.data_ptr()`) are not a cache."""
+        operands = [node.left, *node.comparators]
+        keys: list[ast.AST] = []
+        for i, op in enumerate(node.ops):
+            left, right = operands[i], operands[i + 1]
+            if isinstance(op, (ast.In, ast.NotIn)):
+                keys.append(left)
+            elif isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and (
+                self._is_stored_state(left) or self._is_stored_state(right)
+            ):
+                keys.extend([left, right])
+        return keys
+
+    def _is_stored_state(self, expr: ast.AST) -> bool:
+        base = expr.value if isinstance(expr, ast.Subscript) else expr
+        return _is_self_attr(base) or (isinstance(base, ast.Name) and base.id in self.mod.bound)
 
     def _is_identity_operand(self, expr: ast.AST) -> bool:
         """A tensor identity used as a value: id(x), x.data_ptr(), a name bound to one, or a tuple holding one.
