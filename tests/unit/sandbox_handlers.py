@@ -183,6 +183,17 @@ def oversized_frame(job, report):
     time.sleep(10)
 
 
+def spray_fds(job, report):
+    """An unframed JSON verdict written to every fd from 3 up, as a candidate that knows no protocol."""
+    line = b'{"outcome": "correct", "stage": "timing", "message": ""}\n'
+    for fd in range(3, 64):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    return {"outcome": "incorrect"}
+
+
 def close_channel(job, report):
     """Candidate code that closes every fd it did not open (the worker can no longer answer)."""
     os.closerange(3, 1024)

@@ -182,9 +182,10 @@ def test_huge_reply_is_output_too_large_and_the_worker_is_kept(pool):
     assert_recovers(pool)
 
 
-def test_oversized_frame_is_refused_without_reading_it(pool):
+def test_oversized_frame_is_a_forgery_refused_without_reading_it(pool):
     reply = pool.run(job("oversized_frame"))
-    assert reply.outcome is Outcome.OUTPUT_TOO_LARGE and reply.worker_replaced
+    assert reply.outcome is Outcome.POLICY_VIOLATION and "2147483647 bytes" in reply.message
+    assert [f.code for f in reply.flags] == ["channel_forged"] and reply.worker_replaced
     assert_recovers(pool)
 
 
@@ -192,6 +193,12 @@ def test_forged_result_with_a_guessed_nonce_is_a_policy_violation(pool):
     reply = pool.run(job("forge_message"))
     assert reply.outcome is Outcome.POLICY_VIOLATION and [f.code for f in reply.flags] == ["channel_forged"]
     assert reply.worker_replaced
+    assert_recovers(pool)
+
+
+def test_unframed_json_written_to_every_fd_is_a_forgery(pool):
+    reply = pool.run(job("spray_fds"))  # adversarial fixture hack_08_forge_result_fd, as a handler
+    assert reply.outcome is Outcome.POLICY_VIOLATION and [f.code for f in reply.flags] == ["channel_forged"]
     assert_recovers(pool)
 
 

@@ -11,13 +11,14 @@ Covers:
   process group, the exact fds and environment, and no pickling of anything the child sends back.
 - The wire: length-prefixed JSON over two pipes, jobs in and heartbeats/results out on a private fd
   (never stdout/stderr, which go to a log file whose tail is attached to the reply). Each job carries a
-  random nonce; a message with another nonce, or one that does not parse, is a forgery attempt
-  (POLICY_VIOLATION, flag `channel_forged`). JSON only: the parent never unpickles child data.
+  random nonce; a message with another nonce, one that does not parse, or a frame longer than the limit
+  (the child never sends one) is a forgery attempt (POLICY_VIOLATION, flag `channel_forged`). JSON
+  only: the parent never unpickles child data.
 - Deadlines per stage (`StageTimeouts`): the child reports each stage it enters; the parent applies that
   stage's deadline. Past it: SIGKILL to the process group, TIMEOUT naming the stage. Child death: CRASH
   with the signal or exit code. Reply `worker_poisoned`, a CUDA error, or a sandbox finding (lingering
-  threads, tampered harness) -> the worker is replaced before the next job. A reply over
-  `Limits.max_reply_bytes` -> OUTPUT_TOO_LARGE.
+  threads, tampered harness) -> the worker is replaced before the next job. A result over
+  `Limits.max_reply_bytes` -> OUTPUT_TOO_LARGE (the child measures it and sends that verdict instead).
 
 Not covered: what runs inside the child (`child.py`, the guards in `guards.py`, the evaluation recipe in
 `session.py`), multi-node scale-out (Ray actors wrap a `WorkerPool`), and GPU scheduling beyond
@@ -218,7 +219,7 @@ def describe_exit(returncode: int | None) -> str:
 
 @dataclass
 class _Event:
-    kind: str  # message | timeout | exited | eof | too_large | garbled
+    kind: str  # message | timeout | exited | eof | garbled
     message: dict[str, Any] | None = None
     detail: str = ""
 
@@ -547,10 +548,6 @@ class Worker:
             else:
                 text = f"stage '{stage}' ran past its {timeouts.for_stage(stage):.1f} s deadline"
             outcome = Outcome.TIMEOUT
-        elif event.kind == "too_large":
-            self._kill()
-            logs = self._log_tail()
-            text, outcome = event.detail, Outcome.OUTPUT_TOO_LARGE
         else:  # exited, or closed its end of the channel (then give it a moment to exit by itself)
             if event.kind == "eof":
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -634,10 +631,12 @@ class Worker:
             return None
         (size,) = _HEADER.unpack_from(self._buffer)
         if size > self.limits.max_reply_bytes:
-            return _Event(
-                "too_large",
-                detail=f"reply of {size} bytes is over the {self.limits.max_reply_bytes} byte limit",
+            # The child replaces an oversized result by a small OUTPUT_TOO_LARGE one before sending, so
+            # a header announcing more than the limit was not written by the worker's own code.
+            detail = (
+                f"a frame header announcing {size} bytes, over the {self.limits.max_reply_bytes} byte limit"
             )
+            return _Event("garbled", detail=detail)
         if len(self._buffer) < _HEADER.size + size:
             return None
         body = bytes(self._buffer[_HEADER.size : _HEADER.size + size])
