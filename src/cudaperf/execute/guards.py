@@ -55,8 +55,16 @@ Not covered (this is a speed bump for Python-level misbehaviour, not a security 
 - The GPU and its driver are shared with everything else on the machine: a kernel can read stale device
   memory, hold the GPU, or leave the context unusable (the pool then replaces the worker); timing side
   channels and GPU contention are not addressed.
-- Descendants that call setsid() and whose parent outlives the job escape the process-group kill if the
-  worker itself is killed first; while the worker lives, the subreaper sweep catches them.
+- Descendants that call setsid() escape the process-group kill when the worker itself is killed
+  (timeout, crash); while the worker lives, the subreaper sweep after each job catches them.
+- Reads: the hook refuses writes, not reads (except /proc of other processes, the worker's own memory
+  and fds, raw memory devices): candidate code can read any file the worker's user can (task files;
+  reference outputs are never written to disk).
+- State across jobs: a worker runs many jobs, and memory the integrity check does not look at (module
+  globals, library caches, allocator contents) can carry a candidate's leftovers into later jobs;
+  `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start per job.
+- Completeness: the hook refuses the escape routes listed above; Python's introspection has more
+  (attributes of objects the harness hands to candidate code, C accessors in third-party extensions).
 """
 
 from __future__ import annotations
