@@ -77,7 +77,8 @@ __device__ float helper(float v) { return v; }
 
 
 def _event(name, us, stream=7):
-    return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: us), device_resource_id=stream)
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: us, start=0.0),
+                           device_resource_id=stream)
 
 
 def test_summary_splits_own_and_library_time_per_call():
@@ -92,6 +93,22 @@ def test_summary_splits_own_and_library_time_per_call():
 def test_summary_records_streams():
     report = coverage._summarise([_event("a", 1.0, 7), _event("b", 1.0, 13)], None, repeats=1)
     assert report.streams == (7, 13)
+
+
+def test_marker_gives_the_current_stream_and_is_not_counted():
+    marker = _event("void at::native::vectorized_elementwise_kernel<4, MulFunctor>(int)", 2.0, 7)
+    marker.time_range.start = 0.0
+    own = _event("relu_kernel", 30.0, 21)
+    own.time_range.start = 10.0
+    current, rest = coverage._split_marker([own, marker])
+    report = coverage._summarise(rest, None, repeats=1, current_stream=current)
+    assert current == 7 and [k.name for k in report.kernels] == ["relu_kernel"]
+    assert [f.code for f in coverage_flags(report)] == ["stream_created"]
+
+
+def test_own_kernels_on_the_current_stream_raise_no_stream_flag():
+    report = CoverageReport(1.0, 1.0, 1.0, (KernelTime("mine", 1.0, True),), streams=(7,), current_stream=7)
+    assert coverage_flags(report) == ()
 
 
 def test_summary_without_kernels_has_zero_coverage():

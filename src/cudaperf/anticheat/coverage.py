@@ -21,8 +21,9 @@ way to issue copies through torch is a copy op, which `runtime.TorchOpMonitor` a
 kernel zeroing an accumulator would otherwise be penalised on small inputs, and copies are data movement,
 not the computation coverage is about. PyTorch fill kernels (`torch.zeros`) are kernels and count as not own.
 
-Kernels are also grouped by the stream they ran on: the harness runs the candidate on one stream, so
-kernels on more than one stream mean the candidate launched on a stream of its own (hack #4).
+Kernels are also grouped by the stream they ran on. Before the profiled calls a marker kernel is
+launched on torch's current stream (the stream the candidate must use); a candidate kernel on any other
+stream means the candidate launched on a stream of its own (hack #4), even if all its work went there.
 
 Not covered: timing (coverage runs are profiled, so absolute times are inflated; only the ratio is used);
 work done on the host; kernels launched by another process. Without a CUDA GPU, coverage is None.
@@ -57,7 +58,8 @@ class CoverageReport:
     total_ms: float
     kernels: tuple[KernelTime, ...] = ()
     excluded_ms: float = 0.0  # memcpy + memset time, counted on neither side
-    streams: tuple[int, ...] = ()  # distinct streams the kernels ran on
+    streams: tuple[int, ...] = ()  # distinct streams the kernels ran on (marker excluded)
+    current_stream: int | None = None  # the profiler's id of torch's current stream (from the marker)
     renamed: tuple[str, ...] = ()  # declared candidate kernels whose names look like library kernels
     message: str = ""
 
@@ -136,7 +138,17 @@ def _device_events(prof) -> list:
     return [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
 
 
-def _summarise(events: Iterable, names: set[str] | None, repeats: int) -> CoverageReport:
+def _split_marker(events: list) -> tuple[int | None, list]:
+    """The first kernel in time is the marker launched on the current stream: (its stream, the rest)."""
+    ordered = sorted(events, key=lambda e: e.time_range.start)
+    for i, e in enumerate(ordered):
+        if not _is_copy_activity(e.name):
+            return int(getattr(e, "device_resource_id", 0) or 0), ordered[:i] + ordered[i + 1:]
+    return None, ordered
+
+
+def _summarise(events: Iterable, names: set[str] | None, repeats: int, current_stream: int | None = None
+               ) -> CoverageReport:
     per_kernel: dict[str, float] = {}
     streams: set[int] = set()
     excluded_us = 0.0
@@ -155,7 +167,8 @@ def _summarise(events: Iterable, names: set[str] | None, repeats: int) -> Covera
     message = "" if kernels else "no GPU kernel ran during the profiled calls"
     return CoverageReport(coverage=own_ms / total_ms if total_ms > 0 else 0.0, own_ms=own_ms, total_ms=total_ms,
                           kernels=kernels, excluded_ms=excluded_us / 1000.0 / repeats,
-                          streams=tuple(sorted(streams)), renamed=renamed, message=message)
+                          streams=tuple(sorted(streams)), current_stream=current_stream, renamed=renamed,
+                          message=message)
 
 
 def measure_coverage(run: Callable[[], object], candidate_kernel_names: set[str] | None = None, *,
@@ -176,20 +189,31 @@ def measure_coverage(run: Callable[[], object], candidate_kernel_names: set[str]
         run()
     torch.cuda.synchronize()
     repeats = max(1, repeats)
+    marker = torch.ones(1, device="cuda")
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        marker.mul_(2.0)  # one torch kernel on the current stream, before anything else
+        torch.cuda.synchronize()
         for _ in range(repeats):
             run()
         torch.cuda.synchronize()
     try:
-        events = _device_events(prof)
+        current, events = _split_marker(_device_events(prof))
     except Exception as e:  # noqa: BLE001 -- a profiler post-processing fault is not the candidate's
         return CoverageReport(None, 0.0, 0.0, message=f"profiler failed: {type(e).__name__}: {e}")
-    return _summarise(events, set(candidate_kernel_names) if candidate_kernel_names is not None else None,
-                      repeats)
+    names = set(candidate_kernel_names) if candidate_kernel_names is not None else None
+    return _summarise(events, names, repeats, current)
 
 
 # --------------------------------------------------------------------------------------------------
 # Verdict
+
+
+def _foreign_streams(report: CoverageReport) -> tuple[int, ...]:
+    """Streams other than the current one; without a marker, any second stream is foreign."""
+    if report.current_stream is not None:
+        return tuple(s for s in report.streams if s != report.current_stream)
+    return report.streams[1:] if len(report.streams) > 1 else ()
 
 
 def coverage_flags(report: CoverageReport, policy: Policy | None = None, *, config: str | None = None
@@ -208,8 +232,10 @@ def coverage_flags(report: CoverageReport, policy: Policy | None = None, *, conf
         message = (f"own kernels account for {report.coverage:.0%} of GPU time (at least "
                    f"{policy.min_coverage:.0%} required); largest other kernel: {largest}")
         found.append(("low_coverage", message))
-    if len(report.streams) > 1:
-        message = f"kernels ran on {len(report.streams)} streams: the candidate launched off the current stream"
+    foreign = _foreign_streams(report)
+    if foreign:
+        message = (f"kernels ran on stream(s) {list(foreign)}, not on the current stream "
+                   f"{report.current_stream}: the candidate launched off the current stream")
         found.append(("stream_created", message))
     if report.renamed:
         message = f"declared kernels named like library kernels (not own): {', '.join(report.renamed)}"
