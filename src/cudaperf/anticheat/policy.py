@@ -101,6 +101,7 @@ RULES: dict[str, Rule] = {
         # fp16/bf16 casts in an fp32 task trade accuracy for speed (hack #11). A warning: fp16 storage with
         # fp32 accumulation can be legitimate, and the tight fp32 tolerance is what decides.
         Rule("precision_downcast", _W, "casts to a reduced precision in the forward path"),
+        # The same trade inside the kernel (__half, bf16, cvt.tf32, fp16 MMA); a warning for the same reason.
         Rule("reduced_precision_cuda", _W, "the CUDA source computes in half/bf16/tf32"),
         # State written in forward (self.x = ..., global) is how call counting and result caching work
         # (#3, #14); lazy kernel compilation is the honest use, hence a warning.
