@@ -54,6 +54,7 @@ class Case:
     smem_bytes: int = 0
     run: bool = True
     note: str = ""
+    access_bytes: int = 4  # width of the kernel's global loads/stores (sectors per request scale with it)
 
     @property
     def expected(self) -> dict[str, Any]:
@@ -65,12 +66,12 @@ class Case:
 
 
 def case(name: str, body: str, labels: dict[str, Any], *, grid, block, args, sizes=None, smem_bytes=0,
-         run=True, note="", prelude: str = "") -> Case:
+         run=True, note="", prelude: str = "", access_bytes: int = 4) -> Case:
     """A Case whose source is `prelude` + `extern "C" __global__ void NAME` + `body` (parameters and braces)."""
     source = f'{prelude}extern "C" __global__ void {name}{body}\n'
     g = tuple(grid) + (1,) * (3 - len(grid))
     b = tuple(block) + (1,) * (3 - len(block))
-    return Case(name, source, labels, g, b, tuple(args), dict(sizes or {}), smem_bytes, run, note)
+    return Case(name, source, labels, g, b, tuple(args), dict(sizes or {}), smem_bytes, run, note, access_bytes)
 
 
 def worst(classes: list[CoalescingClass | None]) -> str | None:

@@ -82,7 +82,7 @@ CASES = (
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) out[i] = in[i];
 }""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM}, grid=(N // 4 // 256,), block=BLOCK,
-         args=("in:n", "out:n", "i32:n // 4"), sizes={"n4": N // 4, "n": N}),
+         args=("in:n", "out:n", "i32:n // 4"), sizes={"n4": N // 4, "n": N}, access_bytes=16),
 
     case("v_copy_float2_cast", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -91,7 +91,7 @@ CASES = (
         reinterpret_cast<float2*>(out)[i] = v;
     }
 }""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM}, grid=(N // 2 // 256,), block=BLOCK,
-         args=("in:n", "out:n", "i32:n"), sizes={"n": N}),
+         args=("in:n", "out:n", "i32:n"), sizes={"n": N}, access_bytes=8),
 
     case("v_coarsened_scalar", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;    // 4 consecutive floats per thread, scalar loads
