@@ -135,7 +135,10 @@ def _is_copy_activity(name: str) -> bool:
 
 
 def _device_events(prof) -> list:
-    return [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    """GPU activity (kernels, memcpy, memset); GPU-side user annotations (record_function ranges drawn on
+    the GPU timeline) are spans over kernels, not work, and are dropped."""
+    return [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")
+            and not getattr(e, "is_user_annotation", False)]
 
 
 def _split_marker(events: list) -> tuple[int | None, list]:
