@@ -59,6 +59,8 @@ _POLICY_FLAG_PREFIXES = (
     "no_gpu_work",
     "harness_tampered",
     "worker_state_changed",
+    "lingering_threads",
+    "lingering_processes",
 )
 
 
@@ -270,7 +272,8 @@ class Evaluator:
         durations.update(reply.durations_s or {})
         correctness = tuple(from_dict(ConfigCorrectness, c) for c in payload.get("correctness", []))
         timings = tuple(from_dict(ConfigTiming, t) for t in payload.get("timings", []))
-        flags = static_flags + tuple(from_dict(Flag, f) for f in payload.get("flags", []))
+        flags = (static_flags + tuple(from_dict(Flag, f) for f in payload.get("flags", []))
+                 + tuple(reply.flags or ()))
         outcome, message = decide_outcome(reply.outcome, reply.message, correctness, flags)
         return EvalResult(
             **base, outcome=outcome, message=message, stage=reply.stage, correctness=correctness,
