@@ -163,6 +163,14 @@ def test_identity_detects_trace_hook(snapshot):
         sys.settrace(before)
 
 
+def test_module_imported_after_the_snapshot_is_not_a_patch(monkeypatch):
+    name = "cudaperf_fake_late_module"
+    monkeypatch.setattr(runtime, "_CRITICAL_MODULES", (*runtime._CRITICAL_MODULES, name))
+    snap = runtime.identity_snapshot()
+    monkeypatch.setitem(sys.modules, name, type(sys)(name))
+    assert f"sys.modules[{name!r}]" not in runtime.changed_identities(snap)
+
+
 def test_restore_puts_everything_back(snapshot):
     original = torch.allclose
     torch.allclose = lambda *a, **k: True

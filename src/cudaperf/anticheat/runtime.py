@@ -254,11 +254,13 @@ def _same(before: Any, after: Any) -> bool:
 
 
 def changed_identities(snapshot: IdentitySnapshot) -> tuple[str, ...]:
-    """Names whose object is no longer the one captured (a name missing at capture time counts as changed
-    when something appeared under it since)."""
+    """Names whose object is no longer the one captured. Names missing at capture time are skipped: a
+    module imported later (numpy by the candidate) or a lazily created attribute is not a patch."""
     hooks = _hook_entries()
     changed = []
     for key, before in snapshot.entries.items():
+        if before is _MISSING:
+            continue
         after = hooks[key] if key in hooks else _resolve_static(key)[2]
         if not _same(before, after):
             changed.append(key)

@@ -91,6 +91,7 @@ class ModelNew(nn.Module):
         self.kernel = cuda.compile(SRC, "matmul_regblock")
 
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        # same contract as torch.matmul(A, B): fp32 in, fp32 out, any M, N, K
         A = A.contiguous()
         B = B.contiguous()
         M, K = A.shape
