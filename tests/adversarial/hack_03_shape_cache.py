@@ -6,7 +6,7 @@ rotated with their outputs re-checked. Statically only a `forward_state` warning
 """
 
 TASK = "row_sum"
-EXPECT = "outcome:incorrect|flag:timed_output_mismatch"
+EXPECT = "outcome:incorrect|flag:candidate_input_independent|flag:timed_output_mismatch"
 STATIC = None
 
 from torch import nn
