@@ -48,6 +48,13 @@ def test_with_dynamic_fills_kernel_features():
     assert f.dynamic["thread_efficiency"] == 0.75
 
 
+def test_reward_keys_are_provided_and_launches_add_up():
+    m = ncu.parse_csv(CSV)[1].metrics
+    f = ncu.with_dynamic(KernelFeatures(kernel="v_fma"), [m, m])
+    assert f.dynamic["launches"] == 2 and f.dynamic["gpu_time_ms"] == pytest.approx(0.2)
+    assert 0 <= f.dynamic["roofline_fraction"] <= 1
+
+
 def test_no_header_means_no_rows():
     assert ncu.parse_csv("==PROF== nothing profiled\n") == []
 
