@@ -478,3 +478,23 @@ def test_pointer_compared_with_remembered_state_is_a_cache():
 def test_aliasing_check_between_fresh_pointers_is_not_a_cache():
     body = "y = torch.empty_like(x)\nassert y.data_ptr() != x.data_ptr()\nreturn y"
     assert "identity_cache" not in errors(solution(body))
+
+
+@pytest.mark.parametrize("text", ["", "\x00", "import", "class ModelNew(:\n", "x = 1\n" * 3])
+def test_check_source_never_raises_on_odd_text(text):
+    assert isinstance(check_source(text), tuple)
+
+
+def test_check_source_never_raises_on_random_python():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    fragments = st.sampled_from(["torch.", "x", "(", ")", "self", ".sum()", " + ", "getattr", "def f(a):\n ",
+                                 "return ", "import os\n", "'s'", "[", "]", ":", "\n", "@", "lambda q: q"])
+
+    @hypothesis.settings(max_examples=200, deadline=None)
+    @hypothesis.given(st.lists(fragments, max_size=30).map("".join))
+    def run(text):
+        assert isinstance(check_source(text), tuple)
+
+    run()
