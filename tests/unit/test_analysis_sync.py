@@ -110,3 +110,12 @@ def test_cooperative_groups_block_sync_and_ptx_bar_count_as_barriers():
 
 def test_value_barriers_are_never_redundant():
     assert redundant("__syncthreads(); int any = __syncthreads_or(a[threadIdx.x] > 0); out[0] = any;") == [True, False]
+
+
+def test_barriers_inside_called_device_functions_count_at_the_call_site():
+    src = ("__device__ void sync_all() { __syncthreads(); }\n"
+           "__device__ float reduce_block(float v) { sync_all(); return v; }\n"
+           'extern "C" __global__ void k(float* out) {\n'
+           "  if (threadIdx.x < 32) out[0] = reduce_block(1.0f);\n}\n")
+    (b,) = analyze_cuda(src).kernels[0].barriers
+    assert "reduce_block" in b.text and b.divergent_reason is not None

@@ -160,8 +160,9 @@ class _Counter:
         v = self.scope.value(value)
         if not isinstance(v, Poly):
             return None
-        # thread and block indices only shift a grid- or block-stride loop by less than one step
-        return Poly(tuple((m, c) for m, c in v.terms if not any(s.startswith(("threadIdx", "blockIdx")) for s, _ in m)))
+        # thread, lane and block indices only shift a grid-, block- or warp-stride loop by less than a step
+        return Poly(tuple((m, c) for m, c in v.terms
+                          if not any(s.startswith(("threadIdx", "blockIdx")) or "#" in s for s, _ in m)))
 
     # flops ---------------------------------------------------------------------------------------------
     def flop_cost(self, node: Node) -> int:

@@ -118,6 +118,7 @@ class FileScope:
     shared_globals: dict[str, Var] = field(default_factory=dict)
     device_functions: dict[str, Node] = field(default_factory=dict)
     thread_dependent_functions: set[str] = field(default_factory=set)
+    _barrier_functions: set[str] | None = None  # filled by sync.barrier_functions
 
 
 def declarator_parts(decl: Node) -> tuple[str, int, list[Node | None], bool, Node | None]:

@@ -64,19 +64,44 @@ def is_barrier_call(node: Node) -> bool:
 
 
 def analyze_barriers(scope: KernelScope, effect_nodes: list[Node]) -> list[Barrier]:
+    """Barrier sites of the kernel, including calls to device functions that synchronise the block."""
     if scope.body is None:
         return []
-    sites = [n for n in cst.walk(scope.body) if is_barrier_call(n)]
+    syncing = barrier_functions(scope.file)
+    direct = [n for n in cst.walk(scope.body) if is_barrier_call(n)]
+    via_calls = [n for n in cst.walk(scope.body) if n.type == "call_expression" and call_name(n) in syncing]
+    sites = sorted(direct + via_calls, key=lambda n: n.start_byte)
     if not sites:
         return []
     exits = _thread_dependent_exits(scope)
     effects = sorted({n.start_byte for n in effect_nodes} | _opaque_effects(scope))
-    redundant = _Redundancy(scope, effects, {s.id for s in sites}).run()
+    redundant = _Redundancy(scope, effects, {s.id for s in direct}).run()
     out = []
     for node in sites:
-        out.append(Barrier(cst.line(node), " ".join(cst.text(node).split())[:60],
-                           _divergence(scope, node, exits), node.id in redundant))
+        text = " ".join(cst.text(node).split())[:60]
+        if node.type == "call_expression" and call_name(node) in syncing:
+            text = f"{call_name(node)}() (synchronises the block)"
+        out.append(Barrier(cst.line(node), text, _divergence(scope, node, exits), node.id in redundant))
     return out
+
+
+def barrier_functions(file) -> set[str]:
+    """Device functions that contain a block barrier, directly or through the device functions they call."""
+    cached = getattr(file, "_barrier_functions", None)
+    if cached is not None:
+        return cached
+    calls = {name: {call_name(n) for n in cst.walk(fn) if n.type == "call_expression"}
+             for name, fn in file.device_functions.items()}
+    found = {name for name, fn in file.device_functions.items() if any(is_barrier_call(n) for n in cst.walk(fn))}
+    changed = True
+    while changed:  # propagate up the call graph to a fixpoint
+        changed = False
+        for name, callees in calls.items():
+            if name not in found and callees & found:
+                found.add(name)
+                changed = True
+    file._barrier_functions = found
+    return found
 
 
 def _divergence(scope: KernelScope, node: Node, exits: list[tuple[Node, Node | None, Node]]) -> str | None:
