@@ -134,3 +134,27 @@ def test_report_round_trips_to_json_types():
 
     data = analyze_source(FAST, compile=False).to_dict()
     assert json.loads(json.dumps(data))["kernels"][0]["accesses"][0]["coalescing"] in ("coalesced", "uncoalesced")
+
+
+TEMPLATED_INLINE = '''from torch.utils.cpp_extension import load_inline
+src = r"""
+#include <torch/extension.h>
+template <typename scalar_t, int BLOCK>
+__global__ void fill(scalar_t* y, int n) {
+    int i = blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) y[i] = (scalar_t)INFINITY;
+}
+torch::Tensor run(torch::Tensor y) {
+    AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "fill", ([&] {
+        fill<scalar_t, 128><<<(y.numel() + 127) / 128, 128>>>(y.data_ptr<scalar_t>(), y.numel());
+    }));
+    return y;
+}
+"""
+m = load_inline(name="f", cpp_sources="torch::Tensor run(torch::Tensor y);", cuda_sources=src, functions=["run"])
+'''
+
+
+def test_template_kernels_of_inline_solutions_are_instantiated_for_ptxas():
+    (k,) = analyze_source(TEMPLATED_INLINE, sass=False).kernels
+    assert k.resources is not None and k.occupancy.block_size == 128

@@ -127,8 +127,12 @@ def _analyze(text, kind, arch, launch, sizes, do_compile, sass, use_cache) -> An
         diagnostics.extend(f"unit {index + 1}: {d}" for d in static.diagnostics)
         compiled = None
         if do_compile and static.kernels:
+            exprs = unit.name_expressions or _instantiations(static)
             compiled = compile_unit(unit.compile_text, arch=arch, options=unit.options,
-                                    name_expressions=unit.name_expressions, sass=sass, use_cache=use_cache)
+                                    name_expressions=exprs, sass=sass, use_cache=use_cache)
+            if not compiled.ok and exprs and not unit.name_expressions:  # our guess did not compile
+                compiled = compile_unit(unit.compile_text, arch=arch, options=unit.options, sass=sass,
+                                        use_cache=use_cache)
             diagnostics.extend(f"unit {index + 1}: {d}" for d in compiled.diagnostics)
         for kernel in static.kernels:
             ctx = _KernelContext(unit, static, kernel, compiled, arch, sizes, found.launches, launch)
@@ -137,6 +141,26 @@ def _analyze(text, kind, arch, launch, sizes, do_compile, sass, use_cache) -> An
             details.append(d)
             feedback.extend(render_kernel_feedback(ctx, f, d))
     return AnalysisReport(tuple(features), tuple(feedback), tuple(diagnostics), tuple(details), found.format)
+
+
+_CUDA_TYPES = {"float", "double", "int", "unsigned", "half", "__half", "__nv_bfloat16", "int64_t", "uint32_t",
+               "int32_t", "long", "char", "bool", "float2", "float4", "half2", "__half2", "uint8_t", "int8_t"}
+
+
+def _instantiations(static: StaticUnit) -> tuple[str, ...]:
+    """Name expressions for template kernels launched from host code (load_inline, .cu), so ptxas reports
+    them: the first launch site's arguments, with dispatch type names (`scalar_t`) taken as float."""
+    out = []
+    for kernel in static.kernels:
+        if not kernel.template_params:
+            continue
+        site = next((s for s in static.launches if s.kernel == kernel.name and s.template_args), None)
+        if site is None:
+            continue
+        args = [a if (a in _CUDA_TYPES or not re.fullmatch(r"[A-Za-z_]\w*", a) or a.isupper()) else "float"
+                for a in site.template_args]
+        out.append(f"{kernel.name}<{', '.join(args)}>")
+    return tuple(out)
 
 
 def _caller_blocks(launch: Any) -> dict[str, tuple[int, int, int]]:

@@ -30,8 +30,9 @@ class CudaSource:
 
     @property
     def compile_text(self) -> str:
-        """What NVRTC compiles: the unit itself, or its device code for load_inline and .cu files."""
-        return self.text if self.kind == "nvrtc" else device_only_text(self.text)
+        """What NVRTC compiles: the unit itself, or its device code for load_inline and .cu files (with the
+        few host-header macros device code leans on, and `#line 1` so NVRTC's line numbers stay the file's)."""
+        return self.text if self.kind == "nvrtc" else _HOST_MACROS + device_only_text(self.text)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,13 @@ class SolutionSources:
 
 
 KINDS = ("auto", "fast", "inline", "cuda")
+
+# <math.h>, <cfloat> and c10 macros that kernels written for nvcc + torch use without NVRTC having them.
+_HOST_MACROS = "".join(f"#ifndef {name}\n#define {name} {value}\n#endif\n" for name, value in (
+    ("INFINITY", "__int_as_float(0x7f800000)"), ("NAN", "__int_as_float(0x7fffffff)"),
+    ("FLT_MAX", "3.402823466e+38F"), ("FLT_MIN", "1.175494351e-38F"), ("M_PI", "3.14159265358979323846"),
+    ("C10_WARP_SIZE", "32"),
+)) + "#line 1\n"
 
 
 def solution_sources(text: str, kind: str = "auto") -> SolutionSources:
