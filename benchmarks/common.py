@@ -12,11 +12,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from env_info import env_info  # noqa: E402
+from env_info import env_info
 
-from cudaperf.solutions import solution_from_text  # noqa: E402
-from cudaperf.tasks import load_task  # noqa: E402
-from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir  # noqa: E402
+from cudaperf.solutions import solution_from_text
+from cudaperf.tasks import load_task
+from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir
+
 
 def variant(source: str, k: int) -> str:
     """The same solution with a distinct CUDA text: a comment line before its first `__global__` line

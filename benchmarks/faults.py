@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import example_pairs, write_result  # noqa: E402
+from common import example_pairs, write_result
 
-from cudaperf.solutions import solution_from_text  # noqa: E402
+from cudaperf.solutions import solution_from_text
 
 _HEAD = '''import torch
 from cudaperf import cuda

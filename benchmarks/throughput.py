@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import example_pairs, write_result  # noqa: E402
+from common import example_pairs, write_result
 
 
 def run_cudaperf(pairs, label: str) -> dict:

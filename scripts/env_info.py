@@ -9,7 +9,7 @@ import subprocess
 
 
 def env_info() -> dict[str, str]:
-    info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    info = {"date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "python": platform.python_version(), "host_cpu_count": str(__import__("os").cpu_count())}
     try:
         import torch

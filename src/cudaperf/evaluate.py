@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +41,24 @@ from cudaperf.types import (
     to_dict,
 )
 
-# Flags that mean "the candidate cheated or tampered", as opposed to "the answer is wrong".
-_POLICY_FLAG_PREFIXES = (
-    "static_",
-    "torch_compute_op",
-    "monkey_patch",
-    "thread_created",
-    "stream_created",
-    "precision_flags_changed",
-    "impossible_speed",
-    "channel_forged",
-    "low_coverage",
-    "tensor_subclass",  # lazy tensor subclass output (hack 6)
+# Flags that mean "the candidate cheated or tampered", as opposed to "the answer is wrong": every ERROR
+# rule of the anti-cheat registry, plus the checks of the sandbox, timing and speed-of-light stages.
+_POLICY_FLAG_CODES_EXTRA = frozenset({
+    "impossible_speed",  # a time below the memory floor is not rewarded (hack 14)
+    "channel_forged",  # a forged message on the worker's result channel (hack 8)
+    "low_coverage",  # the candidate's kernels do not account for the GPU time (hack 10)
+    "tensor_subclass_output",  # lazy tensor subclass output (hack 6)
     "output_aliases_reference",  # returns the reference's own output tensor (hack 1 variant)
     "timer_inconsistent",  # event time disagrees with the host clock (hacks 4, 7)
-    "stream_changed",
-    "no_gpu_work",
-    "harness_tampered",
-    "worker_state_changed",
-    "lingering_threads",
-    "lingering_processes",
-)
+    "harness_tampered", "worker_state_changed", "lingering_threads", "lingering_processes",
+})
+
+
+def _is_policy_flag(code: str) -> bool:
+    from cudaperf.anticheat.policy import RULES
+
+    rule = RULES.get(code)
+    return code in _POLICY_FLAG_CODES_EXTRA or (rule is not None and rule.severity is Severity.ERROR)
 
 
 def default_cache_dir() -> Path:
@@ -331,7 +328,7 @@ def decide_outcome(worker_outcome: Outcome | None, message: str,
     if worker_outcome is not None and worker_outcome is not Outcome.CORRECT:
         return worker_outcome, message
     errors = [f for f in flags if f.severity is Severity.ERROR]
-    policy = [f for f in errors if f.code.startswith(_POLICY_FLAG_PREFIXES)]
+    policy = [f for f in errors if _is_policy_flag(f.code)]
     if policy:
         return Outcome.POLICY_VIOLATION, "; ".join(f"{f.code}: {f.message}" for f in policy)
     if not correctness:
@@ -349,7 +346,7 @@ def geomean(values: Iterable[float | None]) -> float | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class _progress:

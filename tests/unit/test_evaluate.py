@@ -9,7 +9,7 @@ import pytest
 
 from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, decide_outcome, geomean
 from cudaperf.solutions import solution_from_text
-from cudaperf.types import ConfigCorrectness, Flag, Outcome, Severity, Task, TaskKind, InputConfig
+from cudaperf.types import ConfigCorrectness, Flag, InputConfig, Outcome, Severity, Task, TaskKind
 
 TASK_SRC = textwrap.dedent("""
     import torch
