@@ -771,7 +771,11 @@ def _select_device(device: torch.device, job: _Job) -> None:
     if job.cache_dir:
         os.environ["CUDAPERF_CACHE_DIR"] = job.cache_dir
     if job.torch_extensions_dir:
-        os.environ["TORCH_EXTENSIONS_DIR"] = job.torch_extensions_dir
+        # The variables the pool built under (TORCH_CUDA_ARCH_LIST too): a different arch list would make
+        # ninja rebuild the extension inside the worker instead of loading the prebuilt one.
+        from cudaperf.build.inline import worker_env
+
+        os.environ.update(worker_env(job.torch_extensions_dir))
     if device.type == "cuda":
         torch.cuda.set_device(device)
 
