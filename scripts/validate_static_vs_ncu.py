@@ -97,8 +97,26 @@ def child(mode: str, names: list[str]) -> int:
 # Parent
 
 
+def _tree_sitter_from_wheels() -> None:
+    """GPU machines lack tree-sitter; if the checkout carries its wheels (ignored folder .whl/), install them
+    into a private directory for this process."""
+    try:
+        import tree_sitter_cuda  # noqa: F401 - probing only
+        return
+    except ImportError:
+        pass
+    wheels = sorted(str(p) for p in (ROOT / ".whl").glob("tree_sitter*.whl"))
+    if len(wheels) < 2:
+        return
+    target = Path(os.environ.get("TMPDIR", "/tmp")) / "cudaperf-tree-sitter"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                    str(target), *wheels], capture_output=True, timeout=120, check=False)
+    sys.path.insert(0, str(target))
+
+
 def static_side(cases: list[Case]) -> tuple[dict[str, dict], str]:
     """Per case: verdicts, theoretical occupancy, ptxas facts, static FLOPs. Source of the verdicts."""
+    _tree_sitter_from_wheels()
     try:
         import tree_sitter_cuda  # noqa: F401 - only to know whether the full analyser can run here
 
@@ -251,11 +269,19 @@ def _bank(case: Case, st: dict, m: dict):
 
 
 def _divergence(case: Case, st: dict, m: dict):
-    metric = "smsp__sass_branch_targets_threads_divergent.sum"
-    if st["verdicts"].get("barriers", 0) == 0 or metric not in m:
-        return st["verdicts"].get("divergent_barrier"), m.get(metric), None
-    divergent = st["verdicts"]["divergent_barrier"]
-    return divergent, f"{m[metric]:.0f} divergent targets", (m[metric] > 0) == divergent
+    """Divergent barrier <=> the hardware saw divergence. Scored on kernels with barriers whose only possible
+    divergence is around them: a divergent barrier, or no thread-dependent condition at all."""
+    v = st["verdicts"]
+    targets = m.get("smsp__sass_branch_targets_threads_divergent.sum")
+    threads = m.get("smsp__average_thread_inst_executed_per_inst_executed.ratio")
+    if not v.get("barriers") or (targets is None and threads is None):
+        return v.get("divergent_barrier"), None, None
+    if not v["divergent_barrier"] and v.get("divergent_branches"):
+        return False, "n/a: other thread-dependent branches", None
+    # an early exit compiles to a predicated EXIT, not a branch: the active-thread average shows it
+    diverged = (targets or 0) > 0 or (threads is not None and threads < 0.98 * 32)
+    shown = f"{targets or 0:.0f} divergent targets, {threads or 0:.2f} threads/instr"
+    return v["divergent_barrier"], shown, diverged == v["divergent_barrier"]
 
 
 def _occupancy(case: Case, st: dict, m: dict):
@@ -272,13 +298,14 @@ def _occupancy(case: Case, st: dict, m: dict):
 
 
 def _vectorized(case: Case, st: dict, m: dict):
-    inst, nbytes = m.get("smsp__sass_inst_executed_op_global_ld.sum"), m.get("dram__bytes_read.sum")
-    if not inst or nbytes is None or st["verdicts"].get("load") in (None, "broadcast"):
+    """Useful bytes per global load request = 32 B x sectors/request x used share of each sector: 128 for
+    scalar floats however they stride, 256 for float2, 512 for float4."""
+    pct = m.get("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct")
+    sectors = m.get("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio")
+    if pct is None or sectors is None or st["verdicts"].get("load") is None:
         return st["verdicts"].get("vectorized"), None, None
-    per = nbytes / inst  # a warp of scalar floats moves 128 B per load instruction, of float4s 512 B
-    if per < 64:  # reused through the caches: bytes per instruction say nothing about widths
-        return st["verdicts"]["vectorized"], f"{per:.0f} B/instr (cached)", None
-    return st["verdicts"]["vectorized"], f"{per:.0f} B/instr", (per > 256) == st["verdicts"]["vectorized"]
+    useful = 32 * sectors * pct / 100
+    return st["verdicts"]["vectorized"], f"{useful:.0f} useful B/request", (useful >= 200) == st["verdicts"]["vectorized"]
 
 
 def _counted(metric_keys: tuple[str, ...], feature: str):

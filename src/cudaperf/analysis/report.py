@@ -87,6 +87,7 @@ class KernelDetail:
     bytes_expression: str = ""
     ridge_flops_per_byte: float | None = None
     unbound_symbols: tuple[str, ...] = ()  # give these in `sizes` to get numbers
+    thread_dependent_conditions: tuple[int, ...] = ()  # lines where threads of a block may diverge
 
 
 @dataclass(frozen=True)
@@ -407,6 +408,7 @@ class _KernelContext:
             bytes_expression=_plain(w.bytes_requested) if w else "",
             ridge_flops_per_byte=self.ridge(self.sass()),
             unbound_symbols=work["unbound"],
+            thread_dependent_conditions=tuple(self.file_line(x) for x in k.thread_dependent_conditions),
         )
 
 

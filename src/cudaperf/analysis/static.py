@@ -38,6 +38,7 @@ class StaticKernel:
     work: WorkEstimate | None = None
     uses_dims: frozenset[str] = frozenset()
     guards: dict[str, Poly] = field(default_factory=dict)  # dimension -> N of a guard `i < N`
+    thread_dependent_conditions: tuple[int, ...] = ()  # lines of branch/loop conditions that vary by thread
     diagnostics: tuple[str, ...] = ()
     scope: KernelScope | None = field(default=None, compare=False, repr=False)  # for launch-time bounds
 
@@ -154,9 +155,25 @@ def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, 
         work=work,
         uses_dims=uses_dims,
         guards=guard_bounds(scope),
+        thread_dependent_conditions=_thread_dependent_conditions(scope),
         diagnostics=tuple(diagnostics),
         scope=scope,
     )
+
+
+_BRANCHES = ("if_statement", "for_statement", "while_statement", "do_statement", "conditional_expression",
+             "switch_statement")
+
+
+def _thread_dependent_conditions(scope: KernelScope) -> tuple[int, ...]:
+    """Lines of the conditions where threads of a block may take different paths (taint of `scope`)."""
+    lines = set()
+    for node in cst.walk(scope.body) if scope.body is not None else ():
+        if node.type in _BRANCHES:
+            cond = node.child_by_field_name("condition")
+            if cond is not None and scope.is_thread_dependent(cond):
+                lines.add(cst.line(cond))
+    return tuple(sorted(lines))
 
 
 def _template_bindings(scope: KernelScope, args: tuple[str, ...]) -> dict[str, Poly]:

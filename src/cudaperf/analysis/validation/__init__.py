@@ -12,7 +12,9 @@ Feature keys and values:
 - `bank_conflict`: worst shared-memory conflict degree (1 = none), None without shared accesses;
 - `padded`: every 2-D shared array padded off the bank period, None without 2-D shared arrays;
 - `barriers` (count), `divergent_barrier`, `redundant_barrier`, `atomics`, `vectorized`, `local_memory`
-  (booleans); `occupancy`: "high" (theoretical >= 50 %) or "low"; `regime`: "memory" or "compute".
+  (booleans); `occupancy`: "high" (theoretical >= 50 %) or "low"; `regime`: "memory" or "compute";
+- `divergent_branches`: some branch or loop condition depends on the thread (a guard `i < n` counts);
+  a kernel without any cannot diverge, which is what makes its barriers checkable on the hardware.
 
 Not covered: correctness of the kernels' results (they are measured, not checked), timing.
 """
@@ -27,10 +29,10 @@ from cudaperf.types import CoalescingClass, KernelFeatures
 DEFAULT_LABELS: dict[str, Any] = {
     "bank_conflict": None, "padded": None, "barriers": 0, "divergent_barrier": False,
     "redundant_barrier": False, "atomics": False, "vectorized": False, "local_memory": False,
-    "occupancy": "high",
+    "occupancy": "high", "divergent_branches": True,
 }
 FEATURES = ("load", "store", "bank_conflict", "padded", "barriers", "divergent_barrier", "redundant_barrier",
-            "atomics", "vectorized", "local_memory", "occupancy", "regime")
+            "atomics", "vectorized", "local_memory", "occupancy", "regime", "divergent_branches")
 _ORDER = {c: i for i, c in enumerate(("broadcast", "coalesced", "strided", "uncoalesced", "unknown"))}
 
 
@@ -102,6 +104,7 @@ def verdicts(f: KernelFeatures, detail: Any | None = None) -> dict[str, Any]:
         "local_memory": local,
         "occupancy": None if f.occupancy is None else ("high" if f.occupancy.occupancy >= 0.5 else "low"),
         "regime": f.roofline_regime,
+        "divergent_branches": bool(detail.thread_dependent_conditions) if detail is not None else None,
     }
 
 

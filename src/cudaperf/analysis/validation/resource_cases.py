@@ -17,7 +17,7 @@ CASES = (
     buf[10239 - threadIdx.x] = in[i] * 2.0f;
     __syncthreads();
     out[i] = buf[63 - threadIdx.x] + buf[10176 + threadIdx.x];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
          grid=(N // 64,), block=(64,), args=COPY_ARGS, sizes={"n": N}),
 
     case("v_occupancy_dynamic_smem", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -26,7 +26,7 @@ CASES = (
     dyn[threadIdx.x] = in[i];
     __syncthreads();
     out[i] = dyn[255 - threadIdx.x];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
          grid=(N // 256,), block=(256,), args=COPY_ARGS, sizes={"n": N}, smem_bytes=96 * 1024),
 
     case("v_occupancy_registers", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -42,7 +42,7 @@ CASES = (
         for (int j = k; j < 96; j += 5) s += a[k] * a[j];   // every a[k] stays live to the end
     }
     out[i] = s;
-}""", {"load": "coalesced", "store": "coalesced", "occupancy": "low", "regime": "compute"},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "occupancy": "low", "regime": "compute"},
          grid=(N // 4 // 256,), block=(256,), args=COPY_ARGS, sizes={"n": N}, prelude="",
          note="96 live floats per thread: about 100+ registers, so few warps fit"),
 

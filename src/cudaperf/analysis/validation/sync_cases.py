@@ -19,12 +19,13 @@ CASES = (
     case("v_early_return_barrier", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ float s[256];
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;                              // the tail of the last block leaves...
+    if (i >= n || in[i] < 0.25f) return;             // a quarter of the threads, at random, leave...
     s[threadIdx.x] = in[i];
-    __syncthreads();                                 // ...and never arrives here
+    __syncthreads();                                 // ...and never arrive here
     out[i] = s[threadIdx.x] + s[threadIdx.x ^ 1];
 }""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "divergent_barrier": True,
-       **MEM}, grid=((ODD + 255) // 256,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": ODD}),
+       **MEM}, grid=(N // 256,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N},
+         note="the exiting threads are spread over every warp, so the hardware sees the divergence"),
 
     case("v_grid_stride_barrier", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ float s[256];
@@ -48,7 +49,7 @@ CASES = (
         __syncthreads();
     }
     out[i] = v;
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, **MEM},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:steps"), sizes={"n": N, "steps": 8}),
 
     case("v_block_uniform_return", """(const float* __restrict__ in, float* __restrict__ out, int nblocks) {
@@ -58,7 +59,7 @@ CASES = (
     s[threadIdx.x] = in[i];
     __syncthreads();
     out[i] = s[255 - threadIdx.x];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, **MEM},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:nblocks"), sizes={"n": N, "nblocks": (1 << 14) - 16}),
 
     case("v_redundant_barrier", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -68,7 +69,7 @@ CASES = (
     __syncthreads();
     __syncthreads();                                 // nothing to order since the previous one
     out[i] = s[255 - threadIdx.x];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, "redundant_barrier": True,
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, "redundant_barrier": True,
        **MEM}, grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}),
 
     case("v_shared_flag_uniform", """(const float* __restrict__ in, float* __restrict__ out, int n) {
