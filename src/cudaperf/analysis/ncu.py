@@ -285,7 +285,9 @@ def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, met
             with open(log) as fh:
                 text = fh.read()
         except OSError:
-            text = proc.stdout
+            text = ""
+        if '"ID"' not in text:  # an ncu that printed its results to stdout despite --log-file
+            text = text + "\n" + proc.stdout
     kernels_found = parse_csv(text)
     diagnostics = _diagnose(text + "\n" + proc.stdout + "\n" + proc.stderr, proc.returncode, kernels_found)
     return ProfileResult(bool(kernels_found), tuple(kernels_found), tuple(diagnostics), tuple(cmd), proc.returncode,
