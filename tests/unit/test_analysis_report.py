@@ -158,3 +158,26 @@ m = load_inline(name="f", cpp_sources="torch::Tensor run(torch::Tensor y);", cud
 def test_template_kernels_of_inline_solutions_are_instantiated_for_ptxas():
     (k,) = analyze_source(TEMPLATED_INLINE, sass=False).kernels
     assert k.resources is not None and k.occupancy.block_size == 128
+
+
+CONCATENATED = '''from torch.utils.cpp_extension import load_inline
+HEADER = r"""
+#include <torch/extension.h>
+"""
+
+# some Python in between
+
+
+KERNELS = r"""
+extern "C" __global__ void colmajor(const float* a, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i * n] = a[i];
+}
+"""
+m = load_inline(name="x", cpp_sources="", cuda_sources=HEADER + KERNELS, functions=[])
+'''
+
+
+def test_concatenated_inline_sources_map_back_to_their_file_lines():
+    report = analyze_source(CONCATENATED, compile=False)
+    assert any(f.startswith("line 13: store to out strided by n") for f in report.feedback), report.feedback

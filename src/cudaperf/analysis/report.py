@@ -229,7 +229,10 @@ class _KernelContext:
     def file_line(self, line: int) -> int:
         if self.static.line_map is not None and 0 < line <= len(self.static.line_map):
             line = self.static.line_map[line - 1] or line
-        return line + (self.unit.line_offset or 0)
+        mapped = self.unit.line_map
+        if mapped is not None and 0 < line <= len(mapped) and mapped[line - 1]:
+            return mapped[line - 1]
+        return line
 
     # compiler facts --------------------------------------------------------------------------------
     def _resources(self) -> ResourceUsage | None:

@@ -23,7 +23,7 @@ from cudaperf.analysis.cst import device_only_text
 class CudaSource:
     text: str  # CUDA C++ as the analyser reads it
     kind: str  # "nvrtc" | "inline" | "cuda_c"
-    line_offset: int | None  # file line of the unit's first line, minus one; None: not locatable
+    line_map: tuple[int, ...] | None  # unit line (index + 1) -> file line; 0 or None: not locatable
     options: tuple[str, ...] = ()
     name_expressions: tuple[str, ...] = ()
     python_line: int | None = None  # the `cuda.compile` / `load_inline` call
@@ -66,12 +66,12 @@ def solution_sources(text: str, kind: str = "auto") -> SolutionSources:
     if kind not in KINDS:
         return SolutionSources("unknown", (), (), (f"unknown kind {kind!r}; expected one of {KINDS}",))
     if kind == "cuda":
-        return SolutionSources("cuda_c", (CudaSource(text, "cuda_c", 0),))
+        return SolutionSources("cuda_c", (CudaSource(text, "cuda_c", None),))
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         if kind == "auto":
-            return SolutionSources("cuda_c", (CudaSource(text, "cuda_c", 0),))
+            return SolutionSources("cuda_c", (CudaSource(text, "cuda_c", None),))
         return SolutionSources(kind, (), (), (f"not valid Python ({exc.msg}, line {exc.lineno})",))
     return _python_solution(text, tree)
 
@@ -90,7 +90,7 @@ def _python_solution(text: str, tree: ast.AST) -> SolutionSources:
             diagnostics.append(f"line {unit.line}: no CUDA source in this call")
             continue
         kind = "inline" if unit.kind == INLINE else "nvrtc"
-        units.append(CudaSource(cuda, kind, _line_offset(text, cuda), tuple(unit.options),
+        units.append(CudaSource(cuda, kind, file_line_map(text, cuda), tuple(unit.options),
                                 tuple(unit.name_expressions), unit.line))
     if not units and not diagnostics:
         diagnostics.append("no CUDA source found (no cuda.compile/cuda.load/load_inline call)")
@@ -107,15 +107,40 @@ def _dedupe(units: list[CudaSource]) -> list[CudaSource]:
     return out
 
 
-def _line_offset(text: str, cuda: str) -> int | None:
-    at = text.find(cuda)
-    if at < 0:  # joined or escaped: try the first non-empty line of the unit
-        first = next((ln for ln in cuda.split("\n") if ln.strip()), "")
-        at = text.find(first) if first else -1
-        if at < 0 or text.count(first) != 1:
-            return None
-        return text.count("\n", 0, at) - cuda.split("\n").index(first)
-    return text.count("\n", 0, at)
+MIN_CHUNK = 24  # shorter matches (a lone "}") could sit anywhere in the file: not trusted
+
+
+def file_line_map(text: str, cuda: str) -> tuple[int, ...] | None:
+    """Where each line of a CUDA unit sits in the Python file: the unit is cut into the longest pieces that
+    appear verbatim in the file (`HEADER + KERNELS + WRAPPER` gives three), each piece mapped to its place."""
+    mapping = [0] * (cuda.count("\n") + 1)
+    pos = 0
+    while pos < len(cuda):
+        length, at = _longest_match(text, cuda, pos)
+        if length < MIN_CHUNK:
+            pos += max(1, length)
+            continue
+        unit_line = cuda.count("\n", 0, pos)
+        file_line = text.count("\n", 0, at) + 1
+        for k in range(cuda.count("\n", pos, pos + length) + 1):
+            if mapping[unit_line + k] == 0:
+                mapping[unit_line + k] = file_line + k
+        pos += length
+    return tuple(mapping) if any(mapping) else None
+
+
+def _longest_match(text: str, cuda: str, pos: int) -> tuple[int, int]:
+    """(length, file offset) of the longest prefix of cuda[pos:] found in `text` (binary search: a prefix of
+    a found string is found too)."""
+    lo, hi, best, at = 1, len(cuda) - pos, 0, -1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        found = text.find(cuda[pos:pos + mid])
+        if found >= 0:
+            best, at, lo = mid, found, mid + 1
+        else:
+            hi = mid - 1
+    return best, at
 
 
 # --------------------------------------------------------------------------------------------------
