@@ -180,4 +180,4 @@ m = load_inline(name="x", cpp_sources="", cuda_sources=HEADER + KERNELS, functio
 
 def test_concatenated_inline_sources_map_back_to_their_file_lines():
     report = analyze_source(CONCATENATED, compile=False)
-    assert any(f.startswith("line 13: store to out strided by n") for f in report.feedback), report.feedback
+    assert any(f.startswith("line 12: store to out strided by n") for f in report.feedback), report.feedback
