@@ -95,6 +95,12 @@ class EvalConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
     coverage: bool = True
     """Measure the share of GPU time spent in the candidate's own kernels (torch profiler)."""
+    analyze: bool = True
+    """Attach static structural features (ptxas resources, occupancy, coalescing, barriers...) to results
+    of solutions that built; pure analysis of the text, the compile is a cache hit."""
+    profile: bool = False
+    """Optional dynamic stage: Nsight Compute counters for correct candidates (achieved occupancy, sectors
+    per request, DRAM throughput, bank conflicts...). Costs seconds per candidate; needs ncu."""
     build_workers: int = 0
     """Processes in the CPU build pool; 0 = one per core."""
     arch: str | None = None
@@ -219,10 +225,31 @@ class Evaluator:
         if self._workers is None:
             why = ("no CUDA GPU on this machine" if self.config.device != "none"
                    else "EvalConfig.device='none'")
-            return EvalResult(**base, outcome=Outcome.SKIPPED, stage="execute", build=build,
-                              flags=static_flags, stage_durations_s=durations,
-                              message=f"{why}: build and static checks ran; correctness and timing skipped")
-        return self._run_in_worker(task, solution, build, static_flags, durations, base)
+            skipped = EvalResult(**base, outcome=Outcome.SKIPPED, stage="execute", build=build,
+                                 flags=static_flags, stage_durations_s=durations,
+                                 message=f"{why}: build, static checks and structural analysis ran; "
+                                         "correctness and timing skipped")
+            return self._with_features(task, solution, skipped)
+        result = self._run_in_worker(task, solution, build, static_flags, durations, base)
+        return self._with_features(task, solution, result)
+
+    def _with_features(self, task: Task, solution: Solution, result: EvalResult) -> EvalResult:
+        """Static features for every result that got past the build; ncu counters for correct ones."""
+        if not self.config.analyze or solution.format is SolutionFormat.PYTORCH:
+            return result
+        from cudaperf.analysis import analyze_source
+
+        t0 = time.perf_counter()
+        report = analyze_source(solution.source, arch=self.arch, sass=False)
+        features, notes = tuple(report.kernels), tuple(report.diagnostics)
+        if self.config.profile and result.correct and self.mode == "cuda":
+            from cudaperf.analysis.dynamic import profile_features
+
+            features, more = profile_features(task, solution, features)
+            notes += more
+        flags = result.flags + tuple(Flag("analysis_note", n[:300], Severity.INFO) for n in notes[:5])
+        durations = {**result.stage_durations_s, "analysis": time.perf_counter() - t0}
+        return dataclasses.replace(result, features=features, flags=flags, stage_durations_s=durations)
 
     def _static_flags(self, solution: Solution) -> tuple[Flag, ...]:
         from cudaperf.anticheat.static import check_source

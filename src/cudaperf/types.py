@@ -215,6 +215,7 @@ class EvalResult:
     coverage: float | None = None  # share of GPU time in the candidate's own kernels
     kernel_time_ms: dict[str, float] = field(default_factory=dict)  # GPU time per own kernel (profiler)
     build: BuildResult | None = None
+    features: tuple[KernelFeatures, ...] = ()  # structural analysis (static; dynamic when profiled)
     flags: tuple[Flag, ...] = ()
     logs: str = ""  # candidate stdout/stderr and tracebacks, truncated
     stage_durations_s: dict[str, float] = field(default_factory=dict)
@@ -278,6 +279,7 @@ class KernelFeatures:
     arithmetic_intensity: float | None = None
     roofline_regime: str | None = None  # "memory" | "compute"
     dynamic: dict[str, float] = field(default_factory=dict)  # ncu metrics when measured
+    static: dict[str, float] = field(default_factory=dict)  # further static facts (padding, footprint...)
     diagnostics: tuple[str, ...] = ()
 
 

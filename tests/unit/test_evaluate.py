@@ -111,6 +111,13 @@ def test_without_gpu_build_and_static_run_and_the_rest_is_skipped(tmp_path):
     assert "skipped" in result.message
 
 
+def test_without_gpu_the_structural_features_are_still_attached(tmp_path):
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(FAST_SRC, "fast-add"))
+    (kernel,) = result.features
+    assert kernel.kernel == "add" and kernel.resources is not None and kernel.resources.registers > 0
+
+
 def test_syntax_error_is_classified_before_any_build(tmp_path):
     with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
         result = ev.evaluate(_task(), solution_from_text("def ModelNew(:\n", "broken"))

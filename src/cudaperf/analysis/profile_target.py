@@ -1,0 +1,54 @@
+"""The process Nsight Compute profiles for the evaluator's dynamic stage: one candidate, one configuration.
+
+    ncu ... python -m cudaperf.analysis.profile_target JOB.json
+
+JOB.json holds `{"task": to_dict(Task), "solution": to_dict(Solution), "config": name, "calls": int,
+"temp_dir": path}`. Before candidate code runs, the same guards as the evaluator's worker are installed
+(network namespace where permitted, audit hook with the candidate scope around import, construction and
+forward). Only the candidate's calls sit inside the profiler range, so ncu sees only its kernels.
+
+Not covered: correctness (the evaluator has already judged the candidate); timing (ncu's replay is not a
+timing method here).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(job_path: str) -> int:
+    import torch
+
+    from cudaperf.execute import guards
+    from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
+    from cudaperf.types import Solution, Task, from_dict
+
+    job = json.loads(open(job_path).read())
+    task, solution = from_dict(Task, job["task"]), from_dict(Solution, job["solution"])
+    config = next(c for c in task.configs if c.name == job["config"])
+    guards.isolate_network()
+    guards.install_audit_hook(temp_root=job["temp_dir"])
+    problem = load_module(task)
+    inputs = make_inputs(problem, config, 1, "cuda")
+    init = make_init_inputs(problem, config)
+    namespace: dict = {"__name__": "cudaperf_candidate"}
+    code = compile(solution.source, solution.path or "<solution>", "exec")
+    with guards.candidate_scope():
+        exec(code, namespace)  # noqa: S102 - candidate code, inside the audit-hook scope
+        model = namespace["ModelNew"](*init).to("cuda")
+    with torch.no_grad():
+        with guards.candidate_scope():
+            model(*inputs)  # warm-up outside the profiled range
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for _ in range(int(job.get("calls", 1))):
+            with guards.candidate_scope():
+                model(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
