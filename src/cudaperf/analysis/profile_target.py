@@ -21,6 +21,7 @@ def main(job_path: str) -> int:
     import torch
 
     from cudaperf.execute import guards
+    from cudaperf.tasks.kernelbench import exec_task_source
     from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
     from cudaperf.types import Solution, Task, from_dict
 
@@ -32,11 +33,10 @@ def main(job_path: str) -> int:
     problem = load_module(task)
     inputs = make_inputs(problem, config, 1, "cuda")
     init = make_init_inputs(problem, config)
-    namespace: dict = {"__name__": "cudaperf_candidate"}
-    code = compile(solution.source, solution.path or "<solution>", "exec")
     with guards.candidate_scope():
-        exec(code, namespace)  # noqa: S102 - candidate code, inside the audit-hook scope
-        model = namespace["ModelNew"](*init).to("cuda")
+        module = exec_task_source(solution.source, module_name="cudaperf_profiled_candidate",
+                                  filename=solution.path or "<solution>", keep=True)
+        model = module.ModelNew(*init).to("cuda")
     with torch.no_grad():
         with guards.candidate_scope():
             model(*inputs)  # warm-up outside the profiled range
