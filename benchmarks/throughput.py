@@ -28,12 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import example_pairs, write_result
 
 
-def run_cudaperf(pairs, label: str) -> dict:
-    from cudaperf.evaluate import EvalConfig, Evaluator
+def run_cudaperf(pairs, label: str, baselines: tuple[str, ...]) -> dict:
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     t0 = time.perf_counter()
-    with Evaluator(EvalConfig(device="cuda")) as ev:
-        results = list(ev.evaluate_many(pairs))
+    results = []
+    with Evaluator(EvalConfig(device="cuda", timing=TimingConfig(baselines=baselines))) as ev:
+        print(f"  [{time.perf_counter() - t0:6.1f} s] evaluator ready", flush=True)
+        for r in ev.evaluate_many(pairs):  # one line per result, so a killed run still shows its progress
+            results.append(r)
+            stages = " ".join(f"{k}={v:.2f}" for k, v in sorted(r.stage_durations_s.items()))
+            print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value} {stages}",
+                  flush=True)
     wall = time.perf_counter() - t0
     outcomes = {}
     for r in results:
@@ -108,13 +114,17 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=24, help="candidates for cudaperf (fast format)")
     ap.add_argument("--kb-subset", type=int, default=3, help="candidates for the KernelBench-style run")
     ap.add_argument("--inline-n", type=int, default=8, help="candidates for cudaperf's load_inline path")
+    ap.add_argument("--baselines", default="eager,compile",
+                    help="baselines cudaperf times live per candidate (comma-separated)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    baselines = tuple(b for b in args.baselines.split(",") if b)
 
-    fast = run_cudaperf(example_pairs("fast", args.n), "cudaperf fast format (NVRTC, pool, sandbox)")
+    fast = run_cudaperf(example_pairs("fast", args.n),
+                        f"cudaperf fast format (NVRTC, pool, sandbox; baselines {'+'.join(baselines)})", baselines)
     print(fast, flush=True)
     inline_pairs = example_pairs("inline", max(args.inline_n, args.kb_subset))
-    inline = run_cudaperf(inline_pairs[: args.inline_n], "cudaperf load_inline (build pool, sandbox)")
+    inline = run_cudaperf(inline_pairs[: args.inline_n], "cudaperf load_inline (build pool, sandbox)", baselines)
     print(inline, flush=True)
     kb = run_kb_style(inline_pairs[: args.kb_subset])
     rows = [fast, inline, kb]

@@ -2,11 +2,13 @@
 # The one entry point for GPU work: runs the GPU test suite and the benchmarks on a machine with an NVIDIA
 # GPU, writes logs and JSON under $OUT (default benchmarks/results/<date>), and prints a short table last.
 #
-#   bash scripts/gpu_check.sh [tests] [example-tests] [dataset-tests] [throughput] [repeatability] [faults]
-#                             [analysis]     (default: all; each step must fit the 10-minute device call)
+#   bash scripts/gpu_check.sh [STEP ...]      (default: every step)
+#   steps: tests adversarial example-tests dataset-tests throughput repeatability faults analysis
 #
-# On the lent H200 machine Python packages missing there travel as wheels in .whl/ (see
-# ../shared/docs/gpu-machine.md); they are installed into /tmp/site first.
+# Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
+# to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
+# after it still run. On the lent H200 machine Python packages missing there travel as wheels in .whl/
+# (see ../shared/docs/gpu-machine.md); they are installed into /tmp/site first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -18,40 +20,37 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export CUDAPERF_CACHE_DIR=${CUDAPERF_CACHE_DIR:-/tmp/cudaperf-cache}
-STEPS=${*:-tests example-tests dataset-tests throughput repeatability faults analysis}
+STEPS=${*:-tests adversarial example-tests dataset-tests throughput repeatability faults analysis}
 SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
+python3 scripts/env_info.py > "$OUT/env.json"
+cat "$OUT/env.json"
 
-python3 scripts/env_info.py | tee "$OUT/env.json"
-
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-
-gpu_tests() {  # name, pytest arguments...
-  local name=$1; shift
-  local t0=$SECONDS
-  python3 -m pytest -q -m gpu -p no:cacheprovider -rfE "$@" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' | tee "$OUT/$name.log"
-  echo "| $name | $(tail -n 1 "$OUT/$name.log") | $((SECONDS - t0)) s |" >> "$SUMMARY"
+# step NAME DEFAULT_LIMIT_S COMMAND...: run with a limit, log to $OUT/NAME.log, one summary row.
+step() {
+  local name=$1 limit_var="LIMIT_${1//-/_}" default=$2; shift 2
+  [[ " $STEPS " == *" $name "* ]] || return 0
+  local limit=${!limit_var:-$default} t0=$SECONDS
+  echo "== $name (limit ${limit} s)"
+  timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$? last
+  last=$(grep -aE '(passed|failed|error)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
+  [[ $rc -eq 124 || $rc -eq 137 ]] && last="KILLED at the ${limit} s limit; ${last}"
+  echo "| $name | rc=$rc | ${last:-see log} | $((SECONDS - t0)) s |" | tee -a "$SUMMARY"
+  grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' >> "$SUMMARY" || true
 }
-# The examples (inline builds, ~3 min) and the dataset implementations (~1.5 min) are steps of their own.
-want tests && gpu_tests gpu_tests tests/ --ignore=tests/gpu/test_examples_gpu.py --ignore=tests/gpu/test_datasets_gpu.py
-want example-tests && gpu_tests gpu_example_tests -s tests/gpu/test_examples_gpu.py
-want dataset-tests && gpu_tests gpu_dataset_tests tests/gpu/test_datasets_gpu.py
-if want throughput; then
-  python3 benchmarks/throughput.py --out "$OUT/throughput.json" 2>&1 | tee "$OUT/throughput.log"
-  tail -n 12 "$OUT/throughput.log" | grep '^|' >> "$SUMMARY"
-fi
-if want repeatability; then
-  python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" 2>&1 | tee "$OUT/repeatability.log"
-  grep '^|' "$OUT/repeatability.log" >> "$SUMMARY"
-fi
-if want faults; then
-  python3 benchmarks/faults.py --out "$OUT/faults.json" 2>&1 | tee "$OUT/faults.log"
-  grep '^|' "$OUT/faults.log" >> "$SUMMARY"
-fi
-if want analysis; then
-  python3 scripts/validate_static_vs_ncu.py --out "$OUT/static_vs_ncu.md" 2>&1 | tee "$OUT/static_vs_ncu.log"
-  grep -E '^\| (overall|TOTAL)' "$OUT/static_vs_ncu.log" >> "$SUMMARY"
-fi
+
+PYTEST=(python3 -m pytest -q -m gpu -p no:cacheprovider -rfE --durations=15 --timeout 300)
+step tests 420 "${PYTEST[@]}" tests/gpu --ignore=tests/gpu/test_examples_gpu.py \
+  --ignore=tests/gpu/test_datasets_gpu.py
+step adversarial 360 "${PYTEST[@]}" tests/adversarial
+step example-tests 360 "${PYTEST[@]}" -s tests/gpu/test_examples_gpu.py
+step dataset-tests 240 "${PYTEST[@]}" tests/gpu/test_datasets_gpu.py
+step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json"
+step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json"
+step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json"
+step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT"
+
 echo
 echo "== summary ($OUT) =="
 cat "$SUMMARY"
