@@ -23,9 +23,9 @@ Nothing leaves `run_eval_job` as an exception. `payload["outcome"]` stays None w
 
 Not covered: process isolation, deadlines and the result channel (the sandbox and child of
 `cudaperf.execute`), static checks, the final outcome (`cudaperf.evaluate.decide_outcome`), C->CUDA tasks
-(answered HARNESS_ERROR until their runner exists). The runtime op monitor is not active during timing
-(its per-op overhead would distort the candidate's samples); timing re-checks outputs instead and coverage
-measures who does the work.
+(`run_eval_job` hands them to `cudaperf.execute.c_session.run_c_job`). The runtime op monitor is not
+active during timing (its per-op overhead would distort the candidate's samples); timing re-checks outputs
+instead and coverage measures who does the work.
 """
 
 from __future__ import annotations
@@ -221,6 +221,10 @@ def run_eval_job(job: dict, report: Callable[[str], None]) -> dict:
 
     `report(stage)` is the heartbeat, called as each stage starts. The secret is popped from `job` first,
     so the dict the caller holds no longer contains it once candidate code can run."""
+    if isinstance(job.get("task"), dict) and job["task"].get("kind") == TaskKind.C.value:
+        from cudaperf.execute.c_session import run_c_job  # C->CUDA tasks have their own recipe
+
+        return run_c_job(job, report)
     secret = str(job.pop("secret", ""))
     session = _Session(report)
     try:

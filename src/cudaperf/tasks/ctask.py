@@ -22,6 +22,9 @@ The candidate contract (C→CUDA "fast" format, the same one PyTorch→CUDA fast
   multi-pass algorithms (scans, sorting networks, two-pass reductions) keep a real host loop, and the
   evaluator, anti-cheat and structural analysis already handle this format for PyTorch tasks.
 
+Loading: `load_task_file(path)` gives the shared `Task` record (`Task.spec` holds the CTask document and
+the naive CUDA port, see `to_task`); `from_task` reads the CTask back.
+
 Not covered here: running the C reference (`cref.py`), running candidates on the GPU (the worker),
 comparing outputs (`cudaperf.correctness`), the task generators (`cudaperf.datasets`).
 """
@@ -34,6 +37,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -293,9 +297,17 @@ def _csr_col_idx(rng: np.random.Generator, row_ptr: np.ndarray, cols: int) -> np
 # Bridge to the shared records
 
 
-def to_task(task: CTask, path: str | None = None) -> Task:
-    """The shared `Task` record: `source` is the C function (what a prompt shows); the full declaration
-    is the JSON document at `path` (a `Task` has no field for it yet — see the report of issue 4)."""
+BASELINE_SOURCES_KEY = "baseline_sources"  # in `Task.spec`: baseline name -> fast-format module text
+NAIVE_CUDA = "naive_cuda"  # the naive one-thread-per-iteration port (the C→CUDA GPU baseline)
+
+
+def to_task(task: CTask, path: str | None = None, naive_cuda: str | None = None) -> Task:
+    """The shared `Task` record: `source` is the C function (what a prompt shows); `spec` is the CTask
+    document (`to_dict(task)`, read back with `from_task`) plus, when known, the text of the naive CUDA
+    port under `spec["baseline_sources"]["naive_cuda"]` (the worker times it as a baseline)."""
+    spec = to_dict(task)
+    if naive_cuda:
+        spec[BASELINE_SOURCES_KEY] = {NAIVE_CUDA: naive_cuda}
     return Task(
         task_id=task.task_id,
         kind=TaskKind.C,
@@ -305,7 +317,89 @@ def to_task(task: CTask, path: str | None = None) -> Task:
         family=task.family,
         tolerances={"default": task.tolerance},
         description=task.description,
+        spec=spec,
     )
+
+
+def from_task(task: Task) -> CTask:
+    """The CTask inside a C `Task` record; CTaskError when `spec` does not hold one."""
+    if task.kind is not TaskKind.C or not task.spec.get("entry"):
+        raise CTaskError(f"task {task.task_id}: no C task declaration in Task.spec")
+    try:
+        return from_dict(CTask, task.spec)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CTaskError(f"task {task.task_id}: malformed C task declaration: {exc}") from None
+
+
+def baseline_source(task: Task, name: str = NAIVE_CUDA) -> str | None:
+    return (task.spec.get(BASELINE_SOURCES_KEY) or {}).get(name)
+
+
+def load_task_file(path: str | Path) -> Task:
+    """A `<task_id>.ctask.json` file as a `Task`, with its naive CUDA port when one can be found
+    (`find_naive_port`). Raises CTaskError (or OSError) for an unusable file."""
+    p = Path(path)
+    try:
+        task = from_json(p.read_text(encoding="utf-8"))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CTaskError(f"not a C task document: {exc}") from None
+    problems = validate(task)
+    if problems:
+        raise CTaskError("; ".join(problems))
+    return to_task(task, str(p), find_naive_port(task, p))
+
+
+def find_naive_port(task: CTask, path: Path | None = None) -> str | None:
+    """The naive CUDA port of `task`, looked up in order:
+    1. `<task_id>.naive.py` next to the task file (hand-written tasks ship their own port);
+    2. a built dataset (`<root>/tasks/c/<family>/<file>` with `<root>/manifest.json`): the baseline
+       implementation regenerated from the family and variant the manifest records;
+    3. the generator index at seed 0 (the default build), matched by task id.
+    None when none applies. Steps 2-3 import `cudaperf.datasets` lazily (the generators depend on this
+    module, not the other way round)."""
+    if path is not None:
+        sibling = path.with_name(path.name.removesuffix(CTASK_SUFFIX) + ".naive.py")
+        if sibling.is_file():
+            return sibling.read_text(encoding="utf-8")
+        found = _naive_from_manifest(task, path)
+        if found:
+            return found
+    return _naive_from_index(task)
+
+
+def _baseline_impl(family: str, variant: dict[str, Any], task_id: str) -> str | None:
+    from cudaperf.datasets import registry
+
+    try:
+        impls = registry.family(family).implementations(variant, task_id)
+    except StopIteration:  # a family this build does not know
+        return None
+    return next((i.source for i in impls if i.baseline), None)
+
+
+def _naive_from_manifest(task: CTask, path: Path) -> str | None:
+    parents = path.resolve().parents
+    manifest = parents[3] / "manifest.json" if len(parents) > 3 else None
+    if manifest is None or not manifest.is_file():
+        return None
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8")).get("tasks", [])
+    except (OSError, ValueError):
+        return None
+    entry = next((e for e in entries if e.get("task_id") == task.task_id), None)
+    return _baseline_impl(entry["family"], entry["variant"], task.task_id) if entry else None
+
+
+def _naive_from_index(task: CTask) -> str | None:
+    from cudaperf.datasets import registry
+
+    names = {f.name for f in registry.all_families() if f.kind is TaskKind.C}
+    if task.family not in names:
+        return None
+    for generated in registry.build_index(0, kinds=(TaskKind.C,), families=(task.family,)):
+        if generated.task_id == task.task_id:
+            return _baseline_impl(generated.family, generated.variant, task.task_id)
+    return None
 
 
 def prompt_text(task: CTask) -> str:

@@ -243,8 +243,16 @@ def task_from_source(source: str, task_id: str, path: str | None = None) -> Task
 
 
 def load_task(path: str | Path) -> Task:
-    """Load one task file; the task id is the file stem. Raises TaskError (file and reason)."""
+    """Load one task file; the task id is the file stem (for `.ctask.json` C tasks, the id the file
+    declares). Raises TaskError (file and reason)."""
     p = Path(path)
+    if p.name.endswith(".ctask.json"):  # a C->CUDA task (cudaperf.tasks.ctask)
+        from cudaperf.tasks.ctask import load_task_file
+
+        try:
+            return load_task_file(p)
+        except (OSError, ValueError) as exc:
+            raise TaskError(p, str(exc)) from None
     try:
         source = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,0 +1,621 @@
+"""The in-worker recipe for C→CUDA tasks: one job (a C task and a candidate) from the job dict to the reply
+payload, in the shape of `session.run_eval_job`'s (dev/CONTRACTS.md, "The job sent to a worker") plus
+`extra_baselines`. `session.run_eval_job` dispatches here when `job["task"]["kind"] == "c"`.
+
+Stages (heartbeats), in order:
+- setup: as session.py (secret popped, seeds derived, device, guards); then the CTask from `Task.spec`
+  (`ctask.to_task`); a missing or malformed declaration is the task's fault: HARNESS_ERROR;
+- reference: per configuration x seed, inputs from `ctask.make_inputs` with the derived seed, and the
+  serial C reference run on the CPU (`cref`); kept across jobs in host memory by `C_REFERENCES`;
+- import: the candidate module inside `candidate_scope()`, then its entry function: a callable named like
+  the C entry point that takes the C parameter names (else INVALID_SOLUTION);
+- correctness: per configuration x seed, two calls, each on fresh device copies of the inputs with the
+  `out` arrays pre-filled with a fill pattern (0xFF bytes: NaN / -1, then 0x5A bytes): an element the
+  candidate never writes keeps a pattern and fails at least one call whatever the reference holds there;
+  `in` arrays are compared with the pristine copy afterwards (mutation: ERROR flag `input_mutated`);
+  outputs are compared with the task's tolerance (integers exactly); the runtime op monitor watches for
+  torch compute ops, as for PyTorch tasks;
+- timing: the candidate and the naive CUDA port (`Task.spec`, see `ctask.to_task`) interleaved by
+  `cudaperf.timing` on rotated input sets with outputs re-checked, then the serial C time on the CPU
+  (median of repeats; cached with the reference, so later candidates of the task reuse it);
+- coverage: the share of GPU time in the candidate's own kernels.
+
+Timing detail (why): every timed function gets its own output buffers, and `inout` arrays are restored
+from the input set inside each timed call (a device copy, the same for every timed function). Without it,
+calls after the first see their own results (an in-place sort would be timed sorting sorted keys, which a
+candidate can detect and skip) and could not be re-checked. The restore's time is measured alongside as
+`inout_restore`, so readers can subtract it.
+
+Payload: `timings[*].eager` / `.compiled` stay None (they are PyTorch baselines); the C baselines are in
+`payload["extra_baselines"] = {config: {"serial_c": Timing, "naive_cuda": Timing, "inout_restore": Timing}}`
+(dicts; a baseline that did not run is absent, with a flag saying why) until `ConfigTiming` has a field
+for them. Which run: the names among ("serial_c", "naive_cuda") in `timing.baselines`; both when the list
+names neither (the PyTorch default); none when it is empty.
+
+Reuse: job parsing, the stage wrapper, guard windows, failure classification, the interleaved bench with
+its baseline-dropping, payload and cleanup are session.py's: `_Session` and its helpers are private there
+and imported on purpose, so both task kinds share one implementation of the safety steps.
+
+Not covered: process isolation and deadlines (the sandbox), static checks and the build (evaluate.py), the
+final outcome (`evaluate.decide_outcome`), PyTorch tasks (session.py). The C reference is trusted code run
+in the worker (cref.py): a task with a wrong length expression can crash the worker (outcome CRASH).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from cudaperf.correctness import (
+    Comparison,
+    clone_inputs,
+    compare,
+    degenerate_flags,
+    mutated_positions,
+    poison_allocator,
+)
+from cudaperf.execute.session import (
+    CANDIDATE,
+    _environment,
+    _Guards,
+    _parse_job,
+    _preload,
+    _select_device,
+    _Session,
+    _set_precision,
+    _Stop,
+    _summarize,
+)
+from cudaperf.sol import estimate, min_bytes, speed_flags
+from cudaperf.tasks import cref
+from cudaperf.tasks.ctask import (
+    C_TYPES,
+    NAIVE_CUDA,
+    CConfig,
+    CParam,
+    CTask,
+    CTaskError,
+    ParamKind,
+    array_lengths,
+    baseline_source,
+    from_task,
+    make_inputs,
+    validate,
+)
+from cudaperf.timing import BenchReport, summarize
+from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, Outcome, Severity, Timing, to_dict
+
+SERIAL_C = "serial_c"  # the C reference on the CPU (its time: the serial baseline)
+RESTORE = "inout_restore"  # the inout restore alone, timed with the others (see the module docstring)
+C_BASELINES = (SERIAL_C, NAIVE_CUDA)
+FILL_BYTES = (0xFF, 0x5A)  # out-array fill per call: 0xFF.. is NaN / -1, 0x5A.. a finite, unlikely value
+SERIAL_C_REPEATS = (3, 30)  # least and most timed calls of the serial reference per configuration
+HOST_REFERENCE_CACHE_BYTES = 4 << 30
+NAIVE_MODULES_KEPT = 32
+
+
+# --------------------------------------------------------------------------------------------------
+# References kept across jobs (host memory)
+
+
+@dataclass
+class CReference:
+    """One (configuration, seed): scalars and pristine in/inout arrays, the C outputs, the C call's time.
+    Arrays are read-only numpy arrays; `serial_c` is filled when the configuration is timed."""
+
+    values: dict[str, Any]
+    outputs: dict[str, np.ndarray]
+    reference_ms: float
+    nbytes: int
+    serial_c: Timing | None = None
+
+
+class CReferenceCache:
+    """References of recent (task, configuration, seed) keys, least recently used evicted past a budget.
+
+    Why across jobs: the evaluator sends every candidate of a task with the same public seeds, and the
+    serial C runs (seconds on large configurations, more when timed) are the costliest host step. Why no
+    fingerprint (session.py's device cache has one): these arrays live in pageable host memory that GPU
+    kernels cannot write, and they are read-only, so a stray write raises instead of corrupting a verdict.
+    """
+
+    def __init__(self, budget_bytes: int = HOST_REFERENCE_CACHE_BYTES):
+        self.budget_bytes = budget_bytes
+        self._entries: OrderedDict[tuple, CReference] = OrderedDict()
+
+    def get(self, key: tuple) -> CReference | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple, entry: CReference) -> None:
+        self._entries[key] = entry
+        while len(self._entries) > 1 and sum(e.nbytes for e in self._entries.values()) > self.budget_bytes:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+C_REFERENCES = CReferenceCache()
+_NAIVE_MODULES: OrderedDict[str, ModuleType] = OrderedDict()  # naive ports by source hash (trusted code)
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe
+
+
+def run_c_job(job: dict, report: Callable[[str], None]) -> dict:
+    """Evaluate one C->CUDA job and return the reply payload (see the module docstring). Never raises.
+
+    `report(stage)` is the heartbeat. The secret is popped from `job` before any candidate code runs."""
+    secret = str(job.pop("secret", ""))
+    session = _CSession(report)
+    try:
+        session.stage("setup", session.setup, job, secret)
+        del secret
+        session.stage("reference", session.compute_references)
+        session.stage("import", session.import_candidate)
+        session.stage("correctness", session.check_correctness)
+        if session.should_time():
+            session.stage("timing", session.time_configs)
+        if session.should_measure_coverage():
+            session.stage("coverage", session.measure_coverage)
+    except _Stop as stop:
+        session.stop(stop)
+    finally:
+        session.cleanup()
+    return session.payload()
+
+
+@dataclass(frozen=True)
+class _OnDevice:
+    """One (configuration, seed) on the job's device: scalars, pristine in/inout arrays, expected outputs."""
+
+    scalars: dict[str, Any]
+    arrays: dict[str, torch.Tensor]
+    expected: tuple[torch.Tensor, ...]  # in the order of `CTask.outputs`
+
+
+class _CSession(_Session):
+    """State of one C job; each method is one step of the recipe (the rest is `_Session`'s)."""
+
+    def __init__(self, report: Callable[[str], None]):
+        super().__init__(report)
+        self.ctask: CTask | None = None
+        self.entry_fn: Callable | None = None
+        self.wanted: set[str] = set()
+        self.naive: Callable | None | bool = False  # False: not looked up yet; None: unavailable
+        self.naive_why = ""  # why the naive port is unavailable
+        self.on_device: dict[tuple[str, int], _OnDevice] = {}
+        self.extra_baselines: dict[str, dict[str, Any]] = {}
+
+    # -- stages ----------------------------------------------------------------------------------
+    def setup(self, job: dict, secret: str) -> None:
+        self.job = _parse_job(job, secret)
+        self.device = self.job.device
+        _select_device(self.device, self.job)
+        self.environment = _environment(self.device)
+        _set_precision(self.job.task.allow_tf32)
+        _preload()
+        self.guards = _Guards(self.job.policy)
+        self.ctask = _declared_ctask(self.job.task)
+        digest = hashlib.sha256(json.dumps(to_dict(self.ctask), sort_keys=True).encode()).hexdigest()
+        self.task_key = (self.ctask.task_id, digest)
+        self.timed_names = tuple(c.name for c in self.ctask.configs)
+        self.wanted = wanted_baselines(self.job.timing)
+
+    def compute_references(self) -> None:
+        for config in self.ctask.configs:
+            for seed in self.job.seeds:
+                self.reference(config, seed)
+
+    def import_candidate(self) -> None:
+        from cudaperf.tasks.kernelbench import exec_task_source
+
+        solution = self.job.solution
+        digest = hashlib.sha256(solution.source.encode()).hexdigest()
+        self.candidate_module_name = f"cudaperf_candidate_{digest[:12]}"
+        self.guards.start()
+        module = self.candidate(lambda: exec_task_source(
+            solution.source, module_name=self.candidate_module_name,
+            filename=solution.path or f"<solution {solution.solution_id}>", keep=True), "import")
+        names = tuple(p.name for p in self.ctask.params)
+        fn, problem = self.candidate(lambda: entry_function(module, self.ctask.entry, names), "import")
+        if problem:
+            raise _Stop(Outcome.INVALID_SOLUTION, problem)
+        self.entry_fn = fn
+
+    def check_correctness(self) -> None:
+        for config in self.ctask.configs:
+            self.correctness.append(self.correctness_for(config))
+            self.drop_device(config)
+            self.release()
+
+    def time_configs(self) -> None:
+        for name in self.timed_names:
+            config = self.ctask.config(name)
+            self.timings.append(self.time_config(config))
+            self.drop_device(config)
+            self.release()
+
+    def measure_coverage(self) -> None:
+        """Coverage on the first timed configuration; a profiler failure is a warning (as in session.py)."""
+        config = self.ctask.config(self.timed_names[0])
+        args = self.call_arguments(self.device_data(config, self.job.seeds[0]), FILL_BYTES[0])
+        try:
+            from cudaperf.anticheat.coverage import kernel_names_from_source, measure_coverage
+
+            own_names = kernel_names_from_source(self.job.solution.source) or None
+            result = measure_coverage(lambda: self.candidate(
+                lambda: self.call_entry(args, config.name, monitored=False), self.call_name, config.name),
+                own_names)
+        except Exception as exc:  # noqa: BLE001 - the harness's profiler failed, not the candidate
+            self.flags.append(Flag("coverage_failed", f"{type(exc).__name__}: {exc}"[:500], Severity.WARNING,
+                                   config.name))
+            return
+        self.coverage = result.coverage
+        for name, ms, own in result.kernels:
+            if own:
+                self.kernel_time_ms[name] = self.kernel_time_ms.get(name, 0.0) + ms
+        self.flags += self.guards.coverage_flags(result, config.name)
+
+    # -- the reference ---------------------------------------------------------------------------
+    def reference(self, config: CConfig, seed: int) -> CReference:
+        """The cached C reference of (config, seed), computed on a miss (a failure is the task's)."""
+        key = (*self.task_key, config.name, seed)
+        entry = C_REFERENCES.get(key)
+        if entry is None:
+            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
+            C_REFERENCES.put(key, entry)
+        return entry
+
+    def device_data(self, config: CConfig, seed: int) -> _OnDevice:
+        key = (config.name, seed)
+        if key not in self.on_device:
+            entry = self.reference(config, seed)
+            scalars = {p.name: entry.values[p.name] for p in self.ctask.params if not p.is_array}
+            arrays = {name: to_device(entry.values[name], self.device) for name in self.input_names}
+            expected = tuple(to_device(entry.outputs[p.name], self.device) for p in self.ctask.outputs)
+            self.on_device[key] = _OnDevice(scalars, arrays, expected)
+        return self.on_device[key]
+
+    def drop_device(self, config: CConfig) -> None:
+        self.on_device = {k: v for k, v in self.on_device.items() if k[0] != config.name}
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The arrays the harness fills with data (`in` and `inout`), in parameter order."""
+        return tuple(p.name for p in self.ctask.params if p.kind in (ParamKind.IN, ParamKind.INOUT))
+
+    @property
+    def call_name(self) -> str:
+        return f"{self.ctask.entry}()"
+
+    # -- the candidate ---------------------------------------------------------------------------
+    def call_arguments(self, data: _OnDevice, fill_byte: int) -> dict[str, Any]:
+        """Keyword arguments for one call: scalars, fresh copies of the in/inout arrays, filled outs."""
+        outs = {p.name: filled(self.length(p, data), p.ctype, self.device, fill_byte)
+                for p in self.ctask.params if p.kind is ParamKind.OUT}
+        return {**data.scalars, **clone_inputs(data.arrays), **outs}
+
+    def length(self, param: CParam, data: _OnDevice) -> int:
+        return array_lengths(self.ctask, CConfig("", data.scalars))[param.name]
+
+    def call_entry(self, args: dict[str, Any], config: str, monitored: bool = True) -> None:
+        """The entry function on `args`, in the caller's candidate window; its return value is ignored."""
+        with torch.no_grad():
+            if not monitored:
+                self.alive.append(self.entry_fn(**args))
+                return
+            monitor = self.guards.op_monitor()
+            with monitor:
+                self.alive.append(self.entry_fn(**args))
+        self.flags += [replace(f, config=f.config or config) for f in monitor.flags()]
+
+    def run_candidate(self, config: CConfig, data: _OnDevice, fill_byte: int) -> tuple[tuple, str]:
+        """One call on fresh arguments into a poisoned allocator: (outputs, mutation message or '')."""
+        args = self.call_arguments(data, fill_byte)
+        poison_allocator(self.device)  # scratch from torch.empty starts as NaN too (hack #1)
+        self.candidate(lambda: self.call_entry(args, config.name), self.call_name, config.name)
+        changed = [name for name in self.input_names if self.ctask.param(name).kind is ParamKind.IN
+                   and mutated_positions(data.arrays[name], args[name])]
+        message = f"the candidate modified its input array(s) {', '.join(changed)}" if changed else ""
+        return tuple(args[p.name] for p in self.ctask.outputs), message
+
+    # -- correctness -----------------------------------------------------------------------------
+    def correctness_for(self, config: CConfig) -> ConfigCorrectness:
+        results: list[tuple[str, Comparison]] = []
+        outputs, references = [], []
+        for i, seed in enumerate(self.job.seeds):
+            data = self.device_data(config, seed)
+            for k, fill_byte in enumerate(FILL_BYTES):
+                outs, mutated = self.run_candidate(config, data, fill_byte)
+                label = f"seed {self.job.public_seeds[i]}, call {k + 1}"
+                results += self.judge(outs, data.expected, mutated, fill_byte, label, config)
+                if k == 0:
+                    outputs.append(tuple(comparable(t) for t in outs))
+            references.append(tuple(comparable(t) for t in data.expected))
+        self.flags += degenerate_flags(outputs, references, self.inputs_differ(config), config=config.name)
+        return _summarize(config.name, results, len(self.job.seeds))
+
+    def judge(self, outs: tuple, expected: tuple, mutated: str, fill_byte: int, label: str,
+              config: CConfig) -> list[tuple[str, Comparison]]:
+        tol = self.ctask.tolerance_for(config)
+        results = []
+        for param, out, ref in zip(self.ctask.outputs, outs, expected, strict=True):
+            result = compare(comparable(out), comparable(ref), tol, path=f"`{param.name}`")
+            self.flags += [replace(f, config=config.name) for f in result.flags]
+            unwritten = still_filled(out, fill_byte) if not result.ok and param.kind is ParamKind.OUT else 0
+            if unwritten:
+                result = replace(result, message=f"{result.message}; {unwritten} element(s) still hold the "
+                                 f"harness's fill pattern 0x{fill_byte:02X} bytes (never written)")
+            results.append((label, result))
+        if mutated:
+            self.flags.append(Flag("input_mutated", mutated, Severity.ERROR, config.name))
+            results.append((label, Comparison(ok=False, message=mutated)))
+        return results
+
+    def inputs_differ(self, config: CConfig) -> bool:
+        arrays = [self.reference(config, seed).values for seed in self.job.seeds]
+        names = self.input_names
+        return any(not np.array_equal(arrays[0][n], other[n]) for other in arrays[1:] for n in names)
+
+    # -- timing ----------------------------------------------------------------------------------
+    def time_config(self, config: CConfig) -> ConfigTiming:
+        data = [self.device_data(config, seed) for seed in self.job.timing_seeds]
+        input_sets = [[d.arrays[name] for name in self.input_names] for d in data]
+        expected = [tuple(comparable(t) for t in d.expected) for d in data]
+        tol = self.ctask.tolerance_for(config)
+        fns = {CANDIDATE: self.timed(self.entry_fn, data[0], scoped=True)}
+        naive = self.naive_entry(config.name)
+        if naive is not None:
+            fns[NAIVE_CUDA] = self.timed(naive, data[0], scoped=False)
+        if any(p.kind is ParamKind.INOUT for p in self.ctask.params):
+            fns[RESTORE] = self.timed(None, data[0], scoped=False)
+
+        def check(name: str, index: int, out: Any) -> bool:
+            if name == RESTORE:
+                return True
+            return compare(tuple(comparable(t) for t in out), expected[index], tol).ok
+
+        bench = self.bench(fns, input_sets, check, config.name)
+        return self.summarize_c(config, data[0], bench)
+
+    def timed(self, fn: Callable | None, data: _OnDevice, scoped: bool) -> Callable[[list], Any]:
+        """fn(inputs) for the bench: restores inout arrays into its own buffers, calls `fn` (None: only the
+        restore) on the set's in arrays and its buffers, returns the buffers (re-checked by the bench)."""
+        buffers = {p.name: filled(self.length(p, data), p.ctype, self.device, FILL_BYTES[0])
+                   for p in self.ctask.outputs}
+        names = self.input_names
+
+        def run(inputs: list) -> Any:
+            args = dict(data.scalars)
+            for name, tensor in zip(names, inputs, strict=True):
+                if name in buffers:
+                    buffers[name].copy_(tensor)  # inout: restored inside the timed call (module docstring)
+                else:
+                    args[name] = tensor
+            args.update(buffers)
+            if fn is None:
+                return None
+            if scoped:
+                with self.scope():
+                    fn(**args)
+            else:
+                fn(**args)
+            return tuple(buffers[p.name] for p in self.ctask.outputs)
+
+        return run
+
+    def naive_entry(self, config: str) -> Callable | None:
+        """The naive CUDA port's entry function (looked up once per job), or None with a flag saying why."""
+        if self.naive is False:
+            self.naive = self._load_naive()
+        if self.naive is None and NAIVE_CUDA in self.wanted:
+            self.flags.append(Flag("naive_cuda_unavailable", self.naive_why, Severity.INFO, config))
+        return self.naive
+
+    def _load_naive(self) -> Callable | None:
+        source = baseline_source(self.job.task, NAIVE_CUDA)
+        self.naive_why = ("not requested" if NAIVE_CUDA not in self.wanted
+                          else "the task carries no naive CUDA port (Task.spec)" if not source
+                          else "CPU mode: the port's kernels need a GPU" if self.device.type != "cuda"
+                          else "")
+        if self.naive_why:
+            return None
+        try:
+            return getattr(naive_module(source), self.ctask.entry)
+        except Exception as exc:  # noqa: BLE001 - a broken baseline costs the baseline, not the verdict
+            self.naive_why = f"the naive port did not load: {type(exc).__name__}: {exc}"[:500]
+            return None
+
+    def serial_c(self, config: CConfig, seed: int) -> Timing:
+        """Median of repeated serial C calls on the CPU (perf_counter around each call; inputs restored
+        between calls by `cref`), computed once per (task, config, seed) and cached with the reference."""
+        entry = self.reference(config, seed)
+        if entry.serial_c is None:
+            start = time.perf_counter()
+            low, high = SERIAL_C_REPEATS
+            repeats = max(low, min(high, math.ceil(float(self.job.timing["budget_ms"]) /
+                                                   max(entry.reference_ms, 1e-3))))
+            run = cref.run_reference(self.ctask, config, seed, repeats=repeats, cache_dir=self.job.cache_dir,
+                                     values=fresh_values(self.ctask, config, entry))
+            if not run.ok or not run.samples_ms:
+                raise RuntimeError(f"timing the serial C reference ({config.name}) failed: {run.message}")
+            entry.serial_c = summarize(run.samples_ms)
+            self.durations[SERIAL_C] = self.durations.get(SERIAL_C, 0.0) + time.perf_counter() - start
+        return entry.serial_c
+
+    def summarize_c(self, config: CConfig, data: _OnDevice, bench: BenchReport) -> ConfigTiming:
+        name = config.name
+        self.flags += [f for f in bench.flags_for(CANDIDATE, name) if self.guards.active(f.code)]
+        for baseline, failures in bench.check_failures.items():
+            if baseline != CANDIDATE and failures:
+                self.flags.append(Flag("baseline_output_mismatch", f"the {baseline} baseline's outputs "
+                                       f"failed the re-check {failures} times", Severity.WARNING, name))
+        if not bench.clock_consistent:
+            self.flags.append(Flag("timer_inconsistent", f"event times sum to {bench.event_total_ms:.3f} ms, "
+                                   f"more than the host clock's {bench.host_total_ms:.3f} ms", Severity.ERROR,
+                                   name))
+        if bench.overhead is not None:
+            self.overhead_ms[name] = bench.overhead.median_ms
+        extra = {k: to_dict(t) for k, t in bench.timings.items() if k in (NAIVE_CUDA, RESTORE)}
+        if SERIAL_C in self.wanted:
+            extra[SERIAL_C] = to_dict(self.serial_c(config, self.job.timing_seeds[0]))
+        if RESTORE in extra:
+            restore_ms = extra[RESTORE]["median_ms"]
+            self.flags.append(Flag("timing_includes_inout_restore", "every timed call includes restoring "
+                                   f"the inout arrays ({restore_ms:.4g} ms alone)", Severity.INFO, name))
+        self.extra_baselines[name] = extra
+        candidate = bench.timings[CANDIDATE]
+        bytes_moved = min_bytes(list(data.arrays.values()), list(data.expected))
+        sol = estimate(bytes_moved, None, None, self.device)
+        naive = bench.timings.get(NAIVE_CUDA)
+        self.flags += speed_flags(candidate.median_ms, naive.median_ms if naive else None, sol, config=name)
+        return ConfigTiming(config=name, candidate=candidate, eager=None, compiled=None,
+                            speed_of_light_ms=sol.floor_ms, bytes_moved=bytes_moved, flops=None)
+
+    # -- end -------------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        self.entry_fn = None
+        self.on_device.clear()
+        super().cleanup()
+
+    def payload(self) -> dict:
+        return {**super().payload(), "extra_baselines": self.extra_baselines}
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers (each testable without a GPU)
+
+
+def _declared_ctask(task: Any) -> CTask:
+    """The CTask of a C `Task` record, or a HARNESS_ERROR stop naming what is wrong with it."""
+    try:
+        ctask = from_task(task)
+    except CTaskError as exc:
+        raise _Stop(Outcome.HARNESS_ERROR, f"setup: {exc}") from None
+    problems = validate(ctask)
+    if problems:
+        raise _Stop(Outcome.HARNESS_ERROR, f"setup: the C task {ctask.task_id} is malformed: "
+                    + "; ".join(problems))
+    return ctask
+
+
+def wanted_baselines(timing: dict[str, Any]) -> set[str]:
+    """The C baselines to time: those named in `timing["baselines"]`; both when the list names neither
+    (the PyTorch default ["eager", "compile"]); none when the list is empty."""
+    listed = list(timing.get("baselines") or ())
+    named = {b for b in listed if b in C_BASELINES}
+    return named or (set(C_BASELINES) if listed else set())
+
+
+def entry_function(module: Any, entry: str, names: tuple[str, ...]) -> tuple[Callable | None, str]:
+    """(the entry function, '') or (None, why it is not usable). Runs inside the candidate scope: it
+    touches candidate objects (attribute lookup, signature)."""
+    fn = getattr(module, entry, None)
+    if fn is None or not callable(fn):
+        return None, (f"the solution defines no function `{entry}` (the C entry point's name, taking "
+                      f"{', '.join(names)})")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn, ""  # no signature to check: the call itself will tell
+    try:
+        signature.bind(**dict.fromkeys(names))
+    except TypeError as exc:
+        return None, (f"`{entry}{signature}` cannot take the C parameters by name ({', '.join(names)}): "
+                      f"{exc}")
+    return fn, ""
+
+
+def compute_reference(ctask: CTask, config: CConfig, seed: int, cache_dir: str | None) -> CReference:
+    """Inputs for (config, seed) and the serial C outputs on them (read-only arrays)."""
+    values = make_inputs(ctask, config, seed)
+    work = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    start = time.perf_counter()
+    run = cref.run_reference(ctask, config, seed, values=work, cache_dir=cache_dir)
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    if not run.ok:
+        raise RuntimeError(f"the serial C reference failed ({config.name}): {run.message}")
+    kept = {p.name: values[p.name] for p in ctask.params if p.kind is not ParamKind.OUT}
+    arrays = [v for v in (*kept.values(), *run.outputs.values()) if isinstance(v, np.ndarray)]
+    for array in arrays:
+        array.flags.writeable = False
+    return CReference(kept, dict(run.outputs), elapsed_ms, nbytes=sum(a.nbytes for a in arrays))
+
+
+def fresh_values(ctask: CTask, config: CConfig, entry: CReference) -> dict[str, Any]:
+    """Writable copies of a reference's inputs, plus zeroed out arrays: what `cref.call` takes."""
+    lengths = array_lengths(ctask, config)
+    values = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in entry.values.items()}
+    for p in ctask.params:
+        if p.kind is ParamKind.OUT:
+            values[p.name] = np.zeros(lengths[p.name], dtype=C_TYPES[p.ctype])
+    return values
+
+
+def torch_dtype(ctype: str) -> torch.dtype:
+    return getattr(torch, C_TYPES[ctype])
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A device copy of a (read-only) numpy array: always a copy, so writes to it never reach the cache."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only arrays; we copy at once
+        return torch.from_numpy(array).to(device, copy=True)
+
+
+def filled(length: int, ctype: str, device: torch.device, fill_byte: int) -> torch.Tensor:
+    """A 1-D array of the C type with every byte set to `fill_byte` (the unwritten-output sentinel)."""
+    tensor = torch.empty(length, dtype=torch_dtype(ctype), device=device)
+    tensor.view(torch.uint8).fill_(fill_byte)
+    return tensor
+
+
+def still_filled(tensor: torch.Tensor, fill_byte: int) -> int:
+    """How many elements still have every byte equal to `fill_byte`."""
+    if tensor.numel() == 0:
+        return 0
+    raw = tensor.reshape(-1).view(torch.uint8).reshape(tensor.numel(), tensor.element_size())
+    return int((raw == fill_byte).all(dim=1).sum())
+
+
+def comparable(tensor: torch.Tensor) -> torch.Tensor:
+    """`unsigned int` arrays reinterpreted as int32 (bitwise the same; exact comparison kernels for
+    uint32 are missing from some torch CUDA builds); other dtypes as they are."""
+    return tensor.view(torch.int32) if tensor.dtype == torch.uint32 else tensor
+
+
+def naive_module(source: str) -> ModuleType:
+    """The naive port's module, executed once per source per worker (trusted, generated code; run
+    outside the candidate scope, so its first call may compile and write the NVRTC cache)."""
+    from cudaperf.tasks.kernelbench import exec_task_source
+
+    key = hashlib.sha256(source.encode()).hexdigest()
+    module = _NAIVE_MODULES.get(key)
+    if module is None:
+        module = exec_task_source(source, module_name=f"cudaperf_naive_{key[:12]}",
+                                  filename=f"<naive CUDA port {key[:12]}>", keep=False)
+        _NAIVE_MODULES[key] = module
+        while len(_NAIVE_MODULES) > NAIVE_MODULES_KEPT:
+            _NAIVE_MODULES.popitem(last=False)
+    _NAIVE_MODULES.move_to_end(key)
+    return module

@@ -1,0 +1,114 @@
+"""C→CUDA tasks as shared `Task` records: `ctask.to_task` / `from_task`, `load_task` on `.ctask.json`
+files, and where the naive CUDA port (the GPU baseline) is found."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cudaperf.datasets import registry
+from cudaperf.tasks import TaskError, load_task
+from cudaperf.tasks.ctask import (
+    NAIVE_CUDA,
+    ArrayGen,
+    CConfig,
+    CParam,
+    CTask,
+    CTaskError,
+    ParamKind,
+    baseline_source,
+    find_naive_port,
+    from_json,
+    from_task,
+    to_json,
+    to_task,
+)
+from cudaperf.types import Task, TaskKind, Tolerance, from_dict, to_dict
+
+SQUARE = CTask(
+    task_id="c_square_test", family="test", entry="square",
+    source="void square(const float* x, float* out, int n) {\n"
+           "    for (int i = 0; i < n; ++i) out[i] = x[i] * x[i];\n}\n",
+    params=(CParam("x", "float", ParamKind.IN, "n"), CParam("out", "float", ParamKind.OUT, "n"),
+            CParam("n", "int", ParamKind.SCALAR)),
+    inputs={"x": ArrayGen("normal", 0, 1)},
+    configs=(CConfig("small", {"n": 16}), CConfig("mid", {"n": 100}), CConfig("odd", {"n": 33})),
+    tolerance=Tolerance(1e-5, 1e-5))
+
+
+def _generated(family: str = "reduce_all"):
+    """The first task of a (small) generated family at seed 0, and its baseline implementation."""
+    task = registry.build_index(0, kinds=(TaskKind.C,), families=(family,))[0]
+    naive = next(i for i in registry.implementations(task) if i.baseline)
+    return task, naive
+
+
+def test_to_task_puts_the_declaration_in_spec():
+    task = to_task(SQUARE)
+    assert task.kind is TaskKind.C and from_task(task) == SQUARE
+
+
+def test_to_task_keeps_the_naive_port_beside_the_declaration():
+    task = to_task(SQUARE, naive_cuda="def square(x, out, n): ...")
+    assert baseline_source(task, NAIVE_CUDA) == "def square(x, out, n): ..." and from_task(task) == SQUARE
+
+
+def test_spec_survives_the_task_record_round_trip():
+    task = to_task(SQUARE, naive_cuda="text")
+    again = from_dict(Task, json.loads(json.dumps(to_dict(task))))
+    assert from_task(again) == SQUARE and baseline_source(again) == "text"
+
+
+def test_from_task_rejects_a_record_without_a_declaration():
+    with pytest.raises(CTaskError):
+        from_task(Task("t", TaskKind.C, "void f() {}", ()))
+
+
+def test_load_task_reads_a_ctask_json_file(tmp_path):
+    path = tmp_path / f"{SQUARE.task_id}.ctask.json"
+    path.write_text(to_json(SQUARE))
+    task = load_task(path)
+    assert task.task_id == SQUARE.task_id and task.path == str(path) and from_task(task) == SQUARE
+
+
+def test_load_task_takes_a_sibling_naive_port(tmp_path):
+    (tmp_path / f"{SQUARE.task_id}.ctask.json").write_text(to_json(SQUARE))
+    (tmp_path / f"{SQUARE.task_id}.naive.py").write_text("# the port\n")
+    assert baseline_source(load_task(tmp_path / f"{SQUARE.task_id}.ctask.json")) == "# the port\n"
+
+
+def test_load_task_without_a_known_port_has_none(tmp_path):
+    path = tmp_path / f"{SQUARE.task_id}.ctask.json"
+    path.write_text(to_json(SQUARE))
+    assert baseline_source(load_task(path)) is None
+
+
+def test_a_malformed_ctask_file_is_a_task_error(tmp_path):
+    path = tmp_path / "bad.ctask.json"
+    path.write_text(json.dumps({"task_id": "bad", "entry": "f"}))
+    with pytest.raises(TaskError):
+        load_task(path)
+
+
+def test_a_ctask_failing_validation_is_a_task_error_naming_the_problem(tmp_path):
+    path = tmp_path / "x.ctask.json"
+    path.write_text(to_json(SQUARE).replace('"n": 100', '"m": 100'))
+    with pytest.raises(TaskError, match="scalars"):
+        load_task(path)
+
+
+def test_the_naive_port_is_regenerated_from_a_built_dataset_manifest(tmp_path):
+    generated, naive = _generated()
+    path = tmp_path / "tasks" / "c" / generated.family / generated.filename
+    path.parent.mkdir(parents=True)
+    path.write_text(generated.text)
+    manifest = {"seed": 0, "tasks": [{"task_id": generated.task_id, "family": generated.family,
+                                      "variant": generated.variant}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert baseline_source(load_task(path)) == naive.source
+
+
+def test_the_naive_port_of_a_default_build_task_is_found_from_the_generator_index():
+    generated, naive = _generated()
+    assert find_naive_port(from_json(generated.text)) == naive.source
