@@ -37,6 +37,7 @@ from cudaperf.types import (
     Solution,
     SolutionFormat,
     Task,
+    Timing,
     from_dict,
     to_dict,
 )
@@ -295,7 +296,8 @@ class Evaluator:
         payload = reply.payload or {}
         durations.update(reply.durations_s or {})
         correctness = tuple(from_dict(ConfigCorrectness, c) for c in payload.get("correctness", []))
-        timings = tuple(from_dict(ConfigTiming, t) for t in payload.get("timings", []))
+        timings = _with_extra_baselines(tuple(from_dict(ConfigTiming, t) for t in payload.get("timings", [])),
+                                        payload.get("extra_baselines") or {})
         flags = (static_flags + tuple(from_dict(Flag, f) for f in payload.get("flags", []))
                  + tuple(reply.flags or ()))
         outcome, message = decide_outcome(reply.outcome, reply.message, correctness, flags)
@@ -303,6 +305,7 @@ class Evaluator:
             **base, outcome=outcome, message=message, stage=reply.stage, correctness=correctness,
             timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
             speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
+            speedups=_speedups(timings),
             coverage=payload.get("coverage"), kernel_time_ms=payload.get("kernel_time_ms") or {},
             build=build, flags=flags, logs=reply.logs or "",
             stage_durations_s=durations, environment=payload.get("environment", {}),
@@ -365,6 +368,23 @@ def decide_outcome(worker_outcome: Outcome | None, message: str,
         parts = [f"{c.config}: {c.message}" for c in wrong] + [f"{f.code}: {f.message}" for f in errors]
         return Outcome.INCORRECT, "; ".join(parts)
     return Outcome.CORRECT, message
+
+
+def _with_extra_baselines(timings: tuple[ConfigTiming, ...],
+                          extra: dict[str, dict[str, Any]]) -> tuple[ConfigTiming, ...]:
+    """Baselines the worker reported beside the timings (C tasks: serial_c, naive_cuda) moved into
+    `ConfigTiming.baselines`."""
+    out = []
+    for t in timings:
+        more = {name: from_dict(Timing, d) for name, d in (extra.get(t.config) or {}).items() if d}
+        out.append(dataclasses.replace(t, baselines={**t.baselines, **more}) if more else t)
+    return tuple(out)
+
+
+def _speedups(timings: tuple[ConfigTiming, ...]) -> dict[str, float]:
+    names = {"eager", "compile"} | {n for t in timings for n in t.baselines}
+    means = {n: geomean(t.speedup(n) for t in timings) for n in sorted(names)}
+    return {n: v for n, v in means.items() if v is not None}
 
 
 def geomean(values: Iterable[float | None]) -> float | None:

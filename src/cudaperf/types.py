@@ -186,6 +186,8 @@ class ConfigTiming:
     candidate: Timing
     eager: Timing | None = None
     compiled: Timing | None = None
+    baselines: dict[str, Timing] = field(default_factory=dict)  # other baselines (C tasks: serial_c,
+    # naive_cuda), timed in the same run
     speed_of_light_ms: float | None = None  # the floor: max(bytes/bandwidth, flops/peak)
     bytes_moved: float | None = None
     flops: float | None = None
@@ -197,6 +199,11 @@ class ConfigTiming:
     @property
     def speedup_vs_compile(self) -> float | None:
         return self.compiled.median_ms / self.candidate.median_ms if self.compiled else None
+
+    def speedup(self, baseline: str) -> float | None:
+        """Speedup against any baseline by name ('eager', 'compile', or a key of `baselines`)."""
+        timing = {"eager": self.eager, "compile": self.compiled, **self.baselines}.get(baseline)
+        return timing.median_ms / self.candidate.median_ms if timing and self.candidate.median_ms > 0 else None
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,7 @@ class EvalResult:
     timings: tuple[ConfigTiming, ...] = ()
     speedup_vs_eager: float | None = None  # geometric mean over timed configurations
     speedup_vs_compile: float | None = None
+    speedups: dict[str, float] = field(default_factory=dict)  # geometric mean per baseline name
     coverage: float | None = None  # share of GPU time in the candidate's own kernels
     kernel_time_ms: dict[str, float] = field(default_factory=dict)  # GPU time per own kernel (profiler)
     build: BuildResult | None = None

@@ -174,3 +174,14 @@ def test_cpu_mode_batch_keeps_every_result_and_resumes(tmp_path):
         again = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
     assert sorted(r.outcome.value for r in first) == ["correct", "incorrect"]
     assert again == [] and len(store.load()) == 2
+
+
+def test_extra_baselines_from_the_worker_become_config_baselines_and_speedups():
+    from cudaperf.evaluate import _speedups, _with_extra_baselines
+    from cudaperf.types import ConfigTiming, Timing, to_dict
+
+    cand = Timing(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, mean_ms=1.0, n_samples=10)
+    serial = Timing(median_ms=40.0, iqr_ms=0.0, min_ms=40.0, mean_ms=40.0, n_samples=3)
+    timings = _with_extra_baselines((ConfigTiming("large", cand),), {"large": {"serial_c": to_dict(serial)}})
+    assert timings[0].baselines["serial_c"].median_ms == 40.0
+    assert _speedups(timings) == {"serial_c": pytest.approx(40.0)}

@@ -261,8 +261,10 @@ def load_task(path: str | Path) -> Task:
 
 
 def task_files(directory: str | Path) -> list[Path]:
-    """The task files of a directory: `*.py`, sorted, not private (`_x.py`, `__init__.py`)."""
-    return sorted(p for p in Path(directory).glob("*.py") if not p.name.startswith("_") and p.is_file())
+    """The task files of a directory: `*.py` (PyTorch) and `*.ctask.json` (C), sorted, not private
+    (`_x.py`, `__init__.py`)."""
+    found = [*Path(directory).glob("*.py"), *Path(directory).glob("*.ctask.json")]
+    return sorted(p for p in found if not p.name.startswith("_") and p.is_file())
 
 
 def load_tasks(directory: str | Path, errors: list[TaskError] | None = None) -> list[Task]:
