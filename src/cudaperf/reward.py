@@ -373,7 +373,7 @@ def compute_reward(
     `details` holds the inputs and intermediate values as floats (see the keys in docs/reward.md).
     """
     details: dict[str, float] = {"applicable": float(is_applicable(result)), "correct": float(result.correct)}
-    eager, compiled = _positive(result.speedup_vs_eager), _positive(result.speedup_vs_compile)
+    eager, compiled = _baseline_pair(result)
     for key, value in (("speedup_vs_eager", eager), ("speedup_vs_compile", compiled)):
         if value is not None:
             details[key] = value
@@ -414,8 +414,18 @@ def _coverage_factor(result: EvalResult, config: RewardConfig, details: dict[str
     return factor
 
 
+def _baseline_pair(result: EvalResult) -> tuple[float | None, float | None]:
+    """(simple baseline, strong baseline) speedups. PyTorch tasks: eager and torch.compile. C tasks have
+    neither; their simple baseline is the naive one-thread-per-iteration CUDA port (the serial C time is
+    no fair rival for a GPU kernel) and they have no strong baseline."""
+    eager = result.speedup_vs_eager
+    if eager is None:
+        eager = (getattr(result, "speedups", None) or {}).get("naive_cuda")
+    return _positive(eager), _positive(result.speedup_vs_compile)
+
+
 def _speed_term(result: EvalResult, config: RewardConfig, details: dict[str, float]) -> float:
-    eager, compiled = _positive(result.speedup_vs_eager), _positive(result.speedup_vs_compile)
+    eager, compiled = _baseline_pair(result)
     if config.speedup_transform == "milestones":
         rungs = _milestones_reached(eager, compiled, config)
         details["milestones"] = float(rungs)

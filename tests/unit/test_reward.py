@@ -341,3 +341,16 @@ def test_dotted_path_that_does_not_import_says_so():
 
 def test_resolve_config_none_is_cudaperf():
     assert resolve_config(None) == cudaperf()
+
+
+def test_c_task_speed_is_measured_against_the_naive_cuda_port():
+    import dataclasses
+
+    from cudaperf.reward import compute_reward, get_preset
+    from cudaperf.types import EvalResult, Outcome
+
+    base = EvalResult(task_id="t", solution_id="s", outcome=Outcome.CORRECT)
+    faster = dataclasses.replace(base, speedups={"naive_cuda": 4.0, "serial_c": 200.0})
+    slower = dataclasses.replace(base, speedups={"naive_cuda": 0.5, "serial_c": 25.0})
+    config = get_preset("kevin")
+    assert compute_reward(faster, config=config).total > compute_reward(slower, config=config).total
