@@ -58,7 +58,9 @@ def ncu_median_ms(task, sol, config: str) -> tuple[float | None, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--task", default="vector_add")
+    # matmul: its large configurations run ~0.8 ms, well above the 50 µs the target speaks of (vector_add's
+    # largest runs ~29 µs on the H200).
+    ap.add_argument("--task", default="matmul")
     ap.add_argument("--evaluations", type=int, default=5)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
