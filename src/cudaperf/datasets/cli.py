@@ -7,8 +7,9 @@ count it; measurement needs the GPU session and is not in this build.
             optionally NVRTC compiles of its implementations; results are appended to validate.jsonl one
             task at a time, and a rerun continues where the last one stopped
   stats     counts per family and kind, configurations per task, implementations per task, splits,
-            and what validate found
-  measure   GPU timing of every implementation: prints that it needs a GPU session
+            and what validate found; with a measurement (measurements.jsonl), its statistics
+            (measure_stats.py); `--export DIR` also writes stats.md, task_ratios.csv, measurements.parquet
+  measure   verify and time every implementation on the GPU, resumably (measure.py)
 
 Not covered: evaluation of model candidates (`cudaperf eval`).
 """
@@ -23,10 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.types import TaskKind
-
-MEASURE_MESSAGE = ("cudaperf dataset measure needs a GPU: not implemented in this build. A GPU session must run "
-                   "every implementation and the baselines per configuration through the evaluator's workers and "
-                   "append the timings to <out>/measurements.jsonl (see the report of issue 4).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,13 +42,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--sample", type=int, default=0, help="check every N-th task only (0: all)")
             p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
             p.add_argument("--no-degenerate", action="store_true", help="skip the reference runs")
+        if name == "measure":
+            from cudaperf.datasets import measure
+
+            measure.add_arguments(p)
+        if name == "stats":
+            p.add_argument("out_dir", nargs="?", type=Path, help="dataset or measurement directory (overrides --out)")
+            p.add_argument("--export", type=Path, default=None,
+                           help="also write stats.md, task_ratios.csv and measurements.parquet here")
 
 
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action == "measure":
-        print(MEASURE_MESSAGE, file=sys.stderr)
-        return 2
+        from cudaperf.datasets import measure
+
+        return measure.run_cli(args)
     if action == "build":
         return build(args)
     if action == "validate":
@@ -172,16 +178,30 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def stats(args: argparse.Namespace) -> int:
+    from cudaperf.datasets import export
+
+    root: Path = getattr(args, "out_dir", None) or args.out
+    manifest = export.read_manifest(root)
+    measured = (root / "measurements.jsonl").exists()
+    if manifest is None and not measured:
+        print(f"no manifest under {root}: run `cudaperf dataset build --out {root}` first", file=sys.stderr)
+        return 2
+    if manifest is not None:
+        _manifest_stats(root, manifest)
+    if measured:
+        from cudaperf.datasets import measure_stats
+
+        print(measure_stats.stats_markdown(measure_stats.load(root)))
+        if getattr(args, "export", None):
+            for line in measure_stats.export_summary(root, args.export):
+                print(line)
+    return 0
+
+
+def _manifest_stats(root: Path, manifest: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from cudaperf.datasets import export
-
-    root: Path = args.out
-    manifest = export.read_manifest(root)
-    if manifest is None:
-        print(f"no manifest under {root}: run `cudaperf dataset build --out {root}` first", file=sys.stderr)
-        return 2
     entries = manifest["tasks"]
     checked = {}
     if (root / "validate.jsonl").exists():
@@ -209,5 +229,4 @@ def stats(args: argparse.Namespace) -> int:
         print(f"{kind}: {len(es)} tasks, {sum(len(e['strategies']) >= 3 for e in es)} with >= 3 implementations, "
               f"splits {dict(Counter(e['split'] for e in es))}, degenerate flags {dict(flagged)}")
     print("configurations per task: 3 (small, large, odd) for every generated task; "
-          "speedup spread between implementations: needs `cudaperf dataset measure` on a GPU")
-    return 0
+          "speedup spread between implementations: from `cudaperf dataset measure` (GPU), shown below when measured")

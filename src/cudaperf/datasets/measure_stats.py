@@ -1,0 +1,411 @@
+"""Reading a measurement (`measurements.jsonl`, `features.jsonl`), its statistics, the compact static
+features of an implementation, and the export: the full table as Parquet and a summary small enough to
+commit (per-task ratios as CSV, the statistics as markdown).
+
+Statistics (`MeasureStats`): tasks per family, configurations and implementations per task, the share
+of implementations verified (correct on every configuration of their task), tasks with >= 3 verified
+implementations, the distribution (quantiles, histogram) of each task's ratio between its slowest and
+fastest correct implementation, and throughput (tasks per minute) from the records' timestamps.
+
+The per-task ratio: on each configuration, the slowest correct implementation's median time over the
+fastest's; a task's ratio is the geometric mean over its configurations with >= 2 timed correct
+implementations (one number per task, not dominated by one size). Per-configuration ratios are in the CSV.
+
+Not covered: measuring (measure.py, measure_task.py), the dataset's own counts (`dataset stats` without
+a measurement, cli.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudaperf.datasets.measure import FEATURES_FILE, NO_IMPLS, RESULTS_FILE, ROW_VERSION, read_jsonl
+from cudaperf.datasets.records import Implementation
+
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+RATIO_BINS = (1.0, 1.25, 1.5, 2.0, 4.0, 8.0, 16.0, 64.0)  # histogram edges; the last bin is open
+CONFIG_ORDER = ("small", "large", "odd")
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """A results file read back: the last row per key, the last task record per task, the run records."""
+
+    rows: tuple[dict[str, Any], ...]
+    tasks: dict[str, dict[str, Any]]
+    runs: tuple[dict[str, Any], ...]
+    torn_lines: int = 0
+
+
+def load(out_dir: Path) -> Measurements:
+    records, torn = read_jsonl(out_dir / RESULTS_FILE)
+    rows: dict[tuple, dict[str, Any]] = {}
+    tasks: dict[str, dict[str, Any]] = {}
+    runs = []
+    for r in records:
+        kind = r.get("record")
+        if kind == "row":
+            rows[(r["task_id"], r["config"], r["impl_id"])] = r
+        elif kind == "task":
+            tasks[r["task_id"]] = r
+        elif kind == "run":
+            runs.append(r)
+    return Measurements(tuple(rows.values()), tasks, tuple(runs), torn)
+
+
+# --------------------------------------------------------------------------------------------------
+# Per task
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One task's measurement in a line: counts, ratios and the best implementation's speedups."""
+
+    task_id: str
+    kind: str
+    family: str
+    configs: int
+    impls: int
+    verified_impls: int
+    ratio: float | None  # geometric mean over configurations of slowest / fastest correct
+    config_ratios: dict[str, float] = field(default_factory=dict)
+    best_strategy: dict[str, str] = field(default_factory=dict)  # config -> fastest correct strategy
+    speedups: dict[str, float | None] = field(default_factory=dict)  # baseline -> geomean best speedup
+
+
+def _timed_ok(row: dict[str, Any]) -> bool:
+    return row.get("status") == "ok" and bool(row.get("median_ms"))
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
+
+
+def summarize_task(rows: list[dict[str, Any]]) -> TaskSummary:
+    first = rows[0]
+    configs = sorted({r["config"] for r in rows}, key=_config_key)
+    impls = sorted({r["impl_id"] for r in rows})
+    by_impl: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_impl.setdefault(r["impl_id"], []).append(r)
+    verified = sum(1 for rs in by_impl.values() if len(rs) == len(configs) and all(r.get("correct") for r in rs))
+    ratios, best, speedups = {}, {}, {b: [] for b in ("eager", "compile", "naive", "serial_c")}
+    for c in configs:
+        ok = [r for r in rows if r["config"] == c and _timed_ok(r)]
+        if not ok:
+            continue
+        fastest = min(ok, key=lambda r: r["median_ms"])
+        best[c] = fastest.get("strategy", fastest["impl_id"].rsplit("/", 1)[-1])
+        if len(ok) >= 2:
+            ratios[c] = max(r["median_ms"] for r in ok) / fastest["median_ms"]
+        for b, found in speedups.items():
+            base = fastest.get(f"{b}_ms")
+            if base:
+                found.append(base / fastest["median_ms"])
+    return TaskSummary(first["task_id"], first.get("kind", ""), first.get("family", ""), len(configs), len(impls),
+                       verified, geomean(ratios.values()), ratios, best,
+                       {b: geomean(v) for b, v in speedups.items()})
+
+
+def _config_key(name: str) -> tuple[int, str]:
+    return (CONFIG_ORDER.index(name) if name in CONFIG_ORDER else len(CONFIG_ORDER), name)
+
+
+def task_summaries(m: Measurements) -> list[TaskSummary]:
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for r in m.rows:
+        by_task.setdefault(r["task_id"], []).append(r)
+    return [summarize_task(rs) for _, rs in sorted(by_task.items())]
+
+
+# --------------------------------------------------------------------------------------------------
+# Distributions and throughput
+
+
+def quantiles(values: list[float], qs: tuple[float, ...] = QUANTILES) -> dict[float, float]:
+    """Linear-interpolated quantiles (numpy's default method), {} for no values."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    out = {}
+    for q in qs:
+        pos = q * (len(ordered) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        out[q] = ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return out
+
+
+def histogram(values: list[float], edges: tuple[float, ...] = RATIO_BINS) -> list[tuple[str, int]]:
+    """Counts per bin [edges[i], edges[i+1]), the last bin open-ended; values below edges[0] go first."""
+    labels = [f"[{a:g}, {b:g})" for a, b in itertools.pairwise(edges)] + [f">= {edges[-1]:g}"]
+    counts = [0] * len(labels)
+    for v in values:
+        i = sum(1 for e in edges[1:] if v >= e)
+        counts[i] += 1
+    return list(zip(labels, counts, strict=True))
+
+
+@dataclass(frozen=True)
+class Throughput:
+    tasks: int  # measured tasks (with implementations) that have a task record
+    wall_minutes: float  # sum over runs of (last task end - run start)
+    tasks_per_minute: float | None
+    per_worker_task_s: dict[str, float]  # kind -> mean seconds one child spent per task
+
+
+def throughput(m: Measurements) -> Throughput:
+    starts = {r["run"]: r["t"] for r in m.runs}
+    measured = [t for t in m.tasks.values() if t.get("status") != NO_IMPLS and t.get("t_end")]
+    ends: dict[str, float] = {}
+    counts: Counter = Counter()
+    for t in measured:
+        run = t.get("run")
+        ends[run] = max(ends.get(run, 0.0), t["t_end"])
+        counts[run] += 1
+    spans = [ends[r] - starts.get(r, min(t["t_start"] for t in measured if t.get("run") == r)) for r in ends]
+    minutes = sum(max(s, 0.0) for s in spans) / 60
+    per_kind: dict[str, list[float]] = {}
+    for t in measured:
+        per_kind.setdefault(t.get("kind", "?"), []).append(float(t.get("elapsed_s") or 0.0))
+    return Throughput(len(measured), minutes, len(measured) / minutes if minutes > 0 else None,
+                      {k: statistics.fmean(v) for k, v in sorted(per_kind.items())})
+
+
+# --------------------------------------------------------------------------------------------------
+# The statistics as lines
+
+
+@dataclass(frozen=True)
+class FamilyStats:
+    kind: str
+    family: str
+    tasks: int
+    configs_per_task: float
+    impls_per_task: float
+    verified_share: float | None
+    tasks_3_verified: int
+    ratio_median: float | None
+    ratio_p90: float | None
+    failed_rows: int
+
+
+def family_stats(m: Measurements, summaries: list[TaskSummary]) -> list[FamilyStats]:
+    failed = Counter(r.get("family") for r in m.rows if r.get("status") != "ok")
+    groups: dict[tuple[str, str], list[TaskSummary]] = {}
+    for s in summaries:
+        groups.setdefault((s.kind, s.family), []).append(s)
+    out = []
+    for (kind, fam), ss in sorted(groups.items()):
+        impls = sum(s.impls for s in ss)
+        ratios = [s.ratio for s in ss if s.ratio]
+        q = quantiles(ratios, (0.5, 0.9))
+        out.append(FamilyStats(kind, fam, len(ss), statistics.fmean(s.configs for s in ss),
+                               impls / len(ss), sum(s.verified_impls for s in ss) / impls if impls else None,
+                               sum(s.verified_impls >= 3 for s in ss), q.get(0.5), q.get(0.9), failed[fam]))
+    return out
+
+
+def stats_markdown(m: Measurements) -> str:
+    """Every statistic of the module docstring as a markdown document."""
+    summaries = task_summaries(m)
+    parts = [f"# Dataset measurement ({time.strftime('%Y-%m-%d')}, {_devices(m)})", "",
+             *_overview(m, summaries), "",
+             "## Slowest / fastest correct implementation per task (geometric mean over configurations)", "",
+             *_ratio_section([s.ratio for s in summaries if s.ratio]), "", "## Per family", "",
+             *_family_table(family_stats(m, summaries))]
+    return "\n".join(parts) + "\n"
+
+
+def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
+    impls = sum(s.impls for s in summaries)
+    verified = sum(s.verified_impls for s in summaries)
+    status = Counter(r.get("status") for r in m.rows)
+    no_impls = sum(1 for t in m.tasks.values() if t.get("status") == NO_IMPLS)
+    tp = throughput(m)
+    rate = f"{tp.tasks_per_minute:.1f} tasks/min" if tp.tasks_per_minute else "n/a"
+    per_child = ", ".join(f"{k} {v:.1f} s" for k, v in tp.per_worker_task_s.items()) or "n/a"
+    share = f" = {verified / impls:.1%}" if impls else ""
+    three = sum(s.verified_impls >= 3 for s in summaries)
+    return [
+        (f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}; "
+         f"{no_impls} tasks skipped (no implementations yet)"),
+        f"- rows (task x configuration x implementation): {len(m.rows)}; status {dict(status.most_common())}",
+        f"- implementations verified on every configuration: {verified}/{impls}{share}",
+        f"- tasks with >= 3 verified implementations: {three}/{len(summaries)}",
+        f"- configurations per task: {_spread([s.configs for s in summaries])}",
+        f"- implementations per task: {_spread([s.impls for s in summaries])}",
+        (f"- throughput: {tp.tasks} tasks in {tp.wall_minutes:.1f} wall minutes = {rate}; "
+        f"time per task in one measuring process: {per_child}"),
+    ]
+
+
+def _ratio_section(ratios: list[float]) -> list[str]:
+    if not ratios:
+        return ["(no task has two timed correct implementations yet)"]
+    q = quantiles(ratios)
+    return ["| quantile | " + " | ".join(f"p{round(k * 100)}" for k in q) + " |",
+            "|---|" + "---|" * len(q),
+            "| ratio | " + " | ".join(f"{v:.2f}" for v in q.values()) + " |", "",
+            "| ratio bin | tasks |", "|---|---|", *[f"| {label} | {n} |" for label, n in histogram(ratios)]]
+
+
+def _family_table(fams: list[FamilyStats]) -> list[str]:
+    lines = [("| kind | family | tasks | configs/task | impls/task | verified | >=3 verified | ratio p50 | ratio p90 "
+             "| failed rows |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for f in fams:
+        lines.append(f"| {f.kind} | {f.family} | {f.tasks} | {f.configs_per_task:.1f} | {f.impls_per_task:.1f} | "
+                     f"{_pct(f.verified_share)} | {f.tasks_3_verified} | {_num(f.ratio_median)} | "
+                     f"{_num(f.ratio_p90)} | {f.failed_rows} |")
+    return lines
+
+
+def _devices(m: Measurements) -> str:
+    names = sorted({str(r.get("device")) for r in m.rows if r.get("device")})
+    return ", ".join(names) or "no device recorded"
+
+
+def _spread(values: list[int]) -> str:
+    if not values:
+        return "n/a"
+    return f"min {min(values)}, mean {statistics.fmean(values):.2f}, max {max(values)}"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Export
+
+
+CSV_COLUMNS = ("task_id", "kind", "family", "configs", "impls", "verified_impls", "ratio",
+               "ratio_small", "ratio_large", "ratio_odd", "best_small", "best_large", "best_odd",
+               "speedup_vs_eager", "speedup_vs_compile", "speedup_vs_naive", "speedup_vs_serial_c")
+
+
+def ratios_csv(summaries: list[TaskSummary]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for s in summaries:
+        w.writerow([s.task_id, s.kind, s.family, s.configs, s.impls, s.verified_impls, _fmt(s.ratio),
+                    *[_fmt(s.config_ratios.get(c)) for c in CONFIG_ORDER],
+                    *[s.best_strategy.get(c, "") for c in CONFIG_ORDER],
+                    *[_fmt(s.speedups.get(b)) for b in ("eager", "compile", "naive", "serial_c")]])
+    return buf.getvalue()
+
+
+def _fmt(v: float | None) -> str:
+    return "" if v is None else f"{v:.4g}"
+
+
+def table_rows(m: Measurements, features: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measured table: one row per (task, configuration, implementation), static features joined
+    (prefix `f_`), nested values as JSON text so every column has one type."""
+    names = sorted({k for f in features.values() for k in f})
+    out = []
+    for r in m.rows:
+        row = {k: v for k, v in r.items() if k not in ("record", "baseline_notes")}
+        row["baseline_notes"] = json.dumps(r.get("baseline_notes") or {}, sort_keys=True)
+        row["tags"] = list(r.get("tags") or [])
+        row["timing_flags"] = list(r.get("timing_flags") or [])
+        f = features.get(r["impl_id"], {})
+        row.update({f"f_{n}": f.get(n) for n in names})
+        out.append(row)
+    columns = sorted({k for row in out for k in row})
+    return [{c: _scalar(row.get(c)) for c in columns} for row in out]
+
+
+def _scalar(v: Any) -> Any:
+    return float(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2**53 else v
+
+
+def export_summary(out_dir: Path, dest: Path) -> list[str]:
+    """stats.md, task_ratios.csv and (with pyarrow) measurements.parquet under `dest`; lines saying what."""
+    from cudaperf.datasets.export import write_atomic, write_parquet
+
+    m = load(out_dir)
+    if not m.rows and not m.tasks:
+        return [f"no measurements in {out_dir / RESULTS_FILE}"]
+    summaries = task_summaries(m)
+    write_atomic(dest / "stats.md", stats_markdown(m))
+    write_atomic(dest / "task_ratios.csv", ratios_csv(summaries))
+    lines = [f"wrote {dest / 'stats.md'} and {dest / 'task_ratios.csv'} ({len(summaries)} tasks)"]
+    why = write_parquet(dest / "measurements.parquet", _typed(table_rows(m, load_features(out_dir))))
+    lines.append(why or f"wrote {dest / 'measurements.parquet'} ({len(m.rows)} rows)")
+    return lines
+
+
+def _typed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Numbers in a column that mixes ints and floats become floats (one Parquet type per column)."""
+    floats = {k for row in rows for k, v in row.items() if isinstance(v, float)}
+    return [{k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v)
+             for k, v in row.items()} for row in rows]
+
+
+# --------------------------------------------------------------------------------------------------
+# Static features
+
+
+def feature_ids(path: Path) -> set[str]:
+    rows, _ = read_jsonl(path)
+    return {r["impl_id"] for r in rows if "impl_id" in r}
+
+
+def load_features(out_dir: Path) -> dict[str, dict[str, Any]]:
+    rows, _ = read_jsonl(out_dir / FEATURES_FILE)
+    return {r["impl_id"]: r.get("features", {}) for r in rows if "impl_id" in r}
+
+
+def compact_features(kernels: tuple[Any, ...]) -> dict[str, Any]:
+    """A dozen numbers per implementation (summed or worst over its kernels) from `KernelFeatures`."""
+    accesses = [a for k in kernels for a in k.accesses]
+    glob = [a for a in accesses if a.space == "global"]
+    shared = [a for a in accesses if a.space == "shared"]
+    res = [k.resources for k in kernels if k.resources is not None]
+    occ = [k.occupancy.occupancy for k in kernels if k.occupancy is not None]
+    coalescing = Counter(getattr(a.coalescing, "value", a.coalescing) for a in glob)
+    conflicts = [a.bank_conflict_degree for a in shared if a.bank_conflict_degree]
+    return {
+        "n_kernels": len(kernels),
+        "registers_max": max((r.registers for r in res if r.registers is not None), default=None),
+        "smem_static_bytes_max": max((r.smem_static_bytes or 0 for r in res), default=None),
+        "spill_bytes": sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res) if res else None,
+        "occupancy_min": min(occ) if occ else None,
+        "barriers": sum(k.barriers for k in kernels),
+        "divergent_barriers": sum(len(k.divergent_barriers) for k in kernels),
+        "atomics": sum(k.atomics for k in kernels),
+        "vectorized_accesses": sum(k.vectorized_accesses for k in kernels),
+        "global_accesses": len(glob),
+        **{f"global_{c}": coalescing.get(c, 0) for c in ("coalesced", "strided", "uncoalesced", "broadcast")},
+        "shared_accesses": len(shared),
+        "bank_conflict_max": max(conflicts) if conflicts else None,
+    }
+
+
+def static_feature_row(impl: Implementation) -> dict[str, Any] | None:
+    """One features.jsonl line for an implementation, or None when the analysis could not run here
+    (tree-sitter missing, an internal failure): it is then left for another machine."""
+    from cudaperf.analysis.report import analyze_source
+
+    report = analyze_source(impl.source, sass=False)
+    if not report.kernels or any(d.startswith("analysis failed") for d in report.diagnostics):
+        return None
+    return {"v": ROW_VERSION, "impl_id": impl.impl_id, "task_id": impl.task_id, "strategy": impl.strategy,
+            "features": compact_features(report.kernels), "diagnostics": len(report.diagnostics), "t": time.time()}

@@ -1,0 +1,619 @@
+"""The measurement of one dataset task inside a measuring child (see measure.py for the process model,
+resume and the results file): every implementation checked on every configuration and seed, then all
+the correct ones timed together with the baselines.
+
+Per configuration:
+1. prepare (CPU, outside the GPU lock): C tasks draw inputs per seed and run the serial C reference
+   (`cref`, once per (configuration, seed)) and time it (the serial-C baseline); implementations are
+   executed as modules and built through `cudaperf.cuda` (NVRTC, cached) once per task;
+2. references on the GPU (PyTorch tasks: `Model` built after `torch.manual_seed(seed)`, inputs drawn on
+   the device, once per (configuration, seed));
+3. correctness per implementation and seed: outputs poisoned first (C `out` arrays filled with 0xFF,
+   which is NaN in floats; PyTorch tasks get the caching allocator poisoned), compared with
+   `correctness.compare` (scale-aware tolerance, NaN positions, exact integers);
+4. one `bench_interleaved_report` run with every correct implementation and the baselines (PyTorch:
+   eager and torch.compile of the reference; C: the naive CUDA port), L2 flushed before every call, the
+   seeds' inputs rotated and outputs re-checked on a sample of rounds;
+5. one row per (configuration, implementation) sent to the parent.
+
+Why the C outputs travel in a holder object during timing: the timing harness treats every tensor of an
+input set as an input (it checks them for mutation and swaps contents between sets on checked rounds); a
+C kernel writes its `out` arrays, so those are kept out of its sight and the re-check reads them back
+from the holder the call returns. Tasks with `inout` arrays are timed without re-checks (each call
+changes its own input), and say so in `timing_checked`.
+
+Not covered: process isolation and death handling (measure.py), anti-cheat (our own code is trusted),
+static features (measure_stats.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import statistics
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from cudaperf.correctness import (
+    clone_inputs,
+    compare,
+    fill_sentinel_,
+    flatten_tensors,
+    inputs_mutated,
+    poison_allocator,
+)
+from cudaperf.datasets import registry
+from cudaperf.datasets.measure import ROW_VERSION, ContextLost, GpuLock, MeasureOptions, task_from_job
+from cudaperf.datasets.records import GeneratedTask, Implementation
+from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
+from cudaperf.types import TaskKind, Timing
+
+MESSAGE_CHARS = 800
+SERIAL_MAX_REPS = 5
+TORCH_BASELINES = ("eager", "compile")
+NAIVE = "naive"  # the C->CUDA baseline's name among the timed functions when it is not measured itself
+Emit = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One implementation on one configuration, all seeds."""
+
+    status: str  # ok | compile_error | import_error | incorrect | runtime_error | out_of_memory | reference_failed
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None  # |out - ref| / bound, <= 1 passes
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class Built:
+    """An implementation executed as a module and its CUDA built, or why not."""
+
+    module: types.ModuleType | None
+    build_ms: float | None
+    failure: CheckResult | None = None
+
+
+@dataclass
+class Timed:
+    """The outcome of a configuration's interleaved run."""
+
+    report: BenchReport | None
+    checked: bool
+    dropped: dict[str, str] = field(default_factory=dict)  # callable -> why it left the run
+    notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it is missing
+
+
+# --------------------------------------------------------------------------------------------------
+# The runner the child builds
+
+
+class GpuRunner:
+    """Measures tasks on the child's GPU (device 0 of its CUDA_VISIBLE_DEVICES)."""
+
+    def __init__(self, options: MeasureOptions, lock: GpuLock):
+        self.options, self.lock = options, lock
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references stay fp32 (evaluation.md pitfall #2)
+        torch.backends.cudnn.allow_tf32 = False
+        self.device = torch.device("cuda", 0)
+        torch.cuda.set_device(self.device)
+        torch.empty(1, device=self.device)  # create the context now: startup cost is not a task's
+
+    def info(self) -> dict[str, Any]:
+        return {"device": torch.cuda.get_device_name(self.device), "torch": torch.__version__,
+                "cuda": torch.version.cuda, "host": platform.node()}
+
+    def measure(self, job: dict[str, Any], emit: Emit) -> dict[str, Any]:
+        task = task_from_job(job)
+        skip = {tuple(k) for k in job["skip"]}
+        kind = CTaskMeasure if task.kind is TaskKind.C else TorchTaskMeasure
+        measurer = kind(task, self.options, self.device, emit, self.lock, skip)
+        try:
+            return measurer.run()
+        finally:
+            del measurer
+            if task.kind is TaskKind.PYTORCH and self.options.compile_baseline:
+                torch._dynamo.reset()  # compiled graphs of finished tasks would accumulate otherwise
+            synchronize(self.device)
+            torch.cuda.empty_cache()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device (a no-op on the CPU, where the recipe runs in the unit tests)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def context_alive(device: torch.device) -> bool:
+    """False when the CUDA context is gone (a sticky error: every later call fails)."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+        return True
+    except Exception:  # noqa: BLE001 - any failure here means the context cannot be used
+        return False
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS]
+
+
+# --------------------------------------------------------------------------------------------------
+# The recipe shared by both task kinds
+
+
+class TaskMeasure:
+    """One task: plan the keys, then per configuration prepare, reference, check, time, emit rows."""
+
+    def __init__(self, task: GeneratedTask, options: MeasureOptions, device: torch.device, emit: Emit,
+                 lock: GpuLock, skip: set):
+        self.task, self.options, self.device, self.emit, self.lock, self.skip = (
+            task, options, device, emit, lock, skip)
+        self.impls = registry.implementations(task)
+        self.built: dict[str, Built] = {}
+        self.durations: dict[str, float] = {}
+
+    # -- to be provided per kind -------------------------------------------------------------------
+    def config_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def measure_config(self, config: str, todo: list[Implementation]) -> None:
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        tid = self.task.task_id
+        keys = [(tid, c, i.impl_id) for c in self.config_names() for i in self.impls]
+        self.emit("plan", tid, [k for k in keys if k not in self.skip])
+        for config in self.config_names():
+            todo = [i for i in self.impls if (tid, config, i.impl_id) not in self.skip]
+            if todo:
+                self.measure_config(config, todo)
+        return {"status": "ok", "durations_s": {k: round(v, 3) for k, v in self.durations.items()}}
+
+    def phase(self, name: str, config: str | None, culprits: tuple[str, ...] = ()) -> None:
+        self.emit("phase", self.task.task_id, name, config, list(culprits))
+
+    @contextlib.contextmanager
+    def timed_section(self, name: str) -> Iterator[None]:
+        """Adds the section's wall time to `durations[name]` (reported in the task record)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.durations[name] = self.durations.get(name, 0.0) + time.perf_counter() - start
+
+    def build(self, impl: Implementation, config: str) -> Built:
+        """Execute the implementation's module and build its CUDA (NVRTC, cached); once per task."""
+        if impl.impl_id in self.built:
+            return self.built[impl.impl_id]
+        from cudaperf import cuda
+
+        self.phase("build", config, (impl.impl_id,))
+        module = types.ModuleType(impl.impl_id.replace("/", "_"))
+        try:
+            exec(compile(impl.source, impl.impl_id, "exec"), module.__dict__)  # noqa: S102 - our own code
+        except Exception as exc:  # noqa: BLE001 - a broken template is a finding
+            self.built[impl.impl_id] = Built(None, None, CheckResult("import_error", message=_text(exc)))
+            return self.built[impl.impl_id]
+        start = time.perf_counter()
+        try:
+            if isinstance(getattr(module, "SOURCE", None), str):
+                cuda.load(module.SOURCE)  # the module's own later cuda.load hits the in-process cache
+        except cuda.CompileError as exc:
+            self.built[impl.impl_id] = Built(None, None, CheckResult("compile_error", message=_text(exc)))
+            return self.built[impl.impl_id]
+        self.built[impl.impl_id] = Built(module, (time.perf_counter() - start) * 1e3)
+        return self.built[impl.impl_id]
+
+    def failure(self, impl_id: str, exc: BaseException) -> CheckResult:
+        """An exception from an implementation: a value, unless the CUDA context is gone (then the child
+        names the culprit and exits)."""
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()  # a no-op without CUDA
+            return CheckResult("out_of_memory", message=_text(exc))
+        if not context_alive(self.device):
+            self.phase("context_lost", None, (impl_id,) if impl_id not in (*TORCH_BASELINES, NAIVE) else ())
+            raise ContextLost(f"{impl_id}: {_text(exc)}")
+        return CheckResult("runtime_error", message=_text(exc))
+
+    def bench(self, fns: dict[str, Callable], input_sets: list, check: Callable | None) -> Timed:
+        """The interleaved run; a callable that raises leaves it (recorded) and the run starts again."""
+        o = self.options
+        timed = Timed(None, check is not None)
+        while any(k not in (*TORCH_BASELINES, NAIVE) for k in fns):
+            try:
+                with torch.no_grad():
+                    timed.report = bench_interleaved_report(
+                        fns, input_sets, budget_ms=o.budget_ms, warmup_ms=o.warmup_ms,
+                        l2_flush_bytes=None if o.l2_flush else 0, check=check, device=self.device,
+                        min_reps=o.min_reps, max_reps=o.max_reps)
+                return timed
+            except FunctionFailed as failed:
+                timed.dropped[failed.name] = self.failure(failed.name, failed.error).message
+                fns = {k: v for k, v in fns.items() if k != failed.name}
+        return timed
+
+    def rows(self, config: str, todo: list[Implementation], results: dict[str, CheckResult], timed: Timed,
+             baselines: dict[str, Any]) -> None:
+        report = timed.report
+        for impl in todo:
+            result = results[impl.impl_id]
+            timing = report.timings.get(impl.impl_id) if report else None
+            status, message = result.status, result.message
+            if result.ok and timing is None:
+                status, message = "timing_failed", timed.dropped.get(impl.impl_id, "not timed")
+            elif timing is not None and report.check_failures.get(impl.impl_id):
+                status = "timing_check_failed"  # right on the checks, wrong on a re-check: a race
+                message = f"{report.check_failures[impl.impl_id]} re-checked outputs were wrong during timing"
+            built = self.built.get(impl.impl_id)
+            self.emit("row", {
+                "record": "row", "v": ROW_VERSION, "task_id": self.task.task_id, "kind": self.task.kind.value,
+                "family": self.task.family, "config": config, "impl_id": impl.impl_id, "strategy": impl.strategy,
+                "tags": list(impl.tags), "baseline_impl": impl.baseline, "status": status,
+                "correct": status == "ok", "max_abs_error": result.max_abs_error,
+                "max_rel_error": result.max_rel_error, "message": message[:MESSAGE_CHARS],
+                "build_ms": built.build_ms if built else None, **_timing_fields("", timing),
+                **baselines, **_report_fields(report, impl.impl_id), "timing_checked": timed.checked,
+                "baseline_notes": timed.notes, "t": time.time()})
+
+
+def _timing_fields(prefix: str, t: Timing | None) -> dict[str, Any]:
+    names = ("median_ms", "iqr_ms", "min_ms", "mean_ms", "n_samples")
+    if t is None:
+        return {f"{prefix}{n}": None for n in names}
+    return {f"{prefix}median_ms": t.median_ms, f"{prefix}iqr_ms": t.iqr_ms, f"{prefix}min_ms": t.min_ms,
+            f"{prefix}mean_ms": t.mean_ms, f"{prefix}n_samples": t.n_samples}
+
+
+def _baseline(report: BenchReport | None, name: str, label: str) -> dict[str, Any]:
+    t = report.timings.get(name) if report else None
+    return {f"{label}_ms": t.median_ms if t else None, f"{label}_iqr_ms": t.iqr_ms if t else None}
+
+
+def _report_fields(report: BenchReport | None, name: str) -> dict[str, Any]:
+    if report is None:
+        return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None}
+    return {"overhead_ms": report.overhead.median_ms if report.overhead else None,
+            "timing_flags": [f.code for f in report.flags_for(name)] + (
+                [] if report.clock_consistent else ["timer_inconsistent_run"]),
+            "rounds": report.rounds, "l2_flush_bytes": report.l2_flush_bytes}
+
+
+# --------------------------------------------------------------------------------------------------
+# PyTorch -> CUDA tasks
+
+
+@dataclass
+class _TorchRef:
+    seed: int
+    init: list
+    inputs: list
+    output: Any
+    model: Any = None  # kept for the first seed only (timing, eager and compile baselines)
+
+
+class TorchTaskMeasure(TaskMeasure):
+    """Reference: the task's `Model` on the GPU; baselines eager and torch.compile of it."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        from cudaperf.tasks import runtime, task_from_source
+
+        self.runtime = runtime
+        self.record = task_from_source(self.task.text, self.task.task_id)
+        self.module = runtime.load_module(self.record)
+
+    def config_names(self) -> list[str]:
+        return [c.name for c in self.record.configs]
+
+    def references(self, config: str) -> list[_TorchRef]:
+        cfg = next(c for c in self.record.configs if c.name == config)
+        refs = []
+        for seed in self.options.seeds:
+            init = self.runtime.make_init_inputs(self.module, cfg)
+            torch.manual_seed(seed)
+            model = self.module.Model(*init).to(self.device).eval()
+            inputs = self.runtime.make_inputs(self.module, cfg, seed, self.device)
+            with torch.no_grad():
+                output = model(*clone_inputs(inputs))
+            refs.append(_TorchRef(seed, init, inputs, output, model if not refs else None))
+        synchronize(self.device)
+        return refs
+
+    def measure_config(self, config: str, todo: list[Implementation]) -> None:
+        with self.timed_section("build"):
+            for impl in todo:
+                self.build(impl, config)
+        with self.lock.held():
+            self.phase("reference", config)
+            with self.timed_section("reference"):
+                try:
+                    refs = self.references(config)
+                except Exception as exc:  # the task's own code: every row says why
+                    if not context_alive(self.device):
+                        raise ContextLost(f"reference: {_text(exc)}") from exc
+                    failed = CheckResult("reference_failed", message=_text(exc))
+                    self.rows(config, todo, dict.fromkeys([i.impl_id for i in todo], failed), Timed(None, False), {})
+                    return
+            instances: dict[str, Any] = {}
+            with self.timed_section("check"):
+                results = {i.impl_id: self.check(i, config, refs, instances) for i in todo}
+            timed = self.time(config, [i for i in todo if results[i.impl_id].ok], refs, instances)
+        baselines = {**_baseline(timed.report, "eager", "eager"), **_baseline(timed.report, "compile", "compile"),
+                     "naive_ms": None, "naive_iqr_ms": None, "serial_c_ms": None, "serial_c_reps": None}
+        self.rows(config, todo, results, timed, baselines)
+
+    def check(self, impl: Implementation, config: str, refs: list[_TorchRef], instances: dict) -> CheckResult:
+        built = self.build(impl, config)
+        if built.failure:
+            return built.failure
+        self.phase("check", config, (impl.impl_id,))
+        worst_abs, worst_rel = 0.0, 0.0
+        for ref in refs:
+            try:
+                torch.manual_seed(ref.seed)  # the same seed as the reference: the same weights
+                new = built.module.ModelNew(*ref.init).to(self.device).eval()
+                poison_allocator(self.device, _nbytes(ref.output))
+                inputs = clone_inputs(ref.inputs)
+                with torch.no_grad():
+                    out = new(*inputs)
+                synchronize(self.device)
+            except Exception as exc:  # noqa: BLE001 - the implementation failed: a value
+                return self.failure(impl.impl_id, exc)
+            if inputs_mutated(ref.inputs, inputs):  # the reference does not: timing would be unfair
+                return CheckResult("incorrect", message=f"seed {ref.seed}: modified its inputs")
+            verdict = compare(out, ref.output, None, overrides=self.record.tolerances)
+            if not verdict.ok:
+                return CheckResult("incorrect", verdict.max_abs_error, verdict.max_rel_error,
+                                   f"seed {ref.seed}: {verdict.message}")
+            worst_abs = max(worst_abs, verdict.max_abs_error or 0.0)
+            worst_rel = max(worst_rel, verdict.max_rel_error or 0.0)
+            if ref is refs[0]:
+                instances[impl.impl_id] = new
+        return CheckResult("ok", worst_abs, worst_rel)
+
+    def compiled(self, config: str, ref: _TorchRef) -> tuple[Callable | None, str]:
+        """torch.compile of the first seed's model, compiled and warmed here (outside the timing)."""
+        self.phase("compile_baseline", config)
+        with self.timed_section("compile_baseline"):
+            try:
+                compiled = torch.compile(ref.model, dynamic=False)  # one static graph per configuration
+                with torch.no_grad():
+                    compiled(*clone_inputs(ref.inputs))
+                synchronize(self.device)
+                return compiled, ""
+            except Exception as exc:  # noqa: BLE001 - the baseline is missing, the measurement goes on
+                self.failure("compile", exc)
+                return None, _text(exc)
+
+    def time(self, config: str, timed_impls: list[Implementation], refs: list[_TorchRef],
+             instances: dict) -> Timed:
+        if not timed_impls:
+            return Timed(None, True)
+        model = refs[0].model
+        fns: dict[str, Callable] = {i.impl_id: (lambda inputs, m=instances[i.impl_id]: m(*inputs))
+                                    for i in timed_impls}
+        fns["eager"] = lambda inputs: model(*inputs)
+        notes = {}
+        if self.options.compile_baseline:
+            compiled, why = self.compiled(config, refs[0])
+            if compiled is not None:
+                fns["compile"] = lambda inputs: compiled(*inputs)
+            else:
+                notes["compile"] = why
+        with torch.no_grad():  # the first seed's model on every seed's inputs: what timing re-checks against
+            expected = [refs[0].output] + [model(*clone_inputs(r.inputs)) for r in refs[1:]]
+        tolerances = self.record.tolerances
+
+        def check(name: str, index: int, out: Any) -> bool:
+            return compare(out, expected[index], None, overrides=tolerances).ok
+
+        self.phase("timing", config, tuple(i.impl_id for i in timed_impls))
+        with self.timed_section("timing"):
+            timed = self.bench(fns, [r.inputs for r in refs], check)
+        timed.notes.update(notes)
+        timed.notes.update({k: v for k, v in timed.dropped.items() if k in TORCH_BASELINES})
+        return timed
+
+
+def _nbytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in flatten_tensors(value))
+
+
+# --------------------------------------------------------------------------------------------------
+# C -> CUDA tasks
+
+
+class Outputs:
+    """The out/inout tensors of one input set, hidden from the timing harness (see the module docstring):
+    not a list, tuple or dict, so `flatten_tensors` and `clone_inputs` pass it through untouched."""
+
+    def __init__(self, arrays: dict[str, torch.Tensor]):
+        self.arrays = arrays
+
+
+@dataclass
+class _CSeed:
+    """One (configuration, seed) of a C task on the host: inputs and the serial reference's outputs."""
+
+    seed: int
+    values: dict[str, Any]  # scalars and numpy arrays as drawn (outs zero-filled)
+    outputs: dict[str, np.ndarray]
+
+
+@dataclass
+class _CDevice:
+    """The same on the GPU."""
+
+    ins: dict[str, torch.Tensor]  # `in` arrays
+    inout: dict[str, torch.Tensor]  # `inout` arrays before the call
+    out_specs: dict[str, tuple[int, torch.dtype]]  # `out` arrays: length, dtype
+    expected: dict[str, torch.Tensor]  # every output after the reference
+    device: torch.device
+
+    def fresh_outputs(self) -> dict[str, torch.Tensor]:
+        outs = {n: fill_sentinel_(torch.empty(length, dtype=dt, device=self.device))
+                for n, (length, dt) in self.out_specs.items()}
+        return {**outs, **{n: t.clone() for n, t in self.inout.items()}}
+
+
+class CTaskMeasure(TaskMeasure):
+    """Reference: the serial C (`cref`) on the CPU, also timed; baseline: the naive CUDA port."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        from cudaperf.tasks import cref
+        from cudaperf.tasks.ctask import from_json
+
+        self.cref = cref
+        self.ctask = from_json(self.task.text)
+        self.scalars: dict[str, Any] = {}
+
+    def config_names(self) -> list[str]:
+        return [c.name for c in self.ctask.configs]
+
+    def prepare(self, config: str) -> tuple[list[_CSeed], list[float]] | str:
+        """Inputs and serial references per seed, and serial-C samples on the first seed; or why not."""
+        from cudaperf.tasks.ctask import make_inputs
+
+        cfg = self.ctask.config(config)
+        build = self.cref.build_reference(self.ctask)
+        if not build.ok:
+            return f"reference build failed: {build.log[-600:]}"
+        seeds = []
+        for seed in self.options.seeds:
+            values = make_inputs(self.ctask, cfg, seed)
+            run = self.cref.run_reference(self.ctask, cfg, seed, values=_copy_values(values))
+            if not run.ok:
+                return run.message
+            seeds.append(_CSeed(seed, values, run.outputs))
+        return seeds, self.serial_samples(build, seeds[0].values)
+
+    def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
+        """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls)."""
+        samples: list[float] = []
+        while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < self.options.serial_budget_ms):
+            fresh = _copy_values(values)
+            start = time.perf_counter()
+            self.cref.call(self.ctask, build, fresh)
+            samples.append((time.perf_counter() - start) * 1e3)
+        return samples
+
+    def upload(self, seed: _CSeed) -> _CDevice:
+        from cudaperf.tasks.ctask import ParamKind
+
+        def dev(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+        ins = {p.name: dev(seed.values[p.name]) for p in self.ctask.params if p.kind is ParamKind.IN}
+        inout = {p.name: dev(seed.values[p.name]) for p in self.ctask.params if p.kind is ParamKind.INOUT}
+        specs = {p.name: (int(seed.values[p.name].size), _torch_dtype(seed.values[p.name].dtype))
+                 for p in self.ctask.params if p.kind is ParamKind.OUT}
+        return _CDevice(ins, inout, specs, {n: dev(a) for n, a in seed.outputs.items()}, self.device)
+
+    def measure_config(self, config: str, todo: list[Implementation]) -> None:
+        self.phase("reference", config)
+        with self.timed_section("reference_cpu"):
+            prepared = self.prepare(config)
+        if isinstance(prepared, str):
+            failed = CheckResult("reference_failed", message=prepared[:MESSAGE_CHARS])
+            self.rows(config, todo, dict.fromkeys([i.impl_id for i in todo], failed), Timed(None, False), {})
+            return
+        seeds, serial = prepared
+        self.scalars = {p.name: seeds[0].values[p.name] for p in self.ctask.params if not p.is_array}
+        naive = next((i for i in self.impls if i.baseline), None)
+        checked = todo + ([naive] if naive and naive not in todo else [])
+        with self.timed_section("build"):
+            for impl in checked:
+                self.build(impl, config)
+        with self.lock.held():
+            devs = [self.upload(s) for s in seeds]
+            with self.timed_section("check"):
+                results = {i.impl_id: self.check(i, config, devs) for i in checked}
+            timed = self.time(config, [i for i in todo if results[i.impl_id].ok], naive, results, devs)
+        naive_name = naive.impl_id if naive in todo else NAIVE
+        baselines = {"eager_ms": None, "eager_iqr_ms": None, "compile_ms": None, "compile_iqr_ms": None,
+                     **_baseline(timed.report, naive_name, "naive"),
+                     "serial_c_ms": statistics.median(serial), "serial_c_reps": len(serial)}
+        self.rows(config, todo, results, timed, baselines)
+
+    def entry(self, impl: Implementation) -> Callable:
+        return getattr(self.built[impl.impl_id].module, self.ctask.entry)
+
+    def check(self, impl: Implementation, config: str, devs: list[_CDevice]) -> CheckResult:
+        built = self.build(impl, config)
+        if built.failure:
+            return built.failure
+        if not callable(getattr(built.module, self.ctask.entry, None)):
+            return CheckResult("import_error", message=f"no function {self.ctask.entry}")
+        self.phase("check", config, (impl.impl_id,))
+        tol = self.ctask.tolerance_for(self.ctask.config(config))
+        worst_abs, worst_rel = 0.0, 0.0
+        for seed, dev in zip(self.options.seeds, devs, strict=True):
+            outs = dev.fresh_outputs()  # out arrays poisoned (NaN / -1), inout arrays as drawn
+            ins = clone_inputs(dev.ins)  # a stray write must not spoil the inputs the others are checked on
+            try:
+                self.entry(impl)(**ins, **outs, **self.scalars)
+                synchronize(self.device)
+            except Exception as exc:  # noqa: BLE001 - the implementation failed: a value
+                return self.failure(impl.impl_id, exc)
+            if inputs_mutated(dev.ins, ins):
+                return CheckResult("incorrect", message=f"seed {seed}: modified its input arrays")
+            for name, want in dev.expected.items():
+                verdict = compare(outs[name], want, tol, path=name)
+                if not verdict.ok:
+                    return CheckResult("incorrect", verdict.max_abs_error, verdict.max_rel_error,
+                                       f"seed {seed}: {verdict.message}")
+                worst_abs = max(worst_abs, verdict.max_abs_error or 0.0)
+                worst_rel = max(worst_rel, verdict.max_rel_error or 0.0)
+        return CheckResult("ok", worst_abs, worst_rel)
+
+    def time(self, config: str, timed_impls: list[Implementation], naive: Implementation | None,
+             results: dict[str, CheckResult], devs: list[_CDevice]) -> Timed:
+        if not timed_impls:
+            return Timed(None, True)
+        scalars = self.scalars
+
+        def call(fn: Callable) -> Callable:
+            def run(inputs: list) -> Outputs:
+                fn(**inputs[0], **inputs[1].arrays, **scalars)
+                return inputs[1]  # the holder: what the re-check reads
+            return run
+
+        fns = {i.impl_id: call(self.entry(i)) for i in timed_impls}
+        if naive is not None and naive not in timed_impls and results[naive.impl_id].ok:
+            fns[NAIVE] = call(self.entry(naive))
+        input_sets = [[dev.ins, Outputs(dev.fresh_outputs())] for dev in devs]
+        tol = self.ctask.tolerance_for(self.ctask.config(config))
+        has_inout = any(dev.inout for dev in devs)
+
+        def check(name: str, index: int, out: Outputs) -> bool:
+            return all(compare(out.arrays[n], want, tol).ok for n, want in devs[index].expected.items())
+
+        self.phase("timing", config, tuple(i.impl_id for i in timed_impls))
+        with self.timed_section("timing"):
+            timed = self.bench(fns, input_sets, None if has_inout else check)
+        if NAIVE in timed.dropped:
+            timed.notes[NAIVE] = timed.dropped[NAIVE]
+        return timed
+
+
+def _copy_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(1, dtype=dtype)).dtype

@@ -1,0 +1,284 @@
+"""`cudaperf dataset measure` without a GPU: the results file (resume, torn lines), task selection and
+shards, the time budget, child deaths and timeouts (through the fake runner's test hooks, in real spawned
+children), the blame rule, and the statistics and export on a hand-made measurements.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cudaperf.datasets import cli, measure_stats, registry
+from cudaperf.datasets.measure import (
+    EXIT_BUDGET,
+    EXIT_DONE,
+    RESULTS_FILE,
+    Job,
+    MeasureOptions,
+    Phase,
+    ResultsWriter,
+    after_death,
+    measure,
+    read_progress,
+    round_robin,
+    select_tasks,
+)
+
+FAMILIES = ("map", "elementwise")
+
+
+def options(tmp_path: Path, **kw) -> MeasureOptions:
+    base = {"out_dir": tmp_path, "families": FAMILIES, "limit": 1, "runner": "fake", "progress": False,
+            "features": False}
+    return MeasureOptions(**{**base, **kw})
+
+
+def lines(tmp_path: Path) -> list[dict]:
+    return [json.loads(x) for x in (tmp_path / RESULTS_FILE).read_text().splitlines() if x.strip()]
+
+
+def row_keys(tmp_path: Path) -> list[tuple]:
+    return [(r["task_id"], r["config"], r["impl_id"]) for r in lines(tmp_path) if r["record"] == "row"]
+
+
+def planned_keys(tasks) -> set[tuple]:
+    return {(t.task_id, c, i.impl_id) for t in tasks for c in ("small", "large", "odd")
+            for i in registry.implementations(t)}
+
+
+# --------------------------------------------------------------------------------------------------
+# The results file
+
+
+def _row(task: str, config: str, impl: str, status: str = "ok") -> dict:
+    return {"record": "row", "task_id": task, "config": config, "impl_id": impl, "status": status}
+
+
+def test_a_torn_last_line_is_skipped_and_its_key_measured_again(tmp_path):
+    whole = json.dumps(_row("t", "small", "t/naive"))
+    torn = json.dumps(_row("t", "large", "t/naive"))[:25]
+    (tmp_path / RESULTS_FILE).write_text(whole + "\n" + torn)
+    progress = read_progress(tmp_path / RESULTS_FILE)
+    assert progress.done_keys == {("t", "small", "t/naive")} and progress.torn_lines == 1
+
+
+def test_the_writer_fences_off_a_torn_tail_before_appending(tmp_path):
+    path = tmp_path / RESULTS_FILE
+    path.write_text(json.dumps(_row("t", "small", "t/naive")) + "\n" + '{"record": "ro')
+    writer = ResultsWriter(path)
+    writer.append(_row("t", "odd", "t/naive"))
+    writer.close()
+    assert read_progress(path).done_keys == {("t", "small", "t/naive"), ("t", "odd", "t/naive")}
+
+
+def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
+    path = tmp_path / RESULTS_FILE
+    path.write_text("\n".join(json.dumps(r) for r in (
+        _row("t", "small", "t/a"), _row("t", "small", "t/b", "worker_died"),
+        {"record": "task", "task_id": "t", "status": "partial"})) + "\n")
+    assert read_progress(path).finished_tasks == {"t"}
+    again = read_progress(path, retry_failed=True)
+    assert again.done_keys == {("t", "small", "t/a")} and again.finished_tasks == set()
+
+
+def test_a_second_run_measures_nothing_new(tmp_path):
+    first = measure(options(tmp_path))
+    before = len(lines(tmp_path))
+    second = measure(options(tmp_path))
+    assert first.finished == 2 and second.finished == 0
+    assert len(lines(tmp_path)) == before + 1  # only the second run's `run` record
+
+
+def test_a_partly_measured_task_gets_only_its_missing_keys(tmp_path):
+    task = select_tasks(options(tmp_path))[0]
+    impl = registry.implementations(task)[0].impl_id
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(_row(task.task_id, "small", impl)) + "\n")
+    measure(options(tmp_path))
+    keys = row_keys(tmp_path)
+    assert len(keys) == len(set(keys)) and set(keys) == planned_keys(select_tasks(options(tmp_path)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Selection
+
+
+def test_shards_partition_the_selection(tmp_path):
+    full = [t.task_id for t in select_tasks(options(tmp_path, limit=5))]
+    shards = [[t.task_id for t in select_tasks(options(tmp_path, limit=5, shard=(i, 3)))] for i in range(3)]
+    together = [task_id for shard in shards for task_id in shard]
+    assert sorted(together) == sorted(full) and len(set(together)) == len(full)
+
+
+def test_round_robin_puts_every_family_in_a_short_prefix(tmp_path):
+    tasks = registry.build_index(0, families=["map", "elementwise", "stencil1d"])
+    assert {t.family for t in round_robin(tasks)[:3]} == {"map", "elementwise", "stencil1d"}
+
+
+def test_a_bad_shard_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="0 <= i < n"):
+        MeasureOptions(out_dir=Path("x"), shard=(3, 3))
+
+
+# --------------------------------------------------------------------------------------------------
+# The time budget
+
+
+def test_the_budget_stops_before_a_task_that_cannot_fit(tmp_path):
+    summary = measure(options(tmp_path, time_budget_s=1.0, assumed_task_s=10.0))
+    assert summary.finished == 0 and summary.left == 2 and summary.exit_code == EXIT_BUDGET
+
+
+def test_the_budget_kills_a_task_past_the_grace_and_the_next_run_finishes_it(tmp_path):
+    slow = options(tmp_path, time_budget_s=1.0, grace_s=0.5, assumed_task_s=0.1, assumed_startup_s=0.0,
+                   test_hooks=(("sleep_s", "30"),))
+    summary = measure(slow)
+    assert summary.exit_code == EXIT_BUDGET and summary.elapsed_s < 10
+    assert not [r for r in lines(tmp_path) if r["record"] == "task"]  # killed tasks are not finished
+    assert measure(options(tmp_path)).exit_code == EXIT_DONE
+    assert set(row_keys(tmp_path)) == planned_keys(select_tasks(options(tmp_path)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Deaths and timeouts
+
+
+def test_a_child_death_fails_only_the_culprit_and_the_task_is_finished(tmp_path):
+    task = select_tasks(options(tmp_path))[0]
+    culprit = registry.implementations(task)[1].impl_id
+    summary = measure(options(tmp_path, test_hooks=(("crash_on", culprit),)))
+    rows = [r for r in lines(tmp_path) if r["record"] == "row"]
+    assert {r["impl_id"] for r in rows if r["status"] != "ok"} == {culprit}
+    assert all("died" in r["message"] for r in rows if r["status"] == "worker_died")
+    assert set(row_keys(tmp_path)) == planned_keys(select_tasks(options(tmp_path)))
+    assert summary.finished == 2 and summary.exit_code == EXIT_DONE
+
+
+def test_a_hanging_implementation_is_killed_and_marked_timeout(tmp_path):
+    task = select_tasks(options(tmp_path))[0]
+    culprit = registry.implementations(task)[0].impl_id
+    measure(options(tmp_path, task_timeout_s=1.0, test_hooks=(("hang_on", culprit),)))
+    failed = {(r["impl_id"], r["status"]) for r in lines(tmp_path) if r["record"] == "row" and r["status"] != "ok"}
+    assert failed == {(culprit, "timeout")}
+
+
+def _job(configs=("small",), impls=("t/a", "t/b")) -> Job:
+    job = Job(registry.build_index(0, families=["map"])[0], set())
+    job.planned = [("t", c, i) for c in configs for i in impls]
+    return job
+
+
+def test_one_implementation_in_flight_is_blamed_at_once():
+    verdict = after_death(_job(), Phase("check", "small", ("t/a",)), timed_out=False, max_attempts=3)
+    assert verdict.failed == {("t", "small", "t/a")} and verdict.retry
+
+
+def test_a_death_during_timing_is_retried_once_then_fails_the_timed_group():
+    job, phase = _job(), Phase("timing", "small", ("t/a", "t/b"))
+    first = after_death(job, phase, timed_out=False, max_attempts=3)
+    second = after_death(job, phase, timed_out=False, max_attempts=3)
+    assert not first.failed and first.retry
+    assert second.failed == {("t", "small", "t/a"), ("t", "small", "t/b")} and not second.retry
+
+
+def test_deaths_that_blame_nobody_are_capped():
+    job = Job(registry.build_index(0, families=["map"])[0], set())  # died before planning
+    verdicts = [after_death(job, Phase("setup"), timed_out=False, max_attempts=3) for _ in range(3)]
+    assert [v.retry for v in verdicts] == [True, True, False]
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics on a hand-made measurement
+
+
+def _timed(task, config, impl, ms, status="ok", **kw):
+    return {"record": "row", "task_id": task, "kind": "c", "family": "fam", "config": config,
+            "impl_id": f"{task}/{impl}", "strategy": impl, "status": status, "correct": status == "ok",
+            "median_ms": ms if status == "ok" else None, **kw}
+
+
+def write_measurement(tmp_path: Path) -> None:
+    rows = [
+        {"record": "run", "run": "r1", "t": 1000.0},
+        # task A: ratios 4 (small) and 9 (large) -> geomean 6; `bad` is wrong on large and never verified
+        _timed("A", "small", "x", 1.0, naive_ms=3.0, serial_c_ms=10.0), _timed("A", "small", "y", 4.0),
+        _timed("A", "small", "bad", 2.0),
+        _timed("A", "large", "x", 2.0, naive_ms=4.0, serial_c_ms=40.0), _timed("A", "large", "y", 18.0),
+        _timed("A", "large", "bad", 0.5, "incorrect"),
+        # task B: one config, ratio 2, three verified implementations
+        _timed("B", "small", "x", 1.0), _timed("B", "small", "y", 2.0), _timed("B", "small", "z", 1.5),
+        {"record": "task", "task_id": "A", "kind": "c", "status": "ok", "run": "r1", "t_start": 1000.0,
+         "t_end": 1030.0, "elapsed_s": 30.0},
+        {"record": "task", "task_id": "B", "kind": "c", "status": "ok", "run": "r1", "t_start": 1030.0,
+         "t_end": 1060.0, "elapsed_s": 30.0},
+    ]
+    (tmp_path / RESULTS_FILE).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_the_task_ratio_is_the_geomean_of_slowest_over_fastest_correct(tmp_path):
+    write_measurement(tmp_path)
+    a = {s.task_id: s for s in measure_stats.task_summaries(measure_stats.load(tmp_path))}["A"]
+    assert a.config_ratios == {"small": 4.0, "large": 9.0} and math.isclose(a.ratio, 6.0)
+
+
+def test_verified_implementations_are_correct_on_every_configuration(tmp_path):
+    write_measurement(tmp_path)
+    by_id = {s.task_id: s for s in measure_stats.task_summaries(measure_stats.load(tmp_path))}
+    assert (by_id["A"].verified_impls, by_id["A"].impls, by_id["B"].verified_impls) == (2, 3, 3)
+
+
+def test_best_speedups_are_geomeans_over_configurations(tmp_path):
+    write_measurement(tmp_path)
+    a = {s.task_id: s for s in measure_stats.task_summaries(measure_stats.load(tmp_path))}["A"]
+    assert math.isclose(a.speedups["naive"], math.sqrt(3.0 * 2.0))
+    assert math.isclose(a.speedups["serial_c"], math.sqrt(10.0 * 20.0))
+
+
+def test_quantiles_match_numpy_linear_interpolation():
+    values = [3.0, 1.0, 7.5, 2.0, 10.0]
+    got = measure_stats.quantiles(values, (0.1, 0.5, 0.9))
+    assert np.allclose(list(got.values()), np.quantile(values, [0.1, 0.5, 0.9]))
+
+
+def test_histogram_bins_are_half_open_with_an_open_last_bin():
+    counts = dict(measure_stats.histogram([1.0, 1.24, 1.25, 100.0], (1.0, 1.25, 2.0)))
+    assert counts == {"[1, 1.25)": 2, "[1.25, 2)": 1, ">= 2": 1}
+
+
+def test_throughput_counts_tasks_over_run_wall_time(tmp_path):
+    write_measurement(tmp_path)
+    tp = measure_stats.throughput(measure_stats.load(tmp_path))
+    assert tp.tasks == 2 and math.isclose(tp.wall_minutes, 1.0) and math.isclose(tp.tasks_per_minute, 2.0)
+
+
+def test_export_writes_a_csv_row_per_task_and_the_markdown(tmp_path):
+    write_measurement(tmp_path)
+    measure_stats.export_summary(tmp_path, tmp_path / "summary")
+    table = list(csv.DictReader((tmp_path / "summary" / "task_ratios.csv").open()))
+    assert [(r["task_id"], r["ratio"], r["best_large"]) for r in table] == [("A", "6", "x"), ("B", "2", "")]
+    assert "tasks with >= 3 verified implementations: 1/2" in (tmp_path / "summary" / "stats.md").read_text()
+
+
+def test_parquet_export_holds_every_row(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    write_measurement(tmp_path)
+    measure_stats.export_summary(tmp_path, tmp_path / "summary")
+    assert pq.read_table(tmp_path / "summary" / "measurements.parquet").num_rows == 9
+
+
+def test_cli_stats_reads_a_measurement_without_a_manifest(tmp_path, capsys):
+    write_measurement(tmp_path)
+    args = argparse.Namespace(action="stats", out=Path("unused"), out_dir=tmp_path, export=None)
+    assert cli.run(args) == 0
+    out = capsys.readouterr().out
+    assert "| ratio | 2.00 |" in out and "tasks measured: 2" in out
+
+
+def test_static_features_summarise_the_kernels_of_an_implementation():
+    impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
+    row = measure_stats.static_feature_row(impl)
+    assert row is not None and row["features"]["n_kernels"] >= 1 and row["features"]["global_accesses"] >= 1

@@ -1,0 +1,134 @@
+"""The in-child measurement recipe (measure_task.py) run on the CPU: the generated CUDA implementations
+need a GPU, so each test substitutes implementations that compute on the CPU (the serial C reference
+through ctypes for C tasks, the task's own `Model` for PyTorch tasks) plus deliberately wrong and raising
+ones, then checks the rows the recipe emits. The timing harness uses its CPU clock here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudaperf.datasets import registry
+from cudaperf.datasets.measure import GpuLock, MeasureOptions
+from cudaperf.datasets.measure_task import CTaskMeasure, TorchTaskMeasure
+from cudaperf.datasets.records import Implementation
+
+C_VIA_REFERENCE = '''
+from cudaperf.tasks import cref
+from cudaperf.tasks.ctask import from_json
+
+TASK = from_json({text!r})
+BUILD = cref.build_reference(TASK)
+
+
+def {entry}(**kw):
+    values = {{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in kw.items()}}
+    cref.call(TASK, BUILD, values)  # CPU tensors share memory with their numpy views
+    {after}
+'''
+
+
+def c_impl(task, strategy: str, after: str = "pass", baseline: bool = False) -> Implementation:
+    from cudaperf.tasks.ctask import from_json
+
+    entry = from_json(task.text).entry
+    src = C_VIA_REFERENCE.format(text=task.text, entry=entry, after=after)
+    return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, src, (strategy,), baseline)
+
+
+def run_recipe(kind, task, impls, configs=("small",), skip=frozenset()):
+    messages = []
+    options = MeasureOptions(out_dir=Path("unused"), budget_ms=1.0, warmup_ms=0.5, min_reps=3, max_reps=5,
+                             compile_baseline=False, serial_budget_ms=1.0)
+    measurer = kind(task, options, torch.device("cpu"), lambda *m: messages.append(m), GpuLock(None), set(skip))
+    measurer.impls = impls
+    measurer.config_names = lambda: list(configs)
+    info = measurer.run()
+    rows = {(m[1]["config"], m[1]["strategy"]): m[1] for m in messages if m[0] == "row"}
+    return info, rows, messages
+
+
+@pytest.fixture(scope="module")
+def c_task():
+    return registry.build_index(0, families=["map"])[0]
+
+
+def test_a_correct_c_implementation_is_timed_with_both_c_baselines(c_task):
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)])
+    row = rows[("small", "naive")]
+    assert row["status"] == "ok" and row["median_ms"] > 0 and row["n_samples"] >= 3
+    assert row["naive_ms"] == row["median_ms"] and row["serial_c_ms"] > 0 and row["timing_checked"]
+
+
+WRITES_EVERYTHING = "[t.add_(1) for t in kw.values() if hasattr(t, 'add_') and t.is_floating_point()]"
+
+
+def test_a_wrong_c_output_is_incorrect_and_not_timed(c_task):
+    wrong = c_impl(c_task, "coarsened", after="kw['out'].add_(1)")
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True), wrong])
+    assert rows[("small", "coarsened")]["status"] == "incorrect" and rows[("small", "coarsened")]["median_ms"] is None
+
+
+def test_an_implementation_writing_its_inputs_spoils_only_itself(c_task):
+    vandal = c_impl(c_task, "coarsened", after=WRITES_EVERYTHING)
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [vandal, c_impl(c_task, "naive", baseline=True)])
+    assert rows[("small", "coarsened")]["status"] == "incorrect" and rows[("small", "naive")]["status"] == "ok"
+
+
+def test_an_unwritten_out_array_fails_on_the_poison(c_task):
+    lazy = Implementation(f"{c_task.task_id}/grid_stride", c_task.task_id, "grid_stride",
+                          "def " + registry_entry(c_task) + "(**kw):\n    pass\n")
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [lazy])
+    assert rows[("small", "grid_stride")]["status"] == "incorrect"
+
+
+def registry_entry(task) -> str:
+    from cudaperf.tasks.ctask import from_json
+
+    return from_json(task.text).entry
+
+
+def test_a_raising_implementation_is_a_runtime_error_row(c_task):
+    boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",
+                          "def " + registry_entry(c_task) + "(**kw):\n    raise RuntimeError('boom')\n")
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [boom])
+    assert rows[("small", "vectorized")]["status"] == "runtime_error" and "boom" in rows[("small", "vectorized")]["message"]
+
+
+def test_skipped_keys_are_neither_planned_nor_measured(c_task):
+    impls = [c_impl(c_task, "naive", baseline=True), c_impl(c_task, "grid_stride")]
+    skip = {(c_task.task_id, "small", impls[1].impl_id)}
+    _, rows, messages = run_recipe(CTaskMeasure, c_task, impls, skip=skip)
+    plan = next(m for m in messages if m[0] == "plan")[2]
+    assert set(rows) == {("small", "naive")} and tuple(skip.pop()) not in map(tuple, plan)
+
+
+def test_inout_tasks_are_timed_without_rechecks():
+    task = registry.build_index(0, families=["sort"])[0]
+    _, rows, _ = run_recipe(CTaskMeasure, task, [c_impl(task, "naive", baseline=True)])
+    assert rows[("small", "naive")]["status"] == "ok" and rows[("small", "naive")]["timing_checked"] is False
+
+
+@pytest.fixture(scope="module")
+def torch_task():
+    return registry.build_index(0, families=["elementwise"])[0]
+
+
+def torch_impl(task, strategy: str, extra: str) -> Implementation:
+    return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, task.text + "\n" + extra, (strategy,))
+
+
+def test_a_pytorch_implementation_is_checked_and_timed_against_eager(torch_task):
+    same = torch_impl(torch_task, "naive", "ModelNew = Model\n")
+    off = torch_impl(torch_task, "grid_stride", "class ModelNew(Model):\n    def forward(self, *a):\n"
+                                                "        return super().forward(*a) + 1.0\n")
+    _, rows, _ = run_recipe(TorchTaskMeasure, torch_task, [same, off])
+    assert rows[("small", "naive")]["status"] == "ok" and rows[("small", "naive")]["eager_ms"] > 0
+    assert rows[("small", "grid_stride")]["status"] == "incorrect"
+
+
+def test_task_info_reports_where_the_time_went(torch_task):
+    info, _, _ = run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")])
+    assert info["status"] == "ok" and {"reference", "check", "timing"} <= set(info["durations_s"])
