@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import math
 from pathlib import Path
@@ -63,7 +64,7 @@ def test_a_torn_last_line_is_skipped_and_its_key_measured_again(tmp_path):
     whole = json.dumps(_row("t", "small", "t/naive"))
     torn = json.dumps(_row("t", "large", "t/naive"))[:25]
     (tmp_path / RESULTS_FILE).write_text(whole + "\n" + torn)
-    progress = read_progress(tmp_path / RESULTS_FILE)
+    progress = read_progress(tmp_path)
     assert progress.done_keys == {("t", "small", "t/naive")} and progress.torn_lines == 1
 
 
@@ -73,7 +74,7 @@ def test_the_writer_fences_off_a_torn_tail_before_appending(tmp_path):
     writer = ResultsWriter(path)
     writer.append(_row("t", "odd", "t/naive"))
     writer.close()
-    assert read_progress(path).done_keys == {("t", "small", "t/naive"), ("t", "odd", "t/naive")}
+    assert read_progress(tmp_path).done_keys == {("t", "small", "t/naive"), ("t", "odd", "t/naive")}
 
 
 def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
@@ -81,9 +82,27 @@ def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in (
         _row("t", "small", "t/a"), _row("t", "small", "t/b", "worker_died"),
         {"record": "task", "task_id": "t", "status": "partial"})) + "\n")
-    assert read_progress(path).finished_tasks == {"t"}
-    again = read_progress(path, retry_failed=True)
+    assert read_progress(tmp_path).finished_tasks == {"t"}
+    again = read_progress(tmp_path, retry_failed=True)
     assert again.done_keys == {("t", "small", "t/a")} and again.finished_tasks == set()
+
+
+def test_committed_gzip_shards_count_as_done(tmp_path):
+    measure(options(tmp_path / "session1"))
+    shards = tmp_path / "committed"
+    shards.mkdir()
+    raw = (tmp_path / "session1" / RESULTS_FILE).read_bytes()
+    (shards / "measurements-session1.jsonl.gz").write_bytes(gzip.compress(raw))
+    again = measure(options(tmp_path / "session2", resume_from=(shards,)))
+    assert again.finished == 0 and again.already_done == 2
+
+
+def test_a_truncated_gzip_shard_keeps_its_whole_lines(tmp_path):
+    rows = [json.dumps(_row("t", c, "t/naive")) for c in ("small", "large", "odd")] * 200
+    packed = gzip.compress(("\n".join(rows) + "\n").encode())
+    (tmp_path / "measurements-cut.jsonl.gz").write_bytes(packed[: len(packed) * 3 // 4])
+    progress = read_progress(tmp_path)
+    assert progress.torn_lines >= 1 and ("t", "small", "t/naive") in progress.done_keys
 
 
 def test_a_second_run_measures_nothing_new(tmp_path):
@@ -112,6 +131,11 @@ def test_shards_partition_the_selection(tmp_path):
     shards = [[t.task_id for t in select_tasks(options(tmp_path, limit=5, shard=(i, 3)))] for i in range(3)]
     together = [task_id for shard in shards for task_id in shard]
     assert sorted(together) == sorted(full) and len(set(together)) == len(full)
+
+
+def test_shards_mix_the_task_kinds(tmp_path):
+    kinds = {t.kind for t in select_tasks(options(tmp_path, limit=20, shard=(1, 4)))}
+    assert len(kinds) == 2
 
 
 def test_round_robin_puts_every_family_in_a_short_prefix(tmp_path):
@@ -257,7 +281,7 @@ def test_throughput_counts_tasks_over_run_wall_time(tmp_path):
 
 def test_export_writes_a_csv_row_per_task_and_the_markdown(tmp_path):
     write_measurement(tmp_path)
-    measure_stats.export_summary(tmp_path, tmp_path / "summary")
+    measure_stats.export_summary(tmp_path / "summary", tmp_path)
     table = list(csv.DictReader((tmp_path / "summary" / "task_ratios.csv").open()))
     assert [(r["task_id"], r["ratio"], r["best_large"]) for r in table] == [("A", "6", "x"), ("B", "2", "")]
     assert "tasks with >= 3 verified implementations: 1/2" in (tmp_path / "summary" / "stats.md").read_text()
@@ -266,7 +290,7 @@ def test_export_writes_a_csv_row_per_task_and_the_markdown(tmp_path):
 def test_parquet_export_holds_every_row(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     write_measurement(tmp_path)
-    measure_stats.export_summary(tmp_path, tmp_path / "summary")
+    measure_stats.export_summary(tmp_path / "summary", tmp_path)
     assert pq.read_table(tmp_path / "summary" / "measurements.parquet").num_rows == 9
 
 

@@ -132,3 +132,20 @@ def test_a_pytorch_implementation_is_checked_and_timed_against_eager(torch_task)
 def test_task_info_reports_where_the_time_went(torch_task):
     info, _, _ = run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")])
     assert info["status"] == "ok" and {"reference", "check", "timing"} <= set(info["durations_s"])
+
+
+def test_a_lost_context_names_the_culprit_and_its_configuration(c_task, monkeypatch):
+    from cudaperf.datasets import measure_task
+    from cudaperf.datasets.measure import ContextLost
+
+    monkeypatch.setattr(measure_task, "context_alive", lambda device: False)
+    boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",
+                          "def " + registry_entry(c_task) + "(**kw):\n    raise RuntimeError('illegal address')\n")
+    messages = []
+    options = MeasureOptions(out_dir=Path("unused"), compile_baseline=False, serial_budget_ms=1.0)
+    measurer = CTaskMeasure(c_task, options, torch.device("cpu"), lambda *m: messages.append(m), GpuLock(None), set())
+    measurer.impls = [boom]
+    measurer.config_names = lambda: ["odd"]
+    with pytest.raises(ContextLost, match="illegal address"):
+        measurer.run()
+    assert messages[-1] == ("phase", c_task.task_id, "context_lost", "odd", [boom.impl_id])

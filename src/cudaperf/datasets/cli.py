@@ -178,22 +178,20 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from cudaperf.datasets import export
+    from cudaperf.datasets import export, measure_stats
 
     root: Path = getattr(args, "out_dir", None) or args.out
     manifest = export.read_manifest(root)
-    measured = (root / "measurements.jsonl").exists()
+    measured = bool(measure_stats.measurement_files(root))
     if manifest is None and not measured:
         print(f"no manifest under {root}: run `cudaperf dataset build --out {root}` first", file=sys.stderr)
         return 2
     if manifest is not None:
         _manifest_stats(root, manifest)
     if measured:
-        from cudaperf.datasets import measure_stats
-
         print(measure_stats.stats_markdown(measure_stats.load(root)))
         if getattr(args, "export", None):
-            for line in measure_stats.export_summary(root, args.export):
+            for line in measure_stats.export_summary(args.export, root):
                 print(line)
     return 0
 

@@ -18,9 +18,12 @@ flight). When a child dies, the parent blames those implementations (failed rows
 a new child and sends the task again without them; see `after_death` for the rule. The parent is the
 only writer of the results file: one `json` line per row, flushed and fsynced.
 
-Resume: on start the file is read (a torn last line, from a killed run, is skipped and fenced off with a
-newline before anything is appended), tasks with a `task` record are skipped, and a partly measured task
-is sent with the keys it already has, so only the rest is measured. `--retry-failed` measures again the
+Resume: on start every `measurements*.jsonl[.gz]` of OUT_DIR and of the `--resume-from` directories is
+read (a torn last line, from a killed run, is skipped, and fenced off with a newline before anything is
+appended), tasks with a `task` record are skipped, and a partly measured task is sent with the keys it
+already has, so only the rest is measured. New records go to OUT_DIR/measurements.jsonl only, so a GPU
+session can write into an empty $OUT, resume from the gzipped shards committed after earlier sessions,
+and hand back just its own rows (a full measurement is ~60k rows, too big for one committed file). `--retry-failed` measures again the
 keys whose rows say the child died or timed out. The time budget stops dispatching when the next task
 would not fit, waits for the tasks in flight, and kills a child still running `grace_s` after the budget
 (its finished configurations are kept, the rest is measured next time), so a 9-minute device command
@@ -42,6 +45,8 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import gzip
+import hashlib
 import json
 import multiprocessing
 import os
@@ -51,6 +56,7 @@ import threading
 import time
 import traceback
 import uuid
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -85,7 +91,7 @@ class MeasureOptions:
     families: tuple[str, ...] = ()  # families to measure (empty: all)
     limit: int = 0  # at most this many tasks per family (0: all), like `dataset build --limit`
     max_tasks: int = 0  # at most this many tasks measured in this run (0: no limit)
-    shard: tuple[int, int] = (0, 1)  # (i, n): the tasks whose position in the selection is i mod n
+    shard: tuple[int, int] = (0, 1)  # (i, n): the tasks whose id hashes to i mod n (see shard_of)
     time_budget_s: float = 0.0  # stop dispatching so the run ends within this (0: no budget)
     grace_s: float = 20.0  # after the budget, a task still running this long is killed (kept unfinished)
     assumed_task_s: float = 0.0  # a task's duration before one finished in this run (0: DEFAULT_TASK_S)
@@ -102,11 +108,12 @@ class MeasureOptions:
     compile_baseline: bool = True  # time torch.compile(reference) on PyTorch tasks
     serial_budget_ms: float = 300.0  # serial-C timing: repeat until this much time is spent (1 to 5 calls)
     retry_failed: bool = False  # measure again keys whose child died or timed out
+    resume_from: tuple[Path, ...] = ()  # more directories whose measurements*.jsonl[.gz] count as done
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)
     features: bool = True  # compute static features in a background thread of the parent
     runner: str = "gpu"  # "gpu" (measure_task.py) or "fake" (a CPU test aid, see FakeRunner)
-    test_hooks: tuple[tuple[str, str], ...] = ()  # FakeRunner only: ("crash_on", impl id), ("sleep_s", "1")
+    test_hooks: tuple[tuple[str, str], ...] = ()  # tests only: see FakeRunner; GPU: ("illegal_address_on", id)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -140,23 +147,48 @@ class Progress:
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Every parseable line of `path` (none if missing) and the number of lines that were not."""
+    """Every parseable line of `path` (plain or .gz; none if missing) and the number of lines that were
+    not (a line cut by a kill mid-write: its key was not finished, it is measured again)."""
     if not path.exists():
         return [], 0
     rows, torn = [], 0
-    with path.open("rb") as fh:
-        for raw in fh:
-            try:
-                rows.append(json.loads(raw))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                torn += 1  # a line cut by a kill mid-write: its key was not finished, it is measured again
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        try:
+            for raw in fh:
+                try:
+                    rows.append(json.loads(raw))
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    torn += 1
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            torn += 1  # a truncated .gz: what was read before the cut is kept
     return rows, torn
 
 
-def read_progress(path: Path, retry_failed: bool = False) -> Progress:
-    """Finished keys and tasks. The last row of a key wins (a retried key's new row replaces the old);
-    with `retry_failed`, keys whose last row is a RETRYABLE failure, and their tasks, count as not done."""
-    rows, torn = read_jsonl(path)
+def result_files(directory: Path, stem: str = "measurements") -> list[Path]:
+    """`<stem>.jsonl` and every shard `<stem>*.jsonl[.gz]` in a directory (sorted: later shards win)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith(stem)
+                  and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz")))
+
+
+def read_records(directories: Iterable[Path], stem: str = "measurements") -> tuple[list[dict[str, Any]], int]:
+    """The records of every result file of the directories, in order, and the torn lines among them."""
+    records, torn = [], 0
+    for directory in directories:
+        for path in result_files(directory, stem):
+            more, bad = read_jsonl(path)
+            records += more
+            torn += bad
+    return records, torn
+
+
+def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False) -> Progress:
+    """Finished keys and tasks over every result file of `directories` (the output directory and the
+    `--resume-from` ones). The last row of a key wins (a retried key's new row replaces the old); with
+    `retry_failed`, keys whose last row is a RETRYABLE failure, and their tasks, count as not done."""
+    rows, torn = read_records([directories] if isinstance(directories, Path) else directories)
     last: dict[Key, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -243,7 +275,13 @@ def select_tasks(options: MeasureOptions) -> list[GeneratedTask]:
                 kept.append(t)
         tasks = kept
     i, n = options.shard
-    return [t for pos, t in enumerate(round_robin(tasks)) if pos % n == i]
+    return [t for t in round_robin(tasks) if shard_of(t.task_id, n) == i]
+
+
+def shard_of(task_id: str, n: int) -> int:
+    """A stable shard from the task id's hash: positions mod n would follow the family interleave (with
+    two families and two shards, one shard would get every PyTorch task)."""
+    return int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "little") % n
 
 
 # --------------------------------------------------------------------------------------------------
@@ -749,7 +787,7 @@ def visible_gpus(wanted: int) -> list[str | None]:
 def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> RunSummary:
     """Measure the selected tasks not measured yet; see the module docstring."""
     path = options.out_dir / RESULTS_FILE
-    progress = read_progress(path, options.retry_failed)
+    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
     tasks = select_tasks(options)
     todo = [t for t in tasks if t.task_id not in progress.finished_tasks]
     if options.max_tasks:
@@ -810,7 +848,7 @@ class FeatureThread:
         from cudaperf.datasets import measure_stats
 
         self.path = options.out_dir / FEATURES_FILE
-        self.done = measure_stats.feature_ids(self.path)
+        self.done = measure_stats.feature_ids([options.out_dir, *options.resume_from])
         self.writer = ResultsWriter(self.path)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudaperf-features")
 
@@ -877,7 +915,7 @@ def features_only(options: MeasureOptions) -> int:
     from cudaperf.datasets import measure_stats, registry
 
     path = options.out_dir / FEATURES_FILE
-    done = measure_stats.feature_ids(path)
+    done = measure_stats.feature_ids([options.out_dir, *options.resume_from])
     tasks = select_tasks(options)
     deadline = time.time() + options.time_budget_s if options.time_budget_s > 0 else float("inf")
     writer = ResultsWriter(path)
@@ -913,7 +951,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", "--families", dest="families", default="", help="comma list of families")
     p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
     p.add_argument("--max-tasks", type=int, default=0, help="at most this many tasks in this run (0: all)")
-    p.add_argument("--shard", default="0/1", help="i/n: measure the tasks at positions i mod n")
+    p.add_argument("--shard", default="0/1", help="i/n: measure the tasks whose id hashes to i mod n")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="end the run within this many seconds")
     p.add_argument("--task-timeout-s", type=float, default=420.0, help="kill a task running longer")
     p.add_argument("--workers", type=int, default=0, help="GPUs to use, one child each (0: all visible)")
@@ -927,6 +965,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-features", action="store_true", help="no static features during the run")
     p.add_argument("--features-only", action="store_true", help="only static features (CPU, no GPU)")
     p.add_argument("--retry-failed", action="store_true", help="measure keys whose child died again")
+    p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
+                   "are already done (committed shards, earlier calls on this machine)")
     p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
 
@@ -943,7 +983,8 @@ def options_from_args(args: argparse.Namespace) -> MeasureOptions:
         task_timeout_s=args.task_timeout_s, workers=args.workers, per_gpu=args.per_gpu,
         budget_ms=args.budget_ms, warmup_ms=args.warmup_ms, min_reps=args.min_reps, max_reps=args.max_reps,
         l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
-        features=not args.no_features, retry_failed=args.retry_failed, progress=not args.no_progress)
+        features=not args.no_features, retry_failed=args.retry_failed, progress=not args.no_progress,
+        resume_from=tuple(Path(d.strip()) for d in args.resume_from.split(",") if d.strip()))
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -963,17 +1004,17 @@ def run_cli(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     summary = measure(options, gpus)
     _print_summary(options, summary)
-    _write_summary_files(options.out_dir)
+    _write_summary_files(options)
     return summary.exit_code
 
 
 def _dry_run(options: MeasureOptions) -> int:
-    progress = read_progress(options.out_dir / RESULTS_FILE, options.retry_failed)
+    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
     tasks = select_tasks(options)
     todo = [t for t in tasks if t.task_id not in progress.finished_tasks]
     by_kind = Counter(t.kind.value for t in todo)
     print(f"shard {options.shard[0]}/{options.shard[1]}: {len(tasks)} tasks selected, {len(todo)} to measure "
-          f"({dict(by_kind)}), {progress.rows} rows already in {options.out_dir / RESULTS_FILE}"
+          f"({dict(by_kind)}), {progress.rows} rows already measured"
           f"{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
     return EXIT_DONE
 
@@ -987,8 +1028,9 @@ def _print_summary(options: MeasureOptions, s: RunSummary) -> None:
           f"{s.selected} were done before; {end}. Results: {options.out_dir / RESULTS_FILE}")
 
 
-def _write_summary_files(out_dir: Path) -> None:
+def _write_summary_files(options: MeasureOptions) -> None:
+    """The summary of everything measured so far (this run and the resumed ones) under OUT_DIR/summary."""
     from cudaperf.datasets import measure_stats
 
-    for line in measure_stats.export_summary(out_dir, out_dir / "summary"):
+    for line in measure_stats.export_summary(options.out_dir / "summary", options.out_dir, *options.resume_from):
         print(line)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import FEATURES_FILE, NO_IMPLS, RESULTS_FILE, ROW_VERSION, read_jsonl
+from cudaperf.datasets.measure import NO_IMPLS, ROW_VERSION, read_records, result_files
 from cudaperf.datasets.records import Implementation
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -48,8 +48,9 @@ class Measurements:
     torn_lines: int = 0
 
 
-def load(out_dir: Path) -> Measurements:
-    records, torn = read_jsonl(out_dir / RESULTS_FILE)
+def load(*directories: Path) -> Measurements:
+    """Every `measurements*.jsonl[.gz]` of the directories (shards of several sessions) as one."""
+    records, torn = read_records(directories)
     rows: dict[tuple, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
     runs = []
@@ -336,18 +337,23 @@ def _scalar(v: Any) -> Any:
     return float(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2**53 else v
 
 
-def export_summary(out_dir: Path, dest: Path) -> list[str]:
-    """stats.md, task_ratios.csv and (with pyarrow) measurements.parquet under `dest`; lines saying what."""
+def measurement_files(directory: Path) -> list[Path]:
+    return result_files(directory, "measurements")
+
+
+def export_summary(dest: Path, *sources: Path) -> list[str]:
+    """stats.md, task_ratios.csv and (with pyarrow) measurements.parquet under `dest`, from every shard of
+    the `sources` directories; lines saying what was written."""
     from cudaperf.datasets.export import write_atomic, write_parquet
 
-    m = load(out_dir)
+    m = load(*sources)
     if not m.rows and not m.tasks:
-        return [f"no measurements in {out_dir / RESULTS_FILE}"]
+        return [f"no measurements (measurements*.jsonl[.gz]) in {', '.join(map(str, sources))}"]
     summaries = task_summaries(m)
     write_atomic(dest / "stats.md", stats_markdown(m))
     write_atomic(dest / "task_ratios.csv", ratios_csv(summaries))
     lines = [f"wrote {dest / 'stats.md'} and {dest / 'task_ratios.csv'} ({len(summaries)} tasks)"]
-    why = write_parquet(dest / "measurements.parquet", _typed(table_rows(m, load_features(out_dir))))
+    why = write_parquet(dest / "measurements.parquet", _typed(table_rows(m, load_features(*sources))))
     lines.append(why or f"wrote {dest / 'measurements.parquet'} ({len(m.rows)} rows)")
     return lines
 
@@ -363,13 +369,14 @@ def _typed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # Static features
 
 
-def feature_ids(path: Path) -> set[str]:
-    rows, _ = read_jsonl(path)
+def feature_ids(directories: Iterable[Path]) -> set[str]:
+    rows, _ = read_records(directories, "features")
     return {r["impl_id"] for r in rows if "impl_id" in r}
 
 
-def load_features(out_dir: Path) -> dict[str, dict[str, Any]]:
-    rows, _ = read_jsonl(out_dir / FEATURES_FILE)
+def load_features(*directories: Path) -> dict[str, dict[str, Any]]:
+    """Static features per implementation from every `features*.jsonl[.gz]` of the directories."""
+    rows, _ = read_records(directories, "features")
     return {r["impl_id"]: r.get("features", {}) for r in rows if "impl_id" in r}
 
 

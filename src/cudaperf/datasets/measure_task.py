@@ -55,6 +55,15 @@ from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_repor
 from cudaperf.types import TaskKind, Timing
 
 MESSAGE_CHARS = 800
+ILLEGAL_ADDRESS = '''
+from cudaperf import cuda
+
+SOURCE = r"""extern "C" __global__ void boom(float* p) { p[threadIdx.x] = 1.0f; }"""
+
+
+def ENTRY(**kwargs):
+    cuda.load(SOURCE).boom((1,), (32,), None)  # None: a NULL pointer
+'''
 SERIAL_MAX_REPS = 5
 TORCH_BASELINES = ("eager", "compile")
 NAIVE = "naive"  # the C->CUDA baseline's name among the timed functions when it is not measured itself
@@ -120,12 +129,26 @@ class GpuRunner:
         measurer = kind(task, self.options, self.device, emit, self.lock, skip)
         try:
             return measurer.run()
+        except ContextLost:
+            raise
+        except Exception as exc:  # a harness fault: fine unless it took the context with it
+            if not context_alive(self.device):
+                raise ContextLost(f"{task.task_id}: {_text(exc)}") from exc
+            raise
         finally:
             del measurer
+            self.cleanup(task)
+
+    def cleanup(self, task: GeneratedTask) -> None:
+        """Free the task's memory and compiled graphs; never raises (a lost context is already reported
+        by the exception in flight, and would make every call here fail)."""
+        try:
             if task.kind is TaskKind.PYTORCH and self.options.compile_baseline:
                 torch._dynamo.reset()  # compiled graphs of finished tasks would accumulate otherwise
             synchronize(self.device)
             torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001, S110 - see the docstring
+            pass
 
 
 def synchronize(device: torch.device) -> None:
@@ -164,6 +187,7 @@ class TaskMeasure:
         self.impls = registry.implementations(task)
         self.built: dict[str, Built] = {}
         self.durations: dict[str, float] = {}
+        self.config: str | None = None  # the configuration being measured
 
     # -- to be provided per kind -------------------------------------------------------------------
     def config_names(self) -> list[str]:
@@ -184,6 +208,8 @@ class TaskMeasure:
         return {"status": "ok", "durations_s": {k: round(v, 3) for k, v in self.durations.items()}}
 
     def phase(self, name: str, config: str | None, culprits: tuple[str, ...] = ()) -> None:
+        """Tell the parent what is running (whom to blame if this process dies now)."""
+        self.config = config or self.config
         self.emit("phase", self.task.task_id, name, config, list(culprits))
 
     @contextlib.contextmanager
@@ -204,7 +230,7 @@ class TaskMeasure:
         self.phase("build", config, (impl.impl_id,))
         module = types.ModuleType(impl.impl_id.replace("/", "_"))
         try:
-            exec(compile(impl.source, impl.impl_id, "exec"), module.__dict__)  # noqa: S102 - our own code
+            exec(compile(self.source_of(impl), impl.impl_id, "exec"), module.__dict__)  # noqa: S102 - our own code
         except Exception as exc:  # noqa: BLE001 - a broken template is a finding
             self.built[impl.impl_id] = Built(None, None, CheckResult("import_error", message=_text(exc)))
             return self.built[impl.impl_id]
@@ -218,6 +244,9 @@ class TaskMeasure:
         self.built[impl.impl_id] = Built(module, (time.perf_counter() - start) * 1e3)
         return self.built[impl.impl_id]
 
+    def source_of(self, impl: Implementation) -> str:
+        return impl.source
+
     def failure(self, impl_id: str, exc: BaseException) -> CheckResult:
         """An exception from an implementation: a value, unless the CUDA context is gone (then the child
         names the culprit and exits)."""
@@ -225,7 +254,8 @@ class TaskMeasure:
             torch.cuda.empty_cache()  # a no-op without CUDA
             return CheckResult("out_of_memory", message=_text(exc))
         if not context_alive(self.device):
-            self.phase("context_lost", None, (impl_id,) if impl_id not in (*TORCH_BASELINES, NAIVE) else ())
+            culprits = (impl_id,) if impl_id not in (*TORCH_BASELINES, NAIVE) else ()
+            self.phase("context_lost", self.config, culprits)
             raise ContextLost(f"{impl_id}: {_text(exc)}")
         return CheckResult("runtime_error", message=_text(exc))
 
@@ -484,6 +514,13 @@ class CTaskMeasure(TaskMeasure):
 
     def config_names(self) -> list[str]:
         return [c.name for c in self.ctask.configs]
+
+    def source_of(self, impl: Implementation) -> str:
+        """The implementation's source, or (test hook `illegal_address_on`) one whose kernel writes to
+        NULL: a sticky CUDA error, to test the death path on a real GPU."""
+        if impl.impl_id != self.options.hooks.get("illegal_address_on"):
+            return impl.source
+        return ILLEGAL_ADDRESS.replace("ENTRY", self.ctask.entry)
 
     def prepare(self, config: str) -> tuple[list[_CSeed], list[float]] | str:
         """Inputs and serial references per seed, and serial-C samples on the first seed; or why not."""
