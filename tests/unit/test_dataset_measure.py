@@ -24,6 +24,7 @@ from cudaperf.datasets.measure import (
     Phase,
     ResultsWriter,
     after_death,
+    impl_hash,
     measure,
     read_progress,
     round_robin,
@@ -65,7 +66,7 @@ def test_a_torn_last_line_is_skipped_and_its_key_measured_again(tmp_path):
     torn = json.dumps(_row("t", "large", "t/naive"))[:25]
     (tmp_path / RESULTS_FILE).write_text(whole + "\n" + torn)
     progress = read_progress(tmp_path)
-    assert progress.done_keys == {("t", "small", "t/naive")} and progress.torn_lines == 1
+    assert set(progress.done_keys) == {("t", "small", "t/naive")} and progress.torn_lines == 1
 
 
 def test_the_writer_fences_off_a_torn_tail_before_appending(tmp_path):
@@ -74,7 +75,7 @@ def test_the_writer_fences_off_a_torn_tail_before_appending(tmp_path):
     writer = ResultsWriter(path)
     writer.append(_row("t", "odd", "t/naive"))
     writer.close()
-    assert read_progress(tmp_path).done_keys == {("t", "small", "t/naive"), ("t", "odd", "t/naive")}
+    assert set(read_progress(tmp_path).done_keys) == {("t", "small", "t/naive"), ("t", "odd", "t/naive")}
 
 
 def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
@@ -82,9 +83,9 @@ def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in (
         _row("t", "small", "t/a"), _row("t", "small", "t/b", "worker_died"),
         {"record": "task", "task_id": "t", "status": "partial"})) + "\n")
-    assert read_progress(tmp_path).finished_tasks == {"t"}
+    assert set(read_progress(tmp_path).finished_tasks) == {"t"}
     again = read_progress(tmp_path, retry_failed=True)
-    assert again.done_keys == {("t", "small", "t/a")} and again.finished_tasks == set()
+    assert set(again.done_keys) == {("t", "small", "t/a")} and not again.finished_tasks
 
 
 def test_committed_gzip_shards_count_as_done(tmp_path):
@@ -115,11 +116,45 @@ def test_a_second_run_measures_nothing_new(tmp_path):
 
 def test_a_partly_measured_task_gets_only_its_missing_keys(tmp_path):
     task = select_tasks(options(tmp_path))[0]
-    impl = registry.implementations(task)[0].impl_id
-    (tmp_path / RESULTS_FILE).write_text(json.dumps(_row(task.task_id, "small", impl)) + "\n")
+    impl = registry.implementations(task)[0]
+    row = {**_row(task.task_id, "small", impl.impl_id), "source_hash": impl_hash(impl.source)}
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(row) + "\n")
     measure(options(tmp_path))
     keys = row_keys(tmp_path)
     assert len(keys) == len(set(keys)) and set(keys) == planned_keys(select_tasks(options(tmp_path)))
+
+
+def test_a_key_measured_with_another_source_is_measured_again(tmp_path):
+    task = select_tasks(options(tmp_path))[0]
+    impl = registry.implementations(task)[0]
+    stale = {**_row(task.task_id, "small", impl.impl_id), "source_hash": "older-source"}
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(stale) + "\n")
+    measure(options(tmp_path))
+    assert row_keys(tmp_path).count((task.task_id, "small", impl.impl_id)) == 2
+
+
+def test_a_task_that_gained_an_implementation_gets_only_the_new_keys(tmp_path):
+    measure(options(tmp_path))
+    task = select_tasks(options(tmp_path))[0]
+    lines_now = lines(tmp_path)
+    dropped = registry.implementations(task)[-1].impl_id  # pretend it did not exist at the first run
+    kept = [r for r in lines_now if r.get("impl_id") != dropped]
+    for r in kept:
+        if r["record"] == "task" and r["task_id"] == task.task_id:
+            r["impls"].pop(dropped)
+    (tmp_path / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept))
+    again = measure(options(tmp_path))
+    new = [k for k in row_keys(tmp_path) if k not in {(r.get("task_id"), r.get("config"), r.get("impl_id"))
+                                                      for r in kept}]
+    assert again.finished == 1 and {k[2] for k in new} == {dropped} and len(new) == 3
+
+
+def test_tasks_without_implementations_are_counted_but_not_recorded(tmp_path, monkeypatch):
+    real = registry.implementations
+    monkeypatch.setattr(registry, "implementations", lambda t: [] if t.family == "elementwise" else real(t))
+    summary = measure(options(tmp_path))
+    assert summary.no_impls == 1 and summary.finished == 1
+    assert {r["family"] for r in lines(tmp_path) if r["record"] == "task"} == {"map"}
 
 
 # --------------------------------------------------------------------------------------------------

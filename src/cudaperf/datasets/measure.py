@@ -64,7 +64,7 @@ from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any, Self
 
-from cudaperf.datasets.records import GeneratedTask
+from cudaperf.datasets.records import GeneratedTask, source_hash
 from cudaperf.types import TaskKind
 
 RESULTS_FILE = "measurements.jsonl"
@@ -72,7 +72,6 @@ FEATURES_FILE = "features.jsonl"
 ROW_VERSION = 1
 EXIT_DONE, EXIT_USAGE, EXIT_BUDGET = 0, 2, 3
 RETRYABLE = ("worker_died", "timeout")  # row statuses that --retry-failed measures again
-NO_IMPLS = "no_implementations"
 # Before any task of a kind finished in this run, the dispatcher assumes these durations (seconds, one
 # worker): PyTorch tasks pay three torch.compile baselines, C tasks the serial reference on the CPU.
 DEFAULT_TASK_S = {"pytorch": 25.0, "c": 10.0}
@@ -138,12 +137,26 @@ class MeasureOptions:
 
 @dataclass
 class Progress:
-    """What a results file already holds."""
+    """What the result files already hold. Keys and tasks map to the source hashes they were measured
+    with (`impl_hash`): a key counts as done only for the same source, a task as finished only while its
+    implementations are those it was measured with (families gain and fix implementations over time)."""
 
-    done_keys: set[Key] = field(default_factory=set)
-    finished_tasks: set[str] = field(default_factory=set)
+    done_keys: dict[Key, str | None] = field(default_factory=dict)
+    finished_tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> {impl id: hash}
     rows: int = 0
     torn_lines: int = 0
+
+    def is_finished(self, task_id: str, impls: dict[str, str]) -> bool:
+        measured = self.finished_tasks.get(task_id)
+        return measured is not None and all(measured.get(i) == h for i, h in impls.items())
+
+    def done_for(self, task_id: str, impls: dict[str, str], keys_by_task: dict[str, list[Key]]) -> set[Key]:
+        return {k for k in keys_by_task.get(task_id, ()) if impls.get(k[2]) == self.done_keys[k]}
+
+
+def impl_hash(source: str) -> str:
+    """The normalised-source hash of an implementation (comments and whitespace do not change it)."""
+    return source_hash(source, 12)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -197,11 +210,12 @@ def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False
         elif row.get("record") == "task":
             tasks[row["task_id"]] = row
     retry = {k for k, r in last.items() if retry_failed and r.get("status") in RETRYABLE}
-    finished = set(tasks)
-    if retry_failed:
-        finished -= {t for t, r in tasks.items() if r.get("status") not in ("ok", NO_IMPLS)}
-        finished -= {k[0] for k in retry}
-    return Progress(set(last) - retry, finished, len(last), torn)
+    finished = {t: dict(r.get("impls") or {}) for t, r in tasks.items()
+                if not (retry_failed and r.get("status") != "ok")}
+    for key in retry:
+        finished.pop(key[0], None)
+    done = {k: r.get("source_hash") for k, r in last.items() if k not in retry}
+    return Progress(done, finished, len(last), torn)
 
 
 class ResultsWriter:
@@ -294,6 +308,7 @@ class Job:
 
     task: GeneratedTask
     skip: set[Key]
+    hashes: dict[str, str] = field(default_factory=dict)  # impl id -> impl_hash of its source
     attempt: int = 0
     planned: list[Key] | None = None  # the keys the child said it would measure (None: died before)
     received: set[Key] = field(default_factory=set)
@@ -346,10 +361,10 @@ def after_death(job: Job, phase: Phase, *, timed_out: bool, max_attempts: int) -
     return DeathVerdict(frozenset(failed), retry)
 
 
-def failed_row(task: GeneratedTask, key: Key, status: str, message: str) -> dict[str, Any]:
+def failed_row(task: GeneratedTask, key: Key, status: str, message: str, hash_: str | None = None) -> dict[str, Any]:
     return {"record": "row", "v": ROW_VERSION, "task_id": task.task_id, "kind": task.kind.value,
             "family": task.family, "config": key[1], "impl_id": key[2], "strategy": key[2].rsplit("/", 1)[-1],
-            "status": status, "correct": False, "message": message[:800], "t": time.time()}
+            "status": status, "correct": False, "message": message[:800], "source_hash": hash_, "t": time.time()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -409,7 +424,9 @@ class FakeRunner:
             if key[2] == self.hooks.get("hang_on"):
                 time.sleep(3600)
             ms = 0.01 * (1 + sum(map(ord, key[2])) % 97)
-            emit("row", {**failed_row(task, key, "ok", ""), "correct": True, "median_ms": ms, "iqr_ms": ms / 20})
+            source = next(i.source for i in registry.implementations(task) if i.impl_id == key[2])
+            emit("row", {**failed_row(task, key, "ok", "", impl_hash(source)), "correct": True, "median_ms": ms,
+                         "iqr_ms": ms / 20})
         return {"status": "ok"}
 
 
@@ -507,6 +524,7 @@ class RunSummary:
     left: int = 0
     elapsed_s: float = 0.0
     torn_lines: int = 0
+    no_impls: int = 0  # selected tasks whose family has no implementations yet (not measured, not recorded)
     error: str = ""  # why the run stopped early (children could not start)
 
     @property
@@ -605,6 +623,7 @@ class Pool:
         kind = message[0]
         if kind == "ready":
             w.info = message[1]
+            self.startup_failures = 0
         elif kind == "start":
             w.task_started_at = time.time()
         elif kind == "plan" and w.job:
@@ -644,18 +663,18 @@ class Pool:
                      info: dict[str, Any] | None = None) -> None:
         now = time.time()
         elapsed = now - job.t_start if job.t_start else 0.0
-        if w is not None:
+        if w is not None and status in ("ok", "partial"):  # a failure's time says little about the next task
             self.durations.setdefault(job.task.kind.value, []).append(elapsed)
         self.writer.append({"record": "task", "v": ROW_VERSION, "task_id": job.task.task_id,
                             "kind": job.task.kind.value, "family": job.task.family, "status": status,
                             "message": message[:2000], "attempts": job.attempt + 1, "t_start": job.t_start,
                             "t_end": now, "elapsed_s": elapsed, "rows": len(job.received),
-                            "failed_rows": job.failed_rows, "run": self.run_id,
+                            "failed_rows": job.failed_rows, "run": self.run_id, "impls": job.hashes,
                             "worker": None if w is None else w.slot,
                             "device": None if w is None else w.info.get("device"),
                             "durations_s": (info or {}).get("durations_s", {})})
         self.summary.finished += 1
-        self.summary.failed_tasks += status not in ("ok", NO_IMPLS)
+        self.summary.failed_tasks += status != "ok"
         if self.on_task:
             self.on_task(job.task)
 
@@ -675,8 +694,8 @@ class Pool:
         if job is None or w.budget_killed:
             self.unfinished += job is not None
             return  # an idle child exited, or the budget ended the run: the keys stay unfinished
-        if not w.info and w.fatal.startswith(STARTUP_FAILED):
-            self._startup_failed(job, w.fatal)
+        if not w.info:  # it never became ready: not the task's fault
+            self._startup_failed(job, w.fatal or f"{STARTUP_FAILED} (exit code {code})")
             return
         what = f"during {phase.name}" + (f" of {', '.join(phase.culprits)}" if phase.culprits else "") + (
             f" on config {phase.config}" if phase.config else "")
@@ -687,7 +706,8 @@ class Pool:
             reason = f"the measuring process died (exit code {code}) {what}" + (f": {w.fatal}" if w.fatal else "")
         verdict = after_death(job, phase, timed_out=w.timed_out, max_attempts=self.options.max_attempts)
         for key in sorted(verdict.failed):
-            self.writer.append({**failed_row(job.task, key, status, reason), "run": self.run_id})
+            self.writer.append({**failed_row(job.task, key, status, reason, job.hashes.get(key[2])),
+                                "run": self.run_id})
             job.received.add(key)
             job.failed_rows += 1
             self.summary.rows += 1
@@ -786,25 +806,18 @@ def visible_gpus(wanted: int) -> list[str | None]:
 
 def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> RunSummary:
     """Measure the selected tasks not measured yet; see the module docstring."""
-    path = options.out_dir / RESULTS_FILE
     progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
-    tasks = select_tasks(options)
-    todo = [t for t in tasks if t.task_id not in progress.finished_tasks]
-    if options.max_tasks:
-        todo = todo[: options.max_tasks]
-    summary = RunSummary(len(tasks), len(tasks) - len([t for t in tasks if t.task_id not in
-                                                        progress.finished_tasks]), torn_lines=progress.torn_lines)
+    jobs, summary = plan_jobs(options, progress)
     gpus = gpus if gpus is not None else ([None] * max(options.workers, 1) if options.runner == "fake"
                                           else visible_gpus(options.workers))
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    writer = ResultsWriter(path)
+    writer = ResultsWriter(options.out_dir / RESULTS_FILE)
     writer.append({"record": "run", "v": ROW_VERSION, "run": run_id, "t": time.time(), "host": platform.node(),
                    "argv": sys.argv[1:], "options": _plain_options(options), "workers": len(gpus) * options.per_gpu,
-                   "selected": len(tasks), "todo": len(todo)})
+                   "selected": summary.selected, "todo": len(jobs)})
     features = FeatureThread(options) if options.features and options.runner == "gpu" else None
     try:
         pool = Pool(options, writer, run_id, gpus, on_task=features.submit if features else None)
-        jobs = _jobs_without_impls(todo, progress, pool, summary)
         with _ProgressView(options.progress, summary.selected, summary.already_done, summary) as view:
             pool.run(jobs, summary, view.tick)
     finally:
@@ -814,24 +827,27 @@ def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> Ru
     return summary
 
 
-def _jobs_without_impls(todo: list[GeneratedTask], progress: Progress, pool: Pool,
-                        summary: RunSummary) -> list[Job]:
-    """Jobs for the tasks to measure; tasks without implementations get their task record here."""
+def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], RunSummary]:
+    """Jobs for the selected tasks that have implementations and are not finished with their current
+    sources; each skips the keys already measured with the same source."""
     from cudaperf.datasets import registry
 
-    pool.summary = summary
-    done_by_task: dict[str, set[Key]] = {}
+    keys_by_task: dict[str, list[Key]] = {}
     for key in progress.done_keys:
-        done_by_task.setdefault(key[0], set()).add(key)
-    jobs = []
-    for task in todo:
-        job = Job(task, done_by_task.get(task.task_id, set()))
-        if not registry.implementations(task):
-            job.t_start = time.time()
-            pool._task_record(job, NO_IMPLS, "the family has no implementations yet", None)
+        keys_by_task.setdefault(key[0], []).append(key)
+    jobs, selected, no_impls = [], 0, 0
+    for task in select_tasks(options):
+        hashes = {i.impl_id: impl_hash(i.source) for i in registry.implementations(task)}
+        if not hashes:
+            no_impls += 1  # nothing to measure (yet): not recorded, so a later run picks it up
             continue
-        jobs.append(job)
-    return jobs
+        selected += 1
+        if not progress.is_finished(task.task_id, hashes):
+            jobs.append(Job(task, progress.done_for(task.task_id, hashes, keys_by_task), hashes))
+    done = selected - len(jobs)
+    if options.max_tasks:
+        jobs = jobs[: options.max_tasks]
+    return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls)
 
 
 def _plain_options(options: MeasureOptions) -> dict[str, Any]:
@@ -1010,12 +1026,11 @@ def run_cli(args: argparse.Namespace) -> int:
 
 def _dry_run(options: MeasureOptions) -> int:
     progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
-    tasks = select_tasks(options)
-    todo = [t for t in tasks if t.task_id not in progress.finished_tasks]
-    by_kind = Counter(t.kind.value for t in todo)
-    print(f"shard {options.shard[0]}/{options.shard[1]}: {len(tasks)} tasks selected, {len(todo)} to measure "
-          f"({dict(by_kind)}), {progress.rows} rows already measured"
-          f"{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
+    jobs, summary = plan_jobs(options, progress)
+    by_kind = Counter(j.task.kind.value for j in jobs)
+    print(f"shard {options.shard[0]}/{options.shard[1]}: {summary.selected} tasks with implementations selected "
+          f"({summary.no_impls} without), {len(jobs)} to measure {dict(by_kind)}, {progress.rows} rows already "
+          f"measured{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
     return EXIT_DONE
 
 
@@ -1025,7 +1040,8 @@ def _print_summary(options: MeasureOptions, s: RunSummary) -> None:
            if s.exit_code == EXIT_BUDGET else "all selected tasks measured")
     print(f"measured {s.finished} tasks ({s.failed_tasks} failed or partial), {s.rows} rows "
           f"({s.failed_rows} failed) in {s.elapsed_s:.0f} s = {rate:.1f} tasks/min; {s.already_done} of "
-          f"{s.selected} were done before; {end}. Results: {options.out_dir / RESULTS_FILE}")
+          f"{s.selected} were done before ({s.no_impls} more have no implementations yet); {end}. "
+          f"Results: {options.out_dir / RESULTS_FILE}")
 
 
 def _write_summary_files(options: MeasureOptions) -> None:

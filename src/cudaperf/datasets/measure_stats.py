@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import NO_IMPLS, ROW_VERSION, read_records, result_files
+from cudaperf.datasets.measure import ROW_VERSION, read_records, result_files
 from cudaperf.datasets.records import Implementation
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -168,7 +168,7 @@ class Throughput:
 
 def throughput(m: Measurements) -> Throughput:
     starts = {r["run"]: r["t"] for r in m.runs}
-    measured = [t for t in m.tasks.values() if t.get("status") != NO_IMPLS and t.get("t_end")]
+    measured = [t for t in m.tasks.values() if t.get("t_end")]
     ends: dict[str, float] = {}
     counts: Counter = Counter()
     for t in measured:
@@ -233,15 +233,13 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
     impls = sum(s.impls for s in summaries)
     verified = sum(s.verified_impls for s in summaries)
     status = Counter(r.get("status") for r in m.rows)
-    no_impls = sum(1 for t in m.tasks.values() if t.get("status") == NO_IMPLS)
     tp = throughput(m)
     rate = f"{tp.tasks_per_minute:.1f} tasks/min" if tp.tasks_per_minute else "n/a"
     per_child = ", ".join(f"{k} {v:.1f} s" for k, v in tp.per_worker_task_s.items()) or "n/a"
     share = f" = {verified / impls:.1%}" if impls else ""
     three = sum(s.verified_impls >= 3 for s in summaries)
     return [
-        (f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}; "
-         f"{no_impls} tasks skipped (no implementations yet)"),
+        f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}",
         f"- rows (task x configuration x implementation): {len(m.rows)}; status {dict(status.most_common())}",
         f"- implementations verified on every configuration: {verified}/{impls}{share}",
         f"- tasks with >= 3 verified implementations: {three}/{len(summaries)}",

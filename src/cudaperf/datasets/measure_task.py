@@ -49,7 +49,14 @@ from cudaperf.correctness import (
     poison_allocator,
 )
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure import ROW_VERSION, ContextLost, GpuLock, MeasureOptions, task_from_job
+from cudaperf.datasets.measure import (
+    ROW_VERSION,
+    ContextLost,
+    GpuLock,
+    MeasureOptions,
+    impl_hash,
+    task_from_job,
+)
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
 from cudaperf.types import TaskKind, Timing
@@ -292,7 +299,8 @@ class TaskMeasure:
             self.emit("row", {
                 "record": "row", "v": ROW_VERSION, "task_id": self.task.task_id, "kind": self.task.kind.value,
                 "family": self.task.family, "config": config, "impl_id": impl.impl_id, "strategy": impl.strategy,
-                "tags": list(impl.tags), "baseline_impl": impl.baseline, "status": status,
+                "tags": list(impl.tags), "baseline_impl": impl.baseline, "source_hash": impl_hash(impl.source),
+                "status": status,
                 "correct": status == "ok", "max_abs_error": result.max_abs_error,
                 "max_rel_error": result.max_rel_error, "message": message[:MESSAGE_CHARS],
                 "build_ms": built.build_ms if built else None, **_timing_fields("", timing),
