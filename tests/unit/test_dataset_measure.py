@@ -225,6 +225,12 @@ def test_a_hanging_implementation_is_killed_and_marked_timeout(tmp_path):
     assert failed == {(culprit, "timeout")}
 
 
+def test_a_death_inside_torch_compile_retries_without_that_baseline(tmp_path):
+    summary = measure(options(tmp_path, test_hooks=(("crash_in_compile", "1"),)))
+    assert summary.failed_rows == 0 and summary.finished == 2
+    assert set(row_keys(tmp_path)) == planned_keys(select_tasks(options(tmp_path)))
+
+
 def _job(configs=("small",), impls=("t/a", "t/b")) -> Job:
     job = Job(registry.build_index(0, families=["map"])[0], set())
     job.planned = [("t", c, i) for c in configs for i in impls]

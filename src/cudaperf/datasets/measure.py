@@ -5,35 +5,38 @@ configuration on the GPU and time it against the baselines, resumably, one JSONL
 Why in-process and not through the evaluator's sandboxed workers: the implementations are our own
 generated code (trusted, like the references), and the sandbox's per-candidate costs (a job round trip,
 a fresh reference per job, import guards, the runtime monitor, coverage profiling) would multiply the
-device time of ~18,000 implementations that must fit in a few 30-minute GPU sessions. What is kept from
-the evaluator: builds through NVRTC and its cache (`cudaperf.cuda`), references computed once per
-(configuration, seed), two seeds per configuration compared with `correctness.compare`, poisoned outputs,
-and one interleaved `timing.bench_interleaved_report` run per configuration with the L2 flushed before
-every call, the baselines in the same run (see `measure_task.py`).
+device time of ~20,000 implementations (~60,000 rows) that must fit in a handful of 30-minute GPU
+sessions. What is kept from the evaluator: builds through NVRTC and its cache (`cudaperf.cuda`),
+references computed once per (configuration, seed), two seeds per configuration compared with
+`correctness.compare`, poisoned outputs, and one interleaved `timing.bench_interleaved_report` run per
+configuration with the L2 flushed before every call, the baselines in the same run (`measure_task.py`).
 
 Why child processes anyway: a sticky CUDA error (an illegal address) leaves the context unusable and the
 process with it. So each GPU gets a child (spawned: a forked CUDA context is unusable) that measures one
 task at a time and tells the parent what it is doing (`phase` messages naming the implementations in
 flight). When a child dies, the parent blames those implementations (failed rows with the reason), starts
 a new child and sends the task again without them; see `after_death` for the rule. The parent is the
-only writer of the results file: one `json` line per row, flushed and fsynced.
+only writer of the results file: one JSON line per record, flushed and fsynced.
 
 Resume: on start every `measurements*.jsonl[.gz]` of OUT_DIR and of the `--resume-from` directories is
 read (a torn last line, from a killed run, is skipped, and fenced off with a newline before anything is
-appended), tasks with a `task` record are skipped, and a partly measured task is sent with the keys it
-already has, so only the rest is measured. New records go to OUT_DIR/measurements.jsonl only, so a GPU
-session can write into an empty $OUT, resume from the gzipped shards committed after earlier sessions,
-and hand back just its own rows (a full measurement is ~60k rows, too big for one committed file). `--retry-failed` measures again the
-keys whose rows say the child died or timed out. The time budget stops dispatching when the next task
-would not fit, waits for the tasks in flight, and kills a child still running `grace_s` after the budget
-(its finished configurations are kept, the rest is measured next time), so a 9-minute device command
-ends by itself with everything written. Exit codes: 0 all selected tasks measured, 3 stopped by the
-time budget (run it again), 2 usage errors or no GPU.
+appended). A task is skipped when its `task` record lists the implementations it has now with the same
+source hashes; otherwise it is sent with the keys already measured with the current sources, so only the
+rest is measured (families gain and fix implementations while the measurement spans sessions). Tasks
+without implementations are counted, not recorded. New records go to OUT_DIR/measurements.jsonl only, so
+a GPU session can write into an empty $OUT, resume from the gzipped shards committed after earlier
+sessions, and hand back just its own rows (the whole measurement is too big for one committed file).
+`--retry-failed` measures again the keys whose rows say the child died or timed out.
+
+Time budget: dispatching stops when the next task would not fit, the tasks in flight finish, and a child
+still running `grace_s` after the budget is killed (its finished configurations are kept, the rest is
+measured next time), so a 9-minute device command ends by itself with everything written. Exit codes:
+0 all selected tasks measured, 3 stopped by the time budget (run it again), 2 usage errors or no GPU.
 
 Record types in measurements.jsonl (field `record`): `run` (one per invocation), `row` (one per task x
 configuration x implementation, see `measure_task.py`), `task` (a task finished or given up).
-Static features are written to `features.jsonl` (one line per implementation, `measure_stats.py`),
-by a background thread of the parent while the GPU children work, or by `--features-only` on any machine.
+Static features go to `features.jsonl` (one line per implementation, `measure_stats.py`): computed by a
+background thread of the parent while the GPU children work, or by `--features-only` on any machine.
 
 Not covered: the measurement itself (measure_task.py), statistics and export (measure_stats.py),
 evaluation of model candidates (`cudaperf eval`, sandboxed).
@@ -314,6 +317,7 @@ class Job:
     received: set[Key] = field(default_factory=set)
     deaths: Counter = field(default_factory=Counter)  # (phase, config, culprits) -> deaths there
     fruitless: int = 0  # deaths that failed no key (capped by max_attempts)
+    no_compile_baseline: bool = False  # a child died inside torch.compile: the retry goes without it
     failed_rows: int = 0
     t_start: float = 0.0
 
@@ -398,7 +402,8 @@ class GpuLock:
 class FakeRunner:
     """A CPU test aid with the GPU runner's protocol: plans the real keys, emits rows with made-up
     times. Hooks (`test_hooks`): `crash_on` an impl id (the child exits hard when checking it),
-    `hang_on` an impl id (it sleeps forever), `sleep_s` per task. Never used for reported numbers."""
+    `hang_on` an impl id (it sleeps forever), `sleep_s` per task, `crash_in_compile` (exits in the
+    compile-baseline phase unless the job says to skip it). Never used for reported numbers."""
 
     def __init__(self, options: MeasureOptions, lock: GpuLock):
         self.hooks = options.hooks
@@ -415,6 +420,9 @@ class FakeRunner:
                 for i in registry.implementations(task)]
         emit("plan", task.task_id, [k for k in keys if k not in skip])
         time.sleep(float(self.hooks.get("sleep_s", 0)))
+        if self.hooks.get("crash_in_compile") and not job.get("no_compile_baseline"):
+            emit("phase", task.task_id, "compile_baseline", "small", [])
+            os._exit(70)
         for key in keys:
             if key in skip:
                 continue
@@ -434,9 +442,9 @@ RUNNERS: dict[str, str] = {"gpu": "cudaperf.datasets.measure_task:GpuRunner",
                            "fake": "cudaperf.datasets.measure:FakeRunner"}
 
 
-def task_to_job(task: GeneratedTask, skip: Iterable[Key]) -> dict[str, Any]:
+def task_to_job(task: GeneratedTask, skip: Iterable[Key], no_compile_baseline: bool = False) -> dict[str, Any]:
     return {"task_id": task.task_id, "kind": task.kind.value, "family": task.family, "variant": task.variant,
-            "text": task.text, "skip": sorted(skip)}
+            "text": task.text, "skip": sorted(skip), "no_compile_baseline": no_compile_baseline}
 
 
 def task_from_job(job: dict[str, Any]) -> GeneratedTask:
@@ -610,7 +618,7 @@ class Pool:
             if not job.t_start:
                 job.t_start = time.time()
             with contextlib.suppress(OSError):  # a child dying right now is seen by its sentinel
-                w.conn.send(("task", task_to_job(job.task, job.skip)))
+                w.conn.send(("task", task_to_job(job.task, job.skip, job.no_compile_baseline)))
 
     def _forget(self, w: _Worker) -> None:
         with contextlib.suppress(OSError):
@@ -704,6 +712,7 @@ class Pool:
         else:
             status = "worker_died"
             reason = f"the measuring process died (exit code {code}) {what}" + (f": {w.fatal}" if w.fatal else "")
+        job.no_compile_baseline |= phase.name == "compile_baseline"  # the baseline, not an implementation
         verdict = after_death(job, phase, timed_out=w.timed_out, max_attempts=self.options.max_attempts)
         for key in sorted(verdict.failed):
             self.writer.append({**failed_row(job.task, key, status, reason, job.hashes.get(key[2])),

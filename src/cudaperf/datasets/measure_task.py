@@ -133,7 +133,7 @@ class GpuRunner:
         task = task_from_job(job)
         skip = {tuple(k) for k in job["skip"]}
         kind = CTaskMeasure if task.kind is TaskKind.C else TorchTaskMeasure
-        measurer = kind(task, self.options, self.device, emit, self.lock, skip)
+        measurer = kind(task, self.options, self.device, emit, self.lock, skip, job)
         try:
             return measurer.run()
         except ContextLost:
@@ -188,13 +188,15 @@ class TaskMeasure:
     """One task: plan the keys, then per configuration prepare, reference, check, time, emit rows."""
 
     def __init__(self, task: GeneratedTask, options: MeasureOptions, device: torch.device, emit: Emit,
-                 lock: GpuLock, skip: set):
+                 lock: GpuLock, skip: set, job_flags: dict[str, Any] | None = None):
+        job_flags = job_flags or {}
         self.task, self.options, self.device, self.emit, self.lock, self.skip = (
             task, options, device, emit, lock, skip)
         self.impls = registry.implementations(task)
         self.built: dict[str, Built] = {}
         self.durations: dict[str, float] = {}
         self.config: str | None = None  # the configuration being measured
+        self.compile_baseline = options.compile_baseline and not job_flags.get("no_compile_baseline")
 
     # -- to be provided per kind -------------------------------------------------------------------
     def config_names(self) -> list[str]:
@@ -277,6 +279,9 @@ class TaskMeasure:
                         fns, input_sets, budget_ms=o.budget_ms, warmup_ms=o.warmup_ms,
                         l2_flush_bytes=None if o.l2_flush else 0, check=check, device=self.device,
                         min_reps=o.min_reps, max_reps=o.max_reps)
+                for name in (*TORCH_BASELINES, NAIVE):  # a baseline's wrong outputs: said next to its time
+                    if timed.report.check_failures.get(name):
+                        timed.notes[name] = f"{timed.report.check_failures[name]} re-checked outputs were wrong"
                 return timed
             except FunctionFailed as failed:
                 timed.dropped[failed.name] = self.failure(failed.name, failed.error).message
@@ -446,12 +451,14 @@ class TorchTaskMeasure(TaskMeasure):
                                     for i in timed_impls}
         fns["eager"] = lambda inputs: model(*inputs)
         notes = {}
-        if self.options.compile_baseline:
+        if self.compile_baseline:
             compiled, why = self.compiled(config, refs[0])
             if compiled is not None:
                 fns["compile"] = lambda inputs: compiled(*inputs)
             else:
                 notes["compile"] = why
+        elif self.options.compile_baseline:
+            notes["compile"] = "skipped: a measuring process died inside torch.compile on this task"
         with torch.no_grad():  # the first seed's model on every seed's inputs: what timing re-checks against
             expected = [refs[0].output] + [model(*clone_inputs(r.inputs)) for r in refs[1:]]
         tolerances = self.record.tolerances
