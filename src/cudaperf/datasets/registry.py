@@ -20,12 +20,13 @@ from cudaperf.datasets.c_families import LOOP_FAMILIES
 from cudaperf.datasets.c_families_dep import DEP_FAMILIES
 from cudaperf.datasets.records import Family, GeneratedTask, Implementation, normalise, source_hash
 from cudaperf.datasets.torch_families import torch_families
+from cudaperf.datasets.torch_impls_more import with_more_impls
 from cudaperf.tasks.ctask import CTask, to_json
 from cudaperf.types import TaskKind
 
 
 def all_families() -> tuple[Family, ...]:
-    return (*torch_families(), *LOOP_FAMILIES, *DEP_FAMILIES)
+    return (*with_more_impls(torch_families()), *LOOP_FAMILIES, *DEP_FAMILIES)
 
 
 def family(name: str) -> Family:
