@@ -149,3 +149,11 @@ def test_a_lost_context_names_the_culprit_and_its_configuration(c_task, monkeypa
     with pytest.raises(ContextLost, match="illegal address"):
         measurer.run()
     assert messages[-1] == ("phase", c_task.task_id, "context_lost", "odd", [boom.impl_id])
+
+
+def test_a_kernel_that_does_not_compile_is_a_compile_error_row(c_task):
+    src = ('from cudaperf import cuda\nSOURCE = "extern \\"C\\" __global__ void k() { syntax error }"\n'
+           f"def {registry_entry(c_task)}(**kw):\n    cuda.load(SOURCE)\n")
+    broken = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized", src)
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [broken])
+    assert rows[("small", "vectorized")]["status"] == "compile_error"

@@ -244,13 +244,14 @@ class TaskMeasure:
             self.built[impl.impl_id] = Built(None, None, CheckResult("import_error", message=_text(exc)))
             return self.built[impl.impl_id]
         start = time.perf_counter()
-        try:
+        build_ms = None
+        # Built here, outside the GPU phase, so the module's own cuda.load(SOURCE) hits the in-process cache.
+        # Advisory: a module compiling with other options fails or passes on its own call (see failure()).
+        with contextlib.suppress(cuda.CompileError):
             if isinstance(getattr(module, "SOURCE", None), str):
-                cuda.load(module.SOURCE)  # the module's own later cuda.load hits the in-process cache
-        except cuda.CompileError as exc:
-            self.built[impl.impl_id] = Built(None, None, CheckResult("compile_error", message=_text(exc)))
-            return self.built[impl.impl_id]
-        self.built[impl.impl_id] = Built(module, (time.perf_counter() - start) * 1e3)
+                cuda.load(module.SOURCE)
+                build_ms = (time.perf_counter() - start) * 1e3
+        self.built[impl.impl_id] = Built(module, build_ms)
         return self.built[impl.impl_id]
 
     def source_of(self, impl: Implementation) -> str:
@@ -259,6 +260,10 @@ class TaskMeasure:
     def failure(self, impl_id: str, exc: BaseException) -> CheckResult:
         """An exception from an implementation: a value, unless the CUDA context is gone (then the child
         names the culprit and exits)."""
+        from cudaperf import cuda
+
+        if isinstance(exc, cuda.CompileError):
+            return CheckResult("compile_error", message=_text(exc))
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()  # a no-op without CUDA
             return CheckResult("out_of_memory", message=_text(exc))
