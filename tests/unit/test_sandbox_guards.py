@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 import pytest
 
 from cudaperf.execute import Limits, StageTimeouts, WorkerPool, guards
