@@ -20,6 +20,7 @@ from functools import lru_cache
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.torch_impls_more import MORE_IMPLS
 
 pytest.importorskip("torch")
 
@@ -30,8 +31,9 @@ TAIL_SIZES: dict[str, list[dict]] = {
     "pooling": [{"batch": 2, "ch": 3, "size": 37}],
     "pooling_1d": [{"batch": 2, "ch": 3, "size": 600}],
     "attention": [{"batch": 2, "heads": 3, "seq": 45, "hdim": 24}, {"batch": 1, "heads": 2, "seq": 70, "hdim": 40}],
-    "scan_torch": [{"batch": 2, "rows": 5, "dim": 1100}, {"batch": 1, "rows": 1030, "dim": 3},
-                   {"batch": 2, "rows": 40, "dim": 7}],
+    # few lines (block_tree runs 256 fibers per line), lines longer than a 1024-element chunk and than 32
+    "scan_torch": [{"batch": 2, "rows": 3, "dim": 1100}, {"batch": 1, "rows": 3, "dim": 45}],
+    "scan_torch_dim1": [{"batch": 1, "rows": 1030, "dim": 3}, {"batch": 2, "rows": 45, "dim": 3}],
     "gather_scatter": [{"batch": 3, "seq": 37, "vocab": 101, "dim": 33},
                        {"batch": 2, "seq": 50, "vocab": 64, "dim": 36}],
     "loss": [{"batch": 5, "dim": 1100}, {"batch": 3, "dim": 7}],
@@ -56,7 +58,7 @@ def _structure(task) -> tuple:
 def picked_tasks() -> tuple:
     """One task per structure; for conv and pooling every geometry would be ~200 builds, so a fixed spread."""
     seen, out = set(), []
-    for task in registry.build_index(0, families=list(TAIL_SIZES.keys() - {"conv_activation_1d", "pooling_1d"})):
+    for task in registry.build_index(0, families=list(MORE_IMPLS)):
         key = (task.family, _structure(task))
         if key in seen:
             continue
@@ -74,6 +76,8 @@ def _sizes(task) -> list[dict]:
     fam = task.family
     if fam in ("conv_activation", "pooling") and task.variant["dims"] == 1:
         fam += "_1d"
+    if fam == "scan_torch" and task.variant["dim"] == 1:
+        fam += "_dim1"
     return TAIL_SIZES[fam]
 
 

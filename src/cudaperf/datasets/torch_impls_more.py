@@ -364,7 +364,7 @@ def conv_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     args = "x, w, self.conv.bias, out, b, cin, cout, h, wd, oh, ow"
     tw, th = (16, 16) if d == 2 else (256, 1)
     tiles = f"((ow + {tw - 1}) // {tw}, (oh + {th - 1}) // {th}, {{z}}), ({tw}, {th})"
-    direct = "mod.conv({g}, (256,), {a})".format(g="((total + 255) // 256,)", a=args)
+    direct = f"mod.conv(((total + 255) // 256,), (256,), {args})"
     variants = {
         "naive": (_CONV_DIRECT.format(name="conv", params=_CONV_PARAMS, finish="act(acc + bias[co])"), direct,
                   ("conv", "fused")),
