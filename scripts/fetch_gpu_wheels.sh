@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Download, on the CPU machine, the wheels the GPU machine lacks (it has no network), into .whl/ (ignored
+# by git; name it in the device call's `carry`). scripts/gpu_check.sh installs them into /tmp/site.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl tree-sitter==0.26.1 tree-sitter-cuda==0.21.2
+ls -la .whl
