@@ -8,12 +8,18 @@ Module map:
                     other mechanical strategies (grid-stride, coarsened, uncoalesced mapping)
   c_families.py     C→CUDA families (maps, stencils, reductions, scans, histograms, ...)
   torch_families.py PyTorch→CUDA families (KernelBench-format modules with get_input_configs)
-  torch_impls.py    fast-format CUDA implementations of the PyTorch tasks
+  torch_impls.py    fast-format CUDA implementations of the PyTorch tasks (elementwise, reductions,
+                    softmax, normalisation)
+  torch_impls_more.py  the other seven PyTorch families (matmul epilogues, conv, pooling, attention,
+                    scans, gather/scatter, losses)
   registry.py       the index of every task (deterministic from a seed), dedupe
   degenerate.py     CPU checks for constant / input-independent / tiny outputs
   splits.py         train / val / test by whole families
   export.py         task files (write-then-rename), JSONL prompts, Parquet
+  measure.py, measure_task.py, measure_stats.py
+                    resumable GPU verification and timing of every implementation, stats, export
+  gpucheck.py       one implementation against its reference on the GPU (tests)
   cli.py            `cudaperf dataset build | validate | stats | measure`
 
-Not covered: GPU measurement (a later session: see `cli.py measure`), evaluation of candidates.
+Not covered: evaluation of model-written candidates (that is `cudaperf.evaluate`).
 """

@@ -96,6 +96,8 @@ def check_torch(task: GeneratedTask, impl: Implementation, config: str, seed: in
     from cudaperf.tasks import runtime, task_from_source
 
     record = task_from_source(task.text, task.task_id)
+    # TF32 off in the reference unless the task allows it (cuDNN enables it by default: evaluation.md).
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = record.allow_tf32
     module = runtime.load_module(record)
     cfg = next(c for c in record.configs if c.name == config)
     init = runtime.make_init_inputs(module, cfg)
