@@ -8,7 +8,7 @@ multiples of no block size). Tasks are written from our own templates: none copi
 problem (the shared part is only the file contract).
 
 Implementations (fast format, `cudaperf.cuda`) exist for the elementwise and row-wise families
-(see torch_impls.py); the other families have none yet.
+(see torch_impls.py) and for the other seven (torch_impls_more.py).
 
 Not covered: running the tasks (cudaperf.tasks.runtime), degenerate checks (degenerate.py).
 """
