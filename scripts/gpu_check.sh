@@ -41,11 +41,12 @@ step() {
 }
 
 PYTEST=(python3 -m pytest -q -m gpu -p no:cacheprovider -rfE --durations=15 --timeout 300)
+DATASET_TESTS=(tests/gpu/test_datasets_gpu.py tests/gpu/test_datasets_more_gpu.py tests/gpu/test_dataset_measure_gpu.py)
 step tests 420 "${PYTEST[@]}" tests/gpu --ignore=tests/gpu/test_examples_gpu.py \
-  --ignore=tests/gpu/test_datasets_gpu.py
+  "${DATASET_TESTS[@]/#/--ignore=}"
 step adversarial 360 "${PYTEST[@]}" tests/adversarial
 step example-tests 360 "${PYTEST[@]}" -s tests/gpu/test_examples_gpu.py
-step dataset-tests 240 "${PYTEST[@]}" tests/gpu/test_datasets_gpu.py
+step dataset-tests 540 "${PYTEST[@]}" "${DATASET_TESTS[@]}"
 step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json"
 step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json"
 step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json"
