@@ -165,23 +165,7 @@ def run_c_job(job: dict, report: Callable[[str], None]) -> dict:
     """Evaluate one C->CUDA job and return the reply payload (see the module docstring). Never raises.
 
     `report(stage)` is the heartbeat. The secret is popped from `job` before any candidate code runs."""
-    secret = str(job.pop("secret", ""))
-    session = _CSession(report)
-    try:
-        session.stage("setup", session.setup, job, secret)
-        del secret
-        session.stage("reference", session.compute_references)
-        session.stage("import", session.import_candidate)
-        session.stage("correctness", session.check_correctness)
-        if session.should_time():
-            session.stage("timing", session.time_configs)
-        if session.should_measure_coverage():
-            session.stage("coverage", session.measure_coverage)
-    except _Stop as stop:
-        session.stop(stop)
-    finally:
-        session.cleanup()
-    return session.payload()
+    return _CSession(report).run(job)
 
 
 @dataclass(frozen=True)
@@ -195,6 +179,10 @@ class _OnDevice:
 
 class _CSession(_Session):
     """State of one C job; each method is one step of the recipe (the rest is `_Session`'s)."""
+
+    # No construct stage: a C candidate is a function, not a module with weights.
+    STAGES = (("reference", "compute_references"), ("import", "import_candidate"),
+              ("correctness", "check_correctness"))
 
     def __init__(self, report: Callable[[str], None]):
         super().__init__(report)

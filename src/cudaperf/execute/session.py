@@ -225,28 +225,36 @@ def run_eval_job(job: dict, report: Callable[[str], None]) -> dict:
         from cudaperf.execute.c_session import run_c_job  # C->CUDA tasks have their own recipe
 
         return run_c_job(job, report)
-    secret = str(job.pop("secret", ""))
-    session = _Session(report)
-    try:
-        session.stage("setup", session.setup, job, secret)
-        del secret
-        session.stage("reference", session.compute_references)
-        session.stage("import", session.import_candidate)
-        session.stage("construct", session.construct_first)
-        session.stage("correctness", session.check_correctness)
-        if session.should_time():
-            session.stage("timing", session.time_configs)
-        if session.should_measure_coverage():
-            session.stage("coverage", session.measure_coverage)
-    except _Stop as stop:
-        session.stop(stop)
-    finally:
-        session.cleanup()
-    return session.payload()
+    return _Session(report).run(job)
 
 
 class _Session:
     """State of one job; each method is one step of the recipe."""
+
+    # The stages between setup and timing, in order: (heartbeat name, method). Subclasses for other task
+    # kinds change this list, not the recipe.
+    STAGES: tuple[tuple[str, str], ...] = (
+        ("reference", "compute_references"), ("import", "import_candidate"),
+        ("construct", "construct_first"), ("correctness", "check_correctness"),
+    )
+
+    def run(self, job: dict) -> dict:
+        """The recipe. The secret leaves `job` before any candidate code can run."""
+        secret = str(job.pop("secret", ""))
+        try:
+            self.stage("setup", self.setup, job, secret)
+            del secret
+            for name, method in self.STAGES:
+                self.stage(name, getattr(self, method))
+            if self.should_time():
+                self.stage("timing", self.time_configs)
+            if self.should_measure_coverage():
+                self.stage("coverage", self.measure_coverage)
+        except _Stop as stop:
+            self.stop(stop)
+        finally:
+            self.cleanup()
+        return self.payload()
 
     def __init__(self, report: Callable[[str], None]):
         self.report = report
