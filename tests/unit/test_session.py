@@ -252,8 +252,8 @@ def test_a_broken_reference_is_a_harness_error():
     assert payload["outcome"] == Outcome.HARNESS_ERROR.value and payload["stage"] == "reference"
 
 
-def test_c_tasks_are_answered_without_running():
-    job = _job(CORRECT)
+def test_a_c_task_without_its_declaration_is_a_harness_error_at_setup():
+    job = _job(CORRECT)  # kind "c" but no CTask in Task.spec: the C recipe refuses it before any candidate code
     job["task"]["kind"] = TaskKind.C.value
     payload, _ = _run(job)
     assert payload["outcome"] == Outcome.HARNESS_ERROR.value and payload["stage"] == "setup"
