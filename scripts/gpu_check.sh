@@ -34,7 +34,7 @@ step() {
   echo "== $name (limit ${limit} s)"
   timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$? last
-  last=$(grep -aE '(passed|failed|error)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
+  last=$(grep -aE '(passed|failed|error|skipped)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
   [[ $rc -eq 124 || $rc -eq 137 ]] && last="KILLED at the ${limit} s limit; ${last}"
   echo "| $name | rc=$rc | ${last:-see log} | $((SECONDS - t0)) s |" | tee -a "$SUMMARY"
   grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' >> "$SUMMARY" || true
