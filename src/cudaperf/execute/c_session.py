@@ -215,15 +215,7 @@ class _CSession(_Session):
                 self.reference(config, seed)
 
     def import_candidate(self) -> None:
-        from cudaperf.tasks.kernelbench import exec_task_source
-
-        solution = self.job.solution
-        digest = hashlib.sha256(solution.source.encode()).hexdigest()
-        self.candidate_module_name = f"cudaperf_candidate_{digest[:12]}"
-        self.guards.start()
-        module = self.candidate(lambda: exec_task_source(
-            solution.source, module_name=self.candidate_module_name,
-            filename=solution.path or f"<solution {solution.solution_id}>", keep=True), "import")
+        module = self.import_module()
         names = tuple(p.name for p in self.ctask.params)
         fn, problem = self.candidate(lambda: entry_function(module, self.ctask.entry, names), "import")
         if problem:

@@ -317,16 +317,20 @@ class _Session:
             for seed in self.job.seeds:
                 self.reference(config, seed)
 
-    def import_candidate(self) -> None:
+    def import_module(self) -> Any:
+        """Run the solution file as a module, inside the candidate scope (both task kinds)."""
         from cudaperf.tasks.kernelbench import exec_task_source
 
         solution = self.job.solution
         digest = hashlib.sha256(solution.source.encode()).hexdigest()
         self.candidate_module_name = f"cudaperf_candidate_{digest[:12]}"
         self.guards.start()
-        module = self.candidate(lambda: exec_task_source(
+        return self.candidate(lambda: exec_task_source(
             solution.source, module_name=self.candidate_module_name,
             filename=solution.path or f"<solution {solution.solution_id}>", keep=True), "import")
+
+    def import_candidate(self) -> None:
+        module = self.import_module()
         model_new = getattr(module, "ModelNew", None)
         if not (isinstance(model_new, type) and issubclass(model_new, torch.nn.Module)):
             raise _Stop(Outcome.INVALID_SOLUTION, "the solution defines no class ModelNew(torch.nn.Module)")
