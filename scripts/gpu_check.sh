@@ -2,8 +2,11 @@
 # The one entry point for GPU work: runs the GPU test suite and the benchmarks on a machine with an NVIDIA
 # GPU, writes logs and JSON under $OUT (default benchmarks/results/<date>), and prints a short table last.
 #
-#   bash scripts/gpu_check.sh [STEP ...]      (default: every step)
-#   steps: tests adversarial example-tests dataset-tests throughput repeatability faults analysis
+#   bash scripts/gpu_check.sh [GROUP ...]     (default: functional+faults timing-tests analysis repeatability throughput)
+#   a GROUP is a STEP or STEPs joined by '+', run at the same time; steps: functional (GPU tests and the
+#   adversarial suite on pytest-xdist workers, all but the `timing` ones) timing-tests (those, alone)
+#   tests adversarial example-tests (the same suites, split and serial) dataset-tests throughput
+#   repeatability faults analysis
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -20,7 +23,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export CUDAPERF_CACHE_DIR=${CUDAPERF_CACHE_DIR:-/tmp/cudaperf-cache}
-STEPS=${*:-tests adversarial example-tests dataset-tests throughput repeatability faults analysis}
+GROUPS_=${*:-functional+faults timing-tests analysis repeatability throughput}
 SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
 python3 scripts/env_info.py > "$OUT/env.json"
@@ -29,30 +32,52 @@ cat "$OUT/env.json"
 # step NAME DEFAULT_LIMIT_S COMMAND...: run with a limit, log to $OUT/NAME.log, one summary row.
 step() {
   local name=$1 limit_var="LIMIT_${1//-/_}" default=$2; shift 2
-  [[ " $STEPS " == *" $name "* ]] || return 0
   local limit=${!limit_var:-$default} t0=$SECONDS
   echo "== $name (limit ${limit} s)"
   timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$? last
   last=$(grep -aE '(passed|failed|error|skipped)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
   [[ $rc -eq 124 || $rc -eq 137 ]] && last="KILLED at the ${limit} s limit; ${last}"
-  echo "| $name | rc=$rc | ${last:-see log} | $((SECONDS - t0)) s |" | tee -a "$SUMMARY"
-  grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' >> "$SUMMARY" || true
+  { echo "| $name | rc=$rc | ${last:-see log} | $((SECONDS - t0)) s |"
+    grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' || true; } >> "$SUMMARY"
+  echo "-- $name done: rc=$rc, $((SECONDS - t0)) s"
 }
 
-PYTEST=(python3 -m pytest -q -m gpu -p no:cacheprovider -rfE --durations=15)
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE --durations=15)
 # A per-test limit where pytest-timeout is installed (it is on the H200 image), so one hang costs one test.
 python3 -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 300)
+# Functional GPU tests run on several pytest-xdist workers at once (they share the GPU; nothing they assert
+# depends on its speed); tests marked `timing` run alone. Without xdist everything runs serially.
+XDIST=()
+python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${XDIST_WORKERS:-8}" --dist loadgroup)
 DATASET_TESTS=(tests/gpu/test_datasets_gpu.py tests/gpu/test_datasets_more_gpu.py tests/gpu/test_dataset_measure_gpu.py)
-step tests 420 "${PYTEST[@]}" tests/gpu --ignore=tests/gpu/test_examples_gpu.py \
-  "${DATASET_TESTS[@]/#/--ignore=}"
-step adversarial 360 "${PYTEST[@]}" tests/adversarial
-step example-tests 360 "${PYTEST[@]}" -s tests/gpu/test_examples_gpu.py
-step dataset-tests 540 "${PYTEST[@]}" "${DATASET_TESTS[@]}"
-step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json"
-step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json"
-step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json"
-step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT"
+NO_DATASET=("${DATASET_TESTS[@]/#/--ignore=}")
+
+run_step() {
+  case $1 in
+    tests) step tests 420 "${PYTEST[@]}" -m gpu tests/gpu --ignore=tests/gpu/test_examples_gpu.py "${NO_DATASET[@]}" ;;
+    functional) step functional 480 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu tests/adversarial \
+      "${NO_DATASET[@]}" ;;
+    timing-tests) step timing-tests 300 "${PYTEST[@]}" -s -m "gpu and timing" tests/gpu "${NO_DATASET[@]}" ;;
+    adversarial) step adversarial 360 "${PYTEST[@]}" "${XDIST[@]}" -m gpu tests/adversarial ;;
+    example-tests) step example-tests 360 "${PYTEST[@]}" -s -m gpu tests/gpu/test_examples_gpu.py ;;
+    dataset-tests) step dataset-tests 540 "${PYTEST[@]}" "${XDIST[@]}" -m gpu "${DATASET_TESTS[@]}" ;;
+    throughput) step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ;;
+    repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
+    faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" ;;
+    analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
+    *) echo "unknown step: $1" >&2; return 2 ;;
+  esac
+}
+
+# Each argument is a group; steps joined by '+' in one group run at the same time (only steps whose
+# results do not depend on an idle GPU should share it: functional tests, the fault batch).
+for group in $GROUPS_; do
+  IFS=+ read -r -a members <<< "$group"
+  if (( ${#members[@]} == 1 )); then run_step "$group"; continue; fi
+  for m in "${members[@]}"; do run_step "$m" & done
+  wait
+done
 
 echo
 echo "== summary ($OUT) =="

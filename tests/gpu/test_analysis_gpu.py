@@ -62,6 +62,7 @@ def test_theoretical_occupancy_equals_the_drivers(case):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing  # ncu wants the GPU to itself
 def test_ncu_sees_4_sectors_coalesced_and_32_strided():
     if ncu.find_ncu() is None:
         pytest.skip("ncu not installed")

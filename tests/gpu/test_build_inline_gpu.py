@@ -21,7 +21,7 @@ from cudaperf.build.inline import extensions_dir_for, worker_env
 from cudaperf.build.pool import build_solution
 from cudaperf.types import Outcome, Solution, SolutionFormat
 
-pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.xdist_group("inline")]
 
 SOLUTION = textwrap.dedent('''
     import torch

@@ -123,6 +123,7 @@ def test_serial_c_and_naive_cuda_are_timed_for_every_config(worker_like_process)
     assert payload["coverage"] is not None and payload["coverage"] > 0.5
 
 
+@pytest.mark.timing
 def test_the_same_kernel_times_alike_as_candidate_and_naive_baseline(worker_like_process):
     payload = _run_in_process("map", worker_like_process)
     large = next(t for t in payload["timings"] if t["config"] == "large")["candidate"]["median_ms"]

@@ -185,6 +185,7 @@ def test_default_arch_is_the_devices():
     assert cuda.default_arch() == f"sm_{major}{minor}"
 
 
+@pytest.mark.timing
 def test_launch_overhead_is_small():
     k = cuda.compile(SOURCE, "add")
     a = torch.randn(256, device="cuda")

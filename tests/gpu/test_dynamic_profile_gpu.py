@@ -11,7 +11,7 @@ from cudaperf.solutions import load_solution
 from cudaperf.tasks import load_task
 from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]  # ncu counters want an idle GPU
 
 
 def test_profiled_correct_candidate_gets_ncu_counters():

@@ -27,7 +27,7 @@ from cudaperf.tasks import load_tasks
 from cudaperf.tasks.examples import EXAMPLE_TASK_IDS, example_solutions_dir, example_tasks_dir
 from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.xdist_group("examples")]  # one inline prebuild
 
 FORMATS = ("fast", "inline")
 TASKS = {t.task_id: t for t in load_tasks(example_tasks_dir())}
@@ -170,6 +170,7 @@ MAX_SLOWDOWN = {"matmul": 10.0}
 DEFAULT_MAX_SLOWDOWN = 3.0
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("task_id", EXAMPLE_TASK_IDS)
 def test_fast_example_is_reasonably_fast(task_id):
     task = TASKS[task_id]

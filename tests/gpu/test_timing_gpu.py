@@ -14,7 +14,7 @@ from cudaperf.correctness import compare, poison_allocator
 from cudaperf.sol import bandwidth_gbps, peak_tflops, speed_of_light
 from cudaperf.timing import bench_interleaved_report, default_l2_flush_bytes
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 
 DEVICE = "cuda:0"
 
