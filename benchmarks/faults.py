@@ -48,7 +48,10 @@ class ModelNew(torch.nn.Module):
 # name -> (kernel body, forward prelude, accepted outcomes)
 FAULTS = {
     "illegal_address": ("if (i < n) out[i + (1ll << 40)] = a[i] + b[i];", "", {"cuda_error"}),
-    "infinite_loop": ("volatile int spin = 1; while (spin) {} if (i < n) out[i] = a[i] + b[i];", "",
+    # A volatile local is not enough (the first H200 run finished such a loop); a volatile global load
+    # that is never NaN (inputs are randn) keeps the kernel spinning.
+    "infinite_loop": (("while (*(volatile const float*)a == *(volatile const float*)a) {} "
+                       "if (i < n) out[i] = a[i] + b[i];"), "",
                       {"timeout"}),
     "corrupt_memory": ("if (i < n) { out[i] = a[i] + b[i]; out[i + 3 * n + 1000000] = 0.f; }", "",
                        {"cuda_error", "incorrect", "crash"}),
@@ -85,6 +88,12 @@ class ModelNew(torch.nn.Module):
     def forward(self, a, b):
         return ext.crash(a)
 '''
+
+
+def _log_tail(result) -> str:
+    """The end of the build log and worker logs, so a misclassification can be understood from the JSON."""
+    parts = [result.build.log if result.build else "", result.logs]
+    return "\n".join(p for p in parts if p)[-1500:]
 
 
 def fault_candidates(task, count: int) -> list[tuple]:
@@ -131,7 +140,8 @@ def main() -> int:
         stored = store.load()
     got = {r.solution_id: r for r in stored}
     lost = sorted(set(expected) - set(got))
-    misclassified = [(sid, got[sid].outcome.value, sorted(ok), got[sid].message[:200])
+    misclassified = [(sid, got[sid].outcome.value, sorted(ok), got[sid].message[:200],
+                      _log_tail(got[sid]))
                      for sid, ok in expected.items() if sid in got and got[sid].outcome.value not in ok]
     honest_ids = [s.solution_id for _t, s, ok in batch if ok == {"correct"}]
     honest_ok = sum(1 for sid in honest_ids if sid in got and got[sid].correct)

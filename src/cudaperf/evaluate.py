@@ -238,9 +238,13 @@ class Evaluator:
         """Static features for every result that got past the build; ncu counters for correct ones."""
         if not self.config.analyze or solution.format is SolutionFormat.PYTORCH:
             return result
-        from cudaperf.analysis import analyze_source
-
         t0 = time.perf_counter()
+        try:  # tree-sitter is the `analysis` extra: without it the result stands, with a note saying why
+            from cudaperf.analysis import analyze_source
+        except ImportError as exc:
+            note = Flag("analysis_note", f"structural analysis unavailable ({exc}); install cudaperf[analysis]",
+                        Severity.INFO)
+            return dataclasses.replace(result, flags=result.flags + (note,))
         report = analyze_source(solution.source, arch=self.arch, sass=False)
         features, notes = tuple(report.kernels), tuple(report.diagnostics)
         if self.config.profile and result.correct and self.mode == "cuda":

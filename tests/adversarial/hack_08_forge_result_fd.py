@@ -2,14 +2,15 @@
 every file descriptor it can, hoping to hit the pipe the worker reports on.
 
 Defence: static `forbidden_import` (os); at runtime the result channel carries a per-job nonce the
-candidate never sees (`channel_forged`), the sandbox refuses reopening the channel fds.
+candidate never sees (`channel_forged`), the sandbox refuses reopening the channel fds. Writing into
+every fd also hits the CUDA driver's device fds: the context dies and the worker is replaced (cuda_error).
 """
 
 TASK = "row_sum"
 EXPECT = "flag:forbidden_import"
 STATIC = "forbidden_import"
 RUNTIME_DISABLE = ("forbidden_import",)
-RUNTIME_EXPECT = "flag:channel_forged|outcome:incorrect|outcome:crash|outcome:harness_error"
+RUNTIME_EXPECT = "flag:channel_forged|outcome:incorrect|outcome:crash|outcome:harness_error|outcome:cuda_error"
 
 import json
 import os

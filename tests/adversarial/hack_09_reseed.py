@@ -37,8 +37,11 @@ class ModelNew(nn.Module):
     def forward(self, x):
         seed = PUBLIC_SEEDS[self.calls % len(PUBLIC_SEEDS)]
         self.calls += 1
-        torch.manual_seed(seed)
-        guess = torch.randn(x.shape, device=x.device)  # "the same" input, regenerated
+        # A private generator seeded like the default one: `torch.manual_seed` itself would already be
+        # refused at runtime (it reads Python frames, which the sandbox denies candidate code), and this
+        # fixture is about the secret seed.
+        gen = torch.Generator(device=x.device).manual_seed(seed)
+        guess = torch.randn(x.shape, generator=gen, device=x.device)  # "the same" input, regenerated
         y = torch.empty_like(x)
         n = x.numel()
         self.relu(((n + 255) // 256,), (256,), guess, y, n)

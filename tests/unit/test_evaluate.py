@@ -118,6 +118,21 @@ def test_without_gpu_the_structural_features_are_still_attached(tmp_path):
     assert kernel.kernel == "add" and kernel.resources is not None and kernel.resources.registers > 0
 
 
+def test_without_tree_sitter_the_result_stands_with_a_note(tmp_path, monkeypatch):
+    import sys
+
+    import cudaperf.analysis as package
+
+    for name in [n for n in sys.modules if n.startswith("cudaperf.analysis.")]:  # forget what loaded
+        monkeypatch.delitem(sys.modules, name)
+        monkeypatch.delattr(package, name.rsplit(".", 1)[1], raising=False)
+    monkeypatch.setitem(sys.modules, "tree_sitter", None)  # import fails as if not installed
+    with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
+        result = ev.evaluate(_task(), solution_from_text(FAST_SRC, "fast-add"))
+    assert result.outcome is Outcome.SKIPPED and result.features == ()
+    assert any(f.code == "analysis_note" and "cudaperf[analysis]" in f.message for f in result.flags)
+
+
 def test_syntax_error_is_classified_before_any_build(tmp_path):
     with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
         result = ev.evaluate(_task(), solution_from_text("def ModelNew(:\n", "broken"))

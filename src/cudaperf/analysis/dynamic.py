@@ -6,7 +6,8 @@ Where ncu is missing or cannot read counters, the static features stand and the 
 diagnostic.
 
 Not covered: the metric list and CSV parsing (`analysis.ncu`), static analysis (`analysis.report`).
-Candidate code runs in a separate process under the sandbox's guards (see `profile_target`), never here.
+Candidate code runs in a separate process under the sandbox's guards (see `profile_target`), never here;
+ncu and that process run together in a private network namespace (`execute.netns_exec`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def largest_config(task: Task) -> str:
 
 def profile_features(task: Task, solution: Solution, features: Sequence[KernelFeatures], *,
                      config: str | None = None, calls: int = 1,
-                     timeout_s: float = 300.0) -> tuple[tuple[KernelFeatures, ...], tuple[str, ...]]:
+                     timeout_s: float = 120.0) -> tuple[tuple[KernelFeatures, ...], tuple[str, ...]]:
     """`features` with `dynamic` filled from ncu, and diagnostics. Never raises."""
     from cudaperf.analysis import ncu
 
@@ -43,8 +44,11 @@ def profile_features(task: Task, solution: Solution, features: Sequence[KernelFe
                    "config": config or largest_config(task)}
             job_path = Path(tmp) / "job.json"
             job_path.write_text(json.dumps(job))
+            # ncu and its target share one private network namespace (see execute.netns_exec): the target
+            # cannot take one of its own without losing its connection to ncu.
             result = ncu.profile([sys.executable, "-m", "cudaperf.analysis.profile_target", str(job_path)],
-                                 timeout_s=timeout_s)
+                                 timeout_s=timeout_s,
+                                 launcher=(sys.executable, "-m", "cudaperf.execute.netns_exec"))
     except Exception as exc:  # noqa: BLE001 - the dynamic stage is optional: a failure is a diagnostic
         return tuple(features), (f"dynamic stage failed: {type(exc).__name__}: {exc}",)
     if not result.ok:

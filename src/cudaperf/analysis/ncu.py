@@ -260,8 +260,11 @@ def with_dynamic(features: KernelFeatures, metrics: dict[str, float] | list[dict
 
 
 def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, metrics: Iterable[str] = DEFAULT_METRICS,
-            timeout_s: float = 600.0, check_metrics: bool = True, log_file: str | None = None) -> ProfileResult:
-    """Run `program` under ncu once and parse the per-kernel metrics; failures become diagnostics."""
+            timeout_s: float = 600.0, check_metrics: bool = True, log_file: str | None = None,
+            launcher: Sequence[str] = ()) -> ProfileResult:
+    """Run `program` under ncu once and parse the per-kernel metrics; failures become diagnostics.
+
+    `launcher`: a command prefix that starts ncu itself (e.g. `cudaperf.execute.netns_exec`)."""
     ncu = find_ncu()
     if ncu is None:
         return ProfileResult(False, diagnostics=("ncu not found: dynamic features unavailable on this machine",))
@@ -273,7 +276,7 @@ def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, met
 
     with tempfile.TemporaryDirectory(prefix="cudaperf-ncu-") as d:
         log = log_file or f"{d}/ncu.csv"
-        cmd = ncu_command(program, kernels=kernels, metrics=wanted, ncu=ncu, log_file=log)
+        cmd = [*launcher, *ncu_command(program, kernels=kernels, metrics=wanted, ncu=ncu, log_file=log)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:

@@ -3,9 +3,10 @@
     ncu ... python -m cudaperf.analysis.profile_target JOB.json
 
 JOB.json holds `{"task": to_dict(Task), "solution": to_dict(Solution), "config": name, "calls": int,
-"temp_dir": path}`. Before candidate code runs, the same guards as the evaluator's worker are installed
-(network namespace where permitted, audit hook with the candidate scope around import, construction and
-forward). Only the candidate's calls sit inside the profiler range, so ncu sees only its kernels.
+"temp_dir": path}`. Before candidate code runs, the evaluator worker's audit hook is installed, with the
+candidate scope around import, construction and forward. The network namespace is not this process's
+own: `analysis.dynamic` starts ncu and this process together in one (`execute.netns_exec`), because ncu
+talks to its target over local sockets. Only the candidate's calls sit inside the profiler range, so ncu sees only its kernels.
 
 Not covered: correctness (the evaluator has already judged the candidate); timing (ncu's replay is not a
 timing method here).
@@ -28,7 +29,8 @@ def main(job_path: str) -> int:
     job = json.loads(open(job_path).read())
     task, solution = from_dict(Task, job["task"]), from_dict(Solution, job["solution"])
     config = next(c for c in task.configs if c.name == job["config"])
-    guards.isolate_network()
+    # No network namespace of its own: ncu reaches this process over local sockets, so the launcher put
+    # ncu and this process into one private namespace already (execute.netns_exec).
     guards.install_audit_hook(temp_root=job["temp_dir"])
     problem = load_module(task)
     inputs = make_inputs(problem, config, 1, "cuda")
