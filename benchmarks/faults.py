@@ -118,6 +118,8 @@ def main() -> int:
     ap.add_argument("--honest", type=int, default=75)
     ap.add_argument("--faulty", type=int, default=25)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--store", default=None,
+                    help="JSONL result store (default: a temporary file); kept, so a cut-off run shows its results")
     args = ap.parse_args()
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
     from cudaperf.results import ResultStore
@@ -131,7 +133,9 @@ def main() -> int:
                         max_output_bytes=1 << 30,
                         stage_timeouts_s={"correctness": 20.0, "construct": 20.0})
     with tempfile.TemporaryDirectory() as tmp:
-        store = ResultStore(Path(tmp) / "results.jsonl")
+        store_path = Path(args.store) if args.store else Path(tmp) / "results.jsonl"
+        store_path.unlink(missing_ok=True)  # a fresh batch: the store must hold this run's results only
+        store = ResultStore(store_path)
         t0 = time.perf_counter()
         with Evaluator(config) as ev:
             for _ in ev.evaluate_many([(t, s) for t, s, _ok in batch], store=store, progress=False):

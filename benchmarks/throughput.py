@@ -160,9 +160,9 @@ def main() -> int:
                          warm_pairs=both[args.n:] if args.warm else ())
     save()
     inline_pairs = example_pairs("inline", max(args.inline_n, args.kb_subset))
-    rows += run_cudaperf(inline_pairs[: args.inline_n], "cudaperf load_inline (build pool)", baselines)
-    save()
     kb = run_kb_style(inline_pairs[: args.kb_subset])
+    save()
+    rows += run_cudaperf(inline_pairs[: args.inline_n], "cudaperf load_inline (build pool)", baselines)
     save()
     if args.compile_n:
         extra = example_pairs("fast", 2 * args.n + args.compile_n)[2 * args.n:]

@@ -44,6 +44,8 @@ step() {
 }
 
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE --durations=15)
+# PYTEST_K narrows every pytest step to matching tests (e.g. a rerun of what failed last time).
+[[ -n ${PYTEST_K:-} ]] && PYTEST+=(-k "$PYTEST_K")
 # A per-test limit where pytest-timeout is installed (it is on the H200 image), so one hang costs one test.
 python3 -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 300)
 # Functional GPU tests run on several pytest-xdist workers at once (they share the GPU; nothing they assert
@@ -62,9 +64,9 @@ run_step() {
     adversarial) step adversarial 360 "${PYTEST[@]}" "${XDIST[@]}" -m gpu tests/adversarial ;;
     example-tests) step example-tests 360 "${PYTEST[@]}" -s -m gpu tests/gpu/test_examples_gpu.py ;;
     dataset-tests) step dataset-tests 540 "${PYTEST[@]}" "${XDIST[@]}" -m gpu "${DATASET_TESTS[@]}" ;;
-    throughput) step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ;;
+    throughput) step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ${THROUGHPUT_ARGS:-} ;;
     repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
-    faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" ;;
+    faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
   esac
