@@ -179,6 +179,14 @@ def test_cpu_mode_correct_candidate_through_the_sandbox(tmp_path):
     assert {c.config for c in result.correctness} == {"small", "odd"}
 
 
+def test_cpu_mode_honest_candidates_keep_the_same_worker(tmp_path):
+    sols = [solution_from_text(PURE_TORCH.format(expr="a + b"), f"same-{i}") for i in range(3)]
+    with Evaluator(_cpu_config(tmp_path)) as ev:
+        results = list(ev.evaluate_many([(_task(), s) for s in sols]))
+    assert all(r.outcome is Outcome.CORRECT for r in results), [r.message for r in results]
+    assert [f.code for r in results for f in r.flags if f.code == "worker_state_changed"] == []
+
+
 def test_cpu_mode_batch_keeps_every_result_and_resumes(tmp_path):
     from cudaperf.results import ResultStore
 

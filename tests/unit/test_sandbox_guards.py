@@ -315,6 +315,26 @@ def test_integrity_check_is_quiet_when_nothing_changed():
     assert guards.integrity_changes(snapshot) == ()
 
 
+def test_integrity_check_ignores_task_modules_the_harness_drops(monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "cudaperf_task_add_0123456789", types.ModuleType("t"))
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.delitem(sys.modules, "cudaperf_task_add_0123456789")
+    assert guards.integrity_changes(snapshot) == ()
+
+
+def test_integrity_check_sees_a_replaced_package_module(monkeypatch):
+    import types
+
+    import cudaperf.timing
+
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.setitem(sys.modules, "cudaperf.timing", types.ModuleType("cudaperf.timing"))
+    assert "worker_state_changed" in [code for code, _ in guards.integrity_changes(snapshot)]
+    assert cudaperf.timing is not None
+
+
 def test_integrity_check_sees_an_import_hook(monkeypatch):
     snapshot = guards.integrity_snapshot()
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, object()])

@@ -514,16 +514,20 @@ _INTEGRITY_CLASSES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf",), *, _id=id, _vars=vars) -> dict:
+def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=id, _vars=vars) -> dict:
     """Identities of callables in the harness-critical namespaces and of the import machinery.
 
+    The harness's own package counts (`cudaperf` and `cudaperf.*`); modules the harness creates per job
+    (`cudaperf_task_*`, the candidate's module) do not: the harness itself loads and drops them, and the
+    first H200 runs showed that counting them flagged every job and replaced the worker each time.
     Builtins are bound as default arguments so that a candidate replacing `id` or `vars` later cannot
     change what the check computes.
     """
     namespaces: dict[str, dict] = {}
     for name in list(sys.modules):
         module = sys.modules.get(name)
-        if module is None or not (name in INTEGRITY_MODULES or name.startswith(extra_prefixes)):
+        watched = name in INTEGRITY_MODULES or name == "cudaperf" or name.startswith(extra_prefixes)
+        if module is None or not watched:
             continue
         namespaces[name] = _vars(module)
     for module_name, cls_name in _INTEGRITY_CLASSES:
