@@ -11,7 +11,8 @@
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
 # after it still run. On the lent H200 machine Python packages missing there travel as wheels in .whl/
-# (see ../shared/docs/gpu-machine.md); they are installed into /tmp/site first.
+# (see ../shared/docs/gpu-machine.md); they are installed into /tmp/site first. On the lent machine use
+# `OUT=$OUT/run BUNDLE=$OUT/run.tgz bash scripts/gpu_check.sh ...`: only 8 files come back from a call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -84,3 +85,8 @@ done
 echo
 echo "== summary ($OUT) =="
 cat "$SUMMARY"
+# The device tool returns at most 8 files from $OUT: BUNDLE=FILE.tgz packs the whole folder into one
+# archive (the summary is printed above, so it is in the call's output too).
+if [[ -n ${BUNDLE:-} ]]; then
+  tar czf "$BUNDLE" -C "$OUT" . && rm -rf "$OUT" && echo "bundled into $BUNDLE"
+fi
