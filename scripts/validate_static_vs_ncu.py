@@ -136,6 +136,7 @@ def static_side(cases: list[Case]) -> tuple[dict[str, dict], str]:
                 entry["verdicts"] = verdicts(f, report.details[0])
                 entry["flops"] = f.flops_estimate
                 entry.update(_occupancy_facts(f.resources, f.occupancy))
+                entry["diagnostics"] = list(report.diagnostics)[:5]  # e.g. why no registers (no NVRTC)
             else:
                 entry.update(_compiled_occupancy(case))
                 if entry.get("occupancy") is not None:
@@ -393,7 +394,10 @@ def environment() -> list[str]:
         info += [f"gpu: {torch.cuda.get_device_name(0)}", f"torch: {torch.__version__}",
                  f"cuda (torch): {torch.version.cuda}"]
     except Exception as exc:  # noqa: BLE001 - the header is informative only
-        info.append(f"torch: unavailable ({exc})")
+        import traceback
+
+        tb = traceback.format_exc().strip().splitlines()
+        info.append(f"torch: unavailable ({type(exc).__name__}: {exc}; raised at {' | '.join(tb[-6:-1])[:600]})")
     for cmd, label in ((["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], "driver"),
                        (["ncu", "--version"], "ncu")):
         try:

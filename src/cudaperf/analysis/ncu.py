@@ -52,6 +52,7 @@ CHECKED_METRICS: tuple[str, ...] = (  # checked at run time
     "smsp__sass_inst_executed_op_global_atom.sum", "smsp__sass_inst_executed_op_global_red.sum",
     "smsp__sass_inst_executed_op_shared_atom.sum",
     "launch__registers_per_thread", "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
+    "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct",  # useful bytes per sector (vectorised)
 )
 DEFAULT_METRICS = VERIFIED_METRICS + CHECKED_METRICS
 
