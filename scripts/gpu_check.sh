@@ -40,7 +40,8 @@ step() {
   last=$(grep -aE '(passed|failed|error|skipped)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
   [[ $rc -eq 124 || $rc -eq 137 ]] && last="KILLED at the ${limit} s limit; ${last}"
   { echo "| $name | rc=$rc | ${last:-see log} | $((SECONDS - t0)) s |"
-    grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' || true; } >> "$SUMMARY"
+    grep -a '^|' "$OUT/$name.log" | grep -v '^| *---' || true
+    grep -a -E '^(FAILED|ERROR) ' "$OUT/$name.log" | cut -c1-240 | sed 's/^/    /' || true; } >> "$SUMMARY"
   echo "-- $name done: rc=$rc, $((SECONDS - t0)) s"
 }
 
