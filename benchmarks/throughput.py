@@ -135,11 +135,11 @@ def _ratio_table(rows: list[dict], kb: dict | None) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=24, help="candidates for cudaperf (fast format)")
-    ap.add_argument("--kb-subset", type=int, default=3, help="candidates for the KernelBench-style run")
-    ap.add_argument("--inline-n", type=int, default=8, help="candidates for cudaperf's load_inline path")
+    ap.add_argument("--kb-subset", type=int, default=2, help="candidates for the KernelBench-style run")
+    ap.add_argument("--inline-n", type=int, default=6, help="candidates for cudaperf's load_inline path")
     ap.add_argument("--baselines", default="eager",
                     help="baselines cudaperf times live per candidate in the main passes (comma-separated)")
-    ap.add_argument("--compile-n", type=int, default=6,
+    ap.add_argument("--compile-n", type=int, default=3,
                     help="candidates for a last cold pass with eager and torch.compile baselines (0: none)")
     ap.add_argument("--no-warm", dest="warm", action="store_false",
                     help="skip the second (warm) pass of the fast format")

@@ -66,7 +66,7 @@ run_step() {
     adversarial) step adversarial 360 "${PYTEST[@]}" "${XDIST[@]}" -m gpu tests/adversarial ;;
     example-tests) step example-tests 360 "${PYTEST[@]}" -s -m gpu tests/gpu/test_examples_gpu.py ;;
     dataset-tests) step dataset-tests 540 "${PYTEST[@]}" "${XDIST[@]}" -m gpu "${DATASET_TESTS[@]}" ;;
-    throughput) step throughput 560 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ${THROUGHPUT_ARGS:-} ;;
+    throughput) step throughput 420 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ${THROUGHPUT_ARGS:-} ;;
     repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
