@@ -80,3 +80,22 @@ def test_missing_ncu_is_a_diagnostic(monkeypatch):
 def test_counter_permission_error_is_explained():
     msgs = ncu._diagnose("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1, [])
     assert "cannot read performance counters" in msgs[0]
+
+
+def test_profile_runs_ncu_through_the_launcher(tmp_path, monkeypatch):
+    """A stand-in ncu (it writes the CSV above to --log-file) started by the network-namespace launcher:
+    the launcher execs it, and the kernels come back parsed."""
+    import stat
+    import sys
+
+    (tmp_path / "report.csv").write_text(CSV)
+    fake = tmp_path / "ncu"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "--log-file" ]; do shift; done\n'
+                    f'cp {tmp_path / "report.csv"} "$2"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    result = ncu.profile(["true"], check_metrics=False, timeout_s=60,
+                         launcher=(sys.executable, "-m", "cudaperf.execute.netns_exec"))
+    assert result.ok, result.diagnostics
+    assert [k.kernel for k in result.kernels] == ["v_copy", "v_fma"]
+    assert result.command[:3] == (sys.executable, "-m", "cudaperf.execute.netns_exec")
