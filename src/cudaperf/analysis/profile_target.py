@@ -26,7 +26,8 @@ def main(job_path: str) -> int:
     from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
     from cudaperf.types import Solution, Task, from_dict
 
-    job = json.loads(open(job_path).read())
+    with open(job_path) as fh:
+        job = json.load(fh)
     task, solution = from_dict(Task, job["task"]), from_dict(Solution, job["solution"])
     config = next(c for c in task.configs if c.name == job["config"])
     # No network namespace of its own: ncu reaches this process over local sockets, so the launcher put
