@@ -506,7 +506,7 @@ def python_threads() -> frozenset[int]:
 
 # Modules whose callables the harness relies on for a verdict (timers, synchronise, comparison).
 INTEGRITY_MODULES: tuple[str, ...] = (
-    "builtins", "time", "math", "torch", "torch.cuda", "torch.testing", "torch.nn.functional",
+    "cudaperf", "builtins", "time", "math", "torch", "torch.cuda", "torch.testing", "torch.nn.functional",
     "torch.cuda.memory", "torch.profiler", "json", "os", "sys",
 )  # fmt: skip
 _INTEGRITY_CLASSES: tuple[tuple[str, str], ...] = (
@@ -526,8 +526,7 @@ def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=
     namespaces: dict[str, dict] = {}
     for name in list(sys.modules):
         module = sys.modules.get(name)
-        watched = name in INTEGRITY_MODULES or name == "cudaperf" or name.startswith(extra_prefixes)
-        if module is None or not watched:
+        if module is None or not (name in INTEGRITY_MODULES or name.startswith(extra_prefixes)):
             continue
         namespaces[name] = _vars(module)
     for module_name, cls_name in _INTEGRITY_CLASSES:

@@ -1,9 +1,9 @@
 """Run a command in a fresh network namespace with only loopback up: `python -m cudaperf.execute.netns_exec
 CMD ...`.
 
-Why it exists: Nsight Compute talks to the process it profiles over local sockets (abstract Unix sockets
-are per network namespace), so a profiled candidate cannot move itself into a private namespace the way
-the evaluator's worker does without cutting ncu off. Instead ncu and its target are started together in one
+Why it exists: Nsight Compute talks to the process it profiles over local sockets (loopback TCP and
+abstract Unix sockets are both per network namespace), so a profiled candidate cannot move itself into a
+private namespace the way the evaluator's worker does without cutting ncu off. Instead ncu and its target are started together in one
 new namespace: the pair can talk over loopback, and neither reaches any other network.
 
 Covers: the namespace (`guards.isolate_network`), bringing `lo` up (an ioctl: no `ip` binary needed), exec.
