@@ -110,6 +110,21 @@ def summarize(samples_ms: Sequence[float], host_ms_per_call: float | None = None
                   host_ms_per_call=host_ms_per_call, samples_ms=tuple(samples_ms))
 
 
+def compile_baseline(model: Callable, **options: Any) -> Callable:
+    """`torch.compile(model, **options)` with Inductor compiling in this process (compile_threads = 1).
+
+    With its default worker pool, Inductor finishes compiles (a recompile for a new input set, say) on
+    background threads and starts a `subproc_worker_timer` thread at any time, including inside a
+    candidate's watched window, where it would be blamed on the candidate (seen on the H200)."""
+    try:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
+    except (ImportError, AttributeError):  # a torch without Inductor: torch.compile reports it itself
+        pass
+    return torch.compile(model, **options)
+
+
 def default_l2_flush_bytes(device: str | torch.device) -> int:
     """2x the device's L2 (so one write evicts everything); 0 on CPU."""
     device = torch.device(device)

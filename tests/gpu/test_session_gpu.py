@@ -148,3 +148,18 @@ def test_a_kernel_fault_is_a_cuda_error_that_poisons_the_worker(tmp_path):
     print(payload["outcome"], payload["stage"], payload["message"][:300])
     assert payload["outcome"] == Outcome.CUDA_ERROR.value
     assert payload["worker_poisoned"] is True
+
+
+def test_compiled_baseline_leaves_no_thread_behind_on_the_gpu():
+    """Inductor's GPU codegen compiles in the calling process: no compile-pool thread (which the
+    candidate's thread watch would blame on the candidate) is left after compiling and recompiling."""
+    import threading
+
+    from cudaperf.timing import compile_baseline
+
+    before = {t.ident for t in threading.enumerate()}
+    compiled = compile_baseline(torch.nn.ReLU())
+    for n in (1 << 10, 1 << 12):  # a new shape: a recompile
+        compiled(torch.randn(n, device="cuda"))
+    torch.cuda.synchronize()
+    assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []

@@ -71,6 +71,19 @@ def test_unverified_metrics_are_dropped_when_the_query_does_not_list_them():
     assert kept == ["dram__bytes_read.sum"] and dropped == ["made__up_metric.sum"]
 
 
+def test_launch_and_occupancy_metrics_are_kept_though_the_query_omits_them():
+    kept, dropped = ncu.usable_metrics(["launch__registers_per_thread", "sm__maximum_warps_per_active_cycle_pct"],
+                                       {"dram__bytes_read"})
+    assert dropped == [] and len(kept) == 2
+
+
+def test_a_program_that_fails_under_ncu_shows_its_own_last_lines():
+    output = "==PROF== Connected to process 1\nTraceback (most recent call last):\nRuntimeError: boom\n" \
+             "==ERROR== The application returned an error code (1)."
+    msgs = ncu._diagnose(output, 1, [])
+    assert any(m.startswith("program output:") and "RuntimeError: boom" in m for m in msgs)
+
+
 def test_missing_ncu_is_a_diagnostic(monkeypatch):
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
     result = ncu.profile(["python3", "-c", "pass"])

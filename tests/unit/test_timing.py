@@ -164,3 +164,17 @@ def test_cpu_clock_is_consistent_with_the_host_clock():
     report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=2, warmup_ms=0)
     assert report.clock_consistent and report.device == "cpu" and report.l2_flush_bytes == 0
     assert report.timings["a"].host_ms_per_call is not None
+
+
+def test_compile_baseline_leaves_no_thread_behind():
+    """Inductor compiles in the calling process: no compile-pool thread can appear later inside a
+    candidate's watched window."""
+    import threading
+
+    from cudaperf.timing import compile_baseline
+
+    before = {t.ident for t in threading.enumerate()}
+    compiled = compile_baseline(torch.nn.ReLU())
+    compiled(torch.randn(8))
+    compiled(torch.randn(16))  # a new shape: a recompile
+    assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []

@@ -123,13 +123,19 @@ def available_metrics(ncu: str = "ncu", chip: str | None = None, timeout_s: floa
     return names or None
 
 
+# Launch statistics and the occupancy section's metrics are computed by ncu, not read from counters, so
+# `ncu --query-metrics` does not list them (ncu 2025.3 on an H200): they are always kept.
+SECTION_METRICS = ("launch__", "sm__maximum_warps_per_active_cycle_pct")
+
+
 def usable_metrics(wanted: Iterable[str], available: set[str] | None) -> tuple[list[str], list[str]]:
-    """(kept, dropped): verified metrics are always kept; others only when `available` lists their base."""
+    """(kept, dropped): verified and section metrics are always kept; others only when `available` lists
+    their base (or, when the query failed, `gpu__time_duration`)."""
     kept, dropped = [], []
     for m in dict.fromkeys(wanted):
         base = m.split(".")[0]
-        if m in VERIFIED_METRICS or (available is not None and base in available) or (
-                available is None and m.startswith(("launch__", "gpu__time_duration"))):
+        if m in VERIFIED_METRICS or m.startswith(SECTION_METRICS) or (available is not None and base in available) or (
+                available is None and m.startswith("gpu__time_duration")):
             kept.append(m)
         else:
             dropped.append(m)
@@ -307,4 +313,7 @@ def _diagnose(output: str, returncode: int, kernels: list[KernelMetrics]) -> lis
     out.extend(errors[:5])
     if not kernels:
         out.append(f"ncu profiled no kernel (exit code {returncode})")
+        own = [ln.rstrip() for ln in output.splitlines() if ln.strip() and not ln.startswith("==")]
+        if own:  # the profiled program's own last words, e.g. the exception that stopped it
+            out.append("program output: " + " | ".join(own[-6:])[:1500])
     return out

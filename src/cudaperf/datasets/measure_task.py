@@ -58,7 +58,7 @@ from cudaperf.datasets.measure import (
     task_from_job,
 )
 from cudaperf.datasets.records import GeneratedTask, Implementation
-from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
+from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
 from cudaperf.types import TaskKind, Timing
 
 MESSAGE_CHARS = 800
@@ -438,7 +438,7 @@ class TorchTaskMeasure(TaskMeasure):
         self.phase("compile_baseline", config)
         with self.timed_section("compile_baseline"):
             try:
-                compiled = torch.compile(ref.model, dynamic=False)  # one static graph per configuration
+                compiled = compile_baseline(ref.model, dynamic=False)  # one static graph per configuration
                 with torch.no_grad():
                     compiled(*clone_inputs(ref.inputs))
                 synchronize(self.device)

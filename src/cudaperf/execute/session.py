@@ -58,7 +58,7 @@ from cudaperf.correctness import (
     poison_allocator,
 )
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
-from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
+from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
 from cudaperf.types import (
     ConfigCorrectness,
     ConfigTiming,
@@ -577,7 +577,7 @@ class _Session:
         if "compiled" not in entry.extra:
             start = time.perf_counter()
             try:
-                compiled = torch.compile(entry.model)
+                compiled = compile_baseline(entry.model)
                 with torch.no_grad():
                     compiled(*clone_inputs(entry.inputs))
                 _synchronize(self.device)

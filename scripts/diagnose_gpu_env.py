@@ -1,0 +1,91 @@
+"""Diagnose two failures seen only on the lent H200 machine; prints a JSON report.
+
+Covers: (1) `import torch` failing in some processes with a TorchScript schema error ("annotate(strtag)"):
+it imports torch in fresh processes alone, several at once, after tree-sitter, without bytecode writing
+(-B), and with and without the bytecode cache of the torch package; (2) NVRTC logs without ptxas facts:
+it compiles one kernel uncached and prints the NVRTC version, the log and the parsed resources, and
+analyses the first validation case with and without the compile cache.
+Not covered: anything else; this is a one-off probe whose findings go into dev/LOG.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+KERNEL = 'extern "C" __global__ void k(const float* a, float* b, int n) {' \
+         ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = 2.0f * a[i]; }'
+
+
+def _py(code: str, *flags: str) -> dict:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=300)
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [""]
+    return {"rc": p.returncode, "s": round(time.perf_counter() - t0, 2), "tail": tail[0][:200]}
+
+
+def _concurrent(code: str, n: int, *flags: str) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, *flags, "-c", code], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    out = []
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        out.append({"rc": p.returncode, "tail": (err.strip().splitlines()[-1:] or [""])[0][:200]})
+    return out
+
+
+def torch_probes() -> dict:
+    imp = "import torch, torch.utils._debug_mode; print(torch.__version__)"
+    ts = "import tree_sitter, tree_sitter_cuda; " + imp
+    cp = "import cudaperf.analysis.validation; " + imp
+    return {
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_", "LANG", "TORCH", "CUDA"))},
+        "alone": _py(imp),
+        "alone_-B": _py(imp, "-B"),
+        "tree_sitter_first": _py(ts),
+        "cudaperf_analysis_first": _py(cp),
+        "concurrent_8": _concurrent(imp, 8),
+        "concurrent_8_-B": _concurrent(imp, 8, "-B"),
+        "concurrent_8_cudaperf_first": _concurrent(cp, 8),
+    }
+
+
+def nvrtc_probe() -> dict:
+    from cudaperf.build.nvrtc import compile_cuda, nvrtc_options, nvrtc_version
+
+    out = compile_cuda(KERNEL, arch="sm_90", use_cache=False)
+    return {"nvrtc_version": nvrtc_version(), "options": nvrtc_options("sm_90", ()), "log": out.log[:2000],
+            "resources": [str(r) for r in out.resources]}
+
+
+def analysis_probe() -> dict:
+    from cudaperf.analysis import analyze_source
+    from cudaperf.analysis.validation import all_cases
+
+    case = all_cases()[0]
+    out = {}
+    for use_cache in (True, False):
+        report = analyze_source(case.source, kind="cuda", launch=case.launch, sizes=case.sizes, sass=False,
+                                use_cache=use_cache)
+        f = report.kernels[0]
+        out[f"cache={use_cache}"] = {"kernel": f.kernel, "resources": str(f.resources),
+                                     "occupancy": str(f.occupancy), "diagnostics": list(report.diagnostics)[:5],
+                                     "kernel_diagnostics": list(f.diagnostics)[:5]}
+    return out
+
+
+def main() -> None:
+    report: dict = {}
+    for name, fn in (("nvrtc", nvrtc_probe), ("analysis", analysis_probe), ("torch", torch_probes)):
+        try:
+            report[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - a probe that fails is itself the finding
+            report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
