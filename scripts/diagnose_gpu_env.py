@@ -23,8 +23,9 @@ KERNEL = 'extern "C" __global__ void k(const float* a, float* b, int n) {' \
 def _py(code: str, *flags: str) -> dict:
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=300)
-    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or [""]
-    return {"rc": p.returncode, "s": round(time.perf_counter() - t0, 2), "tail": tail[0][:200]}
+    lines = (p.stderr + p.stdout).strip().splitlines()
+    tail = lines[-40:] if p.returncode else lines[-3:]  # the whole traceback when it failed
+    return {"rc": p.returncode, "s": round(time.perf_counter() - t0, 2), "tail": [t[:400] for t in tail]}
 
 
 def _concurrent(code: str, n: int, *flags: str) -> list[dict]:
@@ -33,8 +34,28 @@ def _concurrent(code: str, n: int, *flags: str) -> list[dict]:
     out = []
     for p in procs:
         _, err = p.communicate(timeout=300)
-        out.append({"rc": p.returncode, "tail": (err.strip().splitlines()[-1:] or [""])[0][:200]})
+        out.append({"rc": p.returncode, "tail": [t[:400] for t in err.strip().splitlines()[-(30 if p.returncode else 1):]]})
     return out
+
+
+# What a build-pool worker and the validation script do before their torch import: NVRTC through cuda-core
+# in the same process. Prints the shared libraries then mapped, so a clash between two copies shows.
+NVRTC_THEN_TORCH = (
+    "from cudaperf.build.nvrtc import compile_cuda\n"
+    f"out = compile_cuda({KERNEL!r}, arch='sm_90', use_cache=False)\n"
+    "print('resources', out.resources)\n"
+    "libs = sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l})\n"
+    "print('\\n'.join(x for x in libs if any(k in x for k in ('nvrtc', 'stdc++', 'torch', 'cuda', 'nvJit'))))\n"
+    "import torch, torch.utils._debug_mode\n"
+    "print('torch ok', torch.__version__)\n"
+)
+ANALYSE_THEN_TORCH = (
+    "from cudaperf.analysis import analyze_source\n"
+    f"r = analyze_source({KERNEL!r}, kind='cuda', sass=False, use_cache=False)\n"
+    "print('registers', [k.resources for k in r.kernels])\n"
+    "import torch, torch.utils._debug_mode\n"
+    "print('torch ok', torch.__version__)\n"
+)
 
 
 def torch_probes() -> dict:
@@ -42,7 +63,12 @@ def torch_probes() -> dict:
     ts = "import tree_sitter, tree_sitter_cuda; " + imp
     cp = "import cudaperf.analysis.validation; " + imp
     return {
-        "env": {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_", "LANG", "TORCH", "CUDA"))},
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_", "LANG", "TORCH", "CUDA", "LD_"))},
+        "python": sys.version, "flags": str(sys.flags), "site": sorted(os.listdir("/tmp/site"))
+        if os.path.isdir("/tmp/site") else None,
+        "nvrtc_then_torch": _py(NVRTC_THEN_TORCH),
+        "analyse_then_torch": _py(ANALYSE_THEN_TORCH),
+        "alone_isolated_-I": _py(imp, "-I"),
         "alone": _py(imp),
         "alone_-B": _py(imp, "-B"),
         "tree_sitter_first": _py(ts),
@@ -57,7 +83,9 @@ def nvrtc_probe() -> dict:
     from cudaperf.build.nvrtc import compile_cuda, nvrtc_options, nvrtc_version
 
     out = compile_cuda(KERNEL, arch="sm_90", use_cache=False)
-    return {"nvrtc_version": nvrtc_version(), "options": nvrtc_options("sm_90", ()), "log": out.log[:2000],
+    libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "nvrtc" in line})
+    return {"nvrtc_version": nvrtc_version(), "nvrtc_libraries": libs, "options": nvrtc_options("sm_90", ()),
+            "log": out.log[:2000],
             "resources": [str(r) for r in out.resources]}
 
 
@@ -79,7 +107,7 @@ def analysis_probe() -> dict:
 
 def main() -> None:
     report: dict = {}
-    for name, fn in (("nvrtc", nvrtc_probe), ("analysis", analysis_probe), ("torch", torch_probes)):
+    for name, fn in (("torch", torch_probes), ("nvrtc", nvrtc_probe), ("analysis", analysis_probe)):
         try:
             report[name] = fn()
         except Exception as exc:  # noqa: BLE001 - a probe that fails is itself the finding

@@ -36,34 +36,59 @@ def test_timing_of_a_known_kernel_is_stable():
     assert 0.5 * bandwidth_gbps(DEVICE) < achieved_gbps < 1.1 * bandwidth_gbps(DEVICE)
 
 
+CHASE = r"""
+extern "C" __global__ void chase(const int* __restrict__ next, int hops, int* out) {
+  int j = 0;
+  for (int h = 0; h < hops; ++h) j = __ldcg(next + j);  // L2-cached load: no L1 reuse inside the chain
+  *out = j;
+}
+"""
+
+
+def _pointer_chain(n_words: int, hops: int, seed: int = 0) -> torch.Tensor:
+    """A cycle through `hops` distinct 128-byte lines of an `n_words` int32 buffer, in random order."""
+    words_per_line = 32
+    g = torch.Generator().manual_seed(seed)
+    lines = (torch.randperm(n_words // words_per_line - 1, generator=g)[:hops] + 1) * words_per_line  # not line 0
+    chain = torch.zeros(n_words, dtype=torch.int32)
+    chain[lines] = torch.roll(lines, -1).to(torch.int32)
+    chain[0] = int(lines[0])  # the kernel starts at word 0
+    return chain
+
+
 def test_l2_flush_evicts_an_l2_resident_input():
-    """The timing protocol's flush evicts the input from L2: a 16 MiB reduction read right after the flush
-    is slower than one read after the flush and an untimed warming read. Both sides run the same flush, and
-    events sit tightly around the kernel, so clock state and host latency are alike in both. (An earlier
-    version compared protocol runs with and without the flush; idle gaps without the flush lowered the
-    clocks and hid the effect, see dev/LOG.md.) Prints both medians in microseconds."""
+    """The timing protocol's flush evicts data from L2. One thread follows a chain of 4,096 dependent
+    loads through distinct lines of a 16 MiB buffer, so the kernel's time is load latency: after the
+    flush every load goes to DRAM; after the flush and an untimed run of the same chain, every load hits
+    L2. Latency, unlike bandwidth, is not hidden by launch overhead (an earlier version timed a 16 MiB
+    `x.sum()`, which is overhead-bound: 14 us flushed against 17 us resident, see dev/LOG.md).
+    Prints both medians in microseconds."""
     import statistics
 
+    from cudaperf import cuda
     from cudaperf.timing import _CudaClock
 
     clock = _CudaClock(torch.device(DEVICE), default_l2_flush_bytes(DEVICE))
-    x = torch.randn(1 << 22, device=DEVICE)
+    hops = 4096
+    chain = _pointer_chain(1 << 22, hops).to(DEVICE)
+    out = torch.empty(1, dtype=torch.int32, device=DEVICE)
+    kernel = cuda.compile(CHASE, "chase")
     samples: dict[str, list[float]] = {"flushed": [], "resident": []}
-    for i in range(400):
+    for i in range(60):
         case = "flushed" if i % 2 == 0 else "resident"
         clock.buffer.zero_()
         if case == "resident":
-            x.sum()  # untimed: brings x back into L2
+            kernel(1, 1, chain, hops, out)  # untimed: brings the chain's lines into L2
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        x.sum()
+        kernel(1, 1, chain, hops, out)
         end.record()
         end.synchronize()
-        if i >= 20:
+        if i >= 4:
             samples[case].append(start.elapsed_time(end) * 1e3)
     cold, warm = statistics.median(samples["flushed"]), statistics.median(samples["resident"])
-    print(f"sum of 16 MiB after the flush: {cold:.2f} us; after the flush and a warming read: {warm:.2f} us")
-    assert cold > 1.15 * warm
+    print(f"4096 dependent loads after the flush: {cold:.1f} us; after the flush and a warming run: {warm:.1f} us")
+    assert cold > 1.3 * warm
 
 
 def test_side_stream_work_is_not_faster_than_its_true_time():
