@@ -97,3 +97,44 @@ def test_two_processes_compiling_the_same_key_leave_one_valid_entry(tmp_path):
     files = sorted(p.name for p in (tmp_path / "nvrtc").iterdir())
     hit = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path)
     assert files == [f"{key}.cubin", f"{key}.json"] and hit.cache_hit and len(hit.cubin) == size
+
+
+EMPTY_LOG_CHILD = """
+from cuda.bindings import nvrtc
+from cudaperf.build.nvrtc import _program_log
+err, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(float* a) { a[0] = 1; }', b'k.cu', 0, [], [])
+nvrtc.nvrtcCompileProgram(prog, 1, [b'--gpu-architecture=sm_90'])  # no -v: the log is empty (size 1)
+assert _program_log(nvrtc, prog) == ''
+print(list(b' '), 'a', 'b')
+"""
+
+
+def test_reading_an_empty_nvrtc_log_leaves_the_interpreter_intact():
+    """An empty log has size 1 (its NUL). Reading it into `b" " * 1` let NVRTC write that NUL into CPython's
+    shared one-byte `b" "`, after which every printed space was a NUL. Run in a child: a regression must
+    not corrupt the test process."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", EMPTY_LOG_CHILD], capture_output=True, text=True, check=False,
+                          timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "[32] a b\n"), proc.stderr[-2000:]
+
+
+def test_resources_come_from_ptxas_when_the_nvrtc_log_has_none(tmp_path, monkeypatch):
+    """Some NVRTC builds return an empty log despite `--ptxas-options=-v` (the H200 machine's): the
+    report then comes from the toolkit's ptxas on NVRTC's PTX, and registers are still known."""
+    from cudaperf.build import nvrtc as mod
+
+    if mod.find_ptxas() is None:
+        pytest.skip("no ptxas on this machine")
+    real = mod._program_log
+    monkeypatch.setattr(mod, "_program_log", lambda nvrtc, prog: "" if "ptxas" in real(nvrtc, prog) else "")
+    out = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, use_cache=False)
+    assert [(r.kernel, r.registers > 0) for r in out.resources] == [("add", True)]
+
+
+def test_ptxas_fallback_keeps_the_register_cap():
+    from cudaperf.build.nvrtc import _ptxas_flags
+
+    assert _ptxas_flags(("-maxrregcount=32", "--ptxas-options=-v", "-use_fast_math")) == ["--maxrregcount=32"]

@@ -23,6 +23,9 @@ def main(job_path: str) -> int:
     import torch
 
     from cudaperf.execute import guards
+    from cudaperf.execute.child import preload
+    from cudaperf.execute.sandbox import DEFAULT_PRELOAD
+    from cudaperf.execute.session import preload_lazy_modules
     from cudaperf.tasks.kernelbench import exec_task_source
     from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
     from cudaperf.types import Solution, Task, from_dict
@@ -33,6 +36,10 @@ def main(job_path: str) -> int:
     config = next(c for c in task.configs if c.name == job["config"])
     # No network namespace of its own: ncu reaches this process over local sockets, so the launcher put
     # ncu and this process into one private namespace already (execute.netns_exec).
+    # What a sandbox worker loads before its hook (lazy torch imports reach modules a scope refuses, such
+    # as multiprocessing: without this the H200 run failed inside the candidate's first call).
+    preload(DEFAULT_PRELOAD)
+    preload_lazy_modules()
     guards.install_audit_hook(temp_root=job["temp_dir"])
     problem = load_module(task)
     inputs = make_inputs(problem, config, 1, "cuda")

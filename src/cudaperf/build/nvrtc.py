@@ -151,25 +151,105 @@ def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...],
         log = _program_log(nvrtc, prog)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(log or _error_string(nvrtc, result))
-        return _cubin(nvrtc, prog), log, _lowered_names(nvrtc, prog, name_expressions, log)
+        cubin, lowered = _cubin(nvrtc, prog), _lowered_names(nvrtc, prog, name_expressions, log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    if "ptxas info" not in log:
+        log = "\n".join(filter(None, (log, ptxas_report(source, arch, options, name_expressions))))
+    return cubin, log, lowered
+
+
+def _program_log(nvrtc, prog) -> str:
+    return _read_buffer(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog, "ProgramLog") \
+        .rstrip(b"\0").decode(errors="replace").strip()
+
+
+def _cubin(nvrtc, prog) -> bytes:
+    return _read_buffer(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, prog, "CUBIN")
+
+
+def _read_buffer(get_size, get, prog, what: str) -> bytes:
+    """NVRTC writes into the buffer it is given, so it must be a fresh mutable one. (`b" " * size` is not:
+    for size 1, an empty log, it is CPython's shared one-byte `b" "`, and NVRTC's NUL overwrote every space
+    the interpreter printed afterwards; found on the H200, see dev/LOG.md.)"""
+    err, size = get_size(prog)
+    _check(err, f"nvrtcGet{what}Size")
+    buf = bytearray(size)
+    _check(get(prog, buf)[0], f"nvrtcGet{what}")
+    return bytes(buf)
+
+
+# --------------------------------------------------------------------------------------------------
+# The ptxas report when NVRTC's log has none (some NVRTC builds, e.g. the H200 machine's 13.0, return an
+# empty log despite `--ptxas-options=-v`): the same source compiled by NVRTC to PTX for the virtual arch,
+# then the toolkit's `ptxas -v` on it, which prints the report NVRTC would have.
+
+
+def ptxas_report(source: str, arch: str, options: tuple[str, ...], name_expressions: tuple[str, ...]) -> str:
+    """ptxas's `-v` report for `source` on `arch`, or a one-line note saying why there is none."""
+    tool = find_ptxas()
+    if tool is None:
+        return "note: no ptxas report (NVRTC's log had none and no ptxas was found)"
+    try:
+        ptx = _nvrtc_ptx(source, arch.replace("sm_", "compute_"), options, name_expressions)
+    except (CompileError, RuntimeError) as exc:
+        return f"note: no ptxas report (PTX compile failed: {str(exc)[:200]})"
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cudaperf-ptxas-") as tmp:
+        path = Path(tmp) / "kernel.ptx"
+        path.write_bytes(ptx)
+        cmd = [tool, f"-arch={arch}", "-v", *_ptxas_flags(options), "-o", str(Path(tmp) / "kernel.cubin"), str(path)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"note: no ptxas report ({type(exc).__name__})"
+    report = (proc.stderr + proc.stdout).strip()
+    return report if proc.returncode == 0 else f"note: no ptxas report (ptxas failed: {report[-300:]})"
+
+
+def _ptxas_flags(options: tuple[str, ...]) -> list[str]:
+    """The caller's NVRTC options that ptxas itself takes: a register cap and explicit ptxas options."""
+    flags: list[str] = []
+    for opt in options:
+        name, _, value = opt.partition("=")
+        if name.lstrip("-") in ("maxrregcount", "maxregcount") and value:
+            flags.append(f"--maxrregcount={value}")
+        elif name.lstrip("-") in ("ptxas-options", "Xptxas") and value and value not in ("-v", "--verbose"):
+            flags.extend(value.split(","))
+    return flags
+
+
+def _nvrtc_ptx(source: str, virtual_arch: str, options: tuple[str, ...],
+               name_expressions: tuple[str, ...]) -> bytes:
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), 0, [], [])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        for expr in name_expressions:
+            _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0], "nvrtcAddNameExpression")
+        opts = [o.encode() for o in nvrtc_options(virtual_arch, options) if o != "--ptxas-options=-v"]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(_program_log(nvrtc, prog) or _error_string(nvrtc, result))
+        return _read_buffer(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, prog, "PTX").rstrip(b"\0")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _program_log(nvrtc, prog) -> str:
-    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    _check(err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
-    _check(nvrtc.nvrtcGetProgramLog(prog, buf)[0], "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0").decode(errors="replace").strip()
+def find_ptxas() -> str | None:
+    """ptxas on PATH or in the CUDA toolkit ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
+    import shutil
 
-
-def _cubin(nvrtc, prog) -> bytes:
-    err, size = nvrtc.nvrtcGetCUBINSize(prog)
-    _check(err, "nvrtcGetCUBINSize")
-    buf = b" " * size
-    _check(nvrtc.nvrtcGetCUBIN(prog, buf)[0], "nvrtcGetCUBIN")
-    return buf
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / "ptxas").is_file():
+            return str(Path(root) / "bin" / "ptxas")
+    return None
 
 
 def _lowered_names(nvrtc, prog, name_expressions: tuple[str, ...], log: str) -> dict[str, str]:

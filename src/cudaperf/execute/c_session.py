@@ -71,7 +71,7 @@ from cudaperf.execute.session import (
     _environment,
     _Guards,
     _parse_job,
-    _preload,
+    preload_lazy_modules,
     _select_device,
     _Session,
     _set_precision,
@@ -201,7 +201,7 @@ class _CSession(_Session):
         _select_device(self.device, self.job)
         self.environment = _environment(self.device)
         _set_precision(self.job.task.allow_tf32)
-        _preload()
+        preload_lazy_modules()
         self.guards = _Guards(self.job.policy)
         self.ctask = _declared_ctask(self.job.task)
         digest = hashlib.sha256(json.dumps(to_dict(self.ctask), sort_keys=True).encode()).hexdigest()

@@ -72,11 +72,7 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     flags = guards.set_process_flags(parent_death_signal=hello["parent_death_signal"])
     sys.dont_write_bytecode = True
     started = time.monotonic()
-    for entry in hello["preload"]:  # "module" is imported; "module:function" is also called
-        module, _, function = entry.partition(":")
-        loaded = importlib.import_module(module)
-        if function:
-            getattr(loaded, function)()
+    preload(hello["preload"])
     preload_s = time.monotonic() - started
     gc.freeze()  # see _sweep: the per-job collection then scans only what the job created
     guards.install_audit_hook(temp_root=args.root, protected_fds=(args.job_fd, args.reply_fd))
@@ -90,6 +86,16 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "preload_s": preload_s,
     }
+
+
+def preload(entries) -> None:
+    """Import each entry before any candidate scope exists: "module" is imported; "module:function" is
+    also called. (Inside a scope, lazy imports that reach refused modules such as multiprocessing fail.)"""
+    for entry in entries:
+        module, _, function = entry.partition(":")
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
 
 
 def warm_up_cuda() -> None:

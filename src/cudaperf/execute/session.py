@@ -301,7 +301,7 @@ class _Session:
         _select_device(self.device, self.job)
         self.environment = _environment(self.device)
         _set_precision(self.job.task.allow_tf32)
-        _preload()
+        preload_lazy_modules()
         self.guards = _Guards(self.job.policy)
         if self.job.task.kind is not TaskKind.PYTORCH:
             raise _Stop(Outcome.HARNESS_ERROR, "C->CUDA tasks are not run by the worker session yet")
@@ -803,7 +803,7 @@ def _set_precision(allow_tf32: bool) -> None:
     torch.backends.cudnn.allow_tf32 = allow_tf32
 
 
-def _preload() -> None:
+def preload_lazy_modules() -> None:
     """Import what torch loads lazily on first use, before any candidate scope exists: torch._dynamo
     (imported by `torch._compile` wrappers under a dispatch mode; sympy walks frames while loading,
     which the scope refuses), the flop counter and the profiler."""
