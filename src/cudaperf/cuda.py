@@ -114,7 +114,8 @@ def _program(source: str, names: tuple[str, ...] | None, options: tuple[str, ...
         if program is not None:
             _PROGRAMS.move_to_end(request)
             return program
-    output = compile_cuda(source, arch=arch, options=options, name_expressions=exprs)
+    # launching needs no ptxas report; its fallback's files and child process are refused in a sandbox
+    output = compile_cuda(source, arch=arch, options=options, name_expressions=exprs, report_resources=False)
     program = _Program(output, _sig.parse_kernels(source))
     with _PROGRAMS_LOCK:
         _PROGRAMS[request] = program

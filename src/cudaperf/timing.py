@@ -115,12 +115,20 @@ def compile_baseline(model: Callable, **options: Any) -> Callable:
 
     With its default worker pool, Inductor finishes compiles (a recompile for a new input set, say) on
     background threads and starts a `subproc_worker_timer` thread at any time, including inside a
-    candidate's watched window, where it would be blamed on the candidate (seen on the H200)."""
+    candidate's watched window, where it would be blamed on the candidate (seen on the H200). For the same
+    reason tqdm's monitor thread is switched off: a progress bar inside the compile started a
+    `tqdm_monitor` thread on the H200 (tqdm documents `monitor_interval = 0` for this)."""
     try:
         import torch._inductor.config as inductor_config
 
         inductor_config.compile_threads = 1
     except (ImportError, AttributeError):  # a torch without Inductor: torch.compile reports it itself
+        pass
+    try:
+        import tqdm.std
+
+        tqdm.std.tqdm.monitor_interval = 0
+    except ImportError:  # no tqdm, no monitor thread
         pass
     return torch.compile(model, **options)
 

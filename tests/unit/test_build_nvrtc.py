@@ -138,3 +138,16 @@ def test_ptxas_fallback_keeps_the_register_cap():
     from cudaperf.build.nvrtc import _ptxas_flags
 
     assert _ptxas_flags(("-maxrregcount=32", "--ptxas-options=-v", "-use_fast_math")) == ["--maxrregcount=32"]
+
+
+def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_wants_resources(tmp_path, monkeypatch):
+    """Candidate code compiles with `report_resources=False` (no files or child processes in a sandbox);
+    the analyser's later compile of the same source still gets registers, from the same cache entry."""
+    from cudaperf.build import nvrtc as mod
+
+    if mod.find_ptxas() is None:
+        pytest.skip("no ptxas on this machine")
+    monkeypatch.setattr(mod, "_program_log", lambda nvrtc, prog: "")
+    launched = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, report_resources=False)
+    analysed = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path)
+    assert (launched.resources, [r.kernel for r in analysed.resources], analysed.cache_hit) == ((), ["add"], True)

@@ -62,20 +62,30 @@ class NvrtcOutput:
 
 def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] | list[str] = (),
                  name_expressions: tuple[str, ...] | list[str] = (),
-                 cache_dir: str | os.PathLike[str] | None = None, use_cache: bool = True) -> NvrtcOutput:
+                 cache_dir: str | os.PathLike[str] | None = None, use_cache: bool = True,
+                 report_resources: bool = True) -> NvrtcOutput:
     """Compile `source` for `arch` (e.g. "sm_90"); raises `CompileError(log)` when NVRTC fails.
 
     `name_expressions` must already be canonical (see `signature.canonical_name_expressions`) for the
     key to match other callers'. `cache_dir=None` uses `$CUDAPERF_CACHE_DIR` or `~/.cache/cudaperf`.
+    `report_resources=False` skips the ptxas fallback (`ptxas_report`) when NVRTC's log has no ptxas
+    report: for callers that only launch, such as candidate code in a sandbox, where the fallback's
+    temporary files and child process are refused.
     """
     t0 = time.perf_counter()
     options, name_expressions = normalize_options(options), tuple(sorted(set(name_expressions or ())))
     key = cache_key(source, arch=arch, options=options, name_expressions=name_expressions)
     directory = resolve_cache_dir(cache_dir) / "nvrtc"
-    if use_cache and (hit := _read_entry(directory, key)) is not None:
+    hit = _read_entry(directory, key) if use_cache else None
+    if hit is not None and not (report_resources and _lacks_report(hit)):
         return _with(hit, duration_s=time.perf_counter() - t0)
-    cubin, log, lowered = _nvrtc_compile(source, arch, options, name_expressions)
-    out = NvrtcOutput(cubin=cubin, log=log, resources=parse_ptxas(log, arch), key=key, cache_hit=False,
+    if hit is not None:  # cached by a caller that skipped the fallback: complete the entry now
+        cubin, log, lowered = hit.cubin, hit.log, hit.lowered_names
+    else:
+        cubin, log, lowered = _nvrtc_compile(source, arch, options, name_expressions)
+    if report_resources and "ptxas info" not in log:
+        log = "\n".join(filter(None, (log, ptxas_report(source, arch, options, name_expressions))))
+    out = NvrtcOutput(cubin=cubin, log=log, resources=parse_ptxas(log, arch), key=key, cache_hit=hit is not None,
                       arch=arch, lowered_names=lowered, duration_s=time.perf_counter() - t0)
     if use_cache:
         try:
@@ -83,6 +93,11 @@ def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] |
         except OSError:  # a read-only or full cache (e.g. inside a sandbox) must not fail the compile
             pass
     return out
+
+
+def _lacks_report(out: NvrtcOutput) -> bool:
+    """No ptxas report and no note saying why (an entry written with `report_resources=False`)."""
+    return not out.resources and "ptxas info" not in out.log and "no ptxas report" not in out.log
 
 
 def normalize_options(options) -> tuple[str, ...]:
@@ -151,12 +166,9 @@ def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...],
         log = _program_log(nvrtc, prog)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(log or _error_string(nvrtc, result))
-        cubin, lowered = _cubin(nvrtc, prog), _lowered_names(nvrtc, prog, name_expressions, log)
+        return _cubin(nvrtc, prog), log, _lowered_names(nvrtc, prog, name_expressions, log)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    if "ptxas info" not in log:
-        log = "\n".join(filter(None, (log, ptxas_report(source, arch, options, name_expressions))))
-    return cubin, log, lowered
 
 
 def _program_log(nvrtc, prog) -> str:
@@ -203,7 +215,7 @@ def ptxas_report(source: str, arch: str, options: tuple[str, ...], name_expressi
         cmd = [tool, f"-arch={arch}", "-v", *_ptxas_flags(options), "-o", str(Path(tmp) / "kernel.cubin"), str(path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except (OSError, subprocess.TimeoutExpired) as exc:  # PermissionError (a sandbox) is an OSError
             return f"note: no ptxas report ({type(exc).__name__})"
     report = (proc.stderr + proc.stdout).strip()
     return report if proc.returncode == 0 else f"note: no ptxas report (ptxas failed: {report[-300:]})"
