@@ -12,7 +12,8 @@
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
 # after it still run. On the lent H200 machine Python packages missing there travel as wheels in .whl/
 # (see ../shared/docs/gpu-machine.md); they are installed into /tmp/site first. On the lent machine use
-# `OUT=$OUT/run BUNDLE=$OUT/run.tgz bash scripts/gpu_check.sh ...`: only 8 files come back from a call.
+# `B=$OUT/run.tgz; OUT=$OUT/run BUNDLE=$B bash scripts/gpu_check.sh ...`: only 8 files come back from a call
+# (bash expands `BUNDLE=$OUT/...` after the `OUT=` beside it, so set the bundle's path first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -90,5 +91,14 @@ cat "$SUMMARY"
 # The device tool returns at most 8 files from $OUT: BUNDLE=FILE.tgz packs the whole folder into one
 # archive (the summary is printed above, so it is in the call's output too).
 if [[ -n ${BUNDLE:-} ]]; then
-  tar czf "$BUNDLE" -C "$OUT" . && rm -rf "$OUT" && echo "bundled into $BUNDLE"
+  name=$(basename "$BUNDLE")
+  if tar czf "$BUNDLE" --exclude="./$name" -C "$OUT" .; then
+    # a bundle inside $OUT stays, with nothing else beside it; one outside replaces $OUT
+    if [[ $(realpath -m "$(dirname "$BUNDLE")") == "$(realpath -m "$OUT")" ]]; then
+      find "$OUT" -mindepth 1 ! -name "$name" -delete
+    else
+      rm -rf "$OUT"
+    fi
+    echo "bundled into $BUNDLE"
+  fi
 fi
