@@ -178,3 +178,50 @@ def test_compile_baseline_leaves_no_thread_behind():
     compiled(torch.randn(8))
     compiled(torch.randn(16))  # a new shape: a recompile
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
+
+
+def test_stream_end_sample_is_the_stream_end_when_the_gap_is_the_synchronise_alone():
+    from cudaperf.timing import choose_sample
+
+    assert choose_sample(0.050, 0.056, gap_limit_ms=0.010) == (0.050, False)
+
+
+def test_stream_end_sample_falls_back_to_the_synchronised_end_when_another_stream_was_still_busy():
+    from cudaperf.timing import choose_sample
+
+    assert choose_sample(0.005, 0.400, gap_limit_ms=0.010) == (0.400, True)
+
+
+def test_sync_gap_limit_is_the_median_plus_at_least_5_us():
+    from cudaperf.timing import sync_gap_limit
+
+    assert sync_gap_limit([0.004] * 30) == pytest.approx(0.009)
+
+
+def test_sync_gap_limit_widens_with_the_calibration_jitter():
+    from cudaperf.timing import sync_gap_limit
+
+    gaps = [0.004, 0.006, 0.008, 0.010] * 8
+    assert sync_gap_limit(gaps) > 0.007 + 4 * 0.003
+
+
+def test_an_unknown_timing_protocol_is_refused():
+    with pytest.raises(ValueError, match="protocol"):
+        bench_interleaved_report({"f": lambda inputs: None}, [[1]], protocol="fastest")
+
+
+def test_the_evaluator_config_refuses_an_unknown_timing_protocol():
+    from cudaperf.evaluate import TimingConfig
+
+    with pytest.raises(ValueError, match="stream_end"):
+        TimingConfig(protocol="fastest")
+
+
+def test_side_stream_work_is_a_warning_flag_not_an_error():
+    from cudaperf.timing import BenchReport
+    from cudaperf.types import Severity
+
+    report = BenchReport(timings={}, overhead=None, device="cuda:0", rounds=1, warmup_rounds=1, l2_flush_bytes=0,
+                         host_total_ms=1.0, event_total_ms=0.5, side_work={"candidate": 3})
+    assert [(f.code, f.severity) for f in report.flags_for("candidate")] == \
+        [("unjoined_side_stream_work", Severity.WARNING)]
