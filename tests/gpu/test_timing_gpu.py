@@ -126,6 +126,33 @@ def test_side_stream_work_is_not_faster_than_its_true_time(protocol):
         assert report.side_work["honest"] == 0 and report.side_work["sneaky"] > 0
 
 
+@pytest.mark.xfail(reason="known gap, both protocols: work put on another stream without waiting on the "
+                          "timing stream can run during the L2 flush, before the start event (dev/LOG.md)",
+                   strict=False)
+@pytest.mark.parametrize("protocol", ["device_sync", "stream_end"])
+def test_unjoined_side_stream_work_cannot_hide_in_the_flush(protocol):
+    """A ~20 us copy on a side stream that does not wait for the timing stream: it may start while the
+    flush still runs. Measures how much of it the protocol misses (prints both medians); passes only if
+    the sneaky version costs at least 90% of the honest one."""
+    src = torch.randn(1 << 23, device=DEVICE)
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream()
+
+    def honest(inputs):
+        return dst.copy_(inputs[0])
+
+    def sneaky(inputs):
+        with torch.cuda.stream(side):  # no side.wait_stream(current): free to start at once
+            dst.copy_(inputs[0])
+        return dst
+
+    report = bench_interleaved_report({"honest": honest, "sneaky": sneaky}, [[src]], budget_ms=100,
+                                      warmup_ms=10, device=DEVICE, protocol=protocol)
+    honest_ms, sneaky_ms = report.timings["honest"].median_ms, report.timings["sneaky"].median_ms
+    print(f"{protocol}: honest {honest_ms * 1e3:.1f} us, sneaky {sneaky_ms * 1e3:.1f} us")
+    assert sneaky_ms >= 0.9 * honest_ms
+
+
 def test_stream_end_leaves_the_synchronise_out_of_short_samples():
     """A 16 MiB copy (~10 us) timed both ways in one process: the stream_end median is below the
     device_sync one, and its empty-function overhead is under 5 us. Prints both medians and overheads."""
