@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: a GPU if present, else build and static checks only")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration for correctness")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--timing-protocol", default="device_sync", choices=("device_sync", "stream_end"),
+                        help="device_sync: each sample ends after a full device synchronise; stream_end: at "
+                             "the stream's end event unless other streams were still busy (cudaperf.timing)")
     parser.add_argument("--json", action="store_true", help="print results as JSON instead of tables")
 
 
@@ -111,7 +114,8 @@ def solution_id_for(directory: Path, path: Path) -> str:
 def _config(args: argparse.Namespace):
     from cudaperf.evaluate import EvalConfig, TimingConfig
 
-    return EvalConfig(device=args.device, seeds=args.seeds, timing=TimingConfig(enabled=not args.no_timing))
+    return EvalConfig(device=args.device, seeds=args.seeds, timing=TimingConfig(enabled=not args.no_timing,
+                                                                                 protocol=args.timing_protocol))
 
 
 def _usage(message: str) -> int:
