@@ -252,16 +252,10 @@ def _nvrtc_ptx(source: str, virtual_arch: str, options: tuple[str, ...],
 
 
 def find_ptxas() -> str | None:
-    """ptxas on PATH or in the CUDA toolkit ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
-    import shutil
+    """ptxas on PATH, from a wheel, or in the CUDA toolkit."""
+    from cudaperf.build.ptxas import find_cuda_tool
 
-    found = shutil.which("ptxas")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and (Path(root) / "bin" / "ptxas").is_file():
-            return str(Path(root) / "bin" / "ptxas")
-    return None
+    return find_cuda_tool("ptxas")
 
 
 def _lowered_names(nvrtc, prog, name_expressions: tuple[str, ...], log: str) -> dict[str, str]:

@@ -138,20 +138,26 @@ def _sm_major(arch: str) -> int:
 
 def find_cuobjdump() -> str | None:
     """cuobjdump on PATH, in the CUDA toolkit, or from the `nvidia-cuda-cuobjdump` wheel."""
-    found = shutil.which("cuobjdump")
+    return find_cuda_tool("cuobjdump")
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA binary utility (cuobjdump, ptxas...): on PATH, from a wheel `cuda.pathfinder` knows, or in
+    the toolkit ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
+    found = shutil.which(name)
     if found:
         return found
     try:
         from cuda import pathfinder
 
         finder = getattr(pathfinder, "find_nvidia_binary_utility", None)  # absent in older pathfinders
-        found = finder("cuobjdump") if finder else None
+        found = finder(name) if finder else None
     except Exception:  # noqa: BLE001 - a failed lookup falls through to the toolkit paths below
         found = None
     if found:
         return found
     for root in _cuda_roots():
-        candidate = root / "bin" / "cuobjdump"
+        candidate = root / "bin" / name
         if candidate.is_file():
             return str(candidate)
     return None
