@@ -22,6 +22,7 @@ Not covered: launching (`cudaperf.cuda`), nvcc builds, `load_inline` (`inline.py
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -154,6 +155,14 @@ def nvrtc_options(arch: str, options: tuple[str, ...]) -> list[str]:
 
 def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...],
                    name_expressions: tuple[str, ...]) -> tuple[bytes, str, dict[str, str]]:
+    with _compiled_program(source, nvrtc_options(arch, options), name_expressions) as (nvrtc, prog, log):
+        return _cubin(nvrtc, prog), log, _lowered_names(nvrtc, prog, name_expressions, log)
+
+
+@contextlib.contextmanager
+def _compiled_program(source: str, options: list[str], name_expressions: tuple[str, ...]):
+    """(the nvrtc module, a program compiled with `options`, its log), destroyed on exit; raises
+    `CompileError(log)` when NVRTC rejects the source."""
     from cuda.bindings import nvrtc
 
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), 0, [], [])
@@ -161,12 +170,12 @@ def _nvrtc_compile(source: str, arch: str, options: tuple[str, ...],
     try:
         for expr in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0], "nvrtcAddNameExpression")
-        opts = [o.encode() for o in nvrtc_options(arch, options)]
+        opts = [o.encode() for o in options]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         log = _program_log(nvrtc, prog)
         if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(log or _error_string(nvrtc, result))
-        return _cubin(nvrtc, prog), log, _lowered_names(nvrtc, prog, name_expressions, log)
+        yield nvrtc, prog, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -235,20 +244,9 @@ def _ptxas_flags(options: tuple[str, ...]) -> list[str]:
 
 def _nvrtc_ptx(source: str, virtual_arch: str, options: tuple[str, ...],
                name_expressions: tuple[str, ...]) -> bytes:
-    from cuda.bindings import nvrtc
-
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), 0, [], [])
-    _check(err, "nvrtcCreateProgram")
-    try:
-        for expr in name_expressions:
-            _check(nvrtc.nvrtcAddNameExpression(prog, expr.encode())[0], "nvrtcAddNameExpression")
-        opts = [o.encode() for o in nvrtc_options(virtual_arch, options) if o != "--ptxas-options=-v"]
-        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(_program_log(nvrtc, prog) or _error_string(nvrtc, result))
+    opts = [o for o in nvrtc_options(virtual_arch, options) if o != "--ptxas-options=-v"]
+    with _compiled_program(source, opts, name_expressions) as (nvrtc, prog, _log):
         return _read_buffer(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, prog, "PTX").rstrip(b"\0")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 def find_ptxas() -> str | None:
