@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.types import (
+    TIMING_PROTOCOLS,
     BuildResult,
     ConfigCorrectness,
     ConfigTiming,
@@ -83,8 +84,8 @@ class TimingConfig:
     at the stream's end event unless work on another stream outlasted it); `cudaperf.timing`."""
 
     def __post_init__(self) -> None:
-        if self.protocol not in ("device_sync", "stream_end"):  # cudaperf.timing.PROTOCOLS (no torch here)
-            raise ValueError(f"TimingConfig.protocol={self.protocol!r}: use 'device_sync' or 'stream_end'")
+        if self.protocol not in TIMING_PROTOCOLS:
+            raise ValueError(f"TimingConfig.protocol={self.protocol!r}: use one of {', '.join(TIMING_PROTOCOLS)}")
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 from cudaperf.correctness import clone_inputs, flatten_tensors, inputs_mutated
-from cudaperf.types import Flag, Severity, Timing
+from cudaperf.types import TIMING_PROTOCOLS, Flag, Severity, Timing
 
 _now_ns = time.perf_counter_ns  # bound at import: a candidate replacing time.perf_counter_ns later
 # cannot change the harness's clock (the replacement is also flagged by anticheat.runtime)
@@ -256,12 +256,10 @@ def choose_sample(stream_ms: float, synced_ms: float, gap_limit_ms: float) -> tu
     return (synced_ms if side_work else stream_ms), side_work
 
 
-PROTOCOLS = ("device_sync", "stream_end")
-
 
 def _make_clock(device: torch.device, flush_bytes: int | None, protocol: str = "device_sync") -> _CpuClock | _CudaClock:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"timing protocol {protocol!r}: use one of {', '.join(PROTOCOLS)}")
+    if protocol not in TIMING_PROTOCOLS:
+        raise ValueError(f"timing protocol {protocol!r}: use one of {', '.join(TIMING_PROTOCOLS)}")
     if device.type != "cuda":
         return _CpuClock()
     return _CudaClock(device, default_l2_flush_bytes(device) if flush_bytes is None else flush_bytes, protocol)

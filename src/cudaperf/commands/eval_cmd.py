@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudaperf.types import TIMING_PROTOCOLS
+
 TASK_COMMENT = re.compile(r"^#\s*cudaperf-task:\s*(\S+)")
 
 
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: a GPU if present, else build and static checks only")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration for correctness")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--timing-protocol", default="device_sync", choices=("device_sync", "stream_end"),
+    parser.add_argument("--timing-protocol", default="device_sync", choices=TIMING_PROTOCOLS,
                         help="device_sync: each sample ends after a full device synchronise; stream_end: at "
                              "the stream's end event unless other streams were still busy (cudaperf.timing)")
     parser.add_argument("--json", action="store_true", help="print results as JSON instead of tables")
