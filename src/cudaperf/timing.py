@@ -205,20 +205,25 @@ class _CudaClock:
         return out, start.elapsed_time(end), host_ms, self._restore_stream(), False
 
     def _time_to_stream_end(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool, bool]:
-        start, end, synced = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         host_start = _now_ns()
         if self.flush_bytes:
             self.buffer.zero_()
+        out, stream_ms, synced_ms = self._stream_and_synced_ends(lambda: fn(inputs))
+        host_ms = (_now_ns() - host_start) / 1e6
+        event_ms, side_work = choose_sample(stream_ms, synced_ms, self.sync_gap_limit_ms)
+        return out, event_ms, host_ms, self._restore_stream(), side_work
+
+    def _stream_and_synced_ends(self, call: Callable[[], object]) -> tuple[object, float, float]:
+        """(call's result, ms from start to the stream's end event, ms from start to the end event
+        recorded after a full device synchronise)."""
+        start, end, synced = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record(self.stream)
-        out = fn(inputs)
+        out = call()
         end.record(self.stream)
         torch.cuda.synchronize(self.stream.device)  # every stream of the device (hack #4)
         synced.record(self.stream)
         synced.synchronize()
-        host_ms = (_now_ns() - host_start) / 1e6
-        event_ms, side_work = choose_sample(start.elapsed_time(end), start.elapsed_time(synced),
-                                            self.sync_gap_limit_ms)
-        return out, event_ms, host_ms, self._restore_stream(), side_work
+        return out, start.elapsed_time(end), start.elapsed_time(synced)
 
     def _restore_stream(self) -> bool:
         changed = torch.cuda.current_stream(self.stream.device) != self.stream
@@ -231,14 +236,9 @@ class _CudaClock:
         (`sync_gap_limit` of 30 calls of a ~50 us GPU sleep, timed the stream_end way)."""
         gaps = []
         for _ in range(30):
-            start, end, synced = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            start.record(self.stream)
-            torch.cuda._sleep(100_000)  # ~50 us at ~2 GHz: the host waits in the synchronise, as for a kernel
-            end.record(self.stream)
-            torch.cuda.synchronize(self.stream.device)
-            synced.record(self.stream)
-            synced.synchronize()
-            gaps.append(start.elapsed_time(synced) - start.elapsed_time(end))
+            # ~50 us at ~2 GHz: the host waits in the synchronise, as it does for a kernel
+            _, stream_ms, synced_ms = self._stream_and_synced_ends(lambda: torch.cuda._sleep(100_000))
+            gaps.append(synced_ms - stream_ms)
         return sync_gap_limit(gaps)
 
 
