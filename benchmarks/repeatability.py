@@ -4,7 +4,9 @@ medians, and of the speedups over eager), and the agreement of cudaperf's median
 
 Targets (issue 2): spread of medians ≤ 1% for kernels ≥ 50 µs; agreement with ncu within 5%.
 cudaperf times the whole `forward` (output allocation, launch, a full device synchronise before the end
-event), ncu only the kernel; the difference is reported, not hidden.
+event), ncu only the kernel; the difference is reported, not hidden. The GPU's SM clock, power and
+clock-event reasons are sampled (cudaperf.gpu_clocks) during every evaluation and during the ncu run, so
+a difference between evaluations can be set beside the clock it ran at.
 """
 
 from __future__ import annotations
@@ -17,23 +19,32 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import example_pairs, write_result
 
+from cudaperf.gpu_clocks import ClockMonitor
+
 HERE = Path(__file__).resolve().parent
 
 
-def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, protocol: str) -> list:
+def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tuple[list, list]:
+    """`times` evaluations in one Evaluator: (results, the clock summary of each evaluation's window)."""
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     # eager only: the compile baseline has no bearing on the candidate's repeatability and costs minutes
     config = EvalConfig(device="cuda", coverage=False,
-                        timing=TimingConfig(warmup_ms=warmup_ms, baselines=("eager",), protocol=protocol))
+                        timing=TimingConfig(warmup_ms=warmup_ms, baselines=("eager",)))
+    results, windows = [], []
     with Evaluator(config) as ev:
-        return [ev.evaluate(task, sol) for _ in range(times)]
+        for _ in range(times):
+            start = time.time()
+            results.append(ev.evaluate(task, sol))
+            windows.append(clocks.summary(start, time.time()))
+    return results, windows
 
 
 def spread_of(values: list[float]) -> float:
@@ -41,22 +52,23 @@ def spread_of(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def series(task, sol, times: int, warmup_ms: float, config: str | None, protocol: str) -> dict:
-    """`times` evaluations in one Evaluator; medians of `config` (default: the longest kernel's)."""
-    results = evaluate_repeatedly(task, sol, times, warmup_ms, protocol)
+def series(task, sol, times: int, warmup_ms: float, clocks) -> dict:
+    """`times` evaluations in one Evaluator; medians of the longest kernel's configuration."""
+    results, windows = evaluate_repeatedly(task, sol, times, warmup_ms, clocks)
     bad = [r for r in results if not r.correct]
     if bad:
         raise SystemExit(f"evaluation failed: {bad[0].outcome.value} {bad[0].message[:500]}")
-    config = config or max(results[0].timings, key=lambda t: t.candidate.median_ms).config
+    config = max(results[0].timings, key=lambda t: t.candidate.median_ms).config
     timings = [next(t for t in r.timings if t.config == config) for r in results]
     medians = [t.candidate.median_ms for t in timings]
     speedups = [t.speedup_vs_eager for t in timings if t.speedup_vs_eager is not None]
-    return {"warmup_ms": warmup_ms, "protocol": protocol, "config": config, "medians_ms": medians, "spread": spread_of(medians),
+    return {"warmup_ms": warmup_ms, "config": config, "medians_ms": medians, "spread": spread_of(medians),
             "speedups_vs_eager": speedups, "speedup_spread": spread_of(speedups) if speedups else None,
+            "clocks": [w.__dict__ for w in windows], "clock_notes": [w.describe() for w in windows],
             "timings": [json.loads(json.dumps(t.candidate.__dict__, default=str)) for t in timings]}
 
 
-def ncu_median_ms(task, sol, config: str) -> tuple[float | None, str]:
+def ncu_median_ms(task, sol, config: str, clocks) -> tuple[float | None, str]:
     ncu = shutil.which("ncu")
     if ncu is None:
         return None, "ncu not found"
@@ -65,7 +77,9 @@ def ncu_median_ms(task, sol, config: str) -> tuple[float | None, str]:
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
            "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
            sys.executable, str(HERE / "ncu_target.py"), task.path, str(sol_file), config]
+    start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    clock_note = clocks.summary(start, time.time()).describe()
     lines = proc.stdout.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
     if start is None:
@@ -77,7 +91,7 @@ def ncu_median_ms(task, sol, config: str) -> tuple[float | None, str]:
     for r in rows:  # one row per kernel launch; a forward with several kernels sums them per call
         by_id[r["ID"]] = float(r["gpu__time_duration.sum"].replace(",", "")) * scale
     per_launch = list(by_id.values())
-    return statistics.median(per_launch), f"{len(per_launch)} launches, unit {unit}"
+    return statistics.median(per_launch), f"{len(per_launch)} launches, unit {unit}; {clock_note}"
 
 
 def main() -> int:
@@ -89,35 +103,39 @@ def main() -> int:
     # A 200 ms warm-up made the matmul spread worse, not better (7.8% against 3.8%, dev/LOG.md): 25 ms, the
     # evaluator's default, unless asked.
     ap.add_argument("--warmup-ms", type=float, default=25.0)
-    # Both timing protocols of cudaperf.timing, each its own series, in the same run.
-    ap.add_argument("--protocols", default="device_sync,stream_end")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     by_id = {t.task_id: (t, s) for t, s in example_pairs("fast", 12)}
     rows = []
-    for task_id in args.tasks.split(","):
-        task, sol = by_id[task_id]
-        config, ncu = None, None
-        for protocol in args.protocols.split(","):
-            run = series(task, sol, args.evaluations, args.warmup_ms, config, protocol)
-            config = run["config"]
-            ncu = ncu or ncu_median_ms(task, sol, config)
+    with ClockMonitor() as clocks:
+        for task_id in args.tasks.split(","):
+            task, sol = by_id[task_id]
+            run = series(task, sol, args.evaluations, args.warmup_ms, clocks)
+            ncu = ncu_median_ms(task, sol, run["config"], clocks)
             ours = statistics.median(run["medians_ms"])
             rows.append({"task": task_id, **run, "ncu_median_ms": ncu[0], "ncu_note": ncu[1],
                          "relative_difference_vs_ncu": None if ncu[0] is None else (ours - ncu[0]) / ncu[0]})
-            print(f"{task_id} ({protocol}): medians ms {run['medians_ms']}", flush=True)
-    write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations, "tasks": rows})
+            print(f"{task_id}: medians ms {run['medians_ms']}; clocks {run['clock_notes']}", flush=True)
+    write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations, "tasks": rows,
+                            "clock_monitor_error": clocks.error})
+    print_table(rows)
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
     print("\n| repeatability (5 evaluations, longest configuration) | median | spread of medians (target ≤ 1% "
-          "for ≥ 50 µs) | spread of speedups vs eager | vs ncu gpu__time_duration (target ±5%) |")
-    print("|---|---|---|---|---|")
+          "for ≥ 50 µs) | spread of speedups vs eager | vs ncu gpu__time_duration (target ±5%) | SM clock "
+          "per evaluation (MHz) |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         ours = statistics.median(r["medians_ms"]) * 1000
         ncu = "not measured: " + r["ncu_note"][:120] if r["ncu_median_ms"] is None else \
             f"{r['relative_difference_vs_ncu'] * 100:+.2f}% (ncu {r['ncu_median_ms'] * 1000:.1f} µs)"
         speed = "-" if r["speedup_spread"] is None else f"{r['speedup_spread'] * 100:.2f}%"
-        print(f"| {r['task']}/{r['config']} ({r['protocol']}) | {ours:.1f} µs | {r['spread'] * 100:.2f}% "
-              f"({', '.join(f'{m * 1000:.1f}' for m in r['medians_ms'])}) | {speed} | {ncu} |")
-    return 0
+        sm = ", ".join("-" if c["sm_mhz_median"] is None else f"{c['sm_mhz_median']:.0f}" for c in r["clocks"])
+        print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% "
+              f"({', '.join(f'{m * 1000:.1f}' for m in r['medians_ms'])}) | {speed} | {ncu} | {sm} |")
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.types import (
-    TIMING_PROTOCOLS,
     BuildResult,
     ConfigCorrectness,
     ConfigTiming,
@@ -79,13 +78,6 @@ class TimingConfig:
     """Baselines timed live on the same GPU, interleaved with the candidate."""
     input_sets: int = 3
     """Distinct input sets rotated during timing (defeats caching on data pointers)."""
-    protocol: str = "device_sync"
-    """'device_sync' (each sample ends after a full device synchronise) or 'stream_end' (the sample ends
-    at the stream's end event unless work on another stream outlasted it); `cudaperf.timing`."""
-
-    def __post_init__(self) -> None:
-        if self.protocol not in TIMING_PROTOCOLS:
-            raise ValueError(f"TimingConfig.protocol={self.protocol!r}: use one of {', '.join(TIMING_PROTOCOLS)}")
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,11 @@ copied into the tensors about to be used, so a result cached by pointer, shape o
 and `check` catches it (hacks #3, #15); a per-call host clock brackets each event pair and a sample whose
 event time exceeds its host time is counted as a clock violation (hack #7).
 
-An alternative protocol, `protocol="stream_end"` (opt-in until measured against the default on the
-H200), keeps the synchronisation latency out of the sample: an end event is recorded on the stream right
-after the call returns, then the device is synchronised and a second end event recorded. The sample is
-start->stream end, unless the second end came later than the clock's calibrated synchronisation latency
-allows: then work outside the stream was still running (hack #4), the sample is start->second end as in
-the default protocol, and it is counted in `side_work`. (A GPU sleep ahead of the start event, to keep the
-host's launch time out as well, was considered and rejected: work a candidate puts on another stream would
-run during the sleep, before the start event, unseen.) Under both protocols, work on another stream can
-overlap the flush, which runs before the start event on the timing stream.
+Under this protocol, work on another stream can overlap the flush, which runs before the start event on
+the timing stream; side streams are also caught by the static rule `stream_created` and by the profiler's
+stream count (anticheat). A protocol that ended the sample at an event on the timing stream and fell back
+to the synchronised end only when the synchronise took longer than calibrated was tried and removed: on
+the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
@@ -53,7 +49,7 @@ from typing import Any
 import torch
 
 from cudaperf.correctness import clone_inputs, flatten_tensors, inputs_mutated
-from cudaperf.types import TIMING_PROTOCOLS, Flag, Severity, Timing
+from cudaperf.types import Flag, Severity, Timing
 
 _now_ns = time.perf_counter_ns  # bound at import: a candidate replacing time.perf_counter_ns later
 # cannot change the harness's clock (the replacement is also flagged by anticheat.runtime)
@@ -90,8 +86,6 @@ class BenchReport:
     input_mutations: dict[str, int] = field(default_factory=dict)  # seen on checked calls
     clock_violations: dict[str, int] = field(default_factory=dict)  # samples with event > host time
     stream_changes: dict[str, int] = field(default_factory=dict)  # calls that left another stream current
-    side_work: dict[str, int] = field(default_factory=dict)  # stream_end: samples timed to the device sync
-    protocol: str = "device_sync"
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -103,9 +97,6 @@ class BenchReport:
         ]
         flags = [Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
                  for code, counts, text in found if counts.get(name)]
-        if self.side_work.get(name):  # timed to the device sync, so no gain: a warning, not an error
-            flags.append(Flag("unjoined_side_stream_work", f"{name}: {self.side_work[name]} calls returned "
-                              "before work on another stream had finished", Severity.WARNING, config))
         return tuple(flags)
 
     @property
@@ -168,30 +159,23 @@ class _CpuClock:
     device = "cpu"
     flush_bytes = 0
 
-    protocol = "device_sync"
-
-    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool, bool]:
+    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
         start = _now_ns()
         out = fn(inputs)
         elapsed_ms = (_now_ns() - start) / 1e6
-        return out, elapsed_ms, elapsed_ms, False, False
+        return out, elapsed_ms, elapsed_ms, False
 
 
 class _CudaClock:
     """The protocol of the module docstring: flush, start event, call, device sync, end event."""
 
-    def __init__(self, device: torch.device, flush_bytes: int, protocol: str = "device_sync"):
+    def __init__(self, device: torch.device, flush_bytes: int):
         self.device = str(device)
         self.flush_bytes = flush_bytes
-        self.protocol = protocol
         self.stream = torch.cuda.current_stream(device)
         self.buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
-        if protocol == "stream_end":
-            self.sync_gap_limit_ms = self._calibrate()
 
-    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool, bool]:
-        if self.protocol == "stream_end":
-            return self._time_to_stream_end(fn, inputs)
+    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         host_start = _now_ns()
         if self.flush_bytes:
@@ -202,28 +186,7 @@ class _CudaClock:
         end.record(self.stream)
         end.synchronize()
         host_ms = (_now_ns() - host_start) / 1e6
-        return out, start.elapsed_time(end), host_ms, self._restore_stream(), False
-
-    def _time_to_stream_end(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool, bool]:
-        host_start = _now_ns()
-        if self.flush_bytes:
-            self.buffer.zero_()
-        out, stream_ms, synced_ms = self._stream_and_synced_ends(lambda: fn(inputs))
-        host_ms = (_now_ns() - host_start) / 1e6
-        event_ms, side_work = choose_sample(stream_ms, synced_ms, self.sync_gap_limit_ms)
-        return out, event_ms, host_ms, self._restore_stream(), side_work
-
-    def _stream_and_synced_ends(self, call: Callable[[], object]) -> tuple[object, float, float]:
-        """(call's result, ms from start to the stream's end event, ms from start to the end event
-        recorded after a full device synchronise)."""
-        start, end, synced = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        start.record(self.stream)
-        out = call()
-        end.record(self.stream)
-        torch.cuda.synchronize(self.stream.device)  # every stream of the device (hack #4)
-        synced.record(self.stream)
-        synced.synchronize()
-        return out, start.elapsed_time(end), start.elapsed_time(synced)
+        return out, start.elapsed_time(end), host_ms, self._restore_stream()
 
     def _restore_stream(self) -> bool:
         changed = torch.cuda.current_stream(self.stream.device) != self.stream
@@ -231,38 +194,11 @@ class _CudaClock:
             torch.cuda.set_stream(self.stream)
         return changed
 
-    def _calibrate(self) -> float:
-        """The longest stream-end -> synchronised-end gap of calls that leave nothing on other streams
-        (`sync_gap_limit` of 30 calls of a ~50 us GPU sleep, timed the stream_end way)."""
-        gaps = []
-        for _ in range(30):
-            # ~50 us at ~2 GHz: the host waits in the synchronise, as it does for a kernel
-            _, stream_ms, synced_ms = self._stream_and_synced_ends(lambda: torch.cuda._sleep(100_000))
-            gaps.append(synced_ms - stream_ms)
-        return sync_gap_limit(gaps)
 
-
-def sync_gap_limit(gaps_ms: Sequence[float]) -> float:
-    """The largest stream-end -> synchronised-end gap still taken as the synchronise's own latency:
-    the median of calibration gaps plus the larger of 5 us and 4 interquartile ranges."""
-    q = statistics.quantiles(gaps_ms, n=4) if len(gaps_ms) >= 2 else [gaps_ms[0]] * 3
-    return statistics.median(gaps_ms) + max(0.005, 4 * (q[2] - q[0]))
-
-
-def choose_sample(stream_ms: float, synced_ms: float, gap_limit_ms: float) -> tuple[float, bool]:
-    """stream_end: (the sample, whether work outside the stream was still running). The stream end unless
-    the synchronised end came later than the synchronise alone explains; then the synchronised end."""
-    side_work = synced_ms - stream_ms > gap_limit_ms
-    return (synced_ms if side_work else stream_ms), side_work
-
-
-
-def _make_clock(device: torch.device, flush_bytes: int | None, protocol: str = "device_sync") -> _CpuClock | _CudaClock:
-    if protocol not in TIMING_PROTOCOLS:
-        raise ValueError(f"timing protocol {protocol!r}: use one of {', '.join(TIMING_PROTOCOLS)}")
+def _make_clock(device: torch.device, flush_bytes: int | None) -> _CpuClock | _CudaClock:
     if device.type != "cuda":
         return _CpuClock()
-    return _CudaClock(device, default_l2_flush_bytes(device) if flush_bytes is None else flush_bytes, protocol)
+    return _CudaClock(device, default_l2_flush_bytes(device) if flush_bytes is None else flush_bytes)
 
 
 def _infer_device(input_sets: Sequence[Sequence[Any]]) -> torch.device:
@@ -298,7 +234,6 @@ def bench_interleaved_report(
     check_fraction: float = 0.1,
     measure_overhead: bool = True,
     seed: int = 0,
-    protocol: str = "device_sync",
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs)) over `input_sets`.
 
@@ -308,13 +243,12 @@ def bench_interleaved_report(
     when their times differ a lot. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
     None = 2x L2, 0 = no flush. `check(name, input_index, output) -> bool` re-checks outputs on a
     `check_fraction` sample of rounds (at least one per input set). Raises `FunctionFailed` when a
-    function raises (the caller classifies `.error`). `protocol`: "device_sync" (the default) or
-    "stream_end" (module docstring).
+    function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
-                                                      _infer_device(input_sets), l2_flush_bytes, protocol),
+                                                      _infer_device(input_sets), l2_flush_bytes),
                random.Random(seed), measure_overhead)
     per_fn_ms = run.estimate_round_ms() / len(fns)
     warmup_rounds = _clamp(math.ceil(warmup_ms / per_fn_ms), 1, max_reps)
@@ -347,17 +281,15 @@ class _Run:
         self.samples = {name: [] for name in self.fns}
         self.host = {name: [] for name in self.fns}
         self.counts = {key: dict.fromkeys(self.fns, 0) for key in
-                       ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes",
-                        "side_work")}
+                       ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes")}
         self.host_total_ms = 0.0
 
     def call(self, name: str, inputs: list) -> tuple[object, float, float]:
         try:
-            out, event_ms, host_ms, stream_changed, side_work = self.clock.time_call(self.fns[name], inputs)
+            out, event_ms, host_ms, stream_changed = self.clock.time_call(self.fns[name], inputs)
         except Exception as error:  # re-raised with the function's name, for classification
             raise FunctionFailed(name, error) from error
         self.counts["stream_changes"][name] += stream_changed
-        self.counts["side_work"][name] += side_work
         return out, event_ms, host_ms
 
     def estimate_round_ms(self) -> float:
@@ -437,7 +369,6 @@ class _Run:
             timings=timings, overhead=overhead, device=self.clock.device, rounds=rounds,
             warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes,
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
-            protocol=self.clock.protocol,
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 

@@ -160,11 +160,6 @@ class ConfigCorrectness:
     message: str = ""
 
 
-TIMING_PROTOCOLS = ("device_sync", "stream_end")
-"""How a timed sample ends (`cudaperf.timing`): after a full device synchronise, or at the stream's end
-event unless work on another stream outlasted it."""
-
-
 @dataclass(frozen=True)
 class Timing:
     """A summary of raw timing samples of one callable, in milliseconds."""

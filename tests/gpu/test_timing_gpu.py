@@ -91,12 +91,10 @@ def test_l2_flush_evicts_an_l2_resident_input():
     assert cold > 1.3 * warm
 
 
-@pytest.mark.parametrize("protocol", ["device_sync", "stream_end"])
-def test_side_stream_work_is_not_faster_than_its_true_time(protocol):
+def test_side_stream_work_is_not_faster_than_its_true_time():
     """Hack #4: a matmul launched on a side stream, returning at once. The full device synchronise before
-    the end event (device_sync), or the late synchronised end that replaces the stream end (stream_end),
-    makes it cost what the same matmul costs on the current stream; events on the current stream alone
-    (shown for contrast) would report almost nothing."""
+    the end event makes it cost what the same matmul costs on the current stream; events on the current
+    stream alone (shown for contrast) would report almost nothing."""
     a = torch.randn(4096, 4096, device=DEVICE)
     side = torch.cuda.Stream()
 
@@ -110,7 +108,7 @@ def test_side_stream_work_is_not_faster_than_its_true_time(protocol):
         return out
 
     report = bench_interleaved_report({"honest": honest, "sneaky": sneaky}, [[a]], budget_ms=100,
-                                      warmup_ms=10, device=DEVICE, protocol=protocol)
+                                      warmup_ms=10, device=DEVICE)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     sneaky([a])
@@ -121,19 +119,13 @@ def test_side_stream_work_is_not_faster_than_its_true_time(protocol):
     print(f"honest {honest_ms:.3f} ms, sneaky {sneaky_ms:.3f} ms, naive events {naive_ms:.3f} ms")
     assert report.timings["sneaky"].median_ms >= 0.9 * report.timings["honest"].median_ms
     assert report.clock_consistent
-    if protocol == "stream_end":
-        print("side_work", report.side_work)
-        assert report.side_work["honest"] == 0 and report.side_work["sneaky"] > 0
 
 
-@pytest.mark.xfail(reason="known gap, both protocols: work put on another stream without waiting on the "
-                          "timing stream can run during the L2 flush, before the start event (dev/LOG.md)",
-                   strict=False)
-@pytest.mark.parametrize("protocol", ["device_sync", "stream_end"])
-def test_unjoined_side_stream_work_cannot_hide_in_the_flush(protocol):
-    """A ~20 us copy on a side stream that does not wait for the timing stream: it may start while the
-    flush still runs. Measures how much of it the protocol misses (prints both medians); passes only if
-    the sneaky version costs at least 90% of the honest one."""
+def test_unjoined_side_stream_work_cannot_hide_in_the_flush():
+    """A ~20 us copy on a side stream that does not wait for the timing stream could start while the
+    flush still runs, before the start event. It does not gain: the flush's blocks fill every SM, so the
+    copy's blocks wait for them (H200, session 5: sneaky 57.9 us against honest 33.6 us). Prints both
+    medians; passes only if the sneaky version costs at least 90% of the honest one."""
     src = torch.randn(1 << 23, device=DEVICE)
     dst = torch.empty_like(src)
     side = torch.cuda.Stream()
@@ -147,24 +139,10 @@ def test_unjoined_side_stream_work_cannot_hide_in_the_flush(protocol):
         return dst
 
     report = bench_interleaved_report({"honest": honest, "sneaky": sneaky}, [[src]], budget_ms=100,
-                                      warmup_ms=10, device=DEVICE, protocol=protocol)
+                                      warmup_ms=10, device=DEVICE)
     honest_ms, sneaky_ms = report.timings["honest"].median_ms, report.timings["sneaky"].median_ms
-    print(f"{protocol}: honest {honest_ms * 1e3:.1f} us, sneaky {sneaky_ms * 1e3:.1f} us")
+    print(f"honest {honest_ms * 1e3:.1f} us, sneaky {sneaky_ms * 1e3:.1f} us")
     assert sneaky_ms >= 0.9 * honest_ms
-
-
-def test_stream_end_leaves_the_synchronise_out_of_short_samples():
-    """A 16 MiB copy (~10 us) timed both ways in one process: the stream_end median is below the
-    device_sync one, and its empty-function overhead is under 5 us. Prints both medians and overheads."""
-    src = torch.randn(1 << 22, device=DEVICE)
-    dst = torch.empty_like(src)
-    fns = {"copy": lambda inputs: dst.copy_(inputs[0])}
-    runs = {p: bench_interleaved_report(fns, [[src]], budget_ms=100, warmup_ms=10, device=DEVICE, protocol=p)
-            for p in ("device_sync", "stream_end")}
-    print({p: (r.timings["copy"].median_ms, r.overhead.median_ms) for p, r in runs.items()})
-    assert runs["stream_end"].timings["copy"].median_ms < runs["device_sync"].timings["copy"].median_ms
-    assert runs["stream_end"].overhead.median_ms < 0.005
-    assert runs["stream_end"].side_work["copy"] == 0
 
 
 def test_poison_makes_the_uninitialised_empty_hack_fail():

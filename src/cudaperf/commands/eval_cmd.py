@@ -26,8 +26,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaperf.types import TIMING_PROTOCOLS
-
 TASK_COMMENT = re.compile(r"^#\s*cudaperf-task:\s*(\S+)")
 
 
@@ -45,9 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: a GPU if present, else build and static checks only")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration for correctness")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
-    parser.add_argument("--timing-protocol", default="device_sync", choices=TIMING_PROTOCOLS,
-                        help="device_sync: each sample ends after a full device synchronise; stream_end: at "
-                             "the stream's end event unless other streams were still busy (cudaperf.timing)")
     parser.add_argument("--json", action="store_true", help="print results as JSON instead of tables")
 
 
@@ -116,8 +111,7 @@ def solution_id_for(directory: Path, path: Path) -> str:
 def _config(args: argparse.Namespace):
     from cudaperf.evaluate import EvalConfig, TimingConfig
 
-    return EvalConfig(device=args.device, seeds=args.seeds, timing=TimingConfig(enabled=not args.no_timing,
-                                                                                 protocol=args.timing_protocol))
+    return EvalConfig(device=args.device, seeds=args.seeds, timing=TimingConfig(enabled=not args.no_timing))
 
 
 def _usage(message: str) -> int:

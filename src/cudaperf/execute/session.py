@@ -601,7 +601,7 @@ class _Session:
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing["budget_ms"]),
                         warmup_ms=float(timing["warmup_ms"]), l2_flush_bytes=None, check=check,
-                        device=self.device, protocol=str(timing.get("protocol", "device_sync")))
+                        device=self.device)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self._candidate_failure(failed.error, "timing", config) from None
