@@ -100,7 +100,7 @@ class MeasureOptions:
     assumed_startup_s: float = 30.0  # a new child's start (torch import, CUDA context) before its first task
     task_timeout_s: float = 420.0  # one task longer than this: its child is killed, the culprits fail
     workers: int = 0  # GPUs used, one child each (0: every visible GPU)
-    per_gpu: int = 1  # children per GPU; >1 overlaps CPU work (C references) with another's GPU phase
+    per_gpu: int = 1  # children per GPU; >1 overlaps CPU work and untimed GPU work (GpuLock), never timing
     budget_ms: float = 30.0  # timed budget per callable in each interleaved run
     warmup_ms: float = 10.0  # warm-up budget per callable
     min_reps: int = 5  # samples per callable at least (slow callables get this many)
@@ -381,18 +381,38 @@ class ContextLost(Exception):
 
 
 class GpuLock:
-    """Serialises the GPU phases of the children sharing one GPU (per_gpu > 1). An flock: the kernel
-    releases it when its holder dies, so a crashed child cannot leave the others waiting forever."""
+    """Orders the GPU phases of the children sharing one GPU (per_gpu > 1): a readers-writer lock made of
+    flocks. Untimed GPU work (references, correctness checks, torch.compile's warm-up) holds it `shared`,
+    so children overlap it with each other; a timed run holds it `exclusive`, so it never shares the GPU
+    with another child's work. Both first pass a turnstile flock, which an exclusive taker keeps while it
+    waits for the shared holders to leave: flock alone lets new shared holders in ahead of a waiting
+    exclusive one, and a stream of checks could then keep timing waiting for ever. Holders must finish
+    their GPU work (synchronise) before leaving. The kernel releases flocks when their holder dies, so a
+    crashed child cannot leave the others waiting. `wait_s` adds up the time spent waiting, per mode."""
 
     def __init__(self, path: Path | None):
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if path else None
+        self._turnstile = os.open(f"{path}.turnstile", os.O_RDWR | os.O_CREAT, 0o644) if path else None
+        self.wait_s = {"shared": 0.0, "exclusive": 0.0}
+
+    def shared(self) -> contextlib.AbstractContextManager[None]:
+        return self._held(fcntl.LOCK_SH, "shared")
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        return self._held(fcntl.LOCK_EX, "exclusive")
 
     @contextlib.contextmanager
-    def held(self):
-        if self._fd is None:
+    def _held(self, operation: int, mode: str):
+        if self._fd is None or self._turnstile is None:
             yield
             return
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        start = time.perf_counter()
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._fd, operation)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        self.wait_s[mode] += time.perf_counter() - start
         try:
             yield
         finally:
@@ -980,7 +1000,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-budget-s", type=float, default=0.0, help="end the run within this many seconds")
     p.add_argument("--task-timeout-s", type=float, default=420.0, help="kill a task running longer")
     p.add_argument("--workers", type=int, default=0, help="GPUs to use, one child each (0: all visible)")
-    p.add_argument("--per-gpu", type=int, default=1, help="children per GPU (GPU phases serialised)")
+    p.add_argument("--per-gpu", type=int, default=1,
+                   help="children per GPU (timed runs alone on the GPU; checks and compiles overlap)")
     p.add_argument("--budget-ms", type=float, default=30.0, help="timed budget per callable and config")
     p.add_argument("--warmup-ms", type=float, default=10.0, help="warm-up budget per callable and config")
     p.add_argument("--min-reps", type=int, default=5, help="timed samples per callable at least")

@@ -7,7 +7,8 @@ Per configuration:
    (`cref`, once per (configuration, seed)) and time it (the serial-C baseline); implementations are
    executed as modules and built through `cudaperf.cuda` (NVRTC, cached) once per task;
 2. references on the GPU (PyTorch tasks: `Model` built after `torch.manual_seed(seed)`, inputs drawn on
-   the device, once per (configuration, seed));
+   the device, once per (configuration, seed)); steps 2 and 3 and torch.compile's warm-up hold the GPU
+   lock shared (children sharing a GPU overlap them), step 4 holds it exclusively (`measure.GpuLock`);
 3. correctness per implementation and seed: outputs poisoned first (C `out` arrays filled with 0xFF,
    which is NaN in floats; PyTorch tasks get the caching allocator poisoned), compared with
    `correctness.compare` (scale-aware tolerance, NaN positions, exact integers);
@@ -107,6 +108,17 @@ class Timed:
     report: BenchReport | None
     checked: bool
     dropped: dict[str, str] = field(default_factory=dict)  # callable -> why it left the run
+    notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it is missing
+
+
+@dataclass
+class TimingPlan:
+    """What a configuration's interleaved run will time, prepared under the shared GPU lock."""
+
+    impl_ids: tuple[str, ...]  # the implementations in the run (whom to blame if the child dies)
+    fns: dict[str, Callable]
+    input_sets: list
+    check: Callable | None  # None: timed without re-checks
     notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it is missing
 
 
@@ -210,16 +222,28 @@ class TaskMeasure:
         tid = self.task.task_id
         keys = [(tid, c, i.impl_id) for c in self.config_names() for i in self.impls]
         self.emit("plan", tid, [k for k in keys if k not in self.skip])
+        waited = dict(self.lock.wait_s)
         for config in self.config_names():
             todo = [i for i in self.impls if (tid, config, i.impl_id) not in self.skip]
             if todo:
                 self.measure_config(config, todo)
+        for mode, seconds in self.lock.wait_s.items():  # time spent waiting for the GPU, per lock mode
+            if seconds > waited[mode]:
+                self.durations[f"wait_{mode}"] = seconds - waited[mode]
         return {"status": "ok", "durations_s": {k: round(v, 3) for k, v in self.durations.items()}}
 
     def phase(self, name: str, config: str | None, culprits: tuple[str, ...] = ()) -> None:
         """Tell the parent what is running (whom to blame if this process dies now)."""
         self.config = config or self.config
         self.emit("phase", self.task.task_id, name, config, list(culprits))
+
+    @contextlib.contextmanager
+    def gpu(self, config: str, *, exclusive: bool = False) -> Iterator[None]:
+        """Hold the GPU lock (shared, or exclusive for a timed run). The phase says nobody is in flight
+        while this child waits, so a timeout while waiting blames no implementation in particular."""
+        self.phase("wait_gpu", config)
+        with self.lock.exclusive() if exclusive else self.lock.shared():
+            yield
 
     @contextlib.contextmanager
     def timed_section(self, name: str) -> Iterator[None]:
@@ -291,6 +315,18 @@ class TaskMeasure:
             except FunctionFailed as failed:
                 timed.dropped[failed.name] = self.failure(failed.name, failed.error).message
                 fns = {k: v for k, v in fns.items() if k != failed.name}
+        return timed
+
+    def run_plan(self, config: str, plan: TimingPlan | None) -> Timed:
+        """The interleaved run, alone on the GPU (the exclusive lock); baselines that left it say why."""
+        if plan is None:
+            return Timed(None, True)
+        with self.gpu(config, exclusive=True):
+            self.phase("timing", config, plan.impl_ids)
+            with self.timed_section("timing"):
+                timed = self.bench(plan.fns, plan.input_sets, plan.check)
+        timed.notes.update(plan.notes)
+        timed.notes.update({k: v for k, v in timed.dropped.items() if k in (*TORCH_BASELINES, NAIVE)})
         return timed
 
     def rows(self, config: str, todo: list[Implementation], results: dict[str, CheckResult], timed: Timed,
@@ -385,7 +421,7 @@ class TorchTaskMeasure(TaskMeasure):
         with self.timed_section("build"):
             for impl in todo:
                 self.build(impl, config)
-        with self.lock.held():
+        with self.gpu(config):
             self.phase("reference", config)
             with self.timed_section("reference"):
                 try:
@@ -399,7 +435,9 @@ class TorchTaskMeasure(TaskMeasure):
             instances: dict[str, Any] = {}
             with self.timed_section("check"):
                 results = {i.impl_id: self.check(i, config, refs, instances) for i in todo}
-            timed = self.time(config, [i for i in todo if results[i.impl_id].ok], refs, instances)
+            plan = self.plan_timing(config, [i for i in todo if results[i.impl_id].ok], refs, instances)
+            synchronize(self.device)  # nothing of ours left running when a timed run takes the GPU
+        timed = self.run_plan(config, plan)
         baselines = {**_baseline(timed.report, "eager", "eager"), **_baseline(timed.report, "compile", "compile"),
                      "naive_ms": None, "naive_iqr_ms": None, "serial_c_ms": None, "serial_c_reps": None}
         self.rows(config, todo, results, timed, baselines)
@@ -447,10 +485,12 @@ class TorchTaskMeasure(TaskMeasure):
                 self.failure("compile", exc)
                 return None, _text(exc)
 
-    def time(self, config: str, timed_impls: list[Implementation], refs: list[_TorchRef],
-             instances: dict) -> Timed:
+    def plan_timing(self, config: str, timed_impls: list[Implementation], refs: list[_TorchRef],
+                    instances: dict) -> TimingPlan | None:
+        """The implementations, eager and torch.compile (compiled and warmed here), and the expected
+        outputs the run re-checks against."""
         if not timed_impls:
-            return Timed(None, True)
+            return None
         model = refs[0].model
         fns: dict[str, Callable] = {i.impl_id: (lambda inputs, m=instances[i.impl_id]: m(*inputs))
                                     for i in timed_impls}
@@ -471,12 +511,7 @@ class TorchTaskMeasure(TaskMeasure):
         def check(name: str, index: int, out: Any) -> bool:
             return compare(out, expected[index], None, overrides=tolerances).ok
 
-        self.phase("timing", config, tuple(i.impl_id for i in timed_impls))
-        with self.timed_section("timing"):
-            timed = self.bench(fns, [r.inputs for r in refs], check)
-        timed.notes.update(notes)
-        timed.notes.update({k: v for k, v in timed.dropped.items() if k in TORCH_BASELINES})
-        return timed
+        return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, [r.inputs for r in refs], check, notes)
 
 
 def _nbytes(value: Any) -> int:
@@ -596,11 +631,13 @@ class CTaskMeasure(TaskMeasure):
         with self.timed_section("build"):
             for impl in checked:
                 self.build(impl, config)
-        with self.lock.held():
+        with self.gpu(config):
             devs = [self.upload(s) for s in seeds]
             with self.timed_section("check"):
                 results = {i.impl_id: self.check(i, config, devs) for i in checked}
-            timed = self.time(config, [i for i in todo if results[i.impl_id].ok], naive, results, devs)
+            plan = self.plan_timing(config, [i for i in todo if results[i.impl_id].ok], naive, results, devs)
+            synchronize(self.device)  # nothing of ours left running when a timed run takes the GPU
+        timed = self.run_plan(config, plan)
         naive_name = naive.impl_id if naive in todo else NAIVE
         baselines = {"eager_ms": None, "eager_iqr_ms": None, "compile_ms": None, "compile_iqr_ms": None,
                      **_baseline(timed.report, naive_name, "naive"),
@@ -638,10 +675,11 @@ class CTaskMeasure(TaskMeasure):
                 worst_rel = max(worst_rel, verdict.max_rel_error or 0.0)
         return CheckResult("ok", worst_abs, worst_rel)
 
-    def time(self, config: str, timed_impls: list[Implementation], naive: Implementation | None,
-             results: dict[str, CheckResult], devs: list[_CDevice]) -> Timed:
+    def plan_timing(self, config: str, timed_impls: list[Implementation], naive: Implementation | None,
+                    results: dict[str, CheckResult], devs: list[_CDevice]) -> TimingPlan | None:
+        """The implementations and the naive port, each seed's inputs with fresh outputs, the re-check."""
         if not timed_impls:
-            return Timed(None, True)
+            return None
         scalars = self.scalars
 
         def call(fn: Callable) -> Callable:
@@ -660,12 +698,7 @@ class CTaskMeasure(TaskMeasure):
         def check(name: str, index: int, out: Outputs) -> bool:
             return all(compare(out.arrays[n], want, tol).ok for n, want in devs[index].expected.items())
 
-        self.phase("timing", config, tuple(i.impl_id for i in timed_impls))
-        with self.timed_section("timing"):
-            timed = self.bench(fns, input_sets, None if has_inout else check)
-        if NAIVE in timed.dropped:
-            timed.notes[NAIVE] = timed.dropped[NAIVE]
-        return timed
+        return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, input_sets, None if has_inout else check)
 
 
 def _copy_values(values: dict[str, Any]) -> dict[str, Any]:
