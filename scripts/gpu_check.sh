@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one entry point for GPU work: runs the GPU test suite and the benchmarks on a machine with an NVIDIA
-# GPU, writes logs and JSON under $OUT (default benchmarks/results/<date>), and prints a short table last.
+# GPU, writes logs and JSON under $OUT (default benchmarks/results/<date>; clocks.csv: the GPU clock once a
+# second, scripts/log_gpu_clocks.sh), and prints a short table last.
 #
 #   bash scripts/gpu_check.sh [GROUP ...]     (default: functional+faults timing-tests analysis repeatability throughput)
 #   a GROUP is a STEP or STEPs joined by '+', run at the same time; steps: functional (GPU tests and the
@@ -30,17 +31,9 @@ SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
 python3 scripts/env_info.py > "$OUT/env.json"
 cat "$OUT/env.json"
-# The GPU's clocks, power and clock-event reasons once a second for the whole call ($OUT/clocks.csv), so
-# any timing in it can be set beside the clock it ran at (cudaperf.gpu_clocks reads the same fields).
-SMI_PID=
-if command -v nvidia-smi >/dev/null; then
-  reason=clocks_event_reasons.active
-  nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$reason" || reason=clocks_throttle_reasons.active
-  # line-buffered (stdbuf, where present) so a terminated nvidia-smi leaves no lines in its buffer
-  $(command -v stdbuf >/dev/null && echo stdbuf -oL) nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,$reason \
-    --format=csv -lms 1000 > "$OUT/clocks.csv" 2>&1 &
-  SMI_PID=$!
-fi
+# The GPU's clocks, power and clock-event reasons once a second for the whole call ($OUT/clocks.csv).
+bash scripts/log_gpu_clocks.sh "$OUT/clocks.csv" &
+SMI_PID=$!
 
 # step NAME DEFAULT_LIMIT_S COMMAND...: run with a limit, log to $OUT/NAME.log, one summary row.
 step() {
@@ -96,8 +89,7 @@ for group in $GROUPS_; do
   wait
 done
 
-# SIGTERM: a background job of a script ignores SIGINT
-[[ -n $SMI_PID ]] && { kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; }
+kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null  # SIGTERM: a script's background job ignores SIGINT
 echo
 echo "== summary ($OUT) =="
 cat "$SUMMARY"

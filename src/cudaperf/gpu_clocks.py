@@ -6,7 +6,8 @@ state beside the timings, so a report can say at what clock a median was measure
 
 Covers: `parse_samples` (pure: `nvidia-smi --query-gpu ... --format=csv,noheader,nounits` lines into
 `ClockSample`s), `summarise` (pure: the samples inside a time window into a `ClockSummary`),
-`decode_reasons` (NVML's clock-event bitmask into names) and `ClockMonitor` (a thin adapter: a background
+`decode_reasons` (NVML's clock-event bitmask into names), `main` (a summary line per log written by
+scripts/log_gpu_clocks.sh, same fields) and `ClockMonitor` (a thin adapter: a background
 `nvidia-smi -lms` process; each line carries nvidia-smi's own timestamp, so output buffered in the pipe
 is still placed in time correctly; windows are given in `time.time()` seconds).
 
@@ -202,7 +203,27 @@ class ClockMonitor:
 def _reason_field(smi: str) -> str:
     """The clock-event reasons field this driver's nvidia-smi knows."""
     try:
-        help_text = subprocess.run([smi, "--help-query-gpu"], capture_output=True, text=True, timeout=30).stdout
+        help_text = subprocess.run([smi, "--help-query-gpu"], capture_output=True, text=True, timeout=30,
+                                   check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return REASON_FIELDS[0]
     return next((f for f in REASON_FIELDS if f in help_text), REASON_FIELDS[0])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python3 -m cudaperf.gpu_clocks FILE [FILE ...]`: one summary line per log of
+    scripts/log_gpu_clocks.sh (plain or gzipped)."""
+    import argparse
+    import gzip
+
+    parser = argparse.ArgumentParser(description="Summarise GPU clock logs (scripts/log_gpu_clocks.sh).")
+    parser.add_argument("files", nargs="+")
+    for name in parser.parse_args(argv).files:
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(name, "rt") as f:
+            print(f"{name}: {summarise(parse_samples(f.readlines())).describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -103,3 +103,14 @@ def test_a_tool_that_fails_at_once_leaves_an_error_not_an_exception(fake_path):
     with ClockMonitor() as monitor:
         time.sleep(0.2)
     assert monitor.summary().n_samples == 0 and "no samples" in monitor.error
+
+
+def test_the_command_summarises_a_gzipped_log(tmp_path, capsys):
+    import gzip
+
+    log = tmp_path / "clocks.csv.gz"
+    with gzip.open(log, "wt") as f:
+        f.write("timestamp, clocks.sm [MHz], clocks.mem [MHz], power.draw [W], ...\n")
+        f.writelines(_line(f"2026/12/03 07:00:0{i}.000", sm=str(1900 + 10 * i)) for i in range(3))
+    gpu_clocks.main([str(log)])
+    assert "SM 1910 MHz (1900-1920)" in capsys.readouterr().out
