@@ -1,6 +1,8 @@
 """Run one solution's forward on one configuration inside a profiler range, for Nsight Compute.
 
     ncu --profile-from-start off ... python ncu_target.py TASK.py SOLUTION.py CONFIG
+
+`load_model` is also used by repeatability.py for its in-process CUPTI kernel times.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ def _load(path: str, name: str):
     return mod
 
 
-def main(task_path: str, solution_path: str, config: str, calls: int = 20) -> None:
-    import torch
-
+def load_model(task_path: str, solution_path: str, config: str):
+    """(the solution's ModelNew on the GPU, the configuration's inputs for seed 1)."""
     from cudaperf.tasks import load_task
     from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
 
@@ -26,8 +27,13 @@ def main(task_path: str, solution_path: str, config: str, calls: int = 20) -> No
     cfg = next(c for c in task.configs if c.name == config)
     problem = load_module(task)
     sol = _load(solution_path, "ncu_solution")
-    model = sol.ModelNew(*make_init_inputs(problem, cfg)).cuda()
-    inputs = make_inputs(problem, cfg, 1, "cuda")
+    return sol.ModelNew(*make_init_inputs(problem, cfg)).cuda(), make_inputs(problem, cfg, 1, "cuda")
+
+
+def main(task_path: str, solution_path: str, config: str, calls: int = 20) -> None:
+    import torch
+
+    model, inputs = load_model(task_path, solution_path, config)
     with torch.no_grad():
         for _ in range(3):
             model(*inputs)

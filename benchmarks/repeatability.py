@@ -5,8 +5,10 @@ medians, and of the speedups over eager), and the agreement of cudaperf's median
 Targets (issue 2): spread of medians ≤ 1% for kernels ≥ 50 µs; agreement with ncu within 5%.
 cudaperf times the whole `forward` (output allocation, launch, a full device synchronise before the end
 event), ncu only the kernel; the difference is reported, not hidden. The GPU's SM clock, power and
-clock-event reasons are sampled (cudaperf.gpu_clocks) during every evaluation and during the ncu run, so
-a difference between evaluations can be set beside the clock it ran at.
+clock-event reasons are sampled (cudaperf.gpu_clocks) during every evaluation and during the ncu run, and
+after every evaluation the same kernel's device time is read from CUPTI (torch.profiler, in this process,
+L2 flushed before each call): if those kernel-only medians move between evaluations as much as cudaperf's,
+the GPU changed, not the harness.
 """
 
 from __future__ import annotations
@@ -31,20 +33,71 @@ from cudaperf.gpu_clocks import ClockMonitor
 HERE = Path(__file__).resolve().parent
 
 
-def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tuple[list, list]:
-    """`times` evaluations in one Evaluator: (results, the clock summary of each evaluation's window)."""
+def cupti_kernel_ms(task, sol_file: Path, config: str, calls: int = 50) -> float:
+    """Median over `calls` forwards of the summed device time of the solution's kernels (CUPTI through
+    torch.profiler). Before each call the L2 is flushed and a tiny marker kernel (`torch.cuda._sleep`, named
+    spin_kernel) is launched: the device work after a marker, less the next call's flush, is one call."""
+    import torch
+    from ncu_target import load_model
+    from torch.profiler import ProfilerActivity, profile
+
+    from cudaperf.timing import default_l2_flush_bytes
+
+    model, inputs = load_model(task.path, str(sol_file), config)
+    flush = torch.empty(default_l2_flush_bytes("cuda") // 4, dtype=torch.int32, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                flush.zero_()
+                torch.cuda._sleep(1)  # the marker
+                model(*inputs)
+            torch.cuda.synchronize()
+    device_events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")
+                            and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
+    return statistics.median(per_call_ms([(e.name, e.time_range.elapsed_us()) for e in device_events]))
+
+
+def per_call_ms(events: list[tuple[str, float]]) -> list[float]:
+    """(name, µs) device events in time order -> ms per call: split at each marker, the flush that
+    precedes a marker taken off the call before it."""
+    calls: list[list[tuple[str, float]]] = []
+    for name, us in events:
+        if "spin_kernel" in name:
+            if calls and calls[-1] and ("FillFunctor" in calls[-1][-1][0] or "memset" in calls[-1][-1][0].lower()):
+                calls[-1].pop()
+            calls.append([])
+        elif calls:
+            calls[-1].append((name, us))
+    return [sum(us for _, us in call) / 1000 for call in calls]
+
+
+def longest_config(result) -> str:
+    return max(result.timings, key=lambda t: t.candidate.median_ms).config
+
+
+def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tuple[list, list, list]:
+    """`times` evaluations in one Evaluator, each followed by the CUPTI kernel time of the longest
+    configuration: (results, each evaluation's clock summary, the kernel-only medians in ms)."""
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     # eager only: the compile baseline has no bearing on the candidate's repeatability and costs minutes
     config = EvalConfig(device="cuda", coverage=False,
                         timing=TimingConfig(warmup_ms=warmup_ms, baselines=("eager",)))
-    results, windows = [], []
+    sol_file = Path("/tmp/cudaperf_repeatability_solution.py")
+    sol_file.write_text(sol.source)
+    results, windows, kernel_only = [], [], []
     with Evaluator(config) as ev:
         for _ in range(times):
             start = time.time()
             results.append(ev.evaluate(task, sol))
             windows.append(clocks.summary(start, time.time()))
-    return results, windows
+            if not results[-1].correct:
+                raise SystemExit(f"evaluation failed: {results[-1].outcome.value} {results[-1].message[:500]}")
+            kernel_only.append(cupti_kernel_ms(task, sol_file, longest_config(results[0])))
+    return results, windows, kernel_only
 
 
 def spread_of(values: list[float]) -> float:
@@ -54,16 +107,14 @@ def spread_of(values: list[float]) -> float:
 
 def series(task, sol, times: int, warmup_ms: float, clocks) -> dict:
     """`times` evaluations in one Evaluator; medians of the longest kernel's configuration."""
-    results, windows = evaluate_repeatedly(task, sol, times, warmup_ms, clocks)
-    bad = [r for r in results if not r.correct]
-    if bad:
-        raise SystemExit(f"evaluation failed: {bad[0].outcome.value} {bad[0].message[:500]}")
-    config = max(results[0].timings, key=lambda t: t.candidate.median_ms).config
+    results, windows, kernel_only = evaluate_repeatedly(task, sol, times, warmup_ms, clocks)
+    config = longest_config(results[0])
     timings = [next(t for t in r.timings if t.config == config) for r in results]
     medians = [t.candidate.median_ms for t in timings]
     speedups = [t.speedup_vs_eager for t in timings if t.speedup_vs_eager is not None]
     return {"warmup_ms": warmup_ms, "config": config, "medians_ms": medians, "spread": spread_of(medians),
             "speedups_vs_eager": speedups, "speedup_spread": spread_of(speedups) if speedups else None,
+            "cupti_kernel_ms": kernel_only, "cupti_spread": spread_of(kernel_only),
             "clocks": [w.__dict__ for w in windows], "clock_notes": [w.describe() for w in windows],
             "timings": [json.loads(json.dumps(t.candidate.__dict__, default=str)) for t in timings]}
 
@@ -124,17 +175,22 @@ def main() -> int:
 
 def print_table(rows: list[dict]) -> None:
     print("\n| repeatability (5 evaluations, longest configuration) | median | spread of medians (target ≤ 1% "
-          "for ≥ 50 µs) | spread of speedups vs eager | vs ncu gpu__time_duration (target ±5%) | SM clock "
-          "per evaluation (MHz) |")
-    print("|---|---|---|---|---|---|")
+          "for ≥ 50 µs) | spread of speedups vs eager | kernel-only (CUPTI) after each evaluation: spread "
+          "(µs) | vs ncu gpu__time_duration (target ±5%) | SM clock per evaluation (MHz) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         ours = statistics.median(r["medians_ms"]) * 1000
         ncu = "not measured: " + r["ncu_note"][:120] if r["ncu_median_ms"] is None else \
             f"{r['relative_difference_vs_ncu'] * 100:+.2f}% (ncu {r['ncu_median_ms'] * 1000:.1f} µs)"
         speed = "-" if r["speedup_spread"] is None else f"{r['speedup_spread'] * 100:.2f}%"
+        cupti = f"{r['cupti_spread'] * 100:.2f}% ({_us(r['cupti_kernel_ms'])})"
         sm = ", ".join("-" if c["sm_mhz_median"] is None else f"{c['sm_mhz_median']:.0f}" for c in r["clocks"])
-        print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% "
-              f"({', '.join(f'{m * 1000:.1f}' for m in r['medians_ms'])}) | {speed} | {ncu} | {sm} |")
+        print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% ({_us(r['medians_ms'])}) "
+              f"| {speed} | {cupti} | {ncu} | {sm} |")
+
+
+def _us(values_ms: list[float]) -> str:
+    return ", ".join(f"{m * 1000:.1f}" for m in values_ms)
 
 
 if __name__ == "__main__":
