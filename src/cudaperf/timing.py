@@ -100,6 +100,11 @@ class BenchReport:
         return tuple(flags)
 
     @property
+    def overhead_ms(self) -> float | None:
+        """The empty function's median: the protocol's own cost inside every sample."""
+        return self.overhead.median_ms if self.overhead is not None else None
+
+    @property
     def clock_consistent(self) -> bool:
         """The summed event times fit inside the host time of the whole loop (else a timer was tampered)."""
         return self.event_total_ms <= self.host_total_ms * 1.001 + 0.01

@@ -191,6 +191,8 @@ class ConfigTiming:
     speed_of_light_ms: float | None = None  # the floor: max(bytes/bandwidth, flops/peak)
     bytes_moved: float | None = None
     flops: float | None = None
+    overhead_ms: float | None = None  # an empty function's median in the same run: the protocol's own cost
+    # (device synchronise, end event), inside every sample of every callable and not subtracted (timing.py)
 
     @property
     def speedup_vs_eager(self) -> float | None:

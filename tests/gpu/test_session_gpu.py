@@ -92,8 +92,8 @@ def _print_timings(payload: dict) -> None:
         compiled = t["compiled"]["median_ms"] if t["compiled"] else None
         print(f"  {t['config']}: candidate {t['candidate']['median_ms']:.4f} ms (IQR "
               f"{t['candidate']['iqr_ms']:.4f}), eager {eager}, compile {compiled}, "
-              f"floor {t['speed_of_light_ms']}")
-    print("  overhead ms", payload["timing_overhead_ms"], "coverage", payload["coverage"],
+              f"floor {t['speed_of_light_ms']}, protocol overhead {t['overhead_ms']}")
+    print("  coverage", payload["coverage"],
           "kernels", payload["kernel_time_ms"])
     print("  flags", [(f["code"], f["severity"]) for f in payload["flags"]])
     print("  durations", {k: round(v, 3) for k, v in payload["durations_s"].items()})

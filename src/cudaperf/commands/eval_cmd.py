@@ -236,7 +236,7 @@ def result_renderables(result) -> list:
     if result.correctness:
         table = Table(title="Configurations", title_justify="left")
         for col in ("config", "correct", "max abs err", "max rel err", "cand ms", "eager ms", "compile ms",
-                    "vs eager", "vs compile"):
+                    "vs eager", "vs compile", "timer ms"):
             table.add_column(col)
         for c in result.correctness:
             t = timing.get(c.config)
@@ -244,8 +244,12 @@ def result_renderables(result) -> list:
                           _num(c.max_rel_error, ".3f"), _num(t and t.candidate.median_ms, ".4f"),
                           _num(t and t.eager and t.eager.median_ms, ".4f"),
                           _num(t and t.compiled and t.compiled.median_ms, ".4f"),
-                          _num(t and t.speedup_vs_eager, ".2f"), _num(t and t.speedup_vs_compile, ".2f"))
+                          _num(t and t.speedup_vs_eager, ".2f"), _num(t and t.speedup_vs_compile, ".2f"),
+                          _num(t and t.overhead_ms, ".4f"))
         out.append(table)
+        if any(t.overhead_ms for t in result.timings):
+            out.append(Text("timer ms: an empty function timed the same way (device synchronise, end event); "
+                            "it is inside every time above, not subtracted", style="dim"))
     out.append(Text(f"speedup (geomean): vs eager {_num(result.speedup_vs_eager, '.2f')}x, "
                     f"vs torch.compile {_num(result.speedup_vs_compile, '.2f')}x; coverage "
                     f"{_num(result.coverage, '.0%')}"))

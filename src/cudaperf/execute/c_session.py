@@ -454,8 +454,6 @@ class _CSession(_Session):
             self.flags.append(Flag("timer_inconsistent", f"event times sum to {bench.event_total_ms:.3f} ms, "
                                    f"more than the host clock's {bench.host_total_ms:.3f} ms", Severity.ERROR,
                                    name))
-        if bench.overhead is not None:
-            self.overhead_ms[name] = bench.overhead.median_ms
         extra = {k: to_dict(t) for k, t in bench.timings.items() if k in (NAIVE_CUDA, RESTORE)}
         if SERIAL_C in self.wanted:
             extra[SERIAL_C] = to_dict(self.serial_c(config, self.job.timing_seeds[0]))
@@ -470,7 +468,8 @@ class _CSession(_Session):
         naive = bench.timings.get(NAIVE_CUDA)
         self.flags += speed_flags(candidate.median_ms, naive.median_ms if naive else None, sol, config=name)
         return ConfigTiming(config=name, candidate=candidate, eager=None, compiled=None,
-                            speed_of_light_ms=sol.floor_ms, bytes_moved=bytes_moved, flops=None)
+                            speed_of_light_ms=sol.floor_ms, bytes_moved=bytes_moved, flops=None,
+                            overhead_ms=bench.overhead_ms)
 
     # -- end -------------------------------------------------------------------------------------
     def cleanup(self) -> None:

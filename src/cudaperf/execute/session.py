@@ -269,7 +269,6 @@ class _Session:
         self.timings: list[ConfigTiming] = []
         self.coverage: float | None = None
         self.kernel_time_ms: dict[str, float] = {}  # own kernels' GPU time, from the coverage profiler
-        self.overhead_ms: dict[str, float] = {}
         self.environment: dict[str, str] = {}
         self.durations: dict[str, float] = {}
         self.model_new: type | None = None
@@ -624,15 +623,13 @@ class _Session:
             self.flags.append(Flag("timer_inconsistent", f"event times sum to {bench.event_total_ms:.3f} ms, "
                                    f"more than the host clock's {bench.host_total_ms:.3f} ms", Severity.ERROR,
                                    name))
-        if bench.overhead is not None:
-            self.overhead_ms[name] = bench.overhead.median_ms
         timings = bench.timings
         sol, flops, bytes_moved = self.speed_of_light(entry)
         fastest_baseline_ms = min((t.median_ms for k, t in timings.items() if k != CANDIDATE), default=None)
         self.flags += speed_flags(timings[CANDIDATE].median_ms, fastest_baseline_ms, sol, config=name)
         return ConfigTiming(config=name, candidate=timings[CANDIDATE], eager=timings.get("eager"),
                             compiled=timings.get("compile"), speed_of_light_ms=sol.floor_ms,
-                            bytes_moved=bytes_moved, flops=flops)
+                            bytes_moved=bytes_moved, flops=flops, overhead_ms=bench.overhead_ms)
 
     def speed_of_light(self, entry: Reference):
         params = list(entry.model.parameters()) + list(entry.model.buffers())
@@ -691,7 +688,6 @@ class _Session:
             "environment": self.environment,
             "durations_s": self.durations,
             "worker_poisoned": self.poisoned,
-            "timing_overhead_ms": self.overhead_ms,  # per config: the empty function's median (timing.py)
         }
 
 
