@@ -347,3 +347,10 @@ def test_static_features_summarise_the_kernels_of_an_implementation():
     impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
     row = measure_stats.static_feature_row(impl)
     assert row is not None and row["features"]["n_kernels"] >= 1 and row["features"]["global_accesses"] >= 1
+
+
+def test_stats_say_how_many_tasks_the_latest_run_selected(tmp_path):
+    write_measurement(tmp_path)
+    with (tmp_path / "measurements-more.jsonl").open("w") as f:
+        f.write(json.dumps({"record": "run", "run": "r2", "t": 2000.0, "selected": 5258}) + "\n")
+    assert "tasks measured: 2 {'c': 2} of 5258 selected" in measure_stats.stats_markdown(measure_stats.load(tmp_path))

@@ -48,6 +48,12 @@ class Measurements:
     torn_lines: int = 0
 
 
+def _of_selected(m: Measurements) -> str:
+    """' of N selected' from the latest run record that says how many tasks it selected, else ''."""
+    selected = [r["selected"] for r in sorted(m.runs, key=lambda r: r.get("t", 0)) if r.get("selected")]
+    return f" of {selected[-1]} selected" if selected else ""
+
+
 def load(*directories: Path) -> Measurements:
     """Every `measurements*.jsonl[.gz]` of the directories (shards of several sessions) as one."""
     records, torn = read_records(directories)
@@ -239,7 +245,7 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
     share = f" = {verified / impls:.1%}" if impls else ""
     three = sum(s.verified_impls >= 3 for s in summaries)
     return [
-        f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}",
+        f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}{_of_selected(m)}",
         f"- rows (task x configuration x implementation): {len(m.rows)}; status {dict(status.most_common())}",
         f"- implementations verified on every configuration: {verified}/{impls}{share}",
         f"- tasks with >= 3 verified implementations: {three}/{len(summaries)}",
