@@ -167,7 +167,7 @@ class ClockMonitor:
         line_buffered = [stdbuf, "-oL"] if (stdbuf := shutil.which("stdbuf")) else []
         self._proc = subprocess.Popen(
             [*line_buffered, smi, f"--id={self.gpu_index}", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
-             f"-lms={self.interval_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             "-lms", str(self.interval_ms)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._reader = threading.Thread(target=self._read, name="cudaperf-clock-monitor", daemon=True)
         self._reader.start()
         return self
