@@ -108,13 +108,18 @@ def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tupl
             windows.append(clocks.summary(start, time.time()))
             if not results[-1].correct:
                 raise SystemExit(f"evaluation failed: {results[-1].outcome.value} {results[-1].message[:500]}")
-            kernel_only.append(cupti_kernel_ms(task, sol_file, longest_config(results[0])))
+            try:  # a diagnostic: its failure must not cost the evaluations
+                kernel_only.append(cupti_kernel_ms(task, sol_file, longest_config(results[0])))
+            except Exception as exc:  # noqa: BLE001 - reported in the output instead
+                print(f"CUPTI kernel time failed: {type(exc).__name__}: {exc}", flush=True)
+                kernel_only.append(None)
     return results, windows, kernel_only
 
 
-def spread_of(values: list[float]) -> float:
-    """(max - min) / median."""
-    return (max(values) - min(values)) / statistics.median(values)
+def spread_of(values: list[float | None]) -> float | None:
+    """(max - min) / median of the values measured (None where fewer than two were)."""
+    known = [v for v in values if v is not None]
+    return (max(known) - min(known)) / statistics.median(known) if len(known) >= 2 else None
 
 
 def series(task, sol, times: int, warmup_ms: float, clocks) -> dict:
@@ -181,9 +186,11 @@ def main() -> int:
             ours = statistics.median(run["medians_ms"])
             rows.append({"task": task_id, **run, "ncu_median_ms": ncu[0], "ncu_note": ncu[1],
                          "relative_difference_vs_ncu": None if ncu[0] is None else (ours - ncu[0]) / ncu[0]})
-            print(f"{task_id}: medians ms {run['medians_ms']}; clocks {run['clock_notes']}", flush=True)
-    write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations, "tasks": rows,
-                            "clock_monitor_error": clocks.error})
+            print(f"{task_id}: medians ms {run['medians_ms']}; CUPTI ms {run['cupti_kernel_ms']}; clocks "
+                  f"{run['clock_notes']}", flush=True)
+            # after every task, so a run stopped at its time limit keeps what it measured
+            write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations, "tasks": rows,
+                                    "clock_monitor_error": clocks.error})
     print_table(rows)
     return 0
 
@@ -199,7 +206,7 @@ def print_table(rows: list[dict]) -> None:
         ncu = "not measured: " + r["ncu_note"][:120] if r["ncu_median_ms"] is None else \
             f"{r['relative_difference_vs_ncu'] * 100:+.2f}% (ncu {r['ncu_median_ms'] * 1000:.1f} µs)"
         speed = "-" if r["speedup_spread"] is None else f"{r['speedup_spread'] * 100:.2f}%"
-        cupti = f"{r['cupti_spread'] * 100:.2f}% ({_us(r['cupti_kernel_ms'])})"
+        cupti = "-" if r["cupti_spread"] is None else f"{r['cupti_spread'] * 100:.2f}% ({_us(r['cupti_kernel_ms'])})"
         corrected = "-"
         overheads = [o for o in r.get("timer_overhead_ms", []) if o is not None]
         if r["ncu_median_ms"] and overheads:
@@ -211,8 +218,8 @@ def print_table(rows: list[dict]) -> None:
               f"| {speed} | {cupti} | {ncu} | {corrected} | {sm} |")
 
 
-def _us(values_ms: list[float]) -> str:
-    return ", ".join(f"{m * 1000:.1f}" for m in values_ms)
+def _us(values_ms: list[float | None]) -> str:
+    return ", ".join("-" if m is None else f"{m * 1000:.1f}" for m in values_ms)
 
 
 if __name__ == "__main__":
