@@ -22,7 +22,7 @@ mkdir -p "$OUT/run" "$KEEP"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export CUDAPERF_CACHE_DIR=${CUDAPERF_CACHE_DIR:-/tmp/cudaperf-cache}  # NVRTC and serial-C builds, reused while warm
 
-bash scripts/log_gpu_clocks.sh "$OUT/clocks.csv" &  # the GPU's clocks beside the rows' timestamps
+python3 -m cudaperf.gpu_clocks --log "$OUT/clocks.csv" &  # the GPU's clocks beside the rows' timestamps
 SMI_PID=$!
 timeout -k 5 "$HARD_S" python3 -m cudaperf.cli dataset measure "$OUT/run" --resume-from "$SHARDS,$KEEP" \
   --time-budget-s "$BUDGET_S" --no-features "$@" > "$OUT/measure.log" 2>&1

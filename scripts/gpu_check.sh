@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one entry point for GPU work: runs the GPU test suite and the benchmarks on a machine with an NVIDIA
 # GPU, writes logs and JSON under $OUT (default benchmarks/results/<date>; clocks.csv: the GPU clock once a
-# second, scripts/log_gpu_clocks.sh), and prints a short table last.
+# second, `python3 -m cudaperf.gpu_clocks --log`), and prints a short table last.
 #
 #   bash scripts/gpu_check.sh [GROUP ...]     (default: functional+faults timing-tests analysis repeatability throughput)
 #   a GROUP is a STEP or STEPs joined by '+', run at the same time; steps: functional (GPU tests and the
@@ -32,7 +32,7 @@ SUMMARY="$OUT/summary.md"
 python3 scripts/env_info.py > "$OUT/env.json"
 cat "$OUT/env.json"
 # The GPU's clocks, power and clock-event reasons once a second for the whole call ($OUT/clocks.csv).
-bash scripts/log_gpu_clocks.sh "$OUT/clocks.csv" &
+python3 -m cudaperf.gpu_clocks --log "$OUT/clocks.csv" &
 SMI_PID=$!
 
 # step NAME DEFAULT_LIMIT_S COMMAND...: run with a limit, log to $OUT/NAME.log, one summary row.

@@ -6,10 +6,11 @@ state beside the timings, so a report can say at what clock a median was measure
 
 Covers: `parse_samples` (pure: `nvidia-smi --query-gpu ... --format=csv,noheader,nounits` lines into
 `ClockSample`s), `summarise` (pure: the samples inside a time window into a `ClockSummary`),
-`decode_reasons` (NVML's clock-event bitmask into names), `main` (a summary line per log written by
-scripts/log_gpu_clocks.sh, same fields) and `ClockMonitor` (a thin adapter: a background
-`nvidia-smi -lms` process; each line carries nvidia-smi's own timestamp, so output buffered in the pipe
-is still placed in time correctly; windows are given in `time.time()` seconds).
+`decode_reasons` (NVML's clock-event bitmask into names), `smi_command` (the one nvidia-smi command line),
+`main` (`--log FILE`: nvidia-smi's samples into a file until terminated, as the GPU scripts run it; else a
+summary line per such log) and `ClockMonitor` (a thin adapter: a background `nvidia-smi -lms` process;
+each line carries nvidia-smi's own timestamp, so output buffered in the pipe is still placed in time
+correctly; windows are given in `time.time()` seconds).
 
 Not covered: locking clocks (that changes the machine's settings, which the evaluator never does), other
 vendors, per-SM clocks, and anything finer than the sampling interval (100 ms by default): a dip shorter
@@ -162,12 +163,8 @@ class ClockMonitor:
         if smi is None:
             self.error = "nvidia-smi not found"
             return self
-        fields = ",".join(FIELDS + (_reason_field(smi),))
-        # line-buffered where coreutils' stdbuf exists, so the last lines are not stuck in a pipe buffer
-        line_buffered = [stdbuf, "-oL"] if (stdbuf := shutil.which("stdbuf")) else []
-        self._proc = subprocess.Popen(
-            [*line_buffered, smi, f"--id={self.gpu_index}", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
-             "-lms", str(self.interval_ms)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._proc = subprocess.Popen(smi_command(smi, self.interval_ms, self.gpu_index),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self._reader = threading.Thread(target=self._read, name="cudaperf-clock-monitor", daemon=True)
         self._reader.start()
         return self
@@ -180,7 +177,7 @@ class ClockMonitor:
     def __exit__(self, *exc: object) -> None:
         if self._proc is None:
             return
-        self._proc.terminate()  # its output is line-buffered where stdbuf exists (see __enter__)
+        self._proc.terminate()  # its output is line-buffered where stdbuf exists (smi_command)
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -200,6 +197,30 @@ class ClockMonitor:
         return summarise(self.samples(), start_s, end_s)
 
 
+def smi_command(smi: str, interval_ms: int, gpu_index: int = 0, header: bool = False) -> list[str]:
+    """nvidia-smi printing FIELDS and the reasons field every `interval_ms`, line-buffered where coreutils'
+    stdbuf exists (so a terminated nvidia-smi leaves no lines stuck in its buffer)."""
+    fields = ",".join(FIELDS + (_reason_field(smi),))
+    line_buffered = [stdbuf, "-oL"] if (stdbuf := shutil.which("stdbuf")) else []
+    return [*line_buffered, smi, f"--id={gpu_index}", f"--query-gpu={fields}",
+            "--format=csv,nounits" if header else "--format=csv,noheader,nounits", "-lms", str(interval_ms)]
+
+
+def log_to(path: str, interval_ms: int = 1000) -> int:
+    """Replace this process with nvidia-smi writing a header and a line every `interval_ms` into `path`
+    until it is terminated; 0 at once, writing nothing, where there is no nvidia-smi."""
+    import os
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    command = smi_command(smi, interval_ms, header=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.execv(command[0], command)
+
+
 def _reason_field(smi: str) -> str:
     """The clock-event reasons field this driver's nvidia-smi knows."""
     try:
@@ -211,14 +232,20 @@ def _reason_field(smi: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python3 -m cudaperf.gpu_clocks FILE [FILE ...]`: one summary line per log of
-    scripts/log_gpu_clocks.sh (plain or gzipped)."""
+    """`python3 -m cudaperf.gpu_clocks --log FILE [--interval-ms N]`: log the GPU's clocks into FILE until
+    terminated (SIGTERM; run it in the background). `python3 -m cudaperf.gpu_clocks FILE [FILE ...]`: one
+    summary line per log (plain or gzipped)."""
     import argparse
     import gzip
 
-    parser = argparse.ArgumentParser(description="Summarise GPU clock logs (scripts/log_gpu_clocks.sh).")
-    parser.add_argument("files", nargs="+")
-    for name in parser.parse_args(argv).files:
+    parser = argparse.ArgumentParser(description="Log the GPU's clocks (--log) or summarise such logs.")
+    parser.add_argument("files", nargs="*")
+    parser.add_argument("--log", metavar="FILE", help="write nvidia-smi's samples here until terminated")
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    args = parser.parse_args(argv)
+    if args.log:
+        return log_to(args.log, args.interval_ms)
+    for name in args.files:
         opener = gzip.open if name.endswith(".gz") else open
         with opener(name, "rt") as f:
             print(f"{name}: {summarise(parse_samples(f.readlines())).describe()}")

@@ -114,3 +114,24 @@ def test_the_command_summarises_a_gzipped_log(tmp_path, capsys):
         f.writelines(_line(f"2026/12/03 07:00:0{i}.000", sm=str(1900 + 10 * i)) for i in range(3))
     gpu_clocks.main([str(log)])
     assert "SM 1910 MHz (1900-1920)" in capsys.readouterr().out
+
+
+def test_the_log_command_leaves_a_file_the_summary_reads(fake_path, tmp_path):
+    import subprocess
+    import sys
+
+    _fake_smi(fake_path, 'case "$1" in --help-query-gpu) echo "clocks_event_reasons.active"; exit 0;; esac\n'
+                         'while true; do echo "$(date "+%Y/%m/%d %H:%M:%S.%N" | cut -c1-23), 1755, 2619, 300, 40,'
+                         ' 99, 0x0"; sleep 0.05; done\n')
+    log = tmp_path / "clocks.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "cudaperf.gpu_clocks", "--log", str(log), "--interval-ms", "50"])
+    time.sleep(1.0)
+    proc.terminate()
+    proc.wait(timeout=10)
+    assert summarise(parse_samples(log.read_text().splitlines())).sm_mhz_median == 1755.0
+
+
+def test_the_log_command_without_the_tool_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_clocks.shutil, "which", lambda name: None)
+    assert gpu_clocks.main(["--log", str(tmp_path / "clocks.csv")]) == 0
+    assert not (tmp_path / "clocks.csv").exists()
