@@ -90,7 +90,7 @@ def longest_config(result) -> str:
     return max(result.timings, key=lambda t: t.candidate.median_ms).config
 
 
-def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tuple[list, list, list]:
+def evaluate_repeatedly(task, sol, sol_file: Path, times: int, warmup_ms: float, clocks) -> tuple[list, list, list]:
     """`times` evaluations in one Evaluator, each followed by the CUPTI kernel time of the longest
     configuration: (results, each evaluation's clock summary, the kernel-only medians in ms)."""
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
@@ -98,8 +98,6 @@ def evaluate_repeatedly(task, sol, times: int, warmup_ms: float, clocks) -> tupl
     # eager only: the compile baseline has no bearing on the candidate's repeatability and costs minutes
     config = EvalConfig(device="cuda", coverage=False,
                         timing=TimingConfig(warmup_ms=warmup_ms, baselines=("eager",)))
-    sol_file = Path("/tmp/cudaperf_repeatability_solution.py")
-    sol_file.write_text(sol.source)
     results, windows, kernel_only = [], [], []
     with Evaluator(config) as ev:
         for _ in range(times):
@@ -122,9 +120,9 @@ def spread_of(values: list[float | None]) -> float | None:
     return (max(known) - min(known)) / statistics.median(known) if len(known) >= 2 else None
 
 
-def series(task, sol, times: int, warmup_ms: float, clocks) -> dict:
+def series(task, sol, sol_file: Path, times: int, warmup_ms: float, clocks) -> dict:
     """`times` evaluations in one Evaluator; medians of the longest kernel's configuration."""
-    results, windows, kernel_only = evaluate_repeatedly(task, sol, times, warmup_ms, clocks)
+    results, windows, kernel_only = evaluate_repeatedly(task, sol, sol_file, times, warmup_ms, clocks)
     config = longest_config(results[0])
     timings = [next(t for t in r.timings if t.config == config) for r in results]
     medians = [t.candidate.median_ms for t in timings]
@@ -137,12 +135,10 @@ def series(task, sol, times: int, warmup_ms: float, clocks) -> dict:
             "timings": [json.loads(json.dumps(t.candidate.__dict__, default=str)) for t in timings]}
 
 
-def ncu_median_ms(task, sol, config: str, clocks) -> tuple[float | None, str]:
+def ncu_median_ms(task, sol_file: Path, config: str, clocks) -> tuple[float | None, str]:
     ncu = shutil.which("ncu")
     if ncu is None:
         return None, "ncu not found"
-    sol_file = Path("/tmp/cudaperf_ncu_solution.py")
-    sol_file.write_text(sol.source)
     cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "--profile-from-start", "off",
            "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
            sys.executable, str(HERE / "ncu_target.py"), task.path, str(sol_file), config]
@@ -181,8 +177,10 @@ def main() -> int:
     with ClockMonitor() as clocks:
         for task_id in args.tasks.split(","):
             task, sol = by_id[task_id]
-            run = series(task, sol, args.evaluations, args.warmup_ms, clocks)
-            ncu = ncu_median_ms(task, sol, run["config"], clocks)
+            sol_file = Path("/tmp/cudaperf_repeatability_solution.py")  # for the CUPTI and ncu runs
+            sol_file.write_text(sol.source)
+            run = series(task, sol, sol_file, args.evaluations, args.warmup_ms, clocks)
+            ncu = ncu_median_ms(task, sol_file, run["config"], clocks)
             ours = statistics.median(run["medians_ms"])
             rows.append({"task": task_id, **run, "ncu_median_ms": ncu[0], "ncu_note": ncu[1],
                          "relative_difference_vs_ncu": None if ncu[0] is None else (ours - ncu[0]) / ncu[0]})

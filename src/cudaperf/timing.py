@@ -22,9 +22,10 @@ copied into the tensors about to be used, so a result cached by pointer, shape o
 and `check` catches it (hacks #3, #15); a per-call host clock brackets each event pair and a sample whose
 event time exceeds its host time is counted as a clock violation (hack #7).
 
-Under this protocol, work on another stream can overlap the flush, which runs before the start event on
-the timing stream; side streams are also caught by the static rule `stream_created` and by the profiler's
-stream count (anticheat). A protocol that ended the sample at an event on the timing stream and fell back
+Work a call puts on another stream without waiting for the timing stream may start during the flush,
+before the start event; it gains nothing measurable, because the flush's blocks fill every SM and the
+other stream's blocks queue behind them (tests/gpu/test_timing_gpu.py). Side streams are also caught by
+the static rule `stream_created` and by the profiler's stream count (anticheat). A protocol that ended the sample at an event on the timing stream and fell back
 to the synchronised end only when the synchronise took longer than calibrated was tried and removed: on
 the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
 
@@ -95,9 +96,8 @@ class BenchReport:
             ("timer_inconsistent", self.clock_violations, "event time exceeded the host clock"),
             ("stream_changed", self.stream_changes, "calls left a different CUDA stream current"),
         ]
-        flags = [Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
-                 for code, counts, text in found if counts.get(name)]
-        return tuple(flags)
+        return tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
+                     for code, counts, text in found if counts.get(name))
 
     @property
     def overhead_ms(self) -> float | None:
@@ -191,13 +191,10 @@ class _CudaClock:
         end.record(self.stream)
         end.synchronize()
         host_ms = (_now_ns() - host_start) / 1e6
-        return out, start.elapsed_time(end), host_ms, self._restore_stream()
-
-    def _restore_stream(self) -> bool:
-        changed = torch.cuda.current_stream(self.stream.device) != self.stream
-        if changed:
+        stream_changed = torch.cuda.current_stream(self.stream.device) != self.stream
+        if stream_changed:
             torch.cuda.set_stream(self.stream)
-        return changed
+        return out, start.elapsed_time(end), host_ms, stream_changed
 
 
 def _make_clock(device: torch.device, flush_bytes: int | None) -> _CpuClock | _CudaClock:
