@@ -5,7 +5,10 @@ with everything it noticed), `summarize` (median, IQR, min, mean of raw samples)
 `default_l2_flush_bytes`. The protocol, per timed call (Triton's do_bench, with the hacks of
 evaluation.md in mind):
 
-1. write a buffer of 2x the L2 size, so no call finds its inputs in L2 left by the previous one;
+1. write a buffer of at least 2x the L2 size, so no call finds its inputs in L2 left by the previous one,
+   sized so the write lasts `lead_us` (default 200 µs; `lead_flush_bytes`): while the GPU writes it, the
+   host records the start event and runs the function's host path (Python, allocation, launch), so the
+   sample starts with the function's first kernel queued, not with the GPU waiting for the host;
 2. record a start event on the stream current when timing began;
 3. call the function;
 4. `torch.cuda.synchronize()`: a FULL device synchronisation, so work the function left on a side stream
@@ -22,9 +25,13 @@ copied into the tensors about to be used, so a result cached by pointer, shape o
 and `check` catches it (hacks #3, #15); a per-call host clock brackets each event pair and a sample whose
 event time exceeds its host time is counted as a clock violation (hack #7).
 
-Work a call puts on another stream without waiting for the timing stream may start during the flush,
-before the start event; it gains nothing measurable, because the flush's blocks fill every SM and the
-other stream's blocks queue behind them (tests/gpu/test_timing_gpu.py). Side streams are also caught by
+Why a long lead: on the H200 (session 6, dev/LOG.md) a 2x L2 write took ~28 µs, less than the host path
+of a forward that launches through cuda-core, so the GPU sat idle after the start event for a varying
+part of every sample: medians 35-50 µs above the CUPTI kernel time and 8-87% apart between evaluations,
+while the kernel time itself moved under 1%. The lead is ONE write kernel, not a spin or several writes:
+work a call puts on another stream without waiting for the timing stream may start during it, before the
+start event, but it gains nothing measurable, because the write's blocks fill every SM and the other
+stream's blocks queue behind them until its tail (tests/gpu/test_timing_gpu.py). Side streams are also caught by
 the static rule `stream_created` and by the profiler's stream count (anticheat). A protocol that ended the sample at an event on the timing stream and fell back
 to the synchronised end only when the synchronise took longer than calibrated was tried and removed: on
 the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
@@ -39,6 +46,7 @@ on the input contents (they must read the inputs, which the flush makes cost mem
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -56,6 +64,8 @@ _now_ns = time.perf_counter_ns  # bound at import: a candidate replacing time.pe
 # cannot change the harness's clock (the replacement is also flagged by anticheat.runtime)
 OVERHEAD_NAME = "<empty>"  # the empty function that measures the protocol's own cost
 DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H200 (gpu-machine.md), when the device does not report it
+DEFAULT_LEAD_US = 200.0  # how long the pre-call write keeps the GPU busy (module docstring, step 1)
+LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the device's memory than this
 ESTIMATE_ROUNDS = 3
 
 Fn = Callable[[list], object]
@@ -154,6 +164,38 @@ def default_l2_flush_bytes(device: str | torch.device) -> int:
     return 2 * int(l2)
 
 
+def lead_flush_bytes(l2_flush_bytes: int, l2_flush_us: float, lead_us: float, cap_bytes: int) -> int:
+    """The pre-call write's size: `l2_flush_bytes` (2x L2) at least, scaled so it lasts `lead_us` at the
+    rate measured for that write (`l2_flush_us`), at most `cap_bytes`; whole MiB."""
+    if l2_flush_bytes <= 0:
+        return 0
+    wanted = l2_flush_bytes * max(lead_us, 0.0) / max(l2_flush_us, 1e-3)
+    mib = 1 << 20
+    return max(l2_flush_bytes, min(math.ceil(wanted / mib) * mib, cap_bytes))
+
+
+@functools.cache
+def lead_sized_flush_bytes(device: str, lead_us: float = DEFAULT_LEAD_US) -> int:
+    """`lead_flush_bytes` for a CUDA device, with the 2x L2 write timed there (median of 5, after 3
+    untimed); once per process, device and lead."""
+    base = default_l2_flush_bytes(device)
+    if base == 0 or lead_us <= 0:
+        return base
+    buffer = torch.empty(base // 4, dtype=torch.int32, device=device)
+    times_us = []
+    for i in range(8):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        buffer.zero_()
+        end.record()
+        end.synchronize()
+        if i >= 3:
+            times_us.append(start.elapsed_time(end) * 1e3)
+    del buffer
+    total = torch.cuda.get_device_properties(device).total_memory
+    return lead_flush_bytes(base, statistics.median(times_us), lead_us, int(total * LEAD_MEMORY_FRACTION))
+
+
 # --------------------------------------------------------------------------------------------------
 # Clocks: one timed call each
 
@@ -184,7 +226,7 @@ class _CudaClock:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         host_start = _now_ns()
         if self.flush_bytes:
-            self.buffer.zero_()  # queued ahead of the start event: it also hides the launch overhead
+            self.buffer.zero_()  # queued ahead of the start event: the lead (module docstring, step 1)
         start.record(self.stream)
         out = fn(inputs)
         torch.cuda.synchronize(self.stream.device)  # every stream of the device, not just ours (hack #4)
@@ -197,10 +239,12 @@ class _CudaClock:
         return out, start.elapsed_time(end), host_ms, stream_changed
 
 
-def _make_clock(device: torch.device, flush_bytes: int | None) -> _CpuClock | _CudaClock:
+def _make_clock(device: torch.device, flush_bytes: int | None, lead_us: float) -> _CpuClock | _CudaClock:
     if device.type != "cuda":
         return _CpuClock()
-    return _CudaClock(device, default_l2_flush_bytes(device) if flush_bytes is None else flush_bytes)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return _CudaClock(device, lead_sized_flush_bytes(str(device), lead_us) if flush_bytes is None else flush_bytes)
 
 
 def _infer_device(input_sets: Sequence[Sequence[Any]]) -> torch.device:
@@ -229,6 +273,7 @@ def bench_interleaved_report(
     budget_ms: float = 1000.0,
     warmup_ms: float = 100.0,
     l2_flush_bytes: int | None = None,
+    lead_us: float = DEFAULT_LEAD_US,
     check: Check | None = None,
     device: str | torch.device | None = None,
     min_reps: int = 10,
@@ -243,14 +288,15 @@ def bench_interleaved_report(
     number of rounds is budget / (estimated round time / len(fns)), clamped to [min_reps, max_reps]; a
     slow function gets the same number of samples as a fast one, so the run takes longer than the budget
     when their times differ a lot. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
-    None = 2x L2, 0 = no flush. `check(name, input_index, output) -> bool` re-checks outputs on a
+    None = 2x L2 or more, sized so the write lasts `lead_us` (`lead_sized_flush_bytes`); 0 = no flush; a
+    number = exactly that. `check(name, input_index, output) -> bool` re-checks outputs on a
     `check_fraction` sample of rounds (at least one per input set). Raises `FunctionFailed` when a
     function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
-                                                      _infer_device(input_sets), l2_flush_bytes),
+                                                      _infer_device(input_sets), l2_flush_bytes, lead_us),
                random.Random(seed), measure_overhead)
     per_fn_ms = run.estimate_round_ms() / len(fns)
     warmup_rounds = _clamp(math.ceil(warmup_ms / per_fn_ms), 1, max_reps)

@@ -13,6 +13,7 @@ from cudaperf.timing import (
     bench_interleaved,
     bench_interleaved_report,
     default_l2_flush_bytes,
+    lead_flush_bytes,
     summarize,
 )
 
@@ -48,6 +49,26 @@ def test_summary_of_nothing_is_an_error():
 
 def test_no_l2_flush_on_cpu():
     assert default_l2_flush_bytes("cpu") == 0
+
+
+MIB = 1 << 20
+
+
+def test_the_lead_write_is_scaled_to_last_the_lead():
+    # 120 MiB written in 30 us: 200 us needs 800 MiB
+    assert lead_flush_bytes(120 * MIB, 30.0, 200.0, cap_bytes=4096 * MIB) == 800 * MIB
+
+
+def test_the_lead_write_is_never_smaller_than_the_l2_flush():
+    assert lead_flush_bytes(120 * MIB, 300.0, 200.0, cap_bytes=4096 * MIB) == 120 * MIB
+
+
+def test_the_lead_write_is_capped():
+    assert lead_flush_bytes(120 * MIB, 30.0, 200.0, cap_bytes=500 * MIB) == 500 * MIB
+
+
+def test_no_flush_means_no_lead():
+    assert lead_flush_bytes(0, 30.0, 200.0, cap_bytes=500 * MIB) == 0
 
 
 # -- the interleaved run ---------------------------------------------------------------------------
