@@ -97,6 +97,7 @@ class BenchReport:
     input_mutations: dict[str, int] = field(default_factory=dict)  # seen on checked calls
     clock_violations: dict[str, int] = field(default_factory=dict)  # samples with event > host time
     stream_changes: dict[str, int] = field(default_factory=dict)  # calls that left another stream current
+    lead_us: float = 0.0  # what the flush was sized to last (0: sized by hand, or no flush)
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -205,6 +206,7 @@ class _CpuClock:
 
     device = "cpu"
     flush_bytes = 0
+    lead_us = 0.0
 
     def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
         start = _now_ns()
@@ -216,9 +218,9 @@ class _CpuClock:
 class _CudaClock:
     """The protocol of the module docstring: flush, start event, call, device sync, end event."""
 
-    def __init__(self, device: torch.device, flush_bytes: int):
+    def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0):
         self.device = str(device)
-        self.flush_bytes = flush_bytes
+        self.flush_bytes, self.lead_us = flush_bytes, lead_us
         self.stream = torch.cuda.current_stream(device)
         self.buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
 
@@ -244,7 +246,9 @@ def _make_clock(device: torch.device, flush_bytes: int | None, lead_us: float) -
         return _CpuClock()
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    return _CudaClock(device, lead_sized_flush_bytes(str(device), lead_us) if flush_bytes is None else flush_bytes)
+    if flush_bytes is not None:
+        return _CudaClock(device, flush_bytes)
+    return _CudaClock(device, lead_sized_flush_bytes(str(device), lead_us), lead_us)
 
 
 def _infer_device(input_sets: Sequence[Sequence[Any]]) -> torch.device:
@@ -415,7 +419,7 @@ class _Run:
                     if OVERHEAD_NAME in self.fns else None)
         return BenchReport(
             timings=timings, overhead=overhead, device=self.clock.device, rounds=rounds,
-            warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes,
+            warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes, lead_us=self.clock.lead_us,
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )

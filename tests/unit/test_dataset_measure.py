@@ -354,3 +354,8 @@ def test_stats_say_how_many_tasks_the_latest_run_selected(tmp_path):
     with (tmp_path / "measurements-more.jsonl").open("w") as f:
         f.write(json.dumps({"record": "run", "run": "r2", "t": 2000.0, "selected": 5258}) + "\n")
     assert "tasks measured: 2 {'c': 2} of 5258 selected" in measure_stats.stats_markdown(measure_stats.load(tmp_path))
+
+
+def test_stats_count_timed_rows_by_their_lead():
+    rows = [{"median_ms": 1.0, "lead_us": 200.0}, {"median_ms": 1.0}, {"median_ms": None, "lead_us": 200.0}]
+    assert measure_stats._leads(rows) == "200 µs: 1; 2x L2 write only (before the lead): 1"

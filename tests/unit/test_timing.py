@@ -199,3 +199,8 @@ def test_compile_baseline_leaves_no_thread_behind():
     compiled(torch.randn(8))
     compiled(torch.randn(16))  # a new shape: a recompile
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
+
+
+def test_a_cpu_run_reports_no_lead():
+    report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=1, warmup_ms=0, min_reps=2, max_reps=3)
+    assert report.lead_us == 0.0

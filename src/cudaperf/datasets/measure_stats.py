@@ -251,9 +251,19 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
         f"- tasks with >= 3 verified implementations: {three}/{len(summaries)}",
         f"- configurations per task: {_spread([s.configs for s in summaries])}",
         f"- implementations per task: {_spread([s.impls for s in summaries])}",
+        f"- timed rows by the lead before each call (cudaperf.timing): {_leads(m.rows)}",
         (f"- throughput: {tp.tasks} tasks in {tp.wall_minutes:.1f} wall minutes = {rate}; "
         f"time per task in one measuring process: {per_child}"),
     ]
+
+
+def _leads(rows: list[dict[str, Any]]) -> str:
+    """Timed rows per `lead_us`; rows from before the field (a 2x L2 write only, ~28 µs on the H200) apart."""
+    counts = Counter(r.get("lead_us") for r in rows if r.get("median_ms") is not None)
+    parts = [f"{lead:g} µs: {n}" for lead, n in sorted((k, v) for k, v in counts.items() if k is not None)]
+    if counts.get(None):
+        parts.append(f"2x L2 write only (before the lead): {counts[None]}")
+    return "; ".join(parts) or "n/a"
 
 
 def _ratio_section(ratios: list[float]) -> list[str]:
