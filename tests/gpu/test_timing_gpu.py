@@ -154,10 +154,9 @@ def _host_busy(us: float) -> None:
         pass
 
 
-def test_the_lead_hides_a_host_path_shorter_than_it():
-    """The flush is sized to last DEFAULT_LEAD_US, so a function that spends 60 us on the host before
-    launching a ~20 us copy is timed like the copy launched at once (session 6: the host path of a
-    cuda-core forward, ~35-50 us, showed up in every sample). Medians within 10% + 3 us. Prints both."""
+def _copy_after_host_time(host_us: float) -> tuple[float, float, int]:
+    """Medians (ms) of a ~20 us copy launched at once and of the same copy launched after `host_us` on
+    the host, timed in one run; and the lead write's size in bytes."""
     src = torch.randn(1 << 23, device=DEVICE)
     dst = torch.empty_like(src)
 
@@ -165,33 +164,28 @@ def test_the_lead_hides_a_host_path_shorter_than_it():
         return dst.copy_(inputs[0])
 
     def slow_host(inputs):
-        _host_busy(60)
+        _host_busy(host_us)
         return dst.copy_(inputs[0])
 
     report = bench_interleaved_report({"prompt": prompt, "slow_host": slow_host}, [[src]], budget_ms=100,
                                       warmup_ms=10, device=DEVICE)
-    fast_ms, slow_ms = report.timings["prompt"].median_ms, report.timings["slow_host"].median_ms
+    return report.timings["prompt"].median_ms, report.timings["slow_host"].median_ms, report.l2_flush_bytes
+
+
+def test_the_lead_hides_a_host_path_shorter_than_it():
+    """The flush is sized to last DEFAULT_LEAD_US, so a function that spends 60 us on the host before
+    launching a ~20 us copy is timed like the copy launched at once (session 6: the host path of a
+    cuda-core forward, ~35-50 us, showed up in every sample). Medians within 10% + 3 us. Prints both."""
+    fast_ms, slow_ms, lead_bytes = _copy_after_host_time(60)
     print(f"copy {fast_ms * 1e3:.1f} us; after 60 us on the host {slow_ms * 1e3:.1f} us; "
-          f"lead write {report.l2_flush_bytes / 2**20:.0f} MiB")
+          f"lead write {lead_bytes / 2**20:.0f} MiB")
     assert slow_ms <= 1.1 * fast_ms + 0.003
 
 
 def test_host_time_beyond_the_lead_is_counted():
     """The lead is not a free pass: 1 ms on the host before the copy (five times the lead) shows up in
     the sample, at least 0.5 ms over the prompt copy. Prints both medians."""
-    src = torch.randn(1 << 23, device=DEVICE)
-    dst = torch.empty_like(src)
-
-    def prompt(inputs):
-        return dst.copy_(inputs[0])
-
-    def slow_host(inputs):
-        _host_busy(1000)
-        return dst.copy_(inputs[0])
-
-    report = bench_interleaved_report({"prompt": prompt, "slow_host": slow_host}, [[src]], budget_ms=100,
-                                      warmup_ms=10, device=DEVICE)
-    fast_ms, slow_ms = report.timings["prompt"].median_ms, report.timings["slow_host"].median_ms
+    fast_ms, slow_ms, _ = _copy_after_host_time(1000)
     print(f"copy {fast_ms * 1e3:.1f} us; after 1 ms on the host {slow_ms * 1e3:.1f} us")
     assert slow_ms >= fast_ms + 0.5
 
