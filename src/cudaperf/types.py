@@ -193,6 +193,7 @@ class ConfigTiming:
     flops: float | None = None
     overhead_ms: float | None = None  # an empty function's median in the same run: the protocol's own cost
     # (device synchronise, end event), inside every sample of every callable and not subtracted (timing.py)
+    lead_us: float = 0.0  # how long the GPU was kept busy before each start event (timing.py, step 1)
 
     @property
     def speedup_vs_eager(self) -> float | None:

@@ -248,8 +248,11 @@ def result_renderables(result) -> list:
                           _num(t and t.overhead_ms, ".4f"))
         out.append(table)
         if any(t.overhead_ms for t in result.timings):
+            lead = max(t.lead_us for t in result.timings)
             out.append(Text("timer ms: an empty function timed the same way (device synchronise, end event); "
-                            "it is inside every time above, not subtracted", style="dim"))
+                            "it is inside every time above, not subtracted"
+                            + (f"; each call had a {lead:g} µs lead (L2 flush) before its start event" if lead else ""),
+                            style="dim"))
     out.append(Text(f"speedup (geomean): vs eager {_num(result.speedup_vs_eager, '.2f')}x, "
                     f"vs torch.compile {_num(result.speedup_vs_compile, '.2f')}x; coverage "
                     f"{_num(result.coverage, '.0%')}"))
