@@ -28,13 +28,20 @@ event time exceeds its host time is counted as a clock violation (hack #7).
 Why a long lead: on the H200 (session 6, dev/LOG.md) a 2x L2 write took ~28 µs, less than the host path
 of a forward that launches through cuda-core, so the GPU sat idle after the start event for a varying
 part of every sample: medians 35-50 µs above the CUPTI kernel time and 8-87% apart between evaluations,
-while the kernel time itself moved under 1%. The lead is ONE write kernel, not a spin or several writes:
-work a call puts on another stream without waiting for the timing stream may start during it, before the
-start event, but it gains nothing measurable, because the write's blocks fill every SM and the other
-stream's blocks queue behind them until its tail (tests/gpu/test_timing_gpu.py). Side streams are also caught by
-the static rule `stream_created` and by the profiler's stream count (anticheat). A protocol that ended the sample at an event on the timing stream and fell back
-to the synchronised end only when the synchronise took longer than calibrated was tried and removed: on
-the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
+while the kernel time itself moved under 1%. With the 200 µs lead the matmul's medians were 0.70% apart.
+
+The lead's cost: work a call puts on another stream without waiting for the timing stream can start while
+the lead runs, before the start event. The lead is ONE write kernel (not a spin or several writes), so
+such work queues behind its blocks, but it can still slip into the SMs the write's last wave frees: on
+the H200 an unjoined 32 µs side-stream copy was timed at 24 µs. So the lead is timed too (an event
+before it): such work makes the lead itself longer, and a function whose median lead exceeds the run's
+shortest (the empty function's, normally) by more than 1% gets that excess added to every sample and a
+`lead_overlap` warning (`lead_overlaps`). An honest call cannot lengthen the lead: its work is queued
+behind it on the timing stream. Side streams are also caught by the static rule `stream_created` and by
+the profiler's stream count (anticheat). A protocol that ended the sample at an event on the timing
+stream and fell back to the synchronised end only when the synchronise took longer than calibrated was
+tried and removed: on the H200 host jitter in the synchronise made it fall back on honest calls
+(dev/LOG.md, session 5).
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
@@ -53,7 +60,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -66,6 +73,8 @@ OVERHEAD_NAME = "<empty>"  # the empty function that measures the protocol's own
 DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H200 (gpu-machine.md), when the device does not report it
 DEFAULT_LEAD_US = 200.0  # how long the pre-call write keeps the GPU busy (module docstring, step 1)
 LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the device's memory than this
+LEAD_OVERLAP_TOLERANCE = 0.01  # a median lead this much longer than the run's shortest is an overlap...
+LEAD_OVERLAP_FLOOR_MS = 0.001  # ...and at least this much (event resolution is ~0.5 µs)
 ESTIMATE_ROUNDS = 3
 
 Fn = Callable[[list], object]
@@ -98,17 +107,26 @@ class BenchReport:
     clock_violations: dict[str, int] = field(default_factory=dict)  # samples with event > host time
     stream_changes: dict[str, int] = field(default_factory=dict)  # calls that left another stream current
     lead_us: float = 0.0  # what the flush was sized to last (0: sized by hand, or no flush)
+    lead_overlap_ms: dict[str, float] = field(default_factory=dict)  # excess lead per function, already
+    # added to each of its samples (`lead_overlaps`)
+    lead_median_ms: dict[str, float] = field(default_factory=dict)  # the lead's own median per function
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
-        """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
+        """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted;
+        `lead_overlap` is a WARNING: its time is already corrected, and an honest call cannot cause it)."""
         found = [
             ("timed_output_mismatch", self.check_failures, "re-checked outputs were wrong during timing"),
             ("timed_input_mutation", self.input_mutations, "inputs were modified during timing"),
             ("timer_inconsistent", self.clock_violations, "event time exceeded the host clock"),
             ("stream_changed", self.stream_changes, "calls left a different CUDA stream current"),
         ]
-        return tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
-                     for code, counts, text in found if counts.get(name))
+        flags = [Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
+                 for code, counts, text in found if counts.get(name)]
+        if name in self.lead_overlap_ms:
+            flags.append(Flag("lead_overlap", f"{name}: work ran during the lead before the start event (it "
+                              f"took {self.lead_overlap_ms[name] * 1e3:.1f} µs longer); that time was added to "
+                              "every sample", Severity.WARNING, config))
+        return tuple(flags)
 
     @property
     def overhead_ms(self) -> float | None:
@@ -201,6 +219,17 @@ def lead_sized_flush_bytes(device: str, lead_us: float = DEFAULT_LEAD_US) -> int
 # Clocks: one timed call each
 
 
+class _Call(NamedTuple):
+    """One timed call: the output, the sample (start to end event), the host clock around it all, the
+    lead's own duration (its events), and whether the call left another stream current."""
+
+    out: object
+    event_ms: float
+    host_ms: float
+    lead_ms: float
+    stream_changed: bool
+
+
 class _CpuClock:
     """Test aid: perf_counter around the call, no flush. Never used for reported GPU numbers."""
 
@@ -208,11 +237,11 @@ class _CpuClock:
     flush_bytes = 0
     lead_us = 0.0
 
-    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
+    def time_call(self, fn: Fn, inputs: list) -> _Call:
         start = _now_ns()
         out = fn(inputs)
         elapsed_ms = (_now_ns() - start) / 1e6
-        return out, elapsed_ms, elapsed_ms, False
+        return _Call(out, elapsed_ms, elapsed_ms, 0.0, False)
 
 
 class _CudaClock:
@@ -224,9 +253,10 @@ class _CudaClock:
         self.stream = torch.cuda.current_stream(device)
         self.buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
 
-    def time_call(self, fn: Fn, inputs: list) -> tuple[object, float, float, bool]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    def time_call(self, fn: Fn, inputs: list) -> _Call:
+        lead, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         host_start = _now_ns()
+        lead.record(self.stream)
         if self.flush_bytes:
             self.buffer.zero_()  # queued ahead of the start event: the lead (module docstring, step 1)
         start.record(self.stream)
@@ -238,7 +268,7 @@ class _CudaClock:
         stream_changed = torch.cuda.current_stream(self.stream.device) != self.stream
         if stream_changed:
             torch.cuda.set_stream(self.stream)
-        return out, start.elapsed_time(end), host_ms, stream_changed
+        return _Call(out, start.elapsed_time(end), host_ms, lead.elapsed_time(start), stream_changed)
 
 
 def _make_clock(device: torch.device, flush_bytes: int | None, lead_us: float) -> _CpuClock | _CudaClock:
@@ -332,17 +362,18 @@ class _Run:
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
         self.samples = {name: [] for name in self.fns}
         self.host = {name: [] for name in self.fns}
+        self.leads = {name: [] for name in self.fns}
         self.counts = {key: dict.fromkeys(self.fns, 0) for key in
                        ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes")}
         self.host_total_ms = 0.0
 
-    def call(self, name: str, inputs: list) -> tuple[object, float, float]:
+    def call(self, name: str, inputs: list) -> _Call:
         try:
-            out, event_ms, host_ms, stream_changed = self.clock.time_call(self.fns[name], inputs)
+            timed = self.clock.time_call(self.fns[name], inputs)
         except Exception as error:  # re-raised with the function's name, for classification
             raise FunctionFailed(name, error) from error
-        self.counts["stream_changes"][name] += stream_changed
-        return out, event_ms, host_ms
+        self.counts["stream_changes"][name] += timed.stream_changed
+        return timed
 
     def estimate_round_ms(self) -> float:
         """One untimed call per function (first-call effects), then the median of a few host-timed rounds."""
@@ -371,17 +402,16 @@ class _Run:
                 self.plain_round(index)
         self.host_total_ms = (_now_ns() - start) / 1e6
 
-    def record(self, name: str, event_ms: float, host_ms: float) -> None:
-        self.samples[name].append(event_ms)
-        self.host[name].append(host_ms)
+    def record(self, name: str, timed: _Call) -> None:
+        self.samples[name].append(timed.event_ms)
+        self.host[name].append(timed.host_ms)
+        self.leads[name].append(timed.lead_ms)
         # 0.01 ms of slack: event and host clocks have different resolutions
-        self.counts["clock_violations"][name] += event_ms > host_ms + 0.01
+        self.counts["clock_violations"][name] += timed.event_ms > timed.host_ms + 0.01
 
     def plain_round(self, index: int) -> None:
         for name in self.rng.sample(list(self.fns), len(self.fns)):
-            out, event_ms, host_ms = self.call(name, self.input_sets[index])
-            self.record(name, event_ms, host_ms)
-            del out
+            self.record(name, self.call(name, self.input_sets[index]))
 
     def checked_round(self, index: int) -> None:
         """A round on set `index`'s tensors holding set `source`'s contents; every output re-checked."""
@@ -390,10 +420,10 @@ class _Run:
         backup = clone_inputs(working) if source != index else None
         _copy_contents(working, self.input_sets[source])
         for name in self.rng.sample(list(self.fns), len(self.fns)):
-            out, event_ms, host_ms = self.call(name, working)
-            self.record(name, event_ms, host_ms)
-            self._verify(name, source, out, working)
-            del out
+            timed = self.call(name, working)
+            self.record(name, timed)
+            self._verify(name, source, timed.out, working)
+            del timed
         if backup is not None:
             _copy_contents(working, backup)
 
@@ -413,7 +443,9 @@ class _Run:
             _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
 
     def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
-        timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))
+        overlaps = lead_overlaps(self.leads)
+        timings = {name: summarize([s + overlaps.get(name, 0.0) for s in self.samples[name]],
+                                   statistics.fmean(self.host[name]))
                    for name in self.fns if name != OVERHEAD_NAME}
         overhead = (summarize(self.samples[OVERHEAD_NAME], statistics.fmean(self.host[OVERHEAD_NAME]))
                     if OVERHEAD_NAME in self.fns else None)
@@ -421,8 +453,24 @@ class _Run:
             timings=timings, overhead=overhead, device=self.clock.device, rounds=rounds,
             warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes, lead_us=self.clock.lead_us,
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
+            lead_overlap_ms=_without_overhead(overlaps),
+            lead_median_ms={name: statistics.median(v) for name, v in self.leads.items() if v},
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
+
+
+def lead_overlaps(leads_ms: dict[str, list[float]]) -> dict[str, float]:
+    """Functions whose calls made the lead itself longer: name -> the excess of its median lead over the
+    shortest median lead of the run (ms), for excesses above LEAD_OVERLAP_TOLERANCE of that lead (and
+    at least LEAD_OVERLAP_FLOOR_MS). An honest call cannot touch the lead (its work is queued behind it on
+    the timing stream); work put on another stream without waiting for it can run during it, and then
+    the lead takes longer by about what that work did there (module docstring)."""
+    medians = {name: statistics.median(v) for name, v in leads_ms.items() if v}
+    if len(medians) < 2:
+        return {}
+    shortest = min(medians.values())
+    limit = max(LEAD_OVERLAP_FLOOR_MS, LEAD_OVERLAP_TOLERANCE * shortest)
+    return {name: m - shortest for name, m in medians.items() if m - shortest > limit}
 
 
 def _without_overhead(counts: dict[str, int]) -> dict[str, int]:
