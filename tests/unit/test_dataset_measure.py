@@ -359,3 +359,22 @@ def test_stats_say_how_many_tasks_the_latest_run_selected(tmp_path):
 def test_stats_count_timed_rows_by_their_lead():
     rows = [{"median_ms": 1.0, "lead_us": 200.0}, {"median_ms": 1.0}, {"median_ms": None, "lead_us": 200.0}]
     assert measure_stats._leads(rows) == "200 µs: 1; 2x L2 write only (before the lead): 1"
+
+
+def test_a_kernel_change_changes_the_implementation_hash():
+    impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
+    changed = impl.source.replace("double acc", "float acc")
+    assert changed != impl.source and impl_hash(changed) != impl_hash(impl.source)
+
+
+def test_a_comment_in_the_kernel_does_not_change_the_implementation_hash():
+    impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
+    commented = impl.source.replace("double acc", "/* note */ double   acc")
+    assert impl_hash(commented) == impl_hash(impl.source)
+
+
+def test_features_of_an_older_source_are_not_current():
+    impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
+    assert measure_stats.has_current_features({impl.impl_id: impl_hash(impl.source)}, impl)
+    assert not measure_stats.has_current_features({impl.impl_id: "older-source"}, impl)
+    assert not measure_stats.has_current_features({}, impl)

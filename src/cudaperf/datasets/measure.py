@@ -67,12 +67,12 @@ from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 from typing import Any, Self
 
-from cudaperf.datasets.records import GeneratedTask, source_hash
+from cudaperf.datasets.records import GeneratedTask, normalise_code
 from cudaperf.types import TaskKind
 
 RESULTS_FILE = "measurements.jsonl"
 FEATURES_FILE = "features.jsonl"
-ROW_VERSION = 1
+ROW_VERSION = 2  # 2: `impl_hash` covers the CUDA source
 EXIT_DONE, EXIT_USAGE, EXIT_BUDGET = 0, 2, 3
 RETRYABLE = ("worker_died", "timeout")  # row statuses that --retry-failed measures again
 # Before any task of a kind finished in this run, the dispatcher assumes these durations (seconds, one
@@ -158,8 +158,10 @@ class Progress:
 
 
 def impl_hash(source: str) -> str:
-    """The normalised-source hash of an implementation (comments and whitespace do not change it)."""
-    return source_hash(source, 12)
+    """The hash of an implementation's source, its CUDA included (comments and whitespace do not change
+    it). Rows before ROW_VERSION 2 hashed `normalise`d text, which drops the CUDA: see
+    dev/migrate_impl_hashes.py."""
+    return hashlib.sha256(normalise_code(source).encode()).hexdigest()[:12]
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -904,11 +906,11 @@ class FeatureThread:
         from cudaperf.datasets import measure_stats, registry
 
         for impl in registry.implementations(task):
-            if impl.impl_id not in self.done:
+            if not measure_stats.has_current_features(self.done, impl):
                 row = measure_stats.static_feature_row(impl)
                 if row is not None:  # analysis unavailable here: left for `--features-only` elsewhere
                     self.writer.append(row)
-                    self.done.add(impl.impl_id)
+                    self.done[impl.impl_id] = row["source_hash"]
 
     def close(self, wait_s: float) -> None:
         self.pool.shutdown(wait=wait_s > 0, cancel_futures=True)
@@ -971,12 +973,12 @@ def features_only(options: MeasureOptions) -> int:
                 print(f"stopped at the time budget after {written} implementations", file=sys.stderr)
                 return EXIT_BUDGET
             for impl in registry.implementations(task):
-                if impl.impl_id in done:
+                if measure_stats.has_current_features(done, impl):
                     continue
                 row = measure_stats.static_feature_row(impl)
                 if row is not None:
                     writer.append(row)
-                    done.add(impl.impl_id)
+                    done[impl.impl_id] = row["source_hash"]
                     written += 1
     finally:
         writer.close()

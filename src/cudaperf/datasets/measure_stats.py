@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import ROW_VERSION, read_records, result_files
+from cudaperf.datasets.measure import ROW_VERSION, impl_hash, read_records, result_files
 from cudaperf.datasets.records import Implementation
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -383,9 +383,15 @@ def _typed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # Static features
 
 
-def feature_ids(directories: Iterable[Path]) -> set[str]:
+def feature_ids(directories: Iterable[Path]) -> dict[str, str | None]:
+    """impl id -> the source hash its features were computed from (the last row wins)."""
     rows, _ = read_records(directories, "features")
-    return {r["impl_id"] for r in rows if "impl_id" in r}
+    return {r["impl_id"]: r.get("source_hash") for r in rows if "impl_id" in r}
+
+
+def has_current_features(done: dict[str, str | None], impl: Implementation) -> bool:
+    """Whether `done` (from `feature_ids`) holds features of this implementation's current source."""
+    return impl.impl_id in done and done[impl.impl_id] == impl_hash(impl.source)
 
 
 def load_features(*directories: Path) -> dict[str, dict[str, Any]]:
@@ -428,5 +434,6 @@ def static_feature_row(impl: Implementation) -> dict[str, Any] | None:
     report = analyze_source(impl.source, sass=False)
     if not report.kernels or any(d.startswith("analysis failed") for d in report.diagnostics):
         return None
-    return {"v": ROW_VERSION, "impl_id": impl.impl_id, "task_id": impl.task_id, "strategy": impl.strategy,
+    return {"v": ROW_VERSION, "impl_id": impl.impl_id, "source_hash": impl_hash(impl.source),
+            "task_id": impl.task_id, "strategy": impl.strategy,
             "features": compact_features(report.kernels), "diagnostics": len(report.diagnostics), "t": time.time()}

@@ -96,3 +96,14 @@ def normalise(source: str) -> str:
 
 def source_hash(source: str, n: int = 10) -> str:
     return hashlib.sha256(normalise(source).encode()).hexdigest()[:n]
+
+
+_CODE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n]*(?=\n)", re.DOTALL)
+
+
+def normalise_code(source: str) -> str:
+    """Like `normalise`, but triple-quoted strings are kept: a solution module's CUDA lives in one
+    (`SOURCE = r\"\"\"...\"\"\"`), so a kernel change must change this form (`normalise` drops them as
+    docstrings, which is right for task identity and wrong for implementation identity)."""
+    kept = re.sub(r"#(include|define|pragma)", r"@\1", source)
+    return _SPACE.sub(" ", _CODE_COMMENT.sub(" ", kept)).strip()
