@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import io
 import json
 import shutil
@@ -171,7 +172,14 @@ def main() -> int:
     # evaluator's default, unless asked.
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--table-from", default=None, help="print the table of an earlier run's JSON (.json[.gz]) "
+                    "and exit, without a GPU")
     args = ap.parse_args()
+    if args.table_from:
+        opener = gzip.open if args.table_from.endswith(".gz") else open
+        with opener(args.table_from, "rt") as fh:
+            print_table(json.load(fh)["tasks"])
+        return 0
     by_id = {t.task_id: (t, s) for t, s in example_pairs("fast", 12)} | benchmark_pairs()
     rows = []
     with ClockMonitor() as clocks:
@@ -197,8 +205,9 @@ def print_table(rows: list[dict]) -> None:
     print("\n| repeatability (5 evaluations, longest configuration) | median | spread of medians (target ≤ 1% "
           "for ≥ 50 µs) | spread of speedups vs eager | kernel-only (CUPTI) after each evaluation: spread "
           "(µs) | vs ncu gpu__time_duration (target ±5%) | vs ncu, the timer's own cost (an empty function, "
-          "same run) taken off | SM clock per evaluation (MHz) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "same run) taken off | net: each evaluation's median less its own timer cost: spread (µs) | SM clock "
+          "per evaluation (MHz) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ours = statistics.median(r["medians_ms"]) * 1000
         ncu = "not measured: " + r["ncu_note"][:120] if r["ncu_median_ms"] is None else \
@@ -211,9 +220,18 @@ def print_table(rows: list[dict]) -> None:
             net_ms = statistics.median(r["medians_ms"]) - statistics.median(overheads)
             corrected = f"{(net_ms - r['ncu_median_ms']) / r['ncu_median_ms'] * 100:+.2f}% (timer " \
                         f"{statistics.median(overheads) * 1000:.1f} µs)"
+        nets = net_medians_ms(r)
+        net = "-" if spread_of(nets) is None else f"{spread_of(nets) * 100:.2f}% ({_us(nets)})"
         sm = ", ".join("-" if c["sm_mhz_median"] is None else f"{c['sm_mhz_median']:.0f}" for c in r["clocks"])
         print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% ({_us(r['medians_ms'])}) "
-              f"| {speed} | {cupti} | {ncu} | {corrected} | {sm} |")
+              f"| {speed} | {cupti} | {ncu} | {corrected} | {net} | {sm} |")
+
+
+def net_medians_ms(row: dict) -> list[float | None]:
+    """Each evaluation's median less the timer cost measured in that same evaluation (None where the
+    cost was not measured)."""
+    return [None if o is None else m - o for m, o in zip(row["medians_ms"], row.get("timer_overhead_ms") or
+                                                          [None] * len(row["medians_ms"]), strict=True)]
 
 
 def _us(values_ms: list[float | None]) -> str:
