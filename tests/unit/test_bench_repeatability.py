@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from repeatability import per_call_ms
+from repeatability import net_medians_ms, per_call_ms
 
 FLUSH, MARKER = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>", "spin_kernel"
 
@@ -29,3 +29,8 @@ def test_a_fill_inside_the_call_stays_in_it():
 
 def test_events_before_the_first_marker_are_ignored():
     assert per_call_ms([("warm-up", 500.0), (FLUSH, 30.0), (MARKER, 1.0), ("k", 10.0)]) == pytest.approx([0.010])
+
+
+def test_each_evaluation_loses_its_own_timer_cost():
+    row = {"medians_ms": [0.100, 0.110], "timer_overhead_ms": [0.010, None]}
+    assert net_medians_ms(row) == [pytest.approx(0.090), None]
