@@ -443,7 +443,8 @@ class _Run:
             _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
 
     def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
-        overlaps = lead_overlaps(self.leads)
+        lead_medians = {name: statistics.median(v) for name, v in self.leads.items() if v}
+        overlaps = lead_overlaps(lead_medians)
         timings = {name: summarize([s + overlaps.get(name, 0.0) for s in self.samples[name]],
                                    statistics.fmean(self.host[name]))
                    for name in self.fns if name != OVERHEAD_NAME}
@@ -454,18 +455,17 @@ class _Run:
             warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes, lead_us=self.clock.lead_us,
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
             lead_overlap_ms=_without_overhead(overlaps),
-            lead_median_ms={name: statistics.median(v) for name, v in self.leads.items() if v},
+            lead_median_ms=lead_medians,
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 
 
-def lead_overlaps(leads_ms: dict[str, list[float]]) -> dict[str, float]:
-    """Functions whose calls made the lead itself longer: name -> the excess of its median lead over the
-    shortest median lead of the run (ms), for excesses above LEAD_OVERLAP_TOLERANCE of that lead (and
+def lead_overlaps(medians: dict[str, float]) -> dict[str, float]:
+    """Functions whose calls made the lead itself longer, from each function's median lead (ms): name ->
+    the excess of its median lead over the shortest median lead of the run (ms), for excesses above LEAD_OVERLAP_TOLERANCE of that lead (and
     at least LEAD_OVERLAP_FLOOR_MS). An honest call cannot touch the lead (its work is queued behind it on
     the timing stream); work put on another stream without waiting for it can run during it, and then
     the lead takes longer by about what that work did there (module docstring)."""
-    medians = {name: statistics.median(v) for name, v in leads_ms.items() if v}
     if len(medians) < 2:
         return {}
     shortest = min(medians.values())

@@ -9,11 +9,11 @@ import torch
 
 from cudaperf.timing import (
     OVERHEAD_NAME,
+    BenchReport,
     FunctionFailed,
     bench_interleaved,
     bench_interleaved_report,
     default_l2_flush_bytes,
-    BenchReport,
     lead_flush_bytes,
     lead_overlaps,
     summarize,
@@ -210,17 +210,16 @@ def test_a_cpu_run_reports_no_lead():
 
 
 def test_a_lead_longer_than_the_shortest_by_more_than_1_percent_is_an_overlap():
-    leads = {"<empty>": [0.150, 0.151, 0.150], "honest": [0.1505, 0.150, 0.151], "sneaky": [0.158, 0.157, 0.159]}
-    overlaps = lead_overlaps(leads)
+    overlaps = lead_overlaps({"<empty>": 0.150, "honest": 0.1505, "sneaky": 0.158})
     assert list(overlaps) == ["sneaky"] and overlaps["sneaky"] == pytest.approx(0.008)
 
 
 def test_lead_noise_under_the_floor_is_no_overlap():
-    assert lead_overlaps({"a": [0.020], "b": [0.0209]}) == {}
+    assert lead_overlaps({"a": 0.020, "b": 0.0209}) == {}
 
 
 def test_one_function_alone_has_nothing_to_compare_its_lead_with():
-    assert lead_overlaps({"a": [0.5]}) == {}
+    assert lead_overlaps({"a": 0.5}) == {}
 
 
 def _report_with_overlap(overlap_ms: dict[str, float]) -> BenchReport:

@@ -391,7 +391,7 @@ def feature_ids(directories: Iterable[Path]) -> dict[str, str | None]:
 
 def has_current_features(done: dict[str, str | None], impl: Implementation) -> bool:
     """Whether `done` (from `feature_ids`) holds features of this implementation's current source."""
-    return impl.impl_id in done and done[impl.impl_id] == impl_hash(impl.source)
+    return done.get(impl.impl_id) == impl_hash(impl.source)
 
 
 def load_features(*directories: Path) -> dict[str, dict[str, Any]]:

@@ -81,7 +81,8 @@ class Family:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n]*(?=\n)|\"\"\".*?\"\"\"", re.DOTALL)
+_CODE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n]*(?=\n)", re.DOTALL)  # C and Python comments
+_COMMENT = re.compile(_CODE_COMMENT.pattern + r"|\"\"\".*?\"\"\"", re.DOTALL)  # ... and docstrings
 _SPACE = re.compile(r"\s+")
 
 
@@ -90,20 +91,21 @@ def normalise(source: str) -> str:
 
     `#include`/`#define` lines are C preprocessor lines, not comments: they are kept.
     """
-    kept = re.sub(r"#(include|define|pragma)", r"@\1", source)
-    return _SPACE.sub(" ", _COMMENT.sub(" ", kept)).strip()
+    return _normalised(source, _COMMENT)
 
 
 def source_hash(source: str, n: int = 10) -> str:
     return hashlib.sha256(normalise(source).encode()).hexdigest()[:n]
 
 
-_CODE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|#[^\n]*(?=\n)", re.DOTALL)
-
 
 def normalise_code(source: str) -> str:
     """Like `normalise`, but triple-quoted strings are kept: a solution module's CUDA lives in one
     (`SOURCE = r\"\"\"...\"\"\"`), so a kernel change must change this form (`normalise` drops them as
     docstrings, which is right for task identity and wrong for implementation identity)."""
-    kept = re.sub(r"#(include|define|pragma)", r"@\1", source)
-    return _SPACE.sub(" ", _CODE_COMMENT.sub(" ", kept)).strip()
+    return _normalised(source, _CODE_COMMENT)
+
+
+def _normalised(source: str, comments: re.Pattern[str]) -> str:
+    kept = re.sub(r"#(include|define|pragma)", r"@\1", source)  # preprocessor lines are not comments
+    return _SPACE.sub(" ", comments.sub(" ", kept)).strip()
