@@ -104,6 +104,16 @@ _PROGRAMS: collections.OrderedDict[tuple, _Program] = collections.OrderedDict()
 _PROGRAMS_LOCK = threading.Lock()
 
 
+def harness_kernel(source: str, name: str, *, options: tuple[str, ...] | list[str] = ()) -> Kernel:
+    """`compile` for the harness's own kernels (the timing lead): compiled for the current GPU and NOT
+    registered in the program cache, so `kernel_symbols` (the candidate's kernels) never lists it."""
+    options = normalize_options(options)
+    exprs = _sig.canonical_name_expressions(source, (name,), None)
+    output = compile_cuda(source, arch=default_arch(), options=options, name_expressions=exprs,
+                          report_resources=False)
+    return _Program(output, _sig.parse_kernels(source)).kernel(name)
+
+
 def _program(source: str, names: tuple[str, ...] | None, options: tuple[str, ...], arch: str | None,
              name_expressions) -> _Program:
     exprs = _sig.canonical_name_expressions(source, names, name_expressions)
@@ -253,6 +263,11 @@ class Kernel:
         if config is None:
             config = self._config(grid, block, smem_bytes)
         self._launch(_current_stream() if stream is None else _as_stream(stream), config, fn, *kernel_args)
+
+    def max_active_blocks_per_sm(self, block_threads: int, smem_bytes: int = 0) -> int:
+        """Blocks of `block_threads` that fit on one SM at once (the driver's occupancy calculator)."""
+        fn = self._fn if self._fn is not None else self._bind()
+        return int(fn.occupancy.max_active_blocks_per_multiprocessor(block_threads, smem_bytes))
 
     def _count_message(self, given: int) -> str:
         params = ", ".join(f"{p.c_type} {p.name}".strip() for p in self.signature.params) if self.signature \

@@ -6,8 +6,9 @@ with everything it noticed), `summarize` (median, IQR, min, mean of raw samples)
 evaluation.md in mind):
 
 1. write a buffer of at least 2x the L2 size, so no call finds its inputs in L2 left by the previous one,
-   sized so the write lasts `lead_us` (default 200 µs; `lead_flush_bytes`): while the GPU writes it, the
-   host records the start event and runs the function's host path (Python, allocation, launch), so the
+   then read 2x L2 of it back so L2 holds clean lines (`cudaperf.lead`: one persistent kernel); the
+   write is sized to last `lead_us` (default 200 µs; `lead_flush_bytes`): while the GPU works, the host
+   records the start event and runs the function's host path (Python, allocation, launch), so the
    sample starts with the function's first kernel queued, not with the GPU waiting for the host;
 2. record a start event on the stream current when timing began;
 3. call the function;
@@ -31,17 +32,17 @@ part of every sample: medians 35-50 µs above the CUPTI kernel time and 8-87% ap
 while the kernel time itself moved under 1%. With the 200 µs lead the matmul's medians were 0.70% apart.
 
 The lead's cost: work a call puts on another stream without waiting for the timing stream can start while
-the lead runs, before the start event. The lead is ONE write kernel (not a spin or several writes), so
-such work queues behind its blocks, but it can still slip into the SMs the write's last wave frees: on
-the H200 an unjoined 32 µs side-stream copy was timed at 24 µs. So the lead is timed too (an event
-before it): such work makes the lead itself longer, and a function whose median lead exceeds the run's
-shortest (the empty function's, normally) by more than 1% gets that excess added to every sample and a
-`lead_overlap` warning (`lead_overlaps`). An honest call cannot lengthen the lead: its work is queued
-behind it on the timing stream. Side streams are also caught by the static rule `stream_created` and by
-the profiler's stream count (anticheat). A protocol that ended the sample at an event on the timing
-stream and fell back to the synchronised end only when the synchronise took longer than calibrated was
-tried and removed: on the H200 host jitter in the synchronise made it fall back on honest calls
-(dev/LOG.md, session 5).
+the lead runs, before the start event. So the lead is one persistent kernel that holds every thread slot
+of every SM until its blocks exit together (`cudaperf.lead`): such work waits for the lead's end like
+the call's own work does. With torch's fill as the lead, an unjoined side-stream copy on the H200 took
+the slots the fill's last wave freed and was timed at 76% of the same copy on the timing stream; timing
+the lead and adding its growth back recovered only part of that and flagged honest functions (dev/LOG.md,
+session 7). The lead's own duration is still recorded per function (`BenchReport.lead_median_ms`), a
+diagnostic: a lead shorter than a function's host path leaves the GPU idle inside its samples. Side
+streams are also caught by the static rule `stream_created` and by the profiler's stream count
+(anticheat). A protocol that ended the sample at an event on the timing stream and fell back to the
+synchronised end only when the synchronise took longer than calibrated was tried and removed: on the
+H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
@@ -65,6 +66,7 @@ from typing import Any, NamedTuple
 import torch
 
 from cudaperf.correctness import clone_inputs, flatten_tensors, inputs_mutated
+from cudaperf.lead import Lead
 from cudaperf.types import Flag, Severity, Timing
 
 _now_ns = time.perf_counter_ns  # bound at import: a candidate replacing time.perf_counter_ns later
@@ -73,8 +75,6 @@ OVERHEAD_NAME = "<empty>"  # the empty function that measures the protocol's own
 DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H200 (gpu-machine.md), when the device does not report it
 DEFAULT_LEAD_US = 200.0  # how long the pre-call write keeps the GPU busy (module docstring, step 1)
 LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the device's memory than this
-LEAD_OVERLAP_TOLERANCE = 0.01  # a median lead this much longer than the run's shortest is an overlap...
-LEAD_OVERLAP_FLOOR_MS = 0.001  # ...and at least this much (event resolution is ~0.5 µs)
 ESTIMATE_ROUNDS = 3
 
 Fn = Callable[[list], object]
@@ -107,26 +107,19 @@ class BenchReport:
     clock_violations: dict[str, int] = field(default_factory=dict)  # samples with event > host time
     stream_changes: dict[str, int] = field(default_factory=dict)  # calls that left another stream current
     lead_us: float = 0.0  # what the flush was sized to last (0: sized by hand, or no flush)
-    lead_overlap_ms: dict[str, float] = field(default_factory=dict)  # excess lead per function, already
-    # added to each of its samples (`lead_overlaps`)
+    lead_kind: str = ""  # "persistent" (cudaperf.lead), "memset" (its fallback) or "" (no flush, CPU)
     lead_median_ms: dict[str, float] = field(default_factory=dict)  # the lead's own median per function
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
-        """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted;
-        `lead_overlap` is a WARNING: its time is already corrected, and an honest call cannot cause it)."""
+        """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
         found = [
             ("timed_output_mismatch", self.check_failures, "re-checked outputs were wrong during timing"),
             ("timed_input_mutation", self.input_mutations, "inputs were modified during timing"),
             ("timer_inconsistent", self.clock_violations, "event time exceeded the host clock"),
             ("stream_changed", self.stream_changes, "calls left a different CUDA stream current"),
         ]
-        flags = [Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
-                 for code, counts, text in found if counts.get(name)]
-        if name in self.lead_overlap_ms:
-            flags.append(Flag("lead_overlap", f"{name}: work ran during the lead before the start event (it "
-                              f"took {self.lead_overlap_ms[name] * 1e3:.1f} µs longer); that time was added to "
-                              "every sample", Severity.WARNING, config))
-        return tuple(flags)
+        return tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
+                     for code, counts, text in found if counts.get(name))
 
     @property
     def overhead_ms(self) -> float | None:
@@ -195,22 +188,23 @@ def lead_flush_bytes(l2_flush_bytes: int, l2_flush_us: float, lead_us: float, ca
 
 @functools.cache
 def lead_sized_flush_bytes(device: str, lead_us: float = DEFAULT_LEAD_US) -> int:
-    """`lead_flush_bytes` for a CUDA device, with the 2x L2 write timed there (median of 5, after 3
-    untimed); once per process, device and lead."""
+    """`lead_flush_bytes` for a CUDA device, with the lead kernel's 2x L2 write timed there (median of 5,
+    after 3 untimed); once per process, device and lead. The write lasts `lead_us`; the lead's clean
+    read of 2x L2 comes on top (~25 µs on an H200)."""
     base = default_l2_flush_bytes(device)
     if base == 0 or lead_us <= 0:
         return base
-    buffer = torch.empty(base // 4, dtype=torch.int32, device=device)
+    lead = Lead(torch.device(device), base)  # the write alone; the clean read adds ~2x L2 / bandwidth
     times_us = []
     for i in range(8):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        buffer.zero_()
+        lead()
         end.record()
         end.synchronize()
         if i >= 3:
             times_us.append(start.elapsed_time(end) * 1e3)
-    del buffer
+    del lead
     total = torch.cuda.get_device_properties(device).total_memory
     return lead_flush_bytes(base, statistics.median(times_us), lead_us, int(total * LEAD_MEMORY_FRACTION))
 
@@ -236,6 +230,7 @@ class _CpuClock:
     device = "cpu"
     flush_bytes = 0
     lead_us = 0.0
+    lead_kind = ""
 
     def time_call(self, fn: Fn, inputs: list) -> _Call:
         start = _now_ns()
@@ -249,16 +244,18 @@ class _CudaClock:
 
     def __init__(self, device: torch.device, flush_bytes: int, lead_us: float = 0.0):
         self.device = str(device)
-        self.flush_bytes, self.lead_us = flush_bytes, lead_us
+        self.lead_us = lead_us
         self.stream = torch.cuda.current_stream(device)
-        self.buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
+        self.lead = Lead(device, flush_bytes, default_l2_flush_bytes(device)) if flush_bytes else None
+        self.flush_bytes = self.lead.flush_bytes if self.lead else 0  # whole chunks
+        self.lead_kind = self.lead.kind if self.lead else ""
 
     def time_call(self, fn: Fn, inputs: list) -> _Call:
         lead, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         host_start = _now_ns()
         lead.record(self.stream)
-        if self.flush_bytes:
-            self.buffer.zero_()  # queued ahead of the start event: the lead (module docstring, step 1)
+        if self.lead is not None:
+            self.lead()  # queued ahead of the start event (module docstring, step 1; cudaperf.lead)
         start.record(self.stream)
         out = fn(inputs)
         torch.cuda.synchronize(self.stream.device)  # every stream of the device, not just ours (hack #4)
@@ -443,10 +440,7 @@ class _Run:
             _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
 
     def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
-        lead_medians = {name: statistics.median(v) for name, v in self.leads.items() if v}
-        overlaps = lead_overlaps(lead_medians)
-        timings = {name: summarize([s + overlaps.get(name, 0.0) for s in self.samples[name]],
-                                   statistics.fmean(self.host[name]))
+        timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))
                    for name in self.fns if name != OVERHEAD_NAME}
         overhead = (summarize(self.samples[OVERHEAD_NAME], statistics.fmean(self.host[OVERHEAD_NAME]))
                     if OVERHEAD_NAME in self.fns else None)
@@ -454,23 +448,10 @@ class _Run:
             timings=timings, overhead=overhead, device=self.clock.device, rounds=rounds,
             warmup_rounds=warmup_rounds, l2_flush_bytes=self.clock.flush_bytes, lead_us=self.clock.lead_us,
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
-            lead_overlap_ms=_without_overhead(overlaps),
-            lead_median_ms=lead_medians,
+            lead_kind=self.clock.lead_kind,
+            lead_median_ms={name: statistics.median(v) for name, v in self.leads.items() if v},
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
-
-
-def lead_overlaps(medians: dict[str, float]) -> dict[str, float]:
-    """Functions whose calls made the lead itself longer, from each function's median lead (ms): name ->
-    the excess of its median lead over the shortest median lead of the run (ms), for excesses above LEAD_OVERLAP_TOLERANCE of that lead (and
-    at least LEAD_OVERLAP_FLOOR_MS). An honest call cannot touch the lead (its work is queued behind it on
-    the timing stream); work put on another stream without waiting for it can run during it, and then
-    the lead takes longer by about what that work did there (module docstring)."""
-    if len(medians) < 2:
-        return {}
-    shortest = min(medians.values())
-    limit = max(LEAD_OVERLAP_FLOOR_MS, LEAD_OVERLAP_TOLERANCE * shortest)
-    return {name: m - shortest for name, m in medians.items() if m - shortest > limit}
 
 
 def _without_overhead(counts: dict[str, int]) -> dict[str, int]:

@@ -15,7 +15,6 @@ from cudaperf.timing import (
     bench_interleaved_report,
     default_l2_flush_bytes,
     lead_flush_bytes,
-    lead_overlaps,
     summarize,
 )
 
@@ -205,39 +204,4 @@ def test_compile_baseline_leaves_no_thread_behind():
 
 def test_a_cpu_run_reports_no_lead():
     report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=1, warmup_ms=0, min_reps=2, max_reps=3)
-    assert report.lead_us == 0.0
-
-
-
-def test_a_lead_longer_than_the_shortest_by_more_than_1_percent_is_an_overlap():
-    overlaps = lead_overlaps({"<empty>": 0.150, "honest": 0.1505, "sneaky": 0.158})
-    assert list(overlaps) == ["sneaky"] and overlaps["sneaky"] == pytest.approx(0.008)
-
-
-def test_lead_noise_under_the_floor_is_no_overlap():
-    assert lead_overlaps({"a": 0.020, "b": 0.0209}) == {}
-
-
-def test_one_function_alone_has_nothing_to_compare_its_lead_with():
-    assert lead_overlaps({"a": 0.5}) == {}
-
-
-def _report_with_overlap(overlap_ms: dict[str, float]) -> BenchReport:
-    return BenchReport(timings={}, overhead=None, device="cuda:0", rounds=1, warmup_rounds=1, l2_flush_bytes=1,
-                       host_total_ms=1.0, event_total_ms=1.0, lead_overlap_ms=overlap_ms)
-
-
-def test_a_lead_overlap_is_a_warning_for_that_function_only():
-    report = _report_with_overlap({"sneaky": 0.008})
-    flags = report.flags_for("sneaky")
-    assert [(f.code, f.severity.value) for f in flags] == [("lead_overlap", "warning")]
-    assert report.flags_for("honest") == ()
-
-
-def test_the_excess_lead_is_added_to_every_sample_of_the_overlapping_function(monkeypatch):
-    from cudaperf import timing
-
-    monkeypatch.setattr(timing, "lead_overlaps", lambda leads: {"a": 1.0})
-    report = bench_interleaved_report({"a": _double, "b": _double}, _sets(), budget_ms=1, warmup_ms=0,
-                                      min_reps=3, max_reps=3)
-    assert report.timings["a"].min_ms >= 1.0 and report.timings["b"].median_ms < 1.0
+    assert report.lead_us == 0.0 and report.lead_kind == ""

@@ -184,6 +184,7 @@ CRITICAL_PATHS: tuple[str, ...] = (
     "torch.cuda.Event.synchronize", "torch.cuda.Event.query", "torch.cuda.current_stream",
     "torch.cuda.Stream", "torch.cuda.Stream.synchronize", "torch.cuda.Stream.wait_stream",
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "time.time",
+    "cudaperf.cuda.Kernel.__call__", "cuda.core.launch", "torch.Tensor.zero_",  # the lead (cudaperf.lead)
     # comparison
     "torch.allclose", "torch.isclose", "torch.equal", "torch.isnan", "torch.isfinite", "torch.isinf",
     "torch.abs", "torch.max", "torch.sub", "torch.testing.assert_close", "torch.Tensor.__eq__",

@@ -1,0 +1,165 @@
+"""The timing lead: the write queued before each timed call, as one persistent kernel that fills the GPU.
+
+Covers `Lead` (the flush buffer, two counters and the kernel; calling it queues one full write of the
+buffer on torch's current stream), `LEAD_SOURCE` and `LEAD_CHUNK_BYTES`. timing.py uses it as step 1 of
+its protocol: the write evicts L2 and keeps the GPU busy while the host runs the function's host path.
+
+Why a kernel of our own and not `buffer.zero_()` (H200, session 7, dev/LOG.md): torch's fill is a grid of
+many short waves. A kernel a call launches on a side stream that does not wait for the timing stream
+queues behind the fill's blocks and takes every SM slot its last wave frees, so it runs before the
+start event: an unjoined 39 µs copy was timed at 30 µs. Timing the lead itself and adding its growth
+back did not close the gap (the copy filled idle slots, so the lead grew by only half what the copy
+saved) and flagged honest functions, whose leads differ by 1-2% through the host's launch latency.
+So the lead leaves no slot free instead:
+
+- every block is resident from the first moment: the grid is the number of SMs times the blocks of
+  `LEAD_THREADS` the occupancy calculator fits on one SM, and `__launch_bounds__` keeps the kernel at
+  32 registers a thread, so those blocks hold every thread slot (2,048 per SM on sm_90). No block of
+  another kernel is placed on an SM until a lead block exits;
+- work is handed out in `LEAD_CHUNK_BYTES` chunks from an atomic ticket, fetched one chunk ahead so its
+  latency hides behind the stores: every block runs out of work within about one chunk's time (16 KiB
+  per block, ~1 µs on an H200) and they exit together;
+- the last block to exit resets both counters, so the next launch needs no host work;
+- after the write, the kernel reads the buffer's first `clean_bytes` (2x L2 in timing.py) back: that
+  start of the buffer left L2 long ago, so the read fills L2 with clean lines and the last dirty lines
+  of the write are written back to memory during the lead, not during the timed call. Without it a
+  memory-bound kernel shares DRAM with those write-backs: on the H200 a 64 MiB read ran 1.24x slower
+  after the plain write than after a clean read pass (benchmarks/flush_state.py, session 7), and that
+  is much of why memory-bound kernels read 16-83% above ncu, which invalidates L2 before each kernel.
+
+If cuda-core or NVRTC is missing, or the occupancy calculator cannot fill the SM, the lead falls back to
+`buffer.zero_()` and says so (`Lead.kind` is "memset" instead of "persistent").
+
+Not covered: other processes or MPS clients sharing the GPU (their blocks are not ours to keep out); a
+kernel launched on a higher-priority stream still waits for a slot (priorities order waiting blocks,
+they do not preempt running ones), so it is held back like any other.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+LEAD_THREADS = 256  # threads per block: several blocks per SM, so any SM size is filled exactly
+LEAD_STORES = 4  # 16-byte stores per thread per chunk
+LEAD_CHUNK_BYTES = LEAD_THREADS * LEAD_STORES * 16  # 16 KiB: one ticket's work for one block
+LEAD_KERNEL = "cudaperf_lead"
+
+LEAD_SOURCE = r"""
+#define LEAD_THREADS %(threads)d
+#define LEAD_STORES %(stores)d
+/* Chunks [0, n_write) are written; tickets n_write .. n_write + n_read - 1 read chunks [0, n_read) back,
+   the start of the buffer, long since evicted: clean lines that push the last dirty ones out of L2. */
+extern "C" __global__ void __launch_bounds__(LEAD_THREADS, 2048 / LEAD_THREADS)
+cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read, unsigned long long* counters,
+              unsigned int value)
+{
+    __shared__ unsigned long long ticket[2];
+    const uint4 v = make_uint4(value, value, value, value);
+    const unsigned long long total = n_write + n_read;
+    unsigned int acc = 0;
+    if (threadIdx.x == 0) ticket[0] = atomicAdd(&counters[0], 1ULL);
+    __syncthreads();
+    for (unsigned int it = 0;; ++it) {
+        const unsigned long long chunk = ticket[it & 1];
+        if (chunk >= total) break;  /* the same value in every thread: the block leaves together */
+        unsigned long long next = 0;
+        if (threadIdx.x == 0) next = atomicAdd(&counters[0], 1ULL);  /* in flight during the memory work */
+        if (chunk < n_write) {
+            uint4* p = buf + chunk * (LEAD_THREADS * LEAD_STORES) + threadIdx.x;
+#pragma unroll
+            for (int s = 0; s < LEAD_STORES; ++s) p[s * LEAD_THREADS] = v;
+        } else {
+            const uint4* q = buf + (chunk - n_write) * (LEAD_THREADS * LEAD_STORES) + threadIdx.x;
+#pragma unroll
+            for (int s = 0; s < LEAD_STORES; ++s) {
+                const uint4 x = __ldcg(q + s * LEAD_THREADS);
+                acc ^= x.x ^ x.y ^ x.z ^ x.w;
+            }
+        }
+        if (threadIdx.x == 0) ticket[(it + 1) & 1] = next;  /* the other slot: read after the barrier */
+        __syncthreads();
+    }
+    if (acc == 0x9e3779b9u) counters[2] = acc;  /* keeps the loads; harmless if it ever happens */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&counters[1], 1ULL) == gridDim.x - 1) {  /* last block out: ready for the next launch */
+            counters[0] = 0;
+            counters[1] = 0;
+            __threadfence();
+        }
+    }
+}
+""" % {"threads": LEAD_THREADS, "stores": LEAD_STORES}  # noqa: UP031 - the CUDA braces would need doubling
+
+
+@dataclass(frozen=True)
+class LeadShape:
+    """How a persistent lead is launched on one device."""
+
+    grid_blocks: int
+    blocks_per_sm: int
+    resident_threads_per_sm: int  # what those blocks hold
+    max_threads_per_sm: int  # what the SM has
+
+
+def lead_chunks(flush_bytes: int) -> int:
+    """Chunks the buffer holds: `flush_bytes` rounded up to whole chunks."""
+    return max(math.ceil(flush_bytes / LEAD_CHUNK_BYTES), 1)
+
+
+def lead_shape(sm_count: int, blocks_per_sm: int, max_threads_per_sm: int) -> LeadShape:
+    return LeadShape(sm_count * blocks_per_sm, blocks_per_sm, blocks_per_sm * LEAD_THREADS, max_threads_per_sm)
+
+
+class Lead:
+    """The flush buffer of `flush_bytes` (rounded up to whole chunks) on `device` and the kernel that
+    writes it, then reads its first `clean_bytes` back (at most the whole buffer); `lead()` queues one
+    such pass on torch's current stream."""
+
+    def __init__(self, device: torch.device, flush_bytes: int, clean_bytes: int = 0):
+        self.chunks = lead_chunks(flush_bytes)
+        self.clean_chunks = min(math.ceil(max(clean_bytes, 0) / LEAD_CHUNK_BYTES), self.chunks)
+        self.flush_bytes = self.chunks * LEAD_CHUNK_BYTES
+        self.buffer = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
+        self.counters = torch.zeros(3, dtype=torch.int64, device=device)  # ticket, blocks out, sink
+        self.shape: LeadShape | None = None
+        self.fallback_reason = ""
+        self._kernel = None
+        self._value = 0
+        try:
+            self._kernel, self.shape = _persistent_kernel(str(device))
+        except Exception as exc:  # noqa: BLE001 - no cuda-core/NVRTC, or the SM cannot be filled
+            self.fallback_reason = f"{type(exc).__name__}: {exc}"
+
+    @property
+    def kind(self) -> str:
+        return "persistent" if self._kernel is not None else "memset"
+
+    def __call__(self) -> None:
+        if self._kernel is None:
+            self.buffer.zero_()
+            return
+        self._value = (self._value + 1) & 0xFFFFFFFF  # the call count: each write differs from the last
+        self._kernel(self.shape.grid_blocks, LEAD_THREADS, self.buffer, self.chunks, self.clean_chunks,
+                     self.counters, self._value)
+
+
+@functools.cache
+def _persistent_kernel(device: str):
+    """The compiled lead kernel and its launch shape, once per process and device; raises when it cannot
+    hold every thread slot."""
+    from cudaperf import cuda
+
+    with torch.cuda.device(torch.device(device)):
+        kernel = cuda.harness_kernel(LEAD_SOURCE, LEAD_KERNEL)
+        per_sm = kernel.max_active_blocks_per_sm(LEAD_THREADS)
+    props = torch.cuda.get_device_properties(device)
+    shape = lead_shape(props.multi_processor_count, per_sm, props.max_threads_per_multi_processor)
+    if shape.resident_threads_per_sm < shape.max_threads_per_sm:
+        raise RuntimeError(f"{per_sm} blocks of {LEAD_THREADS} threads hold {shape.resident_threads_per_sm} of "
+                           f"{shape.max_threads_per_sm} thread slots per SM")
+    return kernel, shape
