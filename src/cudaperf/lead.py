@@ -30,9 +30,12 @@ So the lead leaves no slot free instead:
 If cuda-core or NVRTC is missing, or the occupancy calculator cannot fill the SM, the lead falls back to
 `buffer.zero_()` and says so (`Lead.kind` is "memset" instead of "persistent").
 
-Not covered: other processes or MPS clients sharing the GPU (their blocks are not ours to keep out); a
-kernel launched on a higher-priority stream still waits for a slot (priorities order waiting blocks,
-they do not preempt running ones), so it is held back like any other.
+Not covered: DMA copies. A `copy_` between device tensors (cudaMemcpyAsync) on an unjoined side stream
+runs on a copy engine, not in SM slots, so it overlaps the lead: on the H200 a 31 µs copy was timed at
+17 µs (session 7). The profiler's stream check counts copies as well as kernels (anticheat.coverage,
+`stream_created`), and the static rule `stream_created` refuses the stream in the first place. Also not
+covered: other processes or MPS clients sharing the GPU. A kernel on a higher-priority stream still waits
+for a slot (priorities order waiting blocks, they do not preempt running ones).
 """
 
 from __future__ import annotations

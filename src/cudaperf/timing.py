@@ -33,8 +33,9 @@ while the kernel time itself moved under 1%. With the 200 µs lead the matmul's 
 
 The lead's cost: work a call puts on another stream without waiting for the timing stream can start while
 the lead runs, before the start event. So the lead is one persistent kernel that holds every thread slot
-of every SM until its blocks exit together (`cudaperf.lead`): such work waits for the lead's end like
-the call's own work does. With torch's fill as the lead, an unjoined side-stream copy on the H200 took
+of every SM until its blocks exit together (`cudaperf.lead`): such kernels wait for the lead's end like
+the call's own work does (a DMA copy on a side stream does not: copy engines are not SM slots; the
+profiler's stream check catches it). With torch's fill as the lead, an unjoined side-stream copy on the H200 took
 the slots the fill's last wave freed and was timed at 76% of the same copy on the timing stream; timing
 the lead and adding its growth back recovered only part of that and flagged honest functions (dev/LOG.md,
 session 7). The lead's own duration is still recorded per function (`BenchReport.lead_median_ms`), a

@@ -120,6 +120,22 @@ def test_kernels_on_a_side_stream_are_flagged(kernels, big_vector):
     assert "stream_created" in [f.code for f in coverage.coverage_flags(report, Policy())]
 
 
+def test_a_copy_on_an_unjoined_side_stream_is_flagged(kernels, big_vector):
+    """A device-to-device copy (a DMA copy, no kernel) on a stream that does not wait for the current one:
+    the timing lead cannot hold it back (copy engines are not SM slots), so the profiler must see it."""
+    side = torch.cuda.Stream()
+    dst = torch.empty_like(big_vector)
+
+    def run():
+        y = _relu(kernels, big_vector)
+        with torch.cuda.stream(side):
+            dst.copy_(big_vector)
+        return y
+
+    report = coverage.measure_coverage(run, NAMES)
+    assert "stream_created" in [f.code for f in coverage.coverage_flags(report, Policy())], report
+
+
 def test_kernels_on_the_current_stream_are_not_flagged(kernels, big_vector):
     report = coverage.measure_coverage(lambda: _relu(kernels, big_vector), NAMES)
     assert report.streams == (report.current_stream,), report

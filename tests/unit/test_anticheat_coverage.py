@@ -95,6 +95,12 @@ def test_summary_records_streams():
     assert report.streams == (7, 13)
 
 
+def test_summary_records_the_streams_of_copies():
+    report = coverage._summarise([_event("a", 1.0, 7), _event("Memcpy DtoD (Device -> Device)", 1.0, 13)], None,
+                                 repeats=1)
+    assert report.streams == (7, 13)
+
+
 def test_marker_gives_the_current_stream_and_is_not_counted():
     marker = _event("void at::native::vectorized_elementwise_kernel<4, MulFunctor>(int)", 2.0, 7)
     marker.time_range.start = 0.0

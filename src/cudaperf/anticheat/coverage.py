@@ -157,11 +157,12 @@ def _summarise(events: Iterable, names: set[str] | None, repeats: int, current_s
     excluded_us = 0.0
     for e in events:
         us = float(e.time_range.elapsed_us())
+        streams.add(int(getattr(e, "device_resource_id", 0) or 0))  # copies too: a DMA copy on a side
+        # stream overlaps the timing lead, which holds SM slots but not copy engines (cudaperf.lead)
         if _is_copy_activity(e.name):
             excluded_us += us
             continue
         per_kernel[e.name] = per_kernel.get(e.name, 0.0) + us
-        streams.add(int(getattr(e, "device_resource_id", 0) or 0))
     kernels = tuple(sorted((KernelTime(n, us / 1000.0 / repeats, is_own_kernel(n, names))
                             for n, us in per_kernel.items()), key=lambda k: -k.ms))
     own_ms = sum(k.ms for k in kernels if k.own)
