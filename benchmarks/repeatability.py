@@ -36,23 +36,26 @@ HERE = Path(__file__).resolve().parent
 
 def cupti_kernel_ms(task, sol_file: Path, config: str, calls: int = 50) -> float:
     """Median over `calls` forwards of the summed device time of the solution's kernels (CUPTI through
-    torch.profiler). Before each call the L2 is flushed and a tiny marker kernel (`torch.cuda._sleep`, named
-    spin_kernel) is launched: the device work after a marker, less the next call's flush, is one call."""
+    torch.profiler). Before each call the timing protocol's lead (cudaperf.lead: L2 flushed, then clean) and
+    a tiny marker kernel (`torch.cuda._sleep`, named spin_kernel) are queued: the device work after a
+    marker, less the next call's lead, is one call."""
     import torch
     from ncu_target import load_model
     from torch.profiler import ProfilerActivity, profile
 
+    from cudaperf.lead import Lead
     from cudaperf.timing import default_l2_flush_bytes
 
     model, inputs = load_model(task.path, str(sol_file), config)
-    flush = torch.empty(default_l2_flush_bytes("cuda") // 4, dtype=torch.int32, device="cuda")
+    l2x2 = default_l2_flush_bytes("cuda")
+    flush = Lead(torch.device("cuda", torch.cuda.current_device()), l2x2, l2x2)
     with torch.no_grad():
         for _ in range(3):
             model(*inputs)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
-                flush.zero_()
+                flush()
                 torch.cuda._sleep(1)  # the marker
                 model(*inputs)
             torch.cuda.synchronize()
@@ -61,13 +64,18 @@ def cupti_kernel_ms(task, sol_file: Path, config: str, calls: int = 50) -> float
     return statistics.median(per_call_ms([(e.name, e.time_range.elapsed_us()) for e in device_events]))
 
 
+def _is_lead(name: str) -> bool:
+    """The lead's kernel (cudaperf.lead), or torch's fill when it falls back to one."""
+    return "cudaperf_lead" in name or "FillFunctor" in name or "memset" in name.lower()
+
+
 def per_call_ms(events: list[tuple[str, float]]) -> list[float]:
     """(name, µs) device events in time order -> ms per call: split at each marker, the flush that
     precedes a marker taken off the call before it."""
     calls: list[list[tuple[str, float]]] = []
     for name, us in events:
         if "spin_kernel" in name:
-            if calls and calls[-1] and ("FillFunctor" in calls[-1][-1][0] or "memset" in calls[-1][-1][0].lower()):
+            if calls and calls[-1] and _is_lead(calls[-1][-1][0]):
                 calls[-1].pop()
             calls.append([])
         elif calls:

@@ -7,7 +7,7 @@
 #   a GROUP is a STEP or STEPs joined by '+', run at the same time; steps: functional (GPU tests and the
 #   adversarial suite on pytest-xdist workers, all but the `timing` ones) timing-tests (those, alone)
 #   tests adversarial example-tests (the same suites, split and serial) dataset-tests throughput
-#   repeatability flush-state faults analysis diagnose (a one-off probe of the machine, scripts/diagnose_gpu_env.py)
+#   repeatability flush-state lead-probe faults analysis diagnose (a one-off probe of the machine, scripts/diagnose_gpu_env.py)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -74,6 +74,7 @@ run_step() {
     throughput) step throughput 420 python3 benchmarks/throughput.py --out "$OUT/throughput.json" ${THROUGHPUT_ARGS:-} ;;
     repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
     flush-state) step flush-state 120 python3 benchmarks/flush_state.py --out "$OUT/flush_state.json" ;;
+    lead-probe) step lead-probe 120 python3 benchmarks/lead_probe.py --out "$OUT/lead_probe.json" ;;
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;

@@ -1,41 +1,38 @@
-"""The timing lead: the write queued before each timed call, as one persistent kernel that fills the GPU.
+"""The timing lead: the write and clean read queued before each timed call, as one persistent kernel.
 
 Covers `Lead` (the flush buffer, two counters and the kernel; calling it queues one full write of the
 buffer on torch's current stream), `LEAD_SOURCE` and `LEAD_CHUNK_BYTES`. timing.py uses it as step 1 of
 its protocol: the write evicts L2 and keeps the GPU busy while the host runs the function's host path.
 
-Why a kernel of our own and not `buffer.zero_()` (H200, session 7, dev/LOG.md): torch's fill is a grid of
-many short waves. A kernel a call launches on a side stream that does not wait for the timing stream
-queues behind the fill's blocks and takes every SM slot its last wave frees, so it runs before the
-start event: an unjoined 39 µs copy was timed at 30 µs. Timing the lead itself and adding its growth
-back did not close the gap (the copy filled idle slots, so the lead grew by only half what the copy
-saved) and flagged honest functions, whose leads differ by 1-2% through the host's launch latency.
-So the lead leaves no slot free instead:
+What it is for, measured on the H200 (session 7, dev/LOG.md):
 
-- every block is resident from the first moment: the grid is the number of SMs times the blocks of
-  `LEAD_THREADS` the occupancy calculator fits on one SM, and `__launch_bounds__` keeps the kernel at
-  32 registers a thread, so those blocks hold every thread slot (2,048 per SM on sm_90). No block of
-  another kernel is placed on an SM until a lead block exits;
-- work is handed out in `LEAD_CHUNK_BYTES` chunks from an atomic ticket, fetched one chunk ahead so its
-  latency hides behind the stores: every block runs out of work within about one chunk's time (16 KiB
-  per block, ~1 µs on an H200) and they exit together;
-- the last block to exit resets both counters, so the next launch needs no host work;
-- after the write, the kernel reads the buffer's first `clean_bytes` (2x L2 in timing.py) back: that
-  start of the buffer left L2 long ago, so the read fills L2 with clean lines and the last dirty lines
-  of the write are written back to memory during the lead, not during the timed call. Without it a
-  memory-bound kernel shares DRAM with those write-backs: on the H200 a 64 MiB read ran 1.24x slower
-  after the plain write than after a clean read pass (benchmarks/flush_state.py, session 7), and that
-  is much of why memory-bound kernels read 16-83% above ncu, which invalidates L2 before each kernel.
+- a clean L2 for the timed call: after the write, the kernel reads the buffer's first `clean_bytes`
+  (2x L2 in timing.py) back. That start of the buffer left L2 long ago, so the read fills L2 with clean
+  lines and the write's last dirty lines go back to memory during the lead, not during the timed call.
+  After torch's fill (dirty L2) a 64 MiB read ran 1.24x slower than after a clean read pass; after this
+  lead, 1.02x (benchmarks/flush_state.py). Memory-bound kernels then read +1.2% to +3.1% from ncu (which
+  invalidates L2 before each kernel) once the timer's own cost is taken off, against +5% to +42% before;
+- one launch for the write and the clean read, so the host's part of the lead is one launch;
+- the design meant to keep other streams' kernels out of the lead, which DID NOT work (below): the grid
+  is the number of SMs times the blocks of `LEAD_THREADS` the occupancy calculator fits on one SM
+  (`__launch_bounds__` keeps it at 32 registers, so those blocks hold all 2,048 thread slots of an sm_90
+  SM), and work is handed out in `LEAD_CHUNK_BYTES` chunks from an atomic ticket fetched one chunk
+  ahead, so blocks run out of work within about one chunk's time and exit together;
+- the last block to exit resets both counters, so the next launch needs no host work.
+
+Negative result: kernels a call queues on a side stream that does not wait for the timing stream still
+run during the lead. On the H200 an unjoined elementwise kernel was timed at 11.3 µs against 27.6 µs on
+the timing stream, and the lead grew by 11 µs (with torch's fill as the lead an unjoined copy gained
+less: 30 against 39 µs). Why is open: benchmarks/lead_probe.py records each lead block's SM, entry and
+exit and when the side kernel's blocks start. Unjoined side streams are caught elsewhere: the static rule
+`stream_created` refuses creating or selecting a stream, and the profiler's stream check counts kernels
+and copies on any stream but the current one (anticheat.coverage); both are errors. A DMA copy
+(cudaMemcpyAsync) on such a stream would overlap any lead anyway: copy engines are not SM slots.
 
 If cuda-core or NVRTC is missing, or the occupancy calculator cannot fill the SM, the lead falls back to
 `buffer.zero_()` and says so (`Lead.kind` is "memset" instead of "persistent").
 
-Not covered: DMA copies. A `copy_` between device tensors (cudaMemcpyAsync) on an unjoined side stream
-runs on a copy engine, not in SM slots, so it overlaps the lead: on the H200 a 31 µs copy was timed at
-17 µs (session 7). The profiler's stream check counts copies as well as kernels (anticheat.coverage,
-`stream_created`), and the static rule `stream_created` refuses the stream in the first place. Also not
-covered: other processes or MPS clients sharing the GPU. A kernel on a higher-priority stream still waits
-for a slot (priorities order waiting blocks, they do not preempt running ones).
+Not covered: other processes or MPS clients sharing the GPU.
 """
 
 from __future__ import annotations
@@ -58,8 +55,16 @@ LEAD_SOURCE = r"""
    the start of the buffer, long since evicted: clean lines that push the last dirty ones out of L2. */
 extern "C" __global__ void __launch_bounds__(LEAD_THREADS, 2048 / LEAD_THREADS)
 cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read, unsigned long long* counters,
-              unsigned int value)
+              unsigned int value, unsigned long long* trace)
 {
+    /* trace (NULL in timing): per block, globaltimer at entry and exit and the SM it ran on */
+    if (trace != 0 && threadIdx.x == 0) {
+        unsigned long long t; unsigned int sm;
+        asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
+        asm volatile("mov.u32 %%0, %%%%smid;" : "=r"(sm));
+        trace[3 * blockIdx.x] = t;
+        trace[3 * blockIdx.x + 2] = sm;
+    }
     __shared__ unsigned long long ticket[2];
     const uint4 v = make_uint4(value, value, value, value);
     const unsigned long long total = n_write + n_read;
@@ -87,6 +92,11 @@ cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read,
         __syncthreads();
     }
     if (acc == 0x9e3779b9u) counters[2] = acc;  /* keeps the loads; harmless if it ever happens */
+    if (trace != 0 && threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
+        trace[3 * blockIdx.x + 1] = t;
+    }
     if (threadIdx.x == 0) {
         __threadfence();
         if (atomicAdd(&counters[1], 1ULL) == gridDim.x - 1) {  /* last block out: ready for the next launch */
@@ -142,13 +152,15 @@ class Lead:
     def kind(self) -> str:
         return "persistent" if self._kernel is not None else "memset"
 
-    def __call__(self) -> None:
+    def __call__(self, trace: torch.Tensor | None = None) -> None:
+        """Queue one pass. `trace`: an int64 tensor of 3 x grid_blocks that receives, per block, the
+        globaltimer (ns) at entry and at exit and the SM id (benchmarks/lead_probe.py); persistent only."""
         if self._kernel is None:
             self.buffer.zero_()
             return
         self._value = (self._value + 1) & 0xFFFFFFFF  # the call count: each write differs from the last
         self._kernel(self.shape.grid_blocks, LEAD_THREADS, self.buffer, self.chunks, self.clean_chunks,
-                     self.counters, self._value)
+                     self.counters, self._value, trace)
 
 
 @functools.cache

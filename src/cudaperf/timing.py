@@ -32,18 +32,17 @@ part of every sample: medians 35-50 µs above the CUPTI kernel time and 8-87% ap
 while the kernel time itself moved under 1%. With the 200 µs lead the matmul's medians were 0.70% apart.
 
 The lead's cost: work a call puts on another stream without waiting for the timing stream can start while
-the lead runs, before the start event. So the lead is one persistent kernel that holds every thread slot
-of every SM until its blocks exit together (`cudaperf.lead`): such kernels wait for the lead's end like
-the call's own work does (a DMA copy on a side stream does not: copy engines are not SM slots; the
-profiler's stream check catches it). With torch's fill as the lead, an unjoined side-stream copy on the H200 took
-the slots the fill's last wave freed and was timed at 76% of the same copy on the timing stream; timing
-the lead and adding its growth back recovered only part of that and flagged honest functions (dev/LOG.md,
-session 7). The lead's own duration is still recorded per function (`BenchReport.lead_median_ms`), a
-diagnostic: a lead shorter than a function's host path leaves the GPU idle inside its samples. Side
-streams are also caught by the static rule `stream_created` and by the profiler's stream count
-(anticheat). A protocol that ended the sample at an event on the timing stream and fell back to the
-synchronised end only when the synchronise took longer than calibrated was tried and removed: on the
-H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
+the lead runs, before the start event, and is then partly missing from the sample (H200, session 7: an
+unjoined 27.6 µs kernel timed at 11.3 µs). Neither torch's fill as the lead nor the persistent lead of
+`cudaperf.lead` (meant to hold every SM slot) prevented it, and timing the lead to add its growth back
+recovered only part of it and flagged honest functions, whose leads differ by 1-2% (dev/LOG.md). Such
+calls are refused elsewhere, as errors: the static rule `stream_created` and the profiler's stream check,
+which counts kernels and copies on any stream but the current one (anticheat.coverage). The lead's own
+duration is recorded per function (`BenchReport.lead_median_ms`), a diagnostic: a lead shorter than a
+function's host path leaves the GPU idle inside its samples; a function whose lead is longer than the
+others' ran work during it. A protocol that ended the sample at an event on the timing stream and fell
+back to the synchronised end only when the synchronise took longer than calibrated was tried and removed:
+on the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;

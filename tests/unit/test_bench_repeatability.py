@@ -21,6 +21,11 @@ def test_each_call_is_what_follows_its_marker_less_the_next_flush():
     assert per_call_ms(events) == pytest.approx([0.150, 0.150])
 
 
+def test_the_persistent_lead_is_taken_off_the_call_before_it():
+    events = [("cudaperf_lead", 200.0), (MARKER, 1.0), ("k", 100.0), ("cudaperf_lead", 200.0), (MARKER, 1.0)]
+    assert per_call_ms(events) == pytest.approx([0.100, 0.0])
+
+
 def test_a_fill_inside_the_call_stays_in_it():
     events = [(FLUSH, 30.0), (MARKER, 1.0), ("FillFunctor<float>", 5.0), ("k", 100.0),
               (FLUSH, 30.0), (MARKER, 1.0), ("FillFunctor<float>", 5.0), ("k", 100.0)]

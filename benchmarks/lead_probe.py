@@ -1,0 +1,138 @@
+"""Where does side-stream work run relative to the timing lead? A GPU probe, not a test.
+
+Session 7 (H200): with the persistent lead (cudaperf.lead), an elementwise kernel queued on a side stream
+that does not wait for the timing stream was timed at 11.3 µs against 27.6 µs on the timing stream, and
+the lead grew by 11 µs: it ran during the lead, which is meant to hold every SM slot until its blocks exit
+together. With torch's fill as the lead a side-stream copy gained less (30 against 39 µs). This probe
+finds out when the side work runs. Each pass queues, on the timing stream, a marker kernel (one thread
+writes the GPU's globaltimer), the lead, and a second marker (it runs when the lead is done, where timing.py
+records its start event); then, at once, a side kernel (our own elementwise kernel, 32 Mi floats, one
+block per 256 elements) on a stream that does not wait. Recorded with globaltimer (ns):
+
+- both markers; the side kernel's first block entry and last block exit;
+- for the persistent lead, per block: entry, exit and SM id (`Lead(trace=...)`).
+
+Printed per lead kind (`persistent`, `memset`), as medians over passes in µs from the first marker: the
+lead's end (second marker), the side kernel's first entry and last exit; for `persistent` also the spread
+of block entries, the first and last block exit, and the fewest and most lead blocks seen on one SM.
+A side entry before the lead's end means the side kernel got SM slots during the lead.
+
+    python3 benchmarks/lead_probe.py [--passes 30] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import write_result
+
+PROBE_SOURCE = r"""
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+extern "C" __global__ void probe_marker(unsigned long long* out) { out[0] = now_ns(); }
+extern "C" __global__ void probe_side(const float* x, float* y, long long n, unsigned long long* t) {
+    if (threadIdx.x == 0) atomicMin(&t[0], now_ns());
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax(&t[1], now_ns());
+}
+"""
+SIDE_ELEMENTS = 1 << 25
+SIDE_THREADS = 256
+
+
+def one_pass(kind: str, lead, kernels, side_stream, x, y):
+    """Marker, lead, marker on the current stream, the side kernel on `side_stream`; synchronised.
+    Returns (markers ns [2], side ns [first entry, last exit], lead trace [blocks x 3] or None)."""
+    import torch
+
+    marker, side = kernels
+    marks = torch.zeros(2, dtype=torch.int64, device="cuda")
+    side_t = torch.tensor([-1, 0], dtype=torch.int64, device="cuda")  # -1: UINT64_MAX for atomicMin
+    trace = (torch.zeros(lead.shape.grid_blocks * 3, dtype=torch.int64, device="cuda")
+             if kind == "persistent" else None)
+    torch.cuda.synchronize()
+    marker(1, 1, marks[0:1])
+    if kind == "persistent":
+        lead(trace)
+    else:
+        lead.buffer.zero_()
+    marker(1, 1, marks[1:2])
+    with torch.cuda.stream(side_stream):  # no wait on the current stream, like the sneaky candidate
+        side(SIDE_ELEMENTS // SIDE_THREADS, SIDE_THREADS, x, y, SIDE_ELEMENTS, side_t)
+    torch.cuda.synchronize()
+    return marks.tolist(), side_t.tolist(), (trace.view(-1, 3).tolist() if trace is not None else None)
+
+
+def summarise(kind: str, passes: list) -> dict[str, float]:
+    """Medians over passes, µs from the first marker."""
+    rows: dict[str, list[float]] = {}
+
+    def add(key: str, ns: float) -> None:
+        rows.setdefault(key, []).append(ns / 1e3)
+
+    for marks, side_t, trace in passes:
+        t0 = marks[0]
+        add("lead_end_us", marks[1] - t0)
+        add("side_first_entry_us", side_t[0] - t0)
+        add("side_last_exit_us", side_t[1] - t0)
+        if trace:
+            entries, exits = [r[0] for r in trace], [r[1] for r in trace]
+            per_sm: dict[int, int] = {}
+            for r in trace:
+                per_sm[r[2]] = per_sm.get(r[2], 0) + 1
+            add("lead_first_entry_us", min(entries) - t0)
+            add("lead_last_entry_us", max(entries) - t0)
+            add("lead_first_exit_us", min(exits) - t0)
+            add("lead_last_exit_us", max(exits) - t0)
+            rows.setdefault("blocks_per_sm_min", []).append(min(per_sm.values()))
+            rows.setdefault("blocks_per_sm_max", []).append(max(per_sm.values()))
+            rows.setdefault("sms_used", []).append(len(per_sm))
+    return {"kind": kind, **{k: statistics.median(v) for k, v in rows.items()}}
+
+
+def main() -> int:
+    import torch
+
+    from cudaperf import cuda
+    from cudaperf.lead import Lead
+    from cudaperf.timing import default_l2_flush_bytes, lead_sized_flush_bytes
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--passes", type=int, default=30)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no GPU: nothing to measure", file=sys.stderr)
+        return 2
+    lead = Lead(torch.device("cuda:0"), lead_sized_flush_bytes("cuda:0"), default_l2_flush_bytes("cuda:0"))
+    mod = cuda.load(PROBE_SOURCE)
+    kernels = (mod.probe_marker, mod.probe_side)
+    side_stream = torch.cuda.Stream()
+    x = torch.randn(SIDE_ELEMENTS, device="cuda")
+    y = torch.empty_like(x)
+    kinds = ("persistent", "memset") if lead.kind == "persistent" else ("memset",)
+    results = []
+    for kind in kinds:
+        passes = [one_pass(kind, lead, kernels, side_stream, x, y) for _ in range(args.passes + 3)][3:]
+        results.append(summarise(kind, passes))
+    keys = sorted({k for r in results for k in r if k != "kind"})
+    print("| probe (µs from the marker before the lead) | " + " | ".join(r["kind"] for r in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for k in keys:
+        print(f"| {k} | " + " | ".join(f"{r[k]:.1f}" if k in r else "" for r in results) + " |")
+    print(f"lead: {lead.kind}, shape {lead.shape}, {lead.flush_bytes >> 20} MiB, clean {lead.clean_chunks} chunks")
+    write_result(args.out, {"lead_kind": lead.kind, "grid_blocks": lead.shape.grid_blocks if lead.shape else 0,
+                            "passes": args.passes, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
