@@ -194,6 +194,7 @@ class ConfigTiming:
     overhead_ms: float | None = None  # an empty function's median in the same run: the protocol's own cost
     # (device synchronise, end event), inside every sample of every callable and not subtracted (timing.py)
     lead_us: float = 0.0  # how long the GPU was kept busy before each start event (timing.py, step 1)
+    lead_kind: str = ""  # "persistent" (cudaperf.lead: write, then a clean read) or "memset" (its fallback)
 
     @property
     def speedup_vs_eager(self) -> float | None:

@@ -249,9 +249,11 @@ def result_renderables(result) -> list:
         out.append(table)
         if any(t.overhead_ms for t in result.timings):
             lead = max(t.lead_us for t in result.timings)
+            kind = next((t.lead_kind for t in result.timings if t.lead_kind), "")
             out.append(Text("timer ms: an empty function timed the same way (device synchronise, end event); "
                             "it is inside every time above, not subtracted"
-                            + (f"; each call had a {lead:g} µs lead (L2 flush) before its start event" if lead else ""),
+                            + (f"; each call had a {lead:g} µs lead (L2 flush{', ' + kind if kind else ''}) "
+                               "before its start event" if lead else ""),
                             style="dim"))
     out.append(Text(f"speedup (geomean): vs eager {_num(result.speedup_vs_eager, '.2f')}x, "
                     f"vs torch.compile {_num(result.speedup_vs_compile, '.2f')}x; coverage "

@@ -258,11 +258,15 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
 
 
 def _leads(rows: list[dict[str, Any]]) -> str:
-    """Timed rows per `lead_us`; rows from before the field (a 2x L2 write only, ~28 µs on the H200) apart."""
-    counts = Counter(r.get("lead_us") for r in rows if r.get("median_ms") is not None)
-    parts = [f"{lead:g} µs: {n}" for lead, n in sorted((k, v) for k, v in counts.items() if k is not None)]
-    if counts.get(None):
-        parts.append(f"2x L2 write only (before the lead): {counts[None]}")
+    """Timed rows per lead (`lead_us`, `lead_kind`); rows with a lead but no kind were timed after torch's
+    fill (before cudaperf.lead), rows with neither after a 2x L2 write only (~28 µs on the H200)."""
+    counts = Counter((r.get("lead_us"), r.get("lead_kind") or "memset") for r in rows
+                     if r.get("median_ms") is not None)
+    parts = [f"{lead:g} µs {kind}: {n}" for (lead, kind), n in sorted(
+        (k, v) for k, v in counts.items() if k[0] is not None)]
+    before = sum(n for (lead, _), n in counts.items() if lead is None)
+    if before:
+        parts.append(f"2x L2 write only (before the lead): {before}")
     return "; ".join(parts) or "n/a"
 
 

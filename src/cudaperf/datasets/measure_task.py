@@ -369,11 +369,13 @@ def _baseline(report: BenchReport | None, name: str, label: str) -> dict[str, An
 
 def _report_fields(report: BenchReport | None, name: str) -> dict[str, Any]:
     if report is None:
-        return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None, "lead_us": None}
+        return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None, "lead_us": None,
+                "lead_kind": None}
     return {"overhead_ms": report.overhead_ms,
             "timing_flags": [f.code for f in report.flags_for(name)] + (
                 [] if report.clock_consistent else ["timer_inconsistent_run"]),
-            "rounds": report.rounds, "l2_flush_bytes": report.l2_flush_bytes, "lead_us": report.lead_us}
+            "rounds": report.rounds, "l2_flush_bytes": report.l2_flush_bytes, "lead_us": report.lead_us,
+            "lead_kind": report.lead_kind}
 
 
 # --------------------------------------------------------------------------------------------------
