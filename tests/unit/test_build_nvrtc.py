@@ -123,7 +123,8 @@ def test_reading_an_empty_nvrtc_log_leaves_the_interpreter_intact():
 
 def test_resources_come_from_ptxas_when_the_nvrtc_log_has_none(tmp_path, monkeypatch):
     """Some NVRTC builds return an empty log despite `--ptxas-options=-v` (the H200 machine's): the
-    report then comes from the toolkit's ptxas on NVRTC's PTX, and registers are still known."""
+    report then comes from the toolkit's ptxas on NVRTC's PTX or, where that ptxas is older than NVRTC
+    and refuses its PTX, from cuobjdump on the cubin; registers are known either way."""
     from cudaperf.build import nvrtc as mod
 
     if mod.find_ptxas() is None:
@@ -151,3 +152,17 @@ def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_want
     launched = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, report_resources=False)
     analysed = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path)
     assert (launched.resources, [r.kernel for r in analysed.resources], analysed.cache_hit) == ((), ["add"], True)
+
+
+def test_resources_come_from_cuobjdump_when_ptxas_gives_none(tmp_path, monkeypatch):
+    """ptxas older than NVRTC ("Unsupported .version"): the cubin's own resource table is read."""
+    from cudaperf.build import nvrtc as mod
+    from cudaperf.build.ptxas import find_cuobjdump
+
+    if find_cuobjdump() is None:
+        pytest.skip("no cuobjdump on this machine")
+    real = mod._program_log
+    monkeypatch.setattr(mod, "_program_log", lambda nvrtc, prog: "" if "ptxas" in real(nvrtc, prog) else "")
+    monkeypatch.setattr(mod, "ptxas_report", lambda *a: "note: no ptxas report (ptxas failed: Unsupported .version)")
+    out = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, use_cache=False)
+    assert [(r.kernel, r.registers > 0) for r in out.resources] == [("add", True)]

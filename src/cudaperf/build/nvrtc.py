@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudaperf.build.cache import atomic_write, content_key, resolve_cache_dir
-from cudaperf.build.ptxas import parse_ptxas
+from cudaperf.build.ptxas import parse_ptxas, res_usage
 from cudaperf.types import ResourceUsage, from_dict, to_dict
 
 PROGRAM_NAME = "kernel.cu"  # appears in error messages: "kernel.cu(12): error: ..."
@@ -86,7 +86,11 @@ def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] |
         cubin, log, lowered = _nvrtc_compile(source, arch, options, name_expressions)
     if report_resources and "ptxas info" not in log:
         log = "\n".join(filter(None, (log, ptxas_report(source, arch, options, name_expressions))))
-    out = NvrtcOutput(cubin=cubin, log=log, resources=parse_ptxas(log, arch), key=key, cache_hit=hit is not None,
+    resources = parse_ptxas(log, arch)
+    if report_resources and not resources:
+        resources, note = cubin_resources(cubin, arch)
+        log = "\n".join(filter(None, (log, note)))
+    out = NvrtcOutput(cubin=cubin, log=log, resources=resources, key=key, cache_hit=hit is not None,
                       arch=arch, lowered_names=lowered, duration_s=time.perf_counter() - t0)
     if use_cache:
         try:
@@ -94,6 +98,24 @@ def compile_cuda(source: str, *, arch: str = "sm_90", options: tuple[str, ...] |
         except OSError:  # a read-only or full cache (e.g. inside a sandbox) must not fail the compile
             pass
     return out
+
+
+def cubin_resources(cubin: bytes, arch: str) -> tuple[tuple[ResourceUsage, ...], str]:
+    """The last resort when neither NVRTC's log nor ptxas gave a report (ptxas older than NVRTC refuses
+    its PTX: "Unsupported .version"): `cuobjdump -res-usage` of the cubin itself (no spill or barrier
+    counts, see build.ptxas), and a note line saying so."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="cudaperf-cubin-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        try:
+            path.write_bytes(cubin)
+        except OSError as exc:  # a sandbox that refuses temporary files
+            return (), f"note: no cuobjdump report ({type(exc).__name__})"
+        resources = res_usage(path, arch)
+    if not resources:
+        return (), "note: no cuobjdump report either"
+    return resources, "note: resources from cuobjdump -res-usage (spills and barriers not reported)"
 
 
 def _lacks_report(out: NvrtcOutput) -> bool:
