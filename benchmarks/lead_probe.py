@@ -12,10 +12,13 @@ block per 256 elements) on a stream that does not wait. Recorded with globaltime
 - both markers; the side kernel's first block entry and last block exit;
 - for the persistent lead, per block: entry, exit and SM id (`Lead(trace=...)`).
 
-Printed per lead kind (`persistent`, `memset`), as medians over passes in µs from the first marker: the
-lead's end (second marker), the side kernel's first entry and last exit; for `persistent` also the spread
-of block entries, the first and last block exit, and the fewest and most lead blocks seen on one SM.
-A side entry before the lead's end means the side kernel got SM slots during the lead.
+Printed per case, as medians over passes in µs from the first marker: the lead's end (second marker), the
+side kernel's first entry and last exit; for the persistent lead also the spread of block entries, the
+first and last block exit, and the fewest and most lead blocks seen on one SM. Cases: `persistent`,
+`memset` (torch's fill), and `persistent+gate`: the host launches the side kernel only once every lead
+block is on an SM (`Lead(wait_resident_s=...)`; `gate_wait_us` is how long the host waited). A side
+entry before the lead's end means the side kernel got SM slots during the lead; if `persistent+gate`
+keeps it out and `persistent` does not, the side kernel was getting in before the lead's blocks were.
 
     python3 benchmarks/lead_probe.py [--passes 30] [--out FILE.json]
 """
@@ -50,25 +53,28 @@ SIDE_THREADS = 256
 
 def one_pass(kind: str, lead, kernels, side_stream, x, y):
     """Marker, lead, marker on the current stream, the side kernel on `side_stream`; synchronised.
-    Returns (markers ns [2], side ns [first entry, last exit], lead trace [blocks x 3] or None)."""
+    Returns (markers ns [2], side ns [first entry, last exit], lead trace [blocks x 3] or None, the
+    host's wait for the lead's blocks in s or None)."""
     import torch
 
     marker, side = kernels
     marks = torch.zeros(2, dtype=torch.int64, device="cuda")
     side_t = torch.tensor([-1, 0], dtype=torch.int64, device="cuda")  # -1: UINT64_MAX for atomicMin
     trace = (torch.zeros(lead.shape.grid_blocks * 3, dtype=torch.int64, device="cuda")
-             if kind == "persistent" else None)
+             if kind.startswith("persistent") else None)
     torch.cuda.synchronize()
     marker(1, 1, marks[0:1])
-    if kind == "persistent":
-        lead(trace)
-    else:
+    waited_s = None
+    if kind == "memset":
         lead.buffer.zero_()
+    else:
+        waited_s = lead(trace, wait_resident_s=0.01 if kind == "persistent+gate" else 0.0)
     marker(1, 1, marks[1:2])
     with torch.cuda.stream(side_stream):  # no wait on the current stream, like the sneaky candidate
         side(SIDE_ELEMENTS // SIDE_THREADS, SIDE_THREADS, x, y, SIDE_ELEMENTS, side_t)
     torch.cuda.synchronize()
-    return marks.tolist(), side_t.tolist(), (trace.view(-1, 3).tolist() if trace is not None else None)
+    return (marks.tolist(), side_t.tolist(), (trace.view(-1, 3).tolist() if trace is not None else None),
+            waited_s)
 
 
 def summarise(kind: str, passes: list) -> dict[str, float]:
@@ -78,8 +84,10 @@ def summarise(kind: str, passes: list) -> dict[str, float]:
     def add(key: str, ns: float) -> None:
         rows.setdefault(key, []).append(ns / 1e3)
 
-    for marks, side_t, trace in passes:
+    for marks, side_t, trace, waited_s in passes:
         t0 = marks[0]
+        if waited_s is not None:
+            rows.setdefault("gate_wait_us", []).append(waited_s * 1e6)
         add("lead_end_us", marks[1] - t0)
         add("side_first_entry_us", side_t[0] - t0)
         add("side_last_exit_us", side_t[1] - t0)
@@ -118,7 +126,7 @@ def main() -> int:
     side_stream = torch.cuda.Stream()
     x = torch.randn(SIDE_ELEMENTS, device="cuda")
     y = torch.empty_like(x)
-    kinds = ("persistent", "memset") if lead.kind == "persistent" else ("memset",)
+    kinds = ("persistent", "memset", "persistent+gate") if lead.kind == "persistent" else ("memset",)
     results = []
     for kind in kinds:
         passes = [one_pass(kind, lead, kernels, side_stream, x, y) for _ in range(args.passes + 3)][3:]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,7 @@ LEAD_SOURCE = r"""
    the start of the buffer, long since evicted: clean lines that push the last dirty ones out of L2. */
 extern "C" __global__ void __launch_bounds__(LEAD_THREADS, 2048 / LEAD_THREADS)
 cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read, unsigned long long* counters,
-              unsigned int value, unsigned long long* trace)
+              unsigned int value, unsigned long long* trace, unsigned int* gate)
 {
     /* trace (NULL in timing): per block, globaltimer at entry and exit and the SM it ran on */
     if (trace != 0 && threadIdx.x == 0) {
@@ -64,6 +65,11 @@ cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read,
         asm volatile("mov.u32 %%0, %%%%smid;" : "=r"(sm));
         trace[3 * blockIdx.x] = t;
         trace[3 * blockIdx.x + 2] = sm;
+    }
+    /* gate (NULL in timing): host-visible memory that gets `value` once every block is resident */
+    if (gate != 0 && threadIdx.x == 0 && atomicAdd(&counters[3], 1ULL) == gridDim.x - 1) {
+        *((volatile unsigned int*)gate) = value;
+        __threadfence_system();
     }
     __shared__ unsigned long long ticket[2];
     const uint4 v = make_uint4(value, value, value, value);
@@ -102,6 +108,7 @@ cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read,
         if (atomicAdd(&counters[1], 1ULL) == gridDim.x - 1) {  /* last block out: ready for the next launch */
             counters[0] = 0;
             counters[1] = 0;
+            counters[3] = 0;
             __threadfence();
         }
     }
@@ -138,11 +145,12 @@ class Lead:
         self.clean_chunks = min(math.ceil(max(clean_bytes, 0) / LEAD_CHUNK_BYTES), self.chunks)
         self.flush_bytes = self.chunks * LEAD_CHUNK_BYTES
         self.buffer = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
-        self.counters = torch.zeros(3, dtype=torch.int64, device=device)  # ticket, blocks out, sink
+        self.counters = torch.zeros(4, dtype=torch.int64, device=device)  # ticket, blocks out, sink, blocks in
         self.shape: LeadShape | None = None
         self.fallback_reason = ""
         self._kernel = None
         self._value = 0
+        self._gate: torch.Tensor | None = None  # pinned host word the kernel sets when all blocks are in
         try:
             self._kernel, self.shape = _persistent_kernel(str(device))
         except Exception as exc:  # noqa: BLE001 - no cuda-core/NVRTC, or the SM cannot be filled
@@ -152,15 +160,34 @@ class Lead:
     def kind(self) -> str:
         return "persistent" if self._kernel is not None else "memset"
 
-    def __call__(self, trace: torch.Tensor | None = None) -> None:
+    def __call__(self, trace: torch.Tensor | None = None, wait_resident_s: float = 0.0) -> float | None:
         """Queue one pass. `trace`: an int64 tensor of 3 x grid_blocks that receives, per block, the
-        globaltimer (ns) at entry and at exit and the SM id (benchmarks/lead_probe.py); persistent only."""
+        globaltimer (ns) at entry and at exit and the SM id (benchmarks/lead_probe.py). `wait_resident_s`
+        > 0: return only once every block of this pass is on an SM (at most that long), and say how
+        long that took (s; None when it did not happen in time). Persistent only (the fallback returns
+        None at once)."""
         if self._kernel is None:
             self.buffer.zero_()
-            return
+            return None
         self._value = (self._value + 1) & 0xFFFFFFFF  # the call count: each write differs from the last
+        gate = self._gate_pointer() if wait_resident_s > 0 else None
         self._kernel(self.shape.grid_blocks, LEAD_THREADS, self.buffer, self.chunks, self.clean_chunks,
-                     self.counters, self._value, trace)
+                     self.counters, self._value, trace, gate)
+        return self._wait_gate(wait_resident_s) if gate is not None else None
+
+    def _gate_pointer(self) -> int:
+        if self._gate is None:  # pinned: with unified addressing the device writes it at this address
+            self._gate = torch.zeros(1, dtype=torch.int64).pin_memory()
+            self._gate_view = self._gate.numpy().view("uint32")
+        return self._gate.data_ptr()
+
+    def _wait_gate(self, limit_s: float) -> float | None:
+        start = time.perf_counter()
+        view, value = self._gate_view, self._value
+        while view[0] != value:
+            if time.perf_counter() - start > limit_s:
+                return None
+        return time.perf_counter() - start
 
 
 @functools.cache

@@ -182,6 +182,16 @@ def test_the_lead_resets_its_counters_for_the_next_launch():
     assert lead.counters[:2].tolist() == [0, 0]
 
 
+def test_the_lead_tells_the_host_when_all_its_blocks_are_on_the_gpu():
+    """`wait_resident_s`: the pinned gate word gets the pass's value once every block has entered, within
+    10 ms; the entry counter is reset for the next pass. Prints the wait in microseconds."""
+    lead = Lead(torch.device(DEVICE), 64 << 20, 32 << 20)
+    waits = [lead(wait_resident_s=0.01) for _ in range(3)]
+    torch.cuda.synchronize()
+    print("gate waits us", [w and round(w * 1e6, 1) for w in waits])
+    assert all(w is not None for w in waits) and lead.counters[3].item() == 0
+
+
 def test_the_timing_lead_lasts_about_its_target():
     """The write is sized to last 200 us; with the clean read and launch latency the timed lead is
     within 0.8x..1.6x of that. Prints the medians."""

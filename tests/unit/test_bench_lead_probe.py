@@ -7,10 +7,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from lead_probe import summarise  # noqa: E402
+from lead_probe import summarise
 
 # marker ns, side [first entry, last exit] ns, lead trace rows [entry, exit, sm]
-_PASS = ([1_000, 201_000], [150_000, 215_000], [[2_000, 200_000, 0], [3_000, 199_000, 0], [2_500, 200_500, 1]])
+_PASS = ([1_000, 201_000], [150_000, 215_000], [[2_000, 200_000, 0], [3_000, 199_000, 0], [2_500, 200_500, 1]],
+         None)
 
 
 def test_times_are_microseconds_from_the_first_marker():
@@ -24,5 +25,10 @@ def test_blocks_are_counted_per_sm():
 
 
 def test_a_memset_pass_has_no_block_figures():
-    row = summarise("memset", [(_PASS[0], _PASS[1], None)])
+    row = summarise("memset", [(_PASS[0], _PASS[1], None, None)])
     assert "blocks_per_sm_min" not in row and row["side_last_exit_us"] == 214.0
+
+
+def test_the_hosts_wait_for_the_gate_is_in_microseconds():
+    row = summarise("persistent+gate", [(*_PASS[:3], 12e-6)])
+    assert round(row["gate_wait_us"], 6) == 12.0
