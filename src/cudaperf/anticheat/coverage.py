@@ -21,9 +21,11 @@ way to issue copies through torch is a copy op, which `runtime.TorchOpMonitor` a
 kernel zeroing an accumulator would otherwise be penalised on small inputs, and copies are data movement,
 not the computation coverage is about. PyTorch fill kernels (`torch.zeros`) are kernels and count as not own.
 
-Kernels are also grouped by the stream they ran on. Before the profiled calls a marker kernel is
-launched on torch's current stream (the stream the candidate must use); a candidate kernel on any other
-stream means the candidate launched on a stream of its own (hack #4), even if all its work went there.
+Kernels and copies are also grouped by the stream they ran on. Before the profiled calls a marker kernel
+is launched on torch's current stream (the stream the candidate must use); a kernel or copy on any other
+stream means the candidate used a stream of its own (hack #4), even if all its work went there. Copies
+count here (not in the time split): a DMA copy on a stream that does not wait for the timing stream runs
+during the timing lead, which holds SM slots but not copy engines (cudaperf.lead).
 
 Not covered: timing (coverage runs are profiled, so absolute times are inflated; only the ratio is used);
 work done on the host; kernels launched by another process. Without a CUDA GPU, coverage is None.
