@@ -20,6 +20,14 @@ block is on an SM (`Lead(wait_resident_s=...)`; `gate_wait_us` is how long the h
 entry before the lead's end means the side kernel got SM slots during the lead; if `persistent+gate`
 keeps it out and `persistent` does not, the side kernel was getting in before the lead's blocks were.
 
+Session 8 (H200): 8 lead blocks on each of the 132 SMs, all in within 0.3 µs; the side kernel's first
+block enters 3 µs after the first lead block exits, in all three cases (the gate changes nothing), and
+the marker after the lead waits until the side kernel's whole grid is placed. So the second table: the
+timed call itself (_CudaClock.time_call's sequence) with a torch.mul of the test's size between two
+markers, on the timing stream (honest) or an unjoined side stream (sneaky), once with the lead as it is
+and once with `exit_together` (a grid barrier before exit, so no SM slot frees before the lead is done):
+where the start and end events fall against the lead's block exits and the work's markers.
+
     python3 benchmarks/lead_probe.py [--passes 30] [--out FILE.json]
 """
 
@@ -77,6 +85,49 @@ def one_pass(kind: str, lead, kernels, side_stream, x, y):
             waited_s)
 
 
+TIMED_ELEMENTS = 1 << 23  # the size of tests/gpu/test_timing_gpu.py's unjoined side kernel
+
+
+def timed_pass(where: str, lead, marker, side_stream, src, dst):
+    """_CudaClock.time_call's sequence (lead event, lead, start event, call, device sync, end event) with
+    a marker before it and the call's torch.mul between two markers, on the timing stream (`where` ==
+    "honest") or on an unjoined side stream ("sneaky"). Returns (markers ns [before, work start, work
+    end], lead trace, ms from the lead event to the start event, ms from start to end)."""
+    import torch
+
+    marks = torch.zeros(3, dtype=torch.int64, device="cuda")
+    trace = torch.zeros(lead.shape.grid_blocks * 3, dtype=torch.int64, device="cuda")
+    lead_ev, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    torch.cuda.synchronize()
+    marker(1, 1, marks[0:1])
+    lead_ev.record()
+    lead(trace)
+    start.record()
+    with torch.cuda.stream(side_stream if where == "sneaky" else torch.cuda.current_stream()):
+        marker(1, 1, marks[1:2])
+        torch.mul(src, 2.0, out=dst)
+        marker(1, 1, marks[2:3])
+    torch.cuda.synchronize()
+    end.record()
+    end.synchronize()
+    return marks.tolist(), trace.view(-1, 3).tolist(), lead_ev.elapsed_time(start), start.elapsed_time(end)
+
+
+def summarise_timed(kind: str, passes: list) -> dict[str, float]:
+    """Medians over passes, µs from the marker before the lead event (the start and end events placed by
+    their elapsed times from the lead event, which follows that marker at once)."""
+    rows: dict[str, list[float]] = {}
+    for marks, trace, lead_ms, timed_ms in passes:
+        t0 = marks[0]
+        exits = [r[1] for r in trace]
+        for key, us in (("lead_first_exit_us", (min(exits) - t0) / 1e3), ("lead_last_exit_us", (max(exits) - t0) / 1e3),
+                        ("start_event_us", lead_ms * 1e3), ("work_start_us", (marks[1] - t0) / 1e3),
+                        ("work_end_us", (marks[2] - t0) / 1e3), ("end_event_us", (lead_ms + timed_ms) * 1e3),
+                        ("timed_us", timed_ms * 1e3)):
+            rows.setdefault(key, []).append(us)
+    return {"kind": kind, **{k: statistics.median(v) for k, v in rows.items()}}
+
+
 def summarise(kind: str, passes: list) -> dict[str, float]:
     """Medians over passes, µs from the first marker."""
     rows: dict[str, list[float]] = {}
@@ -106,11 +157,19 @@ def summarise(kind: str, passes: list) -> dict[str, float]:
     return {"kind": kind, **{k: statistics.median(v) for k, v in rows.items()}}
 
 
+def print_table(title: str, results: list[dict]) -> None:
+    keys = sorted({k for r in results for k in r if k != "kind"})
+    print(f"| {title} | " + " | ".join(r["kind"] for r in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for k in keys:
+        print(f"| {k} | " + " | ".join(f"{r[k]:.1f}" if k in r else "" for r in results) + " |")
+
+
 def main() -> int:
     import torch
 
     from cudaperf import cuda
-    from cudaperf.lead import Lead
+    from cudaperf.lead import LEAD_CHUNK_BYTES, Lead
     from cudaperf.timing import default_l2_flush_bytes, lead_sized_flush_bytes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -131,14 +190,21 @@ def main() -> int:
     for kind in kinds:
         passes = [one_pass(kind, lead, kernels, side_stream, x, y) for _ in range(args.passes + 3)][3:]
         results.append(summarise(kind, passes))
-    keys = sorted({k for r in results for k in r if k != "kind"})
-    print("| probe (µs from the marker before the lead) | " + " | ".join(r["kind"] for r in results) + " |")
-    print("|---|" + "---|" * len(results))
-    for k in keys:
-        print(f"| {k} | " + " | ".join(f"{r[k]:.1f}" if k in r else "" for r in results) + " |")
+    print_table("probe (µs from the marker before the lead)", results)
+    timed = []
+    if lead.kind == "persistent":
+        together = Lead(torch.device("cuda:0"), lead.flush_bytes, lead.clean_chunks * LEAD_CHUNK_BYTES,
+                        exit_together=True)
+        src, dst = x[:TIMED_ELEMENTS], y[:TIMED_ELEMENTS]
+        for name, one in (("lead", lead), ("together", together)):
+            for where in ("honest", "sneaky"):
+                passes = [timed_pass(where, one, kernels[0], side_stream, src, dst)
+                          for _ in range(args.passes + 3)][3:]
+                timed.append(summarise_timed(f"{where}, {name}", passes))
+        print_table("timed call (µs from the marker before the lead event)", timed)
     print(f"lead: {lead.kind}, shape {lead.shape}, {lead.flush_bytes >> 20} MiB, clean {lead.clean_chunks} chunks")
     write_result(args.out, {"lead_kind": lead.kind, "grid_blocks": lead.shape.grid_blocks if lead.shape else 0,
-                            "passes": args.passes, "results": results})
+                            "passes": args.passes, "results": results, "timed": timed})
     return 0
 
 

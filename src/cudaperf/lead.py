@@ -56,7 +56,7 @@ LEAD_SOURCE = r"""
    the start of the buffer, long since evicted: clean lines that push the last dirty ones out of L2. */
 extern "C" __global__ void __launch_bounds__(LEAD_THREADS, 2048 / LEAD_THREADS)
 cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read, unsigned long long* counters,
-              unsigned int value, unsigned long long* trace, unsigned int* gate)
+              unsigned int value, unsigned long long* trace, unsigned int* gate, unsigned int together)
 {
     /* trace (NULL in timing): per block, globaltimer at entry and exit and the SM it ran on */
     if (trace != 0 && threadIdx.x == 0) {
@@ -98,6 +98,25 @@ cudaperf_lead(uint4* buf, unsigned long long n_write, unsigned long long n_read,
         __syncthreads();
     }
     if (acc == 0x9e3779b9u) counters[2] = acc;  /* keeps the loads; harmless if it ever happens */
+    /* together: a grid barrier, so no block frees its SM slots before the last one is done. Every block
+       is resident (the grid is what the occupancy calculator fits), so it cannot wait for a block that
+       never starts; a 20 ms globaltimer limit still lets it go if one ever does. counters[4] counts the
+       arrivals (the last one resets it), counters[5] gets this launch's `value` as the release. */
+    if (together && threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(&counters[4], 1ULL) == gridDim.x - 1) {
+            counters[4] = 0;
+            __threadfence();
+            atomicExch(&counters[5], (unsigned long long)value);
+        } else {
+            unsigned long long t0, t;
+            asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t0));
+            do {
+                asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
+            } while (*((volatile unsigned long long*)&counters[5]) != value && t - t0 < 20000000ULL);
+        }
+    }
+    __syncthreads();
     if (trace != 0 && threadIdx.x == 0) {
         unsigned long long t;
         asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
@@ -140,12 +159,14 @@ class Lead:
     writes it, then reads its first `clean_bytes` back (at most the whole buffer); `lead()` queues one
     such pass on torch's current stream."""
 
-    def __init__(self, device: torch.device, flush_bytes: int, clean_bytes: int = 0):
+    def __init__(self, device: torch.device, flush_bytes: int, clean_bytes: int = 0, exit_together: bool = False):
         self.chunks = lead_chunks(flush_bytes)
         self.clean_chunks = min(math.ceil(max(clean_bytes, 0) / LEAD_CHUNK_BYTES), self.chunks)
         self.flush_bytes = self.chunks * LEAD_CHUNK_BYTES
         self.buffer = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device=device)
-        self.counters = torch.zeros(4, dtype=torch.int64, device=device)  # ticket, blocks out, sink, blocks in
+        # ticket, blocks out, sink, blocks in, blocks at the exit barrier, the barrier's release value
+        self.counters = torch.zeros(6, dtype=torch.int64, device=device)
+        self.exit_together = exit_together
         self.shape: LeadShape | None = None
         self.fallback_reason = ""
         self._kernel = None
@@ -169,10 +190,10 @@ class Lead:
         if self._kernel is None:
             self.buffer.zero_()
             return None
-        self._value = (self._value + 1) & 0xFFFFFFFF  # the call count: each write differs from the last
+        self._value = self._value % 0xFFFFFFFF + 1  # the call count, never 0: each write differs from the last
         gate = self._gate_pointer() if wait_resident_s > 0 else None
         self._kernel(self.shape.grid_blocks, LEAD_THREADS, self.buffer, self.chunks, self.clean_chunks,
-                     self.counters, self._value, trace, gate)
+                     self.counters, self._value, trace, gate, int(self.exit_together))
         return self._wait_gate(wait_resident_s) if gate is not None else None
 
     def _gate_pointer(self) -> int:

@@ -246,7 +246,8 @@ class _CudaClock:
         self.device = str(device)
         self.lead_us = lead_us
         self.stream = torch.cuda.current_stream(device)
-        self.lead = Lead(device, flush_bytes, default_l2_flush_bytes(device)) if flush_bytes else None
+        self.lead = (Lead(device, flush_bytes, default_l2_flush_bytes(device), exit_together=True)
+                     if flush_bytes else None)
         self.flush_bytes = self.lead.flush_bytes if self.lead else 0  # whole chunks
         self.lead_kind = self.lead.kind if self.lead else ""
 

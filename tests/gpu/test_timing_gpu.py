@@ -192,6 +192,19 @@ def test_the_lead_tells_the_host_when_all_its_blocks_are_on_the_gpu():
     assert all(w is not None for w in waits) and lead.counters[3].item() == 0
 
 
+def test_blocks_of_a_lead_that_exits_together_leave_within_2_us():
+    """`exit_together`: the grid barrier holds every block until the last is done. Prints the spread of
+    the blocks' exit times (globaltimer)."""
+    lead = Lead(torch.device(DEVICE), 64 << 20, 32 << 20, exit_together=True)
+    trace = torch.zeros(lead.shape.grid_blocks * 3, dtype=torch.int64, device=DEVICE)
+    lead(trace)
+    torch.cuda.synchronize()
+    exits_ns = trace.view(-1, 3)[:, 1]
+    spread_us = (exits_ns.max() - exits_ns.min()).item() / 1e3
+    print(f"exit spread {spread_us:.2f} us")
+    assert spread_us <= 2.0
+
+
 def test_the_timing_lead_lasts_about_its_target():
     """The write is sized to last 200 us; with the clean read and launch latency the timed lead is
     within 0.8x..1.6x of that. Prints the medians."""
