@@ -26,7 +26,9 @@ the marker after the lead waits until the side kernel's whole grid is placed. So
 timed call itself (_CudaClock.time_call's sequence) with a torch.mul of the test's size between two
 markers, on the timing stream (honest) or an unjoined side stream (sneaky), once with the lead as it is
 and once with `exit_together` (a grid barrier before exit, so no SM slot frees before the lead is done):
-where the start and end events fall against the lead's block exits and the work's markers.
+where the start and end events fall against the lead's block exits and the work's markers. The third
+table times the test's call alone (no markers), with the timing stream at default and at the highest
+priority (the side stream at default): the lead (lead event to start event) and the timed call.
 
     python3 benchmarks/lead_probe.py [--passes 30] [--out FILE.json]
 """
@@ -113,6 +115,42 @@ def timed_pass(where: str, lead, marker, side_stream, src, dst):
     return marks.tolist(), trace.view(-1, 3).tolist(), lead_ev.elapsed_time(start), start.elapsed_time(end)
 
 
+def bare_pass(where: str, lead, side_stream, src, dst) -> tuple[float, float]:
+    """_CudaClock.time_call's sequence around the test's call alone (no markers) on the current stream:
+    (ms from the lead event to the start event, ms from start to end)."""
+    import torch
+
+    lead_ev, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    torch.cuda.synchronize()
+    lead_ev.record()
+    lead()
+    start.record()
+    with torch.cuda.stream(side_stream if where == "sneaky" else torch.cuda.current_stream()):
+        torch.mul(src, 2.0, out=dst)
+    torch.cuda.synchronize()
+    end.record()
+    end.synchronize()
+    return lead_ev.elapsed_time(start), start.elapsed_time(end)
+
+
+def bare_cases(leads: dict, side_stream, src, dst, passes: int) -> list[dict[str, float]]:
+    """Every lead x (honest, sneaky) x (timing stream of default priority, of the highest priority):
+    medians of the lead (event to start event) and of the timed call, µs."""
+    import torch
+
+    high = torch.cuda.Stream(priority=-100)  # clamped to the device's highest
+    rows = []
+    for priority, stream in (("default", torch.cuda.current_stream()), ("high", high)):
+        for name, one in leads.items():
+            for where in ("honest", "sneaky"):
+                with torch.cuda.stream(stream):
+                    got = [bare_pass(where, one, side_stream, src, dst) for _ in range(passes + 3)][3:]
+                rows.append({"kind": f"{where}, {name}, {priority}",
+                             "lead_us": statistics.median(g[0] for g in got) * 1e3,
+                             "timed_us": statistics.median(g[1] for g in got) * 1e3})
+    return rows
+
+
 def summarise_timed(kind: str, passes: list) -> dict[str, float]:
     """Medians over passes, µs from the marker before the lead event (the start and end events placed by
     their elapsed times from the lead event, which follows that marker at once)."""
@@ -191,7 +229,7 @@ def main() -> int:
         passes = [one_pass(kind, lead, kernels, side_stream, x, y) for _ in range(args.passes + 3)][3:]
         results.append(summarise(kind, passes))
     print_table("probe (µs from the marker before the lead)", results)
-    timed = []
+    timed, bare = [], []
     if lead.kind == "persistent":
         together = Lead(torch.device("cuda:0"), lead.flush_bytes, lead.clean_chunks * LEAD_CHUNK_BYTES,
                         exit_together=True)
@@ -202,9 +240,12 @@ def main() -> int:
                           for _ in range(args.passes + 3)][3:]
                 timed.append(summarise_timed(f"{where}, {name}", passes))
         print_table("timed call (µs from the marker before the lead event)", timed)
+        bare = bare_cases({"lead": lead, "together": together}, side_stream, src, dst, args.passes)
+        print_table("timed call alone (µs)", bare)
     print(f"lead: {lead.kind}, shape {lead.shape}, {lead.flush_bytes >> 20} MiB, clean {lead.clean_chunks} chunks")
     write_result(args.out, {"lead_kind": lead.kind, "grid_blocks": lead.shape.grid_blocks if lead.shape else 0,
-                            "passes": args.passes, "results": results, "timed": timed})
+                            "passes": args.passes, "results": results, "timed": timed,
+                            "bare": bare})
     return 0
 
 
