@@ -72,7 +72,7 @@ def _as_tolerance(value: Any) -> Tolerance:
         return value
     if isinstance(value, (list, tuple)):
         return Tolerance(atol=float(value[0]), rtol=float(value[1]))
-    return Tolerance(atol=float(value["atol"]), rtol=float(value["rtol"]))
+    return Tolerance(atol=float(value["atol"]), rtol=float(value["rtol"]), int_atol=int(value.get("int_atol", 0)))
 
 
 def tolerance_for(dtype: torch.dtype, overrides: Mapping[str, Any] | None = None) -> Tolerance:
@@ -175,7 +175,8 @@ def compare(
     """Check a candidate output against the reference output.
 
     `tol=None` picks `tolerance_for(dtype, overrides)` per tensor (outputs with mixed dtypes);
-    a given `tol` applies to every floating tensor (integers and bool stay exact).
+    a given `tol` applies to every floating tensor; integers stay exact unless it sets `int_atol`
+    (then |out - ref| <= int_atol, absolute); bool is always exact.
     `nan_policy`: "match" (default) accepts NaN/Inf only where the reference has the same non-finite value
     at the same position; "forbid" rejects any non-finite output value.
     """
@@ -234,7 +235,8 @@ def _compare_tensor(output, reference, tol, overrides, nan_policy, path) -> Comp
     if reference.numel() == 0:
         return Comparison(ok=True, max_abs_error=0.0, max_rel_error=0.0, mismatch_fraction=0.0)
     if not (reference.dtype.is_floating_point or reference.dtype.is_complex):
-        return _compare_exact(output, reference, path)
+        levels = tol.int_atol if tol is not None and reference.dtype != torch.bool else 0
+        return _compare_exact(output, reference, path, levels)
     tol = tol or tolerance_for(reference.dtype, overrides)
     return _compare_float(output, reference, tol, nan_policy, path)
 
@@ -275,14 +277,20 @@ def _has_real_storage(t: torch.Tensor) -> bool:
     return min(t.stride(), default=0) >= 0 and storage_bytes >= (last + 1) * t.element_size()
 
 
-def _compare_exact(output: torch.Tensor, reference: torch.Tensor, path: str) -> Comparison:
-    differ = output != reference
+def _compare_exact(output: torch.Tensor, reference: torch.Tensor, path: str, levels: int = 0) -> Comparison:
+    """Integers and bool: equal, or within `levels` units when the task allows it (`Tolerance.int_atol`)."""
+    if levels <= 0:
+        differ = output != reference
+    else:  # int64 differences: no wrap-around for unsigned or narrow types
+        differ = (output.to(torch.int64) - reference.to(torch.int64)).abs() > levels
     count = int(differ.sum())
+    error = float((output.to(torch.float64) - reference.to(torch.float64)).abs().max()) if output.numel() else 0.0
     if count == 0:
-        return Comparison(ok=True, max_abs_error=0.0, max_rel_error=0.0, mismatch_fraction=0.0)
-    error = float((output.to(torch.float64) - reference.to(torch.float64)).abs().max())
+        return Comparison(ok=True, max_abs_error=error, max_rel_error=0.0 if error == 0 else None,
+                          mismatch_fraction=0.0)
+    rule = f"|out-ref| <= {levels}" if levels > 0 else "exact match"
     return Comparison(ok=False, max_abs_error=error, mismatch_fraction=count / reference.numel(),
-                      message=f"{path}: {count} of {reference.numel()} elements differ (exact match required "
+                      message=f"{path}: {count} of {reference.numel()} elements differ ({rule} required "
                               f"for {dtype_name(reference.dtype)}); max abs error {error:.3g}")
 
 

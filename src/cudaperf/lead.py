@@ -21,10 +21,15 @@ What it is for, measured on the H200 (session 7, dev/LOG.md):
 - the last block to exit resets both counters, so the next launch needs no host work.
 
 Negative result: kernels a call queues on a side stream that does not wait for the timing stream still
-run during the lead. On the H200 an unjoined elementwise kernel was timed at 11.3 µs against 27.6 µs on
-the timing stream, and the lead grew by 11 µs (with torch's fill as the lead an unjoined copy gained
-less: 30 against 39 µs). Why is open: benchmarks/lead_probe.py records each lead block's SM, entry and
-exit and when the side kernel's blocks start. Unjoined side streams are caught elsewhere: the static rule
+gain. On the H200 an unjoined elementwise kernel was timed at 11.3 µs against 27.6 µs on the timing
+stream (session 7). What benchmarks/lead_probe.py measured since (sessions 8 and 9, dev/LOG.md): the
+lead holds 8 blocks on each of the 132 SMs, all entered within 0.3 µs, and the side grid's first block
+enters only about 3 µs after the first lead block exits, never during the lead; but a side grid waiting
+for the lead's slots delays the start event recorded behind the lead by 7-11 µs, and its blocks take
+the SMs as the lead leaves, ahead of the timed kernel. Neither a grid barrier before exit
+(`exit_together`, used by timing.py: blocks leave within 0.74 µs) nor the highest-priority timing
+stream stopped the gain (23.8-25.1 µs against 38.1-45.0 µs for the honest call), and a host-side gate
+(`wait_resident_s`) changed nothing. Unjoined side streams are caught elsewhere: the static rule
 `stream_created` refuses creating or selecting a stream, and the profiler's stream check counts kernels
 and copies on any stream but the current one (anticheat.coverage); both are errors. A DMA copy
 (cudaMemcpyAsync) on such a stream would overlap any lead anyway: copy engines are not SM slots.

@@ -85,10 +85,14 @@ class InputConfig:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """allclose-style bounds, applied scale-aware (see correctness.py)."""
+    """allclose-style bounds, applied scale-aware to floating outputs (see correctness.py).
+    `int_atol`: how many units an integer output may differ from the reference, absolute; 0 (the
+    default) keeps integers exact. Only a task that says so sets it, e.g. 8-bit image outputs rounded
+    from float arithmetic whose contraction differs between the host compiler and the GPU."""
 
     atol: float
     rtol: float
+    int_atol: int = 0
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,29 @@ def test_integers_must_match_exactly():
     assert not result.ok and result.max_abs_error == 1.0
 
 
+def test_integer_outputs_may_differ_by_the_declared_number_of_units():
+    ref = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    out = torch.tensor([1, 127, 254], dtype=torch.uint8)
+    assert compare(out, ref, Tolerance(atol=1.0, rtol=0.0, int_atol=1)).ok
+
+
+def test_integer_outputs_beyond_the_declared_units_fail():
+    ref = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    out = torch.tensor([2, 128, 255], dtype=torch.uint8)
+    result = compare(out, ref, Tolerance(atol=1.0, rtol=0.0, int_atol=1))
+    assert not result.ok and result.max_abs_error == 2.0 and "|out-ref| <= 1" in result.message
+
+
+def test_a_float_tolerance_alone_keeps_integers_exact():
+    ref = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    out = torch.tensor([1, 128, 255], dtype=torch.uint8)
+    assert not compare(out, ref, Tolerance(atol=1.0, rtol=0.0)).ok
+
+
+def test_bool_outputs_stay_exact_whatever_the_integer_tolerance():
+    assert not compare(torch.tensor([True]), torch.tensor([False]), Tolerance(1.0, 0.0, int_atol=1)).ok
+
+
 def test_tuples_are_compared_element_wise_and_name_the_failing_element():
     ref = (torch.randn(4), torch.arange(3))
     assert compare((ref[0].clone(), ref[1].clone()), ref).ok

@@ -24,6 +24,7 @@ from cudaperf.datasets.measure import (
     Phase,
     ResultsWriter,
     after_death,
+    flagged_tasks,
     impl_hash,
     measure,
     read_progress,
@@ -86,6 +87,48 @@ def test_retry_failed_reopens_keys_whose_child_died_and_their_task(tmp_path):
     assert set(read_progress(tmp_path).finished_tasks) == {"t"}
     again = read_progress(tmp_path, retry_failed=True)
     assert set(again.done_keys) == {("t", "small", "t/a")} and not again.finished_tasks
+
+
+def test_retry_incorrect_reopens_keys_found_wrong_and_their_task(tmp_path):
+    path = tmp_path / RESULTS_FILE
+    path.write_text("\n".join(json.dumps(r) for r in (
+        _row("t", "small", "t/a"), _row("t", "small", "t/b", "incorrect"),
+        {"record": "task", "task_id": "t", "status": "ok"})) + "\n")
+    again = read_progress(tmp_path, retry_incorrect=True)
+    assert set(again.done_keys) == {("t", "small", "t/a")} and not again.finished_tasks
+
+
+def test_incorrect_keys_stay_done_without_retry_incorrect(tmp_path):
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(_row("t", "small", "t/b", "incorrect")) + "\n")
+    assert ("t", "small", "t/b") in read_progress(tmp_path, retry_failed=True).done_keys
+
+
+def _validate_file(path: Path, task_id: str, ok: bool = False) -> None:
+    row = {"task_id": task_id, "ok": ok, "flags": [] if ok else ["constant_output"]}
+    path.write_bytes(gzip.compress((json.dumps(row) + "\n").encode()))
+
+
+def test_tasks_the_cpu_filter_flagged_are_not_measured(tmp_path):
+    flagged = select_tasks(options(tmp_path))[0]
+    shards = tmp_path / "committed"
+    shards.mkdir()
+    _validate_file(shards / "validate-seed0.jsonl.gz", flagged.task_id)
+    run = measure(options(tmp_path / "run", resume_from=(shards,)))
+    assert run.filtered == 1 and flagged.task_id not in {k[0] for k in row_keys(tmp_path / "run")}
+
+
+def test_a_later_passing_verdict_lifts_the_filter(tmp_path):
+    _validate_file(tmp_path / "validate-a.jsonl.gz", "t")
+    _validate_file(tmp_path / "validate-b.jsonl.gz", "t", ok=True)
+    assert flagged_tasks([tmp_path]) == {}
+
+
+def test_stats_leave_flagged_tasks_out_and_say_so(tmp_path):
+    write_measurement(tmp_path)
+    _validate_file(tmp_path / "validate-seed0.jsonl.gz", "B")
+    m = measure_stats.load(tmp_path)
+    assert {s.task_id for s in measure_stats.task_summaries(m)} == {"A"}
+    assert "1 of them had been measured" in measure_stats.stats_markdown(m)
 
 
 def test_committed_gzip_shards_count_as_done(tmp_path):

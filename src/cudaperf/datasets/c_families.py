@@ -362,8 +362,10 @@ def _image_nest(v: dict[str, Any]) -> LoopNest:
 
 def _image_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     u8 = v["pix"] == "unsigned char"
-    # 8-bit outputs are rounded from float sums whose order may differ: allow an off-by-one level.
-    tol = tolerance("float") if not u8 else Tolerance(atol=1.0, rtol=0.0)
+    # 8-bit outputs are rounded from float arithmetic that the GPU contracts into fused multiply-adds
+    # and the host compiler does not: a value on a rounding edge may land one level away (measured on
+    # the H200: sharpen, 1 level on up to 0.4% of pixels). Allow one level, nothing more.
+    tol = tolerance("float") if not u8 else Tolerance(atol=1.0, rtol=0.0, int_atol=1)
     gen = ArrayGen("randint", 0, 256) if u8 else ArrayGen("uniform", 0.0, 1.0)
     return nest_task(nest, "image_filter", {"src": gen},
                      configs({"ny": 48, "nx": 64}, {"ny": 2160, "nx": 3840}, {"ny": 1081, "nx": 1921}),

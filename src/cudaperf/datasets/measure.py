@@ -26,7 +26,13 @@ rest is measured (families gain and fix implementations while the measurement sp
 without implementations are counted, not recorded. New records go to OUT_DIR/measurements.jsonl only, so
 a GPU session can write into an empty $OUT, resume from the gzipped shards committed after earlier
 sessions, and hand back just its own rows (the whole measurement is too big for one committed file).
-`--retry-failed` measures again the keys whose rows say the child died or timed out.
+`--retry-failed` measures again the keys whose rows say the child died or timed out; `--retry-incorrect`
+those whose rows say the implementation was wrong (after a generator or comparison fix).
+
+The CPU filter: tasks that `cudaperf dataset validate` did not pass (declaration problems, the degenerate
+filter's constant / input-independent / tiny outputs) are not selected when its results lie beside the
+measurement (`validate*.jsonl[.gz]` in OUT_DIR or a `--resume-from` directory; the last verdict per task
+wins); `dataset stats` leaves them out of every count the same way.
 
 Time budget: dispatching stops when the next task would not fit, the tasks in flight finish, and a child
 still running `grace_s` after the budget is killed (its finished configurations are kept, the rest is
@@ -75,6 +81,8 @@ FEATURES_FILE = "features.jsonl"
 ROW_VERSION = 2  # 2: `impl_hash` covers the CUDA source
 EXIT_DONE, EXIT_USAGE, EXIT_BUDGET = 0, 2, 3
 RETRYABLE = ("worker_died", "timeout")  # row statuses that --retry-failed measures again
+INCORRECT = "incorrect"  # the row status that --retry-incorrect measures again
+VALIDATE_STEM = "validate"  # validate*.jsonl[.gz]: `dataset validate` results (the CPU filter)
 # Before any task of a kind finished in this run, the dispatcher assumes these durations (seconds, one
 # worker): PyTorch tasks pay three torch.compile baselines, C tasks the serial reference on the CPU.
 DEFAULT_TASK_S = {"pytorch": 25.0, "c": 10.0}
@@ -110,6 +118,7 @@ class MeasureOptions:
     compile_baseline: bool = True  # time torch.compile(reference) on PyTorch tasks
     serial_budget_ms: float = 300.0  # serial-C timing: repeat until this much time is spent (1 to 5 calls)
     retry_failed: bool = False  # measure again keys whose child died or timed out
+    retry_incorrect: bool = False  # measure again keys whose implementation was found wrong
     resume_from: tuple[Path, ...] = ()  # more directories whose measurements*.jsonl[.gz] count as done
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)
@@ -202,10 +211,12 @@ def read_records(directories: Iterable[Path], stem: str = "measurements") -> tup
     return records, torn
 
 
-def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False) -> Progress:
+def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False,
+                  retry_incorrect: bool = False) -> Progress:
     """Finished keys and tasks over every result file of `directories` (the output directory and the
     `--resume-from` ones). The last row of a key wins (a retried key's new row replaces the old); with
-    `retry_failed`, keys whose last row is a RETRYABLE failure, and their tasks, count as not done."""
+    `retry_failed`, keys whose last row is a RETRYABLE failure, and their tasks, count as not done; with
+    `retry_incorrect`, likewise keys whose last row says INCORRECT."""
     rows, torn = read_records([directories] if isinstance(directories, Path) else directories)
     last: dict[Key, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
@@ -214,7 +225,8 @@ def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False
             last[(row["task_id"], row["config"], row["impl_id"])] = row
         elif row.get("record") == "task":
             tasks[row["task_id"]] = row
-    retry = {k for k, r in last.items() if retry_failed and r.get("status") in RETRYABLE}
+    again = (RETRYABLE if retry_failed else ()) + ((INCORRECT,) if retry_incorrect else ())
+    retry = {k for k, r in last.items() if r.get("status") in again}
     finished = {t: dict(r.get("impls") or {}) for t, r in tasks.items()
                 if not (retry_failed and r.get("status") != "ok")}
     for key in retry:
@@ -277,6 +289,23 @@ def round_robin(tasks: list[GeneratedTask]) -> list[GeneratedTask]:
             if not by_family[name]:
                 del by_family[name]
     return out
+
+
+def flagged_tasks(directories: Iterable[Path]) -> dict[str, tuple[str, ...]]:
+    """Tasks the CPU filter did not pass, from every validate*.jsonl[.gz] of `directories`: id -> why
+    (the degenerate flags, or `declaration` / `compile` for the other checks). Last verdict wins."""
+    records, _ = read_records(directories, VALIDATE_STEM)
+    flagged: dict[str, tuple[str, ...]] = {}
+    for r in records:
+        if "task_id" not in r or "ok" not in r:
+            continue
+        if r["ok"]:
+            flagged.pop(r["task_id"], None)
+        else:
+            why = tuple(r.get("flags") or ()) + (("declaration",) if r.get("problems") else ()) + \
+                (("compile",) if any(v != "ok" for v in (r.get("compiled") or {}).values()) else ())
+            flagged[r["task_id"]] = why or ("not_ok",)
+    return flagged
 
 
 def select_tasks(options: MeasureOptions) -> list[GeneratedTask]:
@@ -555,6 +584,7 @@ class RunSummary:
     elapsed_s: float = 0.0
     torn_lines: int = 0
     no_impls: int = 0  # selected tasks whose family has no implementations yet (not measured, not recorded)
+    filtered: int = 0  # tasks of the shard that the CPU filter left out (validate*.jsonl[.gz])
     error: str = ""  # why the run stopped early (children could not start)
 
     @property
@@ -837,7 +867,8 @@ def visible_gpus(wanted: int) -> list[str | None]:
 
 def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> RunSummary:
     """Measure the selected tasks not measured yet; see the module docstring."""
-    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
+    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed,
+                             options.retry_incorrect)
     jobs, summary = plan_jobs(options, progress)
     gpus = gpus if gpus is not None else ([None] * max(options.workers, 1) if options.runner == "fake"
                                           else visible_gpus(options.workers))
@@ -866,8 +897,12 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
     keys_by_task: dict[str, list[Key]] = {}
     for key in progress.done_keys:
         keys_by_task.setdefault(key[0], []).append(key)
-    jobs, selected, no_impls = [], 0, 0
+    flagged = flagged_tasks([options.out_dir, *options.resume_from])
+    jobs, selected, no_impls, filtered = [], 0, 0, 0
     for task in select_tasks(options):
+        if task.task_id in flagged:
+            filtered += 1  # the CPU filter left it out (see the module docstring)
+            continue
         hashes = {i.impl_id: impl_hash(i.source) for i in registry.implementations(task)}
         if not hashes:
             no_impls += 1  # nothing to measure (yet): not recorded, so a later run picks it up
@@ -878,7 +913,7 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
     done = selected - len(jobs)
     if options.max_tasks:
         jobs = jobs[: options.max_tasks]
-    return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls)
+    return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls, filtered=filtered)
 
 
 def _plain_options(options: MeasureOptions) -> dict[str, Any]:
@@ -1013,6 +1048,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-features", action="store_true", help="no static features during the run")
     p.add_argument("--features-only", action="store_true", help="only static features (CPU, no GPU)")
     p.add_argument("--retry-failed", action="store_true", help="measure keys whose child died again")
+    p.add_argument("--retry-incorrect", action="store_true",
+                   help="measure keys found incorrect again (after a generator or comparison fix)")
     p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
                    "are already done (committed shards, earlier calls on this machine)")
     p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
@@ -1031,7 +1068,8 @@ def options_from_args(args: argparse.Namespace) -> MeasureOptions:
         task_timeout_s=args.task_timeout_s, workers=args.workers, per_gpu=args.per_gpu,
         budget_ms=args.budget_ms, warmup_ms=args.warmup_ms, min_reps=args.min_reps, max_reps=args.max_reps,
         l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
-        features=not args.no_features, retry_failed=args.retry_failed, progress=not args.no_progress,
+        features=not args.no_features, retry_failed=args.retry_failed, retry_incorrect=args.retry_incorrect,
+        progress=not args.no_progress,
         resume_from=tuple(Path(d.strip()) for d in args.resume_from.split(",") if d.strip()))
 
 
@@ -1057,11 +1095,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def _dry_run(options: MeasureOptions) -> int:
-    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed)
+    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed,
+                             options.retry_incorrect)
     jobs, summary = plan_jobs(options, progress)
     by_kind = Counter(j.task.kind.value for j in jobs)
     print(f"shard {options.shard[0]}/{options.shard[1]}: {summary.selected} tasks with implementations selected "
-          f"({summary.no_impls} without), {len(jobs)} to measure {dict(by_kind)}, {progress.rows} rows already "
+          f"({summary.no_impls} without, {summary.filtered} left out by the CPU filter), {len(jobs)} to measure {dict(by_kind)}, {progress.rows} rows already "
           f"measured{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
     return EXIT_DONE
 
@@ -1072,7 +1111,8 @@ def _print_summary(options: MeasureOptions, s: RunSummary) -> None:
            if s.exit_code == EXIT_BUDGET else "all selected tasks measured")
     print(f"measured {s.finished} tasks ({s.failed_tasks} failed or partial), {s.rows} rows "
           f"({s.failed_rows} failed) in {s.elapsed_s:.0f} s = {rate:.1f} tasks/min; {s.already_done} of "
-          f"{s.selected} were done before ({s.no_impls} more have no implementations yet); {end}. "
+          f"{s.selected} were done before ({s.no_impls} more have no implementations yet, {s.filtered} left out "
+          f"by the CPU filter); {end}. "
           f"Results: {options.out_dir / RESULTS_FILE}")
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import ROW_VERSION, impl_hash, read_records, result_files
+from cudaperf.datasets.measure import ROW_VERSION, flagged_tasks, impl_hash, read_records, result_files
 from cudaperf.datasets.records import Implementation
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -40,12 +40,16 @@ CONFIG_ORDER = ("small", "large", "odd")
 
 @dataclass(frozen=True)
 class Measurements:
-    """A results file read back: the last row per key, the last task record per task, the run records."""
+    """A results file read back: the last row per key, the last task record per task, the run records.
+    Tasks the CPU filter left out (`measure.flagged_tasks`) are not among them: `filtered` names every
+    flagged task, `filtered_measured` counts those that had been measured before the filter knew them."""
 
     rows: tuple[dict[str, Any], ...]
     tasks: dict[str, dict[str, Any]]
     runs: tuple[dict[str, Any], ...]
     torn_lines: int = 0
+    filtered: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    filtered_measured: int = 0
 
 
 def _of_selected(m: Measurements) -> str:
@@ -55,8 +59,10 @@ def _of_selected(m: Measurements) -> str:
 
 
 def load(*directories: Path) -> Measurements:
-    """Every `measurements*.jsonl[.gz]` of the directories (shards of several sessions) as one."""
+    """Every `measurements*.jsonl[.gz]` of the directories (shards of several sessions) as one, less the
+    tasks that a validate*.jsonl[.gz] beside them flags."""
     records, torn = read_records(directories)
+    flagged = flagged_tasks(directories)
     rows: dict[tuple, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
     runs = []
@@ -68,7 +74,10 @@ def load(*directories: Path) -> Measurements:
             tasks[r["task_id"]] = r
         elif kind == "run":
             runs.append(r)
-    return Measurements(tuple(rows.values()), tasks, tuple(runs), torn)
+    measured = {key[0] for key in rows} | set(tasks)
+    kept = tuple(r for r in rows.values() if r["task_id"] not in flagged)
+    return Measurements(kept, {t: r for t, r in tasks.items() if t not in flagged}, tuple(runs), torn,
+                        flagged, len(measured & set(flagged)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,6 +255,7 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
     three = sum(s.verified_impls >= 3 for s in summaries)
     return [
         f"- tasks measured: {len(summaries)} {dict(Counter(s.kind for s in summaries))}{_of_selected(m)}",
+        *_filter_line(m),
         f"- rows (task x configuration x implementation): {len(m.rows)}; status {dict(status.most_common())}",
         f"- implementations verified on every configuration: {verified}/{impls}{share}",
         f"- tasks with >= 3 verified implementations: {three}/{len(summaries)}",
@@ -255,6 +265,14 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
         (f"- throughput: {tp.tasks} tasks in {tp.wall_minutes:.1f} wall minutes = {rate}; "
         f"time per task in one measuring process: {per_child}"),
     ]
+
+
+def _filter_line(m: Measurements) -> list[str]:
+    if not m.filtered:
+        return []
+    why = Counter(f for flags in m.filtered.values() for f in flags)
+    return [f"- left out by the CPU filter (validate*.jsonl): {len(m.filtered)} tasks {dict(why.most_common())}; "
+            f"{m.filtered_measured} of them had been measured and are not counted here"]
 
 
 def _leads(rows: list[dict[str, Any]]) -> str:

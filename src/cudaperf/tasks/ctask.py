@@ -8,7 +8,7 @@ A `CTask` holds:
   * `inputs`: how each `in`/`inout` array is drawn (`ArrayGen`: distribution and bounds);
   * `configs`: ≥ 3 `CConfig`s (scalar values; optional per-config generator or tolerance overrides),
     conventionally `small`, `large` and `odd` (sizes that are not multiples of any block size);
-  * `tolerance`: allclose bounds on the outputs (exact for integer outputs).
+  * `tolerance`: allclose bounds on the outputs (integer outputs exact, or within `int_atol` units).
 It round-trips through JSON (`to_json` / `from_json`); files are named `<task_id>.ctask.json`.
 
 The candidate contract (C→CUDA "fast" format, the same one PyTorch→CUDA fast solutions use):
