@@ -183,6 +183,28 @@ def test_cli_build_validate_stats_round_trip(tmp_path, capsys):
     assert "stencil1d" in capsys.readouterr().out
 
 
+def test_build_leaves_out_a_task_the_degenerate_filter_flags(tmp_path):
+    out = tmp_path / "ds"
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls") == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [e["task_id"] for e in manifest["tasks"]] == [registry.build_index(0, families=["map"])[0].task_id]
+    assert "constant_output" in manifest["left_out"]["c_map_aff91953900a"]
+
+
+def test_build_with_no_filter_keeps_every_task(tmp_path):
+    out = tmp_path / "ds"
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls", "--no-filter") == 0
+    assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 2
+
+
+def test_validate_compiles_what_the_build_filter_only_ran(tmp_path):
+    out = tmp_path / "ds"
+    assert _cli("build", "--out", str(out), "--families", "stencil1d", "--limit", "1", "--kinds", "c") == 0
+    assert _cli("validate", "--out", str(out), "--compile") == 0
+    rows = [json.loads(x) for x in (out / "validate.jsonl").read_text().splitlines()]
+    assert "compiled" not in rows[0] and rows[-1]["compiled"]
+
+
 def test_cli_measure_says_it_needs_a_gpu(capsys):
     assert _cli("measure", "--out", "x") == 2
     assert "needs a GPU" in capsys.readouterr().err

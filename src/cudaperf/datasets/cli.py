@@ -2,7 +2,9 @@
 count it; measurement needs the GPU session and is not in this build.
 
   build     write task files, implementations, manifest, prompts.jsonl (+ Parquet when pyarrow is there);
-            rerunning skips files that already hold the same text
+            rerunning skips files that already hold the same text. The degenerate filter runs first (its
+            verdicts go to validate.jsonl, reused by a rerun or `validate`) and flagged tasks are not
+            written: the manifest names them under `left_out` (`--no-filter` keeps them)
   validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds) and
             optionally NVRTC compiles of its implementations; results are appended to validate.jsonl one
             task at a time, and a rerun continues where the last one stopped
@@ -38,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--families", default="", help="comma list of families (default: all)")
             p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
             p.add_argument("--no-impls", action="store_true", help="write tasks only")
+            p.add_argument("--no-filter", action="store_true",
+                           help="keep the tasks the degenerate filter flags (default: run it, leave them out)")
         if name == "validate":
             p.add_argument("--sample", type=int, default=0, help="check every N-th task only (0: all)")
             p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
@@ -93,8 +97,10 @@ def build(args: argparse.Namespace) -> int:
     kinds = [TaskKind(k.strip()) for k in args.kinds.split(",") if k.strip()]
     families = [f.strip() for f in args.families.split(",") if f.strip()] or None
     tasks = _select(registry.build_index(args.seed, kinds, families), args.limit)
-    split_of = splits.split_tasks(tasks, args.seed)
+    split_of = splits.split_tasks(tasks, args.seed)  # before the filter: a task's split never depends on it
     root: Path = args.out
+    left_out = {} if args.no_filter else _filter(root, tasks)
+    tasks = [t for t in tasks if t.task_id not in left_out]
     rows, impl_rows, entries = [], [], []
     with _progress() as progress:
         bar = progress.add_task("build", total=len(tasks))
@@ -110,26 +116,60 @@ def build(args: argparse.Namespace) -> int:
                             "group": registry.group_of(task), "split": split_of[task.task_id],
                             "variant": task.variant, "strategies": [i.strategy for i in impls]})
             progress.advance(bar)
-    export.write_manifest(root, {"seed": args.seed, "kinds": [k.value for k in kinds], "tasks": entries})
+    export.write_manifest(root, {"seed": args.seed, "kinds": [k.value for k in kinds], "tasks": entries,
+                                 "left_out": left_out})
     export.write_jsonl(root / "prompts.jsonl", rows)
     for name, table in (("tasks.parquet", rows), ("impls.parquet", impl_rows)):
         why = export.write_parquet(root / name, table)
         if why:
             print(why, file=sys.stderr)
             break
-    print(f"wrote {len(tasks)} tasks and {len(impl_rows)} implementations to {root}")
+    filtered = f"; {len(left_out)} left out by the degenerate filter (validate.jsonl)" if left_out else ""
+    print(f"wrote {len(tasks)} tasks and {len(impl_rows)} implementations to {root}{filtered}")
     return 0
 
 
-def _validated(path: Path) -> set[str]:
+def _filter(root: Path, tasks: list) -> dict[str, list[str]]:
+    """The tasks that fail the CPU checks (declarations, degenerate outputs): id -> flags. Verdicts already
+    in root/validate.jsonl are reused; the others are computed and appended there."""
+    rows = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
+    return {t.task_id: rows[t.task_id].get("flags") or ["declaration"] for t in tasks
+            if not rows[t.task_id]["ok"]}
+
+
+def _validated(path: Path) -> dict[str, dict[str, Any]]:
+    """task id -> its last verdict in a validate.jsonl."""
     if not path.exists():
-        return set()
-    done = set()
+        return {}
+    done = {}
     for line in path.read_text().splitlines():
         try:
-            done.add(json.loads(line)["task_id"])
-        except (json.JSONDecodeError, KeyError):
+            row = json.loads(line)
+            done[row["task_id"]] = row
+        except (json.JSONDecodeError, KeyError, TypeError):
             continue  # a torn last line from an interrupted run: that task is checked again
+    return done
+
+
+def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool) -> bool:
+    return row is not None and (not compile_impls or "compiled" in row) and (not degenerate or "flags" in row)
+
+
+def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate: bool,
+                 label: str) -> dict[str, dict[str, Any]]:
+    """Verdicts for `tasks`: those in `out_path` that cover the checks asked for are kept, the rest are
+    computed and appended one line per task (the last line of a task wins)."""
+    done = _validated(out_path)
+    todo = [t for t in tasks if not _covers(done.get(t.task_id), compile_impls, degenerate)]
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with _progress() as progress, out_path.open("a") as fh:
+        bar = progress.add_task(label, total=len(tasks), completed=len(tasks) - len(todo))
+        for task in todo:
+            row = validate_task(task, compile_impls, degenerate)
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+            fh.flush()  # one line per task: an interrupted run loses at most the task in flight
+            done[task.task_id] = row
+            progress.advance(bar)
     return done
 
 
@@ -165,15 +205,9 @@ def validate(args: argparse.Namespace) -> int:
         tasks = tasks[:: args.sample]
     out_path = root / "validate.jsonl"
     done = _validated(out_path)
-    todo = [t for t in tasks if t.task_id not in done]
-    with _progress() as progress, out_path.open("a") as fh:
-        bar = progress.add_task("validate", total=len(tasks), completed=len(tasks) - len(todo))
-        for task in todo:
-            row = validate_task(task, args.compile, not args.no_degenerate)
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
-            fh.flush()  # one line per task: an interrupted run loses at most the task in flight
-            progress.advance(bar)
-    print(f"validated {len(tasks)} tasks ({len(todo)} new); results in {out_path}")
+    new = sum(not _covers(done.get(t.task_id), args.compile, not args.no_degenerate) for t in tasks)
+    _check_tasks(out_path, tasks, compile_impls=args.compile, degenerate=not args.no_degenerate, label="validate")
+    print(f"validated {len(tasks)} tasks ({new} new); results in {out_path}")
     return 0
 
 
@@ -226,5 +260,9 @@ def _manifest_stats(root: Path, manifest: dict[str, Any]) -> None:
         flagged = Counter(f for e in es for f in checked.get(e["task_id"], {}).get("flags", []))
         print(f"{kind}: {len(es)} tasks, {sum(len(e['strategies']) >= 3 for e in es)} with >= 3 implementations, "
               f"splits {dict(Counter(e['split'] for e in es))}, degenerate flags {dict(flagged)}")
+    left_out = manifest.get("left_out") or {}
+    if left_out:
+        why = Counter(f for flags in left_out.values() for f in flags)
+        print(f"left out by the degenerate filter at build time: {len(left_out)} tasks {dict(why.most_common())}")
     print("configurations per task: 3 (small, large, odd) for every generated task; "
           "speedup spread between implementations: from `cudaperf dataset measure` (GPU), shown below when measured")
