@@ -5,6 +5,7 @@ ones, then checks the rows the recipe emits. The timing harness uses its CPU clo
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ import torch
 from cudaperf.datasets import registry
 from cudaperf.datasets.measure import GpuLock, MeasureOptions
 from cudaperf.datasets.measure_task import CTaskMeasure, TorchTaskMeasure
-from cudaperf.datasets.records import Implementation
+from cudaperf.datasets.records import GeneratedTask, Implementation
+from cudaperf.types import TaskKind
 
 C_VIA_REFERENCE = '''
 from cudaperf.tasks import cref
@@ -38,11 +40,12 @@ def c_impl(task, strategy: str, after: str = "pass", baseline: bool = False) -> 
     return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, src, (strategy,), baseline)
 
 
-def run_recipe(kind, task, impls, configs=("small",), skip=frozenset()):
+def run_recipe(kind, task, impls, configs=("small",), skip=frozenset(), lock=None, compile_baseline=False):
     messages = []
     options = MeasureOptions(out_dir=Path("unused"), budget_ms=1.0, warmup_ms=0.5, min_reps=3, max_reps=5,
-                             compile_baseline=False, serial_budget_ms=1.0)
-    measurer = kind(task, options, torch.device("cpu"), lambda *m: messages.append(m), GpuLock(None), set(skip))
+                             compile_baseline=compile_baseline, serial_budget_ms=1.0)
+    measurer = kind(task, options, torch.device("cpu"), lambda *m: messages.append(m), lock or GpuLock(None),
+                    set(skip))
     measurer.impls = impls
     measurer.config_names = lambda: list(configs)
     info = measurer.run()
@@ -157,3 +160,85 @@ def test_a_kernel_that_does_not_compile_is_a_compile_error_row(c_task):
     broken = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized", src)
     _, rows, _ = run_recipe(CTaskMeasure, c_task, [broken])
     assert rows[("small", "vectorized")]["status"] == "compile_error"
+
+
+class RecordingLock(GpuLock):
+    """Records when each mode is taken and left, in one log with the compile events."""
+
+    def __init__(self, log: list):
+        super().__init__(None)
+        self.log = log
+
+    @contextlib.contextmanager
+    def _held(self, operation, mode):
+        self.log.append(f"{mode}+")
+        yield
+        self.log.append(f"{mode}-")
+
+
+@pytest.fixture
+def compile_log(monkeypatch):
+    from torch._inductor import compile_fx
+
+    log: list = []
+    real = compile_fx.compile_fx
+    monkeypatch.setattr(compile_fx, "compile_fx", lambda *a, **k: (log.append("compile"), real(*a, **k))[1])
+    return log
+
+
+def _outside_every_hold(log: list, event: str) -> bool:
+    depth = 0
+    for item in log:
+        depth += item.endswith("+") - item.endswith("-")
+        if item == event:
+            return depth == 0
+    raise AssertionError(f"{event} never happened: {log}")
+
+
+def test_inductor_compiles_the_baseline_outside_the_gpu_lock(torch_task, compile_log):
+    _, rows, _ = run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
+                            lock=RecordingLock(compile_log), compile_baseline=True)
+    assert rows[("small", "naive")]["compile_ms"] > 0 and _outside_every_hold(compile_log, "compile")
+
+
+def test_the_compiled_baselines_first_run_holds_the_lock_shared(torch_task, compile_log):
+    run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
+               lock=RecordingLock(compile_log), compile_baseline=True)
+    after = compile_log[compile_log.index("compile") + 1:]
+    assert after[:3] == ["shared+", "shared-", "exclusive+"]
+
+
+GRAPH_BREAK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = torch.relu(x)
+        torch._dynamo.graph_break()
+        return y * 2.0
+
+
+def get_input_configs():
+    return [{"name": "small", "n": 64}]
+
+
+def get_inputs(n=64, **_):
+    return [torch.randn(n)]
+
+
+def get_init_inputs(**_):
+    return []
+'''
+
+
+def test_a_model_with_a_graph_break_is_compiled_under_the_lock(compile_log, monkeypatch):
+    monkeypatch.setattr(registry, "implementations", lambda task: [])  # the test sets its own
+    task = GeneratedTask("pt_break_test", TaskKind.PYTORCH, "elementwise", {}, GRAPH_BREAK, "")
+    _, rows, _ = run_recipe(TorchTaskMeasure, task, [torch_impl(task, "naive", "ModelNew = Model\n")],
+                            lock=RecordingLock(compile_log), compile_baseline=True)
+    assert rows[("small", "naive")]["compile_ms"] > 0 and not _outside_every_hold(compile_log, "compile")

@@ -271,8 +271,8 @@ def _filter_line(m: Measurements) -> list[str]:
     if not m.filtered:
         return []
     why = Counter(f for flags in m.filtered.values() for f in flags)
-    return [f"- left out by the CPU filter (validate*.jsonl): {len(m.filtered)} tasks {dict(why.most_common())}; "
-            f"{m.filtered_measured} of them had been measured and are not counted here"]
+    return [(f"- left out by the CPU filter (validate*.jsonl): {len(m.filtered)} tasks {dict(why.most_common())}; "
+             f"{m.filtered_measured} of them had been measured and are not counted here")]
 
 
 def _leads(rows: list[dict[str, Any]]) -> str:

@@ -7,8 +7,9 @@ Per configuration:
    (`cref`, once per (configuration, seed)) and time it (the serial-C baseline); implementations are
    executed as modules and built through `cudaperf.cuda` (NVRTC, cached) once per task;
 2. references on the GPU (PyTorch tasks: `Model` built after `torch.manual_seed(seed)`, inputs drawn on
-   the device, once per (configuration, seed)); steps 2 and 3 and torch.compile's warm-up hold the GPU
-   lock shared (children sharing a GPU overlap them), step 4 holds it exclusively (`measure.GpuLock`);
+   the device, once per (configuration, seed)); steps 2 and 3 and torch.compile's first run hold the GPU
+   lock shared (children sharing a GPU overlap them; Inductor's seconds of CPU compile hold nothing),
+   step 4 holds it exclusively (`measure.GpuLock`);
 3. correctness per implementation and seed: outputs poisoned first (C `out` arrays filled with 0xFF,
    which is NaN in floats; PyTorch tasks get the caching allocator poisoned), compared with
    `correctness.compare` (scale-aware tolerance, NaN positions, exact integers);
@@ -438,7 +439,10 @@ class TorchTaskMeasure(TaskMeasure):
             with self.timed_section("check"):
                 results = {i.impl_id: self.check(i, config, refs, instances) for i in todo}
             plan = self.plan_timing(config, [i for i in todo if results[i.impl_id].ok], refs, instances)
+            warm_inputs = clone_inputs(refs[0].inputs) if plan is not None and self.compile_baseline else None
             synchronize(self.device)  # nothing of ours left running when a timed run takes the GPU
+        if warm_inputs is not None:
+            self.add_compiled(config, plan, refs[0], warm_inputs)
         timed = self.run_plan(config, plan)
         baselines = {**_baseline(timed.report, "eager", "eager"), **_baseline(timed.report, "compile", "compile"),
                      "naive_ms": None, "naive_iqr_ms": None, "serial_c_ms": None, "serial_c_reps": None}
@@ -473,38 +477,65 @@ class TorchTaskMeasure(TaskMeasure):
                 instances[impl.impl_id] = new
         return CheckResult("ok", worst_abs, worst_rel)
 
-    def compiled(self, config: str, ref: _TorchRef) -> tuple[Callable | None, str]:
-        """torch.compile of the first seed's model, compiled and warmed here (outside the timing)."""
+    def add_compiled(self, config: str, plan: TimingPlan, ref: _TorchRef, warm_inputs: list) -> None:
+        """torch.compile of the first seed's model joins the plan, or the plan says why it is missing."""
+        compiled, why = self.compiled(config, ref, warm_inputs)
+        if compiled is not None:
+            plan.fns["compile"] = lambda inputs: compiled(*inputs)
+        else:
+            plan.notes["compile"] = why
+
+    def compiled(self, config: str, ref: _TorchRef, warm_inputs: list) -> tuple[Callable | None, str]:
+        """torch.compile of the first seed's model, compiled and warmed here (outside the timing): Inductor's
+        CPU work outside the GPU lock and the first run inside it shared (`compile_baseline(first_run_hold)`);
+        a model that does not trace as one graph is compiled and warmed wholly under the lock instead."""
         self.phase("compile_baseline", config)
         with self.timed_section("compile_baseline"):
+            warming = [True]  # a recompile later, inside the timed run's exclusive lock, must not lock again
+
+            def hold() -> contextlib.AbstractContextManager[None]:
+                return self.compile_hold(config) if warming[0] else contextlib.nullcontext()
+
             try:
-                compiled = compile_baseline(ref.model, dynamic=False)  # one static graph per configuration
+                compiled = compile_baseline(ref.model, first_run_hold=hold, dynamic=False)  # one static graph
                 with torch.no_grad():
-                    compiled(*clone_inputs(ref.inputs))
-                synchronize(self.device)
+                    compiled(*warm_inputs)
+                warming[0] = False
+                return compiled, ""
+            except Exception:  # noqa: BLE001 - a graph break, say: the whole warm-up under the lock below
+                if not context_alive(self.device):
+                    self.phase("context_lost", config)
+                    raise ContextLost("torch.compile's first run lost the CUDA context") from None
+            try:
+                with self.compile_hold(config):
+                    compiled = compile_baseline(ref.model, dynamic=False)
+                    with torch.no_grad():
+                        compiled(*clone_inputs(ref.inputs))
+                    synchronize(self.device)
                 return compiled, ""
             except Exception as exc:  # noqa: BLE001 - the baseline is missing, the measurement goes on
                 self.failure("compile", exc)
                 return None, _text(exc)
 
+    @contextlib.contextmanager
+    def compile_hold(self, config: str) -> Iterator[None]:
+        """The shared GPU lock for torch.compile's GPU work; the phase names the compile again once held,
+        so a death there is blamed on the baseline (the parent retries the task without it)."""
+        with self.gpu(config):
+            self.phase("compile_baseline", config)
+            yield
+
     def plan_timing(self, config: str, timed_impls: list[Implementation], refs: list[_TorchRef],
                     instances: dict) -> TimingPlan | None:
-        """The implementations, eager and torch.compile (compiled and warmed here), and the expected
-        outputs the run re-checks against."""
+        """The implementations, eager, and the expected outputs the run re-checks against."""
         if not timed_impls:
             return None
         model = refs[0].model
         fns: dict[str, Callable] = {i.impl_id: (lambda inputs, m=instances[i.impl_id]: m(*inputs))
                                     for i in timed_impls}
         fns["eager"] = lambda inputs: model(*inputs)
-        notes = {}
-        if self.compile_baseline:
-            compiled, why = self.compiled(config, refs[0])
-            if compiled is not None:
-                fns["compile"] = lambda inputs: compiled(*inputs)
-            else:
-                notes["compile"] = why
-        elif self.options.compile_baseline:
+        notes = {}  # torch.compile joins later, outside the lock (`add_compiled`)
+        if not self.compile_baseline and self.options.compile_baseline:
             notes["compile"] = "skipped: a measuring process died inside torch.compile on this task"
         with torch.no_grad():  # the first seed's model on every seed's inputs: what timing re-checks against
             expected = [refs[0].output] + [model(*clone_inputs(r.inputs)) for r in refs[1:]]
