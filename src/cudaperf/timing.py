@@ -175,20 +175,20 @@ def compile_baseline(model: Callable, first_run_hold: Hold | None = None, **opti
         pass
     if first_run_hold is None:
         return torch.compile(model, **options)
-    backend = _InductorHoldingFirstRun(first_run_hold, options.get("dynamic"))
+    backend = _inductor_holding_first_run(first_run_hold, options.get("dynamic"))
     return torch.compile(model, backend=backend, fullgraph=True, **options)
 
 
-class _InductorHoldingFirstRun(torch._TorchCompileInductorWrapper):
+def _inductor_holding_first_run(hold: Hold, dynamic: bool | None) -> Callable:
     """What `torch.compile(backend="inductor")` builds (default mode, no options), with each compiled
-    graph's first run inside `hold`. torch's own wrapper class, so Dynamo treats it as Inductor."""
+    graph's first run inside `hold`: torch's own wrapper class, so Dynamo treats it as Inductor. Built on
+    call, so a torch without that (private) class fails here, not at import."""
 
-    def __init__(self, hold: Hold, dynamic: bool | None):
-        super().__init__(None, None, dynamic)
-        self.hold = hold
+    class InductorHoldingFirstRun(torch._TorchCompileInductorWrapper):
+        def __call__(self, model_: Any, inputs_: Any, **kwargs: Any) -> Callable:
+            return _first_call_held(super().__call__(model_, inputs_, **kwargs), hold)
 
-    def __call__(self, model_: Any, inputs_: Any, **kwargs: Any) -> Callable:
-        return _first_call_held(super().__call__(model_, inputs_, **kwargs), self.hold)
+    return InductorHoldingFirstRun(None, None, dynamic)
 
 
 def _first_call_held(fn: Callable, hold: Hold) -> Callable:
