@@ -16,8 +16,10 @@ Why hand-written: no maintained CPU runtime for CUDA C exists in our dependencie
 HIP port of the source; GPU simulators need a GPU-like toolchain), and the dataset kernels use a small
 subset of CUDA.
 
+WMMA: float fragments (TF32 tiles), each thread computing the warp's whole tile (see the prelude).
+
 Not covered: memory-model effects (no races are detected), warp-synchronous code without `_sync`
-intrinsics, textures, cooperative groups, templates launched by name expression, timing of any kind.
+intrinsics, half / bf16 / integer WMMA, textures, cooperative groups, templates launched by name expression, timing of any kind.
 """
 
 from __future__ import annotations
@@ -181,6 +183,49 @@ static inline long long min(long long a, long long b) { return a < b ? a : b; }
 static inline long long max(long long a, long long b) { return a > b ? a : b; }
 static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+#define __align__(n) __attribute__((aligned(n)))
+
+// WMMA (mma.h), float fragments only: every thread of the warp holds and computes the WHOLE tile (the
+// hardware spreads it over the lanes in an unspecified order), so element-wise code over `num_elements`
+// and the warp-collective load / mma / store give the same results as on the GPU.
+namespace nvcuda { namespace wmma {
+struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K> struct shape;
+template <int M, int N, int K> struct shape<matrix_a, M, N, K> { enum { rows = M, cols = K }; };
+template <int M, int N, int K> struct shape<matrix_b, M, N, K> { enum { rows = K, cols = N }; };
+template <int M, int N, int K> struct shape<accumulator, M, N, K> { enum { rows = M, cols = N }; };
+template <class L> struct is_col { enum { value = 0 }; };
+template <> struct is_col<col_major> { enum { value = 1 }; };
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
+    enum { rows = shape<Use, M, N, K>::rows, cols = shape<Use, M, N, K>::cols, num_elements = rows * cols,
+           col = is_col<L>::value };
+    float x[rows * cols];
+};
+template <class F> static inline void fill_fragment(F& f, float v) { for (int t = 0; t < F::num_elements; ++t) f.x[t] = v; }
+template <class F> static inline void load_matrix_sync(F& f, const float* p, unsigned ldm) {
+    for (int r = 0; r < F::rows; ++r)
+        for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = F::col ? p[c * ldm + r] : p[r * ldm + c];
+}
+template <class F> static inline void store_matrix_sync(float* p, const F& f, unsigned ldm, layout_t l) {
+    for (int r = 0; r < F::rows; ++r)
+        for (int c = 0; c < F::cols; ++c) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * F::cols + c];
+}
+template <class D, class A, class B, class C> static inline void mma_sync(D& d, const A& a, const B& b, const C& c) {
+    float out[D::num_elements];
+    for (int i = 0; i < D::rows; ++i)
+        for (int j = 0; j < D::cols; ++j) {
+            float acc = c.x[i * D::cols + j];
+            for (int p = 0; p < A::cols; ++p) acc += a.x[i * A::cols + p] * b.x[p * B::cols + j];
+            out[i * D::cols + j] = acc;
+        }
+    for (int t = 0; t < D::num_elements; ++t) d.x[t] = out[t];
+}
+static inline float __float_to_tf32(float v) {  // round to 10 mantissa bits, ties away from zero
+    unsigned u; memcpy(&u, &v, 4); u = (u + 0x1000u) & 0xFFFFE000u; memcpy(&v, &u, 4); return v;
+}
+}}  // namespace nvcuda::wmma
 """
 
 _EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\s*\[\s*\]\s*;")
@@ -192,7 +237,7 @@ class EmulationError(RuntimeError):
 
 def host_source(source: str) -> str:
     """The kernel source rewritten for the host compiler, prelude and launch wrappers included."""
-    body = _EXTERN_SHARED.sub(r"\1* \2 = (\1*)emu::dyn_smem;", source)
+    body = _EXTERN_SHARED.sub(r"\1* \2 = (\1*)emu::dyn_smem;", source).replace("#include <mma.h>", "")
     body = body.replace("__shared__", "static")
     wrappers = []
     for name, sig in parse_kernels(source).items():

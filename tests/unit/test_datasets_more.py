@@ -114,7 +114,11 @@ def test_static_policy_accepts_one_implementation_per_kernel_kind_and_strategy()
     policy = Policy()
     flagged = [(i.impl_id, [f.code for f in flags]) for _, i in one_per_kind()
                if (flags := check_source(i.source, policy))]
-    assert flagged == []
+    # the tensor-core matmul uses TF32 (split 3xTF32, fp32-accurate): the policy's reduced-precision rule
+    # warns on each TF32 use (reported, not penalised), and the tolerance decides; nothing else is flagged
+    assert [f for f in flagged if not (f[0].endswith("/tensor_core") and set(f[1]) == {"reduced_precision_cuda"})] == []
+    assert all(f.severity.value == "warning" for _, i in one_per_kind() if i.strategy == "tensor_core"
+               for f in check_source(i.source, policy))
 
 
 def test_strategy_counts_per_new_family():

@@ -33,6 +33,7 @@ STRATEGIES = (
     "separable",  # a 2-D filter done as two 1-D passes
     "subwarp",  # a few lanes per row (irregular rows), shuffle reduction within the group
     "serial_thread",  # one thread (or one per row) runs the serial loop: a naive port of a dependent loop
+    "tensor_core",  # WMMA tiles on the tensor cores (3xTF32 split for fp32 tasks)
 )
 
 
