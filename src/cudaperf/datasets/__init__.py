@@ -12,6 +12,7 @@ Module map:
                     softmax, normalisation)
   torch_impls_more.py  the other seven PyTorch families (matmul epilogues, conv, pooling, attention,
                     scans, gather/scatter, losses)
+  tensor_core.py    the WMMA TF32 (3xTF32) matmul kernel both kinds' matrix products share
   registry.py       the index of every task (deterministic from a seed), dedupe
   degenerate.py     CPU checks for constant / input-independent / tiny outputs
   splits.py         train / val / test by whole families

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudaperf.datasets.records import Family, Implementation
+from cudaperf.datasets.tensor_core import TILE, wmma_tf32_kernel
 from cudaperf.datasets.torch_families import chain_exprs
 
 # The row-to-threads mappings and group reductions of the row-wise families are shared with them, not
@@ -175,77 +176,13 @@ extern "C" __global__ void {name}({_MM_PARAMS}) {{
 
 _MM_KERNELS = {"naive": (_mm_naive, 16), "smem_tiled": (_mm_tiled, 16), "register_tiled": (_mm_register, 64)}
 
-_TF32_SPLIT = """
-#include <mma.h>
-using namespace nvcuda;
-
-// 3xTF32: x = hi + lo with both parts in TF32, and a*b ~ lo*hi + hi*lo + hi*hi accumulated in fp32: the
-// tensor cores at close to fp32 accuracy (one TF32 product alone is off by ~1e-3 relative).
-template <typename Fragment>
-__device__ __forceinline__ void split_tf32(Fragment& hi, Fragment& lo) {
-#pragma unroll
-    for (int t = 0; t < hi.num_elements; ++t) {
-        float v = hi.x[t], h = wmma::__float_to_tf32(v);
-        hi.x[t] = h;
-        lo.x[t] = wmma::__float_to_tf32(v - h);
-    }
-}
-"""
-
-
 def _mm_tensor_core(name: str, layout: str, fin: str) -> str:
-    """WMMA m16n16k8 TF32 tiles, split 3xTF32 (`_TF32_SPLIT`); B as n x k (layout "nt") only."""
+    """WMMA TF32 tiles with the 3xTF32 split (`tensor_core.py`); B as n x k (layout "nt") only."""
     if layout != "nt":
         raise ValueError("the tensor-core matmul reads B as n x k (layout 'nt')")
-    return _TF32_SPLIT + f"""
-extern "C" __global__ void {name}({_MM_PARAMS}) {{
-    // 64x64 block tile, 16-deep k slices, 256 threads = 8 warps; warp w owns the 16x16 output tiles
-    // (w / 2, 2 (w % 2)) and (w / 2, 2 (w % 2) + 1). Rows of 20 floats: wmma wants ldm % 4 == 0 and
-    // 32-byte aligned tile starts; zero-filled tails, so no size needs to be a multiple of a tile.
-    __shared__ __align__(32) float xs[64][20];  // [row][p]
-    __shared__ __align__(32) float ws[64][20];  // [col][p]: B^T read as a column-major k x 16 fragment
-    __shared__ __align__(32) float cs[64][68];  // the block's accumulators, for the fused epilogue
-    int tid = threadIdx.y * 16 + threadIdx.x, warp = tid / 32, z = blockIdx.z;
-    int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64, rt = warp / 2, ct = 2 * (warp % 2);
-    a += z * sa; b += z * sb; c += z * sc;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
-    wmma::fill_fragment(acc[0], 0.0f);
-    wmma::fill_fragment(acc[1], 0.0f);
-    for (int p0 = 0; p0 < k; p0 += 16) {{
-#pragma unroll
-        for (int l = 0; l < 4; ++l) {{
-            int e = tid + 256 * l, r = e / 16, p = e % 16;
-            xs[r][p] = (row0 + r < m && p0 + p < k) ? a[(long long)(row0 + r) * k + p0 + p] : 0.0f;
-            ws[r][p] = (col0 + r < n && p0 + p < k) ? b[(long long)(col0 + r) * k + p0 + p] : 0.0f;
-        }}
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < 16; kk += 8) {{
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> ah, al;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> bh, bl;
-            wmma::load_matrix_sync(ah, &xs[rt * 16][kk], 20);
-            split_tf32(ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {{
-                wmma::load_matrix_sync(bh, &ws[(ct + q) * 16][kk], 20);
-                split_tf32(bh, bl);
-                wmma::mma_sync(acc[q], al, bh, acc[q]);
-                wmma::mma_sync(acc[q], ah, bl, acc[q]);
-                wmma::mma_sync(acc[q], ah, bh, acc[q]);
-            }}
-        }}
-        __syncthreads();
-    }}
-    wmma::store_matrix_sync(&cs[rt * 16][ct * 16], acc[0], 68, wmma::mem_row_major);
-    wmma::store_matrix_sync(&cs[rt * 16][(ct + 1) * 16], acc[1], 68, wmma::mem_row_major);
-    __syncthreads();
-#pragma unroll
-    for (int l = 0; l < 16; ++l) {{
-        int e = tid + 256 * l, r = e / 64, q = e % 64, i = row0 + r, j = col0 + q;
-        if (i < m && j < n) c[(long long)i * n + j] = {fin}(cs[r][q], {_FIN_ARGS});
-    }}
-}}
-"""
+    return wmma_tf32_kernel(name, _MM_PARAMS, "int z = blockIdx.z;\n    a += z * sa; b += z * sb; c += z * sc;",
+                            "a[(long long)row * k + p]", "b[(long long)col * k + p]",
+                            f"c[(long long)i * n + j] = {fin}(v, {_FIN_ARGS});")
 
 
 def _mm_launch(kernel: str, tile: int, m: str, n: str, z: str, args: str) -> str:
@@ -287,7 +224,7 @@ def matmul_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
             "out = x.new_empty((*x.shape[:-1], n))\n")
     args = "x, self.linear.weight, {dst}, {e0}, {e1}, m, n, kk, 0, 0, 0, 1.0"
     out = []
-    for strategy, (gen, tile) in {**_MM_KERNELS, "tensor_core": (_mm_tensor_core, 64)}.items():
+    for strategy, (gen, tile) in {**_MM_KERNELS, "tensor_core": (_mm_tensor_core, TILE)}.items():
         cuda = fin + gen("gemm", "nt", "fin")
         body = head + _mm_launch("gemm", tile, "m", "n", "1", args.format(dst="out", e0="self.linear.bias", e1="x"))
         tags = ("matmul", "fused") if strategy != "naive" else ("matmul",)

@@ -1,0 +1,84 @@
+"""The tensor-core matmul kernel shared by the PyTorch (matmul_epilogue) and C (matmul) families: a 64x64
+block tile of WMMA m16n16k8 TF32 tiles with the 3xTF32 split, the epilogue fused after the tile is
+staged in shared memory. Each family supplies its signature, how A and B are read and how an output is
+written (`wmma_tf32_kernel`).
+
+3xTF32: x = hi + lo with both parts rounded to TF32, and a*b ~ lo*hi + hi*lo + hi*hi accumulated in fp32,
+so fp32 tasks keep close to fp32 accuracy on the tensor cores (one TF32 product alone is off by ~1e-3
+relative, outside the fp32 tolerances).
+
+Not covered: half / bf16 inputs (no task has them), double (DMMA), asynchronous copies or pipelining.
+"""
+
+from __future__ import annotations
+
+TF32_SPLIT = """
+#include <mma.h>
+using namespace nvcuda;
+
+template <typename Fragment>
+__device__ __forceinline__ void split_tf32(Fragment& hi, Fragment& lo) {
+#pragma unroll
+    for (int t = 0; t < hi.num_elements; ++t) {
+        float v = hi.x[t], h = wmma::__float_to_tf32(v);
+        hi.x[t] = h;
+        lo.x[t] = wmma::__float_to_tf32(v - h);
+    }
+}
+"""
+TILE = 64  # outputs per block side; the block is 16 x 16 threads (8 warps)
+
+
+def wmma_tf32_kernel(name: str, params: str, setup: str, a_at: str, b_at: str, store: str) -> str:
+    """The kernel source. In `a_at` (A[row][p]) and `b_at` (B[p][col]) the names `row`, `col` and `p` are
+    the global indices, already checked against `m`, `n` and `k`; `store` writes output (i, j) from the
+    float `v` (i < m, j < n already checked); `setup` runs first (batch offsets, say)."""
+    return TF32_SPLIT + f"""
+extern "C" __global__ void {name}({params}) {{
+    // warp w owns the 16x16 output tiles (w / 2, 2 (w % 2)) and (w / 2, 2 (w % 2) + 1) of the block's
+    // 64x64 tile. Rows of 20 floats: wmma wants ldm % 4 == 0 and 32-byte aligned tile starts; zero-filled
+    // tails, so no size needs to be a multiple of a tile.
+    __shared__ __align__(32) float xs[64][20];  // A: [row][p]
+    __shared__ __align__(32) float ws[64][20];  // B: [col][p], read as a column-major k x 16 fragment
+    __shared__ __align__(32) float cs[64][68];  // the block's accumulators, for the fused epilogue
+    int tid = threadIdx.y * 16 + threadIdx.x, warp = tid / 32;
+    int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64, rt = warp / 2, ct = 2 * (warp % 2);
+    {setup}
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int p0 = 0; p0 < k; p0 += 16) {{
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {{
+            int e = tid + 256 * l, r = e / 16, p = p0 + e % 16;
+            {{ int row = row0 + r; xs[r][e % 16] = (row < m && p < k) ? (float)({a_at}) : 0.0f; }}
+            {{ int col = col0 + r; ws[r][e % 16] = (col < n && p < k) ? (float)({b_at}) : 0.0f; }}
+        }}
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 16; kk += 8) {{
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> ah, al;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> bh, bl;
+            wmma::load_matrix_sync(ah, &xs[rt * 16][kk], 20);
+            split_tf32(ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {{
+                wmma::load_matrix_sync(bh, &ws[(ct + q) * 16][kk], 20);
+                split_tf32(bh, bl);
+                wmma::mma_sync(acc[q], al, bh, acc[q]);
+                wmma::mma_sync(acc[q], ah, bl, acc[q]);
+                wmma::mma_sync(acc[q], ah, bh, acc[q]);
+            }}
+        }}
+        __syncthreads();
+    }}
+    wmma::store_matrix_sync(&cs[rt * 16][ct * 16], acc[0], 68, wmma::mem_row_major);
+    wmma::store_matrix_sync(&cs[rt * 16][(ct + 1) * 16], acc[1], 68, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {{
+        int e = tid + 256 * l, i = row0 + e / 64, j = col0 + e % 64;
+        if (i < m && j < n) {{ float v = cs[e / 64][e % 64]; {store} }}
+    }}
+}}
+"""
