@@ -10,8 +10,8 @@ PyTorch families torch_impls.py does not cover, several optimisation strategies 
                    input tile, 4 output channels per thread)
   pooling          naive (one thread per output), coarsened (4 outputs per thread from a register window),
                    smem_tiled (input tile with halo), separable (2-D only: row pass then column pass)
-  attention        scores / qk-normalised scores: naive, smem_tiled, register_tiled (the matmul kernels,
-                   batched); probs and attention: naive and unfused (scores, row softmax, P·V as separate
+  attention        scores / qk-normalised scores: naive, smem_tiled, register_tiled, tensor_core (the
+                   matmul kernels, batched); probs and attention: naive and unfused (scores, row softmax, P·V as separate
                    kernels), fused (online softmax, one warp per query, 8 queries per block sharing
                    K (and V) chunks in shared memory; attention: head dim <= 128); rotary: naive, coarsened,
                    unfused (cos/sin table kernel), smem_tiled (per-position table in shared memory)
@@ -185,6 +185,9 @@ def _mm_tensor_core(name: str, layout: str, fin: str) -> str:
                             f"c[(long long)i * n + j] = {fin}(v, {_FIN_ARGS});")
 
 
+_MM_WITH_TENSOR_CORES = {**_MM_KERNELS, "tensor_core": (_mm_tensor_core, TILE)}  # where B is n x k
+
+
 def _mm_launch(kernel: str, tile: int, m: str, n: str, z: str, args: str) -> str:
     """A Python launch line of one matmul kernel (block 16x16, one block per tile x tile outputs)."""
     return f"mod.{kernel}((({n} + {tile - 1}) // {tile}, ({m} + {tile - 1}) // {tile}, {z}), (16, 16), {args})"
@@ -224,7 +227,7 @@ def matmul_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
             "out = x.new_empty((*x.shape[:-1], n))\n")
     args = "x, self.linear.weight, {dst}, {e0}, {e1}, m, n, kk, 0, 0, 0, 1.0"
     out = []
-    for strategy, (gen, tile) in {**_MM_KERNELS, "tensor_core": (_mm_tensor_core, TILE)}.items():
+    for strategy, (gen, tile) in _MM_WITH_TENSOR_CORES.items():
         cuda = fin + gen("gemm", "nt", "fin")
         body = head + _mm_launch("gemm", tile, "m", "n", "1", args.format(dst="out", e0="self.linear.bias", e1="x"))
         tags = ("matmul", "fused") if strategy != "naive" else ("matmul",)
@@ -770,7 +773,7 @@ def _scores_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     head = _ATT_HEAD.format(scale=_scale_expr(v)) + "out = q.new_empty((*q.shape[:-1], s))\n" + pre
     args = _SCORES_ARGS.format(dst="out", e0="rq" if norms else "None", e1="rk" if norms else "None")
     out = []
-    for strategy, (gen, tile) in _MM_KERNELS.items():
+    for strategy, (gen, tile) in _MM_WITH_TENSOR_CORES.items():
         cuda = cuda_pre + _scores_fin(v, "0.0f") + gen("scores", "nt", "fin")
         body = head + _mm_launch("scores", tile, "s", "s", "z", args) + "\nreturn out"
         out.append(_impl(task_id, strategy, f"attention {v['piece']}", cuda, body, "q, k", ("attention", "matmul")))
