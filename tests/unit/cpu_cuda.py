@@ -16,7 +16,7 @@ Why hand-written: no maintained CPU runtime for CUDA C exists in our dependencie
 HIP port of the source; GPU simulators need a GPU-like toolchain), and the dataset kernels use a small
 subset of CUDA.
 
-WMMA: float fragments (TF32 tiles), each thread computing the warp's whole tile (see the prelude).
+WMMA: float (TF32) and double fragments, each thread computing the warp's whole tile (see the prelude).
 
 Not covered: memory-model effects (no races are detected), warp-synchronous code without `_sync`
 intrinsics, half / bf16 / integer WMMA, textures, cooperative groups, templates launched by name expression, timing of any kind.
@@ -185,13 +185,15 @@ static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 #define __align__(n) __attribute__((aligned(n)))
 
-// WMMA (mma.h), float fragments only: every thread of the warp holds and computes the WHOLE tile (the
-// hardware spreads it over the lanes in an unspecified order), so element-wise code over `num_elements`
-// and the warp-collective load / mma / store give the same results as on the GPU.
+// WMMA (mma.h), float (TF32) and double fragments: every thread of the warp holds and computes the WHOLE
+// tile (the hardware spreads it over the lanes in an unspecified order), so element-wise code over
+// `num_elements` and the warp-collective load / mma / store give the same results as on the GPU.
 namespace nvcuda { namespace wmma {
 struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {}; struct accumulator {};
 namespace precision { struct tf32 {}; }
 enum layout_t { mem_row_major, mem_col_major };
+template <class T> struct storage { typedef T type; };
+template <> struct storage<precision::tf32> { typedef float type; };
 template <class Use, int M, int N, int K> struct shape;
 template <int M, int N, int K> struct shape<matrix_a, M, N, K> { enum { rows = M, cols = K }; };
 template <int M, int N, int K> struct shape<matrix_b, M, N, K> { enum { rows = K, cols = N }; };
@@ -199,24 +201,25 @@ template <int M, int N, int K> struct shape<accumulator, M, N, K> { enum { rows 
 template <class L> struct is_col { enum { value = 0 }; };
 template <> struct is_col<col_major> { enum { value = 1 }; };
 template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
+    typedef typename storage<T>::type element;
     enum { rows = shape<Use, M, N, K>::rows, cols = shape<Use, M, N, K>::cols, num_elements = rows * cols,
            col = is_col<L>::value };
-    float x[rows * cols];
+    element x[rows * cols];
 };
-template <class F> static inline void fill_fragment(F& f, float v) { for (int t = 0; t < F::num_elements; ++t) f.x[t] = v; }
-template <class F> static inline void load_matrix_sync(F& f, const float* p, unsigned ldm) {
+template <class F, class V> static inline void fill_fragment(F& f, V v) { for (int t = 0; t < F::num_elements; ++t) f.x[t] = v; }
+template <class F, class E> static inline void load_matrix_sync(F& f, const E* p, unsigned ldm) {
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = F::col ? p[c * ldm + r] : p[r * ldm + c];
 }
-template <class F> static inline void store_matrix_sync(float* p, const F& f, unsigned ldm, layout_t l) {
+template <class F, class E> static inline void store_matrix_sync(E* p, const F& f, unsigned ldm, layout_t l) {
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * F::cols + c];
 }
 template <class D, class A, class B, class C> static inline void mma_sync(D& d, const A& a, const B& b, const C& c) {
-    float out[D::num_elements];
+    typename D::element out[D::num_elements];
     for (int i = 0; i < D::rows; ++i)
         for (int j = 0; j < D::cols; ++j) {
-            float acc = c.x[i * D::cols + j];
+            typename D::element acc = c.x[i * D::cols + j];
             for (int p = 0; p < A::cols; ++p) acc += a.x[i * A::cols + p] * b.x[p * B::cols + j];
             out[i * D::cols + j] = acc;
         }

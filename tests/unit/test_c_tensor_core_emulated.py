@@ -1,7 +1,8 @@
-"""The C matmul family's tensor-core implementation (WMMA TF32 tiles, 3xTF32) run on the CPU through the
-`cpu_cuda` emulator and compared with the serial C reference within the task's tolerance: one float task
-per layout x batching x epilogue kind (in/out or in-place `c`), on the small configuration and on a tail
-size that crosses every 64-wide tile and 16-deep slice with a partial one.
+"""The C matmul family's tensor-core implementation (WMMA TF32 tiles with the 3xTF32 split for float, DMMA
+tiles for double) run on the CPU through the `cpu_cuda` emulator and compared with the serial C reference
+within the task's tolerance: one task per element type x layout x batching x epilogue kind (in/out or
+in-place `c`), on the small configuration and on a tail size that crosses every 64-wide tile and 16-deep
+slice with a partial one.
 
 Marked slow: each kernel is compiled by g++ and its 256 threads per block run as fibers.
 """
@@ -28,8 +29,8 @@ def _picked() -> list:
     seen, out = set(), []
     for task in registry.build_index(0, families=["matmul"]):
         v = task.variant
-        key = (v["layout"], v["batched"], v["epi"] == "axpby")
-        if v["dtype"] == "float" and key not in seen:
+        key = (v["dtype"], v["layout"], v["batched"], v["epi"] == "axpby")
+        if key not in seen:
             seen.add(key)
             out.append(task)
     return out

@@ -5,7 +5,7 @@ matrix-vector products, CSR SpMV and n-body.
 Each family draws its variants (operations, element types, constants, radii, epilogues) from a seeded
 numpy generator, so the same seed gives the same tasks. Implementations: the mechanical strategies of
 `cgen` (naive port, grid-stride, coarsened, uncoalesced) plus family-specific ones (vectorised maps,
-shared-memory tiles with and without padding, warp-per-row products, tensor-core tiles for float matrix
+shared-memory tiles with and without padding, warp-per-row products, tensor-core tiles for matrix
 products: `tensor_core.py`).
 
 Not covered: loops with carried dependencies (c_families_dep.py), PyTorch tasks.
@@ -35,7 +35,7 @@ from cudaperf.datasets.c_common import (
     value_gen,
 )
 from cudaperf.datasets.cgen import GRID_STRIDE_BLOCKS, LoopNest, args, cuda_prelude, decls
-from cudaperf.datasets.tensor_core import TILE, wmma_tf32_kernel
+from cudaperf.datasets.tensor_core import TILE, wmma_f64_kernel, wmma_tf32_kernel
 from cudaperf.tasks.ctask import ArrayGen, CTask
 from cudaperf.types import Tolerance
 
@@ -656,24 +656,24 @@ extern "C" __global__ void matmul_tiled({decls(nest.params)}) {{
 
 
 def _matmul_tensor_core(v: dict[str, Any], nest: LoopNest) -> tuple[str, str]:
-    """WMMA TF32 tiles with the 3xTF32 split (`tensor_core.py`), any layout, the same epilogue; float only."""
-    lay = v["layout"]
+    """Tensor-core tiles (`tensor_core.py`: TF32 with the 3xTF32 split for float, DMMA for double), any
+    layout, the same epilogue."""
+    lay, t = v["layout"], v["dtype"]
     a_at = "a[aoff + (long long)row * kk + p]" if lay[0] == "N" else "a[aoff + (long long)p * m + row]"
     b_at = "bm[boff + (long long)p * n + col]" if lay[1] == "N" else "bm[boff + (long long)col * kk + p]"
     cidx = "b * m * n + i * n + j" if v["batched"] else "i * n + j"
-    expr, _ = _epilogue(v["epi"], "float", "i", "j", cidx)
+    expr, _ = _epilogue(v["epi"], t, "i", "j", cidx)
     setup = (f"int b = {'blockIdx.z' if v['batched'] else '0'}, k = kk;\n"
              "    long long aoff = (long long)b * m * kk, boff = (long long)b * kk * n;")
-    src = wmma_tf32_kernel("matmul_tc", decls(nest.params), setup, a_at, b_at, f"float acc = v; c[{cidx}] = {expr};")
+    kernel = wmma_tf32_kernel if t == "float" else wmma_f64_kernel
+    src = kernel("matmul_tc", decls(nest.params), setup, a_at, b_at, f"{t} acc = v; c[{cidx}] = {expr};")
     grid = f"((n + {TILE - 1}) // {TILE}, (m + {TILE - 1}) // {TILE}" + (", bt)" if v["batched"] else ")")
     return src, f"mod.matmul_tc({grid}, (16, 16), {args(nest.params)})"
 
 
 def _matmul_extra(v: dict[str, Any], nest: LoopNest) -> dict[str, tuple[str, str]]:
-    extra = {"smem_tiled": _matmul_tiled(v, nest, 0), "smem_tiled_padded": _matmul_tiled(v, nest, 1)}
-    if v["dtype"] == "float":  # double would need DMMA tiles
-        extra["tensor_core"] = _matmul_tensor_core(v, nest)
-    return extra
+    return {"smem_tiled": _matmul_tiled(v, nest, 0), "smem_tiled_padded": _matmul_tiled(v, nest, 1),
+            "tensor_core": _matmul_tensor_core(v, nest)}
 
 
 MATMUL = nest_family("matmul", _matmul_variants, _matmul_nest, _matmul_task, _matmul_extra)

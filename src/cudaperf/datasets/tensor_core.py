@@ -1,13 +1,14 @@
-"""The tensor-core matmul kernel shared by the PyTorch (matmul_epilogue) and C (matmul) families: a 64x64
-block tile of WMMA m16n16k8 TF32 tiles with the 3xTF32 split, the epilogue fused after the tile is
-staged in shared memory. Each family supplies its signature, how A and B are read and how an output is
-written (`wmma_tf32_kernel`).
+"""The tensor-core matmul kernels shared by the PyTorch (matmul_epilogue, attention scores) and C (matmul)
+families: a 64x64 block tile of WMMA m16n16k8 TF32 tiles with the 3xTF32 split for float data
+(`wmma_tf32_kernel`), or of m8n8k4 DMMA tiles for double data (`wmma_f64_kernel`, IEEE double
+multiply-adds: no split needed), the epilogue fused after the tile is staged in shared memory. Each
+family supplies its signature, how A and B are read and how an output is written.
 
 3xTF32: x = hi + lo with both parts rounded to TF32, and a*b ~ lo*hi + hi*lo + hi*hi accumulated in fp32,
 so fp32 tasks keep close to fp32 accuracy on the tensor cores (one TF32 product alone is off by ~1e-3
 relative, outside the fp32 tolerances).
 
-Not covered: half / bf16 inputs (no task has them), double (DMMA), asynchronous copies or pipelining.
+Not covered: half / bf16 inputs (no task has them), asynchronous copies or pipelining.
 """
 
 from __future__ import annotations
@@ -79,6 +80,59 @@ extern "C" __global__ void {name}({params}) {{
     for (int l = 0; l < 16; ++l) {{
         int e = tid + 256 * l, i = row0 + e / 64, j = col0 + e % 64;
         if (i < m && j < n) {{ float v = cs[e / 64][e % 64]; {store} }}
+    }}
+}}
+"""
+
+
+def wmma_f64_kernel(name: str, params: str, setup: str, a_at: str, b_at: str, store: str) -> str:
+    """As `wmma_tf32_kernel` for double data: m8n8k4 tiles, `v` a double. Shared memory is one buffer:
+    the A and B slices during the k loop, then the block's accumulators (the static limit is 48 KiB)."""
+    return f"""
+#include <mma.h>
+using namespace nvcuda;
+
+extern "C" __global__ void {name}({params}) {{
+    // warp w owns the eight 8x8 output tiles of rows 8w .. 8w + 7 of the block's 64x64 tile. Rows of 20
+    // doubles for the slices (ldm even, 32-byte aligned tile starts), 68 for the accumulators.
+    __shared__ __align__(32) double smem[64 * 68];
+    double* xs = smem;            // A: [row][p], 64 x 20
+    double* ws = smem + 64 * 20;  // B: [col][p], 64 x 20, read as column-major k x 8 fragments
+    double* cs = smem;            // after the k loop: [row][col], 64 x 68
+    int tid = threadIdx.y * 16 + threadIdx.x, warp = tid / 32;
+    int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64;
+    {setup}
+    wmma::fragment<wmma::accumulator, 8, 8, 4, double> acc[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wmma::fill_fragment(acc[q], 0.0);
+    for (int p0 = 0; p0 < k; p0 += 16) {{
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {{
+            int e = tid + 256 * l, r = e / 16, p = p0 + e % 16;
+            {{ int row = row0 + r; xs[r * 20 + e % 16] = (row < m && p < k) ? (double)({a_at}) : 0.0; }}
+            {{ int col = col0 + r; ws[r * 20 + e % 16] = (col < n && p < k) ? (double)({b_at}) : 0.0; }}
+        }}
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 16; kk += 4) {{
+            wmma::fragment<wmma::matrix_a, 8, 8, 4, double, wmma::row_major> af;
+            wmma::fragment<wmma::matrix_b, 8, 8, 4, double, wmma::col_major> bf;
+            wmma::load_matrix_sync(af, xs + warp * 8 * 20 + kk, 20);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {{
+                wmma::load_matrix_sync(bf, ws + q * 8 * 20 + kk, 20);
+                wmma::mma_sync(acc[q], af, bf, acc[q]);
+            }}
+        }}
+        __syncthreads();
+    }}
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wmma::store_matrix_sync(cs + warp * 8 * 68 + q * 8, acc[q], 68, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {{
+        int e = tid + 256 * l, i = row0 + e / 64, j = col0 + e % 64;
+        if (i < m && j < n) {{ double v = cs[(e / 64) * 68 + e % 64]; {store} }}
     }}
 }}
 """
