@@ -33,3 +33,26 @@ def _cases() -> list[tuple]:
 def test_generated_implementation_matches_reference(task, impl, config):
     result = check(task, impl, config)
     assert result.correct, (result.impl_id, result.config, result.max_abs_error, result.message)
+
+
+def _tensor_core_cases() -> list:
+    """The C matmul's tensor-core implementation for every element type x layout x batching x in-place
+    structure (the first task of the family covers one of them)."""
+    seen, cases = set(), []
+    for task in registry.build_index(0, families=["matmul"]):
+        v = task.variant
+        key = (v["dtype"], v["layout"], v["batched"], v["epi"] == "axpby")
+        if key in seen:
+            continue
+        seen.add(key)
+        impl = next(i for i in registry.implementations(task) if i.strategy == "tensor_core")
+        cases += [pytest.param(task, impl, config, id=f"{impl.impl_id}-{'-'.join(map(str, key))}@{config}")
+                  for config in ("small", "odd", "large")]
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("task", "impl", "config"), _tensor_core_cases())
+def test_tensor_core_matmul_matches_reference(task, impl, config):
+    result = check(task, impl, config)
+    assert result.correct, (result.impl_id, result.config, result.max_abs_error, result.message)
