@@ -7,7 +7,8 @@ PyTorch families torch_impls.py does not cover, several optimisation strategies 
                    fused), unfused (tiled matmul, then a separate epilogue kernel)
   conv_activation  naive (one thread per output, activation fused), unfused (conv kernel + activation
                    kernel), smem_tiled (input tile with halo in shared memory), register_tiled (shared
-                   input tile, 4 output channels per thread)
+                   input tile, 4 output channels per thread), tensor_core (implicit GEMM on the tensor-core
+                   matmul kernel, 3xTF32)
   pooling          naive (one thread per output), coarsened (4 outputs per thread from a register window),
                    smem_tiled (input tile with halo), separable (2-D only: row pass then column pass)
   attention        scores / qk-normalised scores: naive, smem_tiled, register_tiled, tensor_core (the
@@ -355,6 +356,27 @@ extern "C" __global__ void conv_reg({params}) {
 """
 
 
+_CONV_GATHER = """
+// implicit GEMM: row = output pixel (b, oh, ow), p = reduction index (ci, kh, kw); zero padding
+__device__ __forceinline__ float conv_x(const float* __restrict__ x, int row, int p, int CI, int H, int W,
+                                        int OH, int OW) {
+    int ow = row % OW, t = row / OW, oh = t % OH, b = t / OH;
+    int kw = p % KW, t2 = p / KW, kh = t2 % KH, ci = t2 / KH;
+    int ih = oh * SH - PH + kh, iw = ow * SW - PW + kw;
+    return (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[(((long long)b * CI + ci) * H + ih) * W + iw] : 0.0f;
+}
+"""
+
+
+def _conv_tensor_core() -> str:
+    """The convolution as an implicit GEMM (M = output pixels, N = output channels, K = CI x KH x KW: the
+    weight is N x K as stored) on the shared tensor-core kernel, bias and activation fused."""
+    return _CONV_GATHER + wmma_tf32_kernel(
+        "conv_tc", _CONV_PARAMS, "int m = B * OH * OW, n = CO, k = CI * KH * KW;",
+        "conv_x(x, row, p, CI, H, W, OH, OW)", "w[(long long)col * k + p]",
+        "out[((long long)(i / (OH * OW)) * CO + j) * OH * OW + i % (OH * OW)] = act(v + bias[j]);")
+
+
 def _conv_template(text: str) -> str:
     return text.replace("{params}", _CONV_PARAMS).replace("@LOAD@", _CONV_TILE_LOAD)
 
@@ -388,6 +410,9 @@ def conv_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
         "register_tiled": (_conv_template(_CONV_REG),
                            f"mod.conv_reg({tiles.format(z='b * ((cout + 3) // 4)')}, {args})",
                            ("conv", "smem_tiled", "fused")),
+        "tensor_core": (_conv_tensor_core(),
+                        f"mod.conv_tc(((cout + {TILE - 1}) // {TILE}, (b * oh * ow + {TILE - 1}) // {TILE}), (16, 16), "
+                        f"{args})", ("conv", "fused", "matmul")),
     }
     return [_impl(task_id, strategy, f"conv{d}d + activation", defs + cuda, head + launch + "\nreturn out", "x",
                   tags, init, ", cin, cout")
