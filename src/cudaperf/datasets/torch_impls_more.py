@@ -411,8 +411,8 @@ def conv_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
                            f"mod.conv_reg({tiles.format(z='b * ((cout + 3) // 4)')}, {args})",
                            ("conv", "smem_tiled", "fused")),
         "tensor_core": (_conv_tensor_core(),
-                        f"mod.conv_tc(((cout + {TILE - 1}) // {TILE}, (b * oh * ow + {TILE - 1}) // {TILE}), (16, 16), "
-                        f"{args})", ("conv", "fused", "matmul")),
+                        (f"mod.conv_tc(((cout + {TILE - 1}) // {TILE}, (b * oh * ow + {TILE - 1}) // {TILE}), "
+                         f"(16, 16), {args})"), ("conv", "fused", "matmul")),
     }
     return [_impl(task_id, strategy, f"conv{d}d + activation", defs + cuda, head + launch + "\nreturn out", "x",
                   tags, init, ", cin, cout")
