@@ -1,5 +1,6 @@
 """GPU check of the generated implementations (issue 4): for one task per family, every implementation
-is run on every configuration and compared with the reference (serial C or PyTorch).
+is run on every configuration and compared with the reference (serial C or PyTorch); and the C matmul's
+tensor-core implementation for each of its structures.
 
 Run: `python3 -m pytest -q -m gpu tests/gpu/test_datasets_gpu.py -rA` — each failing parameter prints
 the implementation id, configuration, max error and message.
@@ -28,13 +29,6 @@ def _cases() -> list[tuple]:
     return cases
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize(("task", "impl", "config"), _cases())
-def test_generated_implementation_matches_reference(task, impl, config):
-    result = check(task, impl, config)
-    assert result.correct, (result.impl_id, result.config, result.max_abs_error, result.message)
-
-
 def _tensor_core_cases() -> list:
     """The C matmul's tensor-core implementation for every element type x layout x batching x in-place
     structure (the first task of the family covers one of them)."""
@@ -52,7 +46,7 @@ def _tensor_core_cases() -> list:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("task", "impl", "config"), _tensor_core_cases())
-def test_tensor_core_matmul_matches_reference(task, impl, config):
+@pytest.mark.parametrize(("task", "impl", "config"), _cases() + _tensor_core_cases())
+def test_generated_implementation_matches_reference(task, impl, config):
     result = check(task, impl, config)
     assert result.correct, (result.impl_id, result.config, result.max_abs_error, result.message)
