@@ -284,7 +284,9 @@ def _compare_exact(output: torch.Tensor, reference: torch.Tensor, path: str, lev
     else:  # int64 differences: no wrap-around for unsigned or narrow types
         differ = (output.to(torch.int64) - reference.to(torch.int64)).abs() > levels
     count = int(differ.sum())
-    error = float((output.to(torch.float64) - reference.to(torch.float64)).abs().max()) if output.numel() else 0.0
+    if count == 0 and levels <= 0:  # equal: nothing to measure
+        return Comparison(ok=True, max_abs_error=0.0, max_rel_error=0.0, mismatch_fraction=0.0)
+    error = float((output.to(torch.float64) - reference.to(torch.float64)).abs().max())
     if count == 0:
         return Comparison(ok=True, max_abs_error=error, max_rel_error=0.0 if error == 0 else None,
                           mismatch_fraction=0.0)

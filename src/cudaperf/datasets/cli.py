@@ -132,9 +132,10 @@ def build(args: argparse.Namespace) -> int:
 def _filter(root: Path, tasks: list) -> dict[str, list[str]]:
     """The tasks that fail the CPU checks (declarations, degenerate outputs): id -> flags. Verdicts already
     in root/validate.jsonl are reused; the others are computed and appended there."""
-    rows = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
-    return {t.task_id: rows[t.task_id].get("flags") or ["declaration"] for t in tasks
-            if not rows[t.task_id]["ok"]}
+    from cudaperf.datasets.measure import failed_checks
+
+    rows, _ = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
+    return {t.task_id: list(failed_checks(rows[t.task_id])) for t in tasks if not rows[t.task_id]["ok"]}
 
 
 def _validated(path: Path) -> dict[str, dict[str, Any]]:
@@ -156,9 +157,9 @@ def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool) -
 
 
 def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate: bool,
-                 label: str) -> dict[str, dict[str, Any]]:
-    """Verdicts for `tasks`: those in `out_path` that cover the checks asked for are kept, the rest are
-    computed and appended one line per task (the last line of a task wins)."""
+                 label: str) -> tuple[dict[str, dict[str, Any]], int]:
+    """Verdicts for `tasks` and how many were computed now: those in `out_path` that cover the checks asked
+    for are kept, the rest are computed and appended one line per task (the last line of a task wins)."""
     done = _validated(out_path)
     todo = [t for t in tasks if not _covers(done.get(t.task_id), compile_impls, degenerate)]
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate
             fh.flush()  # one line per task: an interrupted run loses at most the task in flight
             done[task.task_id] = row
             progress.advance(bar)
-    return done
+    return done, len(todo)
 
 
 def validate_task(task: Any, compile_impls: bool, degenerate: bool) -> dict[str, Any]:
@@ -204,9 +205,8 @@ def validate(args: argparse.Namespace) -> int:
     if args.sample:
         tasks = tasks[:: args.sample]
     out_path = root / "validate.jsonl"
-    done = _validated(out_path)
-    new = sum(not _covers(done.get(t.task_id), args.compile, not args.no_degenerate) for t in tasks)
-    _check_tasks(out_path, tasks, compile_impls=args.compile, degenerate=not args.no_degenerate, label="validate")
+    _, new = _check_tasks(out_path, tasks, compile_impls=args.compile, degenerate=not args.no_degenerate,
+                          label="validate")
     print(f"validated {len(tasks)} tasks ({new} new); results in {out_path}")
     return 0
 

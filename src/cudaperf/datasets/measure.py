@@ -291,9 +291,19 @@ def round_robin(tasks: list[GeneratedTask]) -> list[GeneratedTask]:
     return out
 
 
+def failed_checks(verdict: dict[str, Any]) -> tuple[str, ...]:
+    """Why a `dataset validate` verdict is not ok: its degenerate flags, `declaration` / `compile` for the
+    other checks (empty for a verdict that passed)."""
+    if verdict.get("ok"):
+        return ()
+    why = tuple(verdict.get("flags") or ()) + (("declaration",) if verdict.get("problems") else ()) + \
+        (("compile",) if any(v != "ok" for v in (verdict.get("compiled") or {}).values()) else ())
+    return why or ("not_ok",)
+
+
 def flagged_tasks(directories: Iterable[Path]) -> dict[str, tuple[str, ...]]:
     """Tasks the CPU filter did not pass, from every validate*.jsonl[.gz] of `directories`: id -> why
-    (the degenerate flags, or `declaration` / `compile` for the other checks). Last verdict wins."""
+    (`failed_checks`). Last verdict wins."""
     records, _ = read_records(directories, VALIDATE_STEM)
     flagged: dict[str, tuple[str, ...]] = {}
     for r in records:
@@ -302,9 +312,7 @@ def flagged_tasks(directories: Iterable[Path]) -> dict[str, tuple[str, ...]]:
         if r["ok"]:
             flagged.pop(r["task_id"], None)
         else:
-            why = tuple(r.get("flags") or ()) + (("declaration",) if r.get("problems") else ()) + \
-                (("compile",) if any(v != "ok" for v in (r.get("compiled") or {}).values()) else ())
-            flagged[r["task_id"]] = why or ("not_ok",)
+            flagged[r["task_id"]] = failed_checks(r)
     return flagged
 
 
@@ -867,8 +875,7 @@ def visible_gpus(wanted: int) -> list[str | None]:
 
 def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> RunSummary:
     """Measure the selected tasks not measured yet; see the module docstring."""
-    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed,
-                             options.retry_incorrect)
+    progress = _read_progress(options)
     jobs, summary = plan_jobs(options, progress)
     gpus = gpus if gpus is not None else ([None] * max(options.workers, 1) if options.runner == "fake"
                                           else visible_gpus(options.workers))
@@ -914,6 +921,10 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
     if options.max_tasks:
         jobs = jobs[: options.max_tasks]
     return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls, filtered=filtered)
+
+
+def _read_progress(options: MeasureOptions) -> Progress:
+    return read_progress([options.out_dir, *options.resume_from], options.retry_failed, options.retry_incorrect)
 
 
 def _plain_options(options: MeasureOptions) -> dict[str, Any]:
@@ -1095,13 +1106,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def _dry_run(options: MeasureOptions) -> int:
-    progress = read_progress([options.out_dir, *options.resume_from], options.retry_failed,
-                             options.retry_incorrect)
+    progress = _read_progress(options)
     jobs, summary = plan_jobs(options, progress)
     by_kind = Counter(j.task.kind.value for j in jobs)
     print(f"shard {options.shard[0]}/{options.shard[1]}: {summary.selected} tasks with implementations selected "
-          f"({summary.no_impls} without, {summary.filtered} left out by the CPU filter), {len(jobs)} to measure {dict(by_kind)}, {progress.rows} rows already "
-          f"measured{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
+          f"({summary.no_impls} without, {summary.filtered} left out by the CPU filter), {len(jobs)} to measure "
+          f"{dict(by_kind)}, {progress.rows} rows already measured{f', {progress.torn_lines} torn lines' if progress.torn_lines else ''}")
     return EXIT_DONE
 
 

@@ -12,9 +12,9 @@ PyTorch families torch_impls.py does not cover, several optimisation strategies 
   pooling          naive (one thread per output), coarsened (4 outputs per thread from a register window),
                    smem_tiled (input tile with halo), separable (2-D only: row pass then column pass)
   attention        scores / qk-normalised scores: naive, smem_tiled, register_tiled, tensor_core (the
-                   matmul kernels, batched); probs and attention: naive and unfused (scores, row softmax, P·V as separate
-                   kernels), fused (online softmax, one warp per query, 8 queries per block sharing
-                   K (and V) chunks in shared memory; attention: head dim <= 128); rotary: naive, coarsened,
+                   matmul kernels, batched); probs and attention: naive and unfused (scores, row softmax,
+                   P·V as separate kernels), fused (online softmax, one warp per query, 8 queries per block
+                   sharing K (and V) chunks in shared memory; attention: head dim <= 128); rotary: naive, coarsened,
                    unfused (cos/sin table kernel), smem_tiled (per-position table in shared memory)
   scan_torch       naive (one thread runs a whole line), warp_shuffle (one warp per line, chunks of 32
                    with a carry), block_tree (one block per line, 4 items per thread, warp-then-block scan)
