@@ -87,8 +87,9 @@ run_step() {
 for group in $GROUPS_; do
   IFS=+ read -r -a members <<< "$group"
   if (( ${#members[@]} == 1 )); then run_step "$group"; continue; fi
-  for m in "${members[@]}"; do run_step "$m" & done
-  wait
+  pids=()
+  for m in "${members[@]}"; do run_step "$m" & pids+=($!); done
+  wait "${pids[@]}"  # these steps only: a bare `wait` would also wait for the clock logger, which never ends
 done
 
 kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null  # SIGTERM: a script's background job ignores SIGINT

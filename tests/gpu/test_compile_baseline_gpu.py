@@ -17,17 +17,18 @@ from cudaperf.timing import compile_baseline
 pytestmark = [pytest.mark.gpu]
 
 
-def _model() -> torch.nn.Module:
+def _model(width: int = 512) -> torch.nn.Module:
     # a matmul, a reduction (Triton may autotune it at its first launch) and elementwise ops
-    return torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.LayerNorm(512)).cuda().eval()
+    return torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(),
+                               torch.nn.LayerNorm(width)).cuda().eval()
 
 
-def test_every_kernel_of_the_compile_and_first_run_falls_inside_the_hold():
-    """Profiles the compile and the first run: every GPU kernel, copy and memset starts and ends inside the
-    `hold` range (prints the counts)."""
-    model, x = _model(), torch.randn(1000, 512, device="cuda")
+def _outside_the_hold(width: int) -> tuple[list, list[str], int]:
+    """Profiles the compile and first run of a fresh model: (hold entries, GPU activities outside the hold,
+    GPU activities in all); prints the counts."""
+    model, x = _model(width), torch.randn(1000, width, device="cuda")
     torch.cuda.synchronize()
-    entered = []
+    entered: list = []
 
     @contextlib.contextmanager
     def hold():
@@ -40,6 +41,7 @@ def test_every_kernel_of_the_compile_and_first_run_falls_inside_the_hold():
     with torch.profiler.profile(activities=activities) as prof, torch.no_grad():
         out = compiled(x)
         torch.cuda.synchronize()
+    torch.testing.assert_close(out, model(x), rtol=1e-3, atol=1e-3)
     events = prof.events()
     spans = [e.time_range for e in events if e.name == "first_run_hold" and
              not str(getattr(e, "device_type", "")).endswith("CUDA")]
@@ -47,10 +49,16 @@ def test_every_kernel_of_the_compile_and_first_run_falls_inside_the_hold():
            and not getattr(e, "is_user_annotation", False)]
     outside = [e.name for e in gpu if not any(s.start <= e.time_range.start and e.time_range.end <= s.end
                                                for s in spans)]
-    print(f"{len(gpu)} GPU activities, {len(spans)} hold span(s), {len(outside)} outside")
-    assert entered == [True] and spans and gpu
-    assert outside == [], outside[:10]
-    torch.testing.assert_close(out, model(x), rtol=1e-3, atol=1e-3)
+    print(f"width {width}: {len(gpu)} GPU activities, {len(spans)} hold span(s), {len(outside)} outside")
+    return entered, outside, len(gpu)
+
+
+def test_every_kernel_copy_and_memset_of_two_compiles_falls_inside_the_hold():
+    """Two models compiled in turn (the first may be this process's first compile, held whole for
+    Inductor's one-time set-up): every GPU activity of each compile and first run is inside the hold."""
+    for width in (512, 384):
+        entered, outside, n_gpu = _outside_the_hold(width)
+        assert entered and n_gpu and outside == [], (width, outside[:10])
 
 
 def test_later_calls_do_not_enter_the_hold():
@@ -58,9 +66,11 @@ def test_later_calls_do_not_enter_the_hold():
     entered = []
     compiled = compile_baseline(model, first_run_hold=lambda: _counting(entered), dynamic=False)
     with torch.no_grad():
-        for _ in range(3):
+        compiled(x)
+        first = len(entered)
+        for _ in range(2):
             compiled(x)
-    assert entered == [True]
+    assert first in (1, 2) and len(entered) == first
 
 
 @contextlib.contextmanager

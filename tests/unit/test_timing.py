@@ -202,6 +202,21 @@ def test_compile_baseline_leaves_no_thread_behind():
     assert [t.name for t in threading.enumerate() if t.ident not in before and t.is_alive()] == []
 
 
+def test_only_the_first_compile_on_gpu_tensors_needs_inductors_set_up_held(monkeypatch):
+    """The process's first compile with a CUDA example input is held whole; CPU inputs never are, and once
+    set up, later GPU compiles are not."""
+    import types
+
+    from cudaperf import timing
+
+    monkeypatch.setattr(timing, "_INDUCTOR_SET_UP_ON_GPU", [])
+    on_gpu = [types.SimpleNamespace(device=torch.device("cuda", 0)), 3]
+    assert not timing._needs_inductor_set_up([torch.randn(2), 3])
+    assert timing._needs_inductor_set_up(on_gpu)
+    timing._INDUCTOR_SET_UP_ON_GPU.append(True)
+    assert not timing._needs_inductor_set_up(on_gpu)
+
+
 def test_a_cpu_run_reports_no_lead():
     report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=1, warmup_ms=0, min_reps=2, max_reps=3)
     assert report.lead_us == 0.0 and report.lead_kind == ""
