@@ -156,12 +156,19 @@ def unprivileged(tmp_path_factory):
     ) as p:
         reply = p.run(job("privileges", root_only_file=str(secret)))
         reply_after = p.run(job("ok"))
+        named = p.run(job("user_name"))
     assert reply.outcome is None and reply_after.outcome is None, (reply, reply.logs)
-    return reply.payload
+    return {**reply.payload, "user_name_reply": named}
 
 
 def test_run_as_uid_gives_the_worker_its_own_uid_and_no_groups(unprivileged):
     assert (unprivileged["uid"], unprivileged["gid"], unprivileged["groups"]) == (61000, 61000, [])
+
+
+def test_run_as_uid_worker_has_a_user_name_without_a_passwd_entry(unprivileged):
+    """getpass.getuser() (torch's and Triton's cache directories) works for a uid /etc/passwd lacks."""
+    named = unprivileged["user_name_reply"]
+    assert named.outcome is None and named.payload["user"] == "cudaperf-61000", (named.message, named.logs)
 
 
 def test_run_as_uid_worker_cannot_read_root_files(unprivileged):
@@ -343,3 +350,13 @@ def test_integrity_check_sees_an_import_hook(monkeypatch):
 
 def test_forbidden_modules_are_listed_once_and_cover_process_and_network():
     assert {"subprocess", "socket", "ctypes", "multiprocessing"} <= guards.FORBIDDEN_MODULES
+
+
+def test_a_worker_under_its_own_uid_gets_a_user_name_in_its_environment():
+    """Checked without root: the environment names the uid, so getpass.getuser() needs no passwd entry."""
+    from cudaperf.execute.sandbox import Worker
+
+    worker = Worker(None, Limits(), uid=61000)
+    worker._root = "/nonexistent-root"
+    env = worker._environment()
+    assert (env["USER"], env["LOGNAME"]) == ("cudaperf-61000", "cudaperf-61000")

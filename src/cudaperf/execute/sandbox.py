@@ -323,8 +323,18 @@ class Worker:
             overrides={
                 "CUDA_VISIBLE_DEVICES": "" if self.device is None else str(self.device),
                 "PYTHONPATH": python_path,
+                **self._user_names(),
             },
         )
+
+    def _user_names(self) -> dict[str, str]:
+        """USER and LOGNAME for a worker under its own uid: getpass.getuser() (torch's and Triton's cache
+        directories ask for it) otherwise looks the uid up in /etc/passwd, which has no entry for it, and
+        raises (seen on the H200 machine, whose environment has no USER)."""
+        if self.uid is None:
+            return {}
+        name = f"cudaperf-{self.uid}"
+        return {"USER": name, "LOGNAME": name}
 
     def _hello(self) -> dict[str, Any]:
         return {
