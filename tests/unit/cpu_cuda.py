@@ -16,7 +16,8 @@ Why hand-written: no maintained CPU runtime for CUDA C exists in our dependencie
 HIP port of the source; GPU simulators need a GPU-like toolchain), and the dataset kernels use a small
 subset of CUDA.
 
-WMMA: float (TF32) and double fragments, each thread computing the warp's whole tile (see the prelude).
+WMMA: float (TF32) and double fragments, each thread computing the warp's whole tile (see the prelude); a
+TF32 multiply-add truncates as the tensor cores do (inputs to 19 bits, the aligned sum toward zero).
 
 Not covered: memory-model effects (no races are detected), warp-synchronous code without `_sync`
 intrinsics, half / bf16 / integer WMMA, textures, cooperative groups, templates launched by name expression, timing of any kind.
@@ -215,14 +216,34 @@ template <class F, class E> static inline void store_matrix_sync(E* p, const F& 
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * F::cols + c];
 }
+// TF32 inputs with an fp32 accumulator, as the tensor cores add (measured on V100 / T4 / A100 by Fasi et
+// al., 2021): each input keeps its top 19 bits, the products are exact, every term is aligned to the
+// largest one and cut to 24 bits toward zero, and the sum is cut to fp32 toward zero. The truncation is
+// biased, so a long k loop accumulated in one fragment drifts (seen on the H200).
+static inline float tf32_bits(float v) { unsigned u; memcpy(&u, &v, 4); u &= 0xFFFFE000u; memcpy(&v, &u, 4); return v; }
+static inline float mma_dot(float c, const float* a, const float* b, int n, int b_stride) {
+    double t[17]; int terms = 0; t[terms++] = c;
+    for (int p = 0; p < n && p < 16; ++p) t[terms++] = (double)tf32_bits(a[p]) * (double)tf32_bits(b[p * b_stride]);
+    int emax = -100000;
+    for (int i = 0; i < terms; ++i) if (t[i] != 0.0 && ilogb(t[i]) > emax) emax = ilogb(t[i]);
+    if (emax == -100000) return 0.0f;
+    double q = ldexp(1.0, emax - 23), sum = 0.0;
+    for (int i = 0; i < terms; ++i) sum += trunc(t[i] / q) * q;
+    float f = (float)sum;
+    return fabs((double)f) > fabs(sum) ? nextafterf(f, 0.0f) : f;
+}
+// DMMA: IEEE double fused multiply-adds.
+static inline double mma_dot(double c, const double* a, const double* b, int n, int b_stride) {
+    for (int p = 0; p < n; ++p) c = fma(a[p], b[p * b_stride], c);
+    return c;
+}
 template <class D, class A, class B, class C> static inline void mma_sync(D& d, const A& a, const B& b, const C& c) {
-    typename D::element out[D::num_elements];
-    for (int i = 0; i < D::rows; ++i)
-        for (int j = 0; j < D::cols; ++j) {
-            typename D::element acc = c.x[i * D::cols + j];
-            for (int p = 0; p < A::cols; ++p) acc += a.x[i * A::cols + p] * b.x[p * B::cols + j];
-            out[i * D::cols + j] = acc;
-        }
+    typename D::element out[D::num_elements], column[A::cols];
+    for (int j = 0; j < D::cols; ++j) {
+        for (int p = 0; p < A::cols; ++p) column[p] = b.x[p * B::cols + j];
+        for (int i = 0; i < D::rows; ++i)
+            out[i * D::cols + j] = mma_dot(c.x[i * D::cols + j], &a.x[i * A::cols], column, A::cols, 1);
+    }
     for (int t = 0; t < D::num_elements; ++t) d.x[t] = out[t];
 }
 static inline float __float_to_tf32(float v) {  // round to 10 mantissa bits, ties away from zero

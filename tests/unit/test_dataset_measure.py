@@ -339,6 +339,23 @@ def test_verified_implementations_are_correct_on_every_configuration(tmp_path):
     assert (by_id["A"].verified_impls, by_id["A"].impls, by_id["B"].verified_impls) == (2, 3, 3)
 
 
+def test_rows_of_an_older_source_are_left_out_and_counted(tmp_path):
+    """B/z was measured from a source its generator no longer produces: its row is stale."""
+    write_measurement(tmp_path)
+    m = measure_stats.load(tmp_path)
+    current = {r["impl_id"]: r.get("source_hash") for r in m.rows if r["impl_id"] != "B/z"}
+    current["B/z"] = "new-source"
+    kept = measure_stats.without_stale(m, current)
+    assert (kept.stale_rows, kept.stale_impls, len(kept.rows)) == (1, 1, len(m.rows) - 1)
+    assert "1 rows of 1 implementations" in measure_stats.stats_markdown(kept)
+
+
+def test_the_current_hashes_of_a_generated_task_match_its_implementations():
+    task = registry.build_index(0, families=["map"])[0]
+    current = measure_stats.current_source_hashes(measure_stats.Measurements((), {}, ()))
+    assert all(current[i.impl_id] == impl_hash(i.source) for i in registry.implementations(task))
+
+
 def test_best_speedups_are_geomeans_over_configurations(tmp_path):
     write_measurement(tmp_path)
     a = {s.task_id: s for s in measure_stats.task_summaries(measure_stats.load(tmp_path))}["A"]

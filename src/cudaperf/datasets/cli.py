@@ -223,7 +223,7 @@ def stats(args: argparse.Namespace) -> int:
     if manifest is not None:
         _manifest_stats(root, manifest)
     if measured:
-        print(measure_stats.stats_markdown(measure_stats.load(root)))
+        print(measure_stats.stats_markdown(measure_stats.load_current(root)))
         if getattr(args, "export", None):
             for line in measure_stats.export_summary(args.export, root):
                 print(line)

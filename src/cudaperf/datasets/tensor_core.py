@@ -6,7 +6,10 @@ family supplies its signature, how A and B are read and how an output is written
 
 3xTF32: x = hi + lo with both parts rounded to TF32, and a*b ~ lo*hi + hi*lo + hi*hi accumulated in fp32,
 so fp32 tasks keep close to fp32 accuracy on the tensor cores (one TF32 product alone is off by ~1e-3
-relative, outside the fp32 tolerances).
+relative, outside the fp32 tolerances). The tensor cores' fp32 accumulation truncates toward zero, so a
+running sum kept in one fragment over the whole k loop drifts (on the H200, k = 777 and 2048: 14 output
+configurations of matmul_epilogue tasks failed their 1e-3 tolerances, most through a sqrt near zero); each
+8-deep slice is summed in a fresh fragment and added to the running sum with ordinary, rounded fp32 adds.
 
 Not covered: half / bf16 inputs (no task has them), asynchronous copies or pipelining.
 """
@@ -66,9 +69,13 @@ extern "C" __global__ void {name}({params}) {{
             for (int q = 0; q < 2; ++q) {{
                 wmma::load_matrix_sync(bh, &ws[(ct + q) * 16][kk], 20);
                 split_tf32(bh, bl);
-                wmma::mma_sync(acc[q], al, bh, acc[q]);
-                wmma::mma_sync(acc[q], ah, bl, acc[q]);
-                wmma::mma_sync(acc[q], ah, bh, acc[q]);
+                wmma::fragment<wmma::accumulator, 16, 16, 8, float> part;  // this k slice alone
+                wmma::fill_fragment(part, 0.0f);
+                wmma::mma_sync(part, al, bh, part);
+                wmma::mma_sync(part, ah, bl, part);
+                wmma::mma_sync(part, ah, bh, part);
+#pragma unroll
+                for (int t = 0; t < part.num_elements; ++t) acc[q].x[t] += part.x[t];  // same layout: IEEE adds
             }}
         }}
         __syncthreads();
