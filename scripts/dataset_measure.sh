@@ -2,7 +2,8 @@
 # One device command of the dataset measurement (issue 4, `cudaperf dataset measure`): measures what the
 # committed shards ($SHARDS/measurements-*.jsonl.gz) and this machine's earlier calls ($KEEP, kept while the
 # machine stays warm) have not, ends by itself within BUDGET_S, and leaves in $OUT:
-#   measurements-<utc stamp>.jsonl.gz   this call's new rows only: commit it into $SHARDS
+#   measurements-<utc stamp>.jsonl.gz   this call's new rows only: commit it into $SHARDS before the next call
+#                                       (`python3 scripts/collect_dataset_call.py FILES_AT/<out> RESULTS_DIR`)
 #   clocks-<utc stamp>.csv.gz           the GPU's clocks, power and clock-event reasons, once a second
 #   run/summary/                        stats.md, task_ratios.csv, measurements.parquet of everything so far
 #   measure.log                         the run's output (its last lines are printed at the end)
