@@ -416,11 +416,26 @@ def test_stats_say_how_many_tasks_the_latest_run_selected(tmp_path):
     assert "tasks measured: 2 {'c': 2} of 5258 selected" in measure_stats.stats_markdown(measure_stats.load(tmp_path))
 
 
-def test_stats_count_timed_rows_by_their_lead():
-    rows = [{"median_ms": 1.0, "lead_us": 200.0}, {"median_ms": 1.0}, {"median_ms": None, "lead_us": 200.0},
-            {"median_ms": 1.0, "lead_us": 200.0, "lead_kind": "persistent"}]
-    assert measure_stats._leads(rows) == ("200 µs memset: 1; 200 µs persistent: 1; "
-                                          "2x L2 write only (before the lead): 1")
+def test_stats_count_timed_rows_and_their_spread_by_their_lead():
+    rows = [{"median_ms": 1.0, "iqr_ms": 0.1, "lead_us": 200.0}, {"median_ms": 1.0, "iqr_ms": 0.6},
+            {"median_ms": None, "lead_us": 200.0},
+            {"median_ms": 2.0, "iqr_ms": 0.1, "lead_us": 200.0, "lead_kind": "persistent"}]
+    assert measure_stats._leads(rows) == (
+        "200 µs memset: 1 (IQR/median p50 10.0%, 0 above 50%); "
+        "200 µs persistent: 1 (IQR/median p50 5.0%, 0 above 50%); "
+        "2x L2 write only (before the lead): 1 (IQR/median p50 60.0%, 1 above 50%)")
+
+
+def test_retime_before_lead_reopens_only_keys_timed_without_a_lead(tmp_path):
+    rows = [{"record": "row", "task_id": "A", "config": "small", "impl_id": "A/x", "median_ms": 1.0,
+             "status": "ok", "source_hash": "h"},
+            {"record": "row", "task_id": "A", "config": "small", "impl_id": "A/y", "median_ms": 1.0,
+             "lead_us": 200.0, "status": "ok", "source_hash": "h"},
+            {"record": "task", "task_id": "A", "status": "ok", "impls": {"A/x": "h", "A/y": "h"}}]
+    (tmp_path / RESULTS_FILE).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert read_progress(tmp_path).is_finished("A", {"A/x": "h", "A/y": "h"})
+    again = read_progress(tmp_path, retime_before_lead=True)
+    assert set(again.done_keys) == {("A", "small", "A/y")} and not again.is_finished("A", {"A/x": "h", "A/y": "h"})
 
 
 def test_a_kernel_change_changes_the_implementation_hash():

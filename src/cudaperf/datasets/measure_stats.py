@@ -35,11 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import ROW_VERSION, flagged_tasks, impl_hash, read_records, result_files
+from cudaperf.datasets.measure import (
+    ROW_VERSION,
+    flagged_tasks,
+    impl_hash,
+    read_records,
+    result_files,
+    timed_before_the_lead,
+)
 from cudaperf.datasets.records import Implementation
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 RATIO_BINS = (1.0, 1.25, 1.5, 2.0, 4.0, 8.0, 16.0, 64.0)  # histogram edges; the last bin is open
+NOISY_SPREAD = 0.5  # a timed row whose IQR exceeds half its median is counted as noisy in the lead line
 CONFIG_ORDER = ("small", "large", "odd")
 
 
@@ -317,15 +325,20 @@ def _filter_line(m: Measurements) -> list[str]:
 
 
 def _leads(rows: list[dict[str, Any]]) -> str:
-    """Timed rows per lead (`lead_us`, `lead_kind`); rows with a lead but no kind were timed after torch's
-    fill (before cudaperf.lead), rows with neither after a 2x L2 write only (~28 µs on the H200)."""
-    counts = Counter((r.get("lead_us"), r.get("lead_kind") or "memset") for r in rows
-                     if r.get("median_ms") is not None)
-    parts = [f"{lead:g} µs {kind}: {n}" for (lead, kind), n in sorted(
-        (k, v) for k, v in counts.items() if k[0] is not None)]
-    before = sum(n for (lead, _), n in counts.items() if lead is None)
-    if before:
-        parts.append(f"2x L2 write only (before the lead): {before}")
+    """Timed rows per lead (`lead_us`, `lead_kind`) with their median spread (IQR / median); rows with a
+    lead but no kind were timed after torch's fill (before cudaperf.lead), rows with neither after a 2x L2
+    write only (~28 µs on the H200)."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if r.get("median_ms") is None:
+            continue
+        key = (1, 0.0, "") if timed_before_the_lead(r) else (0, r["lead_us"], r.get("lead_kind") or "memset")
+        groups.setdefault(key, []).append((r.get("iqr_ms") or 0.0) / r["median_ms"] if r["median_ms"] else 0.0)
+    parts = []
+    for (before, lead, kind), spreads in sorted(groups.items()):
+        label = "2x L2 write only (before the lead)" if before else f"{lead:g} µs {kind}"
+        parts.append(f"{label}: {len(spreads)} (IQR/median p50 {statistics.median(spreads):.1%}, "
+                     f"{sum(x > NOISY_SPREAD for x in spreads)} above {NOISY_SPREAD:.0%})")
     return "; ".join(parts) or "n/a"
 
 
