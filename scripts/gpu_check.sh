@@ -84,8 +84,8 @@ run_step() {
 
 # Each argument is a group; steps joined by '+' in one group run at the same time (only steps whose
 # results do not depend on an idle GPU should share it: functional tests, the fault batch; not the dataset
-# tests, whose large configurations on 8 workers left a sandbox test beside them a CUDA out-of-memory on
-# the H200).
+# tests: beside them two sandbox tests failed with CUDA out-of-memory on the H200, most likely from their
+# large configurations on 8 workers, and passed alone).
 for group in $GROUPS_; do
   IFS=+ read -r -a members <<< "$group"
   if (( ${#members[@]} == 1 )); then run_step "$group"; continue; fi
