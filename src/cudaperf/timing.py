@@ -158,7 +158,7 @@ def compile_baseline(model: Callable, first_run_hold: Hold | None = None, **opti
     `first_run_hold` (a context-manager factory): the model is compiled as one graph (`fullgraph=True`: a
     graph break raises while tracing, before anything runs) by Inductor with its default settings, the
     CPU work outside the hold, and each compiled graph's first run (where Triton autotunes, on the GPU)
-    inside it, synchronised before it is left. The dataset measurement holds its shared GPU lock only
+    inside it, synchronised before it is left. The dataset measurement holds its GPU lock only
     there, not for the seconds of CPU compile. Dynamo traces with fake tensors and Inductor compiles
     without launching kernels, except at the process's first GPU compile, when Inductor sets itself up on
     GPU tensors: that compile is held whole (tests/gpu checks both with the profiler)."""

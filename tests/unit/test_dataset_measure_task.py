@@ -6,6 +6,8 @@ ones, then checks the rows the recipe emits. The timing harness uses its CPU clo
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import torch
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.measure import GpuLock, MeasureOptions
-from cudaperf.datasets.measure_task import CTaskMeasure, TorchTaskMeasure
+from cudaperf.datasets.measure_task import TIMING_NICE, CTaskMeasure, TorchTaskMeasure, raised_priority
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.types import TaskKind
 
@@ -63,6 +65,31 @@ def test_a_correct_c_implementation_is_timed_with_both_c_baselines(c_task):
     row = rows[("small", "naive")]
     assert row["status"] == "ok" and row["median_ms"] > 0 and row["n_samples"] >= 3
     assert row["naive_ms"] == row["median_ms"] and row["serial_c_ms"] > 0 and row["timing_checked"]
+
+
+def test_timed_rows_say_at_which_nice_they_were_timed(c_task):
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)])
+    assert rows[("small", "naive")]["timing_nice"] == (TIMING_NICE if os.geteuid() == 0 else None)
+
+
+def test_raised_priority_holds_inside_the_block_and_is_undone_after():
+    if os.geteuid() != 0:
+        pytest.skip("raising a thread's priority needs root")
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with raised_priority() as nice:
+        inside = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert (nice, inside) == (TIMING_NICE, TIMING_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+
+
+def test_a_refused_priority_is_reported_as_none(monkeypatch):
+    def refuse(*_):
+        raise PermissionError("not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with raised_priority() as nice:
+        pass
+    assert nice is None
 
 
 WRITES_EVERYTHING = "[t.add_(1) for t in kw.values() if hasattr(t, 'add_') and t.is_floating_point()]"
@@ -201,11 +228,12 @@ def test_inductor_compiles_the_baseline_outside_the_gpu_lock(torch_task, compile
     assert rows[("small", "naive")]["compile_ms"] > 0 and _outside_every_hold(compile_log, "compile")
 
 
-def test_the_compiled_baselines_first_run_holds_the_lock_shared(torch_task, compile_log):
+def test_the_compiled_baselines_first_run_holds_the_lock_exclusively(torch_task, compile_log):
+    """Triton's autotuning at the first launch must not share the GPU with other children's kernels."""
     run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
                lock=RecordingLock(compile_log), compile_baseline=True)
     after = compile_log[compile_log.index("compile") + 1:]
-    assert after[:3] == ["shared+", "shared-", "exclusive+"]
+    assert after[:3] == ["exclusive+", "exclusive-", "exclusive+"]
 
 
 GRAPH_BREAK = '''

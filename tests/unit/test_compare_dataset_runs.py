@@ -1,0 +1,34 @@
+"""scripts/compare_dataset_runs.py: a baseline counts once per task and configuration, and keys measured
+from different sources are not compared."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_dataset_runs.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("compare_dataset_runs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(impl: str, median_ms: float, eager_ms: float, source: str = "h") -> dict:
+    return {"median_ms": median_ms, "eager_ms": eager_ms, "source_hash": source, "impl_id": impl}
+
+
+def test_a_baseline_counts_once_per_task_and_configuration():
+    a = {("T", "small", "T/x"): _row("T/x", 1.0, 2.0), ("T", "small", "T/y"): _row("T/y", 1.0, 2.0)}
+    b = {("T", "small", "T/x"): _row("T/x", 1.1, 3.0), ("T", "small", "T/y"): _row("T/y", 1.2, 3.0)}
+    script = _script()
+    assert script.differences(a, b, "eager_ms") == [0.5]
+    assert len(script.differences(a, b, "median_ms")) == 2
+
+
+def test_keys_of_different_sources_are_skipped():
+    a = {("T", "small", "T/x"): _row("T/x", 1.0, 2.0)}
+    b = {("T", "small", "T/x"): _row("T/x", 2.0, 2.0, source="new")}
+    assert _script().differences(a, b, "median_ms") == []
