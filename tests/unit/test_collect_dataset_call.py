@@ -4,18 +4,14 @@ and nothing already filed is overwritten."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "collect_dataset_call.py"
+from script_module import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("collect_dataset_call", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("collect_dataset_call")
 
 
 def _killed_call(tmp_path: Path) -> Path:
@@ -31,7 +27,8 @@ def _killed_call(tmp_path: Path) -> Path:
 def test_a_killed_calls_rows_are_filed_under_the_time_of_their_last_record(tmp_path):
     _script().collect(_killed_call(tmp_path), tmp_path / "results", tmp_path)
     shard = tmp_path / "measurements-20261204T051206Z.jsonl.gz"
-    assert gzip.open(shard, "rt").read().count("task_id") == 2
+    with gzip.open(shard, "rt") as f:
+        assert f.read().count("task_id") == 2
 
 
 def test_a_shard_already_filed_is_not_overwritten(tmp_path):

@@ -3,17 +3,11 @@ from different sources are not compared."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_dataset_runs.py"
+from script_module import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("compare_dataset_runs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("compare_dataset_runs")
 
 
 def _row(impl: str, median_ms: float, eager_ms: float, source: str = "h") -> dict:

@@ -9,7 +9,6 @@ import torch
 
 from cudaperf.timing import (
     OVERHEAD_NAME,
-    BenchReport,
     FunctionFailed,
     bench_interleaved,
     bench_interleaved_report,
