@@ -1,0 +1,117 @@
+"""Does a raised thread priority keep the serial-C baseline steady while other processes load the CPU?
+
+The dataset measurement times the serial C reference in one child while the other children compile on the
+same cores (`measure_task.raised_priority`). This benchmark reproduces that on any machine: the serial
+references of a few C tasks (their "large" configuration) are timed as the measurement times them (fresh
+copies, calls until `--budget-ms` is spent, the median), in rounds, each round once at the normal priority
+and once raised, the order alternating. Three conditions run in one go: an idle CPU, then with
+`--load-factor` x cores busy processes at nice 0 (the other children's compilers). Per task and condition
+it reports the median over rounds and the spread of the round medians (IQR / median, and max / min).
+
+    python3 benchmarks/serial_priority.py [--rounds 15] [--out FILE.json]
+
+Needs root (or CAP_SYS_NICE) for the raised runs; without it they are reported as not run.
+
+Not covered: memory-bandwidth contention (the busy processes only spin), GPU timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from cudaperf.datasets import registry  # noqa: E402
+from cudaperf.datasets.measure_task import SERIAL_MAX_REPS, raised_priority  # noqa: E402
+from cudaperf.tasks import cref  # noqa: E402
+from cudaperf.tasks.ctask import from_json, make_inputs  # noqa: E402
+
+FAMILIES = ("stencil2d", "map", "reduce_rows", "histogram")
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _samples(ctask, build, values, budget_ms: float, raise_it: bool) -> float | None:
+    """One median as the measurement takes it, at the normal or a raised priority."""
+    def run() -> float:
+        samples: list[float] = []
+        while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < budget_ms):
+            fresh = {k: v.copy() if hasattr(v, "copy") else v for k, v in values.items()}
+            start = time.perf_counter()
+            cref.call(ctask, build, fresh)
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
+
+    if not raise_it:
+        return run()
+    with raised_priority() as nice:
+        return run() if nice is not None else None
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=4)
+    median = statistics.median(values)
+    return {"median_ms": median, "iqr_over_median": (q[2] - q[0]) / median, "max_over_min": max(values) / min(values)}
+
+
+def measure_task(task, rounds: int, budget_ms: float) -> dict[str, list[float]]:
+    ctask = from_json(task.text)
+    config = ctask.config("large")
+    build = cref.build_reference(ctask)
+    values = make_inputs(ctask, config, seed=0)
+    out: dict[str, list[float]] = {"normal": [], "raised": []}
+    for r in range(rounds):
+        order = ("normal", "raised") if r % 2 == 0 else ("raised", "normal")
+        for mode in order:
+            median = _samples(ctask, build, values, budget_ms, mode == "raised")
+            if median is not None:
+                out[mode].append(median)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--budget-ms", type=float, default=300.0, help="as MeasureOptions.serial_budget_ms")
+    parser.add_argument("--load-factor", type=float, default=2.0, help="busy processes per core")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    tasks = [registry.build_index(0, families=[f])[0] for f in FAMILIES]
+    cores = os.cpu_count() or 1
+    result: dict = {"cores": cores, "rounds": args.rounds, "load_processes": int(args.load_factor * cores),
+                    "tasks": {}}
+    for condition in ("idle", "loaded"):
+        spinners = []
+        if condition == "loaded":
+            spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(result["load_processes"])]
+            for p in spinners:
+                p.start()
+        try:
+            for task in tasks:
+                runs = measure_task(task, args.rounds, args.budget_ms)
+                stats = {mode: _spread(v) for mode, v in runs.items() if len(v) >= 4}
+                result["tasks"].setdefault(task.task_id, {})[condition] = stats
+                print(f"{condition:6s} {task.task_id:28s} " + "  ".join(
+                    f"{mode}: median {s['median_ms']:.3f} ms, IQR/median {s['iqr_over_median']:.1%}, "
+                    f"max/min {s['max_over_min']:.2f}" for mode, s in stats.items()), flush=True)
+        finally:
+            for p in spinners:
+                p.kill()
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
