@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaperf.datasets import registry  # noqa: E402
-from cudaperf.datasets.measure_task import SERIAL_MAX_REPS, raised_priority  # noqa: E402
-from cudaperf.tasks import cref  # noqa: E402
-from cudaperf.tasks.ctask import from_json, make_inputs  # noqa: E402
+from cudaperf.datasets import registry
+from cudaperf.datasets.measure_task import SERIAL_MAX_REPS, raised_priority
+from cudaperf.tasks import cref
+from cudaperf.tasks.ctask import from_json, make_inputs
 
 FAMILIES = ("stencil2d", "map", "reduce_rows", "histogram")
 

@@ -426,6 +426,21 @@ def test_stats_count_timed_rows_and_their_spread_by_their_lead():
         "2x L2 write only (before the lead): 1 (IQR/median p50 60.0%, 1 above 50%)")
 
 
+def test_retime_before_priority_reopens_only_keys_without_a_timing_nice(tmp_path):
+    rows = [{"record": "row", "task_id": "A", "config": "small", "impl_id": "A/x", "median_ms": 1.0,
+             "status": "ok", "source_hash": "h"},
+            {"record": "row", "task_id": "A", "config": "small", "impl_id": "A/y", "median_ms": 1.0,
+             "timing_nice": -15, "status": "ok", "source_hash": "h"}]
+    (tmp_path / RESULTS_FILE).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    again = read_progress(tmp_path, retime_before_priority=True)
+    assert set(again.done_keys) == {("A", "small", "A/y")}
+
+
+def test_stats_count_rows_timed_at_a_raised_priority():
+    rows = ({"median_ms": 1.0, "timing_nice": -15}, {"median_ms": 1.0}, {"median_ms": None, "timing_nice": -15})
+    assert "raised thread priority (`timing_nice`): 1 of 2 rows" in measure_stats._priority_line(rows)
+
+
 def test_retime_before_lead_reopens_only_keys_timed_without_a_lead(tmp_path):
     rows = [{"record": "row", "task_id": "A", "config": "small", "impl_id": "A/x", "median_ms": 1.0,
              "status": "ok", "source_hash": "h"},

@@ -28,7 +28,8 @@ a GPU session can write into an empty $OUT, resume from the gzipped shards commi
 sessions, and hand back just its own rows (the whole measurement is too big for one committed file).
 `--retry-failed` measures again the keys whose rows say the child died or timed out; `--retry-incorrect`
 those whose rows say the implementation was wrong (after a generator or comparison fix);
-`--retime-before-lead` those timed before `cudaperf.timing` ran a lead ahead of each call.
+`--retime-before-lead` those timed before `cudaperf.timing` ran a lead ahead of each call,
+`--retime-before-priority` those timed before the timing thread's priority was raised.
 
 The CPU filter: tasks that `cudaperf dataset validate` did not pass (declaration problems, the degenerate
 filter's constant / input-independent / tiny outputs) are not selected when its results lie beside the
@@ -121,6 +122,7 @@ class MeasureOptions:
     retry_failed: bool = False  # measure again keys whose child died or timed out
     retry_incorrect: bool = False  # measure again keys whose implementation was found wrong
     retime_before_lead: bool = False  # measure again keys timed before the lead (`timed_before_the_lead`)
+    retime_before_priority: bool = False  # ... and keys timed before the raised priority (`timed_before_priority`)
     resume_from: tuple[Path, ...] = ()  # more directories whose measurements*.jsonl[.gz] count as done
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)
@@ -219,13 +221,21 @@ def timed_before_the_lead(row: dict[str, Any]) -> bool:
     return row.get("median_ms") is not None and row.get("lead_us") is None
 
 
+def timed_before_priority(row: dict[str, Any]) -> bool:
+    """A timed row from before the measuring child raised its timing thread's priority (no `timing_nice`
+    key): its host-heavy baselines (eager, compile, serial C) shared the CPU with other children's
+    compiles (serial C inflated 1.7-2.7x under load on 2 cores, benchmarks/serial_priority.py)."""
+    return row.get("median_ms") is not None and "timing_nice" not in row
+
+
 def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False,
-                  retry_incorrect: bool = False, retime_before_lead: bool = False) -> Progress:
+                  retry_incorrect: bool = False, retime_before_lead: bool = False,
+                  retime_before_priority: bool = False) -> Progress:
     """Finished keys and tasks over every result file of `directories` (the output directory and the
     `--resume-from` ones). The last row of a key wins (a retried key's new row replaces the old); with
     `retry_failed`, keys whose last row is a RETRYABLE failure, and their tasks, count as not done; with
-    `retry_incorrect`, likewise keys whose last row says INCORRECT; with `retime_before_lead`, keys whose
-    last row was `timed_before_the_lead`."""
+    `retry_incorrect`, likewise keys whose last row says INCORRECT; with `retime_before_lead` or
+    `retime_before_priority`, keys whose last row was `timed_before_the_lead` or `timed_before_priority`."""
     rows, torn = read_records([directories] if isinstance(directories, Path) else directories)
     last: dict[Key, dict[str, Any]] = {}
     tasks: dict[str, dict[str, Any]] = {}
@@ -236,7 +246,8 @@ def read_progress(directories: Path | Iterable[Path], retry_failed: bool = False
             tasks[row["task_id"]] = row
     again = (RETRYABLE if retry_failed else ()) + ((INCORRECT,) if retry_incorrect else ())
     retry = {k for k, r in last.items() if r.get("status") in again
-             or (retime_before_lead and timed_before_the_lead(r))}
+             or (retime_before_lead and timed_before_the_lead(r))
+             or (retime_before_priority and timed_before_priority(r))}
     finished = {t: dict(r.get("impls") or {}) for t, r in tasks.items()
                 if not (retry_failed and r.get("status") != "ok")}
     for key in retry:
@@ -935,7 +946,7 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
 
 def _read_progress(options: MeasureOptions) -> Progress:
     return read_progress([options.out_dir, *options.resume_from], options.retry_failed, options.retry_incorrect,
-                         options.retime_before_lead)
+                         options.retime_before_lead, options.retime_before_priority)
 
 
 def _plain_options(options: MeasureOptions) -> dict[str, Any]:
@@ -1074,6 +1085,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure keys found incorrect again (after a generator or comparison fix)")
     p.add_argument("--retime-before-lead", action="store_true",
                    help="measure again keys timed before the timing lead existed (their spread is ~3x wider)")
+    p.add_argument("--retime-before-priority", action="store_true",
+                   help="measure again keys timed before the timing thread's priority was raised")
     p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
                    "are already done (committed shards, earlier calls on this machine)")
     p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
@@ -1093,7 +1106,8 @@ def options_from_args(args: argparse.Namespace) -> MeasureOptions:
         budget_ms=args.budget_ms, warmup_ms=args.warmup_ms, min_reps=args.min_reps, max_reps=args.max_reps,
         l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
         features=not args.no_features, retry_failed=args.retry_failed, retry_incorrect=args.retry_incorrect,
-        retime_before_lead=args.retime_before_lead, progress=not args.no_progress,
+        retime_before_lead=args.retime_before_lead, retime_before_priority=args.retime_before_priority,
+        progress=not args.no_progress,
         resume_from=tuple(Path(d.strip()) for d in args.resume_from.split(",") if d.strip()))
 
 

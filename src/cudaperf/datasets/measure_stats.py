@@ -306,6 +306,7 @@ def _overview(m: Measurements, summaries: list[TaskSummary]) -> list[str]:
         f"- configurations per task: {_spread([s.configs for s in summaries])}",
         f"- implementations per task: {_spread([s.impls for s in summaries])}",
         f"- timed rows by the lead before each call (cudaperf.timing): {_leads(m.rows)}",
+        _priority_line(m.rows),
         (f"- throughput: {tp.tasks} tasks in {tp.wall_minutes:.1f} wall minutes = {rate}; "
         f"time per task in one measuring process: {per_child}"),
     ]
@@ -340,6 +341,15 @@ def _leads(rows: list[dict[str, Any]]) -> str:
         parts.append(f"{label}: {len(spreads)} (IQR/median p50 {statistics.median(spreads):.1%}, "
                      f"{sum(x > NOISY_SPREAD for x in spreads)} above {NOISY_SPREAD:.0%})")
     return "; ".join(parts) or "n/a"
+
+
+def _priority_line(rows: tuple[dict[str, Any], ...]) -> str:
+    """How many timed rows ran their timing at a raised priority (`measure_task.raised_priority`); the
+    others' host-heavy baselines (eager, compile, serial C) shared the CPU with other children's compiles."""
+    timed = [r for r in rows if r.get("median_ms") is not None]
+    raised = sum(r.get("timing_nice") is not None for r in timed)
+    return (f"- timed at a raised thread priority (`timing_nice`): {raised} of {len(timed)} rows; the rest may "
+            "carry host-inflated baselines (eager, compile, serial C)")
 
 
 def _ratio_section(ratios: list[float]) -> list[str]:
