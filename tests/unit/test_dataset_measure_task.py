@@ -42,10 +42,11 @@ def c_impl(task, strategy: str, after: str = "pass", baseline: bool = False) -> 
     return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, src, (strategy,), baseline)
 
 
-def run_recipe(kind, task, impls, configs=("small",), skip=frozenset(), lock=None, compile_baseline=False):
+def run_recipe(kind, task, impls, configs=("small",), skip=frozenset(), lock=None, compile_baseline=False,
+               **more_options):
     messages = []
     options = MeasureOptions(out_dir=Path("unused"), budget_ms=1.0, warmup_ms=0.5, min_reps=3, max_reps=5,
-                             compile_baseline=compile_baseline, serial_budget_ms=1.0)
+                             compile_baseline=compile_baseline, serial_budget_ms=1.0, **more_options)
     measurer = kind(task, options, torch.device("cpu"), lambda *m: messages.append(m), lock or GpuLock(None),
                     set(skip))
     measurer.impls = impls
@@ -70,6 +71,19 @@ def test_a_correct_c_implementation_is_timed_with_both_c_baselines(c_task):
 def test_timed_rows_say_at_which_nice_they_were_timed(c_task):
     _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)])
     assert rows[("small", "naive")]["timing_nice"] == (TIMING_NICE if os.geteuid() == 0 else None)
+
+
+def test_with_raised_priority_off_rows_say_no_nice(c_task):
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)], raise_priority=False)
+    assert rows[("small", "naive")]["timing_nice"] is None
+
+
+def test_a_shared_compile_first_run_holds_the_lock_shared(torch_task, compile_log):
+    """The earlier protocol, kept for an A/B (`--shared-compile-first-run`)."""
+    run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
+               lock=RecordingLock(compile_log), compile_baseline=True, compile_first_run_exclusive=False)
+    after = compile_log[compile_log.index("compile") + 1:]
+    assert after[:3] == ["shared+", "shared-", "exclusive+"]
 
 
 def test_raised_priority_holds_inside_the_block_and_is_undone_after():

@@ -253,6 +253,11 @@ class TaskMeasure:
         with self.lock.exclusive() if exclusive else self.lock.shared():
             yield
 
+    def timing_priority(self) -> contextlib.AbstractContextManager[int | None]:
+        """`raised_priority` for a timed window, or nothing with `MeasureOptions.raise_priority` off (an
+        A/B of the protocol, `scripts/dataset_repeatability.sh`)."""
+        return raised_priority() if self.options.raise_priority else contextlib.nullcontext(None)
+
     @contextlib.contextmanager
     def timed_section(self, name: str) -> Iterator[None]:
         """Adds the section's wall time to `durations[name]` (reported in the task record)."""
@@ -331,7 +336,7 @@ class TaskMeasure:
             return Timed(None, True)
         with self.gpu(config, exclusive=True):
             self.phase("timing", config, plan.impl_ids)
-            with self.timed_section("timing"), raised_priority() as nice:
+            with self.timed_section("timing"), self.timing_priority() as nice:
                 timed = self.bench(plan.fns, plan.input_sets, plan.check)
             self.timing_nice = nice
         timed.notes.update(plan.notes)
@@ -558,7 +563,7 @@ class TorchTaskMeasure(TaskMeasure):
         skew that choice (the compile baseline of a key differed by a median 35% between two calls on
         the H200 while this lock was shared). The phase names the compile again once held, so a death
         there is blamed on the baseline (the parent retries the task without it)."""
-        with self.gpu(config, exclusive=True):
+        with self.gpu(config, exclusive=self.options.compile_first_run_exclusive):
             self.phase("compile_baseline", config)
             yield
 
@@ -667,7 +672,7 @@ class CTaskMeasure(TaskMeasure):
     def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
         """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls)."""
         samples: list[float] = []
-        with raised_priority() as nice:
+        with self.timing_priority() as nice:
             while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < self.options.serial_budget_ms):
                 fresh = _copy_values(values)
                 start = time.perf_counter()
