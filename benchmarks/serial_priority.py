@@ -23,14 +23,13 @@ import multiprocessing
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure_task import SERIAL_MAX_REPS, raised_priority
+from cudaperf.datasets.measure_task import raised_priority, time_serial
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import from_json, make_inputs
 
@@ -45,13 +44,7 @@ def _spin() -> None:
 def _samples(ctask, build, values, budget_ms: float, raise_it: bool) -> float | None:
     """One median as the measurement takes it, at the normal or a raised priority."""
     def run() -> float:
-        samples: list[float] = []
-        while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < budget_ms):
-            fresh = {k: v.copy() if hasattr(v, "copy") else v for k, v in values.items()}
-            start = time.perf_counter()
-            cref.call(ctask, build, fresh)
-            samples.append((time.perf_counter() - start) * 1e3)
-        return statistics.median(samples)
+        return statistics.median(time_serial(lambda fresh: cref.call(ctask, build, fresh), values, budget_ms))
 
     if not raise_it:
         return run()

@@ -29,12 +29,16 @@ sys.path.insert(0, str(ROOT / "src"))
 from cudaperf.datasets.measure import read_jsonl
 
 
+def _stamp(seconds: float) -> str:
+    """A UTC time as the shards and clock logs name it (`date -u +%Y%m%dT%H%M%SZ` in dataset_measure.sh)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
+
+
 def last_record_stamp(path: Path) -> str:
     """The UTC time of the file's last record with a time (`t_end` or `t`), as the shards name it."""
     records, _ = read_jsonl(path)
     times = [r.get("t_end") or r.get("t") for r in records]
-    seconds = max((t for t in times if isinstance(t, (int, float))), default=path.stat().st_mtime)
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
+    return _stamp(max((t for t in times if isinstance(t, (int, float))), default=path.stat().st_mtime))
 
 
 def _file_new(src: Path, dest: Path, filed: list[str], pack: bool = False) -> None:
@@ -67,8 +71,7 @@ def collect(call_dir: Path, results_dir: Path, shards_dir: Path) -> list[str]:
         _file_new(clocks, results_dir / clocks.name, filed)
     raw = call_dir / "clocks.csv"
     if raw.is_file() and raw.stat().st_size:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(raw.stat().st_mtime))
-        _file_new(raw, results_dir / f"clocks-{stamp}.csv.gz", filed, pack=True)
+        _file_new(raw, results_dir / f"clocks-{_stamp(raw.stat().st_mtime)}.csv.gz", filed, pack=True)
     if not any("->" in line and "measurements-" in line for line in filed):
         filed.append(f"no measurement rows in {call_dir}")
     return filed

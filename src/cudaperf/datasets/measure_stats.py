@@ -41,6 +41,7 @@ from cudaperf.datasets.measure import (
     impl_hash,
     read_records,
     result_files,
+    timed_before_priority,
     timed_before_the_lead,
 )
 from cudaperf.datasets.records import Implementation
@@ -99,11 +100,13 @@ def without_stale(m: Measurements, current_hashes: Mapping[str, str]) -> Measure
     """`m` less its rows of a source other than the one generated now (`current_hashes`: impl id -> hash,
     `current_source_hashes`), counted: a generator fix makes its old rows stale until `measure` measures
     them again."""
-    stale = [r for r in m.rows if current_hashes.get(r["impl_id"]) != r.get("source_hash")]
+    def current(r: dict[str, Any]) -> bool:
+        return current_hashes.get(r["impl_id"]) == r.get("source_hash")
+
+    stale = [r for r in m.rows if not current(r)]
     if not stale:
         return m
-    gone = {id(r) for r in stale}
-    return dataclasses.replace(m, rows=tuple(r for r in m.rows if id(r) not in gone), stale_rows=len(stale),
+    return dataclasses.replace(m, rows=tuple(filter(current, m.rows)), stale_rows=len(stale),
                                stale_impls=len({r["impl_id"] for r in stale}))
 
 
@@ -347,7 +350,7 @@ def _priority_line(rows: tuple[dict[str, Any], ...]) -> str:
     """How many timed rows ran their timing at a raised priority (`measure_task.raised_priority`); the
     others' host-heavy baselines (eager, compile, serial C) shared the CPU with other children's compiles."""
     timed = [r for r in rows if r.get("median_ms") is not None]
-    raised = sum(r.get("timing_nice") is not None for r in timed)
+    raised = sum(not timed_before_priority(r) for r in timed)
     return (f"- timed at a raised thread priority (`timing_nice`): {raised} of {len(timed)} rows; the rest may "
             "carry host-inflated baselines (eager, compile, serial C)")
 

@@ -671,13 +671,9 @@ class CTaskMeasure(TaskMeasure):
 
     def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
         """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls)."""
-        samples: list[float] = []
         with self.timing_priority() as nice:
-            while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < self.options.serial_budget_ms):
-                fresh = _copy_values(values)
-                start = time.perf_counter()
-                self.cref.call(self.ctask, build, fresh)
-                samples.append((time.perf_counter() - start) * 1e3)
+            samples = time_serial(lambda fresh: self.cref.call(self.ctask, build, fresh), values,
+                                  self.options.serial_budget_ms)
         self.timing_nice = nice
         return samples
 
@@ -776,6 +772,19 @@ class CTaskMeasure(TaskMeasure):
             return all(compare(out.arrays[n], want, tol).ok for n, want in devs[index].expected.items())
 
         return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, input_sets, None if has_inout else check)
+
+
+def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any], budget_ms: float) -> list[float]:
+    """Wall-clock samples (ms) of `call` on fresh copies of `values` until `budget_ms` is spent (1 to
+    SERIAL_MAX_REPS calls): how the serial-C baseline is timed (benchmarks/serial_priority.py times the
+    same loop)."""
+    samples: list[float] = []
+    while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < budget_ms):
+        fresh = _copy_values(values)
+        start = time.perf_counter()
+        call(fresh)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
 
 
 def _copy_values(values: dict[str, Any]) -> dict[str, Any]:
