@@ -404,7 +404,8 @@ def raised_priority(nice: int = TIMING_NICE) -> Iterator[int | None]:
     exclusive lock, or the serial-C reference on the CPU), the others compile: g++, NVRTC, Inductor.
     A timing thread that loses its core mid-window lets the GPU idle behind the lead, or stretches a
     serial-C call. On the H200, baselines measured twice in two calls differed by a median 22% (eager,
-    serial C), against 4-6% for the single-kernel implementations."""
+    serial C), against 3.7-4.8% for the naive ports and the implementations
+    (scripts/compare_dataset_runs.py)."""
     tid = threading.get_native_id()
     try:
         before = os.getpriority(os.PRIO_PROCESS, tid)
