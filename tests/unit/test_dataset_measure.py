@@ -103,8 +103,10 @@ def test_incorrect_keys_stay_done_without_retry_incorrect(tmp_path):
     assert ("t", "small", "t/b") in read_progress(tmp_path, retry_failed=True).done_keys
 
 
-def _validate_file(path: Path, task_id: str, ok: bool = False) -> None:
+def _validate_file(path: Path, task_id: str, ok: bool = False, check: str | None = None) -> None:
     row = {"task_id": task_id, "ok": ok, "flags": [] if ok else ["constant_output"]}
+    if check:
+        row["check"] = check
     path.write_bytes(gzip.compress((json.dumps(row) + "\n").encode()))
 
 
@@ -121,6 +123,12 @@ def test_a_later_passing_verdict_lifts_the_filter(tmp_path):
     _validate_file(tmp_path / "validate-a.jsonl.gz", "t")
     _validate_file(tmp_path / "validate-b.jsonl.gz", "t", ok=True)
     assert flagged_tasks([tmp_path]) == {}
+
+
+def test_a_passing_verdict_of_another_check_keeps_the_flag(tmp_path):
+    _validate_file(tmp_path / "validate-a.jsonl.gz", "t")
+    _validate_file(tmp_path / "validate-b.jsonl.gz", "t", ok=True, check="rounding")
+    assert flagged_tasks([tmp_path]) == {"t": ("constant_output",)}
 
 
 def test_stats_leave_flagged_tasks_out_and_say_so(tmp_path):

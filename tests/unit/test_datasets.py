@@ -214,3 +214,11 @@ def test_parquet_export_round_trips(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     assert export.write_parquet(tmp_path / "t.parquet", [{"a": 1, "b": "x"}]) is None
     assert pq.read_table(tmp_path / "t.parquet").to_pylist() == [{"a": 1, "b": "x"}]
+
+
+def test_validate_rounding_adds_its_verdict_to_rows_that_lack_it(tmp_path):
+    out = tmp_path / "ds"
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls") == 0
+    assert _cli("validate", "--out", str(out), "--rounding") == 0
+    rows = [json.loads(x) for x in (out / "validate.jsonl").read_text().splitlines()]
+    assert "rounding_flags" not in rows[0] and "rounding_flags" in rows[-1]

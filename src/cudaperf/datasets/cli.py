@@ -5,8 +5,9 @@ count it; measurement needs the GPU session and is not in this build.
             rerunning skips files that already hold the same text. The degenerate filter runs first (its
             verdicts go to validate.jsonl, reused by a rerun or `validate`) and flagged tasks are not
             written: the manifest names them under `left_out` (`--no-filter` keeps them)
-  validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds) and
-            optionally NVRTC compiles of its implementations; results are appended to validate.jsonl one
+  validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds),
+            optionally the rounding-sensitivity check (--rounding, conditioning.py) and NVRTC compiles of
+            its implementations; results are appended to validate.jsonl one
             task at a time, and a rerun continues where the last one stopped
   stats     counts per family and kind, configurations per task, implementations per task, splits,
             and what validate found; with a measurement (measurements.jsonl), its statistics
@@ -46,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--sample", type=int, default=0, help="check every N-th task only (0: all)")
             p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
             p.add_argument("--no-degenerate", action="store_true", help="skip the reference runs")
+            p.add_argument("--rounding", action="store_true",
+                           help="also the rounding-sensitivity check (conditioning.py: every configuration, slow)")
         if name == "measure":
             from cudaperf.datasets import measure
 
@@ -152,21 +155,22 @@ def _validated(path: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
-def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool) -> bool:
-    return row is not None and (not compile_impls or "compiled" in row) and (not degenerate or "flags" in row)
+def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool, rounding: bool = False) -> bool:
+    return row is not None and (not compile_impls or "compiled" in row) and (not degenerate or "flags" in row) \
+        and (not rounding or "rounding_flags" in row)
 
 
 def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate: bool,
-                 label: str) -> tuple[dict[str, dict[str, Any]], int]:
+                 label: str, rounding: bool = False) -> tuple[dict[str, dict[str, Any]], int]:
     """Verdicts for `tasks` and how many were computed now: those in `out_path` that cover the checks asked
     for are kept, the rest are computed and appended one line per task (the last line of a task wins)."""
     done = _validated(out_path)
-    todo = [t for t in tasks if not _covers(done.get(t.task_id), compile_impls, degenerate)]
+    todo = [t for t in tasks if not _covers(done.get(t.task_id), compile_impls, degenerate, rounding)]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with _progress() as progress, out_path.open("a") as fh:
         bar = progress.add_task(label, total=len(tasks), completed=len(tasks) - len(todo))
         for task in todo:
-            row = validate_task(task, compile_impls, degenerate)
+            row = validate_task(task, compile_impls, degenerate, rounding)
             fh.write(json.dumps(row, sort_keys=True) + "\n")
             fh.flush()  # one line per task: an interrupted run loses at most the task in flight
             done[task.task_id] = row
@@ -174,7 +178,7 @@ def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate
     return done, len(todo)
 
 
-def validate_task(task: Any, compile_impls: bool, degenerate: bool) -> dict[str, Any]:
+def validate_task(task: Any, compile_impls: bool, degenerate: bool, rounding: bool = False) -> dict[str, Any]:
     from cudaperf.datasets import degenerate as degen
     from cudaperf.datasets import registry
     from cudaperf.tasks import ctask
@@ -185,6 +189,13 @@ def validate_task(task: Any, compile_impls: bool, degenerate: bool) -> dict[str,
     if degenerate:
         report = degen.check_task(task)
         row["flags"], row["message"] = list(report.flags), report.message
+    if rounding:
+        from cudaperf.datasets import conditioning
+
+        verdict = conditioning.check_task(task)
+        row["rounding_flags"] = verdict["flags"]
+        row["flags"] = [*row.get("flags", []), *verdict["flags"]]
+        row["message"] = "; ".join(m for m in (row.get("message"), verdict["message"]) if m)
     if compile_impls:
         checks = {i.strategy: ctask.compile_check(i.source) for i in registry.implementations(task)}
         row["compiled"] = {s: c.status.value for s, c in checks.items()}
@@ -206,7 +217,7 @@ def validate(args: argparse.Namespace) -> int:
         tasks = tasks[:: args.sample]
     out_path = root / "validate.jsonl"
     _, new = _check_tasks(out_path, tasks, compile_impls=args.compile, degenerate=not args.no_degenerate,
-                          label="validate")
+                          label="validate", rounding=args.rounding)
     print(f"validated {len(tasks)} tasks ({new} new); results in {out_path}")
     return 0
 

@@ -327,16 +327,18 @@ def failed_checks(verdict: dict[str, Any]) -> tuple[str, ...]:
 
 def flagged_tasks(directories: Iterable[Path]) -> dict[str, tuple[str, ...]]:
     """Tasks the CPU filter did not pass, from every validate*.jsonl[.gz] of `directories`: id -> why
-    (`failed_checks`). Last verdict wins."""
+    (`failed_checks`). A verdict row names its `check` (`degenerate` when absent: `dataset validate`;
+    `rounding`: conditioning.py); the last verdict of each (task, check) wins, and a task is flagged when
+    any of its checks' last verdicts is not ok."""
     records, _ = read_records(directories, VALIDATE_STEM)
-    flagged: dict[str, tuple[str, ...]] = {}
+    last: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
-        if "task_id" not in r or "ok" not in r:
-            continue
-        if r["ok"]:
-            flagged.pop(r["task_id"], None)
-        else:
-            flagged[r["task_id"]] = failed_checks(r)
+        if "task_id" in r and "ok" in r:
+            last[(r["task_id"], r.get("check", "degenerate"))] = r
+    flagged: dict[str, tuple[str, ...]] = {}
+    for (task_id, _check), r in sorted(last.items()):
+        if not r["ok"]:
+            flagged[task_id] = flagged.get(task_id, ()) + failed_checks(r)
     return flagged
 
 

@@ -1,0 +1,216 @@
+"""The rounding-sensitivity filter, on the CPU: a task whose reference answer moves beyond the task's own
+tolerance under a rounding change that a correct kernel is free to make cannot judge kernels, so it is
+left out like a degenerate task (flags `fma_sensitive`, `precision_sensitive`).
+
+- C→CUDA: nvcc fuses multiply-adds by default; the serial C reference is built with `-std=c11`, under
+  which GCC does not. The reference is built a second time with fused multiply-adds
+  (`-ffp-contract=fast -mfma`) and both builds run on every configuration and correctness seed; a
+  comparison that fails flags `fma_sensitive`. A threshold on a float sum (`x > mean + c ? 1 : 0`) is the
+  typical case: one element in millions lands on the other side. When the fused build emits no FMA
+  instruction its outputs are the same by construction and nothing is run.
+- PyTorch→CUDA: the float32 reference is compared with the same model run in float64 (the better
+  answer) on every configuration and correctness seed, within half the task's tolerance: a kernel whose
+  float32 answer is as far from the exact one as the reference's, in another direction, lands up to
+  twice that distance from the reference. A failure flags `precision_sensitive`. A non-Lipschitz
+  epilogue on a long dot product (`sqrt(|x @ W|)`) is the typical case: near zero the float32 rounding
+  of the dot product is amplified past the tolerance, so a kernel as accurate as the reference fails.
+
+Both checks use the comparison the GPU harness uses (`cudaperf.correctness.compare`) with the task's
+tolerance, and the measurement's correctness seeds.
+
+Not covered: other rounding differences between the host and the GPU (libm against CUDA's `expf`, the
+order of a parallel sum); the GPU measurement still records any failure they cause.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SEEDS = (0, 1)  # the measurement's correctness seeds (measure.MeasureOptions.seeds)
+FMA_MNEMONICS = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The verdict of one task: a flag (empty when stable) and the first failing comparison."""
+
+    flag: str = ""
+    message: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def host_has_fma() -> bool:
+    """Whether this CPU runs FMA3 code (a fused build would die with SIGILL without it)."""
+    try:
+        return " fma " in f" {Path('/proc/cpuinfo').read_text().replace(chr(10), ' ')} "
+    except OSError:
+        return False
+
+
+def fused_flags() -> tuple[str, ...]:
+    from cudaperf.tasks import cref
+
+    return (*cref.CFLAGS, "-ffp-contract=fast", "-mfma")
+
+
+def emits_fma(source: str, cc: str | None = None) -> bool:
+    """Whether the fused build of `source` contains an FMA instruction (assembly of `cc -S`)."""
+    from cudaperf.tasks import cref
+
+    flags = [f for f in fused_flags() if f not in ("-shared", "-fPIC")]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "ref.c").write_text(source)
+        proc = subprocess.run([cc or cref.CC, *flags, "-S", "-o", "-", "ref.c"], cwd=tmp,
+                              capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fused build failed:\n{proc.stderr[-2000:]}")
+    return any(m in proc.stdout for m in FMA_MNEMONICS)
+
+
+def c_sensitivity(ctask: Any, cache_dir: str | None = None) -> Sensitivity:
+    """`fma_sensitive` when the fused reference fails the comparison with the plain one."""
+    from cudaperf.tasks import cref
+
+    if not emits_fma(ctask.source):
+        return Sensitivity()
+    fused = cref.build_reference(ctask, cache_dir=cache_dir, flags=fused_flags())
+    if not fused.ok:
+        raise RuntimeError(f"fused build failed:\n{fused.log}")
+    for config in ctask.configs:
+        for seed in SEEDS:
+            plain = cref.run_reference(ctask, config, seed, cache_dir=cache_dir)
+            if not plain.ok:
+                raise RuntimeError(plain.message)
+            values = cref.make_inputs(ctask, config, seed)
+            cref.call(ctask, fused, values)
+            fused_out = {p.name: values[p.name] for p in ctask.outputs}
+            message = _first_failure(fused_out, plain.outputs, ctask.tolerance_for(config))
+            if message:
+                return Sensitivity("fma_sensitive", f"{config.name} seed {seed}: {message}")
+    return Sensitivity()
+
+
+def torch_sensitivity(text: str, task_id: str) -> Sensitivity:
+    """`precision_sensitive` when the float32 reference fails the comparison with its float64 run."""
+    import torch
+
+    from cudaperf import correctness
+    from cudaperf.tasks import runtime, task_from_source
+
+    record = task_from_source(text, task_id)
+    module = runtime.load_module(record)
+    tol = _halved(record.tolerances.get("float32") or correctness.tolerance_for(torch.float32))
+    for config in record.configs:
+        torch.manual_seed(0)
+        model = module.Model(*runtime.make_init_inputs(module, config)).eval()
+        wide = copy.deepcopy(model).double()
+        for seed in SEEDS:
+            inputs = runtime.make_inputs(module, config, seed, "cpu")
+            with torch.no_grad():
+                out = model(*inputs)
+                exact = wide(*[_widen(x) for x in inputs])
+            ref = _narrow(exact, out)
+            result = correctness.compare(out, ref, tol, path="output")
+            if not result.ok:
+                return Sensitivity("precision_sensitive", f"{config.name} seed {seed}: {result.message}")
+    return Sensitivity()
+
+
+def _halved(tol: Any) -> Any:
+    """Each of two float32 answers gets half the distance the comparison allows between them."""
+    return dataclasses.replace(tol, atol=tol.atol / 2, rtol=tol.rtol / 2)
+
+
+def _widen(x: Any) -> Any:
+    import torch
+
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _narrow(exact: Any, like: Any) -> Any:
+    """The float64 answer rounded to the float32 output's dtypes (structure kept)."""
+    import torch
+
+    if isinstance(exact, torch.Tensor):
+        return exact.to(like.dtype)
+    if isinstance(exact, (list, tuple)):
+        return type(exact)(_narrow(e, o) for e, o in zip(exact, like, strict=True))
+    return exact
+
+
+def _first_failure(outputs: dict[str, Any], reference: dict[str, Any], tol: Any) -> str:
+    import torch
+
+    from cudaperf import correctness
+
+    for name, ref in reference.items():
+        result = correctness.compare(torch.from_numpy(outputs[name]), torch.from_numpy(ref), tol, path=name)
+        if not result.ok:
+            return result.message
+    return ""
+
+
+def check_task(task: Any, cache_dir: str | None = None) -> dict[str, Any]:
+    """One verdict row (validate*.jsonl, `check: rounding`) for a generated task."""
+    from cudaperf.tasks.ctask import from_json
+    from cudaperf.types import TaskKind
+
+    row: dict[str, Any] = {"task_id": task.task_id, "kind": task.kind.value, "family": task.family,
+                           "check": "rounding"}
+    try:
+        verdict = (c_sensitivity(from_json(task.text), cache_dir) if task.kind is TaskKind.C
+                   else torch_sensitivity(task.text, task.task_id))
+    except Exception as exc:  # noqa: BLE001 - a reference that fails here is a finding about the task
+        verdict = Sensitivity("reference_error", f"{type(exc).__name__}: {exc}"[:500])
+    row.update(ok=not verdict.flag, flags=[verdict.flag] if verdict.flag else [], message=verdict.message[:500])
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m cudaperf.datasets.conditioning OUT.jsonl [--shard i/n] [--first DIR]`: append one
+    verdict per task of the seed-0 index to OUT (a rerun skips the tasks already there), the tasks
+    measured in DIR first."""
+    import argparse
+    import json
+    import sys
+    import time
+
+    from cudaperf.datasets import registry
+    from cudaperf.datasets.measure import read_records
+
+    p = argparse.ArgumentParser(prog="cudaperf.datasets.conditioning", description=main.__doc__)
+    p.add_argument("out", type=Path)
+    p.add_argument("--shard", default="0/1", help="i/n: every n-th task from the i-th")
+    p.add_argument("--first", type=Path, default=None, help="a measurement directory: its tasks go first")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if not host_has_fma():
+        print("this CPU has no FMA3: the fused C build cannot run here", file=sys.stderr)
+        return 2
+    index, n = (int(x) for x in args.shard.split("/"))
+    measured = {r.get("task_id") for r in read_records([args.first])[0]} if args.first else set()
+    tasks = sorted(registry.build_index(args.seed), key=lambda t: (t.task_id not in measured, t.task_id))
+    done = {json.loads(line)["task_id"] for line in args.out.read_text().splitlines() if line.strip()} \
+        if args.out.exists() else set()
+    todo = [t for t in tasks[index::n] if t.task_id not in done]
+    start, flagged = time.monotonic(), 0
+    with args.out.open("a") as fh:
+        for i, task in enumerate(todo, 1):
+            row = check_task(task)
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+            fh.flush()  # one line per task: an interrupted run loses at most the task in flight
+            flagged += not row["ok"]
+            if i % 25 == 0 or i == len(todo):
+                print(f"[{time.monotonic() - start:7.0f} s] {i}/{len(todo)} checked, {flagged} flagged", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
