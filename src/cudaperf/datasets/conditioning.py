@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 SEEDS = (0, 1)  # the measurement's correctness seeds (measure.MeasureOptions.seeds)
 FMA_MNEMONICS = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
 
@@ -85,10 +87,11 @@ def c_sensitivity(ctask: Any, cache_dir: str | None = None) -> Sensitivity:
         raise RuntimeError(f"fused build failed:\n{fused.log}")
     for config in ctask.configs:
         for seed in SEEDS:
-            plain = cref.run_reference(ctask, config, seed, cache_dir=cache_dir)
+            values = cref.make_inputs(ctask, config, seed)
+            pristine = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in values.items()}
+            plain = cref.run_reference(ctask, config, seed, cache_dir=cache_dir, values=pristine)
             if not plain.ok:
                 raise RuntimeError(plain.message)
-            values = cref.make_inputs(ctask, config, seed)
             cref.call(ctask, fused, values)
             fused_out = {p.name: values[p.name] for p in ctask.outputs}
             message = _first_failure(fused_out, plain.outputs, ctask.tolerance_for(config))
@@ -146,15 +149,41 @@ def _narrow(exact: Any, like: Any) -> Any:
 
 
 def _first_failure(outputs: dict[str, Any], reference: dict[str, Any], tol: Any) -> str:
+    """`correctness.compare`'s message for the first output that fails it ('' when all pass).
+
+    Comparing 16M-element outputs costs ~0.7 s a call, most of the check's time, so the verdict is first
+    taken on the elements that differ at all (an equal finite element is never outside the bound), with
+    the bound's scale (rms of the whole reference) computed as `correctness._bound` does; `compare` runs
+    in full only when a differing element is non-finite or outside the bound, to give its message."""
     import torch
 
     from cudaperf import correctness
 
     for name, ref in reference.items():
-        result = correctness.compare(torch.from_numpy(outputs[name]), torch.from_numpy(ref), tol, path=name)
+        out = outputs[name]
+        if _differing_within_bound(out, ref, tol):
+            continue
+        result = correctness.compare(torch.from_numpy(out), torch.from_numpy(ref), tol, path=name)
         if not result.ok:
             return result.message
     return ""
+
+
+def _differing_within_bound(out: np.ndarray, ref: np.ndarray, tol: Any) -> bool:
+    """True when every element where `out` and `ref` differ is finite and within the comparison's bound."""
+    differ = out != ref
+    if not differ.any():
+        return True
+    if not np.issubdtype(ref.dtype, np.floating):
+        return False  # integers: let `compare` apply its own rule
+    a, b = out[differ].astype(np.float64), ref[differ].astype(np.float64)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return False
+    finite = ref[np.isfinite(ref)].astype(np.float64)
+    rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
+    scale = max(rms, float(np.finfo(ref.dtype).tiny))
+    # 0.999: float64 here, float32 in `compare`; a borderline element goes to `compare` itself
+    return bool(np.all(np.abs(a - b) <= 0.999 * (tol.atol * scale + tol.rtol * np.abs(b))))
 
 
 def check_task(task: Any, cache_dir: str | None = None) -> dict[str, Any]:
