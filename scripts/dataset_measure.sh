@@ -7,8 +7,8 @@
 #   clocks-<utc stamp>.csv.gz           the GPU's clocks, power and clock-event reasons, once a second
 #   run/summary/                        stats.md, task_ratios.csv, measurements.parquet of everything so far
 #   measure.log                         the run's output (its last lines are printed at the end)
-# Tasks flagged in $SHARDS/validate*.jsonl.gz (`cudaperf dataset validate`, gzipped: the CPU filter) are
-# not measured. After a generator or comparison fix, pass --retry-incorrect once.
+# Tasks flagged in $SHARDS/validate*.jsonl.gz (the CPU filters, gzipped: `cudaperf dataset validate` and
+# the rounding-sensitivity check, `python3 -m cudaperf.datasets.conditioning`) are not measured. After a generator or comparison fix, pass --retry-incorrect once.
 #
 #   OUT=... BUDGET_S=450 bash scripts/dataset_measure.sh [more `cudaperf dataset measure` flags]
 #

@@ -19,7 +19,9 @@ Both checks use the comparison the GPU harness uses (`cudaperf.correctness.compa
 tolerance, and the measurement's correctness seeds.
 
 Not covered: other rounding differences between the host and the GPU (libm against CUDA's `expf`, the
-order of a parallel sum); the GPU measurement still records any failure they cause.
+order of a parallel sum). The checks are also samples: a sensitive point hit by one element in millions
+on the GPU's inputs may be missed on the CPU's arithmetic. The GPU measurement still records any failure
+either leaves.
 """
 
 from __future__ import annotations
