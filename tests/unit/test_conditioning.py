@@ -87,6 +87,11 @@ def test_a_scaled_input_is_not_precision_sensitive():
     assert conditioning.torch_sensitivity(TORCH_TASK.format(expr="x * 3.0 + 1.0"), "pt_t").flag == ""
 
 
+def test_a_tensor_created_inside_forward_follows_the_float64_run():
+    text = TORCH_TASK.format(expr="torch.zeros(x.shape[0]).index_add(0, torch.arange(x.shape[0]), x)")
+    assert conditioning.torch_sensitivity(text, "pt_t").flag == ""
+
+
 def test_the_tolerance_is_halved_for_each_of_two_answers():
     assert conditioning._halved(Tolerance(1e-3, 2e-3, 1)) == Tolerance(5e-4, 1e-3, 1)
 

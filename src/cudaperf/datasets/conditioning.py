@@ -120,12 +120,24 @@ def torch_sensitivity(text: str, task_id: str) -> Sensitivity:
             inputs = runtime.make_inputs(module, config, seed, "cpu")
             with torch.no_grad():
                 out = model(*inputs)
-                exact = wide(*[_widen(x) for x in inputs])
+                exact = _in_float64(wide, [_widen(x) for x in inputs])
             ref = _narrow(exact, out)
             result = correctness.compare(out, ref, tol, path="output")
             if not result.ok:
                 return Sensitivity("precision_sensitive", f"{config.name} seed {seed}: {result.message}")
     return Sensitivity()
+
+
+def _in_float64(model: Any, inputs: list[Any]) -> Any:
+    """The model's float64 run; tensors it creates without a dtype (`torch.zeros(...)`) are float64 too."""
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return model(*inputs)
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _halved(tol: Any) -> Any:
