@@ -1,12 +1,13 @@
 """Cross-run repeatability of the dataset measurement: the keys two measurement files (or folders of
 shards) both timed, and how far apart their medians and baselines are.
 
-    python3 scripts/compare_dataset_runs.py RUN_A RUN_B
+    python3 scripts/compare_dataset_runs.py RUN_A RUN_B [--only-keys-in RUN_C RUN_D ...]
 
 For each field (the implementation's `median_ms`, then the baselines `eager_ms`, `compile_ms`, `naive_ms`,
 `serial_c_ms`, once per task and configuration), over the keys timed in both: how many, the median and p90 of |B/A - 1|, overall and by
 A's size (< 50 µs, 50-500 µs, >= 500 µs). Both runs' rows should come from the same sources (compare
-`source_hash`); rows of a key that differ in source are skipped and counted.
+`source_hash`); rows of a key that differ in source are skipped and counted. With --only-keys-in, only the
+keys every named run also timed are compared (so that two pairs of runs are compared on the same keys).
 
 Not covered: which run is right (neither is a reference), significance tests.
 """
@@ -31,6 +32,11 @@ def timed_rows(source: Path) -> dict[tuple, dict]:
     records = read_jsonl(source)[0] if source.is_file() else read_records([source])[0]
     return {(r["task_id"], r["config"], r["impl_id"]): r for r in records
             if r.get("record") == "row" and r.get("median_ms")}
+
+
+def only_keys_in(rows: dict[tuple, dict], others: list[dict[tuple, dict]]) -> dict[tuple, dict]:
+    """`rows` less the keys some run in `others` did not time."""
+    return {k: r for k, r in rows.items() if all(k in o for o in others)}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -71,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_a", type=Path)
     parser.add_argument("run_b", type=Path)
+    parser.add_argument("--only-keys-in", type=Path, nargs="*", default=[],
+                        help="compare only the keys these runs timed too")
     args = parser.parse_args(argv)
-    print("\n".join(report(timed_rows(args.run_a), timed_rows(args.run_b))))
+    others = [timed_rows(p) for p in args.only_keys_in]
+    a, b = (only_keys_in(timed_rows(p), others) for p in (args.run_a, args.run_b))
+    print("\n".join(report(a, b)))
     return 0
 
 

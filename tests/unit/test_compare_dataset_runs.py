@@ -1,5 +1,5 @@
-"""scripts/compare_dataset_runs.py: a baseline counts once per task and configuration, and keys measured
-from different sources are not compared."""
+"""scripts/compare_dataset_runs.py: a baseline counts once per task and configuration, keys measured
+from different sources are not compared, and --only-keys-in narrows both runs to shared keys."""
 
 from __future__ import annotations
 
@@ -26,3 +26,9 @@ def test_keys_of_different_sources_are_skipped():
     a = {("T", "small", "T/x"): _row("T/x", 1.0, 2.0)}
     b = {("T", "small", "T/x"): _row("T/x", 2.0, 2.0, source="new")}
     assert _script().differences(a, b, "median_ms") == []
+
+
+def test_only_keys_in_drops_keys_another_run_did_not_time():
+    rows = {("T", "small", "T/x"): _row("T/x", 1.0, 2.0), ("T", "large", "T/x"): _row("T/x", 1.0, 2.0)}
+    other = {("T", "small", "T/x"): _row("T/x", 5.0, 5.0)}
+    assert list(_script().only_keys_in(rows, [other])) == [("T", "small", "T/x")]

@@ -69,19 +69,18 @@ def test_a_correct_c_implementation_is_timed_with_both_c_baselines(c_task):
 
 
 def test_timed_rows_say_at_which_nice_they_were_timed(c_task):
-    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)])
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)], raise_priority=True)
     assert rows[("small", "naive")]["timing_nice"] == (TIMING_NICE if os.geteuid() == 0 else None)
 
 
-def test_with_raised_priority_off_rows_say_no_nice(c_task):
-    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)], raise_priority=False)
+def test_by_default_rows_are_timed_at_the_normal_nice(c_task):
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)])
     assert rows[("small", "naive")]["timing_nice"] is None
 
 
-def test_a_shared_compile_first_run_holds_the_lock_shared(torch_task, compile_log):
-    """The earlier protocol, kept for an A/B (`--shared-compile-first-run`)."""
+def test_by_default_the_compiled_baselines_first_run_holds_the_lock_shared(torch_task, compile_log):
     run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
-               lock=RecordingLock(compile_log), compile_baseline=True, compile_first_run_exclusive=False)
+               lock=RecordingLock(compile_log), compile_baseline=True)
     after = compile_log[compile_log.index("compile") + 1:]
     assert after[:3] == ["shared+", "shared-", "exclusive+"]
 
@@ -242,10 +241,10 @@ def test_inductor_compiles_the_baseline_outside_the_gpu_lock(torch_task, compile
     assert rows[("small", "naive")]["compile_ms"] > 0 and _outside_every_hold(compile_log, "compile")
 
 
-def test_the_compiled_baselines_first_run_holds_the_lock_exclusively(torch_task, compile_log):
-    """Triton's autotuning at the first launch must not share the GPU with other children's kernels."""
+def test_an_exclusive_compile_first_run_holds_the_lock_alone(torch_task, compile_log):
+    """`--exclusive-compile-first-run`: Triton's autotuning at the first launch shares the GPU with no one."""
     run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
-               lock=RecordingLock(compile_log), compile_baseline=True)
+               lock=RecordingLock(compile_log), compile_baseline=True, compile_first_run_exclusive=True)
     after = compile_log[compile_log.index("compile") + 1:]
     assert after[:3] == ["exclusive+", "exclusive-", "exclusive+"]
 

@@ -123,8 +123,10 @@ class MeasureOptions:
     retry_incorrect: bool = False  # measure again keys whose implementation was found wrong
     retime_before_lead: bool = False  # measure again keys timed before the lead (`timed_before_the_lead`)
     retime_before_priority: bool = False  # ... and keys timed before the raised priority (`timed_before_priority`)
-    raise_priority: bool = True  # timing threads at a raised priority (measure_task.raised_priority)
-    compile_first_run_exclusive: bool = True  # torch.compile's first run (Triton's autotuning) holds the GPU alone
+    # Off by default: on the H200 A/B (benchmarks/results/2026-12-04-session12/call2-repeatability) the
+    # two together made two runs of the same 40 tasks agree less (implementations 6.0% vs 2.7%) and slower.
+    raise_priority: bool = False  # timing threads at a raised priority (measure_task.raised_priority)
+    compile_first_run_exclusive: bool = False  # torch.compile's first run (Triton's autotuning) holds the GPU alone
     resume_from: tuple[Path, ...] = ()  # more directories whose measurements*.jsonl[.gz] count as done
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)
@@ -1092,10 +1094,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure again keys timed before the timing lead existed (their spread is ~3x wider)")
     p.add_argument("--retime-before-priority", action="store_true",
                    help="measure again keys timed before the timing thread's priority was raised")
-    p.add_argument("--no-raised-priority", action="store_true",
-                   help="time at the normal thread priority (the earlier protocol, for an A/B)")
-    p.add_argument("--shared-compile-first-run", action="store_true",
-                   help="torch.compile's first run shares the GPU lock (the earlier protocol, for an A/B)")
+    p.add_argument("--raised-priority", action="store_true",
+                   help="time at a raised thread priority (nice -15; an A/B found no gain on the H200)")
+    p.add_argument("--exclusive-compile-first-run", action="store_true",
+                   help="torch.compile's first run holds the GPU lock alone (an A/B found no gain on the H200)")
     p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
                    "are already done (committed shards, earlier calls on this machine)")
     p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
@@ -1116,7 +1118,7 @@ def options_from_args(args: argparse.Namespace) -> MeasureOptions:
         l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
         features=not args.no_features, retry_failed=args.retry_failed, retry_incorrect=args.retry_incorrect,
         retime_before_lead=args.retime_before_lead, retime_before_priority=args.retime_before_priority,
-        raise_priority=not args.no_raised_priority, compile_first_run_exclusive=not args.shared_compile_first_run,
+        raise_priority=args.raised_priority, compile_first_run_exclusive=args.exclusive_compile_first_run,
         progress=not args.no_progress,
         resume_from=tuple(Path(d.strip()) for d in args.resume_from.split(",") if d.strip()))
 

@@ -347,12 +347,11 @@ def _leads(rows: list[dict[str, Any]]) -> str:
 
 
 def _priority_line(rows: tuple[dict[str, Any], ...]) -> str:
-    """How many timed rows ran their timing at a raised priority (`measure_task.raised_priority`); the
-    others' host-heavy baselines (eager, compile, serial C) shared the CPU with other children's compiles."""
+    """How many timed rows ran their timing at a raised priority (`measure_task.raised_priority`, an
+    opt-in protocol since the H200 A/B found no gain from it)."""
     timed = [r for r in rows if r.get("median_ms") is not None]
     raised = sum(not timed_before_priority(r) for r in timed)
-    return (f"- timed at a raised thread priority (`timing_nice`): {raised} of {len(timed)} rows; the rest may "
-            "carry host-inflated baselines (eager, compile, serial C)")
+    return f"- timed at a raised thread priority (`timing_nice`): {raised} of {len(timed)} rows"
 
 
 def _ratio_section(ratios: list[float]) -> list[str]:

@@ -18,9 +18,10 @@ Per configuration:
    seeds' inputs rotated and outputs re-checked on a sample of rounds;
 5. one row per (configuration, implementation) sent to the parent.
 
-The serial-C calls of step 1 and the timed run of step 4 run with their thread's priority raised
-(`raised_priority`, nice -15 where permitted; rows say so in `timing_nice`): the other children compile
-on the same cores meanwhile.
+With `MeasureOptions.raise_priority`, the serial-C calls of step 1 and the timed run of step 4 run with
+their thread's priority raised (`raised_priority`, nice -15 where permitted; rows say so in
+`timing_nice`). It is off by default: on the H200 it did not make two runs agree better (see
+`MeasureOptions`).
 
 Why the C outputs travel in a holder object during timing: the timing harness treats every tensor of an
 input set as an input (it checks them for mutation and swaps contents between sets on checked rounds); a
