@@ -1,15 +1,19 @@
 """The rounding-sensitivity filter (datasets/conditioning.py): real gcc builds with and without fused
-multiply-adds, and real float32 / float64 PyTorch runs, on small hand-written tasks."""
+multiply-adds and with libm results nudged by CUDA's error bounds, and real float32 / float64 PyTorch
+runs, on small hand-written tasks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from cudaperf.datasets import conditioning
 from cudaperf.datasets.measure import flagged_tasks
 from cudaperf.datasets.records import GeneratedTask
+from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_json
 from cudaperf.types import TaskKind, Tolerance
 
@@ -17,7 +21,7 @@ pytestmark = pytest.mark.skipif(not conditioning.host_has_fma(), reason="the fus
 
 
 def c_task(body: str) -> CTask:
-    source = f"void f(const float* x, const float* y, float* out, int n) {{\n" \
+    source = f"#include <math.h>\nvoid f(const float* x, const float* y, float* out, int n) {{\n" \
              f"    for (int i = 0; i < n; ++i) out[i] = {body};\n}}\n"
     return CTask(
         task_id="t", family="test", entry="f", source=source,
@@ -102,6 +106,49 @@ def test_a_verdict_row_flags_the_task_for_measure(tmp_path):
     row = conditioning.check_task(generated, str(tmp_path))
     (tmp_path / "validate-rounding.jsonl").write_text(json.dumps(row) + "\n")
     assert flagged_tasks([tmp_path]) == {"c_t": ("fma_sensitive",)}
+
+
+# The bit of expf(x) worth 2 ulp where expf(x) is in [1, 2) (x in [0, 0.69)): a result 2 ulp away, as
+# CUDA's expf may return, sets it differently, and the output is a step function of it.
+EXPF_BIT = "((int)(expf(x[i]) * 4194304.0f) & 1) ? 1.0f : 0.0f"
+
+
+def test_a_step_on_an_expf_result_is_libm_sensitive(tmp_path):
+    assert conditioning.libm_sensitivity(c_task(EXPF_BIT), str(tmp_path)).flag == "libm_sensitive"
+
+
+def test_a_smooth_sum_of_math_calls_is_not_libm_sensitive(tmp_path):
+    assert conditioning.libm_sensitivity(c_task("expf(x[i]) + cosf(y[i])"), str(tmp_path)).flag == ""
+
+
+def test_only_the_math_functions_with_an_error_bound_count_as_calls():
+    assert conditioning.libm_calls(c_task("hypotf(fabsf(x[i]), sqrtf(fmaxf(y[i], 0.0f)))").source) == ("hypotf",)
+
+
+def test_the_two_nudged_builds_move_each_result_by_the_bound_in_opposite_directions(tmp_path):
+    task = c_task("expf(x[i])")
+    nudged = dataclasses.replace(task, source=conditioning.nudge_prelude(("expf",)) + task.source)
+    config = task.configs[0]
+    outs = []
+    for build_task, flags in [(task, cref.CFLAGS), *[(nudged, (*cref.CFLAGS, f"-DCUDAPERF_NUDGE_FLIP={f}"))
+                                                     for f in (0, 1)]]:
+        values = cref.make_inputs(task, config, 0)
+        cref.call(task, cref.build_reference(build_task, cache_dir=str(tmp_path), flags=flags), values)
+        outs.append(values["out"].view(np.int32).astype(np.int64))  # positive floats: ulps are integer steps
+    steps = (outs[1] - outs[0], outs[2] - outs[0])
+    assert set(np.abs(steps[0])) == {2} and np.array_equal(steps[0], -steps[1])
+
+
+def test_an_only_check_names_itself_in_the_row(tmp_path):
+    generated = GeneratedTask("c_t", TaskKind.C, "test", {}, to_json(c_task(EXPF_BIT)), "k")
+    row = conditioning.check_task(generated, str(tmp_path), only="libm")
+    assert (row["check"], row["flags"]) == ("libm", ["libm_sensitive"])
+
+
+def test_an_unknown_check_is_refused():
+    generated = GeneratedTask("c_t", TaskKind.C, "test", {}, to_json(c_task(EXPF_BIT)), "k")
+    with pytest.raises(ValueError, match="unknown check"):
+        conditioning.check_task(generated, only="ulp")
 
 
 def test_a_task_whose_reference_fails_is_reported_not_raised():

@@ -1,6 +1,6 @@
 """The rounding-sensitivity filter, on the CPU: a task whose reference answer moves beyond the task's own
 tolerance under a rounding change that a correct kernel is free to make cannot judge kernels, so it is
-left out like a degenerate task (flags `fma_sensitive`, `precision_sensitive`).
+left out like a degenerate task (flags `fma_sensitive`, `libm_sensitive`, `precision_sensitive`).
 
 - C→CUDA: nvcc fuses multiply-adds by default; the serial C reference is built with `-std=c11`, under
   which GCC does not. The reference is built a second time with fused multiply-adds
@@ -15,13 +15,20 @@ left out like a degenerate task (flags `fma_sensitive`, `precision_sensitive`).
   epilogue on a long dot product (`sqrt(|x @ W|)`) is the typical case: near zero the float32 rounding
   of the dot product is amplified past the tolerance, so a kernel as accurate as the reference fails.
 
-Both checks use the comparison the GPU harness uses (`cudaperf.correctness.compare`) with the task's
+- C→CUDA again: CUDA's math functions are not glibc's; each may return a result up to its documented
+  maximum error away (`CUDA_ULPS`: 2 ulp for `expf`, `cosf`, `atanf`, `tanhf`, 3 for `hypotf`, ...). The
+  reference is built twice more with every such call's result moved by that many ulp, up or down by a
+  hash of its argument, the second build with every direction reversed; a comparison with the plain
+  build that fails flags `libm_sensitive`. A jump (`p > q ? p - q : 0.9f * q`) or a square root at zero
+  (`sqrtf(fabsf(p - q))`) over two such calls is the typical case.
+
+All checks use the comparison the GPU harness uses (`cudaperf.correctness.compare`) with the task's
 tolerance, and the measurement's correctness seeds.
 
-Not covered: other rounding differences between the host and the GPU (libm against CUDA's `expf`, the
-order of a parallel sum). The checks are also samples: a sensitive point hit by one element in millions
-on the GPU's inputs may be missed on the CPU's arithmetic. The GPU measurement still records any failure
-either leaves.
+Not covered: other rounding differences between the host and the GPU (the order of a parallel sum). The
+checks are also samples: a sensitive point hit by one element in millions on the GPU's inputs may be
+missed on the CPU's arithmetic, and the nudged builds try two of the many ways the errors can combine. The
+GPU measurement still records any failure they leave.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -39,6 +47,16 @@ import numpy as np
 
 SEEDS = (0, 1)  # the measurement's correctness seeds (measure.MeasureOptions.seeds)
 FMA_MNEMONICS = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
+# The maximum ulp error of CUDA's single-precision functions (CUDA C++ Programming Guide, "Mathematical
+# Functions", standard functions table; sqrtf and x/y are exact under nvcc's and NVRTC's default
+# -prec-sqrt/-prec-div, fabsf/fmaxf/fminf/floorf are exact): name -> (arguments, ulp).
+CUDA_ULPS: dict[str, tuple[int, int]] = {
+    "expf": (1, 2), "exp2f": (1, 2), "exp10f": (1, 2), "expm1f": (1, 1), "logf": (1, 1), "log2f": (1, 1),
+    "log10f": (1, 2), "log1pf": (1, 1), "sinf": (1, 2), "cosf": (1, 2), "tanf": (1, 4), "asinf": (1, 2),
+    "acosf": (1, 2), "atanf": (1, 2), "sinhf": (1, 3), "coshf": (1, 2), "tanhf": (1, 2), "cbrtf": (1, 1),
+    "erff": (1, 2), "erfcf": (1, 4), "atan2f": (2, 3), "hypotf": (2, 3), "powf": (2, 4),
+}
+NUDGE_FLIP_MACRO = "CUDAPERF_NUDGE_FLIP"
 
 
 @dataclass(frozen=True)
@@ -80,26 +98,76 @@ def emits_fma(source: str, cc: str | None = None) -> bool:
 
 def c_sensitivity(ctask: Any, cache_dir: str | None = None) -> Sensitivity:
     """`fma_sensitive` when the fused reference fails the comparison with the plain one."""
-    from cudaperf.tasks import cref
-
     if not emits_fma(ctask.source):
         return Sensitivity()
-    builds = [cref.build_reference(ctask, cache_dir=cache_dir, flags=f) for f in (cref.CFLAGS, fused_flags())]
+    message = _first_disagreement(ctask, [(ctask, fused_flags())], cache_dir)
+    return Sensitivity("fma_sensitive", message) if message else Sensitivity()
+
+
+def libm_calls(source: str) -> tuple[str, ...]:
+    """The functions of `CUDA_ULPS` that `source` calls, in table order."""
+    return tuple(name for name in CUDA_ULPS if re.search(rf"\b{name}\s*\(", source))
+
+
+def nudge_prelude(names: tuple[str, ...]) -> str:
+    """C that redefines each of `names` as the libm call with its result moved by the function's CUDA ulp
+    bound, up or down by a hash of the argument bits and the function (reversed when the build defines
+    CUDAPERF_NUDGE_FLIP=1). Hand-written: no library perturbs libm results inside a C build. A macro's
+    own name is not expanded again inside it, so `expf(x)` within the expansion is glibc's."""
+    lines = ["#include <math.h>", "#include <stdint.h>", "#include <string.h>",
+             f"#ifndef {NUDGE_FLIP_MACRO}", f"#define {NUDGE_FLIP_MACRO} 0", "#endif",
+             "static inline float cudaperf_nudge(float r, float key, uint32_t salt, int ulps) {",
+             "    uint32_t u; memcpy(&u, &key, sizeof u);",
+             "    u ^= salt; u *= 0x9E3779B1u; u ^= u >> 15; u *= 0x85EBCA6Bu; u ^= u >> 13;",
+             f"    int up = (int)((u >> 7) & 1u) ^ {NUDGE_FLIP_MACRO};",
+             "    if (!isfinite(r)) return r;",
+             "    for (int i = 0; i < ulps; ++i) r = nextafterf(r, up ? INFINITY : -INFINITY);",
+             "    return r;", "}"]
+    for i, name in enumerate(names):
+        arity, ulps = CUDA_ULPS[name]
+        args = ", ".join(f"a{k}" for k in range(arity))
+        key = " + ".join(f"(a{k})" for k in range(arity))
+        lines.append(f"#define {name}({args}) cudaperf_nudge({name}({args}), {key}, {0x1000193 * (i + 1)}u, {ulps})")
+    return "\n".join(lines) + "\n"
+
+
+def libm_sensitivity(ctask: Any, cache_dir: str | None = None) -> Sensitivity:
+    """`libm_sensitive` when a reference with its math calls' results nudged by CUDA's error bounds fails
+    the comparison with the plain one."""
+    from cudaperf.tasks import cref
+
+    names = libm_calls(ctask.source)
+    if not names:
+        return Sensitivity()
+    nudged = dataclasses.replace(ctask, source=nudge_prelude(names) + ctask.source)
+    variants = [(nudged, (*cref.CFLAGS, f"-D{NUDGE_FLIP_MACRO}={flip}")) for flip in (0, 1)]
+    message = _first_disagreement(ctask, variants, cache_dir)
+    return Sensitivity("libm_sensitive", message) if message else Sensitivity()
+
+
+def _first_disagreement(ctask: Any, variants: list[tuple[Any, tuple[str, ...]]],
+                        cache_dir: str | None) -> str:
+    """The first comparison (configuration, seed) in which a variant build (task, flags) fails against
+    the plain reference build, as a message; '' when none does."""
+    from cudaperf.tasks import cref
+
+    builds = [cref.build_reference(t, cache_dir=cache_dir, flags=f) for t, f in [(ctask, cref.CFLAGS), *variants]]
     for build in builds:
         if not build.ok:
             raise RuntimeError(f"reference build failed:\n{build.log}")
+    outputs = [p.name for p in ctask.outputs]
     for config in ctask.configs:
         for seed in SEEDS:
             plain = cref.make_inputs(ctask, config, seed)
-            fused = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in plain.items()}
-            for build, values in zip(builds, (plain, fused), strict=True):
+            runs = [{k: v.copy() if isinstance(v, np.ndarray) else v for k, v in plain.items()} for _ in variants]
+            for build, values in zip(builds, [plain, *runs], strict=True):
                 cref.call(ctask, build, values)
-            outputs = [p.name for p in ctask.outputs]
-            message = _first_failure({n: fused[n] for n in outputs}, {n: plain[n] for n in outputs},
-                                     ctask.tolerance_for(config))
-            if message:
-                return Sensitivity("fma_sensitive", f"{config.name} seed {seed}: {message}")
-    return Sensitivity()
+            for (_, flags), values in zip(variants, runs, strict=True):
+                message = _first_failure({n: values[n] for n in outputs}, {n: plain[n] for n in outputs},
+                                         ctask.tolerance_for(config))
+                if message:
+                    return f"{config.name} seed {seed}: {message}"
+    return ""
 
 
 def torch_sensitivity(text: str, task_id: str) -> Sensitivity:
@@ -204,16 +272,28 @@ def _first_failure(outputs: dict[str, Any], reference: dict[str, Any], tol: Any)
     return ""
 
 
-def check_task(task: Any, cache_dir: str | None = None) -> dict[str, Any]:
-    """One verdict row (validate*.jsonl, `check: rounding`) for a generated task."""
+CHECKS = ("fma", "libm", "precision")  # `check_task(only=...)`: fma and libm on C tasks, precision on PyTorch
+
+
+def check_task(task: Any, cache_dir: str | None = None, only: str | None = None) -> dict[str, Any]:
+    """One verdict row (validate*.jsonl) for a generated task: every check of its kind (`check:
+    rounding`), or with `only` the one named check (`check: <only>`; ok where it does not apply)."""
     from cudaperf.tasks.ctask import from_json
     from cudaperf.types import TaskKind
 
+    if only is not None and only not in CHECKS:
+        raise ValueError(f"unknown check {only!r}; expected one of {', '.join(CHECKS)}")
     row: dict[str, Any] = {"task_id": task.task_id, "kind": task.kind.value, "family": task.family,
-                           "check": "rounding"}
+                           "check": only or "rounding"}
+    wanted = [name for name in CHECKS if only in (None, name)]
     try:
-        verdict = (c_sensitivity(from_json(task.text), cache_dir) if task.kind is TaskKind.C
-                   else torch_sensitivity(task.text, task.task_id))
+        if task.kind is TaskKind.C:
+            ctask = from_json(task.text)
+            checks = [(c_sensitivity, "fma"), (libm_sensitivity, "libm")]
+            verdict = next((v for fn, name in checks if name in wanted
+                            for v in [fn(ctask, cache_dir)] if v.flag), Sensitivity())
+        else:
+            verdict = torch_sensitivity(task.text, task.task_id) if "precision" in wanted else Sensitivity()
     except Exception as exc:  # noqa: BLE001 - a reference that fails here is a finding about the task
         verdict = Sensitivity("reference_error", f"{type(exc).__name__}: {exc}"[:500])
     row.update(ok=not verdict.flag, flags=[verdict.flag] if verdict.flag else [], message=verdict.message[:500])
@@ -221,9 +301,9 @@ def check_task(task: Any, cache_dir: str | None = None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m cudaperf.datasets.conditioning OUT.jsonl [--shard i/n] [--first DIR]`: append one
-    verdict per task of the seed-0 index to OUT (a rerun skips the tasks already there), the tasks
-    measured in DIR first."""
+    """`python3 -m cudaperf.datasets.conditioning OUT.jsonl [--shard i/n] [--first DIR] [--only CHECK]`:
+    append one verdict per task of the seed-0 index to OUT (a rerun skips the tasks already there), the
+    tasks measured in DIR first; with --only, that check alone (for a check added after a full run)."""
     import argparse
     import json
     import sys
@@ -237,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", default="0/1", help="i/n: every n-th task from the i-th")
     p.add_argument("--first", type=Path, default=None, help="a measurement directory: its tasks go first")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=CHECKS, default=None, help="run this check alone")
     args = p.parse_args(argv)
     if not host_has_fma():
         print("this CPU has no FMA3: the fused C build cannot run here", file=sys.stderr)
@@ -250,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     start, flagged = time.monotonic(), 0
     with args.out.open("a") as fh:
         for i, task in enumerate(todo, 1):
-            row = check_task(task)
+            row = check_task(task, only=args.only)
             fh.write(json.dumps(row, sort_keys=True) + "\n")
             fh.flush()  # one line per task: an interrupted run loses at most the task in flight
             flagged += not row["ok"]
