@@ -112,6 +112,13 @@ def test_reference_build_failure_is_a_value(tmp_path):
     assert not run.ok and "build failed" in run.message
 
 
+def test_copy_values_copies_arrays_and_shares_scalars():
+    values = {"x": np.zeros(3, dtype=np.float32), "n": 3}
+    copied = cref.copy_values(values)
+    copied["x"][0] = 1.0
+    assert values["x"][0] == 0.0 and copied["n"] == 3
+
+
 def test_csr_generators_give_a_valid_matrix():
     task = CTask("csr", "t", "f", "void f(", (
         CParam("row_ptr", "int", ParamKind.IN, "rows+1"), CParam("col_idx", "int", ParamKind.IN, "nnz"),

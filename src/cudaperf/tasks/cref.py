@@ -128,6 +128,11 @@ def call(task: CTask, build: CRefBuild, values: dict[str, Any]) -> None:
     fn(*[values[p.name].ctypes.data if p.is_array else values[p.name] for p in task.params])
 
 
+def copy_values(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with every numpy array copied (scalars shared): a set `call` may write into."""
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
+
+
 def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats: int = 0,
                   cache_dir: str | os.PathLike | None = None, values: dict[str, Any] | None = None) -> CRefRun:
     """Draw inputs (unless `values` is given), run the reference, return its outputs.
