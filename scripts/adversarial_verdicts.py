@@ -1,0 +1,106 @@
+"""Write the evaluator's verdict on every adversarial fixture and honest solution, one JSON line each.
+
+The verdict is what the adversarial suite asserts on: the outcome, the ERROR flag codes (sorted) and the
+stage that decided. Running it before and after a change and diffing the two files shows whether the
+change moved any verdict (`--compare OLD NEW`). Timing figures are left out: they differ between runs.
+
+    python3 scripts/adversarial_verdicts.py --out verdicts.jsonl [--device cuda|none]
+    python3 scripts/adversarial_verdicts.py --compare before.jsonl after.jsonl
+
+With `--device none` (no GPU) the verdicts are those of the static gate and the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "adversarial"
+
+
+def _constants(path: Path) -> dict:
+    values = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return values
+
+
+def _verdict(result) -> dict:
+    from cudaperf.types import Severity
+
+    return {"outcome": result.outcome.value, "stage": result.stage,
+            "errors": sorted({f.code for f in result.flags if f.severity is Severity.ERROR})}
+
+
+def run(out: Path, device: str) -> None:
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.tasks import load_tasks
+    from cudaperf.tasks.examples import example_tasks_dir
+
+    tasks = {t.task_id: t for t in load_tasks(example_tasks_dir())}
+    paths = sorted(FIXTURES.glob("hack_*.py")) + sorted((FIXTURES / "honest").glob("honest_*.py"))
+    cache = tempfile.mkdtemp(prefix="verdicts-cache-")
+
+    def config(policy=None):
+        return EvalConfig(device=device, cache_dir=cache, policy=policy,
+                          timing=TimingConfig(baselines=("eager",)), coverage=device == "cuda")
+
+    rows = []
+    with Evaluator(config()) as ev:
+        for path in paths:
+            meta = _constants(path)
+            task = tasks[meta["TASK"]]
+            result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
+            rows.append({"fixture": path.stem, "variant": "default", **_verdict(result)})
+            print(json.dumps(rows[-1]), flush=True)
+    for path in paths:
+        disabled = _constants(path).get("RUNTIME_DISABLE")
+        if not disabled:
+            continue
+        with Evaluator(config(Policy(disabled_rules=tuple(disabled)))) as ev:
+            task = tasks[_constants(path)["TASK"]]
+            result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
+        rows.append({"fixture": path.stem, "variant": "runtime_only", **_verdict(result)})
+        print(json.dumps(rows[-1]), flush=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def compare(old: Path, new: Path) -> int:
+    def load(p: Path) -> dict:
+        return {(r["fixture"], r["variant"]): r for r in map(json.loads, p.read_text().splitlines())}
+
+    a, b = load(old), load(new)
+    changed = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    for k in changed:
+        print(f"{k[0]} [{k[1]}]: {a.get(k)} -> {b.get(k)}")
+    print(f"{len(a.keys() & b.keys())} verdicts in both; {len(changed)} differ")
+    return 1 if changed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "none"))
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    args = parser.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    if args.out is None:
+        parser.error("--out is needed unless --compare is given")
+    run(args.out, args.device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
