@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure_task import raised_priority, time_serial
+from cudaperf.datasets.measure.task_measurement import raised_priority, time_serial
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import from_json, make_inputs
 

@@ -24,12 +24,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cudaperf.datasets.measure import ROW_VERSION, impl_hash
+from cudaperf.datasets.measure.runner import ROW_VERSION, impl_hash
 
 DUMP = """
 import json, sys
 from pathlib import Path
-from cudaperf.datasets import measure, registry
+from cudaperf.datasets.measure import runner as measure
+from cudaperf.datasets import registry
 opts = measure.MeasureOptions(out_dir=Path("/nonexistent"))
 out = {}
 for task in measure.select_tasks(opts):

@@ -18,8 +18,8 @@ import tempfile
 import time
 
 from cudaperf import cuda
-from cudaperf.build.nvrtc import compile_cuda, nvrtc_version
-from cudaperf.build.pool import BuildPool
+from cudaperf.toolchain.nvrtc import compile_cuda, nvrtc_version
+from cudaperf.toolchain.pool import BuildPool
 from cudaperf.types import Solution, SolutionFormat
 
 KERNELS = {

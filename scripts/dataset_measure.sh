@@ -8,7 +8,7 @@
 #   run/summary/                        stats.md, task_ratios.csv, measurements.parquet of everything so far
 #   measure.log                         the run's output (its last lines are printed at the end)
 # Tasks flagged in $SHARDS/validate*.jsonl.gz (the CPU filters, gzipped: `cudaperf dataset validate` and
-# the rounding-sensitivity check, `python3 -m cudaperf.datasets.conditioning`) are not measured. After a
+# the rounding-sensitivity check, `python3 -m cudaperf.datasets.filters.rounding`) are not measured. After a
 # generator or comparison fix, pass --retry-incorrect once.
 #
 #   OUT=... BUDGET_S=450 bash scripts/dataset_measure.sh [more `cudaperf dataset measure` flags]

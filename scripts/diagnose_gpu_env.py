@@ -41,7 +41,7 @@ def _concurrent(code: str, n: int, *flags: str) -> list[dict]:
 # What a build-pool worker and the validation script do before their torch import: NVRTC through cuda-core
 # in the same process. Prints the shared libraries then mapped, so a clash between two copies shows.
 NVRTC_THEN_TORCH = (
-    "from cudaperf.build.nvrtc import compile_cuda\n"
+    "from cudaperf.toolchain.nvrtc import compile_cuda\n"
     f"out = compile_cuda({KERNEL!r}, arch='sm_90', use_cache=False)\n"
     "print('resources', out.resources)\n"
     "libs = sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l})\n"
@@ -80,7 +80,7 @@ def torch_probes() -> dict:
 
 
 def nvrtc_probe() -> dict:
-    from cudaperf.build.nvrtc import compile_cuda, nvrtc_options, nvrtc_version
+    from cudaperf.toolchain.nvrtc import compile_cuda, nvrtc_options, nvrtc_version
 
     out = compile_cuda(KERNEL, arch="sm_90", use_cache=False)
     libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "nvrtc" in line})

@@ -15,9 +15,9 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("cudaperf.commands.eval_cmd", "evaluate one solution, or a directory of solutions"),
     "report": ("cudaperf.commands.report_cmd", "fast_p table, speedup histogram and per-task table"),
-    "analyze": ("cudaperf.analysis.cli", "structural analysis of a kernel source (features + feedback)"),
+    "analyze": ("cudaperf.commands.analyze_cmd", "structural analysis of a kernel source (features + feedback)"),
     "tasks": ("cudaperf.commands.tasks_cmd", "list and check task files"),
-    "dataset": ("cudaperf.datasets.cli", "build, validate, count and (GPU) measure the task dataset"),
+    "dataset": ("cudaperf.commands.dataset_cmd", "build, validate, count and (GPU) measure the task dataset"),
 }
 
 

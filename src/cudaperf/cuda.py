@@ -9,7 +9,7 @@ mod = cuda.load(SOURCE); mod.add(grid, block, a, b, out, n)
 scale = cuda.compile(SOURCE, "scale<float, 256>")   # templates: the name is the name expression
 ```
 
-Covers: compiling (through `cudaperf.build.nvrtc.compile_cuda`, so the build pool's cache is hit), an
+Covers: compiling (through `cudaperf.toolchain.nvrtc.compile_cuda`, so the build pool's cache is hit), an
 in-process cache of compiled programs, loading the cubin with cuda-core, converting arguments (tensors to
 device pointers, Python scalars to the C type of the parameter as parsed from the kernel's declaration),
 and launching with `cuda.core.launch` on torch's current stream in torch's primary context.
@@ -41,8 +41,8 @@ import collections
 import threading
 from typing import Any
 
-from cudaperf.build import signature as _sig
-from cudaperf.build.nvrtc import CompileError, NvrtcOutput, compile_cuda, normalize_options
+from cudaperf.toolchain import signature as _sig
+from cudaperf.toolchain.nvrtc import CompileError, NvrtcOutput, compile_cuda, normalize_options
 
 __all__ = ["CompileError", "Kernel", "Module", "compile", "default_arch", "kernel_symbols", "load"]
 

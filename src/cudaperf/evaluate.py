@@ -6,7 +6,7 @@ one thread per GPU worker drains the queue; each result is appended to the store
 so an interrupted batch loses nothing and resumes), and the final outcome decision.
 
 Not covered here: what runs inside the worker (`cudaperf.execute.session`), how builds work
-(`cudaperf.build`), the sandbox (`cudaperf.execute.sandbox`), the anti-cheat rules (`cudaperf.anticheat`).
+(`cudaperf.toolchain`), the sandbox (`cudaperf.execute.sandbox`), the anti-cheat rules (`cudaperf.anticheat`).
 This module never executes candidate code itself.
 """
 
@@ -169,7 +169,7 @@ class Evaluator:
         return "none", []
 
     def __enter__(self) -> Evaluator:
-        from cudaperf.build.pool import BuildPool
+        from cudaperf.toolchain.pool import BuildPool
 
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._builds = BuildPool(self.config.build_workers or os.cpu_count() or 1)
@@ -272,7 +272,7 @@ class Evaluator:
         return build
 
     def _job(self, task: Task, solution: Solution) -> dict[str, Any]:
-        from cudaperf.build.inline import extensions_dir_for
+        from cudaperf.toolchain.inline import extensions_dir_for
 
         timing = self.config.timing
         return {

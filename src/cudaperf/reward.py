@@ -21,7 +21,7 @@ kernels that never ran: structure is credited only for results that are CORRECT,
 profiler says never launched contributes 0 (no reward for a beautiful kernel that is never launched).
 
 Not covered: running the evaluator, the structural analysis or the ranker (this module only reads their
-records); TRL and verl wiring (`cudaperf.training.rewards`); per-turn advantage estimation beyond
+records); TRL and verl wiring (`cudaperf.train.reward_functions`); per-turn advantage estimation beyond
 `turn_returns`. No I/O and no torch: it loads in trainer processes and Ray actors as they are.
 """
 

@@ -1,6 +1,6 @@
 """Reading candidate solutions from disk or text into `Solution` records.
 
-Covers: naming (solution_id), format detection (delegated to `cudaperf.build.extract.detect_format`,
+Covers: naming (solution_id), format detection (delegated to `cudaperf.toolchain.extract.detect_format`,
 which reads the AST and never executes the code). Not covered: building or running them.
 """
 
@@ -14,7 +14,7 @@ from cudaperf.types import Solution, SolutionFormat
 
 def solution_from_text(source: str, solution_id: str | None = None, path: str | None = None) -> Solution:
     """A Solution for `source`; the id defaults to a short content hash so identical texts share it."""
-    from cudaperf.build.extract import detect_format
+    from cudaperf.toolchain.extract import detect_format
 
     sid = solution_id or "sol-" + hashlib.sha256(source.encode()).hexdigest()[:12]
     try:

@@ -158,8 +158,8 @@ def nvrtc_cache(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("path", HACKS + HONEST, ids=ids(HACKS + HONEST))
 def test_fixture_cuda_compiles(path, nvrtc_cache):
-    extract = pytest.importorskip("cudaperf.build.extract")
-    from cudaperf.build.nvrtc import compile_cuda
+    extract = pytest.importorskip("cudaperf.toolchain.extract")
+    from cudaperf.toolchain.nvrtc import compile_cuda
 
     units = [u for u in extract.extract_units(path.read_text()) if u.kind == "nvrtc" and u.resolved]
     for unit in units:

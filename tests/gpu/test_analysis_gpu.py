@@ -43,7 +43,7 @@ def test_theoretical_occupancy_equals_the_drivers(case):
     import torch
     from cuda.bindings import driver
 
-    from cudaperf.build.nvrtc import compile_cuda
+    from cudaperf.toolchain.nvrtc import compile_cuda
 
     arch = _device_arch()
     torch.zeros(1, device="cuda")  # torch makes the primary context current on this thread

@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-from cudaperf.datasets import measure_stats, registry
-from cudaperf.datasets.measure import RESULTS_FILE, MeasureOptions, measure, select_tasks
+from cudaperf.datasets import registry
+from cudaperf.datasets.measure import stats as measure_stats
+from cudaperf.datasets.measure.runner import RESULTS_FILE, MeasureOptions, measure, select_tasks
 
 FAMILIES = ("elementwise", "map", "sort")
 

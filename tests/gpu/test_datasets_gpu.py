@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.gpucheck import check
+from cudaperf.datasets.measure.gpucheck import check
 
 
 def _cases() -> list[tuple]:

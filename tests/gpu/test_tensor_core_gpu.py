@@ -1,4 +1,4 @@
-"""The shared 3xTF32 tensor-core kernel (`cudaperf.datasets.tensor_core.wmma_tf32_kernel`) on the GPU over
+"""The shared 3xTF32 tensor-core kernel (`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on the GPU over
 a long k: at least as accurate as a plain fp32 loop (the naive implementations' summation), both measured
 against a float64 product. A running sum kept in one fragment drifts here, as the tensor cores' fp32
 accumulation truncates (14 matmul_epilogue configurations failed their tolerances on the H200 that way);
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from cudaperf import cuda
-from cudaperf.datasets.tensor_core import wmma_tf32_kernel
+from cudaperf.datasets.generate.tensor_core import wmma_tf32_kernel
 
 torch = pytest.importorskip("torch")
 

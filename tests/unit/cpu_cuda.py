@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from cudaperf.build.signature import POINTER, parse_kernels
+from cudaperf.toolchain.signature import POINTER, parse_kernels
 
 GUARD_BYTES = 4096
 _GUARD_VALUE = 0x7F

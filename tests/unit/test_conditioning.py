@@ -1,4 +1,4 @@
-"""The rounding-sensitivity filter (datasets/conditioning.py): real gcc builds with and without fused
+"""The rounding-sensitivity filter (datasets/filters/rounding.py): real gcc builds with and without fused
 multiply-adds and with libm results nudged by CUDA's error bounds, and real float32 / float64 PyTorch
 runs, on small hand-written tasks."""
 
@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from cudaperf.datasets import conditioning
-from cudaperf.datasets.measure import flagged_tasks
+from cudaperf.datasets.filters import rounding as conditioning
+from cudaperf.datasets.measure.runner import flagged_tasks
 from cudaperf.datasets.records import GeneratedTask
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_json

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cudaperf import cuda
-from cudaperf.build import signature as sig
 from cudaperf.cuda import _make_converters
+from cudaperf.toolchain import signature as sig
 
 SOURCE = r'''
 #include <cuda_fp16.h>
@@ -205,7 +205,7 @@ def test_kernel_symbols_lists_compiled_entries_including_mangled_templates():
 
 
 def test_unwritable_cache_does_not_fail_the_compile(tmp_path, monkeypatch):
-    from cudaperf.build import nvrtc
+    from cudaperf.toolchain import nvrtc
 
     def refuse(path, data):
         raise PermissionError(13, "read-only file system", str(path))

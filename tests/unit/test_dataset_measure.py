@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudaperf.datasets import cli, measure_stats, registry
-from cudaperf.datasets.measure import (
+from cudaperf.commands import dataset_cmd as cli
+from cudaperf.datasets import registry
+from cudaperf.datasets.measure import stats as measure_stats
+from cudaperf.datasets.measure.runner import (
     EXIT_BUDGET,
     EXIT_DONE,
     RESULTS_FILE,

@@ -14,8 +14,13 @@ import pytest
 import torch
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure import GpuLock, MeasureOptions
-from cudaperf.datasets.measure_task import TIMING_NICE, CTaskMeasure, TorchTaskMeasure, raised_priority
+from cudaperf.datasets.measure.runner import GpuLock, MeasureOptions
+from cudaperf.datasets.measure.task_measurement import (
+    TIMING_NICE,
+    CTaskMeasure,
+    TorchTaskMeasure,
+    raised_priority,
+)
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.types import TaskKind
 
@@ -178,8 +183,8 @@ def test_task_info_reports_where_the_time_went(torch_task):
 
 
 def test_a_lost_context_names_the_culprit_and_its_configuration(c_task, monkeypatch):
-    from cudaperf.datasets import measure_task
-    from cudaperf.datasets.measure import ContextLost
+    from cudaperf.datasets.measure import task_measurement as measure_task
+    from cudaperf.datasets.measure.runner import ContextLost
 
     monkeypatch.setattr(measure_task, "context_alive", lambda device: False)
     boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",

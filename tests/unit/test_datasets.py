@@ -11,7 +11,9 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from cudaperf.datasets import cli, degenerate, export, registry, splits
+from cudaperf.commands import dataset_cmd as cli
+from cudaperf.datasets import export, registry, splits
+from cudaperf.datasets.filters import degenerate
 from cudaperf.datasets.records import GeneratedTask, normalise
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import compile_check, from_json, validate

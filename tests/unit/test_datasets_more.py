@@ -14,8 +14,8 @@ from functools import lru_cache
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.generate.torch_impls_more import MORE_IMPLS
 from cudaperf.datasets.records import STRATEGIES, GeneratedTask
-from cudaperf.datasets.torch_impls_more import MORE_IMPLS
 from cudaperf.types import TaskKind
 
 
@@ -86,8 +86,8 @@ def test_every_family_strategy_pair_is_covered_by_the_compile_sample():
 
 
 def test_one_implementation_per_kernel_kind_and_strategy_compiles_to_cubin():
-    from cudaperf.build.extract import extract_units
-    from cudaperf.build.nvrtc import CompileError, compile_cuda
+    from cudaperf.toolchain.extract import extract_units
+    from cudaperf.toolchain.nvrtc import CompileError, compile_cuda
 
     pytest.importorskip("cuda.core")
     failures, seen = [], set()

@@ -20,7 +20,7 @@ from functools import lru_cache
 import pytest
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.torch_impls_more import MORE_IMPLS
+from cudaperf.datasets.generate.torch_impls_more import MORE_IMPLS
 
 pytest.importorskip("torch")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cudaperf.datasets.measure import GpuLock
+from cudaperf.datasets.measure.runner import GpuLock
 
 HOLD_S = 0.3
 

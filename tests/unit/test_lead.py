@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cudaperf.build.nvrtc import compile_cuda
 from cudaperf.lead import LEAD_CHUNK_BYTES, LEAD_KERNEL, LEAD_SOURCE, LEAD_THREADS, lead_chunks, lead_shape
+from cudaperf.toolchain.nvrtc import compile_cuda
 
 
 def test_a_buffer_is_rounded_up_to_whole_chunks():

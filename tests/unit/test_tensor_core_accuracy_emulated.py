@@ -1,4 +1,4 @@
-"""Accuracy of the shared 3xTF32 tensor-core kernel (`cudaperf.datasets.tensor_core.wmma_tf32_kernel`) on
+"""Accuracy of the shared 3xTF32 tensor-core kernel (`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on
 the CPU emulator, whose TF32 multiply-add truncates as the tensor cores do: over a long k loop the kernel
 must be at least as accurate as a plain fp32 loop (the naive implementations' summation), measured against
 a float64 product. A running sum kept in one fragment fails this (2.5e-4 against 8.1e-5 at k = 512), as
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cudaperf.datasets.tensor_core import wmma_tf32_kernel
+from cudaperf.datasets.generate.tensor_core import wmma_tf32_kernel
 
 torch = pytest.importorskip("torch")
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from cudaperf.reward import compute_reward, get_preset
-from cudaperf.training.rewards import VERL_KEYS, Evaluation, TRLReward, completion_text, compute_score
+from cudaperf.train.reward_functions import VERL_KEYS, Evaluation, TRLReward, completion_text, compute_score
 from cudaperf.types import CoalescingClass, EvalResult, KernelFeatures, MemoryAccess, Outcome, to_dict
 
 
@@ -215,7 +215,7 @@ def test_verl_evaluate_fn_gets_solution_and_ground_truth():
 
 
 def test_importing_adapters_pulls_in_no_framework():
-    code = ("import sys, cudaperf.training.rewards, cudaperf.reward; "
+    code = ("import sys, cudaperf.train.reward_functions, cudaperf.reward; "
             "print(sorted(m for m in ('trl', 'verl', 'torch', 'transformers', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from cudaperf.training.rewards import TRLReward
+from cudaperf.train.reward_functions import TRLReward
 from cudaperf.types import EvalResult, Outcome, to_dict
 
 trl = pytest.importorskip("trl")

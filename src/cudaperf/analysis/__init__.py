@@ -15,14 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cudaperf.analysis.report import AnalysisReport, analyze_source, render_feedback
+    from cudaperf.analysis.analyze import AnalysisReport, analyze_source, render_feedback
 
 __all__ = ["AnalysisReport", "analyze_source", "render_feedback"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from cudaperf.analysis import report
+        from cudaperf.analysis import analyze as report
 
         return getattr(report, name)
     raise AttributeError(name)

@@ -1,7 +1,7 @@
 """Compiler facts for the analysis: ptxas resource usage through NVRTC, and SASS instruction features.
 
-Covers: compiling one CUDA unit with `cudaperf.build.nvrtc.compile_cuda` (ptxas `-v` report parsed by
-`cudaperf.build.ptxas.parse_ptxas`), disassembling its cubin with `cuobjdump -sass` (PyPI wheel
+Covers: compiling one CUDA unit with `cudaperf.toolchain.nvrtc.compile_cuda` (ptxas `-v` report parsed by
+`cudaperf.toolchain.ptxas.parse_ptxas`), disassembling its cubin with `cuobjdump -sass` (PyPI wheel
 `nvidia-cuda-cuobjdump` on machines without a toolkit) and counting, per kernel, the instructions that
 decide performance (table below), and mapping mangled names to the kernel names of the source.
 
@@ -86,7 +86,7 @@ def kernel_base_name(symbol: str) -> str:
 def compile_unit(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = (),
                  name_expressions: tuple[str, ...] = (), sass: bool = True, use_cache: bool = True) -> CompiledUnit:
     """ptxas resources (and SASS features) of every kernel in `source`; failures become diagnostics."""
-    from cudaperf.build.nvrtc import CompileError, compile_cuda
+    from cudaperf.toolchain.nvrtc import CompileError, compile_cuda
 
     t0 = time.perf_counter()
     try:
@@ -125,7 +125,7 @@ def _first_error(log: str) -> str:
 
 
 def find_disassembler() -> str | None:
-    from cudaperf.build.ptxas import find_cuobjdump
+    from cudaperf.toolchain.ptxas import find_cuobjdump
 
     return find_cuobjdump()
 

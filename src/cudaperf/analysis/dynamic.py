@@ -5,7 +5,7 @@ per-launch metrics by kernel and merging them into the static `KernelFeatures` (
 Where ncu is missing or cannot read counters, the static features stand and the reason is returned as a
 diagnostic.
 
-Not covered: the metric list and CSV parsing (`analysis.ncu`), static analysis (`analysis.report`).
+Not covered: the metric list and CSV parsing (`analysis.ncu`), static analysis (`analysis.analyze`).
 Candidate code runs in a separate process under the sandbox's guards (see `profile_target`), never here;
 ncu and that process run together in a private network namespace (`execute.netns_exec`).
 """
@@ -46,7 +46,7 @@ def profile_features(task: Task, solution: Solution, features: Sequence[KernelFe
             job_path.write_text(json.dumps(job))
             # ncu and its target share one private network namespace (see execute.netns_exec): the target
             # cannot take one of its own without losing its connection to ncu.
-            result = ncu.profile([sys.executable, "-m", "cudaperf.analysis.profile_target", str(job_path)],
+            result = ncu.profile([sys.executable, "-m", "cudaperf.execute.profile_target", str(job_path)],
                                  timeout_s=timeout_s,
                                  launcher=(sys.executable, "-m", "cudaperf.execute.netns_exec"))
     except Exception as exc:  # noqa: BLE001 - the dynamic stage is optional: a failure is a diagnostic

@@ -1,7 +1,7 @@
 """The CUDA a solution contains, where it sits in the file, and the launch shapes written next to it.
 
 Covers: the three solution formats — fast (`cuda.compile` / `cuda.load`, units resolved by
-`cudaperf.build.extract.extract_units` from the Python AST without running it), KernelBench
+`cudaperf.toolchain.extract.extract_units` from the Python AST without running it), KernelBench
 (`load_inline(cuda_sources=...)`; host code and torch headers are blanked before NVRTC sees it), and a
 plain `.cu` file — plus the file line of each unit's first line (when the CUDA text appears verbatim, as
 a raw triple-quoted string does) and block sizes / dynamic shared memory given as literals at Python
@@ -77,7 +77,7 @@ def solution_sources(text: str, kind: str = "auto") -> SolutionSources:
 
 
 def _python_solution(text: str, tree: ast.AST) -> SolutionSources:
-    from cudaperf.build.extract import INLINE, detect_format, extract_units
+    from cudaperf.toolchain.extract import INLINE, detect_format, extract_units
 
     fmt = detect_format(text).value
     units, diagnostics = [], []

@@ -1,26 +1,24 @@
-"""The cudaperf task dataset: generators of PyTorch→CUDA and C→CUDA task families, CUDA implementations
-from templates (several optimisation strategies per task), the degenerate-task filter, family splits,
-export (JSONL prompts, Parquet) and the `cudaperf dataset` command.
+"""The cudaperf task dataset: PyTorch→CUDA and C→CUDA task families, several CUDA implementations per task,
+CPU filters that leave out tasks which cannot judge kernels, and the resumable GPU measurement.
 
 Module map:
-  records.py        Implementation, GeneratedTask, Family, the normalised-source hash
-  cgen.py           loop-nest kernels: serial C, the naive one-thread-per-iteration CUDA port and the
-                    other mechanical strategies (grid-stride, coarsened, uncoalesced mapping)
-  c_families.py     C→CUDA families (maps, stencils, reductions, scans, histograms, ...)
-  torch_families.py PyTorch→CUDA families (KernelBench-format modules with get_input_configs)
-  torch_impls.py    fast-format CUDA implementations of the PyTorch tasks (elementwise, reductions,
-                    softmax, normalisation)
-  torch_impls_more.py  the other seven PyTorch families (matmul epilogues, conv, pooling, attention,
-                    scans, gather/scatter, losses)
-  tensor_core.py    the WMMA TF32 (3xTF32) matmul kernel both kinds' matrix products share
-  registry.py       the index of every task (deterministic from a seed), dedupe
-  degenerate.py     CPU checks for constant / input-independent / tiny outputs
-  splits.py         train / val / test by whole families
-  export.py         task files (write-then-rename), JSONL prompts, Parquet
-  measure.py, measure_task.py, measure_stats.py
-                    resumable GPU verification and timing of every implementation, stats, export
-  gpucheck.py       one implementation against its reference on the GPU (tests)
-  cli.py            `cudaperf dataset build | validate | stats | measure`
+  records.py      Implementation, GeneratedTask, Family, the normalised-source hash
+  registry.py     the index of every task (deterministic from a seed), dedupe
+  splits.py       train / val / test by whole families
+  export.py       task files (write-then-rename), JSONL prompts, Parquet
+  generate/       the families and their implementations:
+    loop_nest.py              one C loop body as serial C, the naive CUDA port and mechanical strategies
+    c_family_parts.py         shared pieces of the C families (literals, tolerances, configurations, tiling)
+    c_parallel_families.py    C families that are perfectly parallel loop nests (maps, stencils, products)
+    c_dependent_families.py   C families with carried dependencies (reductions, scans, histograms, sorts)
+    torch_families.py         PyTorch families (KernelBench-format modules with get_input_configs)
+    torch_impls.py, torch_impls_more.py   fast-format CUDA implementations of the PyTorch tasks
+    tensor_core.py            the WMMA TF32 (3xTF32) matmul both kinds' matrix products share
+  filters/        degenerate.py (constant / input-independent / tiny outputs), rounding.py (references that
+                  move beyond tolerance under fused multiply-adds, CUDA's libm bounds or float64)
+  measure/        runner.py (process model, resume, results files), task_measurement.py (one task in a
+                  measuring child), stats.py (statistics, export), gpucheck.py (one implementation on the GPU)
 
+The `cudaperf dataset` command is `cudaperf.commands.dataset_cmd`.
 Not covered: evaluation of model-written candidates (that is `cudaperf.evaluate`).
 """

@@ -1,7 +1,7 @@
 """Records of the dataset generators: a generated task, a generated implementation, a family, and the
 normalised-source hash used for task ids and dedupe.
 
-Not covered: what the families generate (c_families.py, torch_families.py), files on disk (export.py).
+Not covered: what the families generate (generate/), files on disk (export.py).
 """
 
 from __future__ import annotations

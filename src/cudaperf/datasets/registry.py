@@ -16,11 +16,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from cudaperf.datasets.c_families import LOOP_FAMILIES
-from cudaperf.datasets.c_families_dep import DEP_FAMILIES
+from cudaperf.datasets.generate.c_dependent_families import DEP_FAMILIES
+from cudaperf.datasets.generate.c_parallel_families import LOOP_FAMILIES
+from cudaperf.datasets.generate.torch_families import torch_families
+from cudaperf.datasets.generate.torch_impls_more import with_more_impls
 from cudaperf.datasets.records import Family, GeneratedTask, Implementation, normalise, source_hash
-from cudaperf.datasets.torch_families import torch_families
-from cudaperf.datasets.torch_impls_more import with_more_impls
 from cudaperf.tasks.ctask import CTask, to_json
 from cudaperf.types import TaskKind
 

@@ -71,12 +71,12 @@ from cudaperf.execute.session import (
     _environment,
     _Guards,
     _parse_job,
-    preload_lazy_modules,
     _select_device,
     _Session,
     _set_precision,
     _Stop,
     _summarize,
+    preload_lazy_modules,
 )
 from cudaperf.sol import estimate, min_bytes, speed_flags
 from cudaperf.tasks import cref

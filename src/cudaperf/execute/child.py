@@ -112,7 +112,7 @@ def warm_up_cuda() -> None:
         lambda: importlib.import_module("cuda.bindings.driver").cuInit(0),
         lambda: importlib.import_module("cuda.core"),
         lambda: importlib.import_module("cudaperf.cuda"),
-        lambda: importlib.import_module("cudaperf.build.nvrtc"),
+        lambda: importlib.import_module("cudaperf.toolchain.nvrtc"),
     )
     for step in steps:
         try:

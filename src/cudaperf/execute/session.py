@@ -786,7 +786,7 @@ def _select_device(device: torch.device, job: _Job) -> None:
     if job.torch_extensions_dir:
         # The variables the pool built under (TORCH_CUDA_ARCH_LIST too): a different arch list would make
         # ninja rebuild the extension inside the worker instead of loading the prebuilt one.
-        from cudaperf.build.inline import worker_env
+        from cudaperf.toolchain.inline import worker_env
 
         os.environ.update(worker_env(job.torch_extensions_dir))
     if device.type == "cuda":

@@ -36,9 +36,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cudaperf.build.cache import resolve_cache_dir
-from cudaperf.build.extract import INLINE, CudaUnit
-from cudaperf.build.ptxas import only_arch, res_usage
+from cudaperf.toolchain.cache import resolve_cache_dir
+from cudaperf.toolchain.extract import INLINE, CudaUnit
+from cudaperf.toolchain.ptxas import only_arch, res_usage
 from cudaperf.types import BuildResult, Outcome, ResourceUsage, Solution, SolutionFormat
 
 ENV_FILE = "cudaperf_env.json"

@@ -6,7 +6,7 @@ __half; plus `dyn` (dynamic smem only) and `s4000` (4000 B static smem) for the 
 
 from __future__ import annotations
 
-from cudaperf.build.ptxas import demangle, only_arch, parse_ptxas, parse_res_usage
+from cudaperf.toolchain.ptxas import demangle, only_arch, parse_ptxas, parse_res_usage
 
 # fmt: off
 NVCC_SM80 = """\

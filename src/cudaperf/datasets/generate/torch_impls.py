@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cudaperf.datasets.generate.torch_families import chain_exprs
 from cudaperf.datasets.records import Implementation
-from cudaperf.datasets.torch_families import chain_exprs
 
 NEG_INF = "__int_as_float(0xff800000)"
 _BIN = {"": "{r}", "add": "{r} + y[i]", "mul": "{r} * y[i]", "max": "fmaxf({r}, y[i])", "sub": "{r} - y[i]"}

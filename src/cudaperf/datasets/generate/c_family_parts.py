@@ -5,7 +5,7 @@ Stencil-like bodies read their main input through an accessor macro (`IN(ii)` in
 2-D) that the serial C defines with the task's boundary rule; the tiled CUDA strategy loads a tile
 (with halo) through that same macro, then redefines it to read the tile, so one body serves all.
 
-Not covered: the families themselves (c_families*.py).
+Not covered: the families themselves (c_parallel_families.py, c_dependent_families.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from cudaperf.datasets.cgen import LoopNest, args, cuda_prelude, decls, loop_implementations, serial_c
+from cudaperf.datasets.generate.loop_nest import (
+    LoopNest,
+    args,
+    cuda_prelude,
+    decls,
+    loop_implementations,
+    serial_c,
+)
 from cudaperf.datasets.records import Family, Implementation
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind
 from cudaperf.types import TaskKind, Tolerance

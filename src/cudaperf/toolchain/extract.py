@@ -493,8 +493,8 @@ def _unit(function: str, call: ast.Call, resolver: _Resolver) -> CudaUnit:
 
 
 def _nvrtc_unit(function: str, line: int, args: tuple, kwargs: dict) -> CudaUnit:
-    from cudaperf.build.nvrtc import normalize_options
-    from cudaperf.build.signature import canonical_name_expressions
+    from cudaperf.toolchain.nvrtc import normalize_options
+    from cudaperf.toolchain.signature import canonical_name_expressions
 
     positional = ("source", "name") if function == "compile" else ("source",)
     if len(args) > len(positional):

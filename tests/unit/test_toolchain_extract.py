@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from cudaperf.build.extract import INLINE, NVRTC, detect_format, extract_units
+from cudaperf.toolchain.extract import INLINE, NVRTC, detect_format, extract_units
 from cudaperf.types import SolutionFormat
 
 ADD = 'extern "C" __global__ void add(const float* a, float* o, int n) { o[0] = a[0]; }'

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from cudaperf.build import pool as pool_module
-from cudaperf.build.pool import BuildPool, build_solution
+from cudaperf.toolchain import pool as pool_module
+from cudaperf.toolchain.pool import BuildPool, build_solution
 from cudaperf.types import BuildResult, Outcome, Solution, SolutionFormat
 
 FAST_OK = textwrap.dedent('''

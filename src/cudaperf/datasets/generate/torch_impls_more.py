@@ -42,13 +42,13 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from cudaperf.datasets.records import Family, Implementation
-from cudaperf.datasets.tensor_core import TILE, wmma_tf32_kernel
-from cudaperf.datasets.torch_families import chain_exprs
+from cudaperf.datasets.generate.tensor_core import TILE, wmma_tf32_kernel
+from cudaperf.datasets.generate.torch_families import chain_exprs
 
 # The row-to-threads mappings and group reductions of the row-wise families are shared with them, not
 # copied: a change of those kernels' conventions (block of 256, g_sum/g_max) then reaches both modules.
-from cudaperf.datasets.torch_impls import _BLOCK, _GROUP, _REDUCERS, NEG_INF, _group_fns, _model_new
+from cudaperf.datasets.generate.torch_impls import _BLOCK, _GROUP, _REDUCERS, NEG_INF, _group_fns, _model_new
+from cudaperf.datasets.records import Family, Implementation
 
 Impls = Callable[[dict[str, Any], str], list[Implementation]]
 POS_INF = "__int_as_float(0x7f800000)"

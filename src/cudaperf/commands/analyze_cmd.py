@@ -47,7 +47,7 @@ def _sizes(pairs: list[str]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cudaperf.analysis.report import analyze_source, render_feedback
+    from cudaperf.analysis.analyze import analyze_source, render_feedback
 
     try:
         with open(args.file, encoding="utf-8", errors="replace") as fh:

@@ -299,7 +299,7 @@ def check_task(task: Any, cache_dir: str | None = None, only: str | None = None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m cudaperf.datasets.conditioning OUT.jsonl [--shard i/n] [--first DIR] [--only CHECK]`:
+    """`python3 -m cudaperf.datasets.filters.rounding OUT.jsonl [--shard i/n] [--first DIR] [--only CHECK]`:
     append one verdict per task of the seed-0 index to OUT (a rerun skips the tasks already there), the
     tasks measured in DIR first; with --only, that check alone (for a check added after a full run)."""
     import argparse
@@ -308,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from cudaperf.datasets import registry
-    from cudaperf.datasets.measure import read_records
+    from cudaperf.datasets.measure.runner import read_records
 
-    p = argparse.ArgumentParser(prog="cudaperf.datasets.conditioning", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="cudaperf.datasets.filters.rounding", description=main.__doc__)
     p.add_argument("out", type=Path)
     p.add_argument("--shard", default="0/1", help="i/n: every n-th task from the i-th")
     p.add_argument("--first", type=Path, default=None, help="a measurement directory: its tasks go first")

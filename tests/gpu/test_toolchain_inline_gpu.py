@@ -1,7 +1,7 @@
 """A KernelBench-style load_inline solution prebuilt by the pool is loaded by a fresh process without a
 rebuild (the point of building ahead: ~50 s per extension on the H200 machine).
 
-Run by the lead on the GPU machine: `python -m pytest -q -s tests/gpu/test_build_inline_gpu.py`
+Run by the lead on the GPU machine: `python -m pytest -q -s tests/gpu/test_toolchain_inline_gpu.py`
 (the first build takes about a minute; `-s` prints the build and reload times).
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import cudaperf
-from cudaperf.build.inline import extensions_dir_for, worker_env
-from cudaperf.build.pool import build_solution
+from cudaperf.toolchain.inline import extensions_dir_for, worker_env
+from cudaperf.toolchain.pool import build_solution
 from cudaperf.types import Outcome, Solution, SolutionFormat
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.xdist_group("inline")]
@@ -56,7 +56,7 @@ WORKER = textwrap.dedent('''
     import json, sys, time
     import torch
     from torch.utils.cpp_extension import load_inline
-    from cudaperf.build.extract import extract_units
+    from cudaperf.toolchain.extract import extract_units
 
     (unit,) = extract_units(open(sys.argv[1]).read())
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The measurement of one dataset task inside a measuring child (see measure.py for the process model,
+"""The measurement of one dataset task inside a measuring child (see runner.py for the process model,
 resume and the results file): every implementation checked on every configuration and seed, then all
 the correct ones timed together with the baselines.
 
@@ -29,8 +29,8 @@ C kernel writes its `out` arrays, so those are kept out of its sight and the re-
 from the holder the call returns. Tasks with `inout` arrays are timed without re-checks (each call
 changes its own input), and say so in `timing_checked`.
 
-Not covered: process isolation and death handling (measure.py), anti-cheat (our own code is trusted),
-static features (measure_stats.py).
+Not covered: process isolation and death handling (runner.py), anti-cheat (our own code is trusted),
+static features (stats.py).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from cudaperf.correctness import (
     poison_allocator,
 )
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure import (
+from cudaperf.datasets.measure.runner import (
     ROW_VERSION,
     ContextLost,
     GpuLock,

@@ -386,7 +386,7 @@ def _family(name: str, variants: Any, make: Any, impls: Any = _no_impls, descrip
 
 
 def torch_families() -> tuple[Family, ...]:
-    from cudaperf.datasets.torch_impls import elementwise_impls, row_impls
+    from cudaperf.datasets.generate.torch_impls import elementwise_impls, row_impls
 
     return (
         _family("elementwise", _ew_variants, _ew_make, elementwise_impls, "elementwise chains"),

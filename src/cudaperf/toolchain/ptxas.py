@@ -1,6 +1,6 @@
 """Per-kernel resource usage (registers, shared memory, stack, spills, barriers) from compiler output.
 
-Covers three text formats, all read from real tool output (fixtures in tests/unit/test_build_ptxas.py):
+Covers three text formats, all read from real tool output (fixtures in tests/unit/test_toolchain_ptxas.py):
 - `ptxas -v` as printed by `nvcc -Xptxas -v` (lines `ptxas info    : ...`, the stack/spill line indented);
 - the same report inside an NVRTC program log (`--ptxas-options=-v`), where continuation lines carry the
   prefix `ptxas         .`;

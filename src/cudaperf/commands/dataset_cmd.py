@@ -6,13 +6,13 @@ count it; measurement needs the GPU session and is not in this build.
             verdicts go to validate.jsonl, reused by a rerun or `validate`) and flagged tasks are not
             written: the manifest names them under `left_out` (`--no-filter` keeps them)
   validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds),
-            optionally the rounding-sensitivity check (--rounding, conditioning.py) and NVRTC compiles of
+            optionally the rounding-sensitivity check (--rounding, filters/rounding.py) and NVRTC compiles of
             its implementations; results are appended to validate.jsonl one
             task at a time, and a rerun continues where the last one stopped
   stats     counts per family and kind, configurations per task, implementations per task, splits,
             and what validate found; with a measurement (measurements.jsonl), its statistics
-            (measure_stats.py); `--export DIR` also writes stats.md, task_ratios.csv, measurements.parquet
-  measure   verify and time every implementation on the GPU, resumably (measure.py)
+            (stats.py); `--export DIR` also writes stats.md, task_ratios.csv, measurements.parquet
+  measure   verify and time every implementation on the GPU, resumably (datasets/measure/runner.py)
 
 Not covered: evaluation of model candidates (`cudaperf eval`).
 """
@@ -48,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
             p.add_argument("--no-degenerate", action="store_true", help="skip the reference runs")
             p.add_argument("--rounding", action="store_true",
-                           help="also the rounding-sensitivity check (conditioning.py: every configuration, slow)")
+                           help="also the rounding-sensitivity check (filters/rounding.py: every configuration, slow)")
         if name == "measure":
-            from cudaperf.datasets import measure
+            from cudaperf.datasets.measure import runner as measure
 
             measure.add_arguments(p)
         if name == "stats":
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action == "measure":
-        from cudaperf.datasets import measure
+        from cudaperf.datasets.measure import runner as measure
 
         return measure.run_cli(args)
     if action == "build":
@@ -135,7 +135,7 @@ def build(args: argparse.Namespace) -> int:
 def _filter(root: Path, tasks: list) -> dict[str, list[str]]:
     """The tasks that fail the CPU checks (declarations, degenerate outputs): id -> flags. Verdicts already
     in root/validate.jsonl are reused; the others are computed and appended there."""
-    from cudaperf.datasets.measure import failed_checks
+    from cudaperf.datasets.measure.runner import failed_checks
 
     rows, _ = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
     return {t.task_id: list(failed_checks(rows[t.task_id])) for t in tasks if not rows[t.task_id]["ok"]}
@@ -179,8 +179,8 @@ def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate
 
 
 def validate_task(task: Any, compile_impls: bool, degenerate: bool, rounding: bool = False) -> dict[str, Any]:
-    from cudaperf.datasets import degenerate as degen
     from cudaperf.datasets import registry
+    from cudaperf.datasets.filters import degenerate as degen
     from cudaperf.tasks import ctask
 
     row: dict[str, Any] = {"task_id": task.task_id, "kind": task.kind.value, "family": task.family}
@@ -190,7 +190,7 @@ def validate_task(task: Any, compile_impls: bool, degenerate: bool, rounding: bo
         report = degen.check_task(task)
         row["flags"], row["message"] = list(report.flags), report.message
     if rounding:
-        from cudaperf.datasets import conditioning
+        from cudaperf.datasets.filters import rounding as conditioning
 
         verdict = conditioning.check_task(task)
         row["rounding_flags"] = verdict["flags"]
@@ -223,7 +223,8 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from cudaperf.datasets import export, measure_stats
+    from cudaperf.datasets import export
+    from cudaperf.datasets.measure import stats as measure_stats
 
     root: Path = getattr(args, "out_dir", None) or args.out
     manifest = export.read_manifest(root)

@@ -1,6 +1,6 @@
 """The process Nsight Compute profiles for the evaluator's dynamic stage: one candidate, one configuration.
 
-    ncu ... python -m cudaperf.analysis.profile_target JOB.json
+    ncu ... python -m cudaperf.execute.profile_target JOB.json
 
 JOB.json holds `{"task": to_dict(Task), "solution": to_dict(Solution), "config": name, "calls": int,
 "temp_dir": path}`. Before candidate code runs, the evaluator worker's audit hook is installed, with the

@@ -9,7 +9,7 @@ device time of ~20,000 implementations (~60,000 rows) that must fit in a handful
 sessions. What is kept from the evaluator: builds through NVRTC and its cache (`cudaperf.cuda`),
 references computed once per (configuration, seed), two seeds per configuration compared with
 `correctness.compare`, poisoned outputs, and one interleaved `timing.bench_interleaved_report` run per
-configuration with the L2 flushed before every call, the baselines in the same run (`measure_task.py`).
+configuration with the L2 flushed before every call, the baselines in the same run (`task_measurement.py`).
 
 Why child processes anyway: a sticky CUDA error (an illegal address) leaves the context unusable and the
 process with it. So each GPU gets a child (spawned: a forked CUDA context is unusable) that measures one
@@ -42,11 +42,11 @@ measured next time), so a 9-minute device command ends by itself with everything
 0 all selected tasks measured, 3 stopped by the time budget (run it again), 2 usage errors or no GPU.
 
 Record types in measurements.jsonl (field `record`): `run` (one per invocation), `row` (one per task x
-configuration x implementation, see `measure_task.py`), `task` (a task finished or given up).
-Static features go to `features.jsonl` (one line per implementation, `measure_stats.py`): computed by a
+configuration x implementation, see `task_measurement.py`), `task` (a task finished or given up).
+Static features go to `features.jsonl` (one line per implementation, `stats.py`): computed by a
 background thread of the parent while the GPU children work, or by `--features-only` on any machine.
 
-Not covered: the measurement itself (measure_task.py), statistics and export (measure_stats.py),
+Not covered: the measurement itself (task_measurement.py), statistics and export (stats.py),
 evaluation of model candidates (`cudaperf eval`, sandboxed).
 """
 
@@ -131,7 +131,7 @@ class MeasureOptions:
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)
     features: bool = True  # compute static features in a background thread of the parent
-    runner: str = "gpu"  # "gpu" (measure_task.py) or "fake" (a CPU test aid, see FakeRunner)
+    runner: str = "gpu"  # "gpu" (task_measurement.py) or "fake" (a CPU test aid, see FakeRunner)
     test_hooks: tuple[tuple[str, str], ...] = ()  # tests only: see FakeRunner; GPU: ("illegal_address_on", id)
     progress: bool = True
 
@@ -330,7 +330,7 @@ def failed_checks(verdict: dict[str, Any]) -> tuple[str, ...]:
 def flagged_tasks(directories: Iterable[Path]) -> dict[str, tuple[str, ...]]:
     """Tasks the CPU filter did not pass, from every validate*.jsonl[.gz] of `directories`: id -> why
     (`failed_checks`). A verdict row names its `check` (`degenerate` when absent: `dataset validate`;
-    `rounding`: conditioning.py); the last verdict of each (task, check) wins, and a task is flagged when
+    `rounding`: filters/rounding.py); the last verdict of each (task, check) wins, and a task is flagged when
     any of its checks' last verdicts is not ok."""
     records, _ = read_records(directories, VALIDATE_STEM)
     last: dict[tuple[str, str], dict[str, Any]] = {}
@@ -525,8 +525,8 @@ class FakeRunner:
         return {"status": "ok"}
 
 
-RUNNERS: dict[str, str] = {"gpu": "cudaperf.datasets.measure_task:GpuRunner",
-                           "fake": "cudaperf.datasets.measure:FakeRunner"}
+RUNNERS: dict[str, str] = {"gpu": "cudaperf.datasets.measure.task_measurement:GpuRunner",
+                           "fake": "cudaperf.datasets.measure.runner:FakeRunner"}
 
 
 def task_to_job(task: GeneratedTask, skip: Iterable[Key], no_compile_baseline: bool = False) -> dict[str, Any]:
@@ -967,7 +967,7 @@ class FeatureThread:
     def __init__(self, options: MeasureOptions):
         from concurrent.futures import ThreadPoolExecutor
 
-        from cudaperf.datasets import measure_stats
+        from cudaperf.datasets.measure import stats as measure_stats
 
         self.path = options.out_dir / FEATURES_FILE
         self.done = measure_stats.feature_ids([options.out_dir, *options.resume_from])
@@ -978,7 +978,8 @@ class FeatureThread:
         self.pool.submit(self._one, task)
 
     def _one(self, task: GeneratedTask) -> None:
-        from cudaperf.datasets import measure_stats, registry
+        from cudaperf.datasets import registry
+        from cudaperf.datasets.measure import stats as measure_stats
 
         for impl in registry.implementations(task):
             if not measure_stats.has_current_features(self.done, impl):
@@ -1034,7 +1035,8 @@ class _ProgressView:
 
 def features_only(options: MeasureOptions) -> int:
     """Static features of the selected tasks' implementations, on the CPU (no GPU), resumable."""
-    from cudaperf.datasets import measure_stats, registry
+    from cudaperf.datasets import registry
+    from cudaperf.datasets.measure import stats as measure_stats
 
     path = options.out_dir / FEATURES_FILE
     done = measure_stats.feature_ids([options.out_dir, *options.resume_from])
@@ -1167,7 +1169,7 @@ def _print_summary(options: MeasureOptions, s: RunSummary) -> None:
 
 def _write_summary_files(options: MeasureOptions) -> None:
     """The summary of everything measured so far (this run and the resumed ones) under OUT_DIR/summary."""
-    from cudaperf.datasets import measure_stats
+    from cudaperf.datasets.measure import stats as measure_stats
 
     for line in measure_stats.export_summary(options.out_dir / "summary", options.out_dir, *options.resume_from):
         print(line)

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudaperf.build.cache import atomic_write, content_key, resolve_cache_dir
-from cudaperf.build.ptxas import parse_ptxas, res_usage
+from cudaperf.toolchain.cache import atomic_write, content_key, resolve_cache_dir
+from cudaperf.toolchain.ptxas import parse_ptxas, res_usage
 from cudaperf.types import ResourceUsage, from_dict, to_dict
 
 PROGRAM_NAME = "kernel.cu"  # appears in error messages: "kernel.cu(12): error: ..."
@@ -273,7 +273,7 @@ def _nvrtc_ptx(source: str, virtual_arch: str, options: tuple[str, ...],
 
 def find_ptxas() -> str | None:
     """ptxas on PATH, from a wheel, or in the CUDA toolkit."""
-    from cudaperf.build.ptxas import find_cuda_tool
+    from cudaperf.toolchain.ptxas import find_cuda_tool
 
     return find_cuda_tool("ptxas")
 

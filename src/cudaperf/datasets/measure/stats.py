@@ -15,7 +15,7 @@ implementations (one number per task, not dominated by one size). Per-configurat
 (`load_current`): a row measured from an older source of its implementation is stale, left out and
 counted, until `measure` (which skips only keys of the same source) measures it again.
 
-Not covered: measuring (measure.py, measure_task.py), the dataset's own counts (`dataset stats` without
+Not covered: measuring (runner.py, task_measurement.py), the dataset's own counts (`dataset stats` without
 a measurement, cli.py).
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure import (
+from cudaperf.datasets.measure.runner import (
     ROW_VERSION,
     flagged_tasks,
     impl_hash,
@@ -347,7 +347,7 @@ def _leads(rows: list[dict[str, Any]]) -> str:
 
 
 def _priority_line(rows: tuple[dict[str, Any], ...]) -> str:
-    """How many timed rows ran their timing at a raised priority (`measure_task.raised_priority`, an
+    """How many timed rows ran their timing at a raised priority (`task_measurement.raised_priority`, an
     opt-in protocol since the H200 A/B found no gain from it)."""
     timed = [r for r in rows if r.get("median_ms") is not None]
     raised = sum(not timed_before_priority(r) for r in timed)
@@ -517,7 +517,7 @@ def compact_features(kernels: tuple[Any, ...]) -> dict[str, Any]:
 def static_feature_row(impl: Implementation) -> dict[str, Any] | None:
     """One features.jsonl line for an implementation, or None when the analysis could not run here
     (tree-sitter missing, an internal failure): it is then left for another machine."""
-    from cudaperf.analysis.report import analyze_source
+    from cudaperf.analysis.analyze import analyze_source
 
     report = analyze_source(impl.source, sass=False)
     if not report.kernels or any(d.startswith("analysis failed") for d in report.diagnostics):

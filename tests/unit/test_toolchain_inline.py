@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from cudaperf.build import inline
-from cudaperf.build.extract import extract_units
+from cudaperf.toolchain import inline
+from cudaperf.toolchain.extract import extract_units
 from cudaperf.types import Outcome, Solution, SolutionFormat
 
 SOURCE = (

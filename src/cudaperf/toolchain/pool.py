@@ -31,8 +31,8 @@ from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Self
 
-from cudaperf.build.extract import INLINE, NVRTC, CudaUnit, extract_units
-from cudaperf.build.nvrtc import CompileError, compile_cuda
+from cudaperf.toolchain.extract import INLINE, NVRTC, CudaUnit, extract_units
+from cudaperf.toolchain.nvrtc import CompileError, compile_cuda
 from cudaperf.types import BuildResult, Outcome, ResourceUsage, Solution, SolutionFormat
 
 MAX_LOG_CHARS = 20_000
@@ -70,7 +70,7 @@ def _build(solution: Solution, arch: str, cache_dir: str | None, t0: float) -> B
     built = sum(1 for u in units if u.resolved)
     note = _unresolved_note(units)
     if any(u.kind == INLINE and u.resolved for u in units):
-        from cudaperf.build.inline import build_inline
+        from cudaperf.toolchain.inline import build_inline
 
         inline = build_inline(units, solution=solution, arch=arch, cache_dir=cache_dir)
         if not inline.ok:
@@ -136,7 +136,7 @@ def _truncate(text: str) -> str:
 
 def _warm_up() -> None:
     """Pool-process initializer: load NVRTC once so the first build is not charged for it."""
-    from cudaperf.build.nvrtc import nvrtc_version
+    from cudaperf.toolchain.nvrtc import nvrtc_version
 
     try:
         nvrtc_version()

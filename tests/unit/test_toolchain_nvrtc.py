@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from cudaperf.build.nvrtc import CompileError, cache_key, compile_cuda
+from cudaperf.toolchain.nvrtc import CompileError, cache_key, compile_cuda
 
 ADD = 'extern "C" __global__ void add(const float* a, float* o, int n) { int i = threadIdx.x; if (i < n) o[i] = a[i]; }'
 TEMPLATE = "template <typename T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }"
@@ -101,7 +101,7 @@ def test_two_processes_compiling_the_same_key_leave_one_valid_entry(tmp_path):
 
 EMPTY_LOG_CHILD = """
 from cuda.bindings import nvrtc
-from cudaperf.build.nvrtc import _program_log
+from cudaperf.toolchain.nvrtc import _program_log
 err, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(float* a) { a[0] = 1; }', b'k.cu', 0, [], [])
 nvrtc.nvrtcCompileProgram(prog, 1, [b'--gpu-architecture=sm_90'])  # no -v: the log is empty (size 1)
 assert _program_log(nvrtc, prog) == ''
@@ -125,7 +125,7 @@ def test_resources_come_from_ptxas_when_the_nvrtc_log_has_none(tmp_path, monkeyp
     """Some NVRTC builds return an empty log despite `--ptxas-options=-v` (the H200 machine's): the
     report then comes from the toolkit's ptxas on NVRTC's PTX or, where that ptxas is older than NVRTC
     and refuses its PTX, from cuobjdump on the cubin; registers are known either way."""
-    from cudaperf.build import nvrtc as mod
+    from cudaperf.toolchain import nvrtc as mod
 
     if mod.find_ptxas() is None:
         pytest.skip("no ptxas on this machine")
@@ -136,7 +136,7 @@ def test_resources_come_from_ptxas_when_the_nvrtc_log_has_none(tmp_path, monkeyp
 
 
 def test_ptxas_fallback_keeps_the_register_cap():
-    from cudaperf.build.nvrtc import _ptxas_flags
+    from cudaperf.toolchain.nvrtc import _ptxas_flags
 
     assert _ptxas_flags(("-maxrregcount=32", "--ptxas-options=-v", "-use_fast_math")) == ["--maxrregcount=32"]
 
@@ -144,7 +144,7 @@ def test_ptxas_fallback_keeps_the_register_cap():
 def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_wants_resources(tmp_path, monkeypatch):
     """Candidate code compiles with `report_resources=False` (no files or child processes in a sandbox);
     the analyser's later compile of the same source still gets registers, from the same cache entry."""
-    from cudaperf.build import nvrtc as mod
+    from cudaperf.toolchain import nvrtc as mod
 
     if mod.find_ptxas() is None:
         pytest.skip("no ptxas on this machine")
@@ -156,8 +156,8 @@ def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_want
 
 def test_resources_come_from_cuobjdump_when_ptxas_gives_none(tmp_path, monkeypatch):
     """ptxas older than NVRTC ("Unsupported .version"): the cubin's own resource table is read."""
-    from cudaperf.build import nvrtc as mod
-    from cudaperf.build.ptxas import find_cuobjdump
+    from cudaperf.toolchain import nvrtc as mod
+    from cudaperf.toolchain.ptxas import find_cuobjdump
 
     if find_cuobjdump() is None:
         pytest.skip("no cuobjdump on this machine")

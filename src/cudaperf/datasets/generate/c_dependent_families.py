@@ -6,7 +6,7 @@ one thread for a full reduction); the other strategies are written as templates:
 shared-memory tree reductions, two-pass and atomic reductions, warp and block scans, privatised
 shared-memory histograms, bitonic and odd-even transposition sorting networks in shared memory.
 
-Not covered: perfectly parallel loop nests (c_families.py).
+Not covered: perfectly parallel loop nests (c_parallel_families.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from cudaperf.datasets.c_common import (
+from cudaperf.datasets.generate.c_family_parts import (
     FLOATS,
     arr,
     configs,
@@ -27,7 +27,7 @@ from cudaperf.datasets.c_common import (
     scalar,
     tolerance,
 )
-from cudaperf.datasets.cgen import LoopNest, args, decls, solution_module
+from cudaperf.datasets.generate.loop_nest import LoopNest, args, decls, solution_module
 from cudaperf.datasets.records import Family, Implementation
 from cudaperf.tasks.ctask import ArrayGen, CTask
 from cudaperf.types import TaskKind, Tolerance

@@ -9,10 +9,10 @@ Not covered: running kernels (`cudaperf.cuda` launches, `cudaperf.execute` runs 
 Importing this package loads neither torch nor the CUDA libraries.
 """
 
-from cudaperf.build.extract import CudaUnit, detect_format, extract_units
-from cudaperf.build.nvrtc import CompileError, NvrtcOutput, compile_cuda
-from cudaperf.build.pool import BuildPool, build_solution
-from cudaperf.build.ptxas import parse_ptxas, parse_res_usage
+from cudaperf.toolchain.extract import CudaUnit, detect_format, extract_units
+from cudaperf.toolchain.nvrtc import CompileError, NvrtcOutput, compile_cuda
+from cudaperf.toolchain.pool import BuildPool, build_solution
+from cudaperf.toolchain.ptxas import parse_ptxas, parse_res_usage
 
 __all__ = [
     "BuildPool",

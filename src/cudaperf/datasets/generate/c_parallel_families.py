@@ -4,11 +4,11 @@ matrix-vector products, CSR SpMV and n-body.
 
 Each family draws its variants (operations, element types, constants, radii, epilogues) from a seeded
 numpy generator, so the same seed gives the same tasks. Implementations: the mechanical strategies of
-`cgen` (naive port, grid-stride, coarsened, uncoalesced) plus family-specific ones (vectorised maps,
+`loop_nest` (naive port, grid-stride, coarsened, uncoalesced) plus family-specific ones (vectorised maps,
 shared-memory tiles with and without padding, warp-per-row products, tensor-core tiles for matrix
 products: `tensor_core.py`).
 
-Not covered: loops with carried dependencies (c_families_dep.py), PyTorch tasks.
+Not covered: loops with carried dependencies (c_dependent_families.py), PyTorch tasks.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cudaperf.datasets.c_common import (
+from cudaperf.datasets.generate.c_family_parts import (
     CLAMPI,
     FLOATS,
     arr,
@@ -34,8 +34,8 @@ from cudaperf.datasets.c_common import (
     tolerance,
     value_gen,
 )
-from cudaperf.datasets.cgen import GRID_STRIDE_BLOCKS, LoopNest, args, cuda_prelude, decls
-from cudaperf.datasets.tensor_core import TILE, wmma_f64_kernel, wmma_tf32_kernel
+from cudaperf.datasets.generate.loop_nest import GRID_STRIDE_BLOCKS, LoopNest, args, cuda_prelude, decls
+from cudaperf.datasets.generate.tensor_core import TILE, wmma_f64_kernel, wmma_tf32_kernel
 from cudaperf.tasks.ctask import ArrayGen, CTask
 from cudaperf.types import Tolerance
 

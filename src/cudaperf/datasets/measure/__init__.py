@@ -1,0 +1,1 @@
+"""The resumable GPU measurement of every implementation of every task, and its statistics."""
