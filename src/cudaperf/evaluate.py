@@ -13,7 +13,6 @@ This module never executes candidate code itself.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import queue
 import secrets
@@ -26,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cudaperf.stats import geomean
 from cudaperf.types import (
     BuildResult,
     ConfigCorrectness,
@@ -390,10 +390,6 @@ def _speedups(timings: tuple[ConfigTiming, ...]) -> dict[str, float]:
     means = {n: geomean(t.speedup(n) for t in timings) for n in sorted(names)}
     return {n: v for n, v in means.items() if v is not None}
 
-
-def geomean(values: Iterable[float | None]) -> float | None:
-    xs = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in xs) / len(xs)) if xs else None
 
 
 def _now() -> str:

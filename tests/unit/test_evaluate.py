@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, decide_outcome, geomean
+from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, decide_outcome
 from cudaperf.solutions import solution_from_text
+from cudaperf.stats import geomean
 from cudaperf.types import ConfigCorrectness, Flag, InputConfig, Outcome, Severity, Task, TaskKind
 
 TASK_SRC = textwrap.dedent("""

@@ -57,6 +57,7 @@ from cudaperf.correctness import (
     mutated_positions,
     poison_allocator,
 )
+from cudaperf.execute.device_state import context_alive
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
 from cudaperf.types import (
@@ -815,26 +816,16 @@ def _classify(exc: BaseException, device: torch.device) -> tuple[Outcome, bool]:
     name = type(exc).__name__
     text = f"{name}: {exc}".lower()
     if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or any(t in text for t in _OOM_TEXT):
-        return Outcome.OUT_OF_MEMORY, not _context_alive(device)
+        return Outcome.OUT_OF_MEMORY, not context_alive(device)
     if isinstance(exc, SyntaxError):
         return Outcome.SYNTAX_ERROR, False
     if name == "CompileError" or "error building extension" in text:
         return Outcome.COMPILE_ERROR, False
     if name in ("CUDAError", "AcceleratorError") or any(t in text for t in _CUDA_TEXT):
         sticky = any(t in text for t in _STICKY_TEXT)
-        return Outcome.CUDA_ERROR, sticky or not _context_alive(device)
+        return Outcome.CUDA_ERROR, sticky or not context_alive(device)
     return Outcome.RUNTIME_ERROR, False
 
-
-def _context_alive(device: torch.device) -> bool:
-    """Whether CUDA still works after an error (a non-sticky error leaves the context usable)."""
-    if device.type != "cuda":
-        return True
-    try:
-        torch.cuda.synchronize(device)
-        return float(torch.ones(1, device=device).add_(1).item()) == 2.0
-    except Exception:  # noqa: BLE001 - any failure means the context is gone
-        return False
 
 
 def _describe(exc: BaseException) -> str:

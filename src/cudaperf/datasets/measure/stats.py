@@ -45,6 +45,7 @@ from cudaperf.datasets.measure.runner import (
     timed_before_the_lead,
 )
 from cudaperf.datasets.records import Implementation
+from cudaperf.stats import geomean
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 RATIO_BINS = (1.0, 1.25, 1.5, 2.0, 4.0, 8.0, 16.0, 64.0)  # histogram edges; the last bin is open
@@ -150,10 +151,6 @@ class TaskSummary:
 def _timed_ok(row: dict[str, Any]) -> bool:
     return row.get("status") == "ok" and bool(row.get("median_ms"))
 
-
-def geomean(values: Iterable[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else None
 
 
 def summarize_task(rows: list[dict[str, Any]]) -> TaskSummary:

@@ -67,6 +67,7 @@ from cudaperf.datasets.measure.runner import (
     task_from_job,
 )
 from cudaperf.datasets.records import GeneratedTask, Implementation
+from cudaperf.execute.device_state import context_alive
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
 from cudaperf.types import TaskKind, Timing
 
@@ -183,17 +184,6 @@ def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
-
-def context_alive(device: torch.device) -> bool:
-    """False when the CUDA context is gone (a sticky error: every later call fails)."""
-    if device.type != "cuda":
-        return True
-    try:
-        torch.cuda.synchronize(device)
-        torch.ones(1, device=device).add_(1).item()
-        return True
-    except Exception:  # noqa: BLE001 - any failure here means the context cannot be used
-        return False
 
 
 def _text(exc: BaseException) -> str:

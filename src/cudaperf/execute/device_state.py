@@ -1,0 +1,21 @@
+"""Whether a CUDA context still works, for the code that runs candidate or generated kernels.
+
+Covers: `context_alive(device)`, used after an error to tell a sticky CUDA error (the context is gone and
+the process must be replaced) from one that left the context usable. Not covered: what to do about it
+(the worker session and the dataset measurement decide).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def context_alive(device: torch.device) -> bool:
+    """False when the CUDA context is gone (a sticky error: every later call fails); True on the CPU."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        return float(torch.ones(1, device=device).add_(1).item()) == 2.0
+    except Exception:  # noqa: BLE001 - any failure here means the context cannot be used
+        return False
