@@ -32,11 +32,11 @@ import importlib
 import itertools
 import math
 import numbers
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cudaperf.kernel_names import kernel_identifier
 from cudaperf.types import (
     CoalescingClass,
     EvalResult,
@@ -537,7 +537,7 @@ def structural_score(
     times: dict[str, float] = {}
     for name, ms in (kernel_time_ms or {}).items():  # instantiations of one template share a base name
         if _finite(ms) is not None:
-            times[_base_name(name)] = times.get(_base_name(name), 0.0) + float(ms)
+            times[kernel_identifier(name)] = times.get(kernel_identifier(name), 0.0) + float(ms)
     scored: list[tuple[float, float | None]] = []  # (score, GPU time or None) per kernel
     kernel_parts: list[dict[str, float]] = []
     for f in kernels:
@@ -706,7 +706,7 @@ def _num(x: object) -> float:
 def _launch_evidence(f: KernelFeatures, times: Mapping[str, float]) -> tuple[bool | None, float | None]:
     """(ran?, GPU time in ms) — None where unknown. A non-empty profiler table lists every kernel that ran."""
     if times:
-        time_ms = times.get(_base_name(str(f.kernel)), 0.0)
+        time_ms = times.get(kernel_identifier(str(f.kernel)), 0.0)
         return time_ms > 0, time_ms
     dynamic = f.dynamic or {}
     time_ms = _finite(dynamic.get(DYNAMIC_GPU_TIME_MS))
@@ -718,37 +718,6 @@ def _launch_evidence(f: KernelFeatures, times: Mapping[str, float]) -> tuple[boo
     return None, None
 
 
-_MANGLED_PART = re.compile(r"(\d+)")
-
-
-def _base_name(name: str) -> str:
-    """The bare identifier of a kernel name, so that source names, Itanium-mangled names (`_Z6kernelPfi`)
-    and profiler names (`void ns::kernel<float>(float*, int)`) of one kernel compare equal."""
-    name = name.strip()
-    if name.startswith("_Z"):
-        return _demangle_identifier(name)
-    head = re.split(r"[(<]", name, maxsplit=1)[0].strip()
-    head = head.split()[-1] if head.split() else head  # drop a return type such as "void"
-    return head.rsplit("::", 1)[-1]
-
-
-def _demangle_identifier(mangled: str) -> str:
-    # Only the kernel's own identifier is needed, which is the last length-prefixed source name of the
-    # (possibly nested, "N...E") name; a full demangler (c++filt) would be a binary dependency for this.
-    pos, last = 2, mangled
-    nested = mangled.startswith("_ZN")
-    pos += int(nested)
-    while pos < len(mangled):
-        match = _MANGLED_PART.match(mangled, pos)
-        if not match:
-            break
-        length = int(match.group(1))
-        start = match.end()
-        last = mangled[start:start + length]
-        pos = start + length
-        if not nested:
-            break
-    return last
 
 
 # --------------------------------------------------------------------------------------------------

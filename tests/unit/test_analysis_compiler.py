@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudaperf.analysis.compiler import compile_unit, find_disassembler, kernel_base_name, parse_sass
+from cudaperf.analysis.compiler import compile_unit, find_disassembler, parse_sass
 
 SASS = """
 	code for sm_90
@@ -38,12 +38,6 @@ def test_vector_accesses_barriers_local_and_predicated_instructions_are_counted(
 
 def test_reductions_count_as_atomics():
     assert parse_sass(SASS)["wm"]["atom"] == 1
-
-
-@pytest.mark.parametrize(("symbol", "name"), [("_Z3addPfi", "add"), ("_ZN2ns6kernelILi4EEvPf", "kernel"),
-                                              ("_Z4tileILi16EEvPKfPf", "tile"), ("plain_c", "plain_c")])
-def test_kernel_base_name_reads_itanium_symbols(symbol, name):
-    assert kernel_base_name(symbol) == name
 
 
 LOCAL = '''extern "C" __global__ void k(const float* in, const int* sel, float* out) {

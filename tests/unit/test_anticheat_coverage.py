@@ -43,16 +43,6 @@ def test_honest_kernel_names_are_not_library_kernels(name):
     assert not coverage.is_library_kernel(name)
 
 
-@pytest.mark.parametrize("demangled, ident", [
-    ("relu", "relu"),
-    ("void relu_vec4<256>(float const*, float*, int)", "relu_vec4"),
-    ("void ns::inner::tile_gemm<float, 64, 64>(float const*, float const*, float*, int, int, int)", "tile_gemm"),
-    ("void (anonymous namespace)::helper<(int)4>(float*)", "helper"),
-])
-def test_kernel_identifier(demangled, ident):
-    assert coverage.kernel_identifier(demangled) == ident
-
-
 def test_known_names_decide_ownership():
     names = {"relu_vec4"}
     assert coverage.is_own_kernel("void relu_vec4<256>(float const*, float*, int)", names)

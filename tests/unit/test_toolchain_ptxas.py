@@ -6,7 +6,7 @@ __half; plus `dyn` (dynamic smem only) and `s4000` (4000 B static smem) for the 
 
 from __future__ import annotations
 
-from cudaperf.toolchain.ptxas import demangle, only_arch, parse_ptxas, parse_res_usage
+from cudaperf.toolchain.ptxas import only_arch, parse_ptxas, parse_res_usage
 
 # fmt: off
 NVCC_SM80 = """\
@@ -319,10 +319,3 @@ def test_cuobjdump_and_ptxas_agree_on_registers_and_smem_for_sm90():
 def test_cuobjdump_sections_are_labelled_by_their_arch():
     arches = sorted({r.arch for r in parse_res_usage(CUOBJDUMP_OBJECT_TWO_ARCHES)})
     assert arches == ["sm_80", "sm_90"]
-
-
-def test_demangle_returns_readable_names_or_the_input():
-    names = demangle(["_Z5scaleIfLi256EEvPT_S0_i", "add"])
-    assert names["add"] == "add"
-    assert names["_Z5scaleIfLi256EEvPT_S0_i"] in ("void scale<float, 256>(float*, float, int)",
-                                                  "_Z5scaleIfLi256EEvPT_S0_i")  # c++filt may be absent

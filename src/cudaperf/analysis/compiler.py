@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudaperf.kernel_names import kernel_identifier
 from cudaperf.types import ResourceUsage
 
 _SASS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -56,31 +57,6 @@ class CompiledUnit:
     compile_s: float = 0.0
     sass_s: float = 0.0
 
-
-def kernel_base_name(symbol: str) -> str:
-    """The unqualified function name inside an Itanium-mangled symbol (`_Z3addPfi` -> `add`,
-    `_ZN2ns6kernelILi4EEvPf` -> `kernel`); an unmangled (`extern "C"`) name is returned as is."""
-    if not symbol.startswith("_Z"):
-        return symbol
-    i = 2
-    nested = symbol[i:i + 1] == "N"
-    if nested:
-        i += 1
-        while symbol[i:i + 1] in ("K", "V", "r"):
-            i += 1
-    last = symbol
-    while i < len(symbol) and symbol[i].isdigit():
-        j = i
-        while j < len(symbol) and symbol[j].isdigit():
-            j += 1
-        length = int(symbol[i:j])
-        last = symbol[j:j + length]
-        i = j + length
-        if not nested:
-            break
-        if symbol[i:i + 1] == "I":  # template arguments of a nested component: the name is complete
-            break
-    return last
 
 
 def compile_unit(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = (),
@@ -114,7 +90,7 @@ def compile_unit(source: str, *, arch: str = "sm_90", options: tuple[str, ...] =
 def _renamed(r: ResourceUsage) -> ResourceUsage:
     from dataclasses import replace
 
-    return replace(r, kernel=kernel_base_name(r.kernel))
+    return replace(r, kernel=kernel_identifier(r.kernel))
 
 
 def _first_error(log: str) -> str:
@@ -155,7 +131,7 @@ def parse_sass(text: str) -> dict[str, dict[str, int]]:
     for line in text.splitlines():
         m = _FUNCTION.match(line)
         if m:
-            current = out.setdefault(kernel_base_name(m.group(1)), {"instructions": 0})
+            current = out.setdefault(kernel_identifier(m.group(1)), {"instructions": 0})
             continue
         if current is None:
             continue

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cudaperf.anticheat.policy import Policy, make_flag
+from cudaperf.kernel_names import kernel_identifier
 from cudaperf.types import Flag
 
 
@@ -76,7 +77,6 @@ _LIBRARY_PATTERNS = (
     r"\bthrust::", r"\bimplicit_convolve", r"\bregular_fft", r"\bvector_fft",
 )
 _LIBRARY = re.compile("|".join(_LIBRARY_PATTERNS))
-_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _GLOBAL_DECL = re.compile(r"__global__\b[^;{(]*?\b([A-Za-z_]\w*)\s*(?:<[^;{(]*>)?\s*\(")
 
@@ -84,28 +84,6 @@ _GLOBAL_DECL = re.compile(r"__global__\b[^;{(]*?\b([A-Za-z_]\w*)\s*(?:<[^;{(]*>)
 def is_library_kernel(name: str) -> bool:
     return bool(_LIBRARY.search(name))
 
-
-def kernel_identifier(name: str) -> str:
-    """`void ns::relu_kernel<256>(float const*, float*, int)` -> `relu_kernel`; `relu` -> `relu`."""
-    text = name.replace("(anonymous namespace)", "anon").strip()
-    text = re.sub(r"^(?:void|static|__global__)\s+", "", text)
-    text = _before_parameters(text)
-    while _TEMPLATE_ARGS.search(text):
-        text = _TEMPLATE_ARGS.sub("", text)
-    return text.rsplit("::", 1)[-1].strip()
-
-
-def _before_parameters(text: str) -> str:
-    """Text before the parameter list: the first '(' outside template arguments (which may hold casts)."""
-    depth = 0
-    for i, ch in enumerate(text):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0:
-            return text[:i]
-    return text
 
 
 def is_own_kernel(name: str, candidate_kernel_names: set[str] | None) -> bool:

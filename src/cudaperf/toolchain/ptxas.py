@@ -6,8 +6,8 @@ Covers three text formats, all read from real tool output (fixtures in tests/uni
   prefix `ptxas         .`;
 - `cuobjdump -res-usage` of a cubin, object file or shared library (used for `load_inline` builds, whose
   compiler flags we must not change, so `-Xptxas -v` cannot be added there).
-Kernel names stay mangled (they are what cuobjdump, the driver and SASS use); `demangle` turns a batch of
-them into readable names with one `c++filt` call when a person needs to read them.
+Kernel names stay mangled (they are what cuobjdump, the driver and SASS use); `cudaperf.kernel_names.demangle`
+turns a batch of them into readable names when a person needs to read them.
 
 Differences between the sources, kept visible rather than hidden:
 - ptxas prints `cmem[0]` (the kernel-parameter/driver constant bank) up to sm_89 and not from sm_90 on,
@@ -188,22 +188,6 @@ def only_arch(resources: tuple[ResourceUsage, ...], arch: str) -> tuple[Resource
     matching = tuple(r for r in resources if r.arch == arch)
     return matching or resources
 
-
-def demangle(names: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """mangled -> readable, through one `c++filt` process; names it cannot handle map to themselves."""
-    names = list(dict.fromkeys(names))
-    tool = shutil.which("c++filt")
-    if not names or tool is None:
-        return {n: n for n in names}
-    try:
-        proc = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=10,
-                              check=False)
-        lines = proc.stdout.splitlines()
-    except (OSError, subprocess.TimeoutExpired):
-        lines = []
-    if len(lines) != len(names):
-        return {n: n for n in names}
-    return dict(zip(names, lines))
 
 
 def with_arch(resources: tuple[ResourceUsage, ...], arch: str) -> tuple[ResourceUsage, ...]:
