@@ -1,0 +1,1 @@
+"""Model backends behind one contract (`base.ModelBackend`); pick one by name with `base.load_backend`."""
