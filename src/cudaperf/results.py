@@ -4,6 +4,12 @@ Every append is flushed and fsync'ed, so a crash loses at most the line being wr
 tolerates exactly what a crash can leave: a torn last line (skipped) and a pair evaluated twice after a
 resume (the last line wins). The file is plain JSONL; `jq` and pandas read it directly.
 
+Schema: each line is `types.to_dict(EvalResult)`. JSON has no NaN or infinities, so a non-finite float (the
+max error of an all-NaN output, a speedup over a zero time) is written as the string "NaN", "Infinity" or
+"-Infinity"; `from_dict` reads those back as floats in every float field. Every result can be stored: a value
+JSON cannot hold (a numpy scalar, a tensor that reached a free-form dict) is written as a number where it is
+one and as its `repr` otherwise, so one odd record never ends a batch.
+
 Not covered: several processes appending to one file at once (one writer per file; the evaluator's
 single consumer loop is that writer), rendering results (`cudaperf.report`).
 """
@@ -11,10 +17,12 @@ single consumer loop is that writer), rendering results (`cudaperf.report`).
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cudaperf.types import EvalResult, Outcome, from_dict, to_dict
 
@@ -39,7 +47,7 @@ class ResultStore:
 
     def append(self, result: EvalResult) -> None:
         """Write one result as one line, then flush and fsync it."""
-        line = json.dumps(to_dict(result), separators=(",", ":"), allow_nan=False) + "\n"
+        line = to_json_line(result)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
             if self._ends_mid_line(f):
@@ -87,6 +95,34 @@ class ResultStore:
         evaluates them again."""
         again = set(retry)
         return {(r.task_id, r.solution_id) for r in self.load() if r.outcome not in again}
+
+
+def to_json_line(result: EvalResult) -> str:
+    """One result as one JSON line (with its newline); never raises for odd values inside the record."""
+    data = to_dict(result)
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        text = json.dumps(_jsonable(data), separators=(",", ":"), allow_nan=False)
+    return text + "\n"
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` with everything JSON cannot hold replaced: numbers that are not Python numbers (numpy, torch
+    scalars) become floats or ints (non-finite ones the strings of `NON_FINITE_JSON`), anything else its repr."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return to_dict(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return to_dict(float(value))
+    return repr(value)[:2000]
 
 
 def _parse(line: bytes) -> EvalResult | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -313,8 +314,14 @@ class RewardBreakdown:
 # Serialisation
 
 
+# JSON has no NaN or infinities; records carry them (an all-NaN output's max error, an infinite ratio).
+# They travel as these strings, and `from_dict` turns them back into floats wherever a float is expected.
+NON_FINITE_JSON: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def to_dict(record: Any) -> Any:
-    """A JSON-ready copy of a record (enums become their values, tuples lists)."""
+    """A JSON-ready copy of a record (enums become their values, tuples lists, NaN and infinities the
+    strings "NaN", "Infinity" and "-Infinity")."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)}
     if isinstance(record, enum.Enum):
@@ -323,8 +330,8 @@ def to_dict(record: Any) -> Any:
         return [to_dict(x) for x in record]
     if isinstance(record, dict):
         return {str(k): to_dict(v) for k, v in record.items()}
-    if isinstance(record, float) and record != record:  # NaN is not JSON
-        return None
+    if isinstance(record, float) and not math.isfinite(record):
+        return "NaN" if math.isnan(record) else ("Infinity" if record > 0 else "-Infinity")
     return record
 
 
@@ -357,6 +364,8 @@ def _convert(tp: Any, data: Any) -> Any:
         return {k: _convert(v, x) for k, x in data.items()}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp(data)
+    if tp is float and isinstance(data, str) and data in NON_FINITE_JSON:
+        return NON_FINITE_JSON[data]
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
         names = {f.name for f in dataclasses.fields(tp)}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
+
+import pytest
 
 from cudaperf.results import ResultStore
-from cudaperf.types import ConfigCorrectness, EvalResult, Flag, Outcome, Severity
+from cudaperf.types import ConfigCorrectness, ConfigTiming, EvalResult, Flag, Outcome, Severity, Timing
 
 
 def _result(task="t", sol="s", outcome=Outcome.CORRECT, message="") -> EvalResult:
@@ -90,3 +93,45 @@ def test_append_creates_parent_directories(tmp_path):
     store = ResultStore(tmp_path / "deep" / "dir" / "r.jsonl")
     store.append(_result())
     assert len(store.load()) == 1
+
+
+def _non_finite(value: float) -> EvalResult:
+    timing = ConfigTiming("small", Timing(median_ms=value, iqr_ms=value, min_ms=value, mean_ms=value,
+                                          n_samples=3, samples_ms=(value, value, value)),
+                          eager=Timing(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, mean_ms=1.0, n_samples=3))
+    return EvalResult(task_id="t", solution_id=str(value), outcome=Outcome.INCORRECT,
+                      correctness=(ConfigCorrectness("small", False, 3, max_abs_error=value,
+                                                     max_rel_error=value),),
+                      timings=(timing,), speedup_vs_eager=value, stage_durations_s={"timing": value})
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e308, 5e-324, -0.0])
+def test_results_with_non_finite_huge_and_denormal_numbers_are_stored_and_read_back(tmp_path, value):
+    store = ResultStore(tmp_path / "r.jsonl")
+    store.append(_non_finite(value))
+    (back,) = store.load()
+    got = back.correctness[0].max_rel_error
+    assert got == value or (math.isnan(got) and math.isnan(value))
+    assert back.timings[0].candidate.median_ms == value or math.isnan(value)
+    assert back.stage_durations_s["timing"] == value or math.isnan(value)
+
+
+def test_non_finite_numbers_are_written_as_named_strings(tmp_path):
+    store = ResultStore(tmp_path / "r.jsonl")
+    store.append(_non_finite(math.inf))
+    row = json.loads(store.path.read_text())
+    assert row["correctness"][0]["max_rel_error"] == "Infinity"
+    assert row["speedup_vs_eager"] == "Infinity"
+
+
+def test_values_json_cannot_hold_are_stored_as_numbers_or_text(tmp_path):
+    import numpy as np
+
+    store = ResultStore(tmp_path / "r.jsonl")
+    odd = EvalResult(task_id="t", solution_id="s", outcome=Outcome.CORRECT,
+                     environment={"np32": np.float32(2.5), "np_inf": np.float32("inf"), "obj": object()})
+    store.append(odd)
+    (back,) = store.load()
+    assert back.environment["np32"] == 2.5
+    assert back.environment["np_inf"] == "Infinity"  # a free-form dict keeps the JSON string
+    assert back.environment["obj"].startswith("<object object")
