@@ -47,7 +47,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from cudaperf.execute import guards
+from cudaperf.execute import boundary, guards, views
 from cudaperf.types import Flag, Outcome, Severity
 
 DEFAULT_HANDLER = "cudaperf.execute.session:run_eval_job"
@@ -125,8 +125,15 @@ class Limits:
     max_jobs_per_worker: int | None = None
     """Replace a worker after this many jobs (1 = a fresh process per job, the strongest isolation)."""
     run_as_uid: int | None = None
-    """Needs root: worker i runs as uid and gid `run_as_uid + i` (see guards.drop_privileges). Then the
-    GPU nodes must be world-accessible, and an INLINE extensions directory writable by that uid."""
+    """Needs root: worker i runs as uid and gid `run_as_uid + i` (see guards.drop_privileges); the GPU
+    nodes must be world-accessible. None with `boundary` on and a root evaluator: the uids start at
+    `boundary.DEFAULT_WORKER_UID`; None with `boundary` off: the worker keeps the evaluator's uid."""
+    boundary: bool = True
+    """The operating-system boundary of boundary.py (bubblewrap namespaces, read-only root, seccomp, a uid
+    of the worker's own). Off only to measure what it costs; what is missing is logged and recorded."""
+    read_paths: tuple[str, ...] = ()
+    """Extra paths workers must read that a root-only directory could hide from their uid (the boundary
+    exposes the interpreter, the package and the build cache by itself)."""
     env_allow: tuple[str, ...] = ()
     """Extra environment variable names to pass through (see guards.ENV_ALLOW for the defaults)."""
     kill_wait_s: float = 30.0
@@ -231,12 +238,16 @@ class Worker:
     """
 
     def __init__(
-        self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = (), uid: int | None = None
+        self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = (), uid: int | None = None,
+        plan: boundary.Plan | None = None,
     ):
         self.device = device
         self.limits = limits
         self.preload = tuple(preload)
         self.uid = uid  # run the child as this uid/gid (Limits.run_as_uid); None: as ourselves
+        self.plan = plan  # what the OS boundary can do here (probed at the first start when None)
+        self.boundary_state: dict[str, Any] = {}  # what holds for the running child (boundary.observe)
+        self.cache_dir = _default_cache_dir()  # the build cache its views cover (see views.py)
         self.info: dict[str, Any] = {}  # the child's "ready" message: pid, network, limits, python...
         self.jobs_done = 0
         self.replacements = 0
@@ -262,6 +273,8 @@ class Worker:
         """Spawn the child and send its configuration; readiness is awaited by the next `run`."""
         if self._proc is not None:
             return
+        if self.plan is None:
+            self.plan = boundary.probe(self.limits.boundary)
         self._root = tempfile.mkdtemp(prefix="cudaperf-worker-")
         for sub in ("home", "tmp"):
             os.mkdir(os.path.join(self._root, sub))
@@ -270,22 +283,24 @@ class Worker:
         log_fd = os.open(
             os.path.join(self._root, "worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
+        argv, filter_fd = self._boundary_argv(self._argv(job_r, reply_w))
         if self.uid is not None:  # the child, once it has dropped root, must own its directory
             for path in (self._root, *(os.path.join(self._root, p) for p in ("home", "tmp", "worker.log"))):
                 os.chown(path, self.uid, self.uid)
+        inherited = (job_r, reply_w) if filter_fd is None else (job_r, reply_w, filter_fd)
         try:
             self._proc = subprocess.Popen(
-                self._argv(job_r, reply_w),
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
-                pass_fds=(job_r, reply_w),
+                pass_fds=inherited,
                 start_new_session=True,
                 env=self._environment(),
                 cwd=self._root,
             )
         finally:
-            for fd in (job_r, reply_w, log_fd):
+            for fd in (*inherited, log_fd):
                 os.close(fd)
         self._job_fd, self._reply_fd = job_w, reply_r
         os.set_blocking(self._reply_fd, False)
@@ -309,6 +324,24 @@ class Worker:
     def _argv(self, job_fd: int, reply_fd: int) -> list[str]:
         return [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.child",
                 "--job-fd", str(job_fd), "--reply-fd", str(reply_fd), "--root", str(self._root)]  # fmt: skip
+
+    def _boundary_argv(self, argv: list[str]) -> tuple[list[str], int | None]:
+        """The child's command inside bubblewrap (when the plan has one) and the seccomp filter's fd."""
+        if self.plan.bwrap is None:
+            return argv, None
+        mounts = boundary.Mounts(
+            writable=(str(self._root),),
+            views=views.mounts(str(self._root), self.cache_dir),
+            readable=(*boundary.python_paths(), self.cache_dir, *self.limits.read_paths),
+        )
+        if self.uid is not None:
+            views.prepare({}, str(self._root), self.cache_dir, self.uid)  # hand the views to the uid
+        fd = boundary.seccomp_fd(self.plan)
+        return boundary.wrap(self.plan, argv, mounts, drops_uid=self.uid is not None, seccomp_fd=fd), fd
+
+    @property
+    def _bwrap(self) -> bool:
+        return self.plan is not None and self.plan.bwrap is not None
 
     def _environment(self) -> dict[str, str]:
         root = str(self._root)
@@ -337,17 +370,29 @@ class Worker:
         return {"USER": name, "LOGNAME": name}
 
     def _hello(self) -> dict[str, Any]:
+        limits = asdict(self.limits)
+        # Inside bubblewrap the network namespace exists already and the seccomp filter refuses unshare;
+        # the child's parent is bubblewrap's init (pid 1 of the worker's pid namespace), which takes the
+        # whole namespace down with it when the evaluator dies (--die-with-parent).
+        limits["isolate_network"] = self.limits.isolate_network and not self._bwrap
         return {
             "type": "hello",
             "nonce": self._hello_nonce,
             "mode": "cpu" if self.device is None else "cuda",
-            "limits": asdict(self.limits),
-            "preload": list(self.preload),
-            "parent_pid": os.getpid(),
+            "limits": limits,
+            "preload": [*self._boundary_preload(), *self.preload],
+            "parent_pid": 1 if self._bwrap else os.getpid(),
             "parent_death_signal": threading.current_thread() is threading.main_thread(),
             "default_handler": DEFAULT_HANDLER,
             "uid": self.uid,
         }
+
+    def _boundary_preload(self) -> tuple[str, ...]:
+        """Without bubblewrap the worker loads the seccomp filter itself, first thing before any import."""
+        plan = self.plan
+        if plan is None or not plan.enabled or plan.bwrap is not None or plan.seccomp_bpf is None:
+            return ()
+        return ("cudaperf.execute.boundary:load_seccomp",)
 
     def _retire(self) -> None:
         self._kill()
@@ -406,9 +451,11 @@ class Worker:
             data, nonce = self._job_message(job)
         except (TypeError, ValueError) as exc:
             return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", f"job is not JSON-serialisable: {exc}")
+        self._follow_cache(job)
         start_s, failure = self._ensure_ready(timeouts)
         if failure is not None:
             return failure
+        note = self._prepare_views(job)
         if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
             # Died between the readiness check and the job: not the candidate's doing; retry once.
             self._replace()
@@ -418,11 +465,31 @@ class Worker:
             if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
                 self._replace()
                 return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", "the worker did not accept the job")
-        info = dict(self.info)  # of the worker that runs this job, even if it is replaced
+        info, state = dict(self.info), dict(self.boundary_state)  # of this job's worker, even if replaced
         reply = self._collect(nonce, timeouts)
         sandbox = {**reply.sandbox, "pid": info.get("pid"), "device": self.device,
-                   "network": info.get("network"), "worker_start_s": start_s}  # fmt: skip
-        return dataclasses.replace(reply, sandbox=sandbox)
+                   "network": info.get("network"), "worker_start_s": start_s, "boundary": state}  # fmt: skip
+        if note:
+            sandbox["views"] = note
+        return dataclasses.replace(reply, sandbox=sandbox, payload=_with_boundary(reply.payload, state))
+
+    def _follow_cache(self, job: dict[str, Any]) -> None:
+        """A job on another build cache than the one this worker's views cover: restart it on that one
+        (once per cache: an Evaluator keeps one cache dir)."""
+        wanted = job.get("cache_dir")
+        if not self._bwrap or not wanted or os.path.realpath(wanted) == os.path.realpath(self.cache_dir):
+            return
+        self.cache_dir = str(wanted)
+        if self._proc is not None:
+            self._replace()
+
+    def _prepare_views(self, job: dict[str, Any]) -> str:
+        if not self._bwrap or self._root is None:
+            return ""
+        try:
+            return views.prepare(job, self._root, self.cache_dir, self.uid)
+        except OSError as exc:  # a full disk, say: the worker then builds what it needs in its view
+            return f"views not prepared: {exc}"
 
     def _job_message(self, job: dict[str, Any]) -> tuple[bytes, str]:
         nonce = secrets.token_hex(16)
@@ -460,6 +527,7 @@ class Worker:
             if event.message.get("nonce") != self._hello_nonce:
                 return "ready message with a wrong nonce"
             self.info = {k: v for k, v in event.message.items() if k not in ("type", "nonce")}
+            self._observe_boundary()
             self._ready = True
             return None
         if event.kind == "timeout":
@@ -467,6 +535,18 @@ class Worker:
         if event.kind in ("exited", "eof"):
             return describe_exit(self._reap())
         return f"unexpected {event.kind} before ready {event.detail}"
+
+    def _observe_boundary(self) -> None:
+        """Record what holds for the child, read from the kernel (the child reports its in-namespace pid;
+        the parent finds its host pid below bubblewrap, for /proc and for the reply's `pid`)."""
+        pid = self._proc.pid
+        if self._bwrap:
+            self.info["ns_pid"] = self.info.get("pid")
+            pid = boundary.inner_pid(self._proc.pid, int(self.info.get("pid") or 0)) or pid
+            self.info["pid"] = pid
+            if self.limits.isolate_network:
+                self.info["network"] = "bwrap netns"
+        self.boundary_state = boundary.observe(pid, self.plan)
 
     def _send(self, data: bytes, deadline: float) -> bool:
         """Write the job with a deadline (a large job does not fit the pipe buffer)."""
@@ -581,9 +661,11 @@ class Worker:
         """Exit status of a child that has died (kills the rest of its group first)."""
         self._signal_group()
         try:
-            return self._proc.wait(timeout=self.limits.kill_wait_s)
+            status = self._proc.wait(timeout=self.limits.kill_wait_s)
         except subprocess.TimeoutExpired:
             return None
+        # bubblewrap exits with 128 + N when the worker was killed by signal N (a shell's convention).
+        return -(status - 128) if self._bwrap and 128 < status < 128 + 65 else status
 
     def _log_tail(self) -> str:
         if not self._root or self.limits.max_log_bytes == 0:
@@ -660,6 +742,15 @@ class Worker:
         return _Event("message", message=message)
 
 
+def _with_boundary(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The payload with `environment["sandbox"]` set to the parent's observation of the boundary (a JSON
+    string: `EvalResult.environment` holds strings), so every result says what held for it."""
+    if not state or not isinstance(payload.get("environment"), dict):
+        return payload
+    environment = {**payload["environment"], "sandbox": json.dumps(state, sort_keys=True)}
+    return {**payload, "environment": environment}
+
+
 def _payload_verdict(payload: object, stage: str) -> tuple[Outcome | None, str, str]:
     if not isinstance(payload, dict):
         return Outcome.HARNESS_ERROR, f"the job handler returned {type(payload).__name__}, not a dict", stage
@@ -706,9 +797,11 @@ class WorkerPool:
             raise ValueError("WorkerPool: devices=[] has no worker; pass GPU indices, or None for CPU mode")
         self.limits = limits or Limits()
         self.timeouts = timeouts or StageTimeouts()
-        base_uid = self.limits.run_as_uid
+        self.plan, base_uid = _plan_and_uid(self.limits)
+        boundary.log_missing(self.plan)
         self.workers = [
-            Worker(d, self.limits, preload=preload, uid=None if base_uid is None else base_uid + i)
+            Worker(d, self.limits, preload=preload, uid=None if base_uid is None else base_uid + i,
+                   plan=self.plan)
             for i, d in enumerate(devices or [None])
         ]
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
@@ -745,6 +838,24 @@ class WorkerPool:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _default_cache_dir() -> str:
+    from cudaperf.toolchain.cache import resolve_cache_dir  # here: the child imports this module too
+
+    return str(resolve_cache_dir(None))
+
+
+def _plan_and_uid(limits: Limits) -> tuple[boundary.Plan, int | None]:
+    """The boundary plan and the first worker uid. A root evaluator gives workers uids of their own by
+    default, unless nothing could make its interpreter readable to them (no bubblewrap to expose it)."""
+    plan = boundary.probe(limits.boundary)
+    if limits.run_as_uid is not None or not plan.enabled or not plan.root:
+        return plan, limits.run_as_uid
+    if plan.bwrap is None and boundary.hidden_from_others(boundary.python_paths()):
+        why = "uid: the interpreter is not readable by another uid and no bubblewrap can expose it"
+        return dataclasses.replace(plan, missing=(*plan.missing, why)), None
+    return plan, boundary.DEFAULT_WORKER_UID
 
 
 def _close_all(workers: list[Worker]) -> None:
