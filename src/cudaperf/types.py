@@ -78,10 +78,17 @@ class Flag:
 
 @dataclass(frozen=True)
 class InputConfig:
-    """One input configuration of a task: a name and the keyword arguments given to `get_inputs`."""
+    """One input configuration of a task: a name and the keyword arguments given to `get_inputs`.
+
+    A configuration derived by the loader (`cudaperf.tasks.derived_configs`) also re-binds module-level
+    integer constants of the task's source, is checked for correctness only, and may randomise the models'
+    parameters; a declared one leaves those fields at their defaults."""
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+    module_values: dict[str, Any] = field(default_factory=dict)  # task source re-run with these sizes
+    timed: bool = True  # False: correctness only (derived configurations)
+    randomize_parameters: bool = False  # parameters of both models set to the same random values
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,7 @@ class Task:
     allow_tf32: bool = False
     description: str = ""
     spec: dict[str, Any] = field(default_factory=dict)  # kind-specific declaration (C tasks: the CTask)
+    notes: tuple[str, ...] = ()  # what the loader wants a reader to know (e.g. no derived configuration)
 
 
 @dataclass(frozen=True)

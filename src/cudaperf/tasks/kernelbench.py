@@ -11,7 +11,9 @@ A task file is a Python module (trusted code) that defines
     which is exactly a KernelBench file;
   * `CUDAPERF_TASK = {...}` (optional, a literal dict, read without running the file): `tolerances`
     (`{"float32": [atol, rtol]}`), `allow_tf32` (bool), `family`, `description`, `timed_configs`
-    (configuration names to time; default all).
+    (configuration names to time; default all declared ones), `no_derived_configs` (a reason: see below).
+A task that declares fewer than three configurations gets correctness-only configurations derived from its
+module-level size constants (`cudaperf.tasks.derived_configs`), unless it opts out with a stated reason.
 The task id is the file stem. Loading runs the module once in a fresh namespace to validate it; a broken
 file raises `TaskError` naming the file and the reason.
 
@@ -22,21 +24,22 @@ Not covered here: making inputs or running the model (`cudaperf.tasks.runtime`),
 from __future__ import annotations
 
 import ast
-import hashlib
 import inspect
 import json
-import linecache
 import re
-import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cudaperf.tasks.task_module import exec_task_source, module_name_for
 from cudaperf.types import InputConfig, Task, TaskKind, Tolerance
+
+__all__ = ["TaskError", "exec_task_source", "load_task", "load_tasks", "module_name_for", "task_from_source"]
 
 OPTIONS_NAME = "CUDAPERF_TASK"
 DEFAULT_CONFIG = "default"
-_OPTION_KEYS = {"tolerances", "allow_tf32", "family", "description", "timed_configs"}
+_OPTION_KEYS = {"tolerances", "allow_tf32", "family", "description", "timed_configs", "no_derived_configs"}
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # names end up in tables, file names and JSON keys
 
 
@@ -51,36 +54,6 @@ class TaskError(Exception):
 
 class _Invalid(ValueError):
     """A task file breaks the format; the message is the reason shown to the user."""
-
-
-# -- executing a task module ------------------------------------------------------------------------
-
-
-def module_name_for(task_id: str, source: str) -> str:
-    """A unique, importable-looking module name: the id plus a content hash (two versions never clash)."""
-    safe = re.sub(r"\W", "_", task_id)
-    return f"cudaperf_task_{safe}_{hashlib.sha256(source.encode()).hexdigest()[:10]}"
-
-
-def exec_task_source(source: str, *, module_name: str, filename: str, keep: bool) -> types.ModuleType:
-    """Run a task's source in a fresh module. Raises whatever the source raises.
-
-    The module is registered in `sys.modules` while it runs (dataclasses and pickling look classes up
-    there) and kept only when `keep`; its text goes to `linecache` so tracebacks and `inspect` show lines.
-    """
-    module = types.ModuleType(module_name)
-    module.__file__ = filename
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    code = compile(source, filename, "exec")
-    sys.modules[module_name] = module
-    try:
-        exec(code, module.__dict__)  # noqa: S102 - task files are trusted, like a test suite's own code
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    if not keep:
-        sys.modules.pop(module_name, None)
-    return module
 
 
 # -- options (CUDAPERF_TASK), read statically --------------------------------------------------------
@@ -109,7 +82,7 @@ def timed_configs(task: Task) -> tuple[str, ...]:
 
     Lives here rather than on `Task` because the record has no such field yet (see the final report)."""
     names = read_options(task.source).get("timed_configs") if task.kind is TaskKind.PYTORCH else None
-    return tuple(names) if names else tuple(c.name for c in task.configs)
+    return tuple(names) if names else tuple(c.name for c in task.configs if c.timed)
 
 
 def _parse_tolerances(raw: Any) -> dict[str, Tolerance]:
@@ -139,6 +112,9 @@ def _check_options(options: dict[str, Any], config_names: list[str]) -> None:
     for key in ("family", "description"):
         if key in options and not isinstance(options[key], str):
             raise _Invalid(f"{key} must be a string")
+    reason = options.get("no_derived_configs")
+    if reason is not None and (not isinstance(reason, str) or not reason.strip()):
+        raise _Invalid("no_derived_configs must state the reason, e.g. \"the kernel size is the problem\"")
     timed = options.get("timed_configs")
     if timed is not None:
         if not isinstance(timed, (list, tuple)) or not timed:
@@ -237,9 +213,23 @@ def task_from_source(source: str, task_id: str, path: str | None = None) -> Task
     except Exception as exc:  # noqa: BLE001 - user code (get_input_configs) may raise anything: name it
         reason = str(exc) if isinstance(exc, _Invalid) else f"{type(exc).__name__}: {exc}"
         raise TaskError(where, reason) from None
-    return Task(task_id=task_id, kind=TaskKind.PYTORCH, source=source, configs=configs, path=path,
+    task = Task(task_id=task_id, kind=TaskKind.PYTORCH, source=source, configs=configs, path=path,
                 family=options.get("family"), tolerances=tolerances,
                 allow_tf32=options.get("allow_tf32", False), description=_description(options, module))
+    return _with_derived_configs(task, options)
+
+
+def _with_derived_configs(task: Task, options: dict[str, Any]) -> Task:
+    """The task with its derived correctness-only configurations (and a note when they fall short)."""
+    from cudaperf.tasks import derived_configs, runtime
+
+    if options.get("no_derived_configs"):
+        if len(task.configs) >= derived_configs.MIN_CONFIGS:
+            return task
+        return replace(task, notes=(f"no derived configurations: {options['no_derived_configs']}",))
+    derivation = derived_configs.derive(task.source, task.configs, lambda c: runtime.runs_on_meta(task, c))
+    notes = (derivation.note,) if derivation.note else ()
+    return replace(task, configs=task.configs + derivation.configs, notes=notes)
 
 
 def load_task(path: str | Path) -> Task:

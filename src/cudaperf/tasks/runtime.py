@@ -15,21 +15,33 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cudaperf.tasks.kernelbench import exec_task_source, module_name_for
+from cudaperf.tasks.derived_configs import substitute
+from cudaperf.tasks.task_module import exec_task_source, module_name_for
 from cudaperf.types import InputConfig, Task
 
 
-def load_module(task: Task) -> types.ModuleType:
+def load_module(task: Task, config: InputConfig | None = None) -> types.ModuleType:
     """The task's module, run afresh from `task.source` and kept in `sys.modules` (for pickling and
-    torch.compile). Raises whatever the source raises (the worker reports it as a harness fault)."""
+    torch.compile). For a derived configuration (`config.module_values`) the source is run with those
+    module-level constants re-bound, as its own module. Raises whatever the source raises (the worker
+    reports it as a harness fault)."""
+    source = task_source_for(task, config)
     filename = task.path or f"<task {task.task_id}>"
-    return exec_task_source(task.source, module_name=module_name_for(task.task_id, task.source),
+    return exec_task_source(source, module_name=module_name_for(task.task_id, source),
                             filename=filename, keep=True)
+
+
+def task_source_for(task: Task, config: InputConfig | None) -> str:
+    """The source whose module serves `config`: the task's own, or it with the configuration's constants."""
+    if config is None or not config.module_values:
+        return task.source
+    return substitute(task.source, config.module_values)
 
 
 def accepted_kwargs(fn: Callable[..., Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -147,13 +159,19 @@ def describe_config(module: types.ModuleType, config: InputConfig, *, run_refere
 
 
 def describe_task(task: Task, *, run_reference: bool = False) -> tuple[ConfigInfo, ...]:
-    """`describe_config` for every configuration of a task (the module is run once)."""
-    try:
-        module = load_module(task)
-    except Exception as exc:  # noqa: BLE001 - the task's own code
-        return tuple(ConfigInfo(c.name, dict(c.params), error=f"{type(exc).__name__}: {exc}")
-                     for c in task.configs)
-    return tuple(describe_config(module, c, run_reference=run_reference) for c in task.configs)
+    """`describe_config` for every configuration of a task (the module is run once per distinct source)."""
+    modules: dict[str, types.ModuleType] = {}
+    infos = []
+    for config in task.configs:
+        source = task_source_for(task, config)
+        try:
+            if source not in modules:
+                modules[source] = load_module(task, config)
+        except Exception as exc:  # noqa: BLE001 - the task's own code
+            infos.append(ConfigInfo(config.name, dict(config.params), error=f"{type(exc).__name__}: {exc}"))
+            continue
+        infos.append(describe_config(modules[source], config, run_reference=run_reference))
+    return tuple(infos)
 
 
 def run_reference_cpu(task: Task, config: InputConfig, seed: int = 0) -> str:
@@ -162,7 +180,7 @@ def run_reference_cpu(task: Task, config: InputConfig, seed: int = 0) -> str:
     import torch
 
     try:
-        module = load_module(task)
+        module = load_module(task, config)
         torch.manual_seed(seed)
         model = module.Model(*make_init_inputs(module, config))
         with torch.no_grad():
@@ -175,3 +193,71 @@ def run_reference_cpu(task: Task, config: InputConfig, seed: int = 0) -> str:
     if not all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point()):
         return "forward returned NaN or Inf"
     return ""
+
+
+def runs_on_meta(task: Task, config: InputConfig) -> str:
+    """'' when the reference builds and runs on `config` on the meta device (shapes only), else why not."""
+    try:
+        module = load_module(task, config)
+    except Exception as exc:  # noqa: BLE001 - the task's own code
+        return f"{type(exc).__name__}: {exc}"
+    info = describe_config(module, config, run_reference=True)
+    if not info.error and not info.outputs:
+        return "the reference returned no tensor"
+    if _META_LIMITS.search(info.error):
+        return ""  # the meta device cannot tell (a data-dependent op): the worker checks on the real device
+    return info.error
+
+
+# Errors that say the meta device cannot run an op, not that the shapes are wrong.
+_META_LIMITS = re.compile(r"on meta tensors|meta tensor|Meta backend|'Meta'|data-dependent", re.IGNORECASE)
+
+
+# -- parameters that still hold their initial constant ------------------------------------------------
+
+
+def randomize_constant_parameters(reference: Any, candidate: Any, seed: int) -> str:
+    """Give both models' constant-initialised tensors the same random values; '' or what stayed unmatched.
+
+    A parameter or floating buffer of the reference whose elements all hold one value (LayerNorm's weight 1
+    and bias 0, BatchNorm's running statistics) lets a kernel skip work that the value makes redundant. Each
+    such tensor gets values drawn around its constant (`c·U(0.5, 1.5)`, or `U(-0.5, 0.5)` for 0, so variances
+    stay positive), and the candidate's tensor of the same shape and constant, in order, gets the same
+    values. A reference tensor with no such twin is still randomised: a candidate that kept no such tensor
+    and skips the work then fails the comparison, which is the point."""
+    import torch
+
+    ours = _constant_tensors(reference)
+    theirs = _constant_tensors(candidate)
+    unmatched = []
+    with torch.no_grad():
+        for index, (name, tensor) in enumerate(ours):
+            value = float(tensor.reshape(-1)[0])
+            twin = next((i for i, (_, t) in enumerate(theirs)
+                         if t.shape == tensor.shape and float(t.reshape(-1)[0]) == value), None)
+            drawn = _around(value, tensor, seed * 1009 + index)
+            tensor.copy_(drawn)
+            if twin is None:
+                unmatched.append(name)
+            else:
+                theirs.pop(twin)[1].copy_(drawn.to(dtype=tensor.dtype))
+    return f"no twin in the candidate for {', '.join(unmatched[:5])}" if unmatched else ""
+
+
+def _constant_tensors(model: Any) -> list[tuple[str, Any]]:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return []
+    named = [*model.named_parameters(), *model.named_buffers()]
+    return [(n, t) for n, t in named
+            if t.is_floating_point() and t.numel() > 1 and bool((t == t.reshape(-1)[0]).all())]
+
+
+def _around(value: float, like: Any, seed: int) -> Any:
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    u = torch.rand(like.shape, generator=gen, dtype=torch.float64)
+    drawn = value * (0.5 + u) if value != 0 else u - 0.5
+    return drawn.to(device=like.device, dtype=like.dtype)
