@@ -148,18 +148,21 @@ def _warn_once(text: str) -> None:  # lru_cache makes "once per distinct text" w
 
 
 def wrap(plan: Plan, command: Sequence[str], mounts: Mounts, *, drops_uid: bool, share_net: bool = False,
-         seccomp_fd: int | None = None) -> list[str]:
+         seccomp_fd: int | None = None, private_tmp: bool = False) -> list[str]:
     """`command` inside bubblewrap, or `command` unchanged when the plan has no bubblewrap.
 
     `drops_uid`: the worker will switch to an unprivileged uid itself, so root-only directories on the
     way to `mounts.readable` are exposed. `share_net`: keep the caller's network namespace (a caller that
     made a private one already, such as `netns_exec`). `seccomp_fd`: a readable fd holding
-    `plan.seccomp_bpf` (see `seccomp_fd`), inherited by bubblewrap.
+    `plan.seccomp_bpf` (see `seccomp_fd`), inherited by bubblewrap. `private_tmp`: an empty, writable
+    /tmp of the sandbox's own (for programs that write fixed paths there, such as ncu's lock file).
     """
     if plan.bwrap is None:
         return list(command)
     args = [plan.bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
             "--perms", "1777", "--tmpfs", "/dev/shm", "--proc", "/proc"]  # fmt: skip
+    if private_tmp:
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]
     hidden = _hidden_dirs(mounts.readable, drops_uid)
     made: set[str] = set()
     for top in hidden:
