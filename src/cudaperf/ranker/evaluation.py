@@ -1,0 +1,84 @@
+"""The ranker's evaluation recipe: held-out scores, then every figure of issue 20 beside the baselines.
+
+`lofo_scores` trains one feature ranker per split group on every other group and scores the held-out
+group's rows with it, so each row's score comes from a model that never saw its family (nor any family of
+its split group). `split_scores` trains on the dataset's train and val families and scores the test
+families. `figures` turns per-row scores of any number of scorers (the ranker, baselines, the LM backend)
+into one JSON-ready dictionary: accuracy per gap bucket (macro over families and pooled), on
+length-controlled pairs, Kendall's tau, calibration of the ranker's P(a faster).
+
+Not covered: rendering (benchmarks/ranker_report.py writes markdown from `figures`), the LM backend's
+training (lm_ranker.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from cudaperf.ranker import metrics
+from cudaperf.ranker.feature_ranker import FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.pairs import GAP_BUCKETS, Pairs, at_least, dataset_split, length_controlled, lofo_folds
+from cudaperf.ranker.table import Table
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Per-row held-out scores (NaN where a row was not held out) and the calibration slope of the model
+    that scored each row."""
+
+    scores: np.ndarray
+    scale: np.ndarray
+
+
+def lofo_scores(table: Table, config: FeatureRankerConfig | None = None,
+                progress: Callable[[str], None] | None = None) -> HeldOut:
+    scores = np.full(len(table), np.nan)
+    scale = np.full(len(table), np.nan)
+    for group, held in lofo_folds(table):
+        model = FeatureRanker.fit(table.subset(~held), config)
+        scores[held] = model.score_rows(table.x[held])
+        scale[held] = model.scale
+        if progress:
+            progress(f"lofo: {group} ({int(held.sum())} rows held out)")
+    return HeldOut(scores, scale)
+
+
+def split_scores(table: Table, config: FeatureRankerConfig | None = None) -> HeldOut:
+    train, test = dataset_split(table)
+    model = FeatureRanker.fit(table.subset(train), config)
+    scores = np.full(len(table), np.nan)
+    scores[test] = model.score_rows(table.x[test])
+    return HeldOut(scores, np.where(test, model.scale, np.nan))
+
+
+def baseline_scores(table: Table, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"random": metrics.random_scores(len(table), seed), "longer_source": table.source_chars.astype(float),
+            "structural": np.nan_to_num(table.structural, nan=0.0)}
+
+
+def _acc(scores: np.ndarray, pairs: Pairs) -> dict:
+    a = metrics.accuracy(scores, pairs)
+    return {"macro": a.macro, "pooled": a.pooled, "pairs": a.pairs, "per_family": a.per_family,
+            "pairs_per_family": a.pairs_per_family}
+
+
+def figures(table: Table, pairs: Pairs, scorers: Mapping[str, np.ndarray], held: HeldOut | None = None,
+            ranker_name: str = "feature_ranker") -> dict:
+    """Every figure for the pairs whose rows all scorers scored (finite scores)."""
+    finite = np.all([np.isfinite(s) for s in scorers.values()], axis=0)
+    pairs = pairs.select(finite[pairs.a] & finite[pairs.b])
+    out: dict = {"pairs": len(pairs), "families": sorted(set(pairs.family)), "buckets": {}}
+    for gap in (1.0, *GAP_BUCKETS):
+        sel = pairs.select(at_least(pairs, gap))
+        ctl = sel.select(length_controlled(table, sel))
+        out["buckets"][f">={gap:g}x"] = {
+            name: {"all": _acc(s, sel), "length_controlled": _acc(s, ctl)} for name, s in scorers.items()}
+    out["kendall_tau"] = {name: metrics.kendall_tau(s, table) for name, s in scorers.items()}
+    if held is not None and ranker_name in scorers:
+        s = scorers[ranker_name]
+        prob = 1.0 / (1.0 + np.exp(-held.scale[pairs.a] * (s[pairs.a] - s[pairs.b])))
+        out["calibration"] = asdict(metrics.calibration(prob, pairs))
+    return out

@@ -1,0 +1,208 @@
+"""The feature ranker: gradient-boosted trees (LightGBM) over `features.FEATURE_NAMES`.
+
+What it learns: for each row (a solution on a configuration), its log time relative to the mean log time
+of the solutions of the same task and configuration, negated, so a higher score means faster and the
+difference of two scores estimates the log of their time ratio. `compare` turns that difference into
+P(a faster) with one logistic scale fitted on the training pairs (calibration; no offset, so
+compare(a, b) = 1 - compare(b, a) exactly).
+
+Fixed hyper-parameters (`FeatureRankerConfig`): they were set before any held-out figure was seen and
+are not tuned per fold, so leave-one-family-out figures are not tuned on the family they report.
+Rows are weighted so each family weighs in proportion to the square root of its row count: the large
+families (C maps, stencils) do not drown the small ones, nor do the small ones dominate.
+
+`explain(x)` reports which features drove a decision: LightGBM's exact per-prediction contributions
+(TreeSHAP, `pred_contrib`) of each feature to each score, and for a comparison their difference.
+
+Not covered: features (features.py), pairs and metrics (pairs.py, metrics.py), saving (store.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from cudaperf.ranker.features import FEATURE_NAMES
+from cudaperf.ranker.table import Table
+
+
+@dataclass(frozen=True)
+class FeatureRankerConfig:
+    """LightGBM settings for the regression on relative log time."""
+
+    num_boost_round: int = 400
+    """Trees; with the learning rate below, enough to fit without a validation split to stop early."""
+    learning_rate: float = 0.05
+    num_leaves: int = 31
+    min_data_in_leaf: int = 40
+    """Large leaves: a leaf must hold many rows, so rare per-task quirks are not memorised."""
+    feature_fraction: float = 0.8
+    bagging_fraction: float = 0.8
+    lambda_l2: float = 1.0
+    seed: int = 0
+    num_threads: int = 2
+    """The CPU machine has 2 cores."""
+
+    def lgb_params(self) -> dict:
+        return {"objective": "regression", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                "min_data_in_leaf": self.min_data_in_leaf, "feature_fraction": self.feature_fraction,
+                "bagging_fraction": self.bagging_fraction, "bagging_freq": 1, "lambda_l2": self.lambda_l2,
+                "seed": self.seed, "num_threads": self.num_threads, "verbose": -1, "deterministic": True}
+
+
+def relative_log_speed(table: Table) -> np.ndarray:
+    """-(log time - mean log time of its task and configuration): the regression target."""
+    logs = np.log(table.time_ms)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (task, config, _) in enumerate(table.keys):
+        groups.setdefault((task, config), []).append(i)
+    y = np.empty_like(logs)
+    for rows in groups.values():
+        y[rows] = -(logs[rows] - logs[rows].mean())
+    return y
+
+
+def family_weights(table: Table) -> np.ndarray:
+    fam = np.asarray(table.family, dtype=object)
+    names, counts = np.unique(fam, return_counts=True)
+    per = {n: 1.0 / np.sqrt(c) for n, c in zip(names, counts, strict=True)}
+    w = np.asarray([per[f] for f in fam])
+    return w * len(w) / w.sum()
+
+
+class FeatureRanker:
+    """A trained model: `score_rows(x)` for feature rows, `compare_scores` for P(a faster)."""
+
+    def __init__(self, booster, scale: float, config: FeatureRankerConfig, feature_names=FEATURE_NAMES):
+        self.booster = booster
+        self.scale = float(scale)  # logistic slope on score differences (calibration)
+        self.config = config
+        self.feature_names = tuple(feature_names)
+
+    @classmethod
+    def fit(cls, table: Table, config: FeatureRankerConfig | None = None) -> FeatureRanker:
+        import lightgbm as lgb
+
+        config = config or FeatureRankerConfig()
+        data = lgb.Dataset(table.x, relative_log_speed(table), weight=family_weights(table),
+                           feature_name=list(FEATURE_NAMES), free_raw_data=False)
+        booster = lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
+        model = cls(booster, 1.0, config)
+        return cls(booster, fit_scale(model.score_rows(table.x), table), config)
+
+    def score_rows(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
+        return self.booster.predict(x, num_threads=self.config.num_threads)
+
+    def compare_scores(self, score_a: np.ndarray | float, score_b: np.ndarray | float) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.scale * (np.asarray(score_a) - np.asarray(score_b))))
+
+    def explain(self, x: np.ndarray, top: int = 5) -> list[list[tuple[str, float]]]:
+        """Per row: the `top` features by absolute contribution to its score (TreeSHAP)."""
+        contrib = self.booster.predict(np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names)),
+                                       pred_contrib=True)[:, :-1]  # the last column is the expected value
+        out = []
+        for row in contrib:
+            order = np.argsort(-np.abs(row))[:top]
+            out.append([(self.feature_names[i], float(row[i])) for i in order])
+        return out
+
+    def explain_pair(self, xa: np.ndarray, xb: np.ndarray, top: int = 5) -> list[tuple[str, float]]:
+        """The features whose contributions differ most between a and b (positive: favours a)."""
+        c = self.booster.predict(np.vstack([xa, xb]).astype(np.float64), pred_contrib=True)[:, :-1]
+        diff = c[0] - c[1]
+        order = np.argsort(-np.abs(diff))[:top]
+        return [(self.feature_names[i], float(diff[i])) for i in order]
+
+    def config_dict(self) -> dict:
+        return asdict(self.config)
+
+
+def fit_scale(scores: np.ndarray, table: Table, max_pairs: int = 200_000, seed: int = 0) -> float:
+    """Logistic slope s maximising the likelihood of sigmoid(s * (score_a - score_b)) on the training
+    pairs (>= the noise floor); 1-D, solved by a bounded scalar minimisation (scipy)."""
+    from scipy.optimize import minimize_scalar
+
+    from cudaperf.ranker.pairs import make_pairs
+
+    pairs = make_pairs(table, seed=seed)
+    if len(pairs) == 0:
+        return 1.0
+    if len(pairs) > max_pairs:
+        pairs = pairs.select(np.random.default_rng(seed).permutation(len(pairs))[:max_pairs])
+    d = scores[pairs.a] - scores[pairs.b]
+    y = np.where(pairs.a_faster, 1.0, -1.0)
+
+    def nll(s: float) -> float:
+        return float(np.logaddexp(0.0, -y * s * d).mean())
+
+    return float(minimize_scalar(nll, bounds=(0.01, 50.0), method="bounded").x)
+
+
+class FeatureBackend:
+    """The feature ranker behind the `Ranker` contract (contract.py): computes a candidate's features
+    (trace, analysis, one cached compile per source) and scores them. Caches the task views and the
+    compiler facts per source; not thread-safe (one per thread)."""
+
+    name = "feature"
+
+    def __init__(self, model: FeatureRanker, *, compile: bool = True, max_cached: int = 4096):
+        self.model = model
+        self.compile = compile
+        self._problems: dict[str, object] = {}
+        self._facts: dict[str, object] = {}
+        self._max_cached = max_cached
+
+    def problem(self, task):
+        from cudaperf.ranker.problem import Problem
+
+        key = getattr(task, "task_id", None) or id(task)
+        if key not in self._problems:
+            if len(self._problems) >= self._max_cached:
+                self._problems.clear()
+            self._problems[key] = Problem.of(task)
+        return self._problems[key]
+
+    def facts(self, candidate: str):
+        import hashlib
+
+        from cudaperf.ranker.features import compiler_facts
+
+        if not self.compile:
+            return None
+        key = hashlib.sha256(candidate.encode()).hexdigest()
+        if key not in self._facts:
+            if len(self._facts) >= self._max_cached:
+                self._facts.clear()
+            self._facts[key] = compiler_facts(candidate)
+        return self._facts[key]
+
+    def features(self, candidate: str, task, config: str):
+        from cudaperf.ranker.features import config_features
+
+        return config_features(candidate, self.problem(task), config, facts=self.facts(candidate),
+                               compile=False)
+
+    def score(self, candidate: str, task, config: str) -> float:
+        return float(self.model.score_rows(np.asarray(self.features(candidate, task, config).values))[0])
+
+    def score_many(self, candidates, task, config: str) -> list[float]:
+        x = np.asarray([self.features(c, task, config).values for c in candidates], dtype=np.float64)
+        return [float(s) for s in self.model.score_rows(x)] if len(x) else []
+
+    def compare(self, a: str, b: str, task, config: str) -> float:
+        sa, sb = self.score_many([a, b], task, config)
+        return float(self.model.compare_scores(sa, sb))
+
+    def probability_of_score(self, score: float) -> float:
+        return float(self.model.compare_scores(score, 0.0))
+
+    def explain(self, candidate: str, task, config: str, top: int = 5) -> list[tuple[str, float]]:
+        """The features that moved this candidate's score most (TreeSHAP contributions)."""
+        return self.model.explain(np.asarray(self.features(candidate, task, config).values), top)[0]
+
+    def explain_compare(self, a: str, b: str, task, config: str, top: int = 5) -> list[tuple[str, float]]:
+        xa = np.asarray(self.features(a, task, config).values)
+        xb = np.asarray(self.features(b, task, config).values)
+        return self.model.explain_pair(xa, xb, top)

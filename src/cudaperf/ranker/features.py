@@ -1,0 +1,353 @@
+"""Features of one solution on one input configuration: what the feature ranker and its baselines read.
+
+`config_features(source, problem, config) -> ConfigFeatures` joins four kinds of facts, every one
+computed from the code and the task, never from a measurement:
+- the problem on this configuration (`p_*`): elements in and out, element width, inputs per output, the
+  value range of integer inputs (histogram keys: how many threads collide on one bin);
+- the launches the host code makes here (`l_*`, from `trace.trace_solution`): how many, threads against
+  output and input elements (coarsening, grid-stride), blocks, waves of the H200's 132 SMs at the
+  kernel's theoretical occupancy, the idle share of the last wave, under-filled launches, dynamic shared
+  memory; a host loop of launches (two-pass, sorting networks) shows as the launch count;
+- the structural analysis with this configuration's launch and kernel arguments bound (`a_*`,
+  `cudaperf.analysis.analyze_source`): FLOPs and bytes summed over the launches, bytes per output
+  element (re-reads), intensity, registers, spills, shared memory, occupancy, barriers, atomics and their
+  contention (threads per atomic target), coalescing classes, bank conflicts, vector accesses, and the
+  existing structural score (`cudaperf.reward.structural_score`);
+- what the CUDA text says about the algorithm (`s_*`): warp shuffles, tensor-core fragments, unrolled
+  loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits.
+
+Deliberately absent: the source's length, token counts, the strategy name or tags. The generated dataset
+has the naive template always shortest, so length predicts its winners without saying anything about
+performance; model-written kernels do not share that artefact (issue 20). Length is kept beside the
+features (`ConfigFeatures.source_chars`) only for the "longer source wins" baseline and for building
+length-controlled pairs.
+
+Compiler facts (registers, static shared memory, spills: `CompilerFacts`) come from one NVRTC + ptxas
+build per source (`compiler_facts`), or from the dataset's committed static features, which hold the same
+summary of the same build (`facts_from_static`: no recompilation of 15,709 sources). Occupancy and waves
+are then computed for the launch the trace found, not for a default block.
+
+Not covered: compiler facts beyond ptxas (no SASS: its disassembly costs ~0.3 s per unit), dynamic
+(ncu) counters, inputs' values beyond their declared ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudaperf.ranker.problem import Problem, ProblemSizes
+from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
+
+SCHEMA_VERSION = 1  # bump when a feature's meaning changes: stored models of another schema refuse to load
+H200_SMS = 132
+
+PROBLEM = ("p_log_in_elems", "p_log_out_elems", "p_elem_bytes", "p_log_in_per_out", "p_log_value_span",
+           "p_is_c")
+LAUNCH = ("l_trace_ok", "l_launches", "l_log_launches", "l_kernels", "l_log_threads", "l_log_blocks_max",
+          "l_block_threads", "l_log_threads_per_out", "l_log_threads_per_in", "l_waves", "l_log_waves",
+          "l_tail_idle", "l_underfilled_launches", "l_smem_dyn_bytes", "l_grid_dims", "l_block_dims")
+ANALYSIS = ("a_ok", "a_log_flops", "a_log_bytes", "a_log_bytes_per_out", "a_log_bytes_per_in",
+            "a_log_flops_per_out", "a_intensity", "a_registers", "a_spill_bytes", "a_smem_static_bytes",
+            "a_occupancy", "a_blocks_per_sm", "a_barriers", "a_divergent_barriers", "a_atomics",
+            "a_log_atomic_contention", "a_vectorized", "a_global", "a_coalesced_share", "a_strided_share",
+            "a_uncoalesced_share", "a_broadcast_share", "a_shared", "a_bank_conflict_max", "a_structural")
+SOURCE = ("s_shuffles", "s_wmma", "s_unroll", "s_loops", "s_max_loop_depth", "s_shared_arrays", "s_ldg",
+          "s_restrict", "s_early_return", "s_float4", "s_kernels", "s_device_functions")
+FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class ConfigFeatures:
+    """One solution on one configuration: `values` follow `FEATURE_NAMES` (NaN = unknown)."""
+
+    values: tuple[float, ...]
+    source_chars: int  # baselines only: never a feature
+    structural_score: float  # the reward's structural score (also feature a_structural)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # why some values are unknown
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(FEATURE_NAMES, self.values, strict=True))
+
+
+@dataclass(frozen=True)
+class CompilerFacts:
+    """ptxas facts of a solution, worst over its kernels (the summary `compact_features` commits)."""
+
+    registers: int | None
+    smem_static_bytes: int
+    spill_bytes: int
+
+
+def compiler_facts(source: str, arch: str = "sm_90") -> CompilerFacts | None:
+    """One NVRTC + ptxas build (cached on disk by the toolchain); None when nothing compiled."""
+    from cudaperf.analysis.analyze import analyze_source
+
+    report = analyze_source(source, arch=arch, compile=True, sass=False)
+    res = [k.resources for k in report.kernels if k.resources is not None]
+    if not res:
+        return None
+    return CompilerFacts(max(r.registers for r in res), max(r.smem_static_bytes or 0 for r in res),
+                         sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res))
+
+
+def facts_from_static(row: Mapping[str, Any] | None) -> CompilerFacts | None:
+    """The same facts from a committed `features*.jsonl` row's `features` (stats.compact_features)."""
+    if not row or row.get("registers_max") is None:
+        return None
+    return CompilerFacts(int(row["registers_max"]), int(row.get("smem_static_bytes_max") or 0),
+                         int(row.get("spill_bytes") or 0))
+
+
+def config_features(source: str, problem: Problem | Any, config: str, *, facts: CompilerFacts | None = None,
+                    compile: bool = True) -> ConfigFeatures:
+    """Features of `source` on `config` of `problem` (a `Problem`, `Task` or dataset task). Never raises.
+
+    `facts`: the source's compiler facts when known; otherwise built here when `compile` (cached on disk)."""
+    problem = Problem.of(problem)
+    notes: list[str] = []
+    if facts is None and compile:
+        facts = compiler_facts(source)
+    try:
+        sizes = problem.sizes(config)
+    except Exception as exc:  # noqa: BLE001 - a task whose sizes cannot be read still gets code features
+        sizes = ProblemSizes(0, 0, 4, 0)
+        notes.append(f"sizes: {type(exc).__name__}: {exc}"[:200])
+    trace = trace_solution(source, problem, config)
+    if not trace.ok:
+        notes.append(f"trace: {trace.error}")
+    values: dict[str, float] = {}
+    values.update(problem_values(sizes, problem))
+    report, score = _analysis(source, trace, facts, notes)
+    values.update(analysis_values(report, trace, sizes, score))
+    values.update(launch_values(trace, sizes, _blocks_per_sm(report)))
+    values.update(source_values(source))
+    return ConfigFeatures(tuple(float(values.get(n, NAN)) for n in FEATURE_NAMES), len(source), score,
+                          tuple(notes))
+
+
+def _l2(x: float | None) -> float:
+    return math.log2(1.0 + x) if x is not None and x >= 0 else NAN
+
+
+def _ratio_l2(a: float | None, b: float | None) -> float:
+    return math.log2(a / b) if a and b and a > 0 and b > 0 else NAN
+
+
+def problem_values(s: ProblemSizes, problem: Problem) -> dict[str, float]:
+    from cudaperf.types import TaskKind
+
+    return {"p_log_in_elems": _l2(s.in_elems), "p_log_out_elems": _l2(s.out_elems),
+            "p_elem_bytes": float(s.elem_bytes), "p_log_in_per_out": _ratio_l2(s.in_elems, s.out_elems),
+            "p_log_value_span": _l2(s.value_span), "p_is_c": float(problem.kind is TaskKind.C)}
+
+
+# --------------------------------------------------------------------------------------------------
+# Launches
+
+
+def _main_launch(launches: tuple[LaunchRecord, ...]) -> LaunchRecord | None:
+    """The launch with the most threads: the one that does the bulk of the work."""
+    return max(launches, key=lambda x: x.blocks * x.threads_per_block, default=None)
+
+
+def launch_values(trace: TraceResult, s: ProblemSizes, blocks_per_sm: dict[str, int]) -> dict[str, float]:
+    launches = trace.launches
+    main = _main_launch(launches)
+    out = {"l_trace_ok": float(trace.ok and bool(launches)), "l_launches": float(len(launches)),
+           "l_log_launches": _l2(len(launches)), "l_kernels": float(len({x.kernel for x in launches}))}
+    if main is None:
+        return out
+    threads = main.blocks * main.threads_per_block
+    per_sm = blocks_per_sm.get(main.kernel) or max(1, 2048 // max(32, main.threads_per_block))
+    waves = main.blocks / (per_sm * H200_SMS)
+    out.update({
+        "l_log_threads": _l2(sum(x.blocks * x.threads_per_block for x in launches)),
+        "l_log_blocks_max": _l2(main.blocks), "l_block_threads": float(main.threads_per_block),
+        "l_log_threads_per_out": _ratio_l2(threads, s.out_elems),
+        "l_log_threads_per_in": _ratio_l2(threads, s.in_elems),
+        "l_waves": waves, "l_log_waves": _ratio_l2(waves, 1.0) if waves > 0 else NAN,
+        "l_tail_idle": (math.ceil(waves) - waves) / math.ceil(waves) if waves > 0 else NAN,
+        "l_underfilled_launches": float(sum(x.blocks < H200_SMS for x in launches)),
+        "l_smem_dyn_bytes": float(max(x.smem_bytes for x in launches)),
+        "l_grid_dims": float(sum(d > 1 for d in main.grid)), "l_block_dims": float(sum(d > 1 for d in main.block)),
+    })
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Structural analysis with this configuration's launch bound
+
+
+def _analysis(source: str, trace: TraceResult, facts: CompilerFacts | None, notes: list[str]):
+    from cudaperf.analysis.analyze import analyze_source
+    from cudaperf.reward import structural_score
+
+    sizes: dict[str, float] = {}
+    launch: dict[str, dict[str, Any]] = {}
+    for x in trace.launches:
+        sizes.update({k: v for k, v in x.scalars.items() if k not in sizes})
+        launch.setdefault(x.kernel, {"grid": x.grid, "block": x.block, "smem_bytes": x.smem_bytes})
+    report = analyze_source(source, sizes=sizes, launch=launch or None, compile=False, sass=False)
+    failed = [d for d in report.diagnostics if d.startswith("analysis failed")]
+    notes.extend(failed[:1])
+    if facts is not None:
+        report = dataclasses.replace(report, kernels=tuple(_with_facts(k, facts, launch) for k in report.kernels))
+    score = structural_score(report.kernels)[0] if report.kernels else NAN
+    return report, score
+
+
+def _with_facts(k, facts: CompilerFacts, launch: Mapping[str, Mapping[str, Any]]):
+    """The kernel's features with the compiler facts and the occupancy of its traced launch (256 threads
+    when the trace did not see it launched)."""
+    from cudaperf.analysis.occupancy import theoretical_occupancy
+    from cudaperf.types import ResourceUsage
+
+    seen = launch.get(k.kernel, {})
+    block = seen.get("block", (256, 1, 1))
+    threads = block[0] * block[1] * block[2]
+    res = ResourceUsage(k.kernel, "sm_90", facts.registers or 0, facts.smem_static_bytes, 0,
+                        facts.spill_bytes, 0)
+    occ = theoretical_occupancy("sm_90", threads, facts.registers or 0, facts.smem_static_bytes,
+                                int(seen.get("smem_bytes", 0)))
+    return dataclasses.replace(k, resources=res, occupancy=occ)
+
+
+def _blocks_per_sm(report) -> dict[str, int]:
+    return {k.kernel: k.occupancy.active_blocks_per_sm for k in report.kernels
+            if k.occupancy is not None and k.occupancy.active_blocks_per_sm}
+
+
+def _launch_counts(trace: TraceResult) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for x in trace.launches:
+        counts[x.kernel] = counts.get(x.kernel, 0) + 1
+    return counts
+
+
+def _work(report, trace: TraceResult) -> tuple[float | None, float | None]:
+    """FLOPs and bytes over the launches: each kernel's estimate times its number of launches (a kernel
+    that the trace never saw launched counts once: a trace that failed still says something)."""
+    counts = _launch_counts(trace)
+    flops = bytes_ = 0.0
+    known = False
+    for k in report.kernels:
+        n = counts.get(k.kernel, 0 if counts else 1)
+        if k.flops_estimate is not None:
+            flops += n * k.flops_estimate
+            known = True
+        if k.bytes_estimate is not None:
+            bytes_ += n * k.bytes_estimate
+    return (flops if known else None), (bytes_ if known or bytes_ else None)
+
+
+def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -> dict[str, float]:
+    ks = report.kernels
+    if not ks:
+        return {"a_ok": 0.0, "a_structural": score}
+    flops, bytes_ = _work(report, trace)
+    res = [k.resources for k in ks if k.resources is not None]
+    occ = [k.occupancy for k in ks if k.occupancy is not None]
+    glob = [a for k in ks for a in k.accesses if a.space == "global"]
+    shared = [a for k in ks for a in k.accesses if a.space == "shared"]
+    atomics = sum(k.atomics for k in ks)
+    main = _main_launch(trace.launches)
+    threads = main.blocks * main.threads_per_block if main else None
+    out = {
+        "a_ok": 1.0, "a_log_flops": _l2(flops), "a_log_bytes": _l2(bytes_),
+        "a_log_bytes_per_out": _ratio_l2(bytes_, s.out_elems * s.elem_bytes),
+        "a_log_bytes_per_in": _ratio_l2(bytes_, s.in_elems * s.elem_bytes),
+        "a_log_flops_per_out": _ratio_l2(flops, s.out_elems) if flops else 0.0,
+        "a_intensity": flops / bytes_ if flops is not None and bytes_ else NAN,
+        "a_registers": max((r.registers or 0 for r in res), default=NAN),
+        "a_spill_bytes": float(sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res)),
+        "a_smem_static_bytes": max((r.smem_static_bytes or 0 for r in res), default=NAN),
+        "a_occupancy": min((o.occupancy for o in occ), default=NAN),
+        "a_blocks_per_sm": min((o.active_blocks_per_sm for o in occ), default=NAN),
+        "a_barriers": float(sum(k.barriers for k in ks)),
+        "a_divergent_barriers": float(sum(len(k.divergent_barriers) for k in ks)),
+        "a_atomics": float(atomics),
+        "a_log_atomic_contention": _contention(atomics, threads, s),
+        "a_vectorized": float(sum(k.vectorized_accesses for k in ks)),
+        "a_global": float(len(glob)), "a_shared": float(len(shared)),
+        "a_bank_conflict_max": float(max((a.bank_conflict_degree or 1 for a in shared), default=0)),
+        "a_structural": score,
+    }
+    out.update(_coalescing_shares(glob))
+    return out
+
+
+def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:
+    """log2 of threads per atomic target: the launch's threads over the output elements, or over the
+    integer inputs' value range when that is narrower (histogram keys); 0 without atomics."""
+    if not atomics:
+        return 0.0
+    targets = min(x for x in (s.out_elems, s.value_span) if x) if (s.out_elems or s.value_span) else None
+    return _ratio_l2(threads, targets) if threads and targets else NAN
+
+
+def _coalescing_shares(glob) -> dict[str, float]:
+    names = ("coalesced", "strided", "uncoalesced", "broadcast")
+    if not glob:
+        return {f"a_{n}_share": NAN for n in names}
+    classes = [getattr(a.coalescing, "value", a.coalescing) for a in glob]
+    return {f"a_{n}_share": classes.count(n) / len(classes) for n in names}
+
+
+# --------------------------------------------------------------------------------------------------
+# What the CUDA text says
+
+
+_PATTERNS = {
+    "s_shuffles": r"__shfl\w*_sync", "s_wmma": r"\bwmma::|\bmma_sync\b|\bmma\.sync", "s_unroll": r"#pragma\s+unroll",
+    "s_loops": r"\b(?:for|while)\s*\(", "s_shared_arrays": r"__shared__", "s_ldg": r"__ldg\s*\(",
+    "s_restrict": r"__restrict__", "s_early_return": r"\breturn\s*;", "s_float4": r"\b(?:float4|double2|int4)\b",
+    "s_kernels": r"__global__", "s_device_functions": r"__device__",
+}
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def cuda_text(source: str) -> str:
+    """The CUDA units of a solution (fast, load_inline or .cu), comments removed; the source itself when
+    no unit is found."""
+    from cudaperf.analysis.sources import solution_sources
+
+    try:
+        units = solution_sources(source, "auto").units
+    except Exception:  # noqa: BLE001 - an unreadable solution: count on its text
+        units = ()
+    text = "\n".join(u.text for u in units) if units else source
+    return _COMMENTS.sub("", text)
+
+
+def source_values(source: str) -> dict[str, float]:
+    text = cuda_text(source)
+    out = {k: float(len(re.findall(p, text))) for k, p in _PATTERNS.items()}
+    out["s_max_loop_depth"] = float(_max_loop_depth(text))
+    return out
+
+
+def _max_loop_depth(text: str) -> int:
+    """Deepest nest of `for`/`while` loops by brace depth (a loop without braces counts one level)."""
+    depth, best, stack = 0, 0, []
+    pending = False
+    for tok in re.finditer(r"\b(?:for|while)\s*\(|[{}]", text):
+        t = tok.group(0)
+        if t == "{":
+            depth += 1
+            if pending:
+                stack.append(depth)
+                pending = False
+        elif t == "}":
+            if stack and stack[-1] == depth:
+                stack.pop()
+            depth -= 1
+        else:
+            best = max(best, len(stack) + 1)
+            pending = True
+    return best

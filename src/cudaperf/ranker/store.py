@@ -1,0 +1,110 @@
+"""Saving and loading a trained feature ranker with its feature schema and library versions.
+
+A model file is gzipped JSON: `format` ("cudaperf-ranker/1"), `backend` ("feature"), `schema_version` and
+`feature_names` (what `features.py` computed when it was trained), `versions` (cudaperf, lightgbm, numpy
+and Python at training time), the calibration `scale`, the training configuration, a free `trained_on`
+description (data, rows, pairs), and the LightGBM model as text (LightGBM's own portable format).
+
+`load_model(path)` returns a `Loaded` record: the backend, or `None` with a message that says what is wrong
+and how to fix it — a model computed on another feature schema is refused (its trees would read the wrong
+columns), never silently used. A different LightGBM version is only a warning: its text format is stable.
+
+`default_model_path()` is the small model shipped with the package (`ranker/models/feature_ranker.json.gz`),
+so `cudaperf rank score` works out of the box.
+
+Not covered: the LM backend's checkpoints (a Hugging Face directory, see lm_ranker.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import platform
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from cudaperf.ranker.feature_ranker import FeatureBackend, FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.features import FEATURE_NAMES, SCHEMA_VERSION
+
+FORMAT = "cudaperf-ranker/1"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded backend, or None and why not; warnings that did not stop the load."""
+
+    backend: FeatureBackend | None
+    error: str = ""
+    warnings: tuple[str, ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def versions() -> dict[str, str]:
+    import lightgbm
+    import numpy
+
+    from cudaperf import __version__ as cudaperf_version
+
+    return {"cudaperf": str(cudaperf_version), "lightgbm": lightgbm.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version()}
+
+
+def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | None = None) -> Path:
+    doc = {"format": FORMAT, "backend": "feature", "schema_version": SCHEMA_VERSION,
+           "feature_names": list(model.feature_names), "versions": versions(), "scale": model.scale,
+           "config": model.config_dict(), "trained_on": trained_on or {},
+           "model": model.booster.model_to_string()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
+        json.dump(doc, f)
+    return path
+
+
+def load_model(path: Path | str | None = None, *, compile: bool = True) -> Loaded:
+    """The backend stored at `path` (default: the shipped model); see the module docstring."""
+    path = Path(path) if path is not None else default_model_path()
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        return Loaded(None, f"cannot read ranker model {path}: {type(exc).__name__}: {exc}")
+    problem = _schema_problem(doc, path)
+    if problem:
+        return Loaded(None, problem)
+    import lightgbm as lgb
+
+    booster = lgb.Booster(model_str=doc["model"])
+    config = FeatureRankerConfig(**doc.get("config", {}))
+    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]))
+    meta = {k: doc.get(k) for k in ("schema_version", "versions", "trained_on", "scale")}
+    return Loaded(FeatureBackend(model, compile=compile), "", _version_warnings(doc), meta)
+
+
+def _schema_problem(doc: dict[str, Any], path: Path) -> str:
+    if doc.get("format") != FORMAT or doc.get("backend") != "feature":
+        return f"{path} is not a cudaperf feature-ranker model (format {doc.get('format')!r})"
+    theirs, names = doc.get("schema_version"), tuple(doc.get("feature_names") or ())
+    if theirs != SCHEMA_VERSION or names != FEATURE_NAMES:
+        missing = sorted(set(FEATURE_NAMES) - set(names))[:5]
+        extra = sorted(set(names) - set(FEATURE_NAMES))[:5]
+        return (f"{path} was trained on feature schema {theirs} ({len(names)} features) but this cudaperf "
+                f"computes schema {SCHEMA_VERSION} ({len(FEATURE_NAMES)} features; missing there: {missing}, "
+                f"unknown here: {extra}): its trees would read the wrong columns. Retrain it with "
+                "`cudaperf rank train --out PATH`.")
+    return ""
+
+
+def _version_warnings(doc: dict[str, Any]) -> tuple[str, ...]:
+    import lightgbm
+
+    theirs = (doc.get("versions") or {}).get("lightgbm")
+    if theirs and theirs.split(".")[0] != lightgbm.__version__.split(".")[0]:
+        return (f"model saved with lightgbm {theirs}, loaded with {lightgbm.__version__}",)
+    return ()
+
+
+def default_model_path() -> Path:
+    return Path(str(resources.files("cudaperf.ranker") / "models" / "feature_ranker.json.gz"))
