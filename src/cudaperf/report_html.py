@@ -1,0 +1,509 @@
+"""One self-contained HTML page for evaluation results and refinement trajectories (`cudaperf report --html`).
+
+Covers: reading results JSONL (`EvalResult` lines) and trajectory JSONL (one turn per line) from any mix of
+files; for results, the summary, fast_p and outcome tables of `cudaperf.report` with a fast_p bar chart
+and a speedup histogram; for trajectories, fast_p of the best kernel so far per turn, the best speedup and
+the mean reward per turn, a table of trajectories, and each trajectory turn by turn: the kernel, its diff
+from the previous turn's kernel, the feedback, the reward, the reply and the prompt. Charts are inline
+SVG drawn here (a few dozen lines; no plotting dependency), styles and script are inline: the file opens
+offline, from disk, with nothing fetched. The script only sorts tables, filters and folds trajectories;
+the page reads fully without it. It marks `<html data-report-ready="1">` once it ran, and records any
+script error in `data-js-error`, so a headless browser can check it.
+
+A trajectory line is a JSON object with the keys `task_id`, `sample`, `turn` and `response` (plus `prompt`,
+`code`, `result` (an `EvalResult` dict), `reward`, `feedback`, and optionally `speedup`, `baseline`,
+`finish_reason`, `prompt_tokens`, `completion_tokens`, `durations_s`); any other line is read as an
+`EvalResult`. Lines that are neither are counted and named on the page, never fatal.
+
+Not covered: computing fast_p and tables (`cudaperf.report`), writing trajectories (`cudaperf.agent`),
+images (a PNG needs a browser or matplotlib; the page is the artefact).
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cudaperf.report import (
+    BASELINES,
+    FAST_P_THRESHOLDS,
+    Table,
+    fast_p,
+    report_tables,
+    speedup,
+    speedup_histogram,
+)
+from cudaperf.types import EvalResult, Outcome, from_dict
+
+TURN_KEYS = ("task_id", "sample", "turn", "response")  # a JSON line with all of these is a trajectory turn
+TURN_FAST_P = (0.0, 1.0, 1.5)  # thresholds drawn per turn (0 = correct at all)
+MAX_TRAJECTORIES = 200  # trajectories drawn turn by turn; the table lists all of them
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """One turn of a trajectory, as read from its JSON line."""
+
+    task_id: str
+    sample: int
+    turn: int
+    response: str
+    code: str | None
+    result: EvalResult | None
+    reward: float | None
+    feedback: str
+    speedup: float | None  # the line's own `speedup` (over `baseline`), else eager speedup if correct
+    baseline: str
+    prompt: tuple[tuple[str, str], ...]  # (role, content)
+    finish_reason: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    durations_s: tuple[tuple[str, float], ...]
+
+    @property
+    def correct(self) -> bool:
+        return self.result is not None and self.result.correct
+
+    @property
+    def outcome(self) -> str:
+        return self.result.outcome.value if self.result is not None else "no result"
+
+
+@dataclass(frozen=True)
+class TrajectoryView:
+    task_id: str
+    sample: int
+    turns: tuple[TurnView, ...]
+
+    def best(self, upto: int | None = None) -> TurnView | None:
+        """The best turn among turns 0..upto: correct first, then speedup, then reward, then earlier."""
+        turns = [t for t in self.turns if upto is None or t.turn <= upto]
+        return max(turns, key=_rank, default=None)
+
+
+def _rank(t: TurnView) -> tuple:
+    return (t.correct, t.speedup is not None, t.speedup or 0.0, t.reward or 0.0, -t.turn)
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    results: tuple[EvalResult, ...] = ()
+    turns: tuple[TurnView, ...] = ()
+    bad_lines: tuple[str, ...] = ()  # "file:line" of lines that were neither
+    sources: tuple[str, ...] = ()
+
+
+def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
+    results: list[EvalResult] = []
+    turns: list[TurnView] = []
+    bad: list[str] = []
+    sources = []
+    for path in map(Path, paths):
+        sources.append(str(path))
+        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            item = parse_line(raw)
+            if isinstance(item, TurnView):
+                turns.append(item)
+            elif isinstance(item, EvalResult):
+                results.append(item)
+            else:
+                bad.append(f"{path.name}:{number}")
+    return ReportInputs(tuple(results), tuple(turns), tuple(bad), tuple(sources))
+
+
+def parse_line(raw: bytes | str) -> TurnView | EvalResult | None:
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            return None
+        if all(k in data for k in TURN_KEYS):
+            return turn_from_dict(data)
+        result = from_dict(EvalResult, data)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return result if isinstance(result.task_id, str) and isinstance(result.solution_id, str) else None
+
+
+def turn_from_dict(data: dict) -> TurnView:
+    result = from_dict(EvalResult, data["result"]) if isinstance(data.get("result"), dict) else None
+    own = data.get("speedup")
+    if own is None and result is not None and result.correct:
+        own = result.speedup_vs_eager
+    prompt = tuple((str(m.get("role", "")), str(m.get("content", "")))
+                   for m in data.get("prompt") or () if isinstance(m, dict))
+    durations = data.get("durations_s") or {}
+    return TurnView(
+        task_id=str(data["task_id"]), sample=int(data["sample"]), turn=int(data["turn"]),
+        response=str(data["response"]), code=data.get("code"), result=result,
+        reward=_number(data.get("reward")), feedback=str(data.get("feedback") or ""),
+        speedup=_number(own), baseline=str(data.get("baseline") or "eager"), prompt=prompt,
+        finish_reason=str(data.get("finish_reason") or ""), prompt_tokens=data.get("prompt_tokens"),
+        completion_tokens=data.get("completion_tokens"),
+        durations_s=tuple((str(k), float(v)) for k, v in durations.items() if _number(v) is not None),
+    )
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def group_turns(turns: Iterable[TurnView]) -> list[TrajectoryView]:
+    """Turns grouped by (task, sample) in turn order; a re-written turn (a resumed run) wins."""
+    by_key: dict[tuple[str, int], dict[int, TurnView]] = {}
+    for t in turns:
+        by_key.setdefault((t.task_id, t.sample), {})[t.turn] = t
+    return [TrajectoryView(task, sample, tuple(v for _, v in sorted(found.items())))
+            for (task, sample), found in sorted(by_key.items())]
+
+
+# -- per-turn figures --------------------------------------------------------------------------------
+
+
+def turns_axis(trajectories: Sequence[TrajectoryView]) -> list[int]:
+    return list(range(1 + max((t.turn for tr in trajectories for t in tr.turns), default=-1)))
+
+
+def best_so_far_fast_p(trajectories: Sequence[TrajectoryView], p: float) -> list[float]:
+    """Per turn t: share of trajectories whose best kernel among turns 0..t is correct with speedup > p
+    (p = 0: correct at all). A trajectory that stopped early keeps its best for the later turns."""
+    if not trajectories:
+        return []
+    out = []
+    for t in turns_axis(trajectories):
+        hits = 0
+        for tr in trajectories:
+            best = tr.best(upto=t)
+            if best is not None and best.correct and (p == 0 or (best.speedup or 0.0) > p):
+                hits += 1
+        out.append(hits / len(trajectories))
+    return out
+
+
+def best_speedup_per_turn(trajectories: Sequence[TrajectoryView]) -> list[float | None]:
+    """Per turn: geometric mean of the best-so-far speedups of the trajectories correct and timed by then."""
+    out: list[float | None] = []
+    for t in turns_axis(trajectories):
+        values = [b.speedup for tr in trajectories if (b := tr.best(upto=t)) is not None
+                  and b.correct and b.speedup]
+        out.append(math.exp(sum(map(math.log, values)) / len(values)) if values else None)
+    return out
+
+
+def mean_reward_per_turn(trajectories: Sequence[TrajectoryView]) -> list[float | None]:
+    """Per turn: mean reward of the turns that exist and carry a reward."""
+    out: list[float | None] = []
+    for t in turns_axis(trajectories):
+        values = [x.reward for tr in trajectories for x in tr.turns if x.turn == t and x.reward is not None]
+        out.append(sum(values) / len(values) if values else None)
+    return out
+
+
+# -- SVG charts --------------------------------------------------------------------------------------
+
+PALETTE = ("#3b6fb6", "#e07b39", "#4a9a5b", "#b04a8c", "#7a6a3a")
+W, H, LEFT, BOTTOM, TOP = 560, 240, 48, 36, 28  # px; the plot area is inside these margins
+
+
+def _frame(title: str, y_max: float, y_label) -> list[str]:
+    parts = [(f'<svg class="chart" viewBox="0 0 {W} {H}" '
+             f'width="{W}" height="{H}" role="img" aria-label="{_e(title)}">'),
+             f'<text x="{W / 2}" y="16" text-anchor="middle" class="ctitle">{_e(title)}</text>']
+    for k in range(5):
+        value = y_max * k / 4
+        y = _y(value, y_max)
+        parts.append(f'<line x1="{LEFT}" x2="{W - 8}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+                     f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_e(y_label(value))}</text>')
+    return parts
+
+
+def _y(value: float, y_max: float) -> float:
+    return H - BOTTOM - (H - BOTTOM - TOP) * (value / y_max if y_max else 0)
+
+
+def _legend(names: Sequence[str]) -> list[str]:
+    return [f'<rect x="{LEFT + 8 + 120 * i}" y="{TOP - 6}" width="10" height="10" fill="{PALETTE[i]}"/>'
+            f'<text x="{LEFT + 22 + 120 * i}" y="{TOP + 3}">{_e(n)}</text>' for i, n in enumerate(names)]
+
+
+def bar_chart(title: str, categories: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
+              y_max: float | None = None, y_label=lambda v: f"{v:g}") -> str:
+    """Grouped bars; each bar carries `data-series`, `data-category` and `data-value` (for tests)."""
+    peak = y_max or max((v for _, vs in series for v in vs if v is not None), default=1.0) or 1.0
+    parts = _frame(title, peak, y_label) + (_legend([n for n, _ in series]) if len(series) > 1 else [])
+    slot = (W - 8 - LEFT) / max(1, len(categories))
+    width = slot * 0.8 / max(1, len(series))
+    for c, category in enumerate(categories):
+        x0 = LEFT + slot * c + slot * 0.1
+        for s, (name, values) in enumerate(series):
+            value = values[c]
+            if value is None:
+                continue
+            y = _y(value, peak)
+            parts.append(f'<rect x="{x0 + s * width:.1f}" y="{y:.1f}" width="{width - 1:.1f}" '
+                         f'height="{H - BOTTOM - y:.1f}" fill="{PALETTE[s % len(PALETTE)]}" '
+                         f'data-series="{_e(name)}" data-category="{_e(category)}" data-value="{value:.6g}">'
+                         f'<title>{_e(name)} {_e(category)}: {_e(y_label(value))}</title></rect>')
+        parts.append(f'<text x="{x0 + slot * 0.4:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">'
+                     f'{_e(category)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
+               y_max: float | None = None, y_label=lambda v: f"{v:g}") -> str:
+    """Lines with a dot per point; each dot carries `data-series`, `data-x` and `data-value`."""
+    peak = y_max or max((v for _, vs in series for v in vs if v is not None), default=1.0) or 1.0
+    parts = _frame(title, peak, y_label) + _legend([n for n, _ in series])
+    step = (W - 8 - LEFT - 20) / max(1, len(x_labels) - 1)
+    xs = [LEFT + 10 + step * i for i in range(len(x_labels))]
+    for i, label in enumerate(x_labels):
+        parts.append(f'<text x="{xs[i]:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{_e(label)}</text>')
+    for s, (name, values) in enumerate(series):
+        color = PALETTE[s % len(PALETTE)]
+        points = [(xs[i], _y(v, peak), v) for i, v in enumerate(values) if v is not None]
+        if len(points) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for (x, y, v), label in zip(points, [x_labels[i] for i, v in enumerate(values) if v is not None]):
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}" data-series="{_e(name)}" '
+                         f'data-x="{_e(label)}" data-value="{v:.6g}"><title>{_e(name)} at {_e(label)}: '
+                         f'{_e(y_label(v))}</title></circle>')
+    return "".join(parts) + "</svg>"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.0f}%"
+
+
+# -- HTML pieces -------------------------------------------------------------------------------------
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def table_html(table: Table, css_class: str = "sortable") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in table.headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    return (f'<table class="{css_class}"><caption>{_e(table.title)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def results_section(results: Sequence[EvalResult]) -> str:
+    if not results:
+        return ""
+    fast = [(f"vs {b}", [fast_p(results, p, b) for p in FAST_P_THRESHOLDS]) for b in BASELINES]
+    charts = [bar_chart("fast_p: share of all results correct with speedup > p",
+                        [f"p={p:g}" for p in FAST_P_THRESHOLDS], fast, 1.0, _pct)]
+    for baseline in BASELINES:
+        if any(r.correct and speedup(r, baseline) is not None for r in results):
+            bins = speedup_histogram(results, baseline)
+            labels = [f"<{b.hi:.2g}" if b.lo == 0 else (f"≥{b.lo:.2g}" if math.isinf(b.hi) else f"{b.lo:.2g}")
+                      for b in bins]
+            charts.append(bar_chart(f"speedup vs {baseline} (correct results per log bin)", labels,
+                                    [("results", [b.count for b in bins])], y_label=lambda v: f"{v:.0f}"))
+    tables = "".join(table_html(t) for t in report_tables(results) if not t.preformatted)
+    return (f'<section id="results"><h2>Evaluation results ({len(results)})</h2>'
+            f'<div class="charts">{"".join(charts)}</div>{tables}</section>')
+
+
+def trajectories_section(trajectories: Sequence[TrajectoryView], max_detailed: int) -> str:
+    if not trajectories:
+        return ""
+    x = [f"turn {t}" for t in turns_axis(trajectories)]
+    fast = [(f"fast_{p:g}" if p else "correct", best_so_far_fast_p(trajectories, p)) for p in TURN_FAST_P]
+    charts = [
+        line_chart("best kernel so far: share of trajectories", x, fast, 1.0, _pct),
+        line_chart("best speedup so far (geomean over correct trajectories)", x,
+                   [("speedup", best_speedup_per_turn(trajectories))], y_label=lambda v: f"{v:.2f}x"),
+        line_chart("mean reward per turn", x, [("reward", mean_reward_per_turn(trajectories))],
+                   y_label=lambda v: f"{v:.2f}"),
+    ]
+    shown = trajectories[:max_detailed]
+    more = (f'<p class="note">{len(trajectories) - len(shown)} more trajectories are in the table but not '
+            f"drawn turn by turn (limit {max_detailed}).</p>" if len(shown) < len(trajectories) else "")
+    controls = ('<div class="controls"><input id="filter" type="search" placeholder="filter by task">'
+                '<button type="button" id="open-all">open all</button>'
+                '<button type="button" id="close-all">close all</button></div>')
+    return (f'<section id="trajectories"><h2>Trajectories ({len(trajectories)})</h2>'
+            f'<div class="charts">{"".join(charts)}</div>{trajectory_table(trajectories)}{controls}'
+            f'{"".join(trajectory_html(t) for t in shown)}{more}</section>')
+
+
+def _chip(t: TurnView) -> str:
+    reward = "-" if t.reward is None else f"{t.reward:.2f}"
+    return f'<span class="chip {_outcome_class(t)}" title="{_e(t.outcome)}">{t.turn}: {reward}</span>'
+
+
+def _outcome_class(t: TurnView) -> str:
+    if t.result is None:
+        return "none"
+    if t.correct:
+        return "ok"
+    return "wrong" if t.result.outcome is Outcome.INCORRECT else "fail"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def trajectory_table(trajectories: Sequence[TrajectoryView]) -> str:
+    rows = []
+    for tr in trajectories:
+        best = tr.best()
+        rows.append(
+            f'<tr><td><a href="#{_anchor(tr)}">{_e(tr.task_id)}</a></td><td>{tr.sample}</td>'
+            f"<td>{len(tr.turns)}</td><td>{best.turn if best else '-'}</td>"
+            f"<td>{_e(best.outcome if best else '-')}</td><td>{_x(best.speedup if best else None)}</td>"
+            f'<td>{"".join(_chip(t) for t in tr.turns)}</td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("task", "sample", "turns", "best turn", "best outcome",
+                                              "best speedup", "turn: reward"))
+    return (f'<table class="sortable" id="trajectory-table"><caption>Trajectories (best turn: correct first, '
+            f"then speedup)</caption><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _anchor(tr: TrajectoryView) -> str:
+    return "traj-" + "".join(c if c.isalnum() else "-" for c in tr.task_id) + f"-{tr.sample}"
+
+
+def trajectory_html(tr: TrajectoryView) -> str:
+    previous: str | None = None
+    turns = []
+    for t in tr.turns:
+        turns.append(turn_html(t, previous))
+        previous = t.code if t.code is not None else previous
+    best = tr.best()
+    summary = (f"{_e(tr.task_id)} · sample {tr.sample} · {len(tr.turns)} turns · best: "
+               f"{_e(best.outcome if best else '-')} {_x(best.speedup if best else None)}")
+    return (f'<details class="trajectory" id="{_anchor(tr)}" data-task="{_e(tr.task_id)}">'
+            f"<summary>{summary}</summary>{''.join(turns)}</details>")
+
+
+def turn_html(t: TurnView, previous_code: str | None) -> str:
+    facts = [f"outcome <b>{_e(t.outcome)}</b>", f"reward <b>{'-' if t.reward is None else f'{t.reward:.3f}'}</b>",
+             f"speedup vs {_e(t.baseline)} <b>{_x(t.speedup)}</b>"]
+    if t.prompt_tokens is not None or t.completion_tokens is not None:
+        facts.append(f"tokens {t.prompt_tokens or 0} in / {t.completion_tokens or 0} out")
+    if t.finish_reason:
+        facts.append(f"finish {_e(t.finish_reason)}")
+    if t.durations_s:
+        facts.append(" · ".join(f"{_e(k)} {v:.2f} s" for k, v in t.durations_s))
+    message = f'<p class="msg">{_e(t.result.message[:600])}</p>' if t.result and t.result.message else ""
+    prompt = "".join(f'<div class="role">{_e(role)}</div><pre>{_e(content)}</pre>' for role, content in t.prompt)
+    return (f'<div class="turn {_outcome_class(t)}"><h4>turn {t.turn}</h4><p class="facts">'
+            f"{' · '.join(facts)}</p>{message}"
+            f'<div class="pair"><div><h5>kernel</h5>{_code(t.code)}</div>'
+            f"<div><h5>diff from the previous turn</h5>{diff_html(previous_code, t.code)}</div></div>"
+            f"<h5>feedback</h5><pre class=\"feedback\">{_e(t.feedback or '(none)')}</pre>"
+            f"<details><summary>model reply ({len(t.response)} chars)</summary><pre>{_e(t.response)}</pre>"
+            f"</details><details><summary>prompt ({len(t.prompt)} messages)</summary>{prompt}</details></div>")
+
+
+def _code(code: str | None) -> str:
+    if code is None:
+        return '<p class="note">no code was extracted from the reply</p>'
+    return f'<pre class="code">{_e(code)}</pre>'
+
+
+def diff_html(before: str | None, after: str | None) -> str:
+    """A unified diff as a <pre> with one span per line (class add, del or hunk)."""
+    if after is None:
+        return '<p class="note">no kernel this turn</p>'
+    if before is None:
+        return '<p class="note">first kernel of the trajectory</p>'
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), "previous", "this turn",
+                                      lineterm="", n=2))
+    if not lines:
+        return '<p class="note">unchanged</p>'
+    spans = []
+    for line in lines[2:]:  # the two file-name lines add nothing here
+        css = "hunk" if line.startswith("@@") else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
+        spans.append(f'<span class="{css}">{_e(line)}</span>')
+    return f'<pre class="diff">{chr(10).join(spans)}</pre>'
+
+
+# -- the page ----------------------------------------------------------------------------------------
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1400px;padding:0 16px 48px;color:#222}
+h1{font-size:22px}h2{border-bottom:2px solid #ddd;padding-bottom:4px}h4{margin:4px 0}h5{margin:8px 0 2px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{background:#fafafa;border:1px solid #e4e4e4}
+.chart text{font-size:11px;fill:#444}.chart .ctitle{font-size:13px;fill:#222}.grid{stroke:#e2e2e2}
+table{border-collapse:collapse;margin:14px 0}caption{text-align:left;font-weight:600;padding:4px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
+table.sortable th{cursor:pointer}pre{background:#f7f7f7;border:1px solid #e6e6e6;padding:6px;overflow:auto;
+max-height:420px;font:12px/1.35 ui-monospace,monospace;white-space:pre}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:10px}.pair>div{min-width:0}
+.diff .add{background:#e3f6e3;display:block}.diff .del{background:#fbe3e3;display:block}
+.diff .hunk{color:#6a5acd;display:block}.trajectory{border:1px solid #ccc;margin:8px 0;padding:4px 10px}
+.trajectory>summary{cursor:pointer;font-weight:600}.turn{border-left:4px solid #999;margin:10px 0;
+padding-left:10px}.turn.ok{border-color:#3c9a4f}.turn.wrong{border-color:#e0a030}.turn.fail{border-color:#c84040}
+.chip{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:12px;color:#fff;background:#999}
+.chip.ok{background:#3c9a4f}.chip.wrong{background:#e0a030}.chip.fail{background:#c84040}
+.note{color:#666;font-style:italic}.facts{color:#333}.msg{color:#8a3b12}.role{font-weight:600;margin-top:6px}
+.controls{margin:8px 0}.controls input{padding:3px 6px;width:260px}.controls button{margin-left:6px}
+.bad{color:#a33}
+"""
+
+# Sorting, filtering and folding only; any error is recorded on <html> for headless checks.
+SCRIPT = """
+(function(){
+var root=document.documentElement;
+window.addEventListener('error',function(e){root.setAttribute('data-js-error',String(e.message));});
+function cellValue(td){var t=td.textContent.trim();var n=parseFloat(t.replace(/[x%]$/,''));
+ return (t!=='-'&&!isNaN(n)&&/^[-0-9.]/.test(t))?n:t.toLowerCase();}
+document.querySelectorAll('table.sortable').forEach(function(table){
+ table.querySelectorAll('th').forEach(function(th,col){th.addEventListener('click',function(){
+  var body=table.tBodies[0];var rows=Array.prototype.slice.call(body.rows);
+  var dir=th.getAttribute('data-dir')==='asc'?-1:1;th.setAttribute('data-dir',dir>0?'asc':'desc');
+  rows.sort(function(a,b){var x=cellValue(a.cells[col]),y=cellValue(b.cells[col]);
+   if(typeof x!==typeof y){x=String(x);y=String(y);}return x<y?-dir:x>y?dir:0;});
+  rows.forEach(function(r){body.appendChild(r);});});});});
+var filter=document.getElementById('filter');
+if(filter){filter.addEventListener('input',function(){var q=filter.value.toLowerCase();
+ document.querySelectorAll('details.trajectory').forEach(function(d){
+  d.style.display=d.getAttribute('data-task').toLowerCase().indexOf(q)>=0?'':'none';});});}
+function fold(open){document.querySelectorAll('details.trajectory').forEach(function(d){d.open=open;});}
+var o=document.getElementById('open-all'),c=document.getElementById('close-all');
+if(o){o.addEventListener('click',function(){fold(true);});}
+if(c){c.addEventListener('click',function(){fold(false);});}
+root.setAttribute('data-trajectories',String(document.querySelectorAll('details.trajectory').length));
+root.setAttribute('data-report-ready','1');
+})();
+"""
+
+
+def render_html(inputs: ReportInputs, title: str = "cudaperf report",
+                max_trajectories: int = MAX_TRAJECTORIES) -> str:
+    trajectories = group_turns(inputs.turns)
+    body = results_section(inputs.results) + trajectories_section(trajectories, max_trajectories)
+    if not body:
+        body = '<p class="note">No results and no trajectories in the input.</p>'
+    bad = (f'<p class="bad">Skipped {len(inputs.bad_lines)} unreadable lines: '
+           f"{_e(', '.join(inputs.bad_lines[:20]))}</p>" if inputs.bad_lines else "")
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sources = ", ".join(inputs.sources) or "-"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f'<meta name="viewport" content="width=device-width,initial-scale=1"><style>{CSS}</style></head>'
+            f'<body><h1>{_e(title)}</h1><p class="note">Written {made} from {_e(sources)}.</p>{bad}{body}'
+            f"<script>{SCRIPT}</script></body></html>")
+
+
+def write_html(path: str | Path, inputs: ReportInputs, title: str = "cudaperf report",
+               max_trajectories: int = MAX_TRAJECTORIES) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(inputs, title, max_trajectories), encoding="utf-8")
+    return path
