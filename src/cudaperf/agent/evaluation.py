@@ -1,0 +1,103 @@
+"""The one seam between the refinement loop and the judge: `CandidateEvaluator`.
+
+The loop and the environment hand a batch of (task, solution) pairs to an object with this contract and
+take `EvalResult`s back as they finish; they never touch workers, builds or timing themselves. Another
+evaluation mode (say one sized for RL batches: correctness in many workers, baselines timed once per
+task and configuration, timing only for correct candidates) drops in by implementing the same two methods.
+
+Covers: the contract, and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
+and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
+`LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
+(each process then starts its own evaluator there).
+
+Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.reward`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from cudaperf.types import EvalResult, Solution, Task
+
+
+@runtime_checkable
+class CandidateEvaluator(Protocol):
+    """Evaluates candidates for the loop.
+
+    `evaluate_stream(pairs)` yields `(index, EvalResult)` for every pair, each as soon as it is known, in
+    any order (`index` is the pair's position in `pairs`); it never raises for a fault of a candidate, and
+    a harness fault becomes a HARNESS_ERROR result for that pair. `arch` is the target architecture the
+    candidates are built for (the structural analysis uses it). `close()` frees processes."""
+
+    @property
+    def arch(self) -> str: ...
+
+    def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]: ...
+
+    def close(self) -> None: ...
+
+
+def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solution]]) -> list[EvalResult]:
+    """Every pair's result, in the order of `pairs`."""
+    results: list[EvalResult | None] = [None] * len(pairs)
+    for index, result in evaluator.evaluate_stream(pairs):
+        results[index] = result
+    missing = [i for i, r in enumerate(results) if r is None]
+    if missing:
+        raise RuntimeError(f"the evaluator returned no result for pairs {missing}: a broken "
+                           "CandidateEvaluator")
+    return results  # type: ignore[return-value]
+
+
+class LocalEvaluator:
+    """`cudaperf.evaluate.Evaluator` behind the `CandidateEvaluator` seam (see the module docstring)."""
+
+    def __init__(self, config: Any = None):
+        from cudaperf.evaluate import EvalConfig
+
+        self.config = config or EvalConfig()
+        self._evaluator: Any = None
+
+    def _open(self) -> Any:
+        if self._evaluator is None:
+            from cudaperf.evaluate import Evaluator
+
+            self._evaluator = Evaluator(self.config).__enter__()
+        return self._evaluator
+
+    @property
+    def arch(self) -> str:
+        return self._open().arch
+
+    @property
+    def mode(self) -> str:
+        """'cuda', 'cpu' or 'none' (build and static checks only), as the evaluator resolved it."""
+        return self._open().mode
+
+    def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+        waiting: dict[tuple[str, str], list[int]] = {}
+        for index, (task, solution) in enumerate(pairs):
+            waiting.setdefault((task.task_id, solution.solution_id), []).append(index)
+        if not pairs:
+            return
+        # The whole batch goes in at once: its builds start together in the CPU pool and overlap with
+        # the GPU work of the first candidates.
+        for result in self._open().evaluate_many(list(pairs)):
+            indices = waiting.get((result.task_id, result.solution_id))
+            if indices:
+                yield indices.pop(0), result
+
+    def close(self) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
+            self._evaluator = None
+
+    def __enter__(self) -> LocalEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "_evaluator": None}  # processes do not travel; config does

@@ -1,0 +1,162 @@
+"""The refine loop: K trajectories of N turns for each task, every turn written as it finishes.
+
+The recipe of one round: build every active trajectory's prompt (`context.py`), generate all replies with
+one batched backend call (or chunks of `generate_batch`), step every environment against one evaluator
+(`environment.step_many`: the candidates go to the judge as one batch, and each turn is written to the
+trajectory file the moment its result is in), drop the trajectories that are done (last turn, or target
+speedup reached), repeat. Each round's wall time is split into prompt building, generation, evaluation
+and the loop's own overhead (extraction, rewards, structural hints, feedback, writing), so the loop's
+cost is measured, not guessed.
+
+Resume: trajectories already in the file continue from their last recorded turn (the conversation is
+rebuilt from the records); finished ones are left alone.
+
+Not covered: loading tasks (`taskset.py`), the model (`backends/`), the judge (`evaluation.py`), per-turn
+figures (`summary.py`), the command line (`cudaperf.commands.optimize_cmd`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from cudaperf.agent.backends.base import Generation, GenerationConfig, ModelBackend
+from cudaperf.agent.environment import EnvConfig, RankerFn, RefineEnv, StepResult, step_many
+from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.trajectory import Trajectory, TrajectoryStore, TurnRecord, group
+from cudaperf.types import Task
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    turns: int = 4
+    """Turns per trajectory (N)."""
+    samples: int = 1
+    """Trajectories per task (K), generated side by side."""
+    target_speedup: float | None = None
+    """Stop a trajectory once a correct answer reaches this speedup over its baseline (None: never)."""
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    """Sampling settings passed to the backend for every reply."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """Everything else about a trajectory (format, reward, feedback, context); its `max_turns` and
+    `target_speedup` are replaced by `turns` and `target_speedup` above."""
+    generate_batch: int = 0
+    """Conversations per backend call (0: every active trajectory in one call)."""
+
+    def __post_init__(self) -> None:
+        if self.turns < 1 or self.samples < 1:
+            raise ValueError(f"RefineConfig: turns={self.turns} and samples={self.samples} must be >= 1")
+        if self.generate_batch < 0:
+            raise ValueError(f"RefineConfig.generate_batch={self.generate_batch}: 0 (all at once) or more")
+
+    @property
+    def env_config(self) -> EnvConfig:
+        return replace(self.env, max_turns=self.turns, target_speedup=self.target_speedup)
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    """Where the wall time of one round (one turn of every active trajectory) went, in seconds."""
+
+    round: int
+    trajectories: int
+    wall_s: float
+    context_s: float  # building prompts and counting their tokens
+    generate_s: float  # the backend calls
+    evaluate_s: float  # waiting for the evaluator (the batch's wall time minus the loop's work inside it)
+    loop_s: float  # the loop's own work: extraction, rewards, hints, feedback, writing records
+    write_s: float = 0.0  # of which: appending records to the trajectory file
+
+    @property
+    def overhead_s(self) -> float:
+        """Everything but generation and evaluation (prompt building included)."""
+        return self.wall_s - self.generate_s - self.evaluate_s
+
+    @property
+    def overhead_fraction(self) -> float:
+        return self.overhead_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    trajectories: tuple[Trajectory, ...]
+    rounds: tuple[RoundTiming, ...]
+    resumed_turns: int = 0  # turns read back from the file instead of run
+
+
+OnTurn = Callable[[TurnRecord], None]
+
+
+def refine(tasks: Sequence[Task], backend: ModelBackend, evaluator: CandidateEvaluator,
+           config: RefineConfig = RefineConfig(), store: TrajectoryStore | None = None, *,
+           ranker: RankerFn | None = None, on_turn: OnTurn | None = None) -> RunResult:
+    """Run K trajectories of N turns on every task (see the module docstring); returns every trajectory
+    (resumed ones included) and the timing of each round."""
+    envs, resumed = _environments(tasks, backend, evaluator, config, store, ranker)
+    rounds: list[RoundTiming] = []
+    active = [e for e in envs if not e.done and e.turn < config.turns]
+    while active:
+        rounds.append(_round(len(rounds), active, backend, evaluator, config, store, on_turn))
+        active = [e for e in active if not e.done]
+    records = [r for e in envs for r in e.history]
+    return RunResult(tuple(group(records)), tuple(rounds), resumed)
+
+
+def _environments(tasks, backend, evaluator, config, store, ranker) -> tuple[list[RefineEnv], int]:
+    earlier = {(t.task_id, t.sample): t.turns for t in store.trajectories()} if store is not None else {}
+    envs, resumed = [], 0
+    for task in tasks:
+        for sample in range(config.samples):
+            env = RefineEnv(config.env_config, evaluator=evaluator, ranker=ranker,
+                            count_tokens=backend.count_tokens, sample=sample, model=backend.name)
+            turns = earlier.get((task.task_id, sample), ())[: config.turns]
+            if turns:
+                env.restore(task, turns)
+                resumed += len(turns)
+            else:
+                env.reset(task)
+            envs.append(env)
+    return envs, resumed
+
+
+def _round(index: int, active: list[RefineEnv], backend: ModelBackend, evaluator: CandidateEvaluator,
+           config: RefineConfig, store: TrajectoryStore | None, on_turn: OnTurn | None) -> RoundTiming:
+    t0 = time.perf_counter()
+    conversations = [env.context().messages for env in active]
+    t1 = time.perf_counter()
+    replies = _generate(backend, conversations, config)
+    t2 = time.perf_counter()
+    write_s = 0.0
+
+    def written(i: int, step: StepResult) -> None:
+        nonlocal write_s
+        w0 = time.perf_counter()
+        if store is not None:
+            store.append(step.record)
+        write_s += time.perf_counter() - w0
+        if on_turn is not None:
+            on_turn(step.record)
+
+    steps = step_many(active, replies, evaluator, on_step=written)
+    t3 = time.perf_counter()
+    # The loop's own work inside step_many (extraction, reward, hints, feedback): measured per turn.
+    loop_s = write_s + sum(sum(v for k, v in s.record.durations_s.items() if k != "generate") for s in steps)
+    evaluate_s = max(0.0, (t3 - t2) - loop_s)
+    return RoundTiming(index, len(active), t3 - t0, t1 - t0, t2 - t1, evaluate_s, loop_s, write_s)
+
+
+def _generate(backend: ModelBackend, conversations: list, config: RefineConfig) -> list[Generation]:
+    size = config.generate_batch or len(conversations)
+    out: list[Generation] = []
+    for start in range(0, len(conversations), size):
+        chunk = conversations[start:start + size]
+        replies = list(backend.generate(chunk, config.generation))
+        if len(replies) != len(chunk):  # a broken backend: never let it shift replies between tasks
+            why = f"backend returned {len(replies)} replies for {len(chunk)} conversations"
+            replies = [Generation("", 0, 0, "error", 0.0, error=why)] * len(chunk)
+        out.extend(replies)
+    return out
+
+
+__all__ = ["OnTurn", "RefineConfig", "RoundTiming", "RunResult", "refine"]
