@@ -291,13 +291,14 @@ def observe(pid: int, plan: Plan) -> dict:
 
 
 def describe_self() -> dict:
-    """The same keys as `observe`, seen from inside the worker (for its reply's environment): pid and
-    user namespaces from /proc/self, a read-only `/` for the mount namespace, a network with nothing
-    but loopback. Weaker than `observe` (candidate native code could make it lie): a report, not proof."""
+    """Most keys of `observe`, seen from inside the worker (for its reply's environment): the user
+    namespace from /proc/self/uid_map, a read-only `/` for the mount namespace, a network with nothing but
+    loopback. `pid_ns` is None: a pid namespace's own /proc looks like the host's from inside. Weaker than
+    `observe` (candidate native code could make it lie): a report, not proof."""
     status = _status("self")
     return {
         "uid": _first_int(status.get("Uid")),
-        "pid_ns": len(status.get("NSpid", "").split()) > 1,
+        "pid_ns": None,
         "user_ns": _own_user_namespace(),
         "mount_ns": bool(os.statvfs("/").f_flag & os.ST_RDONLY),
         "net_ns": _only_loopback(),
