@@ -196,3 +196,11 @@ def get_init_inputs(features=8):
     task = task_from_source(source, "linear")
     (derived,) = [c for c in task.configs if not c.timed]
     assert derived.params["batch"] < 16 and derived.params["features"] < 64 and derived.params["batch"] % 2
+
+
+def test_a_derivation_is_remembered_per_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path))
+    first = task_from_source(RELU, "relu")
+    calls = []
+    again = derived_configs.cached_derive(RELU, first.configs[:1], lambda c: calls.append(c) or "")
+    assert again.configs == first.configs[1:] and calls == []

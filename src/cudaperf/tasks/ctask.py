@@ -23,10 +23,12 @@ The candidate contract (C→CUDA "fast" format, the same one PyTorch→CUDA fast
   evaluator, anti-cheat and structural analysis already handle this format for PyTorch tasks.
 
 Loading: `load_task_file(path)` gives the shared `Task` record (`Task.spec` holds the CTask document and
-the naive CUDA port, see `to_task`); `from_task` reads the CTask back.
+the naive CUDA port read from the sibling file `naive_port_path(path)`, see `to_task`); `from_task` reads
+the CTask back.
 
 Not covered here: running the C reference (`cref.py`), running candidates on the GPU (the worker),
-comparing outputs (`cudaperf.correctness`), the task generators (`cudaperf.datasets`).
+comparing outputs (`cudaperf.correctness`), the task generators and the naive ports they make
+(`cudaperf.datasets`, which imports this module; this module never imports it).
 """
 
 from __future__ import annotations
@@ -336,8 +338,8 @@ def baseline_source(task: Task, name: str = NAIVE_CUDA) -> str | None:
 
 
 def load_task_file(path: str | Path) -> Task:
-    """A `<task_id>.ctask.json` file as a `Task`, with its naive CUDA port when one can be found
-    (`find_naive_port`). Raises CTaskError (or OSError) for an unusable file."""
+    """A `<task_id>.ctask.json` file as a `Task`, with its naive CUDA port when the sibling file
+    `naive_port_path(path)` exists. Raises CTaskError (or OSError) for an unusable file."""
     p = Path(path)
     try:
         task = from_json(p.read_text(encoding="utf-8"))
@@ -346,60 +348,15 @@ def load_task_file(path: str | Path) -> Task:
     problems = validate(task)
     if problems:
         raise CTaskError("; ".join(problems))
-    return to_task(task, str(p), find_naive_port(task, p))
+    port = naive_port_path(p)
+    return to_task(task, str(p), port.read_text(encoding="utf-8") if port.is_file() else None)
 
 
-def find_naive_port(task: CTask, path: Path | None = None) -> str | None:
-    """The naive CUDA port of `task`, looked up in order:
-    1. `<task_id>.naive.py` next to the task file (hand-written tasks ship their own port);
-    2. a built dataset (`<root>/tasks/c/<family>/<file>` with `<root>/manifest.json`): the baseline
-       implementation regenerated from the family and variant the manifest records;
-    3. the generator index at seed 0 (the default build), matched by task id.
-    None when none applies. Steps 2-3 import `cudaperf.datasets` lazily (the generators depend on this
-    module, not the other way round)."""
-    if path is not None:
-        sibling = path.with_name(path.name.removesuffix(CTASK_SUFFIX) + ".naive.py")
-        if sibling.is_file():
-            return sibling.read_text(encoding="utf-8")
-        found = _naive_from_manifest(task, path)
-        if found:
-            return found
-    return _naive_from_index(task)
-
-
-def _baseline_impl(family: str, variant: dict[str, Any], task_id: str) -> str | None:
-    from cudaperf.datasets import registry
-
-    try:
-        impls = registry.family(family).implementations(variant, task_id)
-    except StopIteration:  # a family this build does not know
-        return None
-    return next((i.source for i in impls if i.baseline), None)
-
-
-def _naive_from_manifest(task: CTask, path: Path) -> str | None:
-    parents = path.resolve().parents
-    manifest = parents[3] / "manifest.json" if len(parents) > 3 else None
-    if manifest is None or not manifest.is_file():
-        return None
-    try:
-        entries = json.loads(manifest.read_text(encoding="utf-8")).get("tasks", [])
-    except (OSError, ValueError):
-        return None
-    entry = next((e for e in entries if e.get("task_id") == task.task_id), None)
-    return _baseline_impl(entry["family"], entry["variant"], task.task_id) if entry else None
-
-
-def _naive_from_index(task: CTask) -> str | None:
-    from cudaperf.datasets import registry
-
-    names = {f.name for f in registry.all_families() if f.kind is TaskKind.C}
-    if task.family not in names:
-        return None
-    for generated in registry.build_index(0, kinds=(TaskKind.C,), families=(task.family,)):
-        if generated.task_id == task.task_id:
-            return _baseline_impl(generated.family, generated.variant, task.task_id)
-    return None
+def naive_port_path(task_path: str | Path) -> Path:
+    """Where the naive CUDA port of a task file lives: `<task_id>.naive.py` beside `<task_id>.ctask.json`
+    (hand-written tasks ship it; `cudaperf dataset build` writes it beside every C task it writes)."""
+    p = Path(task_path)
+    return p.with_name(p.name.removesuffix(CTASK_SUFFIX) + ".naive.py")
 
 
 def prompt_text(task: CTask) -> str:

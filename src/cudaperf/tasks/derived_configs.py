@@ -25,11 +25,15 @@ to randomise (`cudaperf.correctness.randomize_constant_parameters`).
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import operator
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from cudaperf.types import InputConfig
+from cudaperf.types import InputConfig, from_dict, to_dict
 
 Size = int | tuple[int, ...]
 
@@ -41,6 +45,7 @@ _MIN_SIZE = 8
 # Two shrink factors: each derived configuration is a smaller problem than the declared one (cheap to
 # check), and the two differ from each other, so no single specialised size passes both.
 _FACTORS = (0.6, 0.35)
+_VERSION = 1  # bump when the derivation changes: cached derivations of another version are not reused
 _INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
             ast.Pow: operator.pow, ast.Mod: operator.mod}
 
@@ -126,6 +131,35 @@ def derive(source: str, declared: tuple[InputConfig, ...],
         note = f"{len(kept)} of {want} derived configurations could be built (last failure: {why})"
         return Derivation(configs=tuple(kept), note=note[:400])
     return Derivation(configs=tuple(kept))
+
+
+def cached_derive(source: str, declared: tuple[InputConfig, ...],
+                  runs: Callable[[InputConfig], str]) -> Derivation:
+    """`derive`, remembered on disk per task source (the meta-device checks of a recurrent model take
+    seconds; a benchmark loads the same files again and again). The cache lives under
+    `$CUDAPERF_CACHE_DIR/derived_configs/` (default `~/.cache/cudaperf`); a file that cannot be read or
+    written is simply recomputed."""
+    key = hashlib.sha256(json.dumps([_VERSION, source, [to_dict(c) for c in declared]]).encode()).hexdigest()
+    path = _cache_dir() / f"{key[:32]}.json"
+    try:
+        data = json.loads(path.read_text())
+        return Derivation(configs=tuple(from_dict(InputConfig, c) for c in data["configs"]), note=data["note"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    derivation = derive(source, declared, runs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"configs": [to_dict(c) for c in derivation.configs],
+                                   "note": derivation.note}))
+        tmp.replace(path)  # atomic: concurrent loaders never read half a file
+    except OSError:
+        pass
+    return derivation
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("CUDAPERF_CACHE_DIR", Path.home() / ".cache" / "cudaperf")) / "derived_configs"
 
 
 def _candidate_values(sizes: dict[tuple[str, str], Size], used_by_inputs: set[str]):

@@ -227,7 +227,8 @@ def _with_derived_configs(task: Task, options: dict[str, Any]) -> Task:
         if len(task.configs) >= derived_configs.MIN_CONFIGS:
             return task
         return replace(task, notes=(f"no derived configurations: {options['no_derived_configs']}",))
-    derivation = derived_configs.derive(task.source, task.configs, lambda c: runtime.runs_on_meta(task, c))
+    derivation = derived_configs.cached_derive(
+        task.source, task.configs, lambda c: runtime.runs_on_meta(task, c))
     notes = (derivation.note,) if derivation.note else ()
     return replace(task, configs=task.configs + derivation.configs, notes=notes)
 
