@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("cudaperf.commands.analyze_cmd", "structural analysis of a kernel source (features + feedback)"),
     "tasks": ("cudaperf.commands.tasks_cmd", "list and check task files"),
     "dataset": ("cudaperf.commands.dataset_cmd", "build, validate, count and (GPU) measure the task dataset"),
-    "optimize": ("cudaperf.commands.optimize_cmd", "a model writes, tests and rewrites kernels for tasks (refinement)"),
+    "optimize": ("cudaperf.commands.optimize_cmd", "a model writes, tests and rewrites kernels (refinement)"),
 }
 
 
