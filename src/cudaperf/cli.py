@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("cudaperf.commands.tasks_cmd", "list and check task files"),
     "dataset": ("cudaperf.commands.dataset_cmd", "build, validate, count and (GPU) measure the task dataset"),
     "optimize": ("cudaperf.commands.optimize_cmd", "a model writes, tests and rewrites kernels (refinement)"),
+    "rank": ("cudaperf.commands.rank_cmd", "offline pairwise ranker: train, evaluate, score candidate kernels"),
 }
 
 
