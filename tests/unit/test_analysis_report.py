@@ -181,3 +181,15 @@ m = load_inline(name="x", cpp_sources="", cuda_sources=HEADER + KERNELS, functio
 def test_concatenated_inline_sources_map_back_to_their_file_lines():
     report = analyze_source(CONCATENATED, compile=False)
     assert any(f.startswith("line 12: store to out strided by n") for f in report.feedback), report.feedback
+
+
+def test_a_python_solution_with_a_syntax_error_is_reported_as_python_not_parsed_as_cuda():
+    broken = FAST.replace("class ModelNew", "class ModelNew(:")
+    report = analyze_source(broken, compile=False)
+    assert report.kernels == () and "not valid Python" in report.diagnostics[0]
+
+
+def test_raw_cuda_text_is_still_analysed_as_cuda():
+    report = analyze_source('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 0.f; }',
+                            compile=False)
+    assert [k.kernel for k in report.kernels] == ["k"]

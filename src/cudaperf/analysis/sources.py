@@ -14,6 +14,7 @@ Not covered: executing the solution, grid sizes computed from tensors at run tim
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from cudaperf.analysis.cst import device_only_text
@@ -70,10 +71,19 @@ def solution_sources(text: str, kind: str = "auto") -> SolutionSources:
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
-        if kind == "auto":
+        if kind == "auto" and _looks_like_cuda(text):
             return SolutionSources("cuda_c", (CudaSource(text, "cuda_c", None),))
-        return SolutionSources(kind, (), (), (f"not valid Python ({exc.msg}, line {exc.lineno})",))
+        why = f"not valid Python ({exc.msg}, line {exc.lineno}), and not CUDA C++ either: no CUDA to analyse"
+        return SolutionSources(kind, (), (), (why,))
     return _python_solution(text, tree)
+
+
+def _looks_like_cuda(text: str) -> bool:
+    """CUDA C++ text rather than broken Python: a kernel or device function, and no Python import or def
+    at the start of a line (a Python solution with a syntax error is reported as such, not parsed as C++)."""
+    has_kernel = re.search(r"__global__|__device__", text) is not None
+    python_lines = re.search(r"^(?:import |from \S+ import |def |class \w+.*:\s*$)", text, re.MULTILINE) is not None
+    return has_kernel and not python_lines
 
 
 def _python_solution(text: str, tree: ast.AST) -> SolutionSources:
