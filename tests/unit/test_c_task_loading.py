@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cudaperf.datasets import registry
+from cudaperf.datasets import export, registry
 from cudaperf.tasks import TaskError, load_task
 from cudaperf.tasks.ctask import (
     NAIVE_CUDA,
@@ -18,9 +18,8 @@ from cudaperf.tasks.ctask import (
     CTaskError,
     ParamKind,
     baseline_source,
-    find_naive_port,
-    from_json,
     from_task,
+    naive_port_path,
     to_json,
     to_task,
 )
@@ -98,17 +97,11 @@ def test_a_ctask_failing_validation_is_a_task_error_naming_the_problem(tmp_path)
         load_task(path)
 
 
-def test_the_naive_port_is_regenerated_from_a_built_dataset_manifest(tmp_path):
+def test_a_task_written_by_the_dataset_export_loads_with_its_naive_port(tmp_path):
     generated, naive = _generated()
-    path = tmp_path / "tasks" / "c" / generated.family / generated.filename
-    path.parent.mkdir(parents=True)
-    path.write_text(generated.text)
-    manifest = {"seed": 0, "tasks": [{"task_id": generated.task_id, "family": generated.family,
-                                      "variant": generated.variant}]}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert baseline_source(load_task(path)) == naive.source
+    export.write_task(tmp_path, generated, registry.implementations(generated))
+    assert baseline_source(load_task(export.task_path(tmp_path, generated))) == naive.source
 
 
-def test_the_naive_port_of_a_default_build_task_is_found_from_the_generator_index():
-    generated, naive = _generated()
-    assert find_naive_port(from_json(generated.text)) == naive.source
+def test_the_naive_port_path_is_the_sibling_of_the_task_file(tmp_path):
+    assert naive_port_path(tmp_path / "c_x_1.ctask.json") == tmp_path / "c_x_1.naive.py"

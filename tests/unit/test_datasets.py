@@ -15,7 +15,7 @@ from cudaperf.commands import dataset_cmd as cli
 from cudaperf.datasets import export, registry, splits
 from cudaperf.datasets.filters import degenerate
 from cudaperf.datasets.records import GeneratedTask, normalise
-from cudaperf.tasks import cref
+from cudaperf.tasks import cref, ctask
 from cudaperf.tasks.ctask import compile_check, from_json, validate
 from cudaperf.types import TaskKind
 
@@ -197,6 +197,14 @@ def test_build_with_no_filter_keeps_every_task(tmp_path):
     out = tmp_path / "ds"
     assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls", "--no-filter") == 0
     assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 2
+
+
+def test_build_writes_each_c_tasks_naive_port_beside_it_even_without_implementations(tmp_path):
+    out = tmp_path / "ds"
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "1", "--no-impls", "--no-filter") == 0
+    task = registry.build_index(0, families=["map"])[0]
+    naive = next(i for i in registry.implementations(task) if i.baseline)
+    assert ctask.naive_port_path(export.task_path(out, task)).read_text() == naive.source
 
 
 def test_validate_compiles_what_the_build_filter_only_ran(tmp_path):

@@ -108,8 +108,9 @@ def build(args: argparse.Namespace) -> int:
     with _progress() as progress:
         bar = progress.add_task("build", total=len(tasks))
         for task in tasks:
-            export.write_atomic(export.task_path(root, task), task.text)
-            impls = [] if args.no_impls else registry.implementations(task)
+            made = registry.implementations(task)
+            export.write_task(root, task, made)
+            impls = [] if args.no_impls else made
             for impl in impls:
                 export.write_atomic(export.impl_path(root, impl), impl.source)
                 impl_rows.append({"impl_id": impl.impl_id, "task_id": task.task_id, "strategy": impl.strategy,

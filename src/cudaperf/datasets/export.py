@@ -4,7 +4,9 @@ manifest, JSONL prompts for the agent and RL, and Parquet tables (pyarrow, optio
 
 Layout under the output directory:
   manifest.json                      seed, counts, splits, format version
-  tasks/<kind>/<family>/<task file>  KernelBench modules (.py) or C tasks (.ctask.json)
+  tasks/<kind>/<family>/<task file>  KernelBench modules (.py) or C tasks (.ctask.json), each C task with
+                                     its naive CUDA port beside it (<task_id>.naive.py, the GPU baseline
+                                     `cudaperf eval` reads through `ctask.load_task_file`)
   impls/<task_id>/<strategy>.py      fast-format implementations
   prompts.jsonl                      one row per task: id, kind, family, split, prompt, configs, strategies
   tasks.parquet, impls.parquet       the same rows as tables (when pyarrow is installed)
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.datasets.records import GeneratedTask, Implementation
+from cudaperf.tasks.ctask import from_json, naive_port_path
+from cudaperf.tasks.ctask import prompt_text as c_prompt
 from cudaperf.types import TaskKind
 
 FORMAT_VERSION = 1
@@ -43,15 +47,21 @@ def task_path(root: Path, task: GeneratedTask) -> Path:
     return root / "tasks" / task.kind.value / task.family / task.filename
 
 
+def write_task(root: Path, task: GeneratedTask, impls: Iterable[Implementation]) -> None:
+    """The task file and, for a C task, its baseline implementation as the naive port beside it."""
+    path = task_path(root, task)
+    write_atomic(path, task.text)
+    baseline = next((i for i in impls if i.baseline), None)
+    if task.kind is TaskKind.C and baseline is not None:
+        write_atomic(naive_port_path(path), baseline.source)
+
+
 def impl_path(root: Path, impl: Implementation) -> Path:
     return root / "impls" / impl.task_id / f"{impl.strategy}.py"
 
 
 def prompt_text(task: GeneratedTask) -> str:
     if task.kind is TaskKind.C:
-        from cudaperf.tasks.ctask import from_json
-        from cudaperf.tasks.ctask import prompt_text as c_prompt
-
         return c_prompt(from_json(task.text))
     return ("Write a faster version of this PyTorch model for an NVIDIA H200 (sm_90) as `class ModelNew`, with the "
             "same constructor, doing its work in your own CUDA kernels (compiled with "
