@@ -217,20 +217,36 @@ PALETTE = ("#3b6fb6", "#e07b39", "#4a9a5b", "#b04a8c", "#7a6a3a")
 W, H, LEFT, BOTTOM, TOP = 560, 240, 48, 36, 28  # px; the plot area is inside these margins
 
 
-def _frame(title: str, y_max: float, y_label) -> list[str]:
+def nice_range(values: Iterable[float], y_max: float | None = None, counts: bool = False) -> tuple[float, float]:
+    """(low, high) of a y axis: from min(0, values) to `y_max` or the peak rounded up to 1, 2, 2.5 or 5 times
+    a power of ten (a multiple of 4 for counts, so the five grid lines fall on whole numbers)."""
+    values = list(values)
+    low = min([0.0, *values])
+    peak = y_max if y_max is not None else max([0.0, *values])
+    if counts:
+        return low, float(4 * math.ceil(max(peak, 1.0) / 4))
+    if peak <= 0:
+        return low, 1.0
+    scale = 10 ** math.floor(math.log10(peak))
+    return low, next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= peak - 1e-12)
+
+
+def _frame(title: str, y_range: tuple[float, float], y_label) -> list[str]:
     parts = [(f'<svg class="chart" viewBox="0 0 {W} {H}" '
-             f'width="{W}" height="{H}" role="img" aria-label="{_e(title)}">'),
+              f'width="{W}" height="{H}" role="img" aria-label="{_e(title)}">'),
              f'<text x="{W / 2}" y="16" text-anchor="middle" class="ctitle">{_e(title)}</text>']
+    low, high = y_range
     for k in range(5):
-        value = y_max * k / 4
-        y = _y(value, y_max)
+        value = low + (high - low) * k / 4
+        y = _y(value, y_range)
         parts.append(f'<line x1="{LEFT}" x2="{W - 8}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
                      f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_e(y_label(value))}</text>')
     return parts
 
 
-def _y(value: float, y_max: float) -> float:
-    return H - BOTTOM - (H - BOTTOM - TOP) * (value / y_max if y_max else 0)
+def _y(value: float, y_range: tuple[float, float]) -> float:
+    low, high = y_range
+    return H - BOTTOM - (H - BOTTOM - TOP) * ((value - low) / (high - low) if high > low else 0)
 
 
 def _legend(names: Sequence[str]) -> list[str]:
@@ -239,10 +255,10 @@ def _legend(names: Sequence[str]) -> list[str]:
 
 
 def bar_chart(title: str, categories: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
-              y_max: float | None = None, y_label=lambda v: f"{v:g}") -> str:
+              y_max: float | None = None, y_label=lambda v: f"{v:g}", counts: bool = False) -> str:
     """Grouped bars; each bar carries `data-series`, `data-category` and `data-value` (for tests)."""
-    peak = y_max or max((v for _, vs in series for v in vs if v is not None), default=1.0) or 1.0
-    parts = _frame(title, peak, y_label) + (_legend([n for n, _ in series]) if len(series) > 1 else [])
+    y_range = nice_range((v for _, vs in series for v in vs if v is not None), y_max, counts)
+    parts = _frame(title, y_range, y_label) + (_legend([n for n, _ in series]) if len(series) > 1 else [])
     slot = (W - 8 - LEFT) / max(1, len(categories))
     width = slot * 0.8 / max(1, len(series))
     for c, category in enumerate(categories):
@@ -251,9 +267,9 @@ def bar_chart(title: str, categories: Sequence[str], series: Sequence[tuple[str,
             value = values[c]
             if value is None:
                 continue
-            y = _y(value, peak)
+            y, base = sorted((_y(value, y_range), _y(0.0, y_range)))
             parts.append(f'<rect x="{x0 + s * width:.1f}" y="{y:.1f}" width="{width - 1:.1f}" '
-                         f'height="{H - BOTTOM - y:.1f}" fill="{PALETTE[s % len(PALETTE)]}" '
+                         f'height="{base - y:.1f}" fill="{PALETTE[s % len(PALETTE)]}" '
                          f'data-series="{_e(name)}" data-category="{_e(category)}" data-value="{value:.6g}">'
                          f'<title>{_e(name)} {_e(category)}: {_e(y_label(value))}</title></rect>')
         parts.append(f'<text x="{x0 + slot * 0.4:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">'
@@ -264,15 +280,15 @@ def bar_chart(title: str, categories: Sequence[str], series: Sequence[tuple[str,
 def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
                y_max: float | None = None, y_label=lambda v: f"{v:g}") -> str:
     """Lines with a dot per point; each dot carries `data-series`, `data-x` and `data-value`."""
-    peak = y_max or max((v for _, vs in series for v in vs if v is not None), default=1.0) or 1.0
-    parts = _frame(title, peak, y_label) + _legend([n for n, _ in series])
-    step = (W - 8 - LEFT - 20) / max(1, len(x_labels) - 1)
-    xs = [LEFT + 10 + step * i for i in range(len(x_labels))]
+    y_range = nice_range((v for _, vs in series for v in vs if v is not None), y_max)
+    parts = _frame(title, y_range, y_label) + _legend([n for n, _ in series])
+    step = (W - LEFT - 60) / max(1, len(x_labels) - 1)  # room for the last label's half
+    xs = [LEFT + 20 + step * i for i in range(len(x_labels))]
     for i, label in enumerate(x_labels):
         parts.append(f'<text x="{xs[i]:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{_e(label)}</text>')
     for s, (name, values) in enumerate(series):
         color = PALETTE[s % len(PALETTE)]
-        points = [(xs[i], _y(v, peak), v) for i, v in enumerate(values) if v is not None]
+        points = [(xs[i], _y(v, y_range), v) for i, v in enumerate(values) if v is not None]
         if len(points) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
@@ -313,7 +329,8 @@ def results_section(results: Sequence[EvalResult]) -> str:
             labels = [f"<{b.hi:.2g}" if b.lo == 0 else (f"≥{b.lo:.2g}" if math.isinf(b.hi) else f"{b.lo:.2g}")
                       for b in bins]
             charts.append(bar_chart(f"speedup vs {baseline} (correct results per log bin)", labels,
-                                    [("results", [b.count for b in bins])], y_label=lambda v: f"{v:.0f}"))
+                                    [("results", [b.count for b in bins])], y_label=lambda v: f"{v:.0f}",
+                                    counts=True))
     tables = "".join(table_html(t) for t in report_tables(results) if not t.preformatted)
     return (f'<section id="results"><h2>Evaluation results ({len(results)})</h2>'
             f'<div class="charts">{"".join(charts)}</div>{tables}</section>')
@@ -332,6 +349,8 @@ def trajectories_section(trajectories: Sequence[TrajectoryView], max_detailed: i
                    y_label=lambda v: f"{v:.2f}"),
     ]
     shown = trajectories[:max_detailed]
+    # The trajectory with the best kernel is drawn open: the page shows one turn-by-turn story at a glance.
+    showcase = max(shown, key=lambda tr: _rank(tr.best()) if tr.turns else (), default=None)
     more = (f'<p class="note">{len(trajectories) - len(shown)} more trajectories are in the table but not '
             f"drawn turn by turn (limit {max_detailed}).</p>" if len(shown) < len(trajectories) else "")
     controls = ('<div class="controls"><input id="filter" type="search" placeholder="filter by task">'
@@ -339,7 +358,7 @@ def trajectories_section(trajectories: Sequence[TrajectoryView], max_detailed: i
                 '<button type="button" id="close-all">close all</button></div>')
     return (f'<section id="trajectories"><h2>Trajectories ({len(trajectories)})</h2>'
             f'<div class="charts">{"".join(charts)}</div>{trajectory_table(trajectories)}{controls}'
-            f'{"".join(trajectory_html(t) for t in shown)}{more}</section>')
+            f'{"".join(trajectory_html(t, opened=t is showcase) for t in shown)}{more}</section>')
 
 
 def _chip(t: TurnView) -> str:
@@ -378,7 +397,7 @@ def _anchor(tr: TrajectoryView) -> str:
     return "traj-" + "".join(c if c.isalnum() else "-" for c in tr.task_id) + f"-{tr.sample}"
 
 
-def trajectory_html(tr: TrajectoryView) -> str:
+def trajectory_html(tr: TrajectoryView, opened: bool = False) -> str:
     previous: str | None = None
     turns = []
     for t in tr.turns:
@@ -387,7 +406,7 @@ def trajectory_html(tr: TrajectoryView) -> str:
     best = tr.best()
     summary = (f"{_e(tr.task_id)} · sample {tr.sample} · {len(tr.turns)} turns · best: "
                f"{_e(best.outcome if best else '-')} {_x(best.speedup if best else None)}")
-    return (f'<details class="trajectory" id="{_anchor(tr)}" data-task="{_e(tr.task_id)}">'
+    return (f'<details class="trajectory" id="{_anchor(tr)}" data-task="{_e(tr.task_id)}"{" open" * opened}>'
             f"<summary>{summary}</summary>{''.join(turns)}</details>")
 
 
@@ -431,7 +450,7 @@ def diff_html(before: str | None, after: str | None) -> str:
     for line in lines[2:]:  # the two file-name lines add nothing here
         css = "hunk" if line.startswith("@@") else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
         spans.append(f'<span class="{css}">{_e(line)}</span>')
-    return f'<pre class="diff">{chr(10).join(spans)}</pre>'
+    return f'<pre class="diff">{"".join(spans)}</pre>'  # spans are blocks: no newlines
 
 
 # -- the page ----------------------------------------------------------------------------------------
@@ -447,7 +466,7 @@ table.sortable th{cursor:pointer}pre{background:#f7f7f7;border:1px solid #e6e6e6
 max-height:420px;font:12px/1.35 ui-monospace,monospace;white-space:pre}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:10px}.pair>div{min-width:0}
 .diff .add{background:#e3f6e3;display:block}.diff .del{background:#fbe3e3;display:block}
-.diff .hunk{color:#6a5acd;display:block}.trajectory{border:1px solid #ccc;margin:8px 0;padding:4px 10px}
+.diff .hunk{color:#6a5acd;display:block}.diff span{display:block;min-height:1.35em}.trajectory{border:1px solid #ccc;margin:8px 0;padding:4px 10px}
 .trajectory>summary{cursor:pointer;font-weight:600}.turn{border-left:4px solid #999;margin:10px 0;
 padding-left:10px}.turn.ok{border-color:#3c9a4f}.turn.wrong{border-color:#e0a030}.turn.fail{border-color:#c84040}
 .chip{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:12px;color:#fff;background:#999}
