@@ -1,10 +1,15 @@
-"""`cudaperf report` on a small JSONL file, including a torn last line."""
+"""`cudaperf report` on a small JSONL file, including a torn last line, and `--html` over results and
+trajectories together."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from cudaperf.cli import main
 from cudaperf.results import ResultStore
-from cudaperf.types import EvalResult, Outcome
+from cudaperf.types import EvalResult, Outcome, to_dict
 
 
 def _store(tmp_path) -> ResultStore:
@@ -39,3 +44,30 @@ def test_report_skips_a_torn_line_with_a_note(tmp_path, capsys):
 
 def test_report_on_a_missing_file_is_a_usage_error(tmp_path):
     assert main(["report", str(tmp_path / "none.jsonl")]) == 2
+
+
+def _trajectory_file(tmp_path):
+    path = tmp_path / "trajectories.jsonl"
+    turns = []
+    for turn, (outcome, eager) in enumerate([(Outcome.INCORRECT, None), (Outcome.CORRECT, 1.6)]):
+        result = EvalResult("relu", f"agent/relu/{turn}", outcome, speedup_vs_eager=eager)
+        turns.append({"task_id": "relu", "sample": 0, "turn": turn, "prompt": [], "response": "reply",
+                      "code": f"// kernel v{turn}", "result": to_dict(result), "reward": float(turn),
+                      "feedback": f"feedback {turn}"})
+    path.write_text("".join(json.dumps(t) + "\n" for t in turns))
+    return path
+
+
+def test_report_html_writes_one_page_for_results_and_trajectories(tmp_path, capsys):
+    store = _store(tmp_path)
+    out = tmp_path / "page" / "report.html"
+    assert main(["report", str(store.path), str(_trajectory_file(tmp_path)), "--html", str(out)]) == 0
+    page = out.read_text()
+    assert "wrote" in capsys.readouterr().out
+    assert "Evaluation results (2)" in page and "Trajectories (1)" in page and "feedback 1" in page
+
+
+def test_report_html_and_markdown_together_is_a_usage_error(tmp_path):
+    store = _store(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["report", str(store.path), "--markdown", "--html", str(tmp_path / "r.html")])
