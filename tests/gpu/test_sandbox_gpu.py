@@ -141,3 +141,111 @@ def test_cpu_mode_pool_on_a_gpu_machine_hides_the_gpu():
     with WorkerPool(None, Limits(), timeouts=TIMEOUTS) as p:
         reply = p.run(job("cuda_available"))
     assert reply.outcome is None and reply.payload["available"] is False, reply
+
+
+# -- the operating-system boundary (issue 24) --------------------------------------------------------
+
+HELD = ("mount_ns", "pid_ns", "net_ns", "ipc_ns", "no_new_privs", "seccomp")
+
+
+def test_gpu_worker_runs_cuda_inside_the_boundary(pool):
+    from cudaperf.execute import boundary
+
+    reply = pool.run(job("gpu_ok"))
+    state = reply.sandbox["boundary"]
+    print(f"\n[sandbox-gpu] boundary: {boundary.state_text(state)}")
+    assert reply.outcome is None and reply.payload["sum"] == 1023 * 1024 / 2, (reply, reply.logs[-2000:])
+    assert {k: state[k] for k in HELD} == dict.fromkeys(HELD, True), state
+    assert state["uid"] == boundary.DEFAULT_WORKER_UID and state["missing"] == []
+
+
+@pytest.fixture(scope="module")
+def native_verdicts(tmp_path_factory):
+    """Every native escape fixture (tests/adversarial/native) through the full evaluator, plus the honest
+    candidate they all extend; the decoy process stands for the evaluator (same user, canary secret)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "adversarial" / "native"))
+    import fixtures
+    from test_native_boundary import CHECKOUT_FILE, TMP_FILE, _lingering
+
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.tasks import load_tasks
+    from cudaperf.tasks.examples import example_tasks_dir
+
+    task = {t.task_id: t for t in load_tasks(example_tasks_dir())}[fixtures.TASK]
+    cache, out = Path(tempfile.mkdtemp(prefix="cudaperf-native-cache-")), tmp_path_factory.mktemp("out")
+    cache.chmod(0o777)
+    results_file = Path(tempfile.mkdtemp(prefix="cudaperf-native-results-")) / "results.jsonl"
+    results_file.parent.chmod(0o777)
+    results_file.write_text('{"outcome": "correct"}\n')
+    results_file.chmod(0o666)
+    decoy = subprocess.Popen(["sleep", "1200"], env={**os.environ, "NATIVE_CANARY_SECRET": secrets.token_hex(8)})
+    os.environ.update(CUDAPERF_NATIVE_EVALUATOR_PID=str(decoy.pid), CUDAPERF_NATIVE_TARGETS=str(results_file))
+    names = (None, *fixtures.ATTEMPTS)
+    pairs = [(task, solution_from_text(fixtures.candidate_source(a), f"native_{a or 'honest'}")) for a in names]
+    try:
+        config = EvalConfig(device="cuda", cache_dir=str(cache), timing=TimingConfig(baselines=("eager",)),
+                            stage_timeouts_s={"import": 900.0})  # fmt: skip
+        with Evaluator(config) as ev:
+            verdicts = {r.solution_id: r for r in ev.evaluate_many(pairs)}
+        time.sleep(1.0)
+        seen = {"verdicts": verdicts, "lingering": _lingering(), "tmp_file": TMP_FILE.exists(),
+                "checkout_file": CHECKOUT_FILE.exists(), "results": results_file.read_text(),
+                "cache_escape": (cache / "cudaperf-native-escape").exists()}  # fmt: skip
+    finally:
+        decoy.kill()
+        decoy.wait()
+        for key in ("CUDAPERF_NATIVE_EVALUATOR_PID", "CUDAPERF_NATIVE_TARGETS"):
+            os.environ.pop(key, None)
+        for path in (TMP_FILE, CHECKOUT_FILE):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(results_file.parent, ignore_errors=True)
+    print("\n[sandbox-gpu] native escape fixtures (blocked: CORRECT, the attempt failed; detected: a flag)")
+    for sid, r in sorted(verdicts.items()):
+        flags = ",".join(f.code for f in r.flags if f.code in ("lingering_processes", "channel_forged"))
+        print(f"[sandbox-gpu] {sid:24s} {r.outcome.value:18s} {flags or '-'}  {r.message[:80]}")
+    (out / "native_verdicts.txt").write_text("\n".join(f"{k} {v.outcome.value}" for k, v in verdicts.items()))
+    return seen
+
+
+NATIVE_BLOCKED = ("write_outside", "read_environ", "read_memory", "signal", "trace")
+
+
+def test_honest_native_candidate_is_correct_inside_the_boundary(native_verdicts):
+    result = native_verdicts["verdicts"]["native_honest"]
+    assert result.outcome is Outcome.CORRECT, (result.message, result.logs[-3000:])
+    import json
+
+    state = json.loads(result.environment["sandbox"])
+    assert {k: state[k] for k in HELD} == dict.fromkeys(HELD, True), state
+
+
+@pytest.mark.parametrize("attempt", NATIVE_BLOCKED)
+def test_native_escape_attempt_is_blocked(native_verdicts, attempt):
+    """CORRECT means the attempt failed: an escape doubles the kernel's output (INCORRECT)."""
+    result = native_verdicts["verdicts"][f"native_{attempt}"]
+    assert result.outcome is Outcome.CORRECT, (result.outcome, result.message, result.logs[-3000:])
+
+
+def test_native_writes_reach_no_file_outside_the_job(native_verdicts):
+    seen = native_verdicts
+    assert not (seen["tmp_file"] or seen["checkout_file"] or seen["cache_escape"]), seen
+    assert seen["results"] == '{"outcome": "correct"}\n'
+
+
+def test_native_process_outliving_the_job_is_killed_and_flagged(native_verdicts):
+    result = native_verdicts["verdicts"]["native_linger"]
+    assert "lingering_processes" in [f.code for f in result.flags], (result.outcome, result.flags)
+    assert native_verdicts["lingering"] == []
+
+
+def test_native_forged_reply_is_detected(native_verdicts):
+    result = native_verdicts["verdicts"]["native_forge_reply"]
+    assert result.outcome is Outcome.POLICY_VIOLATION
+    assert "channel_forged" in [f.code for f in result.flags], result.flags

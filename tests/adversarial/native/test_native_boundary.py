@@ -20,6 +20,7 @@ import platform
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +28,9 @@ from pathlib import Path
 import pytest
 
 from cudaperf.execute import Limits, StageTimeouts, WorkerPool, boundary
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fixtures  # next to this file
 
 HERE = Path(__file__).resolve().parent
 HANDLERS = str(HERE / "native_handlers.py")
@@ -176,3 +180,30 @@ def test_without_the_boundary_the_native_escape_gets_out(unsandboxed, name):
 
 def test_without_the_boundary_native_code_writes_tmp(unsandboxed):
     assert unsandboxed[1]
+
+
+# -- the GPU fixtures, checked without a GPU --------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempt", [None, *fixtures.ATTEMPTS])
+def test_native_fixture_passes_the_static_policy(attempt):
+    """The source scan sees nothing (raw syscalls, no libc names): the boundary is what must stop it."""
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.anticheat.static import check_source
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.types import SolutionFormat
+
+    source = fixtures.candidate_source(attempt)
+    assert solution_from_text(source, "native").format is SolutionFormat.INLINE
+    assert [f.code for f in check_source(source, Policy())] == []
+
+
+def test_native_attempts_compile_as_the_cpp_of_a_load_inline_extension(tmp_path):
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    unit = tmp_path / "unit.cpp"
+    calls = "".join(f"static int r_{a} = cpn_{a}();\n" for a in fixtures.ATTEMPTS)
+    unit.write_text((HERE / "escape_attempts.c").read_text() + calls)
+    out = subprocess.run(["g++", "-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-variable", str(unit)],
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr

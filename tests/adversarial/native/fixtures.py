@@ -1,0 +1,75 @@
+"""KernelBench-format (load_inline) candidates that are honest and correct, plus one native escape attempt.
+
+`candidate_source(attempt)` is a ReLU solution whose CUDA host code embeds escape_attempts.c and runs one
+attempt from a static initialiser, at the moment the worker loads the extension (before any of the
+harness's Python runs again). When the attempt gets out, the kernel doubles its output, so the escape
+shows in the evaluator's own verdict (INCORRECT); blocked, the candidate is CORRECT; the writes, the
+lingering process and the forged reply are seen by the test (files, processes, flags). `attempt=None`
+is the honest candidate alone, the baseline every fixture must match in outcome.
+
+Why only load_inline: the fast format runs nothing but NVRTC device code; native host code reaches a
+worker only through load_inline (or ctypes, which the static policy refuses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ATTEMPTS: tuple[str, ...] = ("write_outside", "read_environ", "read_memory", "signal", "trace", "linger",
+                             "forge_reply")  # fmt: skip
+TASK = "relu"
+
+_TEMPLATE = '''"""relu (load_inline) with a native escape attempt `{attempt}` in a static initialiser (issue 24)."""
+
+import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+{attempts}
+static int cpn_escaped = {call};
+
+__global__ void relu_native_kernel(const float* x, float* y, long long n, float scale) {{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (x[i] < 0.0f ? 0.0f : x[i]) * scale;
+}}
+
+torch::Tensor relu_native_forward(torch::Tensor x) {{
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    long long n = xc.numel();
+    if (n == 0) return y;
+    const int threads = 256;
+    long long blocks = (n + threads - 1) / threads;
+    relu_native_kernel<<<(unsigned)blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        xc.data_ptr<float>(), y.data_ptr<float>(), n, 1.0f + (float)cpn_escaped);
+    return y;
+}}
+"""
+
+CPP_SOURCE = "torch::Tensor relu_native_forward(torch::Tensor x);"
+
+ext = load_inline(name="cudaperf_native_{name}", cpp_sources=CPP_SOURCE, cuda_sources=CUDA_SOURCE,
+                  functions=["relu_native_forward"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.relu_native_forward(x)
+'''
+
+
+def candidate_source(attempt: str | None) -> str:
+    """The solution text: the honest ReLU with `attempt` (one of ATTEMPTS) run when the extension loads."""
+    if attempt is None:
+        return _TEMPLATE.format(attempt="none", attempts="", call="0", name="honest")
+    if attempt not in ATTEMPTS:
+        raise ValueError(f"unknown attempt {attempt!r}; one of {ATTEMPTS}")
+    attempts = (HERE / "escape_attempts.c").read_text()
+    return _TEMPLATE.format(attempt=attempt, attempts=attempts, call=f"cpn_{attempt}()", name=attempt)
