@@ -11,9 +11,8 @@ Covers, in the order the child applies them:
   only: the CUDA driver reserves hundreds of GiB of virtual address space, so RLIMIT_AS breaks CUDA),
   data segment and process count (RLIMIT_NPROC counts every thread of the uid system-wide and root ignores
   it, so it is off by default).
-- `drop_privileges` (opt-in, `Limits.run_as_uid`): when started as root, the worker switches to a uid of
-  its own, which turns the points below about native code from "can" into "cannot" for files, signals
-  and ptrace (see the function).
+- `drop_privileges` (`Limits.run_as_uid`, or by default under the boundary when the evaluator is root):
+  the worker switches to a uid of its own before any candidate code (see the function).
 - `set_process_flags`: no_new_privs (setuid binaries gain nothing) and child-subreaper, so every orphaned
   descendant is re-parented to the worker and `reap_descendants` can kill it after each job.
 - `install_audit_hook` + `candidate_scope`: a `sys.addaudithook` hook that, while at least one
@@ -33,14 +32,37 @@ an audit event carrying the scope object itself; the hook counts only objects it
 code can close only scopes it opened. The outer scope object lives on the harness frame's value stack
 (`with candidate_scope():`, never `as name` and never stored), and frames are refused while active.
 
-Not covered (this is a speed bump for Python-level misbehaviour, not a security boundary):
-- Native code. A `load_inline` extension, or anything else that runs machine code in the worker, can
-  make any syscall: it bypasses the audit hook, can read the worker's own memory (the job's secret, the
-  channel nonce) and write to the result fd. Without `run_as_uid` it runs as the evaluator's user (root
-  on the GPU machine and in CI): it can also read and write any file that user can (the cache, the
-  repository), signal the evaluator, read its /proc entries, and raise its own rlimits again.
-  What holds against it in any case: the separate process, the network namespace, the scrubbed
-  environment, the temp cwd, and the parent's deadlines and process-group kill.
+What stands around these guards: the operating-system boundary of `boundary.py` (on by default,
+`Limits.boundary`): bubblewrap gives the worker a read-only root but for its temp directory and private
+cache views, its own pid, ipc, uts and network namespaces and its own /proc, no_new_privs and the
+seccomp filter of `seccomp_policy.py`; a root evaluator's worker runs under a uid of its own. The hook
+here is the Python-level layer inside it; the boundary is the one that holds against native code.
+
+Not covered, with the boundary on (`boundary.observe` records per worker what actually held; a missing
+mechanism is logged once and the worker runs weaker):
+- Native code inside the worker's own process. A `load_inline` extension bypasses the audit hook and can
+  read the worker's memory (the job's secret, the channel nonce) and write a well-formed reply on the
+  result fd: the reply's authenticity rests on the worker until a verdict is re-checked in a process the
+  candidate never runs in (issue 24, part 2). What native code can no longer do: write outside the temp
+  directory and its private views (the cache, the checkout, results files, /tmp), see, signal, trace or
+  read the memory or /proc of any process outside its pid namespace, reach a network, raise privileges
+  (no_new_privs, no capabilities after the uid switch), or make the calls the seccomp filter refuses.
+  Forged frames with a wrong nonce are still detected (`channel_forged`).
+- Reads: the worker can read what the read-only tree shows its uid (task files, the checkout, world-
+  readable files); the evaluator's home is hidden, root-only directories stay closed to its uid except
+  the paths it needs (its interpreter, the package, the build cache), which are exposed read-only.
+- Without bubblewrap (no binary, or namespaces refused): no mount or pid namespace, so native code can
+  write wherever the worker's uid may and see the machine's processes; the uid switch needs a Python
+  readable by other users; seccomp is then loaded by the worker itself (still before candidate code);
+  descendants that call setsid() escape the process-group kill when the worker itself is killed (with
+  the pid namespace, its teardown kills them).
+  As an unprivileged evaluator with bubblewrap, the worker keeps the evaluator's uid inside a user
+  namespace: the read-only mounts and the pid namespace give it the same reach as its own uid would.
+- The GPU and its driver are shared with everything else on the machine: a kernel can read stale device
+  memory of other processes, hold the GPU, or leave the context unusable (the pool then replaces the
+  worker); timing side channels and GPU contention are not addressed.
+- Compile time: the build pool compiles the candidate's C++/CUDA as the evaluator (the compiler, not the
+  candidate, runs; an `#include` of a readable file can copy it into the build log).
 - Threads: Python 3.11 raises no audit event for thread creation, so threads cannot be refused there
   (3.12 raises `_thread.start_new_thread`, 3.13 `_thread.start_joinable_thread`: both refused); a
   Python thread still alive after a job is detected (`python_threads`) and the worker replaced, but
@@ -52,19 +74,13 @@ Not covered (this is a speed bump for Python-level misbehaviour, not a security 
   imported by torch) are reachable, which is why the events themselves are refused.
 - Attribute monkey-patching (`torch.allclose = ...`) raises no event; it is detected after the fact by
   `integrity_changes`, not prevented.
-- The GPU and its driver are shared with everything else on the machine: a kernel can read stale device
-  memory, hold the GPU, or leave the context unusable (the pool then replaces the worker); timing side
-  channels and GPU contention are not addressed.
-- Descendants that call setsid() escape the process-group kill when the worker itself is killed
-  (timeout, crash); while the worker lives, the subreaper sweep after each job catches them.
-- Reads: the hook refuses writes, not reads (except /proc of other processes, the worker's own memory
-  and fds, raw memory devices): candidate code can read any file the worker's user can (task files;
-  reference outputs are never written to disk).
-- State across jobs: a worker runs many jobs, and memory the integrity check does not look at (module
-  globals, library caches, allocator contents) can carry a candidate's leftovers into later jobs;
-  `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start per job.
+- State across jobs: a worker runs many jobs, and what the integrity check does not look at (module
+  globals, library caches, allocator contents, files in its own temp directory such as torch's inductor
+  cache) can carry a candidate's leftovers into later jobs of that worker (the cache views are refreshed
+  per job); `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start.
 - Completeness: the hook refuses the escape routes listed above; Python's introspection has more
-  (attributes of objects the harness hands to candidate code, C accessors in third-party extensions).
+  (attributes of objects the harness hands to candidate code, C accessors in third-party extensions),
+  and the seccomp filter is a deny-list (see seccomp_policy.py for why).
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ Covers:
   threads, tampered harness) -> the worker is replaced before the next job. A result over
   `Limits.max_reply_bytes` -> OUTPUT_TOO_LARGE (the child measures it and sends that verdict instead).
 
+- The operating-system boundary (`boundary.py`, on unless `Limits(boundary=False)`): the pool probes once
+  what the machine offers and logs what is missing; each child starts inside bubblewrap (read-only root
+  but for its temp directory, its own pid/ipc/uts/network namespaces, the seccomp filter), as a uid of
+  its own when the evaluator is root (`boundary.DEFAULT_WORKER_UID + i` unless `run_as_uid` is set).
+  Before each job the parent refreshes the child's private views of the build cache (`views.py`). After
+  start the parent reads from /proc what holds for the child (`boundary.observe`): every reply carries it
+  in `sandbox["boundary"]` and, when the payload has an `environment`, in `environment["sandbox"]`.
+  `sandbox["pid"]` is the child's pid on the host (inside its namespace it sees itself as pid 2).
+
 Not covered: what runs inside the child (`child.py`, the guards in `guards.py`, the evaluation recipe in
 `session.py`), multi-node scale-out (Ray actors wrap a `WorkerPool`), and GPU scheduling beyond
 "one job at a time per GPU". The sandbox's limits are listed in `guards.py`'s docstring.
@@ -50,7 +59,7 @@ from typing import Any, Self
 from cudaperf.execute import boundary, guards, views
 from cudaperf.types import Flag, Outcome, Severity
 
-DEFAULT_HANDLER = "cudaperf.execute.session:run_eval_job"
+DEFAULT_HANDLER = "cudaperf.execute.dispatch:run_eval_job"
 # Imported (and, for "module:function", called) by each worker before it reports ready: jobs do not pay
 # for torch's import, and CUDA Python's libraries are loaded outside any candidate scope (see warm_up_cuda).
 # torch._dynamo because importing it replaces `torch.manual_seed` with a wrapped version: imported lazily
