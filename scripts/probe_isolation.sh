@@ -4,7 +4,8 @@
 # GPU, what that uid can do to root's processes, a seccomp filter (through libseccomp) under which CUDA still
 # runs, bubblewrap (a `bwrap` on PATH, or one unpacked from a .deb in $BWRAP_DEB), and the LSMs (landlock).
 # One line per check: `name | rc | first line of output`. Used to find out what the evaluator's sandbox can
-# rely on where it runs (a plain Linux server, CI, the lent GPU machine).
+# rely on where it runs (a plain Linux server, CI, the lent GPU machine). The last two lines are cudaperf's
+# own boundary (execute/boundary.py) using the bwrap and pyseccomp found or carried here.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -73,4 +74,19 @@ if [[ -n $BW ]]; then
 else
   echo "bwrap: not found (no bwrap on PATH, no BWRAP_DEB)"
 fi
+# cudaperf's own boundary (execute/boundary.py) with what was found above: the plan, then a real worker
+# (GPU 0 where CUDA works, else CPU mode) whose boundary the parent reads from /proc.
+[[ -n $BW ]] && export CUDAPERF_BWRAP=$BW
+export PYTHONPATH="$W/site${PYTHONPATH:+:$PYTHONPATH}"
+check cudaperf_boundary_plan $PY -c "
+from cudaperf.execute import boundary
+p = boundary.probe(); print(p.tool, 'seccomp' if p.seccomp_bpf else 'no-seccomp', 'missing:', list(p.missing))"
+check cudaperf_boundary_worker $PY -c "
+import torch
+from cudaperf.execute import WorkerPool, boundary
+dev = [0] if torch.cuda.is_available() else None
+name = 'gpu_ok' if dev else 'ok'
+with WorkerPool(dev, preload=()) as pool:
+    r = pool.run({'handler': '$PWD/tests/unit/sandbox_handlers.py:' + name})
+    print(r.outcome, r.payload.get('sum'), boundary.state_text(r.sandbox['boundary']), r.logs[-300:])"
 rm -rf "$W" /tmp/probe-iso-bw
