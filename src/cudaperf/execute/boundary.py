@@ -200,6 +200,11 @@ def python_paths() -> tuple[str, ...]:
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable),
                   os.path.dirname(os.path.realpath(sys.executable)), package_parent,
                   *(p for p in sys.path if p)}  # fmt: skip
+    # The evaluator's working directory (a checkout whose tests name handler files by path), unless it is
+    # the home directory or above it: exposing that would undo hiding the home.
+    cwd, home = os.path.realpath(os.getcwd()), os.path.realpath(os.path.expanduser("~"))
+    if not _under(home, cwd):
+        candidates.add(cwd)
     return tuple(sorted(os.path.realpath(p) for p in candidates))
 
 
