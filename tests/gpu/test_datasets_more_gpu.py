@@ -1,5 +1,5 @@
-"""GPU check of the implementations added by torch_impls_more.py (matmul_epilogue, conv_activation, pooling,
-attention, scan_torch, gather_scatter, loss): for one task per kernel structure, every implementation on
+"""GPU check of the implementations (generate/torch_impls/) of matmul_epilogue, conv_activation, pooling,
+attention, scan_torch, gather_scatter and loss: for one task per kernel structure, every implementation on
 every configuration (small, odd, large), compared with the PyTorch reference within the task's tolerance.
 
 test_datasets_gpu.py already runs the first task of every family; this file covers the structures the first

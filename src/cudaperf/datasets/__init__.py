@@ -11,8 +11,11 @@ Module map:
     c_family_parts.py         shared pieces of the C families (literals, tolerances, configurations, tiling)
     c_parallel_families.py    C families that are perfectly parallel loop nests (maps, stencils, products)
     c_dependent_families.py   C families with carried dependencies (reductions, scans, histograms, sorts)
+    elementwise_ops.py        the elementwise ops PyTorch tasks and implementations chain (torch and CUDA)
     torch_families.py         PyTorch families (KernelBench-format modules with get_input_configs)
-    torch_impls.py, torch_impls_more.py   fast-format CUDA implementations of the PyTorch tasks
+    torch_impls/              fast-format CUDA implementations of the PyTorch families, one module per
+                              family (rowwise.py: reduction, softmax, normalization), the matmul kernels
+                              two of them share, and parts.py (module text, row mappings, reductions)
     tensor_core.py            the WMMA TF32 (3xTF32) matmul both kinds' matrix products share
   filters/        degenerate.py (constant / input-independent / tiny outputs), rounding.py (references that
                   move beyond tolerance under fused multiply-adds, CUDA's libm bounds or float64)

@@ -19,14 +19,13 @@ import numpy as np
 from cudaperf.datasets.generate.c_dependent_families import DEP_FAMILIES
 from cudaperf.datasets.generate.c_parallel_families import LOOP_FAMILIES
 from cudaperf.datasets.generate.torch_families import torch_families
-from cudaperf.datasets.generate.torch_impls_more import with_more_impls
 from cudaperf.datasets.records import Family, GeneratedTask, Implementation, normalise, source_hash
 from cudaperf.tasks.ctask import CTask, to_json
 from cudaperf.types import TaskKind
 
 
 def all_families() -> tuple[Family, ...]:
-    return (*with_more_impls(torch_families()), *LOOP_FAMILIES, *DEP_FAMILIES)
+    return (*torch_families(), *LOOP_FAMILIES, *DEP_FAMILIES)
 
 
 def family(name: str) -> Family:

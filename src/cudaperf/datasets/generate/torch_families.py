@@ -7,10 +7,10 @@ gather / scatter, losses. Each task has three configurations (small, large, and 
 multiples of no block size). Tasks are written from our own templates: none copies a KernelBench
 problem (the shared part is only the file contract).
 
-Implementations (fast format, `cudaperf.cuda`) exist for the elementwise and row-wise families
-(see torch_impls.py) and for the other seven (torch_impls_more.py).
+Every family comes with its fast-format CUDA implementations (`torch_impls/`, by family name).
 
-Not covered: running the tasks (cudaperf.tasks.runtime), degenerate checks (degenerate.py).
+Not covered: the implementations' kernels (torch_impls/), running the tasks (cudaperf.tasks.runtime),
+degenerate checks (filters/degenerate.py).
 """
 
 from __future__ import annotations
@@ -19,33 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from cudaperf.datasets.records import Family, Implementation
+from cudaperf.datasets.generate.elementwise_ops import EW_OPS, NEEDS_CONSTANT, chain_exprs
+from cudaperf.datasets.generate.torch_impls import IMPLEMENTATIONS
+from cudaperf.datasets.records import Family
 from cudaperf.types import TaskKind
 
-# op name -> (torch expression of `x`, CUDA float expression of `v`, needs a constant)
-EW_OPS: dict[str, tuple[str, str]] = {
-    "relu": ("torch.relu({x})", "fmaxf({v}, 0.0f)"),
-    "gelu": ("torch.nn.functional.gelu({x})", "0.5f * {v} * (1.0f + erff({v} * 0.70710678118654752f))"),
-    "tanh": ("torch.tanh({x})", "tanhf({v})"),
-    "sigmoid": ("torch.sigmoid({x})", "1.0f / (1.0f + expf(-{v}))"),
-    "silu": ("torch.nn.functional.silu({x})", "{v} / (1.0f + expf(-{v}))"),
-    "abs": ("torch.abs({x})", "fabsf({v})"),
-    "square": ("{x} * {x}", "{v} * {v}"),
-    "sin": ("torch.sin({x})", "sinf({v})"),
-    "softplus": ("torch.nn.functional.softplus({x})", "({v} > 20.0f ? {v} : log1pf(expf({v})))"),
-    "elu": ("torch.nn.functional.elu({x})", "({v} > 0.0f ? {v} : expm1f({v}))"),
-    "sqrt_abs": ("torch.sqrt(torch.abs({x}))", "sqrtf(fabsf({v}))"),
-    "log1p_abs": ("torch.log1p(torch.abs({x}))", "log1pf(fabsf({v}))"),
-    "scale": ("{x} * {c}", "{v} * {c}f"),
-    "shift": ("{x} + {c}", "{v} + {c}f"),
-    "leaky_relu": ("torch.nn.functional.leaky_relu({x}, {c})", "({v} > 0.0f ? {v} : {c}f * {v})"),
-    "clamp": ("torch.clamp({x}, -{c}, {c})", "fminf(fmaxf({v}, -{c}f), {c}f)"),
-    "hardtanh": ("torch.nn.functional.hardtanh({x})", "fminf(fmaxf({v}, -1.0f), 1.0f)"),
-    "exp_neg_abs": ("torch.exp(-torch.abs({x}))", "expf(-fabsf({v}))"),
-    "atan": ("torch.atan({x})", "atanf({v})"),
-    "cos": ("torch.cos({x})", "cosf({v})"),
-}
-_NEEDS_C = ("scale", "shift", "leaky_relu", "clamp")
 _SHAPES = ({"name": "small", "batch": 16, "dim": 1000}, {"name": "large", "batch": 4096, "dim": 4096},
            {"name": "odd", "batch": 1000, "dim": 3001})
 
@@ -65,13 +43,6 @@ def _const(rng: np.random.Generator) -> float:
     return round(float(rng.uniform(0.1, 3.0)), 2)
 
 
-def chain_exprs(ops: list[tuple[str, float]], x: str, v: str) -> tuple[str, str]:
-    """The torch and CUDA expressions of a chain of elementwise ops applied to `x` / `v`."""
-    t, c = x, v
-    for name, k in ops:
-        tt, cc = EW_OPS[name]
-        t, c = tt.format(x=f"({t})", c=k), cc.format(v=f"({c})", c=k)
-    return t, c
 
 
 # ------------------------------------------------------------------------------------------------
@@ -82,7 +53,7 @@ def _ew_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
     names = list(EW_OPS)
     out = []
     for _ in range(560):
-        ops = [(n, _const(rng) if n in _NEEDS_C else 0.0) for n in rng.choice(names, int(rng.integers(2, 6)))]
+        ops = [(n, _const(rng) if n in NEEDS_CONSTANT else 0.0) for n in rng.choice(names, int(rng.integers(2, 6)))]
         binary = str(rng.choice(["", "add", "mul", "max", "sub"]))
         out.append({"ops": [(str(n), k) for n, k in ops], "binary": binary, "offset": _const(rng) - 1.5,
                     "scale": _const(rng)})
@@ -178,7 +149,7 @@ def _matmul_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
     for bias in (True, False):
         for residual in (False, True):
             for _ in range(40):
-                ops = [(str(n), _const(rng) if n in _NEEDS_C else 0.0) for n in rng.choice(names, int(rng.integers(1, 4)))]
+                ops = [(str(n), _const(rng) if n in NEEDS_CONSTANT else 0.0) for n in rng.choice(names, int(rng.integers(1, 4)))]
                 out.append({"bias": bias, "residual": residual, "ops": ops})
     return out
 
@@ -376,24 +347,18 @@ def _loss_make(v: dict[str, Any]) -> str:
                    "[]", list(_SHAPES), (1e-4, 1e-4))
 
 
-def _no_impls(variant: dict[str, Any], task_id: str) -> list[Implementation]:
-    return []
-
-
-def _family(name: str, variants: Any, make: Any, impls: Any = _no_impls, description: str = "") -> Family:
-    return Family(name=name, kind=TaskKind.PYTORCH, variants=variants, make=make, implementations=impls,
-                  description=description, group=name)
+def _family(name: str, variants: Any, make: Any, description: str = "") -> Family:
+    return Family(name=name, kind=TaskKind.PYTORCH, variants=variants, make=make,
+                  implementations=IMPLEMENTATIONS[name], description=description, group=name)
 
 
 def torch_families() -> tuple[Family, ...]:
-    from cudaperf.datasets.generate.torch_impls import elementwise_impls, row_impls
-
+    """Every PyTorch family with its implementations (torch_impls/)."""
     return (
-        _family("elementwise", _ew_variants, _ew_make, elementwise_impls, "elementwise chains"),
-        _family("reduction", _row_variants("reduction"), _row_make("reduction"), row_impls("reduction")),
-        _family("softmax", _row_variants("softmax"), _row_make("softmax"), row_impls("softmax")),
-        _family("normalization", _row_variants("normalization"), _row_make("normalization"),
-                row_impls("normalization")),
+        _family("elementwise", _ew_variants, _ew_make, "elementwise chains"),
+        _family("reduction", _row_variants("reduction"), _row_make("reduction")),
+        _family("softmax", _row_variants("softmax"), _row_make("softmax")),
+        _family("normalization", _row_variants("normalization"), _row_make("normalization")),
         _family("matmul_epilogue", _matmul_variants, _matmul_make),
         _family("conv_activation", _conv_variants, _conv_make),
         _family("pooling", _pool_variants, _pool_make),
