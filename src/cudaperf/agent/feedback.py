@@ -172,13 +172,22 @@ def trim_compiler_log(log: str, limit: int = 16) -> list[str]:
     while i < len(lines) and len(kept) < limit:
         if _ERROR_LINE.search(lines[i]) and "warning" not in lines[i].lower():
             kept.append(lines[i].strip())
-            for follow in lines[i + 1:i + 3]:  # the quoted source line and its caret
-                if follow.strip() and not _ERROR_LINE.search(follow) and "warning" not in follow.lower():
-                    kept.append("    " + follow.strip())
+            kept.extend(_quoted_source(lines[i + 1:i + 3]))
             i += 3
             continue
         i += 1
     return kept[:limit]
+
+
+def _quoted_source(lines: list[str]) -> list[str]:
+    """The source line and caret under an error, re-indented together so the caret still points right."""
+    quoted = []
+    for line in lines:
+        if not line.strip() or _ERROR_LINE.search(line) or "warning" in line.lower():
+            break
+        quoted.append(line)
+    indent = min((len(q) - len(q.lstrip()) for q in quoted), default=0)
+    return ["    " + q[indent:] for q in quoted]
 
 
 def _cuda_line_mapper(code: str | None, message: str) -> Callable[[int], str]:
@@ -267,6 +276,8 @@ def _ranker(score: float | None) -> _Section:
 def _reward(reward: RewardBreakdown | None) -> _Section:
     if reward is None:
         return _Section("reward", ())
+    if not reward.details.get("applicable", 1.0):
+        return _Section("reward", ("Reward: none (this answer was not run, so it could not be scored).",))
     parts = [f"{name} {value:+.3g}" for name, value in (("speed", reward.speedup_term),
              ("structure", reward.structural_term), ("ranker", reward.ranker_term)) if value]
     detail = f" ({', '.join(parts)})" if parts and reward.gate else ""

@@ -97,8 +97,11 @@ def headline_speedup(result: EvalResult, baseline: str) -> float | None:
 
 
 def rank_key(turn: TurnRecord) -> tuple:
-    """Correct beats wrong; then the larger speedup, then the larger reward, then the earlier turn."""
-    return (turn.correct, turn.speedup is not None, turn.speedup or 0.0, turn.reward, -turn.turn)
+    """Correct beats wrong, ran beats built beats not built; then the larger speedup, the larger reward,
+    the earlier turn."""
+    result = turn.result
+    progress = 2 if result.outcome.ran else int(result.build is not None and result.build.ok)
+    return (turn.correct, progress, turn.speedup is not None, turn.speedup or 0.0, turn.reward, -turn.turn)
 
 
 def best_turn(turns: Iterable[TurnRecord]) -> TurnRecord | None:
