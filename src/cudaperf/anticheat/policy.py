@@ -1,9 +1,11 @@
 """The anti-cheat policy: what a candidate solution may do, one rule per known reward hack.
 
-Covers: the `Policy` configuration record (per task set; travels in the worker job as `to_dict(Policy)`),
-and `RULES`, the registry of every flag code the anti-cheat can raise (static, runtime and coverage checks
-share it), each with its default severity and a one-line summary. The rationale of each rule is the comment
-above it; `docs/evaluation.md` (table of 16 known hacks) says which hack each rule answers.
+Covers: the `Policy` configuration record (per task set; travels in the worker job, `jobs.EvalJob.policy`),
+`RULES`, the registry of every flag code the anti-cheat can raise (static, runtime and coverage checks
+share it), each with its default severity and a one-line summary, and `VIOLATION_CODES_ELSEWHERE`, the
+codes other checks raise that also mean cheating (`is_violation` decides for any code). The rationale of
+each rule is the comment above it; `docs/evaluation.md` (table of 16 known hacks) says which hack each
+rule answers.
 
 Not covered: the checks themselves (`static.py`, `runtime.py`, `coverage.py`) and what the evaluator does
 with a flag (an ERROR flag makes the outcome POLICY_VIOLATION; a WARNING is reported, not penalised).
@@ -122,6 +124,34 @@ RULES: dict[str, Rule] = {
         Rule("vendor_kernel_name", _W, "a candidate kernel is named like a library kernel"),
     )
 }
+
+# Flag codes raised outside this registry, by the checks of the sandbox, correctness, timing and
+# speed-of-light stages, that mean "the candidate cheated or tampered", not "the answer is wrong": like the
+# ERROR rules above, they make the outcome POLICY_VIOLATION (`is_violation`, `evaluate.decide_outcome`).
+VIOLATION_CODES_ELSEWHERE = frozenset({
+    # A time below the memory floor is not rewarded: no kernel beats the bandwidth (sol.py, hack #14).
+    "impossible_speed",
+    # A forged message on the worker's result channel claims a verdict the harness never reached (#8).
+    "channel_forged",
+    # A lazy tensor subclass as output computes at comparison time or lies about its contents (#6).
+    "tensor_subclass_output",
+    # Returning the reference's own output tensor is returning the reference (a variant of hack #1).
+    "output_aliases_reference",
+    # Event time longer than the host clock around it: the timer was forged or bypassed (#4, #7).
+    "timer_inconsistent",
+    # The child's after-job sweep: harness callables replaced, modules swapped in sys.modules, threads
+    # or processes left running to finish work after the timer stopped (#5, #7, #16).
+    "harness_tampered", "worker_state_changed", "lingering_threads", "lingering_processes",
+})
+
+
+def is_violation(code: str) -> bool:
+    """Whether an ERROR flag of this code is cheating or tampering (POLICY_VIOLATION) rather than a wrong
+    answer (INCORRECT): every rule of `RULES` whose default severity is ERROR, and
+    `VIOLATION_CODES_ELSEWHERE`."""
+    rule = RULES.get(code)
+    return code in VIOLATION_CODES_ELSEWHERE or (rule is not None and rule.severity is Severity.ERROR)
+
 
 # Rules that enforce "do the work in your own kernels"; `allow_torch_ops=True` turns them off.
 TORCH_OP_RULES = frozenset(
@@ -251,7 +281,8 @@ class Policy:
     """Allow CUDA graph capture/replay. Off: graphs replay work recorded for stale pointers (hack #15)."""
 
     allow_vendor_libraries: bool = False
-    """Allow cuBLAS/cuDNN/cuFFT/CUTLASS calls from C++ sources. Off: a library is not the candidate's kernel."""
+    """Allow cuBLAS/cuDNN/cuFFT/CUTLASS calls from C++ sources. Off: a library is not the candidate's
+    kernel."""
 
     allow_reduced_precision: bool = False
     """Silence the fp16/bf16/tf32 warnings (for tasks whose reference is itself reduced precision)."""
@@ -261,10 +292,12 @@ class Policy:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_coverage <= 1.0:
-            raise ValueError(f"Policy.min_coverage={self.min_coverage} must be in [0, 1] (0 disables the check)")
+            raise ValueError(f"Policy.min_coverage={self.min_coverage} must be in [0, 1] "
+                             "(0 disables the check)")
         unknown = sorted(set(self.disabled_rules) - set(RULES))
         if unknown:
-            raise ValueError(f"Policy.disabled_rules has unknown codes {unknown}; valid codes: {sorted(RULES)}")
+            raise ValueError(f"Policy.disabled_rules has unknown codes {unknown}; "
+                             f"valid codes: {sorted(RULES)}")
 
     def active(self, code: str) -> bool:
         """Whether flags of this code are reported under this policy."""
