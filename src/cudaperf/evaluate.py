@@ -3,11 +3,12 @@
 Covers: configuration (`EvalConfig`), the parent-side orchestration of one evaluation and of a batch
 (builds of the whole batch are submitted to the CPU pool at once, so compilation overlaps with GPU work;
 one thread per GPU worker drains the queue; each result is appended to the store as soon as it exists,
-so an interrupted batch loses nothing and resumes), and the final outcome decision.
+so an interrupted batch loses nothing and resumes), and the final outcome decision (`decide_outcome`).
 
-Not covered here: what runs inside the worker (`cudaperf.execute.session`), how builds work
-(`cudaperf.toolchain`), the sandbox (`cudaperf.execute.sandbox`), the anti-cheat rules (`cudaperf.anticheat`).
-This module never executes candidate code itself.
+Not covered here: the job sent to a worker and its payload (`cudaperf.jobs`), what runs inside the worker
+(`cudaperf.execute.dispatch` and the sessions), how builds work (`cudaperf.toolchain`), the sandbox
+(`cudaperf.execute.sandbox`), the anti-cheat rules and which flag codes mean cheating
+(`cudaperf.anticheat.policy`). This module never executes candidate code itself.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from cudaperf.anticheat.policy import Policy, is_violation
+from cudaperf.jobs import MAX_OUTPUT_BYTES, EvalJob, EvalPayload, TimingConfig, job_message, read_payload
 from cudaperf.stats import geomean
 from cudaperf.types import (
     BuildResult,
@@ -38,46 +41,13 @@ from cudaperf.types import (
     SolutionFormat,
     Task,
     Timing,
-    from_dict,
-    to_dict,
 )
 
-# Flags that mean "the candidate cheated or tampered", as opposed to "the answer is wrong": every ERROR
-# rule of the anti-cheat registry, plus the checks of the sandbox, timing and speed-of-light stages.
-_POLICY_FLAG_CODES_EXTRA = frozenset({
-    "impossible_speed",  # a time below the memory floor is not rewarded (hack 14)
-    "channel_forged",  # a forged message on the worker's result channel (hack 8)
-    "low_coverage",  # the candidate's kernels do not account for the GPU time (hack 10)
-    "tensor_subclass_output",  # lazy tensor subclass output (hack 6)
-    "output_aliases_reference",  # returns the reference's own output tensor (hack 1 variant)
-    "timer_inconsistent",  # event time disagrees with the host clock (hacks 4, 7)
-    "harness_tampered", "worker_state_changed", "lingering_threads", "lingering_processes",
-})
-
-
-def _is_policy_flag(code: str) -> bool:
-    from cudaperf.anticheat.policy import RULES
-
-    rule = RULES.get(code)
-    return code in _POLICY_FLAG_CODES_EXTRA or (rule is not None and rule.severity is Severity.ERROR)
+__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("CUDAPERF_CACHE_DIR", Path.home() / ".cache" / "cudaperf"))
-
-
-@dataclass(frozen=True)
-class TimingConfig:
-    enabled: bool = True
-    """Time the candidate and the baselines (off: correctness only, e.g. for RL rollouts on a budget)."""
-    budget_ms: float = 100.0
-    """Time budget per callable and configuration; repetitions are sized from it (Triton do_bench style)."""
-    warmup_ms: float = 25.0
-    """Warm-up budget per callable and configuration, excluded from the samples."""
-    baselines: tuple[str, ...] = ("eager", "compile")
-    """Baselines timed live on the same GPU, interleaved with the candidate."""
-    input_sets: int = 3
-    """Distinct input sets rotated during timing (defeats caching on data pointers)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +61,8 @@ class EvalConfig:
     """Public seeds per configuration for correctness; each is mixed with the secret."""
     secret: str | None = None
     """Secret mixed into seeds (hex). None = a fresh random secret per Evaluator."""
-    policy: Any = None
-    """`cudaperf.anticheat.policy.Policy`; None = the strict default."""
+    policy: Policy | None = None
+    """The anti-cheat policy; None = the strict default `Policy()`."""
     timing: TimingConfig = field(default_factory=TimingConfig)
     coverage: bool = True
     """Measure the share of GPU time spent in the candidate's own kernels (torch profiler)."""
@@ -108,7 +78,7 @@ class EvalConfig:
     """Target architecture for builds (e.g. 'sm_90'); None = the first GPU's, or sm_90 without a GPU."""
     cache_dir: str | None = None
     """Content-addressed build cache; None = $CUDAPERF_CACHE_DIR or ~/.cache/cudaperf."""
-    max_output_bytes: int = 4 << 30
+    max_output_bytes: int = MAX_OUTPUT_BYTES
     """Largest output a candidate may return (a huge output is an error, not an OOM of the harness)."""
     stage_timeouts_s: dict[str, float] = field(default_factory=dict)
     """Per-stage deadline overrides (stages: setup, reference, import, construct, correctness, timing,
@@ -144,8 +114,6 @@ class Evaluator:
     """Owns a CPU build pool and one sandboxed worker per GPU. Use as a context manager."""
 
     def __init__(self, config: EvalConfig | None = None):
-        from cudaperf.anticheat.policy import Policy
-
         self.config = config or EvalConfig()
         self.policy = self.config.policy or Policy()
         self.secret = self.config.secret or secrets.token_hex(16)
@@ -168,7 +136,7 @@ class Evaluator:
             raise RuntimeError("EvalConfig.device='cuda' but no CUDA GPU is visible; use device='auto'")
         return "none", []
 
-    def __enter__(self) -> Evaluator:
+    def __enter__(self) -> Self:
         from cudaperf.toolchain.pool import BuildPool
 
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -204,35 +172,28 @@ class Evaluator:
         return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
 
     def _finish(self, task: Task, solution: Solution, build_future: Future | None) -> EvalResult:
+        """The recipe once the build is submitted: static gate, build, worker, structural features."""
         started = time.perf_counter()
-        durations: dict[str, float] = {}
         static_flags = self._static_flags(solution)
-        durations["static"] = time.perf_counter() - started
-        base = dict(task_id=task.task_id, solution_id=solution.solution_id, created_at=_now())
-        if any(f.code == "syntax_error" for f in static_flags):
-            msg = next(f.message for f in static_flags if f.code == "syntax_error")
-            return EvalResult(**base, outcome=Outcome.SYNTAX_ERROR, stage="static", message=msg,
-                              flags=static_flags, stage_durations_s=durations)
+        start = _Start(task.task_id, solution.solution_id, _now(), static_flags,
+                       {"static": time.perf_counter() - started})
+        syntax = next((f for f in static_flags if f.code == "syntax_error"), None)
+        if syntax is not None:  # decided without waiting for the build
+            return start.result(Outcome.SYNTAX_ERROR, "static", syntax.message)
+        build = self._wait_build(build_future, start.durations)
         errors = [f for f in static_flags if f.severity is Severity.ERROR]
-        build = self._wait_build(build_future, durations)
         if errors:
-            msg = "; ".join(f"line {f.line}: {f.message}" if f.line else f.message for f in errors)
-            return EvalResult(**base, outcome=Outcome.POLICY_VIOLATION, stage="static", message=msg,
-                              flags=static_flags, build=build, stage_durations_s=durations)
+            return start.result(Outcome.POLICY_VIOLATION, "static", _static_message(errors), build=build)
         if build is not None and not build.ok and build.outcome is not Outcome.SKIPPED:
-            return EvalResult(**base, outcome=build.outcome, stage="build", message=build.message,
-                              flags=static_flags, build=build, stage_durations_s=durations,
-                              logs=build.log)
+            return start.result(build.outcome, "build", build.message, build=build, logs=build.log)
         if self._workers is None:
-            why = ("no CUDA GPU on this machine" if self.config.device != "none"
-                   else "EvalConfig.device='none'")
-            skipped = EvalResult(**base, outcome=Outcome.SKIPPED, stage="execute", build=build,
-                                 flags=static_flags, stage_durations_s=durations,
-                                 message=f"{why}: build, static checks and structural analysis ran; "
-                                         "correctness and timing skipped")
+            skipped = start.result(Outcome.SKIPPED, "execute", self._skip_reason(), build=build)
             return self._with_features(task, solution, skipped)
-        result = self._run_in_worker(task, solution, build, static_flags, durations, base)
-        return self._with_features(task, solution, result)
+        return self._with_features(task, solution, self._run_in_worker(task, solution, build, start))
+
+    def _skip_reason(self) -> str:
+        why = "no CUDA GPU on this machine" if self.config.device != "none" else "EvalConfig.device='none'"
+        return f"{why}: build, static checks and structural analysis ran; correctness and timing skipped"
 
     def _with_features(self, task: Task, solution: Solution, result: EvalResult) -> EvalResult:
         """Static features for every result that got past the build; ncu counters for correct ones."""
@@ -242,8 +203,8 @@ class Evaluator:
         try:  # tree-sitter is the `analysis` extra: without it the result stands, with a note saying why
             from cudaperf.analysis import analyze_source
         except ImportError as exc:
-            note = Flag("analysis_note", f"structural analysis unavailable ({exc}); install cudaperf[analysis]",
-                        Severity.INFO)
+            note = Flag("analysis_note", f"structural analysis unavailable ({exc}); "
+                        "install cudaperf[analysis]", Severity.INFO)
             return dataclasses.replace(result, flags=result.flags + (note,))
         report = analyze_source(solution.source, arch=self.arch, sass=False)
         features, notes = tuple(report.kernels), tuple(report.diagnostics)
@@ -271,49 +232,29 @@ class Evaluator:
         durations["build"] = build.duration_s
         return build
 
-    def _job(self, task: Task, solution: Solution) -> dict[str, Any]:
+    def _job(self, task: Task, solution: Solution) -> EvalJob:
         from cudaperf.toolchain.inline import extensions_dir_for
 
-        timing = self.config.timing
-        return {
-            "task": to_dict(task),
-            "solution": to_dict(solution),
-            "device": "cpu" if self.mode == "cpu" else "cuda:0",
+        inline = solution.format is SolutionFormat.INLINE
+        return EvalJob(
+            task=task, solution=solution, device="cpu" if self.mode == "cpu" else "cuda:0",
             # The same public seeds for every job of this Evaluator, so the worker can reuse reference
             # outputs per (task, config, seed); candidates still cannot predict inputs (secret mixed in).
-            "seeds": list(range(1, self.config.seeds + 1)),
-            "secret": self.secret,
-            "policy": to_dict(self.policy),
-            "timing": {**dataclasses.asdict(timing), "baselines": list(timing.baselines)},
-            "coverage": self.config.coverage and self.mode == "cuda",
-            "max_output_bytes": self.config.max_output_bytes,
-            "cache_dir": str(self.cache_dir),
-            "torch_extensions_dir": (str(extensions_dir_for(solution, self.cache_dir))
-                                     if solution.format is SolutionFormat.INLINE else None),
-        }
+            seeds=tuple(range(1, self.config.seeds + 1)),
+            policy=self.policy, timing=self.config.timing,
+            coverage=self.config.coverage and self.mode == "cuda",
+            max_output_bytes=self.config.max_output_bytes, cache_dir=str(self.cache_dir),
+            torch_extensions_dir=str(extensions_dir_for(solution, self.cache_dir)) if inline else None,
+        )
 
-    def _run_in_worker(self, task, solution, build, static_flags, durations, base) -> EvalResult:
+    def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,
+                       start: _Start) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
-        reply = self._workers.run(self._job(task, solution), StageTimeouts.from_overrides(
-            self.config.stage_timeouts_s))
-        payload = reply.payload or {}
-        durations.update(reply.durations_s or {})
-        correctness = tuple(from_dict(ConfigCorrectness, c) for c in payload.get("correctness", []))
-        timings = _with_extra_baselines(tuple(from_dict(ConfigTiming, t) for t in payload.get("timings", [])),
-                                        payload.get("extra_baselines") or {})
-        flags = (static_flags + tuple(from_dict(Flag, f) for f in payload.get("flags", []))
-                 + tuple(reply.flags or ()))
-        outcome, message = decide_outcome(reply.outcome, reply.message, correctness, flags)
-        return EvalResult(
-            **base, outcome=outcome, message=message, stage=reply.stage, correctness=correctness,
-            timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
-            speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
-            speedups=_speedups(timings),
-            coverage=payload.get("coverage"), kernel_time_ms=payload.get("kernel_time_ms") or {},
-            build=build, flags=flags, logs=reply.logs or "",
-            stage_durations_s=durations, environment=payload.get("environment", {}),
-        )
+        timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
+        reply = self._workers.run(job_message(self._job(task, solution), self.secret), timeouts)
+        start.durations.update(reply.durations_s or {})
+        return _from_worker(start, reply, read_payload(reply.payload), build)
 
     # -- many evaluations ------------------------------------------------------------------------
     def evaluate_many(self, pairs: Iterable[tuple[Task, Solution]], store=None,
@@ -349,7 +290,7 @@ class Evaluator:
                 return
             try:
                 results.put(self._finish(task, sol, fut))
-            except Exception as exc:  # a harness fault must not lose the pair: record it as such
+            except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
                 results.put(EvalResult(task_id=task.task_id, solution_id=sol.solution_id,
                                        outcome=Outcome.HARNESS_ERROR, stage="harness",
                                        message=f"{type(exc).__name__}: {exc}", created_at=_now()))
@@ -362,7 +303,7 @@ def decide_outcome(worker_outcome: Outcome | None, message: str,
     if worker_outcome is not None and worker_outcome is not Outcome.CORRECT:
         return worker_outcome, message
     errors = [f for f in flags if f.severity is Severity.ERROR]
-    policy = [f for f in errors if _is_policy_flag(f.code)]
+    policy = [f for f in errors if is_violation(f.code)]
     if policy:
         return Outcome.POLICY_VIOLATION, "; ".join(f"{f.code}: {f.message}" for f in policy)
     if not correctness:
@@ -374,13 +315,53 @@ def decide_outcome(worker_outcome: Outcome | None, message: str,
     return Outcome.CORRECT, message
 
 
+@dataclass(frozen=True)
+class _Start:
+    """What every result of one evaluation carries, fixed as it starts. `result` is the one builder of
+    its `EvalResult`, whichever stage ends the evaluation."""
+
+    task_id: str
+    solution_id: str
+    created_at: str
+    static_flags: tuple[Flag, ...]
+    durations: dict[str, float]  # stage -> seconds, filled in as the stages run
+
+    def result(self, outcome: Outcome, stage: str, message: str, *, more_flags: tuple[Flag, ...] = (),
+               **fields: Any) -> EvalResult:
+        return EvalResult(task_id=self.task_id, solution_id=self.solution_id, outcome=outcome, stage=stage,
+                          message=message, flags=self.static_flags + more_flags,
+                          stage_durations_s=self.durations, created_at=self.created_at, **fields)
+
+
+def _static_message(errors: list[Flag]) -> str:
+    return "; ".join(f"line {f.line}: {f.message}" if f.line else f.message for f in errors)
+
+
+def _from_worker(start: _Start, reply: Any, payload: EvalPayload, build: BuildResult | None) -> EvalResult:
+    """The result of an evaluation that reached the worker. `reply` is the sandbox's `WorkerReply`: its
+    outcome covers faults the payload cannot report (timeouts, crashes); a payload that did not parse
+    carries its own HARNESS_ERROR (`jobs.read_payload`)."""
+    worker_flags = payload.flags + tuple(reply.flags or ())
+    worker_outcome = reply.outcome if reply.outcome is not None else payload.outcome
+    outcome, message = decide_outcome(worker_outcome, reply.message or payload.message, payload.correctness,
+                                      start.static_flags + worker_flags)
+    timings = _with_extra_baselines(payload.timings, payload.extra_baselines)
+    return start.result(
+        outcome, reply.stage, message, more_flags=worker_flags, build=build, logs=reply.logs or "",
+        correctness=payload.correctness, timings=timings,
+        speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
+        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings),
+        coverage=payload.coverage, kernel_time_ms=payload.kernel_time_ms, environment=payload.environment,
+    )
+
+
 def _with_extra_baselines(timings: tuple[ConfigTiming, ...],
-                          extra: dict[str, dict[str, Any]]) -> tuple[ConfigTiming, ...]:
+                          extra: dict[str, dict[str, Timing]]) -> tuple[ConfigTiming, ...]:
     """Baselines the worker reported beside the timings (C tasks: serial_c, naive_cuda) moved into
     `ConfigTiming.baselines`."""
     out = []
     for t in timings:
-        more = {name: from_dict(Timing, d) for name, d in (extra.get(t.config) or {}).items() if d}
+        more = {name: timing for name, timing in (extra.get(t.config) or {}).items() if timing is not None}
         out.append(dataclasses.replace(t, baselines={**t.baselines, **more}) if more else t)
     return tuple(out)
 
@@ -389,7 +370,6 @@ def _speedups(timings: tuple[ConfigTiming, ...]) -> dict[str, float]:
     names = {"eager", "compile"} | {n for t in timings for n in t.baselines}
     means = {n: geomean(t.speedup(n) for t in timings) for n in sorted(names)}
     return {n: v for n, v in means.items() if v is not None}
-
 
 
 def _now() -> str:

@@ -14,9 +14,10 @@ torch = pytest.importorskip("torch")
 from cudaperf.anticheat.policy import Policy
 from cudaperf.datasets import registry
 from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
-from cudaperf.execute import c_session, session
+from cudaperf.execute import c_session, dispatch
+from cudaperf.jobs import EvalJob, job_message
 from cudaperf.tasks.ctask import from_json, to_task
-from cudaperf.types import Outcome, Solution, SolutionFormat, TaskKind, to_dict
+from cudaperf.types import Outcome, Solution, SolutionFormat, TaskKind
 
 pytestmark = pytest.mark.gpu
 
@@ -60,7 +61,8 @@ def _evaluate(ev: Evaluator, key: str, source: str | None = None):
 @pytest.mark.parametrize("key", list(TASKS))
 def test_the_naive_port_as_candidate_is_correct_on_every_config(evaluator, key):
     result = _evaluate(evaluator, key)
-    assert result.outcome is Outcome.CORRECT, (result.message, [f.code for f in result.flags], result.logs[-2000:])
+    assert result.outcome is Outcome.CORRECT, (result.message, [f.code for f in result.flags],
+                                               result.logs[-2000:])
     assert len(result.correctness) == 3 and all(c.correct for c in result.correctness)
     assert [t.config for t in result.timings] == [c.config for c in result.correctness]
 
@@ -99,14 +101,10 @@ def worker_like_process(tmp_path_factory):
 
 def _run_in_process(key: str, cache_dir: str) -> dict:
     task, naive = _task_and_naive(key)
-    job = {
-        "task": to_dict(task), "solution": to_dict(Solution("inproc", naive, SolutionFormat.FAST)),
-        "device": "cuda:0", "seeds": [1, 2], "secret": "5eed", "policy": to_dict(Policy()),
-        "timing": {"enabled": True, "budget_ms": 50.0, "warmup_ms": 10.0, "baselines": ["eager", "compile"],
-                   "input_sets": 3},
-        "coverage": True, "max_output_bytes": 4 << 30, "cache_dir": cache_dir, "torch_extensions_dir": None,
-    }
-    payload = session.run_eval_job(job, lambda stage: None)
+    job = EvalJob(task=task, solution=Solution("inproc", naive, SolutionFormat.FAST), device="cuda:0",
+                  seeds=(1, 2), policy=Policy(), timing=TimingConfig(budget_ms=50.0, warmup_ms=10.0),
+                  coverage=True, cache_dir=cache_dir)
+    payload = dispatch.run_eval_job(job_message(job, "5eed"), lambda stage: None)
     print(f"\n{key}: outcome {payload['outcome']} {payload['message'][:300]}")
     for config, extra in payload["extra_baselines"].items():
         cand = next(t for t in payload["timings"] if t["config"] == config)["candidate"]["median_ms"]
@@ -117,7 +115,8 @@ def _run_in_process(key: str, cache_dir: str) -> dict:
 
 def test_serial_c_and_naive_cuda_are_timed_for_every_config(worker_like_process):
     payload = _run_in_process("map", worker_like_process)
-    assert payload["outcome"] is None and all(c["correct"] for c in payload["correctness"]), payload["message"]
+    assert payload["outcome"] is None and all(c["correct"] for c in payload["correctness"]), (
+        payload["message"])
     assert set(payload["extra_baselines"]) == {"small", "large", "odd"}
     assert all({"serial_c", "naive_cuda"} <= set(e) for e in payload["extra_baselines"].values())
     assert payload["coverage"] is not None and payload["coverage"] > 0.5
@@ -133,7 +132,8 @@ def test_the_same_kernel_times_alike_as_candidate_and_naive_baseline(worker_like
 
 def test_inout_tasks_time_the_restore_alongside(worker_like_process):
     payload = _run_in_process("sort_uint_inout", worker_like_process)
-    assert payload["outcome"] is None and all(c["correct"] for c in payload["correctness"]), payload["message"]
+    assert payload["outcome"] is None and all(c["correct"] for c in payload["correctness"]), (
+        payload["message"])
     assert all("inout_restore" in e for e in payload["extra_baselines"].values())
 
 

@@ -1,11 +1,13 @@
-"""execute.session.run_eval_job on the GPU, in-process (marker `gpu`): the bundled relu example in the
-fast format end to end, the uninitialised-output hack against the poisoned allocator, and a kernel
-fault classified as CUDA_ERROR (that one in a subprocess: it destroys the CUDA context). Run:
+"""The PyTorch-task recipe on the GPU through `dispatch.run_eval_job`, in-process (marker `gpu`): the
+bundled relu example in the fast format end to end, the uninitialised-output hack against the poisoned
+allocator, and a kernel fault classified as CUDA_ERROR (that one in a subprocess: it destroys the CUDA
+context). Run:
     python3 -m pytest -q -s tests/gpu/test_session_gpu.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,10 +18,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudaperf.anticheat.policy import Policy
-from cudaperf.execute import session
+from cudaperf.execute import dispatch
+from cudaperf.jobs import EvalJob, TimingConfig, job_message
 from cudaperf.tasks import load_task
 from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir
-from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, to_dict
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat
 
 pytestmark = pytest.mark.gpu
 
@@ -67,23 +70,14 @@ def _worker_like_process(tmp_path_factory):
 
 
 def _job(task_id: str, source: str, cache_dir: str, policy: Policy | None = None, **overrides) -> dict:
-    task = load_task(example_tasks_dir() / f"{task_id}.py")
-    job = {
-        "task": to_dict(task),
-        "solution": to_dict(Solution("gpu-test", source, SolutionFormat.FAST)),
-        "device": "cuda:0",
-        "seeds": [1, 2, 3],
-        "secret": "5eed",
-        "policy": to_dict(policy or Policy()),
-        "timing": {"enabled": True, "budget_ms": 100.0, "warmup_ms": 25.0, "baselines": ["eager", "compile"],
-                   "input_sets": 3},
-        "coverage": True,
-        "max_output_bytes": 1 << 32,
-        "cache_dir": cache_dir,
-        "torch_extensions_dir": None,
-    }
-    job.update(overrides)
-    return job
+    job = EvalJob(
+        task=load_task(example_tasks_dir() / f"{task_id}.py"),
+        solution=Solution("gpu-test", source, SolutionFormat.FAST),
+        device="cuda:0", seeds=(1, 2, 3), policy=policy or Policy(),
+        timing=TimingConfig(budget_ms=100.0, warmup_ms=25.0, baselines=("eager", "compile")),
+        coverage=True, max_output_bytes=1 << 32, cache_dir=cache_dir,
+    )
+    return job_message(dataclasses.replace(job, **overrides), "5eed")
 
 
 def _print_timings(payload: dict) -> None:
@@ -101,7 +95,7 @@ def _print_timings(payload: dict) -> None:
 
 def test_fast_relu_example_is_correct_timed_and_covered(tmp_path_factory):
     source = (example_solutions_dir("fast") / "relu.py").read_text()
-    payload = session.run_eval_job(_job("relu", source, str(tmp_path_factory.mktemp("cache"))), print)
+    payload = dispatch.run_eval_job(_job("relu", source, str(tmp_path_factory.mktemp("cache"))), print)
     _print_timings(payload)
     assert payload["outcome"] is None, payload["message"]
     assert all(c["correct"] for c in payload["correctness"])
@@ -118,7 +112,7 @@ def test_fast_relu_example_is_correct_timed_and_covered(tmp_path_factory):
 
 
 def test_uninitialised_output_hack_fails_against_the_poisoned_allocator(tmp_path_factory):
-    payload = session.run_eval_job(_job("relu", EMPTY_HACK, str(tmp_path_factory.mktemp("cache"))), print)
+    payload = dispatch.run_eval_job(_job("relu", EMPTY_HACK, str(tmp_path_factory.mktemp("cache"))), print)
     print(payload["correctness"][0]["message"][:300])
     assert payload["outcome"] is None
     assert not any(c["correct"] for c in payload["correctness"])
@@ -129,15 +123,15 @@ def test_uninitialised_output_hack_fails_against_the_poisoned_allocator(tmp_path
 def test_a_kernel_fault_is_a_cuda_error_that_poisons_the_worker(tmp_path):
     """In a subprocess: an illegal address leaves the CUDA context unusable."""
     job_path = tmp_path / "job.json"
-    job_path.write_text(json.dumps(_job("relu", FAULT, str(tmp_path / "cache"), timing={"enabled": False},
-                                        coverage=False)))
+    job = _job("relu", FAULT, str(tmp_path / "cache"), timing=TimingConfig(enabled=False), coverage=False)
+    job_path.write_text(json.dumps(job))
     script = textwrap.dedent(f"""
         import json
-        from cudaperf.execute import guards, session
+        from cudaperf.execute import dispatch, guards
         from cudaperf.execute.child import warm_up_cuda
         warm_up_cuda()
         guards.install_audit_hook(temp_root={str(tmp_path)!r})
-        payload = session.run_eval_job(json.load(open({str(job_path)!r})), lambda stage: None)
+        payload = dispatch.run_eval_job(json.load(open({str(job_path)!r})), lambda stage: None)
         print("PAYLOAD" + json.dumps(payload))
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,

@@ -1,7 +1,7 @@
 """Test-only job handlers for the sandbox tests: each one stands in for candidate code that misbehaves.
 
 Loaded by the worker through the file-path form of the handler spec (`/path/sandbox_handlers.py:name`),
-so they need no package. Each takes `(job, report)` like `cudaperf.execute.session.run_eval_job` and
+so they need no package. Each takes `(job, report)` like `cudaperf.execute.dispatch.run_eval_job` and
 returns a JSON-able payload; most run outside any `candidate_scope` on purpose: they model faults that
 native code could cause anyway (segfault, fork, forged channel writes), which the process-level
 defences must catch. `probe_guards` runs inside the scope and reports what the audit hook refused.

@@ -1,7 +1,7 @@
 """execute.c_session (C→CUDA tasks in the worker) in CPU mode, called in-process through
-`session.run_eval_job` on tiny C tasks with pure-torch candidates (policy allow_torch_ops=True, except
-where the op monitor itself is tested). The real CUDA path (naive port, fill patterns on the device,
-coverage) is in tests/gpu/test_c_session_gpu.py."""
+`dispatch.run_eval_job` with wire jobs built from `jobs.EvalJob`, on tiny C tasks with pure-torch
+candidates (policy allow_torch_ops=True, except where the op monitor itself is tested). The real CUDA
+path (naive port, fill patterns on the device, coverage) is in tests/gpu/test_c_session_gpu.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudaperf.anticheat.policy import Policy
-from cudaperf.execute import c_session, session
+from cudaperf.execute import c_session, dispatch
+from cudaperf.jobs import EvalJob, TimingConfig, job_message
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_task
-from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, Tolerance, to_dict
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, Tolerance
 
 SAXPY = CTask(
     task_id="c_saxpy_test", family="test", entry="saxpy",
@@ -42,7 +43,8 @@ SQUARE = CTask(
 # An int output whose reference is -1 everywhere: the bytes of the first fill pattern (0xFF).
 MINUS_ONE = CTask(
     task_id="c_copy_int_test", family="test", entry="copy_int",
-    source="void copy_int(const int* x, int* out, int n) {\n    for (int i = 0; i < n; ++i) out[i] = x[i];\n}\n",
+    source="void copy_int(const int* x, int* out, int n) {\n"
+           "    for (int i = 0; i < n; ++i) out[i] = x[i];\n}\n",
     params=(CParam("x", "int", ParamKind.IN, "n"), CParam("out", "int", ParamKind.OUT, "n"),
             CParam("n", "int", ParamKind.SCALAR)),
     inputs={"x": ArrayGen("randint", -1, 0)},
@@ -68,28 +70,20 @@ def _worker_like_process(tmp_path_factory, monkeypatch):
     c_session.C_REFERENCES.clear()
 
 
-def _job(ctask: CTask, solution: str, naive: str | None = None, **overrides) -> dict:
-    job = {
-        "task": to_dict(to_task(ctask, naive_cuda=naive)),
-        "solution": to_dict(Solution("s1", solution, SolutionFormat.FAST)),
-        "device": "cpu",
-        "seeds": [1, 2],
-        "secret": "00ff00ff",
-        "policy": to_dict(Policy(allow_torch_ops=True)),
-        "timing": {"enabled": True, "budget_ms": 0.5, "warmup_ms": 0.1, "baselines": ["eager", "compile"],
-                   "input_sets": 3},
-        "coverage": False,
-        "max_output_bytes": 1 << 26,
-        "cache_dir": None,
-        "torch_extensions_dir": None,
-    }
-    job.update(overrides)
-    return job
+def _job(ctask: CTask, solution: str, naive: str | None = None, secret: str = "00ff00ff",
+         **overrides) -> dict:
+    job = EvalJob(
+        task=to_task(ctask, naive_cuda=naive), solution=Solution("s1", solution, SolutionFormat.FAST),
+        device="cpu", seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+        timing=TimingConfig(budget_ms=0.5, warmup_ms=0.1, baselines=("eager", "compile")),
+        coverage=False, max_output_bytes=1 << 26,
+    )
+    return job_message(dataclasses.replace(job, **overrides), secret)
 
 
 def _run(job: dict) -> tuple[dict, list[str]]:
     stages: list[str] = []
-    return session.run_eval_job(job, stages.append), stages
+    return dispatch.run_eval_job(job, stages.append), stages
 
 
 def _codes(payload: dict, severity: Severity | None = None) -> set[str]:
@@ -149,7 +143,7 @@ def test_the_secret_is_popped_from_the_job():
 
 
 def test_timing_disabled_gives_no_timings():
-    payload, stages = _run(_job(SQUARE, SQUARE_OK, timing={"enabled": False}))
+    payload, stages = _run(_job(SQUARE, SQUARE_OK, timing=TimingConfig(enabled=False)))
     assert payload["timings"] == [] and payload["extra_baselines"] == {} and "timing" not in stages
 
 
@@ -159,7 +153,8 @@ def test_timing_disabled_gives_no_timings():
 def test_references_are_computed_once_per_task_config_and_seed(monkeypatch):
     calls = []
     real = cref.run_reference
-    monkeypatch.setattr(cref, "run_reference", lambda *a, **k: calls.append(k.get("repeats", 0)) or real(*a, **k))
+    monkeypatch.setattr(cref, "run_reference",
+                        lambda *a, **k: calls.append(k.get("repeats", 0)) or real(*a, **k))
     _run(_job(SQUARE, SQUARE_OK))
     first = len(calls)
     _run(_job(SQUARE, SQUARE_OK))
@@ -168,14 +163,14 @@ def test_references_are_computed_once_per_task_config_and_seed(monkeypatch):
 
 
 def test_cached_reference_arrays_are_read_only():
-    _run(_job(SQUARE, SQUARE_OK, timing={"enabled": False}))
+    _run(_job(SQUARE, SQUARE_OK, timing=TimingConfig(enabled=False)))
     entry = next(iter(c_session.C_REFERENCES._entries.values()))
     assert not entry.values["x"].flags.writeable and not entry.outputs["out"].flags.writeable
 
 
 def test_a_changed_secret_draws_other_inputs():
-    _run(_job(SQUARE, SQUARE_OK, timing={"enabled": False}))
-    _run(_job(SQUARE, SQUARE_OK, timing={"enabled": False}, secret="abcd"))
+    _run(_job(SQUARE, SQUARE_OK, timing=TimingConfig(enabled=False)))
+    _run(_job(SQUARE, SQUARE_OK, timing=TimingConfig(enabled=False), secret="abcd"))
     assert len(c_session.C_REFERENCES) == 2 * 3 * 2
 
 
@@ -199,7 +194,8 @@ def test_an_unwritten_output_element_fails_with_the_fill_pattern_named():
 
 
 def test_unwritten_int_elements_fail_where_the_reference_equals_the_first_pattern():
-    payload, _ = _run(_job(MINUS_ONE, "def copy_int(x, out, n):\n    pass\n", timing={"enabled": False}))
+    payload, _ = _run(_job(MINUS_ONE, "def copy_int(x, out, n):\n    pass\n",
+                           timing=TimingConfig(enabled=False)))
     assert not any(c["correct"] for c in payload["correctness"])
     assert "0x5A" in payload["correctness"][0]["message"]
 
@@ -225,7 +221,7 @@ def test_candidate_mutating_an_in_array_is_caught():
 
 
 def test_torch_compute_ops_under_the_strict_policy_are_flagged():
-    payload, _ = _run(_job(SQUARE, SQUARE_OK, policy=to_dict(Policy())))
+    payload, _ = _run(_job(SQUARE, SQUARE_OK, policy=Policy()))
     assert "torch_compute_op" in _codes(payload, Severity.ERROR) and payload["timings"] == []
 
 
@@ -240,7 +236,8 @@ def test_missing_entry_function_is_an_invalid_solution():
 
 def test_wrong_parameter_names_are_an_invalid_solution():
     payload, _ = _run(_job(SQUARE, "def square(src, dst, n):\n    pass\n"))
-    assert payload["outcome"] == Outcome.INVALID_SOLUTION.value and "by name (x, out, n)" in payload["message"]
+    assert (payload["outcome"] == Outcome.INVALID_SOLUTION.value
+            and "by name (x, out, n)" in payload["message"])
 
 
 def test_raising_candidate_is_a_runtime_error_with_the_traceback():
@@ -250,7 +247,8 @@ def test_raising_candidate_is_a_runtime_error_with_the_traceback():
 
 
 def test_cuda_error_text_is_a_cuda_error_that_poisons_the_worker():
-    raising = "def square(x, out, n):\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+    raising = ("def square(x, out, n):\n"
+               "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n")
     payload, _ = _run(_job(SQUARE, raising))
     assert payload["outcome"] == Outcome.CUDA_ERROR.value and payload["worker_poisoned"] is True
 
@@ -278,7 +276,7 @@ def test_a_reference_that_does_not_compile_is_a_harness_error_at_reference():
 
 def test_run_eval_job_hands_c_tasks_to_run_c_job(monkeypatch):
     monkeypatch.setattr(c_session, "run_c_job", lambda job, report: {"handled_by": "c_session"})
-    assert session.run_eval_job(_job(SQUARE, SQUARE_OK), lambda stage: None) == {"handled_by": "c_session"}
+    assert dispatch.run_eval_job(_job(SQUARE, SQUARE_OK), lambda stage: None) == {"handled_by": "c_session"}
 
 
 @pytest.mark.parametrize(("listed", "wanted"), [
@@ -287,4 +285,4 @@ def test_run_eval_job_hands_c_tasks_to_run_c_job(monkeypatch):
     ([], set()),
 ])
 def test_wanted_baselines_follow_the_timing_list(listed, wanted):
-    assert c_session.wanted_baselines({"baselines": listed}) == wanted
+    assert c_session.wanted_baselines(listed) == wanted

@@ -74,6 +74,11 @@ def test_policy_error_flag_makes_policy_violation():
     assert outcome is Outcome.POLICY_VIOLATION and "aten.add" in message
 
 
+def test_a_cheat_code_raised_outside_the_rule_registry_makes_policy_violation():
+    flag = Flag("lingering_threads", "1 Python thread(s) still running after the job", Severity.ERROR)
+    assert decide_outcome(None, "", (_ok("a"),), (flag,))[0] is Outcome.POLICY_VIOLATION
+
+
 def test_other_error_flag_makes_incorrect():
     flag = Flag("input_mutated", "input 0 changed", Severity.ERROR)
     assert decide_outcome(None, "", (_ok("a"),), (flag,))[0] is Outcome.INCORRECT
@@ -149,7 +154,8 @@ def test_compile_error_carries_the_compiler_log(tmp_path):
 
 
 def test_torch_ops_in_forward_are_a_policy_violation_by_default(tmp_path):
-    src = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return torch.add(a, b)\n"
+    src = ("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
+           "        return torch.add(a, b)\n")
     with Evaluator(EvalConfig(device="none", cache_dir=str(tmp_path), build_workers=1)) as ev:
         result = ev.evaluate(_task(), solution_from_text(src, "torch-add"))
     assert result.outcome is Outcome.POLICY_VIOLATION
@@ -202,10 +208,10 @@ def test_cpu_mode_batch_keeps_every_result_and_resumes(tmp_path):
 
 def test_extra_baselines_from_the_worker_become_config_baselines_and_speedups():
     from cudaperf.evaluate import _speedups, _with_extra_baselines
-    from cudaperf.types import ConfigTiming, Timing, to_dict
+    from cudaperf.types import ConfigTiming, Timing
 
     cand = Timing(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, mean_ms=1.0, n_samples=10)
     serial = Timing(median_ms=40.0, iqr_ms=0.0, min_ms=40.0, mean_ms=40.0, n_samples=3)
-    timings = _with_extra_baselines((ConfigTiming("large", cand),), {"large": {"serial_c": to_dict(serial)}})
+    timings = _with_extra_baselines((ConfigTiming("large", cand),), {"large": {"serial_c": serial}})
     assert timings[0].baselines["serial_c"].median_ms == 40.0
     assert _speedups(timings) == {"serial_c": pytest.approx(40.0)}

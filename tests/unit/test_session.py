@@ -1,9 +1,11 @@
-"""execute.session.run_eval_job in CPU mode, called in-process on a small inline task with pure-torch
+"""The PyTorch-task recipe (execute.torch_session) in CPU mode, called in-process through
+`dispatch.run_eval_job` with wire jobs built from `jobs.EvalJob`, on a small inline task with pure-torch
 candidates (policy allow_torch_ops=True). The GPU-only parts (poison, L2 flush, coverage) are in
 tests/gpu/test_session_gpu.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,13 +13,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudaperf.anticheat.policy import Policy
-from cudaperf.execute import session
+from cudaperf.execute import dispatch, torch_session
+from cudaperf.jobs import EvalJob, TimingConfig, job_message
 from cudaperf.tasks import task_from_source
-from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind, to_dict
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind
 
 TASK = '''
 import torch
 import torch.nn as nn
+
+CUDAPERF_TASK = {"no_derived_configs": "a unit test of the worker's stages on the declared configurations"}
 
 class Model(nn.Module):
     """y = relu(x @ W^T + b) * 2 + z, with a seeded Linear layer."""
@@ -79,34 +84,25 @@ def _worker_like_process(tmp_path_factory):
 
     if not guards._installed.is_set():
         guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
-    session.REFERENCES.clear()
+    torch_session.REFERENCES.clear()
     yield
-    session.REFERENCES.clear()
+    torch_session.REFERENCES.clear()
 
 
-def _job(solution: str, task_source: str = TASK, **overrides) -> dict:
-    task = task_from_source(task_source, "relu_linear")
-    job = {
-        "task": to_dict(task),
-        "solution": to_dict(Solution("s1", solution, SolutionFormat.PYTORCH)),
-        "device": "cpu",
-        "seeds": [1, 2],
-        "secret": "00ff00ff",
-        "policy": to_dict(Policy(allow_torch_ops=True)),
-        "timing": {"enabled": True, "budget_ms": 0.5, "warmup_ms": 0.1, "baselines": ["eager"],
-                   "input_sets": 3},
-        "coverage": False,
-        "max_output_bytes": 1 << 26,
-        "cache_dir": None,
-        "torch_extensions_dir": None,
-    }
-    job.update(overrides)
-    return job
+def _job(solution: str, task_source: str = TASK, secret: str = "00ff00ff", **overrides) -> dict:
+    job = EvalJob(
+        task=task_from_source(task_source, "relu_linear"),
+        solution=Solution("s1", solution, SolutionFormat.PYTORCH),
+        device="cpu", seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+        timing=TimingConfig(budget_ms=0.5, warmup_ms=0.1, baselines=("eager",)),
+        coverage=False, max_output_bytes=1 << 26,
+    )
+    return job_message(dataclasses.replace(job, **overrides), secret)
 
 
 def _run(job: dict) -> tuple[dict, list[str]]:
     stages: list[str] = []
-    payload = session.run_eval_job(job, stages.append)
+    payload = dispatch.run_eval_job(job, stages.append)
     return payload, stages
 
 
@@ -148,15 +144,15 @@ def test_the_secret_is_popped_from_the_job():
 
 
 def test_timing_disabled_gives_no_timings():
-    payload, stages = _run(_job(CORRECT, timing={"enabled": False}))
+    payload, stages = _run(_job(CORRECT, timing=TimingConfig(enabled=False)))
     assert payload["timings"] == [] and "timing" not in stages
 
 
 def test_reference_outputs_are_reused_across_jobs():
     _run(_job(CORRECT))
-    cached = len(session.REFERENCES._entries)
+    cached = len(torch_session.REFERENCES._entries)
     _run(_job(CORRECT))
-    assert cached > 0 and len(session.REFERENCES._entries) == cached
+    assert cached > 0 and len(torch_session.REFERENCES._entries) == cached
 
 
 # -- wrong and cheating candidates -----------------------------------------------------------------
@@ -197,7 +193,7 @@ def test_replacing_a_trusted_function_is_flagged_and_undone():
 
 
 def test_torch_ops_under_the_strict_policy_are_flagged_and_not_timed():
-    payload, _ = _run(_job(CORRECT, policy=to_dict(Policy())))
+    payload, _ = _run(_job(CORRECT, policy=Policy()))
     assert "torch_compute_op" in _errors(payload)
     assert payload["timings"] == []
 
@@ -214,11 +210,13 @@ def test_raising_candidate_is_a_runtime_error_with_the_traceback():
 
 @pytest.mark.parametrize(("raised", "outcome", "poisoned"), [
     ("RuntimeError('CUDA error: an illegal memory access was encountered')", Outcome.CUDA_ERROR, True),
-    ("torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')", Outcome.OUT_OF_MEMORY, False),
+    ("torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2 GiB')", Outcome.OUT_OF_MEMORY,
+     False),
     ("CompileError('kernel.cu(3): error: expected a ;')", Outcome.COMPILE_ERROR, False),
 ])
 def test_errors_are_classified(raised, outcome, poisoned):
-    source = "from cudaperf.cuda import CompileError\n" + RAISING.replace("ValueError('kernel exploded')", raised)
+    source = ("from cudaperf.cuda import CompileError\n"
+              + RAISING.replace("ValueError('kernel exploded')", raised))
     payload, _ = _run(_job(source))
     assert payload["outcome"] == outcome.value
     assert payload["worker_poisoned"] is poisoned
@@ -253,7 +251,7 @@ def test_a_broken_reference_is_a_harness_error():
 
 
 def test_a_c_task_without_its_declaration_is_a_harness_error_at_setup():
-    job = _job(CORRECT)  # kind "c" but no CTask in Task.spec: the C recipe refuses it before any candidate code
+    job = _job(CORRECT)  # kind "c", no CTask in Task.spec: the C recipe refuses it before any candidate code
     job["task"]["kind"] = TaskKind.C.value
     payload, _ = _run(job)
     assert payload["outcome"] == Outcome.HARNESS_ERROR.value and payload["stage"] == "setup"

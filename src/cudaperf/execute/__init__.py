@@ -1,8 +1,11 @@
 """Sandboxed execution of candidate code: worker processes, one per GPU, and what runs inside them.
 
 Covers: `WorkerPool` / `Worker` (parent side, sandbox.py), the child's loop (child.py), the guards the
-child installs (guards.py). The evaluation recipe run inside a worker is `session.py` (not imported here).
-Importing this package loads neither torch nor CUDA.
+child installs (guards.py). What runs inside a worker for an evaluation job (none of it imported here):
+`dispatch.py` (the default handler) picks the recipe of the task's kind, `torch_session.py` (PyTorch
+tasks) or `c_session.py` (C->CUDA tasks), both built on `session.py` (the stages and safety steps they
+share). The job and its payload are the records of `cudaperf.jobs`. Importing this package loads neither
+torch nor CUDA.
 """
 
 from cudaperf.execute.sandbox import (

@@ -1,13 +1,11 @@
-"""The in-worker recipe for C→CUDA tasks: one job (a C task and a candidate) from the job dict to the reply
-payload, in the shape of `session.run_eval_job`'s (dev/CONTRACTS.md, "The job sent to a worker") plus
-`extra_baselines`. `session.run_eval_job` dispatches here when `job["task"]["kind"] == "c"`.
+"""The in-worker recipe for C→CUDA tasks: one job (a C task and a candidate entry function) to its payload.
 
-Stages (heartbeats), in order:
-- setup: as session.py (secret popped, seeds derived, device, guards); then the CTask from `Task.spec`
-  (`ctask.to_task`); a missing or malformed declaration is the task's fault: HARNESS_ERROR;
+Stages (heartbeats), after the shared setup of `execute.session`:
+- setup (`load_task`): the CTask from `Task.spec` (`ctask.from_task`); a missing or malformed declaration
+  is the task's fault: HARNESS_ERROR;
 - reference: per configuration x seed, inputs from `ctask.make_inputs` with the derived seed, and the
   serial C reference run on the CPU (`cref`); kept across jobs in host memory by `C_REFERENCES`;
-- import: the candidate module inside `candidate_scope()`, then its entry function: a callable named like
+- import: the candidate module inside the candidate scope, then its entry function: a callable named like
   the C entry point that takes the C parameter names (else INVALID_SOLUTION);
 - correctness: per configuration x seed, two calls, each on fresh device copies of the inputs with the
   `out` arrays pre-filled with a fill pattern (0xFF bytes: NaN / -1, then 0x5A bytes): an element the
@@ -18,7 +16,7 @@ Stages (heartbeats), in order:
 - timing: the candidate and the naive CUDA port (`Task.spec`, see `ctask.to_task`) interleaved by
   `cudaperf.timing` on rotated input sets with outputs re-checked, then the serial C time on the CPU
   (median of repeats; cached with the reference, so later candidates of the task reuse it);
-- coverage: the share of GPU time in the candidate's own kernels.
+- coverage: the share of GPU time in the candidate's own kernels (`Session.coverage_of`).
 
 Timing detail (why): every timed function gets its own output buffers, and `inout` arrays are restored
 from the input set inside each timed call (a device copy, the same for every timed function). Without it,
@@ -26,19 +24,16 @@ calls after the first see their own results (an in-place sort would be timed sor
 candidate can detect and skip) and could not be re-checked. The restore's time is measured alongside as
 `inout_restore`, so readers can subtract it.
 
-Payload: `timings[*].eager` / `.compiled` stay None (they are PyTorch baselines); the C baselines are in
-`payload["extra_baselines"] = {config: {"serial_c": Timing, "naive_cuda": Timing, "inout_restore": Timing}}`
-(dicts; a baseline that did not run is absent, with a flag saying why) until `ConfigTiming` has a field
-for them. Which run: the names among ("serial_c", "naive_cuda") in `timing.baselines`; both when the list
-names neither (the PyTorch default); none when it is empty.
+Payload (`jobs.EvalPayload`): `timings[*].eager` / `.compiled` stay None (they are PyTorch baselines); the
+C baselines are in `extra_baselines = {config: {"serial_c", "naive_cuda", "inout_restore": Timing}}` (a
+baseline that did not run is absent, with a flag saying why), which the evaluator moves into
+`ConfigTiming.baselines`. Which run: the names among ("serial_c", "naive_cuda") in `timing.baselines`;
+both when the list names neither (the PyTorch default); none when it is empty.
 
-Reuse: job parsing, the stage wrapper, guard windows, failure classification, the interleaved bench with
-its baseline-dropping, payload and cleanup are session.py's: `_Session` and its helpers are private there
-and imported on purpose, so both task kinds share one implementation of the safety steps.
-
-Not covered: process isolation and deadlines (the sandbox), static checks and the build (evaluate.py), the
-final outcome (`evaluate.decide_outcome`), PyTorch tasks (session.py). The C reference is trusted code run
-in the worker (cref.py): a task with a wrong length expression can crash the worker (outcome CRASH).
+Not covered: what every task kind shares (`execute.session`), PyTorch tasks (`torch_session.py`), which
+recipe runs a job (`dispatch.py`), process isolation and deadlines (the sandbox). The C reference is
+trusted code run in the worker (cref.py): a task with a wrong length expression can crash the worker
+(outcome CRASH).
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ import math
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -66,18 +61,8 @@ from cudaperf.correctness import (
     mutated_positions,
     poison_allocator,
 )
-from cudaperf.execute.session import (
-    CANDIDATE,
-    _environment,
-    _Guards,
-    _parse_job,
-    _select_device,
-    _Session,
-    _set_precision,
-    _Stop,
-    _summarize,
-    preload_lazy_modules,
-)
+from cudaperf.execute.session import CANDIDATE, Session, Stop, summarize_correctness
+from cudaperf.jobs import EvalPayload
 from cudaperf.sol import estimate, min_bytes, speed_flags
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import (
@@ -161,11 +146,12 @@ _NAIVE_MODULES: OrderedDict[str, ModuleType] = OrderedDict()  # naive ports by s
 # The recipe
 
 
-def run_c_job(job: dict, report: Callable[[str], None]) -> dict:
-    """Evaluate one C->CUDA job and return the reply payload (see the module docstring). Never raises.
+def run_c_job(message: dict, report: Callable[[str], None]) -> EvalPayload:
+    """Evaluate one C->CUDA job (the wire form, `jobs.job_message`) and return its payload (see the module
+    docstring). Never raises.
 
-    `report(stage)` is the heartbeat. The secret is popped from `job` before any candidate code runs."""
-    return _CSession(report).run(job)
+    `report(stage)` is the heartbeat. The secret is popped from `message` before any candidate code runs."""
+    return CSession(report).run(message)
 
 
 @dataclass(frozen=True)
@@ -177,8 +163,8 @@ class _OnDevice:
     expected: tuple[torch.Tensor, ...]  # in the order of `CTask.outputs`
 
 
-class _CSession(_Session):
-    """State of one C job; each method is one step of the recipe (the rest is `_Session`'s)."""
+class CSession(Session):
+    """State of one C job; each method is one step of the recipe (the rest is `Session`'s)."""
 
     # No construct stage: a C candidate is a function, not a module with weights.
     STAGES = (("reference", "compute_references"), ("import", "import_candidate"),
@@ -192,26 +178,18 @@ class _CSession(_Session):
         self.naive: Callable | None | bool = False  # False: not looked up yet; None: unavailable
         self.naive_why = ""  # why the naive port is unavailable
         self.on_device: dict[tuple[str, int], _OnDevice] = {}
-        self.extra_baselines: dict[str, dict[str, Any]] = {}
 
     # -- stages ----------------------------------------------------------------------------------
-    def setup(self, job: dict, secret: str) -> None:
-        self.job = _parse_job(job, secret)
-        self.device = self.job.device
-        _select_device(self.device, self.job)
-        self.environment = _environment(self.device)
-        _set_precision(self.job.task.allow_tf32)
-        preload_lazy_modules()
-        self.guards = _Guards(self.job.policy)
+    def load_task(self) -> None:
         self.ctask = _declared_ctask(self.job.task)
         digest = hashlib.sha256(json.dumps(to_dict(self.ctask), sort_keys=True).encode()).hexdigest()
         self.task_key = (self.ctask.task_id, digest)
         self.timed_names = tuple(c.name for c in self.ctask.configs)
-        self.wanted = wanted_baselines(self.job.timing)
+        self.wanted = wanted_baselines(self.job.timing.baselines)
 
     def compute_references(self) -> None:
         for config in self.ctask.configs:
-            for seed in self.job.seeds:
+            for seed in self.seeds:
                 self.reference(config, seed)
 
     def import_candidate(self) -> None:
@@ -219,7 +197,7 @@ class _CSession(_Session):
         names = tuple(p.name for p in self.ctask.params)
         fn, problem = self.candidate(lambda: entry_function(module, self.ctask.entry, names), "import")
         if problem:
-            raise _Stop(Outcome.INVALID_SOLUTION, problem)
+            raise Stop(Outcome.INVALID_SOLUTION, problem)
         self.entry_fn = fn
 
     def check_correctness(self) -> None:
@@ -236,25 +214,12 @@ class _CSession(_Session):
             self.release()
 
     def measure_coverage(self) -> None:
-        """Coverage on the first timed configuration; a profiler failure is a warning (as in session.py)."""
+        """Coverage on the first timed configuration (`Session.coverage_of`)."""
         config = self.ctask.config(self.timed_names[0])
-        args = self.call_arguments(self.device_data(config, self.job.seeds[0]), FILL_BYTES[0])
-        try:
-            from cudaperf.anticheat.coverage import kernel_names_from_source, measure_coverage
-
-            own_names = kernel_names_from_source(self.job.solution.source) or None
-            result = measure_coverage(lambda: self.candidate(
-                lambda: self.call_entry(args, config.name, monitored=False), self.call_name, config.name),
-                own_names)
-        except Exception as exc:  # noqa: BLE001 - the harness's profiler failed, not the candidate
-            self.flags.append(Flag("coverage_failed", f"{type(exc).__name__}: {exc}"[:500], Severity.WARNING,
-                                   config.name))
-            return
-        self.coverage = result.coverage
-        for name, ms, own in result.kernels:
-            if own:
-                self.kernel_time_ms[name] = self.kernel_time_ms.get(name, 0.0) + ms
-        self.flags += self.guards.coverage_flags(result, config.name)
+        args = self.call_arguments(self.device_data(config, self.seeds[0]), FILL_BYTES[0])
+        self.coverage_of(lambda: self.candidate(
+            lambda: self.call_entry(args, config.name, monitored=False), self.call_name, config.name),
+            config.name)
 
     # -- the reference ---------------------------------------------------------------------------
     def reference(self, config: CConfig, seed: int) -> CReference:
@@ -323,17 +288,17 @@ class _CSession(_Session):
     def correctness_for(self, config: CConfig) -> ConfigCorrectness:
         results: list[tuple[str, Comparison]] = []
         outputs, references = [], []
-        for i, seed in enumerate(self.job.seeds):
+        for i, seed in enumerate(self.seeds):
             data = self.device_data(config, seed)
             for k, fill_byte in enumerate(FILL_BYTES):
                 outs, mutated = self.run_candidate(config, data, fill_byte)
-                label = f"seed {self.job.public_seeds[i]}, call {k + 1}"
+                label = f"seed {self.job.seeds[i]}, call {k + 1}"
                 results += self.judge(outs, data.expected, mutated, fill_byte, label, config)
                 if k == 0:
                     outputs.append(tuple(comparable(t) for t in outs))
             references.append(tuple(comparable(t) for t in data.expected))
         self.flags += degenerate_flags(outputs, references, self.inputs_differ(config), config=config.name)
-        return _summarize(config.name, results, len(self.job.seeds))
+        return summarize_correctness(config.name, results, len(self.seeds))
 
     def judge(self, outs: tuple, expected: tuple, mutated: str, fill_byte: int, label: str,
               config: CConfig) -> list[tuple[str, Comparison]]:
@@ -353,13 +318,13 @@ class _CSession(_Session):
         return results
 
     def inputs_differ(self, config: CConfig) -> bool:
-        arrays = [self.reference(config, seed).values for seed in self.job.seeds]
+        arrays = [self.reference(config, seed).values for seed in self.seeds]
         names = self.input_names
         return any(not np.array_equal(arrays[0][n], other[n]) for other in arrays[1:] for n in names)
 
     # -- timing ----------------------------------------------------------------------------------
     def time_config(self, config: CConfig) -> ConfigTiming:
-        data = [self.device_data(config, seed) for seed in self.job.timing_seeds]
+        data = [self.device_data(config, seed) for seed in self.timing_seeds]
         input_sets = [[d.arrays[name] for name in self.input_names] for d in data]
         expected = [tuple(comparable(t) for t in d.expected) for d in data]
         tol = self.ctask.tolerance_for(config)
@@ -433,7 +398,7 @@ class _CSession(_Session):
         if entry.serial_c is None:
             start = time.perf_counter()
             low, high = SERIAL_C_REPEATS
-            repeats = max(low, min(high, math.ceil(float(self.job.timing["budget_ms"]) /
+            repeats = max(low, min(high, math.ceil(float(self.job.timing.budget_ms) /
                                                    max(entry.reference_ms, 1e-3))))
             run = cref.run_reference(self.ctask, config, seed, repeats=repeats, cache_dir=self.job.cache_dir,
                                      values=fresh_values(self.ctask, config, entry))
@@ -445,20 +410,12 @@ class _CSession(_Session):
 
     def summarize_c(self, config: CConfig, data: _OnDevice, bench: BenchReport) -> ConfigTiming:
         name = config.name
-        self.flags += [f for f in bench.flags_for(CANDIDATE, name) if self.guards.active(f.code)]
-        for baseline, failures in bench.check_failures.items():
-            if baseline != CANDIDATE and failures:
-                self.flags.append(Flag("baseline_output_mismatch", f"the {baseline} baseline's outputs "
-                                       f"failed the re-check {failures} times", Severity.WARNING, name))
-        if not bench.clock_consistent:
-            self.flags.append(Flag("timer_inconsistent", f"event times sum to {bench.event_total_ms:.3f} ms, "
-                                   f"more than the host clock's {bench.host_total_ms:.3f} ms", Severity.ERROR,
-                                   name))
-        extra = {k: to_dict(t) for k, t in bench.timings.items() if k in (NAIVE_CUDA, RESTORE)}
+        self.timing_flags(bench, name, baselines=[k for k in bench.check_failures if k != CANDIDATE])
+        extra = {k: t for k, t in bench.timings.items() if k in (NAIVE_CUDA, RESTORE)}
         if SERIAL_C in self.wanted:
-            extra[SERIAL_C] = to_dict(self.serial_c(config, self.job.timing_seeds[0]))
+            extra[SERIAL_C] = self.serial_c(config, self.timing_seeds[0])
         if RESTORE in extra:
-            restore_ms = extra[RESTORE]["median_ms"]
+            restore_ms = extra[RESTORE].median_ms
             self.flags.append(Flag("timing_includes_inout_restore", "every timed call includes restoring "
                                    f"the inout arrays ({restore_ms:.4g} ms alone)", Severity.INFO, name))
         self.extra_baselines[name] = extra
@@ -472,13 +429,9 @@ class _CSession(_Session):
                             overhead_ms=bench.overhead_ms, lead_us=bench.lead_us, lead_kind=bench.lead_kind)
 
     # -- end -------------------------------------------------------------------------------------
-    def cleanup(self) -> None:
+    def drop_handles(self) -> None:
         self.entry_fn = None
         self.on_device.clear()
-        super().cleanup()
-
-    def payload(self) -> dict:
-        return {**super().payload(), "extra_baselines": self.extra_baselines}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -490,18 +443,17 @@ def _declared_ctask(task: Any) -> CTask:
     try:
         ctask = from_task(task)
     except CTaskError as exc:
-        raise _Stop(Outcome.HARNESS_ERROR, f"setup: {exc}") from None
+        raise Stop(Outcome.HARNESS_ERROR, f"setup: {exc}") from None
     problems = validate(ctask)
     if problems:
-        raise _Stop(Outcome.HARNESS_ERROR, f"setup: the C task {ctask.task_id} is malformed: "
-                    + "; ".join(problems))
+        raise Stop(Outcome.HARNESS_ERROR, f"setup: the C task {ctask.task_id} is malformed: "
+                   + "; ".join(problems))
     return ctask
 
 
-def wanted_baselines(timing: dict[str, Any]) -> set[str]:
-    """The C baselines to time: those named in `timing["baselines"]`; both when the list names neither
-    (the PyTorch default ["eager", "compile"]); none when the list is empty."""
-    listed = list(timing.get("baselines") or ())
+def wanted_baselines(listed: Sequence[str]) -> set[str]:
+    """The C baselines to time: those named in `listed` (`TimingConfig.baselines`); both when the list
+    names neither (the PyTorch default ("eager", "compile")); none when the list is empty."""
     named = {b for b in listed if b in C_BASELINES}
     return named or (set(C_BASELINES) if listed else set())
 

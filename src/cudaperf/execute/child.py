@@ -2,16 +2,16 @@
 
 Covers: start-up (network namespace, rlimits, process flags, preloaded modules, audit hook, parent
 watchdog, then a "ready" message), and per job: a fresh working directory, the handler call
-(`handler(job, report)`, default `cudaperf.execute.session:run_eval_job`), classification of an exception
-that escapes the handler, the after-job sweep (candidate finalizers run inside a candidate scope,
-leftover processes killed, leftover threads and tampered harness callables detected, CUDA context
-checked, environment and sys.path restored, working directory deleted) and the reply on the private
-channel, refused when larger than the limit.
+(`handler(job, report)`, default `cudaperf.execute.dispatch:run_eval_job`), classification of an exception
+that escapes the handler (a payload with the verdict fields of `jobs.EvalPayload`), the after-job sweep
+(candidate finalizers run inside a candidate scope, leftover processes killed, leftover threads and
+tampered harness callables detected, CUDA context checked, environment and sys.path restored, working
+directory deleted) and the reply on the private channel, refused when larger than the limit.
 
-Not covered: the evaluation itself (session.py decides what runs inside `candidate_scope`), and
+Not covered: the evaluation itself (the sessions decide what runs inside `candidate_scope`), and
 anything the parent does (deadlines, kills, replacement: sandbox.py). Secrets stay out of this module:
 the channel nonce lives only in locals and in the `report` closure, never in module globals, and the job
-(which holds the secret until session.py pops it) is never printed.
+(which holds the secret until the session pops it) is never printed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 from cudaperf.execute import guards
 from cudaperf.execute.sandbox import encode_message, read_message, write_all
-from cudaperf.types import Outcome
+from cudaperf.jobs import EvalPayload
+from cudaperf.types import Outcome, to_dict
 
 # Text that marks a CUDA error in an exception message (torch, cuda-core, cuda-bindings).
 _CUDA_ERROR_MARKERS = (
@@ -194,7 +195,7 @@ def _load_handler(spec: str) -> Callable:
 
 
 def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
-    """An exception escaped the handler. session.py turns candidate exceptions into RUNTIME_ERROR itself,
+    """An exception escaped the handler. The sessions turn candidate exceptions into outcomes themselves,
     so an escaping Exception is most likely the harness's (HARNESS_ERROR), except for the kinds the
     candidate can cause anywhere: memory exhaustion, CUDA errors, and BaseExceptions (SystemExit...)
     that `except Exception` in the harness does not catch.
@@ -215,7 +216,12 @@ def _classify(exc: BaseException, stage: str) -> dict[str, Any]:
         outcome, poisoned = Outcome.RUNTIME_ERROR, False
     else:
         outcome, poisoned = Outcome.HARNESS_ERROR, False
-    return {"outcome": outcome.value, "stage": stage, "message": text, "worker_poisoned": poisoned}
+    return _fault(outcome, stage, text, poisoned)
+
+
+def _fault(outcome: Outcome, stage: str, message: str, poisoned: bool = False) -> dict[str, Any]:
+    """The payload the child sends in place of the handler's: the verdict fields alone."""
+    return to_dict(EvalPayload(outcome=outcome, stage=stage, message=message, worker_poisoned=poisoned))
 
 
 def _exception_text(exc: BaseException) -> tuple[type, str, str]:
@@ -315,14 +321,12 @@ def _encode_bounded(message: dict[str, Any], max_bytes: int, stage: str) -> byte
     try:
         data = encode_message(message)
     except (TypeError, ValueError, RecursionError) as exc:
-        payload = {"outcome": Outcome.HARNESS_ERROR.value, "stage": stage,
-                   "message": f"the job's result is not JSON-serialisable: {exc}"[:2000]}  # fmt: skip
-        return encode_message({**message, "payload": payload})
+        text = f"the job's result is not JSON-serialisable: {exc}"[:2000]
+        return encode_message({**message, "payload": _fault(Outcome.HARNESS_ERROR, stage, text)})
     if len(data) <= max_bytes:
         return data
     text = f"the job's result is {len(data)} bytes, over the {max_bytes} byte limit"
-    payload = {"outcome": Outcome.OUTPUT_TOO_LARGE.value, "stage": stage, "message": text}
-    return encode_message({**message, "payload": payload})
+    return encode_message({**message, "payload": _fault(Outcome.OUTPUT_TOO_LARGE, stage, text)})
 
 
 def _send(fd: int, message: dict[str, Any] | bytes) -> None:

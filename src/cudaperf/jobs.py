@@ -1,0 +1,145 @@
+"""The records that cross the pipe between the evaluator and a sandboxed worker: the job and its payload.
+
+Covers: `TimingConfig` (the one home of the timing defaults: `EvalConfig.timing` and `EvalJob.timing` are
+this record), `EvalJob` (what the evaluator asks a worker to do with one task and one candidate),
+`EvalPayload` (what the worker's evaluation handler sends back), and their wire form. The wire is plain
+JSON (`types.to_dict` / `types.from_dict`), never pickle: the parent must not run code the child chose.
+`job_message` / `read_job` add and remove the secret, which travels beside the record, not in it (see
+`read_job` for why); `read_payload` turns whatever came back into a payload, a malformed one included.
+
+Not covered: how the job is carried (the sandbox's framing, nonces and deadlines: `execute.sandbox`), what
+the worker does with it (`execute.session` and the recipes beside it), the final outcome
+(`evaluate.decide_outcome`). This module imports neither torch nor CUDA, so the evaluator, trainers and
+tests can build jobs without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudaperf.anticheat.policy import Policy
+from cudaperf.types import (
+    ConfigCorrectness,
+    ConfigTiming,
+    Flag,
+    Outcome,
+    Solution,
+    Task,
+    Timing,
+    from_dict,
+    to_dict,
+)
+
+# The stages a worker reports as heartbeats, in order; the parent applies a deadline to each
+# (`execute.sandbox.StageTimeouts`). A C task has no `construct` stage (its candidate is a function).
+STAGES = ("setup", "reference", "import", "construct", "correctness", "timing", "coverage")
+MAX_OUTPUT_BYTES = 4 << 30  # default of `EvalConfig.max_output_bytes` and `EvalJob.max_output_bytes`
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How the worker times a correct candidate against its baselines (`cudaperf.timing`)."""
+
+    enabled: bool = True
+    """Time the candidate and the baselines (off: correctness only, e.g. for RL rollouts on a budget)."""
+    budget_ms: float = 100.0
+    """Time budget per callable and configuration; repetitions are sized from it (Triton do_bench style)."""
+    warmup_ms: float = 25.0
+    """Warm-up budget per callable and configuration, excluded from the samples."""
+    baselines: tuple[str, ...] = ("eager", "compile")
+    """Baselines timed live on the same GPU, interleaved with the candidate. C tasks time the names among
+    ("serial_c", "naive_cuda") listed here, and both when the list names neither (`c_session`)."""
+    input_sets: int = 3
+    """Distinct input sets rotated during timing (defeats caching on data pointers)."""
+
+    def __post_init__(self) -> None:
+        if self.input_sets < 1:
+            raise ValueError(f"TimingConfig.input_sets={self.input_sets}: at least one input set is needed")
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation for a worker: a task, a candidate, and how to judge it."""
+
+    task: Task
+    solution: Solution
+    device: str = "cpu"
+    """"cuda:0" (each GPU worker sees its own GPU as device 0) or "cpu" (tests and CI: pure-torch
+    candidates only)."""
+    seeds: tuple[int, ...] = (1,)
+    """Public seeds, one input draw each per configuration; the worker mixes each with the secret
+    (`correctness.derive_seed`), so a candidate cannot predict its inputs from them."""
+    policy: Policy = field(default_factory=Policy)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    coverage: bool = False
+    """Measure the share of GPU time in the candidate's own kernels (GPU workers only)."""
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+    cache_dir: str | None = None
+    """CUDAPERF_CACHE_DIR for the `cudaperf.cuda` helper (the build pool filled it)."""
+    torch_extensions_dir: str | None = None
+    """INLINE solutions: where the build pool built the extension (`toolchain.inline.extensions_dir_for`)."""
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("EvalJob.seeds is empty: give at least one public seed")
+
+    def timing_seeds(self) -> tuple[int, ...]:
+        """Public seeds of the timing input sets: the correctness seeds first (their references exist
+        already), then fresh ones above them until there are `timing.input_sets`."""
+        wanted = self.timing.input_sets
+        extra = tuple(max(self.seeds) + 1 + i for i in range(max(0, wanted - len(self.seeds))))
+        return (self.seeds + extra)[:wanted]
+
+
+def job_message(job: EvalJob, secret: str) -> dict[str, Any]:
+    """The wire form of a job: its record as JSON-ready data plus the secret (hex)."""
+    return {**to_dict(job), "secret": secret}
+
+
+def read_job(message: dict[str, Any]) -> tuple[EvalJob, str]:
+    """(the job, the secret) from the wire form. The secret is popped from `message` first, so the dict
+    the caller holds no longer contains it once candidate code can run; it is not a field of `EvalJob`,
+    so the worker's record of the job never carries it either. Raises on a malformed job."""
+    secret = str(message.pop("secret", ""))
+    return from_dict(EvalJob, message), secret
+
+
+@dataclass(frozen=True)
+class EvalPayload:
+    """What the worker's evaluation handler sends back for one job.
+
+    The verdict fields (`outcome`, `stage`, `message`, `worker_poisoned`) are also what the sandbox reads
+    from any handler's payload, and all the child sends when the handler itself failed."""
+
+    outcome: Outcome | None = None
+    """A fault that decided the evaluation (RUNTIME_ERROR, CUDA_ERROR, INVALID_SOLUTION...); None when
+    the candidate ran and correctness decides (`evaluate.decide_outcome`)."""
+    stage: str = ""
+    """The stage that decided the outcome, or the last one reached."""
+    message: str = ""
+    correctness: tuple[ConfigCorrectness, ...] = ()
+    timings: tuple[ConfigTiming, ...] = ()
+    extra_baselines: dict[str, dict[str, Timing]] = field(default_factory=dict)
+    """C tasks: {configuration: {"serial_c" | "naive_cuda" | "inout_restore": Timing}}, timed beside
+    `timings`; the evaluator moves them into `ConfigTiming.baselines`."""
+    flags: tuple[Flag, ...] = ()
+    coverage: float | None = None
+    kernel_time_ms: dict[str, float] = field(default_factory=dict)
+    """GPU time of each of the candidate's own kernels, from the coverage profiler."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """torch, cuda, python, device; on a GPU also gpu, capability, driver, memory_bytes."""
+    durations_s: dict[str, float] = field(default_factory=dict)
+    """Per stage, measured inside the worker."""
+    worker_poisoned: bool = False
+    """The CUDA context (or the process) is unusable: the pool must replace the worker."""
+
+
+def read_payload(data: Any) -> EvalPayload:
+    """The payload from the wire; one that does not parse is a HARNESS_ERROR payload saying why (the
+    handler is ours, so a malformed payload is cudaperf's fault, never the candidate's)."""
+    try:
+        return from_dict(EvalPayload, data or {})
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        text = f"the worker's payload is malformed: {type(exc).__name__}: {exc}"[:2000]
+        return EvalPayload(Outcome.HARNESS_ERROR, "payload", text)

@@ -1,0 +1,108 @@
+"""The records between the evaluator and its workers (cudaperf.jobs): JSON round trips, the secret beside
+the record, one home for the timing defaults, and a malformed payload as a value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cudaperf.anticheat.policy import Policy
+from cudaperf.jobs import (
+    EvalJob,
+    EvalPayload,
+    TimingConfig,
+    job_message,
+    read_job,
+    read_payload,
+)
+from cudaperf.types import (
+    ConfigCorrectness,
+    ConfigTiming,
+    Flag,
+    InputConfig,
+    Outcome,
+    Severity,
+    Solution,
+    SolutionFormat,
+    Task,
+    TaskKind,
+    Timing,
+    to_dict,
+)
+
+
+def _job(**fields) -> EvalJob:
+    task = Task("t", TaskKind.PYTORCH, "source", (InputConfig("small", {"n": 4}),))
+    return EvalJob(task=task, solution=Solution("s", "code", SolutionFormat.FAST), **fields)
+
+
+def _timing(ms: float) -> Timing:
+    return Timing(median_ms=ms, iqr_ms=0.0, min_ms=ms, mean_ms=ms, n_samples=5)
+
+
+def test_a_job_survives_the_wire_unchanged():
+    job = _job(device="cuda:0", seeds=(1, 2, 3), policy=Policy(allow_torch_ops=True),
+               timing=TimingConfig(budget_ms=5.0, baselines=("eager",)), coverage=True, cache_dir="/c")
+    wire = json.loads(json.dumps(job_message(job, "5eed")))
+    assert read_job(wire) == (job, "5eed")
+
+
+def test_reading_a_job_pops_its_secret_from_the_message():
+    message = job_message(_job(), "5eed")
+    read_job(message)
+    assert "secret" not in message
+
+
+def test_the_secret_is_not_a_field_of_the_job():
+    job, _ = read_job(job_message(_job(), "5eed"))
+    assert "5eed" not in json.dumps(job_message(job, ""))
+
+
+def test_a_partial_timing_section_takes_the_timing_defaults():
+    message = job_message(_job(), "")
+    message["timing"] = {"enabled": False}
+    job, _ = read_job(message)
+    assert job.timing == TimingConfig(enabled=False)
+
+
+def test_the_evaluator_and_the_job_share_one_timing_default():
+    from cudaperf.evaluate import EvalConfig
+
+    assert EvalConfig().timing == TimingConfig() == _job().timing
+
+
+def test_timing_seeds_start_with_the_correctness_seeds_and_add_fresh_ones():
+    assert _job(seeds=(1, 2)).timing_seeds() == (1, 2, 3)
+    assert _job(seeds=(1, 2, 3, 4)).timing_seeds() == (1, 2, 3)
+
+
+def test_a_job_without_seeds_is_rejected_with_the_fix():
+    with pytest.raises(ValueError, match="at least one public seed"):
+        _job(seeds=())
+
+
+def test_zero_timing_input_sets_are_rejected_with_the_fix():
+    with pytest.raises(ValueError, match="at least one input set"):
+        TimingConfig(input_sets=0)
+
+
+def test_a_payload_survives_the_wire_unchanged():
+    payload = EvalPayload(
+        outcome=None, stage="timing", message="", correctness=(ConfigCorrectness("small", True, 2),),
+        timings=(ConfigTiming("small", _timing(1.0)),), extra_baselines={"small": {"serial_c": _timing(9.0)}},
+        flags=(Flag("timer_inconsistent", "x", Severity.ERROR, "small"),), coverage=0.9,
+        kernel_time_ms={"k": 0.5}, environment={"torch": "2"}, durations_s={"setup": 0.1},
+    )
+    assert read_payload(json.loads(json.dumps(to_dict(payload)))) == payload
+
+
+def test_the_child_s_verdict_only_payload_reads_with_defaults():
+    wire = {"outcome": "crash", "stage": "import", "message": "boom", "worker_poisoned": True}
+    payload = read_payload(wire)
+    assert (payload.outcome, payload.correctness, payload.worker_poisoned) == (Outcome.CRASH, (), True)
+
+
+def test_a_malformed_payload_is_a_harness_error_value():
+    payload = read_payload({"outcome": "no such outcome"})
+    assert payload.outcome is Outcome.HARNESS_ERROR and "malformed" in payload.message
