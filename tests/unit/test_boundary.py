@@ -330,3 +330,27 @@ def test_state_text_names_what_holds_and_what_is_missing():
     text = boundary.state_text({"tool": "bwrap 0.8.0", "uid": 61000, "mount_ns": True, "pid_ns": False,
                                 "missing": ["pid_ns: x"]})  # fmt: skip
     assert text == "bwrap 0.8.0; uid 61000; mount_ns; missing: pid_ns: x"
+
+
+def test_evaluator_results_record_the_boundary_in_their_environment(tmp_path):
+    """Through the whole recipe (CPU mode): the stored result says what held for the worker that ran it."""
+    needs_bwrap()
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
+    from cudaperf.results import ResultStore
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.tasks import load_task
+    from cudaperf.tasks.examples import example_tasks_dir
+
+    task = load_task(Path(example_tasks_dir()) / "vector_add.py")
+    source = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), build_workers=1, seeds=1,
+                        policy=Policy(allow_torch_ops=True), timing=TimingConfig(enabled=False))  # fmt: skip
+    with Evaluator(config) as ev:
+        result = ev.evaluate(task, solution_from_text(source, "plain-add"))
+    store = ResultStore(tmp_path / "results.jsonl")
+    store.append(result)
+    (stored,) = [r for r in ResultStore(tmp_path / "results.jsonl").load() if r.solution_id == "plain-add"]
+    state = json.loads(stored.environment["sandbox"])
+    assert result.outcome.value == "correct", result.message
+    assert {k: state[k] for k in HELD} == dict.fromkeys(HELD, True), state

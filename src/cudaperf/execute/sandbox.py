@@ -140,6 +140,9 @@ class Limits:
     boundary: bool = True
     """The operating-system boundary of boundary.py (bubblewrap namespaces, read-only root, seccomp, a uid
     of the worker's own). Off only to measure what it costs; what is missing is logged and recorded."""
+    cache_dir: str | None = None
+    """The build cache the workers read and whose private views they get (views.py). None: the default
+    cache ($CUDAPERF_CACHE_DIR or ~/.cache/cudaperf). A job naming another cache restarts its worker once."""
     read_paths: tuple[str, ...] = ()
     """Extra paths workers must read that a root-only directory could hide from their uid (the boundary
     exposes the interpreter, the package and the build cache by itself)."""
@@ -256,7 +259,7 @@ class Worker:
         self.uid = uid  # run the child as this uid/gid (Limits.run_as_uid); None: as ourselves
         self.plan = plan  # what the OS boundary can do here (probed at the first start when None)
         self.boundary_state: dict[str, Any] = {}  # what holds for the running child (boundary.observe)
-        self.cache_dir = _default_cache_dir()  # the build cache its views cover (see views.py)
+        self.cache_dir = limits.cache_dir or _default_cache_dir()  # what its views cover (views.py)
         self.info: dict[str, Any] = {}  # the child's "ready" message: pid, network, limits, python...
         self.jobs_done = 0
         self.replacements = 0
