@@ -96,6 +96,20 @@ def h_compile(job, report):
     return result
 
 
+def h_segfault(job, report):
+    import ctypes
+
+    report("correctness")
+    ctypes.string_at(0)
+
+
+def h_hang(job, report):
+    import time
+
+    report("hang")
+    time.sleep(600)
+
+
 # -- the pool under the boundary -------------------------------------------------------------------
 
 
@@ -354,3 +368,18 @@ def test_evaluator_results_record_the_boundary_in_their_environment(tmp_path):
     state = json.loads(stored.environment["sandbox"])
     assert result.outcome.value == "correct", result.message
     assert {k: state[k] for k in HELD} == dict.fromkeys(HELD, True), state
+
+
+def test_worker_killed_by_a_signal_inside_bubblewrap_is_reported_by_that_signal(pool):
+    """bubblewrap exits 128 + N when its child dies of signal N; the reply names the signal itself."""
+    reply = pool.run(job("h_segfault"))
+    assert reply.outcome.value == "crash" and "segmentation fault (SIGSEGV)" in reply.message, reply.message
+    assert pool.run(job("h_self")).outcome is None
+
+
+def test_deadline_kill_reaches_the_worker_inside_bubblewrap(pool):
+    reply = pool.run(job("h_hang"), StageTimeouts(default_s=60.0, stages={"hang": 0.5}, start_s=120.0))
+    assert reply.outcome.value == "timeout" and reply.worker_replaced
+    assert not Path(f"/proc/{reply.sandbox['pid']}").exists() or Path(
+        f"/proc/{reply.sandbox['pid']}/status").read_text().find("State:\tZ") >= 0
+    assert pool.run(job("h_self")).outcome is None
