@@ -168,6 +168,7 @@ class RefineEnv:
         """Continue a trajectory from its recorded turns (resume)."""
         self.reset(task)
         self.history = sorted(records, key=lambda r: r.turn)
+        self._context = None  # reset() built the first turn's prompt
 
     def attach(self, *, evaluator: CandidateEvaluator | None = None, ranker: RankerFn | None = None,
                count_tokens: TokenCounter | None = None) -> None:
