@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cudaperf.datasets.measure.runner import ROW_VERSION, impl_hash
+from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
 
 DUMP = """
 import json, sys

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaperf.datasets.measure.runner import read_jsonl
+from cudaperf.datasets.jsonl import read_jsonl
 
 
 def _stamp(seconds: float) -> str:

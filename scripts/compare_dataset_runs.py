@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from cudaperf.datasets.measure.runner import read_jsonl, read_records
+from cudaperf.datasets.jsonl import read_jsonl, read_records
 
 FIELDS = ("median_ms", "eager_ms", "compile_ms", "naive_ms", "serial_c_ms")
 SIZES_MS = ((0.0, 0.05, "< 50 µs"), (0.05, 0.5, "50-500 µs"), (0.5, float("inf"), ">= 500 µs"))

@@ -16,7 +16,9 @@ import pytest
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.measure import stats as measure_stats
-from cudaperf.datasets.measure.runner import RESULTS_FILE, MeasureOptions, measure, select_tasks
+from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.results import RESULTS_FILE
+from cudaperf.datasets.measure.runner import measure, select_tasks
 
 FAMILIES = ("elementwise", "map", "sort")
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cudaperf.datasets.filters import rounding as conditioning
-from cudaperf.datasets.measure.runner import flagged_tasks
+from cudaperf.datasets.measure.results import flagged_tasks
 from cudaperf.datasets.records import GeneratedTask
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_json

@@ -13,34 +13,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dataset_fake_runner import RUNNER as FAKE_RUNNER
 
 from cudaperf.commands import dataset_cmd as cli
 from cudaperf.datasets import registry
+from cudaperf.datasets.jsonl import ResultsWriter
+from cudaperf.datasets.measure import features as measure_features
 from cudaperf.datasets.measure import stats as measure_stats
-from cudaperf.datasets.measure.runner import (
-    EXIT_BUDGET,
-    EXIT_DONE,
-    RESULTS_FILE,
-    Job,
-    MeasureOptions,
-    Phase,
-    ResultsWriter,
-    after_death,
-    flagged_tasks,
-    impl_hash,
-    measure,
-    read_progress,
-    round_robin,
-    select_tasks,
-)
+from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.pool import EXIT_BUDGET, EXIT_DONE, Job, Phase, RunSummary, after_death
+from cudaperf.datasets.measure.results import RESULTS_FILE, flagged_tasks, impl_hash, read_progress
+from cudaperf.datasets.measure.runner import measure, round_robin, select_tasks
 
 FAMILIES = ("map", "elementwise")
 
 
 def options(tmp_path: Path, **kw) -> MeasureOptions:
-    base = {"out_dir": tmp_path, "families": FAMILIES, "limit": 1, "runner": "fake", "progress": False,
+    base = {"out_dir": tmp_path, "families": FAMILIES, "limit": 1, "runner": FAKE_RUNNER, "progress": False,
             "features": False}
     return MeasureOptions(**{**base, **kw})
+
+
+def measure_fake(opts: MeasureOptions) -> RunSummary:
+    """`measure` with the fake runner in as many GPU-less children as the options ask for."""
+    return measure(opts, gpus=[None] * max(opts.workers, 1))
 
 
 def lines(tmp_path: Path) -> list[dict]:
@@ -117,7 +113,7 @@ def test_tasks_the_cpu_filter_flagged_are_not_measured(tmp_path):
     shards = tmp_path / "committed"
     shards.mkdir()
     _validate_file(shards / "validate-seed0.jsonl.gz", flagged.task_id)
-    run = measure(options(tmp_path / "run", resume_from=(shards,)))
+    run = measure_fake(options(tmp_path / "run", resume_from=(shards,)))
     assert run.filtered == 1 and flagged.task_id not in {k[0] for k in row_keys(tmp_path / "run")}
 
 
@@ -142,12 +138,12 @@ def test_stats_leave_flagged_tasks_out_and_say_so(tmp_path):
 
 
 def test_committed_gzip_shards_count_as_done(tmp_path):
-    measure(options(tmp_path / "session1"))
+    measure_fake(options(tmp_path / "session1"))
     shards = tmp_path / "committed"
     shards.mkdir()
     raw = (tmp_path / "session1" / RESULTS_FILE).read_bytes()
     (shards / "measurements-session1.jsonl.gz").write_bytes(gzip.compress(raw))
-    again = measure(options(tmp_path / "session2", resume_from=(shards,)))
+    again = measure_fake(options(tmp_path / "session2", resume_from=(shards,)))
     assert again.finished == 0 and again.already_done == 2
 
 
@@ -160,9 +156,9 @@ def test_a_truncated_gzip_shard_keeps_its_whole_lines(tmp_path):
 
 
 def test_a_second_run_measures_nothing_new(tmp_path):
-    first = measure(options(tmp_path))
+    first = measure_fake(options(tmp_path))
     before = len(lines(tmp_path))
-    second = measure(options(tmp_path))
+    second = measure_fake(options(tmp_path))
     assert first.finished == 2 and second.finished == 0
     assert len(lines(tmp_path)) == before + 1  # only the second run's `run` record
 
@@ -172,7 +168,7 @@ def test_a_partly_measured_task_gets_only_its_missing_keys(tmp_path):
     impl = registry.implementations(task)[0]
     row = {**_row(task.task_id, "small", impl.impl_id), "source_hash": impl_hash(impl.source)}
     (tmp_path / RESULTS_FILE).write_text(json.dumps(row) + "\n")
-    measure(options(tmp_path))
+    measure_fake(options(tmp_path))
     keys = row_keys(tmp_path)
     assert len(keys) == len(set(keys)) and set(keys) == planned_keys(select_tasks(options(tmp_path)))
 
@@ -182,12 +178,12 @@ def test_a_key_measured_with_another_source_is_measured_again(tmp_path):
     impl = registry.implementations(task)[0]
     stale = {**_row(task.task_id, "small", impl.impl_id), "source_hash": "older-source"}
     (tmp_path / RESULTS_FILE).write_text(json.dumps(stale) + "\n")
-    measure(options(tmp_path))
+    measure_fake(options(tmp_path))
     assert row_keys(tmp_path).count((task.task_id, "small", impl.impl_id)) == 2
 
 
 def test_a_task_that_gained_an_implementation_gets_only_the_new_keys(tmp_path):
-    measure(options(tmp_path))
+    measure_fake(options(tmp_path))
     task = select_tasks(options(tmp_path))[0]
     lines_now = lines(tmp_path)
     dropped = registry.implementations(task)[-1].impl_id  # pretend it did not exist at the first run
@@ -196,7 +192,7 @@ def test_a_task_that_gained_an_implementation_gets_only_the_new_keys(tmp_path):
         if r["record"] == "task" and r["task_id"] == task.task_id:
             r["impls"].pop(dropped)
     (tmp_path / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept))
-    again = measure(options(tmp_path))
+    again = measure_fake(options(tmp_path))
     new = [k for k in row_keys(tmp_path) if k not in {(r.get("task_id"), r.get("config"), r.get("impl_id"))
                                                       for r in kept}]
     assert again.finished == 1 and {k[2] for k in new} == {dropped} and len(new) == 3
@@ -205,7 +201,7 @@ def test_a_task_that_gained_an_implementation_gets_only_the_new_keys(tmp_path):
 def test_tasks_without_implementations_are_counted_but_not_recorded(tmp_path, monkeypatch):
     real = registry.implementations
     monkeypatch.setattr(registry, "implementations", lambda t: [] if t.family == "elementwise" else real(t))
-    summary = measure(options(tmp_path))
+    summary = measure_fake(options(tmp_path))
     assert summary.no_impls == 1 and summary.finished == 1
     assert {r["family"] for r in lines(tmp_path) if r["record"] == "task"} == {"map"}
 
@@ -241,17 +237,17 @@ def test_a_bad_shard_is_refused_with_the_fix():
 
 
 def test_the_budget_stops_before_a_task_that_cannot_fit(tmp_path):
-    summary = measure(options(tmp_path, time_budget_s=1.0, assumed_task_s=10.0))
+    summary = measure_fake(options(tmp_path, time_budget_s=1.0, assumed_task_s=10.0))
     assert summary.finished == 0 and summary.left == 2 and summary.exit_code == EXIT_BUDGET
 
 
 def test_the_budget_kills_a_task_past_the_grace_and_the_next_run_finishes_it(tmp_path):
     slow = options(tmp_path, time_budget_s=1.0, grace_s=0.5, assumed_task_s=0.1, assumed_startup_s=0.0,
                    test_hooks=(("sleep_s", "30"),))
-    summary = measure(slow)
+    summary = measure_fake(slow)
     assert summary.exit_code == EXIT_BUDGET and summary.elapsed_s < 10
     assert not [r for r in lines(tmp_path) if r["record"] == "task"]  # killed tasks are not finished
-    assert measure(options(tmp_path)).exit_code == EXIT_DONE
+    assert measure_fake(options(tmp_path)).exit_code == EXIT_DONE
     assert set(row_keys(tmp_path)) == planned_keys(select_tasks(options(tmp_path)))
 
 
@@ -262,7 +258,7 @@ def test_the_budget_kills_a_task_past_the_grace_and_the_next_run_finishes_it(tmp
 def test_a_child_death_fails_only_the_culprit_and_the_task_is_finished(tmp_path):
     task = select_tasks(options(tmp_path))[0]
     culprit = registry.implementations(task)[1].impl_id
-    summary = measure(options(tmp_path, test_hooks=(("crash_on", culprit),)))
+    summary = measure_fake(options(tmp_path, test_hooks=(("crash_on", culprit),)))
     rows = [r for r in lines(tmp_path) if r["record"] == "row"]
     assert {r["impl_id"] for r in rows if r["status"] != "ok"} == {culprit}
     assert all("died" in r["message"] for r in rows if r["status"] == "worker_died")
@@ -273,13 +269,13 @@ def test_a_child_death_fails_only_the_culprit_and_the_task_is_finished(tmp_path)
 def test_a_hanging_implementation_is_killed_and_marked_timeout(tmp_path):
     task = select_tasks(options(tmp_path))[0]
     culprit = registry.implementations(task)[0].impl_id
-    measure(options(tmp_path, task_timeout_s=1.0, test_hooks=(("hang_on", culprit),)))
+    measure_fake(options(tmp_path, task_timeout_s=1.0, test_hooks=(("hang_on", culprit),)))
     failed = {(r["impl_id"], r["status"]) for r in lines(tmp_path) if r["record"] == "row" and r["status"] != "ok"}
     assert failed == {(culprit, "timeout")}
 
 
 def test_a_death_inside_torch_compile_retries_without_that_baseline(tmp_path):
-    summary = measure(options(tmp_path, test_hooks=(("crash_in_compile", "1"),)))
+    summary = measure_fake(options(tmp_path, test_hooks=(("crash_in_compile", "1"),)))
     assert summary.failed_rows == 0 and summary.finished == 2
     assert set(row_keys(tmp_path)) == planned_keys(select_tasks(options(tmp_path)))
 
@@ -415,7 +411,7 @@ def test_cli_stats_reads_a_measurement_without_a_manifest(tmp_path, capsys):
 
 def test_static_features_summarise_the_kernels_of_an_implementation():
     impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
-    row = measure_stats.static_feature_row(impl)
+    row = measure_features.static_feature_row(impl)
     assert row is not None and row["features"]["n_kernels"] >= 1 and row["features"]["global_accesses"] >= 1
 
 
@@ -477,6 +473,6 @@ def test_a_comment_in_the_kernel_does_not_change_the_implementation_hash():
 
 def test_features_of_an_older_source_are_not_current():
     impl = registry.implementations(registry.build_index(0, families=["reduce_all"])[0])[0]
-    assert measure_stats.has_current_features({impl.impl_id: impl_hash(impl.source)}, impl)
-    assert not measure_stats.has_current_features({impl.impl_id: "older-source"}, impl)
-    assert not measure_stats.has_current_features({}, impl)
+    assert measure_features.has_current_features({impl.impl_id: impl_hash(impl.source)}, impl)
+    assert not measure_features.has_current_features({impl.impl_id: "older-source"}, impl)
+    assert not measure_features.has_current_features({}, impl)

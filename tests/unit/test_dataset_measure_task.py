@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure.runner import GpuLock, MeasureOptions
+from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.pool import GpuLock
 from cudaperf.datasets.measure.task_measurement import (
     TIMING_NICE,
     CTaskMeasure,
@@ -184,7 +185,7 @@ def test_task_info_reports_where_the_time_went(torch_task):
 
 def test_a_lost_context_names_the_culprit_and_its_configuration(c_task, monkeypatch):
     from cudaperf.datasets.measure import task_measurement as measure_task
-    from cudaperf.datasets.measure.runner import ContextLost
+    from cudaperf.datasets.measure.pool import ContextLost
 
     monkeypatch.setattr(measure_task, "context_alive", lambda device: False)
     boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",

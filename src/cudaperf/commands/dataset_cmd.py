@@ -50,9 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--rounding", action="store_true",
                            help="also the rounding-sensitivity check (filters/rounding.py: every configuration, slow)")
         if name == "measure":
-            from cudaperf.datasets.measure import runner as measure
-
-            measure.add_arguments(p)
+            _add_measure_arguments(p)
         if name == "stats":
             p.add_argument("out_dir", nargs="?", type=Path, help="dataset or measurement directory (overrides --out)")
             p.add_argument("--export", type=Path, default=None,
@@ -62,9 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action == "measure":
-        from cudaperf.datasets.measure import runner as measure
-
-        return measure.run_cli(args)
+        return measure(args)
     if action == "build":
         return build(args)
     if action == "validate":
@@ -136,7 +132,7 @@ def build(args: argparse.Namespace) -> int:
 def _filter(root: Path, tasks: list) -> dict[str, list[str]]:
     """The tasks that fail the CPU checks (declarations, degenerate outputs): id -> flags. Verdicts already
     in root/validate.jsonl are reused; the others are computed and appended there."""
-    from cudaperf.datasets.measure.runner import failed_checks
+    from cudaperf.datasets.measure.results import failed_checks
 
     rows, _ = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
     return {t.task_id: list(failed_checks(rows[t.task_id])) for t in tasks if not rows[t.task_id]["ok"]}
@@ -279,3 +275,129 @@ def _manifest_stats(root: Path, manifest: dict[str, Any]) -> None:
         print(f"left out by the degenerate filter at build time: {len(left_out)} tasks {dict(why.most_common())}")
     print("configurations per task: 3 (small, large, odd) for every generated task; "
           "speedup spread between implementations: from `cudaperf dataset measure` (GPU), shown below when measured")
+
+
+# --------------------------------------------------------------------------------------------------
+# measure
+
+
+def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of `cudaperf dataset measure` (the parser already has `--out`)."""
+    p.add_argument("out_dir", nargs="?", type=Path, help="results directory (overrides --out)")
+    p.add_argument("--seed", type=int, default=0, help="generator seed of the task index (as for build)")
+    p.add_argument("--kinds", default="pytorch,c", help="comma list of task kinds: pytorch,c")
+    p.add_argument("--family", "--families", dest="families", default="", help="comma list of families")
+    p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
+    p.add_argument("--max-tasks", type=int, default=0, help="at most this many tasks in this run (0: all)")
+    p.add_argument("--shard", default="0/1", help="i/n: measure the tasks whose id hashes to i mod n")
+    p.add_argument("--time-budget-s", type=float, default=0.0, help="end the run within this many seconds")
+    p.add_argument("--task-timeout-s", type=float, default=420.0, help="kill a task running longer")
+    p.add_argument("--workers", type=int, default=0, help="GPUs to use, one child each (0: all visible)")
+    p.add_argument("--per-gpu", type=int, default=1,
+                   help="children per GPU (timed runs alone on the GPU; checks and compiles overlap)")
+    p.add_argument("--budget-ms", type=float, default=30.0, help="timed budget per callable and config")
+    p.add_argument("--warmup-ms", type=float, default=10.0, help="warm-up budget per callable and config")
+    p.add_argument("--min-reps", type=int, default=5, help="timed samples per callable at least")
+    p.add_argument("--max-reps", type=int, default=200, help="timed samples per callable at most")
+    p.add_argument("--no-l2-flush", action="store_true", help="do not flush L2 before timed calls")
+    p.add_argument("--no-compile-baseline", action="store_true", help="skip torch.compile baselines")
+    p.add_argument("--no-features", action="store_true", help="no static features during the run")
+    p.add_argument("--features-only", action="store_true", help="only static features (CPU, no GPU)")
+    p.add_argument("--retry-failed", action="store_true", help="measure keys whose child died again")
+    p.add_argument("--retry-incorrect", action="store_true",
+                   help="measure keys found incorrect again (after a generator or comparison fix)")
+    p.add_argument("--retime-before-lead", action="store_true",
+                   help="measure again keys timed before the timing lead existed (their spread is ~3x wider)")
+    p.add_argument("--retime-before-priority", action="store_true",
+                   help="measure again keys timed before the timing thread's priority was raised")
+    p.add_argument("--raised-priority", action="store_true",
+                   help="time at a raised thread priority (nice -15; an A/B found no gain on the H200)")
+    p.add_argument("--exclusive-compile-first-run", action="store_true",
+                   help="torch.compile's first run holds the GPU lock alone (an A/B found no gain on the H200)")
+    p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
+                   "are already done (committed shards, earlier calls on this machine)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+
+
+def measure_options(args: argparse.Namespace) -> Any:
+    """`MeasureOptions` from the flags; ValueError names a bad one."""
+    from cudaperf.datasets.measure.options import MeasureOptions
+
+    shard = tuple(int(x) for x in str(args.shard).split("/"))
+    if len(shard) != 2:
+        raise ValueError(f"--shard {args.shard}: expected i/n, e.g. 0/4")
+    return MeasureOptions(
+        out_dir=args.out_dir or args.out, seed=args.seed,
+        kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()),
+        families=tuple(f.strip() for f in args.families.split(",") if f.strip()), limit=args.limit,
+        max_tasks=args.max_tasks, shard=(shard[0], shard[1]), time_budget_s=args.time_budget_s,
+        task_timeout_s=args.task_timeout_s, workers=args.workers, per_gpu=args.per_gpu,
+        budget_ms=args.budget_ms, warmup_ms=args.warmup_ms, min_reps=args.min_reps, max_reps=args.max_reps,
+        l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
+        features=not args.no_features, retry_failed=args.retry_failed, retry_incorrect=args.retry_incorrect,
+        retime_before_lead=args.retime_before_lead, retime_before_priority=args.retime_before_priority,
+        raise_priority=args.raised_priority, compile_first_run_exclusive=args.exclusive_compile_first_run,
+        progress=not args.no_progress,
+        resume_from=tuple(Path(d.strip()) for d in args.resume_from.split(",") if d.strip()))
+
+
+def measure(args: argparse.Namespace) -> int:
+    from cudaperf.datasets.measure import runner
+    from cudaperf.datasets.measure.pool import EXIT_USAGE
+
+    try:
+        options = measure_options(args)
+    except ValueError as exc:
+        print(f"cudaperf dataset measure: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.features_only:
+        return runner.features_only(options)
+    if args.dry_run:
+        return _dry_run(options)
+    gpus = runner.visible_gpus(options.workers)
+    if not gpus:
+        print("cudaperf dataset measure needs a GPU: no CUDA device is visible here (run it on the GPU "
+              "machine; `--features-only` and `cudaperf dataset stats` work anywhere)", file=sys.stderr)
+        return EXIT_USAGE
+    summary = runner.measure(options, gpus)
+    _print_summary(options, summary)
+    _write_summary_files(options)
+    return summary.exit_code
+
+
+def _dry_run(options: Any) -> int:
+    from cudaperf.datasets.measure import runner
+    from cudaperf.datasets.measure.pool import EXIT_DONE
+
+    progress = runner.progress_of(options)
+    jobs, summary = runner.plan_jobs(options, progress)
+    by_kind = Counter(j.task.kind.value for j in jobs)
+    torn = f", {progress.torn_lines} torn lines" if progress.torn_lines else ""
+    print(f"shard {options.shard[0]}/{options.shard[1]}: {summary.selected} tasks with implementations "
+          f"selected ({summary.no_impls} without, {summary.filtered} left out by the CPU filter), "
+          f"{len(jobs)} to measure {dict(by_kind)}, {progress.rows} rows already measured{torn}")
+    return EXIT_DONE
+
+
+def _print_summary(options: Any, s: Any) -> None:
+    from cudaperf.datasets.measure.pool import EXIT_BUDGET
+    from cudaperf.datasets.measure.results import RESULTS_FILE
+
+    rate = s.finished / max(s.elapsed_s / 60, 1e-9)
+    end = (f"stopped by the time budget with {s.left} tasks left: run the same command again"
+           if s.exit_code == EXIT_BUDGET else "all selected tasks measured")
+    print(f"measured {s.finished} tasks ({s.failed_tasks} failed or partial), {s.rows} rows "
+          f"({s.failed_rows} failed) in {s.elapsed_s:.0f} s = {rate:.1f} tasks/min; {s.already_done} of "
+          f"{s.selected} were done before ({s.no_impls} more have no implementations yet, {s.filtered} left "
+          f"out by the CPU filter); {end}. "
+          f"Results: {options.out_dir / RESULTS_FILE}")
+
+
+def _write_summary_files(options: Any) -> None:
+    """The summary of everything measured so far (this run and the resumed ones) under OUT_DIR/summary."""
+    from cudaperf.datasets.measure import stats as measure_stats
+
+    for line in measure_stats.export_summary(options.out_dir / "summary", options.out_dir,
+                                             *options.resume_from):
+        print(line)

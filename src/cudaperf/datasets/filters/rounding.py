@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from cudaperf.datasets import registry
-    from cudaperf.datasets.measure.runner import read_records
+    from cudaperf.datasets.jsonl import read_records
 
     p = argparse.ArgumentParser(prog="cudaperf.datasets.filters.rounding", description=main.__doc__)
     p.add_argument("out", type=Path)

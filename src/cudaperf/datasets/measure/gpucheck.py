@@ -61,8 +61,7 @@ def check_c(task: GeneratedTask, impl: Implementation, config: str, seed: int = 
     ctask = from_json(task.text)
     cfg = ctask.config(config)
     values = make_inputs(ctask, cfg, seed)
-    ref = cref.run_reference(ctask, cfg, seed, values={k: (v.copy() if isinstance(v, np.ndarray) else v)
-                                                       for k, v in values.items()})
+    ref = cref.run_reference(ctask, cfg, seed, values=cref.copy_values(values))
     if not ref.ok:
         return ImplCheck(impl.impl_id, config, False, message=ref.message)
     dev = {}

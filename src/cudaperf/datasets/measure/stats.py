@@ -30,21 +30,19 @@ import math
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudaperf.datasets.measure.runner import (
-    ROW_VERSION,
+from cudaperf.datasets.jsonl import read_records, result_files
+from cudaperf.datasets.measure.features import load_features
+from cudaperf.datasets.measure.results import (
     flagged_tasks,
     impl_hash,
-    read_records,
-    result_files,
     timed_before_priority,
     timed_before_the_lead,
 )
-from cudaperf.datasets.records import Implementation
 from cudaperf.stats import geomean
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -462,63 +460,3 @@ def _typed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     floats = {k for row in rows for k, v in row.items() if isinstance(v, float)}
     return [{k: (float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v)
              for k, v in row.items()} for row in rows]
-
-
-# --------------------------------------------------------------------------------------------------
-# Static features
-
-
-def feature_ids(directories: Iterable[Path]) -> dict[str, str | None]:
-    """impl id -> the source hash its features were computed from (the last row wins)."""
-    rows, _ = read_records(directories, "features")
-    return {r["impl_id"]: r.get("source_hash") for r in rows if "impl_id" in r}
-
-
-def has_current_features(done: dict[str, str | None], impl: Implementation) -> bool:
-    """Whether `done` (from `feature_ids`) holds features of this implementation's current source."""
-    return done.get(impl.impl_id) == impl_hash(impl.source)
-
-
-def load_features(*directories: Path) -> dict[str, dict[str, Any]]:
-    """Static features per implementation from every `features*.jsonl[.gz]` of the directories."""
-    rows, _ = read_records(directories, "features")
-    return {r["impl_id"]: r.get("features", {}) for r in rows if "impl_id" in r}
-
-
-def compact_features(kernels: tuple[Any, ...]) -> dict[str, Any]:
-    """A dozen numbers per implementation (summed or worst over its kernels) from `KernelFeatures`."""
-    accesses = [a for k in kernels for a in k.accesses]
-    glob = [a for a in accesses if a.space == "global"]
-    shared = [a for a in accesses if a.space == "shared"]
-    res = [k.resources for k in kernels if k.resources is not None]
-    occ = [k.occupancy.occupancy for k in kernels if k.occupancy is not None]
-    coalescing = Counter(getattr(a.coalescing, "value", a.coalescing) for a in glob)
-    conflicts = [a.bank_conflict_degree for a in shared if a.bank_conflict_degree]
-    return {
-        "n_kernels": len(kernels),
-        "registers_max": max((r.registers for r in res if r.registers is not None), default=None),
-        "smem_static_bytes_max": max((r.smem_static_bytes or 0 for r in res), default=None),
-        "spill_bytes": sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res) if res else None,
-        "occupancy_min": min(occ) if occ else None,
-        "barriers": sum(k.barriers for k in kernels),
-        "divergent_barriers": sum(len(k.divergent_barriers) for k in kernels),
-        "atomics": sum(k.atomics for k in kernels),
-        "vectorized_accesses": sum(k.vectorized_accesses for k in kernels),
-        "global_accesses": len(glob),
-        **{f"global_{c}": coalescing.get(c, 0) for c in ("coalesced", "strided", "uncoalesced", "broadcast")},
-        "shared_accesses": len(shared),
-        "bank_conflict_max": max(conflicts) if conflicts else None,
-    }
-
-
-def static_feature_row(impl: Implementation) -> dict[str, Any] | None:
-    """One features.jsonl line for an implementation, or None when the analysis could not run here
-    (tree-sitter missing, an internal failure): it is then left for another machine."""
-    from cudaperf.analysis.analyze import analyze_source
-
-    report = analyze_source(impl.source, sass=False)
-    if not report.kernels or any(d.startswith("analysis failed") for d in report.diagnostics):
-        return None
-    return {"v": ROW_VERSION, "impl_id": impl.impl_id, "source_hash": impl_hash(impl.source),
-            "task_id": impl.task_id, "strategy": impl.strategy,
-            "features": compact_features(report.kernels), "diagnostics": len(report.diagnostics), "t": time.time()}

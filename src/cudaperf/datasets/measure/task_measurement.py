@@ -58,16 +58,13 @@ from cudaperf.correctness import (
     poison_allocator,
 )
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure.runner import (
-    ROW_VERSION,
-    ContextLost,
-    GpuLock,
-    MeasureOptions,
-    impl_hash,
-    task_from_job,
-)
+from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.pool import ContextLost, GpuLock, task_from_job
+from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.execute.device_state import context_alive
+from cudaperf.tasks import cref
+from cudaperf.tasks.ctask import ParamKind, from_json, make_inputs
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
 from cudaperf.types import TaskKind, Timing
 
@@ -627,10 +624,6 @@ class CTaskMeasure(TaskMeasure):
 
     def __init__(self, *args: Any):
         super().__init__(*args)
-        from cudaperf.tasks import cref
-        from cudaperf.tasks.ctask import from_json
-
-        self.cref = cref
         self.ctask = from_json(self.task.text)
         self.scalars: dict[str, Any] = {}
 
@@ -646,16 +639,14 @@ class CTaskMeasure(TaskMeasure):
 
     def prepare(self, config: str) -> tuple[list[_CSeed], list[float]] | str:
         """Inputs and serial references per seed, and serial-C samples on the first seed; or why not."""
-        from cudaperf.tasks.ctask import make_inputs
-
         cfg = self.ctask.config(config)
-        build = self.cref.build_reference(self.ctask)
+        build = cref.build_reference(self.ctask)
         if not build.ok:
             return f"reference build failed: {build.log[-600:]}"
         seeds = []
         for seed in self.options.seeds:
             values = make_inputs(self.ctask, cfg, seed)
-            run = self.cref.run_reference(self.ctask, cfg, seed, values=_copy_values(values))
+            run = cref.run_reference(self.ctask, cfg, seed, values=cref.copy_values(values))
             if not run.ok:
                 return run.message
             seeds.append(_CSeed(seed, values, run.outputs))
@@ -664,14 +655,12 @@ class CTaskMeasure(TaskMeasure):
     def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
         """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls)."""
         with self.timing_priority() as nice:
-            samples = time_serial(lambda fresh: self.cref.call(self.ctask, build, fresh), values,
+            samples = time_serial(lambda fresh: cref.call(self.ctask, build, fresh), values,
                                   self.options.serial_budget_ms)
         self.timing_nice = nice
         return samples
 
     def upload(self, seed: _CSeed) -> _CDevice:
-        from cudaperf.tasks.ctask import ParamKind
-
         def dev(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
 
@@ -772,15 +761,11 @@ def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any], 
     same loop)."""
     samples: list[float] = []
     while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < budget_ms):
-        fresh = _copy_values(values)
+        fresh = cref.copy_values(values)
         start = time.perf_counter()
         call(fresh)
         samples.append((time.perf_counter() - start) * 1e3)
     return samples
-
-
-def _copy_values(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
