@@ -1,14 +1,15 @@
 """Timing of a candidate and its baselines, interleaved, inside the GPU worker.
 
 Covers `bench_interleaved` (the contract: `dict[str, Timing]`) and `bench_interleaved_report` (the same run
-with everything it noticed), `summarize` (median, IQR, min, mean of raw samples) and
-`default_l2_flush_bytes`. The protocol, per timed call (Triton's do_bench, with the hacks of
-evaluation.md in mind):
+with everything it noticed), `summarize` (median, IQR, min, mean of raw samples), `compile_baseline` (the
+torch.compile baseline, built so it starts no threads) and the sizing of the flush (`default_l2_flush_bytes`,
+`lead_flush_bytes`, `lead_sized_flush_bytes`). The protocol, per timed call (Triton's do_bench, with the
+hacks of docs/evaluation.md in mind):
 
-1. write a buffer of at least 2x the L2 size, so no call finds its inputs in L2 left by the previous one,
-   then read 2x L2 of it back so L2 holds clean lines (`cudaperf.lead`: one persistent kernel); the
-   write is sized to last `lead_us` (default 200 µs; `lead_flush_bytes`): while the GPU works, the host
-   records the start event and runs the function's host path (Python, allocation, launch), so the
+1. the lead (`cudaperf.lead`, one persistent kernel): write a buffer of at least 2x the L2 size, so no call
+   finds its inputs in L2 left by the previous one, then read 2x L2 of it back so L2 holds clean lines.
+   The write is sized to last `lead_us` (default 200 µs; `lead_flush_bytes`): while the GPU works, the
+   host records the start event and runs the function's host path (Python, allocation, launch), so the
    sample starts with the function's first kernel queued, not with the GPU waiting for the host;
 2. record a start event on the stream current when timing began;
 3. call the function;
@@ -18,38 +19,27 @@ evaluation.md in mind):
 5. record the end event on the same stream, synchronise, read the host clock.
 
 Consequence, on purpose: every sample includes the synchronisation latency and the end event's submission
-(a few microseconds), identical for the candidate and the baselines. The report measures it with an empty
-function under the same protocol (`BenchReport.overhead`) so it can be shown or subtracted; Timing values
-are NOT corrected for it. Other defences: functions run interleaved in a shuffled order each round
-(CUDA-L1), input sets rotate round-robin, and on a sample of rounds the contents of another input set are
-copied into the tensors about to be used, so a result cached by pointer, shape or call count is wrong
-and `check` catches it (hacks #3, #15); a per-call host clock brackets each event pair and a sample whose
-event time exceeds its host time is counted as a clock violation (hack #7).
-
-Why a long lead: on the H200 (session 6, dev/LOG.md) a 2x L2 write took ~28 µs, less than the host path
-of a forward that launches through cuda-core, so the GPU sat idle after the start event for a varying
-part of every sample: medians 35-50 µs above the CUPTI kernel time and 8-87% apart between evaluations,
-while the kernel time itself moved under 1%. With the 200 µs lead the matmul's medians were 0.70% apart.
-
-The lead's cost: work a call puts on another stream without waiting for the timing stream can start while
-the lead runs, before the start event, and is then partly missing from the sample (H200, session 7: an
-unjoined 27.6 µs kernel timed at 11.3 µs). Neither torch's fill as the lead nor the persistent lead of
-`cudaperf.lead` (meant to hold every SM slot) prevented it, and timing the lead to add its growth back
-recovered only part of it and flagged honest functions, whose leads differ by 1-2% (dev/LOG.md). Such
-calls are refused elsewhere, as errors: the static rule `stream_created` and the profiler's stream check,
-which counts kernels and copies on any stream but the current one (anticheat.coverage). The lead's own
-duration is recorded per function (`BenchReport.lead_median_ms`), a diagnostic: a lead shorter than a
-function's host path leaves the GPU idle inside its samples; a function whose lead is longer than the
-others' ran work during it. A protocol that ended the sample at an event on the timing stream and fell
-back to the synchronised end only when the synchronise took longer than calibrated was tried and removed:
-on the H200 host jitter in the synchronise made it fall back on honest calls (dev/LOG.md, session 5).
+(~10 µs on an H200), identical for the candidate and the baselines. The report measures it with an empty
+function under the same protocol (`BenchReport.overhead`) so it can be shown beside the times; Timing
+values are NOT corrected for it (docs/evaluation.md, measured pitfalls). Other defences: functions run
+interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-robin, and on a sample of
+rounds the contents of another input set are copied into the tensors about to be used, so a result cached
+by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); a per-call host clock
+brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
+violation (hack #7). The lead's own duration is recorded per function (`BenchReport.lead_median_ms`), a
+diagnostic: a lead shorter than a function's host path leaves the GPU idle inside its samples.
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
 it is never used for reported GPU numbers.
 
 Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), caches keyed
-on the input contents (they must read the inputs, which the flush makes cost memory traffic).
+on the input contents (they must read the inputs, which the flush makes cost memory traffic), and work a
+function queues on a stream that does not wait for the timing stream: such work can run during the lead,
+before the start event, and be partly missing from the sample. No lead design prevents it (dev/LOG.md,
+evaluation: timing); such calls are refused elsewhere, as errors: the static rule `stream_created` and the
+profiler's stream check, which counts kernels and copies on any stream but the current one
+(anticheat.coverage).
 """
 
 from __future__ import annotations
@@ -73,7 +63,7 @@ from cudaperf.types import Flag, Severity, Timing
 _now_ns = time.perf_counter_ns  # bound at import: a candidate replacing time.perf_counter_ns later
 # cannot change the harness's clock (the replacement is also flagged by anticheat.runtime)
 OVERHEAD_NAME = "<empty>"  # the empty function that measures the protocol's own cost
-DEFAULT_L2_BYTES = 50 * 1024 * 1024  # H200 (gpu-machine.md), when the device does not report it
+DEFAULT_L2_BYTES = 50 * 1024 * 1024  # when the device reports no L2 size (an H200 reports 60 MiB)
 DEFAULT_LEAD_US = 200.0  # how long the pre-call write keeps the GPU busy (module docstring, step 1)
 LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the device's memory than this
 ESTIMATE_ROUNDS = 3
@@ -189,7 +179,7 @@ def _inductor_holding_first_run(hold: Hold, dynamic: bool | None) -> Callable:
         def __call__(self, model_: Any, inputs_: Any, **kwargs: Any) -> Callable:
             if not _needs_inductor_set_up(inputs_):
                 return _first_call_held(super().__call__(model_, inputs_, **kwargs), hold)
-            with hold():  # the process's first GPU compile: Inductor's one-time set-up puts tensors on the GPU
+            with hold():  # the process's first GPU compile: Inductor's one-time set-up uses GPU tensors
                 compiled = super().__call__(model_, inputs_, **kwargs)
                 torch.cuda.synchronize()
             _INDUCTOR_SET_UP_ON_GPU.append(True)
