@@ -161,7 +161,7 @@ def test_torch_ops_in_forward_are_a_policy_violation_by_default(tmp_path):
     assert result.outcome is Outcome.POLICY_VIOLATION
 
 
-def _cpu_config(tmp_path) -> EvalConfig:
+def _cpu_config(tmp_path, baselines: tuple[str, ...] = ("eager",)) -> EvalConfig:
     from cudaperf.anticheat.policy import Policy
 
     return EvalConfig(
@@ -170,7 +170,7 @@ def _cpu_config(tmp_path) -> EvalConfig:
         build_workers=1,
         seeds=2,
         policy=Policy(allow_torch_ops=True),
-        timing=TimingConfig(budget_ms=5, warmup_ms=1),
+        timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=baselines),
     )
 
 
@@ -179,31 +179,47 @@ PURE_TORCH = (
 )
 
 
-def test_cpu_mode_correct_candidate_through_the_sandbox(tmp_path):
-    with Evaluator(_cpu_config(tmp_path)) as ev:
-        result = ev.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "ok"))
+@pytest.fixture(scope="module")
+def cpu_evaluator(tmp_path_factory):
+    """One CPU-mode Evaluator (one real sandboxed worker) for the tests below, timing against eager only:
+    the worker starts once, and no test pays for inductor's C++ build of a torch.compile baseline
+    (10-30 s on the shared 2-core machine; that path has its own slow test)."""
+    with Evaluator(_cpu_config(tmp_path_factory.mktemp("cpu-eval"))) as ev:
+        yield ev
+
+
+def test_cpu_mode_correct_candidate_through_the_sandbox(cpu_evaluator):
+    ev = cpu_evaluator
+    result = ev.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "ok"))
     assert result.outcome is Outcome.CORRECT, result.message
     assert {c.config for c in result.correctness} == {"small", "odd"}
 
 
-def test_cpu_mode_honest_candidates_keep_the_same_worker(tmp_path):
+def test_cpu_mode_honest_candidates_keep_the_same_worker(cpu_evaluator):
     sols = [solution_from_text(PURE_TORCH.format(expr="a + b"), f"same-{i}") for i in range(3)]
-    with Evaluator(_cpu_config(tmp_path)) as ev:
-        results = list(ev.evaluate_many([(_task(), s) for s in sols]))
+    results = list(cpu_evaluator.evaluate_many([(_task(), s) for s in sols]))
     assert all(r.outcome is Outcome.CORRECT for r in results), [r.message for r in results]
     assert [f.code for r in results for f in r.flags if f.code == "worker_state_changed"] == []
 
 
-def test_cpu_mode_batch_keeps_every_result_and_resumes(tmp_path):
+def test_cpu_mode_batch_keeps_every_result_and_resumes(cpu_evaluator, tmp_path):
     from cudaperf.results import ResultStore
 
+    ev = cpu_evaluator
     store = ResultStore(tmp_path / "r.jsonl")
     sols = [solution_from_text(PURE_TORCH.format(expr=e), f"s{i}") for i, e in enumerate(["a + b", "a - b"])]
-    with Evaluator(_cpu_config(tmp_path)) as ev:
-        first = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
-        again = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
+    first = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
+    again = list(ev.evaluate_many([(_task(), s) for s in sols], store=store))
     assert sorted(r.outcome.value for r in first) == ["correct", "incorrect"]
     assert again == [] and len(store.load()) == 2
+
+
+@pytest.mark.slow
+def test_cpu_mode_times_the_torch_compile_baseline_through_the_sandbox(tmp_path):
+    with Evaluator(_cpu_config(tmp_path, baselines=("eager", "compile"))) as ev:
+        result = ev.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "ok"))
+    assert result.outcome is Outcome.CORRECT, result.message
+    assert all(t.compiled is not None for t in result.timings) and result.speedup_vs_compile is not None
 
 
 def test_extra_baselines_from_the_worker_become_config_baselines_and_speedups():
