@@ -1,38 +1,31 @@
 """The timing lead: the write and clean read queued before each timed call, as one persistent kernel.
 
-Covers `Lead` (the flush buffer, two counters and the kernel; calling it queues one full write of the
+Covers `Lead` (the flush buffer, its counters and the kernel; calling it queues one full write of the
 buffer on torch's current stream), `LEAD_SOURCE` and `LEAD_CHUNK_BYTES`. timing.py uses it as step 1 of
 its protocol: the write evicts L2 and keeps the GPU busy while the host runs the function's host path.
 
-What it is for, measured on the H200 (session 7, dev/LOG.md):
+What the kernel does, and why (figures: dev/LOG.md, evaluation: timing):
 
-- a clean L2 for the timed call: after the write, the kernel reads the buffer's first `clean_bytes`
+- it leaves L2 clean for the timed call: after the write, it reads the buffer's first `clean_bytes`
   (2x L2 in timing.py) back. That start of the buffer left L2 long ago, so the read fills L2 with clean
-  lines and the write's last dirty lines go back to memory during the lead, not during the timed call.
-  After torch's fill (dirty L2) a 64 MiB read ran 1.24x slower than after a clean read pass; after this
-  lead, 1.02x (benchmarks/flush_state.py). Memory-bound kernels then read +1.2% to +3.1% from ncu (which
-  invalidates L2 before each kernel) once the timer's own cost is taken off, against +5% to +42% before;
-- one launch for the write and the clean read, so the host's part of the lead is one launch;
-- the design meant to keep other streams' kernels out of the lead, which DID NOT work (below): the grid
-  is the number of SMs times the blocks of `LEAD_THREADS` the occupancy calculator fits on one SM
-  (`__launch_bounds__` keeps it at 32 registers, so those blocks hold all 2,048 thread slots of an sm_90
-  SM), and work is handed out in `LEAD_CHUNK_BYTES` chunks from an atomic ticket fetched one chunk
-  ahead, so blocks run out of work within about one chunk's time and exit together;
-- the last block to exit resets both counters, so the next launch needs no host work.
+  lines and the write's last dirty lines go back to memory during the lead, not during the timed call
+  (after a plain write a read-only kernel runs up to 1.24x slower; after this lead, at most 1.02x:
+  benchmarks/flush_state.py);
+- the write and the clean read are one launch, so the host's part of the lead is one launch;
+- the grid is the number of SMs times the blocks of `LEAD_THREADS` the occupancy calculator fits on one
+  SM (`__launch_bounds__` keeps it at 32 registers, so those blocks hold all 2,048 thread slots of an
+  sm_90 SM), and work is handed out in `LEAD_CHUNK_BYTES` chunks from an atomic ticket fetched one chunk
+  ahead, so blocks run out of work within about one chunk's time; with `exit_together` (as timing.py
+  uses it) a grid barrier makes them leave within about a microsecond of each other;
+- the last block to exit resets the counters, so the next launch needs no host work;
+- diagnostics for benchmarks/lead_probe.py: a per-block trace (entry, exit, SM) and a pinned host word
+  set once every block is resident (`wait_resident_s`).
 
-Negative result: kernels a call queues on a side stream that does not wait for the timing stream still
-gain. On the H200 an unjoined elementwise kernel was timed at 11.3 µs against 27.6 µs on the timing
-stream (session 7). What benchmarks/lead_probe.py measured since (sessions 8 and 9, dev/LOG.md): the
-lead holds 8 blocks on each of the 132 SMs, all entered within 0.3 µs, and the side grid's first block
-enters only about 3 µs after the first lead block exits, never during the lead; but a side grid waiting
-for the lead's slots delays the start event recorded behind the lead by 7-11 µs, and its blocks take
-the SMs as the lead leaves, ahead of the timed kernel. Neither a grid barrier before exit
-(`exit_together`, used by timing.py: blocks leave within 0.74 µs) nor the highest-priority timing
-stream stopped the gain (23.8-25.1 µs against 38.1-45.0 µs for the honest call), and a host-side gate
-(`wait_resident_s`) changed nothing. Unjoined side streams are caught elsewhere: the static rule
-`stream_created` refuses creating or selecting a stream, and the profiler's stream check counts kernels
-and copies on any stream but the current one (anticheat.coverage); both are errors. A DMA copy
-(cudaMemcpyAsync) on such a stream would overlap any lead anyway: copy engines are not SM slots.
+Holding every SM slot does not keep out kernels that a call queues on a stream that does not wait for the
+timing stream: they still gain time (they delay the start event queued behind the lead and take the SMs
+as the lead leaves), and a DMA copy on such a stream uses copy engines, which no kernel holds. Such work is
+caught elsewhere, as an error: the static rule `stream_created` and the profiler's stream check
+(anticheat.coverage).
 
 If cuda-core or NVRTC is missing, or the occupancy calculator cannot fill the SM, the lead falls back to
 `buffer.zero_()` and says so (`Lead.kind` is "memset" instead of "persistent").
@@ -156,7 +149,8 @@ def lead_chunks(flush_bytes: int) -> int:
 
 
 def lead_shape(sm_count: int, blocks_per_sm: int, max_threads_per_sm: int) -> LeadShape:
-    return LeadShape(sm_count * blocks_per_sm, blocks_per_sm, blocks_per_sm * LEAD_THREADS, max_threads_per_sm)
+    return LeadShape(sm_count * blocks_per_sm, blocks_per_sm, blocks_per_sm * LEAD_THREADS,
+                     max_threads_per_sm)
 
 
 class Lead:
@@ -164,7 +158,8 @@ class Lead:
     writes it, then reads its first `clean_bytes` back (at most the whole buffer); `lead()` queues one
     such pass on torch's current stream."""
 
-    def __init__(self, device: torch.device, flush_bytes: int, clean_bytes: int = 0, exit_together: bool = False):
+    def __init__(self, device: torch.device, flush_bytes: int, clean_bytes: int = 0,
+                 exit_together: bool = False):
         self.chunks = lead_chunks(flush_bytes)
         self.clean_chunks = min(math.ceil(max(clean_bytes, 0) / LEAD_CHUNK_BYTES), self.chunks)
         self.flush_bytes = self.chunks * LEAD_CHUNK_BYTES
@@ -195,7 +190,8 @@ class Lead:
         if self._kernel is None:
             self.buffer.zero_()
             return None
-        self._value = self._value % 0xFFFFFFFF + 1  # the call count, never 0: each write differs from the last
+        # the call count, never 0: each write differs from the last
+        self._value = self._value % 0xFFFFFFFF + 1
         gate = self._gate_pointer() if wait_resident_s > 0 else None
         self._kernel(self.shape.grid_blocks, LEAD_THREADS, self.buffer, self.chunks, self.clean_chunks,
                      self.counters, self._value, trace, gate, int(self.exit_together))
@@ -228,6 +224,7 @@ def _persistent_kernel(device: str):
     props = torch.cuda.get_device_properties(device)
     shape = lead_shape(props.multi_processor_count, per_sm, props.max_threads_per_multi_processor)
     if shape.resident_threads_per_sm < shape.max_threads_per_sm:
-        raise RuntimeError(f"{per_sm} blocks of {LEAD_THREADS} threads hold {shape.resident_threads_per_sm} of "
+        raise RuntimeError(f"{per_sm} blocks of {LEAD_THREADS} threads hold "
+                           f"{shape.resident_threads_per_sm} of "
                            f"{shape.max_threads_per_sm} thread slots per SM")
     return kernel, shape
