@@ -36,7 +36,7 @@ from cudaperf.types import Flag, Severity, Tolerance
 # --------------------------------------------------------------------------------------------------
 # Tolerances
 
-# Why these numbers: KernelBench's fp32 bound is atol=rtol=1e-4 and fp16/bf16 1e-2 (evaluation.md);
+# Why these numbers: KernelBench's fp32 bound is atol=rtol=1e-4 and fp16/bf16 1e-2 (docs/evaluation.md);
 # fp64 gets 1e-7, well above its 1e-16 epsilon but tight enough that an fp32 computation of an fp64 task
 # (precision downgrade, hack #11) fails. Integers and bool must match exactly.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
@@ -72,7 +72,8 @@ def _as_tolerance(value: Any) -> Tolerance:
         return value
     if isinstance(value, (list, tuple)):
         return Tolerance(atol=float(value[0]), rtol=float(value[1]))
-    return Tolerance(atol=float(value["atol"]), rtol=float(value["rtol"]), int_atol=int(value.get("int_atol", 0)))
+    return Tolerance(atol=float(value["atol"]), rtol=float(value["rtol"]),
+                     int_atol=int(value.get("int_atol", 0)))
 
 
 def tolerance_for(dtype: torch.dtype, overrides: Mapping[str, Any] | None = None) -> Tolerance:

@@ -213,8 +213,8 @@ def _cubin(nvrtc, prog) -> bytes:
 
 def _read_buffer(get_size, get, prog, what: str) -> bytes:
     """NVRTC writes into the buffer it is given, so it must be a fresh mutable one. (`b" " * size` is not:
-    for size 1, an empty log, it is CPython's shared one-byte `b" "`, and NVRTC's NUL overwrote every space
-    the interpreter printed afterwards; found on the H200, see dev/LOG.md.)"""
+    for size 1, an empty log, it is CPython's shared one-byte `b" "`, and NVRTC's NUL would turn every
+    space the interpreter prints afterwards into NUL: dev/LOG.md, toolchain.)"""
     err, size = get_size(prog)
     _check(err, f"nvrtcGet{what}Size")
     buf = bytearray(size)
@@ -243,7 +243,8 @@ def ptxas_report(source: str, arch: str, options: tuple[str, ...], name_expressi
     with tempfile.TemporaryDirectory(prefix="cudaperf-ptxas-") as tmp:
         path = Path(tmp) / "kernel.ptx"
         path.write_bytes(ptx)
-        cmd = [tool, f"-arch={arch}", "-v", *_ptxas_flags(options), "-o", str(Path(tmp) / "kernel.cubin"), str(path)]
+        cmd = [tool, f"-arch={arch}", "-v", *_ptxas_flags(options), "-o", str(Path(tmp) / "kernel.cubin"),
+               str(path)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:  # PermissionError (a sandbox) is an OSError
