@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             row = one_arm(pairs, on, cache_dir, baselines)
             rows.append({"repeat": rep, **row})
             print(f"repeat {rep} boundary={'on ' if on else 'off'}: {row['evals_per_min']:.1f} evals/min "
-                  f"({len(pairs)} in {row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
+                  f"({len(pairs)} in {row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)",
+                  flush=True)
     summary = summarise(rows)
     print(f"median evals/min: boundary on {summary['on']:.1f}, off {summary['off']:.1f}; "
           f"on/off = {summary['ratio']:.3f} ({100 * (1 - summary['ratio']):+.1f}% slower with the boundary)")

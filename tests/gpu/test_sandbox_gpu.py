@@ -184,10 +184,12 @@ def native_verdicts(tmp_path_factory):
     results_file.parent.chmod(0o777)
     results_file.write_text('{"outcome": "correct"}\n')
     results_file.chmod(0o666)
-    decoy = subprocess.Popen(["sleep", "1200"], env={**os.environ, "NATIVE_CANARY_SECRET": secrets.token_hex(8)})
+    canary = {"NATIVE_CANARY_SECRET": secrets.token_hex(8)}
+    decoy = subprocess.Popen(["sleep", "1200"], env={**os.environ, **canary})
     os.environ.update(CUDAPERF_NATIVE_EVALUATOR_PID=str(decoy.pid), CUDAPERF_NATIVE_TARGETS=str(results_file))
     names = (None, *fixtures.ATTEMPTS)
-    pairs = [(task, solution_from_text(fixtures.candidate_source(a), f"native_{a or 'honest'}")) for a in names]
+    pairs = [(task, solution_from_text(fixtures.candidate_source(a), f"native_{a or 'honest'}"))
+             for a in names]
     try:
         config = EvalConfig(device="cuda", cache_dir=str(cache), timing=TimingConfig(baselines=("eager",)),
                             stage_timeouts_s={"import": 900.0})  # fmt: skip

@@ -26,7 +26,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 
 def _namespace_permitted() -> bool:
     code = "from cudaperf.execute import guards; print(guards.isolate_network())"
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           check=False)
     return not probe.stdout.startswith("none")
 
 

@@ -249,7 +249,8 @@ def test_scope_without_an_installed_hook_raises():
     # In a fresh interpreter: audit hooks cannot be removed, and other tests of this process install one.
     code = ("from cudaperf.execute import guards\n"
             "try:\n    guards.candidate_scope().__enter__()\nexcept RuntimeError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=False)
     assert "install_audit_hook" in out.stdout, out.stdout + out.stderr
 
 

@@ -284,10 +284,9 @@ def observe(pid: int, plan: Plan) -> dict:
     /proc could not be read), missing (the plan's). Computed by the parent: candidate code cannot change it.
     """
     status = _status(pid)
-    state: dict = {"tool": plan.tool if plan.enabled else "off",
-                   "uid": _first_int(status.get("Uid")),
-                   "no_new_privs": _flag(status.get("NoNewPrivs")),
-                   "seccomp": None if "Seccomp" not in status else status["Seccomp"].strip() == "2"}  # fmt: skip
+    seccomp = None if "Seccomp" not in status else status["Seccomp"].strip() == "2"
+    state: dict = {"tool": plan.tool if plan.enabled else "off", "uid": _first_int(status.get("Uid")),
+                   "no_new_privs": _flag(status.get("NoNewPrivs")), "seccomp": seccomp}  # fmt: skip
     for ns in _NAMESPACES:
         key = "mount_ns" if ns == "mnt" else f"{ns}_ns"
         state[key] = _own_namespace(pid, ns)

@@ -20,7 +20,7 @@ ATTEMPTS: tuple[str, ...] = ("write_outside", "read_environ", "read_memory", "si
                              "forge_reply")  # fmt: skip
 TASK = "relu"
 
-_TEMPLATE = '''"""relu (load_inline) with a native escape attempt `{attempt}` in a static initialiser (issue 24)."""
+_TEMPLATE = '''"""relu (load_inline) with the native escape attempt `{attempt}` in a static initialiser."""
 
 import torch
 from torch import nn

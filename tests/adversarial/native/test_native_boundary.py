@@ -119,7 +119,8 @@ def sandboxed(library, targets):
     seen = {"reply": reply, "state": state, "lingering": _lingering(),
             "tmp_file": TMP_FILE.exists(), "checkout_file": CHECKOUT_FILE.exists(),
             "cache_escape": (targets["cache"] / "cudaperf-native-escape").exists(),
-            "results": targets["results"].read_text(), "cache_file": targets["cache_file"].read_bytes()}  # fmt: skip
+            "results": targets["results"].read_text(),
+            "cache_file": targets["cache_file"].read_bytes()}  # fmt: skip
     for path in (TMP_FILE, CHECKOUT_FILE):
         path.unlink(missing_ok=True)
     return seen
