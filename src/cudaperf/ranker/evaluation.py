@@ -20,6 +20,7 @@ import numpy as np
 
 from cudaperf.ranker import metrics
 from cudaperf.ranker.feature_ranker import FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.lm_ranker import LMRanker
 from cudaperf.ranker.pairs import GAP_BUCKETS, Pairs, at_least, dataset_split, length_controlled, lofo_folds
 from cudaperf.ranker.table import Table
 
@@ -31,6 +32,7 @@ class HeldOut:
 
     scores: np.ndarray
     scale: np.ndarray
+    losses: tuple[float, ...] = ()  # the LM backend's training losses
 
 
 def lofo_scores(table: Table, config: FeatureRankerConfig | None = None,
@@ -81,4 +83,46 @@ def figures(table: Table, pairs: Pairs, scorers: Mapping[str, np.ndarray], held:
         s = scorers[ranker_name]
         prob = 1.0 / (1.0 + np.exp(-held.scale[pairs.a] * (s[pairs.a] - s[pairs.b])))
         out["calibration"] = asdict(metrics.calibration(prob, pairs))
+    return out
+
+
+def lm_split_scores(table: Table, make_ranker: Callable[[list[str]], LMRanker], pairs: Pairs, *,
+                    max_train_pairs: int = 50_000, seed: int = 0,
+                    progress: Callable[[str], None] | None = None) -> HeldOut:
+    """Train an LM ranker (`make_ranker(training texts)`) on the pairs of the dataset's train and val
+    families, score every row of the test families. Training pairs are all pairs beyond noise (a sample of
+    `max_train_pairs` at most); the calibration slope is fitted on a sample of them."""
+    from cudaperf.ranker.table import row_sources
+
+    train_rows, test_rows = dataset_split(table)
+    texts = _row_texts(table, row_sources(table, seed))
+    tr = pairs.select(train_rows[pairs.a] & train_rows[pairs.b])
+    if len(tr) > max_train_pairs:
+        tr = tr.select(np.random.default_rng(seed).permutation(len(tr))[:max_train_pairs])
+    faster = np.where(tr.a_faster, tr.a, tr.b)
+    slower = np.where(tr.a_faster, tr.b, tr.a)
+    ranker = make_ranker([texts[i] for i in np.unique(np.concatenate([faster, slower]))[:5000]])
+    losses = ranker.train([texts[i] for i in faster], [texts[i] for i in slower],
+                          (lambda step, loss: progress(f"lm step {step}: loss {loss:.4f}")) if progress else None)
+    calib = np.random.default_rng(seed + 1).permutation(len(faster))[:2000]
+    rf = ranker.rewards([texts[i] for i in faster[calib]])
+    rs = ranker.rewards([texts[i] for i in slower[calib]])
+    ranker.fit_scale(rf, rs)
+    scores = np.full(len(table), np.nan)
+    idx = np.flatnonzero(test_rows)
+    scores[idx] = ranker.rewards([texts[i] for i in idx])
+    return HeldOut(scores, np.where(test_rows, ranker.scale, np.nan), tuple(losses))
+
+
+def _row_texts(table: Table, sources: dict[str, str]) -> list[str]:
+    from cudaperf.datasets import registry
+    from cudaperf.ranker.lm_ranker import solution_text
+    from cudaperf.ranker.problem import Problem
+
+    index = {t.task_id: t for t in registry.build_index(0)}
+    problems: dict[str, Problem] = {}
+    out = []
+    for task, config, impl in table.keys:
+        p = problems.setdefault(task, Problem.of(index[task]))
+        out.append(solution_text(sources[impl], p.sizes(config)))
     return out

@@ -10,9 +10,11 @@ computed from the code and the task, never from a measurement:
   memory; a host loop of launches (two-pass, sorting networks) shows as the launch count;
 - the structural analysis with this configuration's launch and kernel arguments bound (`a_*`,
   `cudaperf.analysis.analyze_source`): FLOPs and bytes summed over the launches, bytes per output
-  element (re-reads), intensity, registers, spills, shared memory, occupancy, barriers, atomics and their
-  contention (threads per atomic target), coalescing classes, bank conflicts, vector accesses, and the
-  existing structural score (`cudaperf.reward.structural_score`);
+  element, bytes requested against the footprint (how often each byte is re-read from global memory:
+  what shared-memory tiling and register windows remove), intensity, registers, spills, shared memory,
+  occupancy, barriers, global and shared atomics and their contention (threads per atomic target),
+  coalescing classes, bank conflicts, vector accesses, and the existing structural score
+  (`cudaperf.reward.structural_score`);
 - what the CUDA text says about the algorithm (`s_*`): warp shuffles, tensor-core fragments, unrolled
   loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits.
 
@@ -43,7 +45,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 1  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 2  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = ("p_log_in_elems", "p_log_out_elems", "p_elem_bytes", "p_log_in_per_out", "p_log_value_span",
@@ -54,7 +56,8 @@ LAUNCH = ("l_trace_ok", "l_launches", "l_log_launches", "l_kernels", "l_log_thre
 ANALYSIS = ("a_ok", "a_log_flops", "a_log_bytes", "a_log_bytes_per_out", "a_log_bytes_per_in",
             "a_log_flops_per_out", "a_intensity", "a_registers", "a_spill_bytes", "a_smem_static_bytes",
             "a_occupancy", "a_blocks_per_sm", "a_barriers", "a_divergent_barriers", "a_atomics",
-            "a_log_atomic_contention", "a_vectorized", "a_global", "a_coalesced_share", "a_strided_share",
+            "a_global_atomics", "a_shared_atomics", "a_log_atomic_contention", "a_log_shared_atomic_contention",
+            "a_log_requested_per_out", "a_log_reuse", "a_vectorized", "a_global", "a_coalesced_share", "a_strided_share",
             "a_uncoalesced_share", "a_broadcast_share", "a_shared", "a_bank_conflict_max", "a_structural")
 SOURCE = ("s_shuffles", "s_wmma", "s_unroll", "s_loops", "s_max_loop_depth", "s_shared_arrays", "s_ldg",
           "s_restrict", "s_early_return", "s_float4", "s_kernels", "s_device_functions")
@@ -230,6 +233,21 @@ def _launch_counts(trace: TraceResult) -> dict[str, int]:
     return counts
 
 
+def _requested(report, trace: TraceResult) -> tuple[float | None, float | None]:
+    """Bytes requested (every global access x trip counts x threads) and compulsory footprint bytes, each
+    summed over the launches; None when the analysis could not bind them."""
+    counts = _launch_counts(trace)
+    req = foot = 0.0
+    known_req = known_foot = False
+    for d in report.details:
+        n = counts.get(d.kernel, 0 if counts else 1)
+        if d.bytes_requested is not None:
+            req, known_req = req + n * d.bytes_requested, True
+        if d.bytes_footprint is not None:
+            foot, known_foot = foot + n * d.bytes_footprint, True
+    return (req if known_req else None), (foot if known_foot else None)
+
+
 def _work(report, trace: TraceResult) -> tuple[float | None, float | None]:
     """FLOPs and bytes over the launches: each kernel's estimate times its number of launches (a kernel
     that the trace never saw launched counts once: a trace that failed still says something)."""
@@ -256,8 +274,11 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
     glob = [a for k in ks for a in k.accesses if a.space == "global"]
     shared = [a for k in ks for a in k.accesses if a.space == "shared"]
     atomics = sum(k.atomics for k in ks)
+    g_atomics = sum(a.kind == "atomic" for a in glob)
+    s_atomics = sum(a.kind == "atomic" for a in shared)
     main = _main_launch(trace.launches)
     threads = main.blocks * main.threads_per_block if main else None
+    requested, footprint = _requested(report, trace)
     out = {
         "a_ok": 1.0, "a_log_flops": _l2(flops), "a_log_bytes": _l2(bytes_),
         "a_log_bytes_per_out": _ratio_l2(bytes_, s.out_elems * s.elem_bytes),
@@ -271,8 +292,11 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
         "a_blocks_per_sm": min((o.active_blocks_per_sm for o in occ), default=NAN),
         "a_barriers": float(sum(k.barriers for k in ks)),
         "a_divergent_barriers": float(sum(len(k.divergent_barriers) for k in ks)),
-        "a_atomics": float(atomics),
-        "a_log_atomic_contention": _contention(atomics, threads, s),
+        "a_atomics": float(atomics), "a_global_atomics": float(g_atomics), "a_shared_atomics": float(s_atomics),
+        "a_log_atomic_contention": _contention(g_atomics, threads, s),
+        "a_log_shared_atomic_contention": _contention(s_atomics, main.threads_per_block if main else None, s),
+        "a_log_requested_per_out": _ratio_l2(requested, s.out_elems * s.elem_bytes),
+        "a_log_reuse": _ratio_l2(requested, footprint),
         "a_vectorized": float(sum(k.vectorized_accesses for k in ks)),
         "a_global": float(len(glob)), "a_shared": float(len(shared)),
         "a_bank_conflict_max": float(max((a.bank_conflict_degree or 1 for a in shared), default=0)),
@@ -283,8 +307,9 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
 
 
 def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:
-    """log2 of threads per atomic target: the launch's threads over the output elements, or over the
-    integer inputs' value range when that is narrower (histogram keys); 0 without atomics."""
+    """log2 of threads per atomic target: `threads` (the launch's for global atomics, a block's for shared
+    ones) over the output elements, or over the integer inputs' value range when that is narrower
+    (histogram keys); 0 without atomics."""
     if not atomics:
         return 0.0
     targets = min(x for x in (s.out_elems, s.value_span) if x) if (s.out_elems or s.value_span) else None

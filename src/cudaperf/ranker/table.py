@@ -141,9 +141,12 @@ def fill_cache(task_ids: Iterable[str], *, seed: int = 0, cache_dir: Path = DEFA
 
 def build_table(measure_dirs: tuple[Path, ...] = (DEFAULT_MEASURE_DIR,), *, seed: int = 0,
                 cache_dir: Path = DEFAULT_CACHE_DIR, workers: int = 2, progress: bool = False,
-                families: Iterable[str] | None = None, compute_missing: bool = True) -> Table:
+                families: Iterable[str] | None = None, compute_missing: bool = True,
+                features: bool = True) -> Table:
     """The table of every correct measured row (current sources only), features from the cache (rows of
-    tasks not cached are computed first, or left out when not `compute_missing`)."""
+    tasks not cached are computed first, or left out when not `compute_missing`). `features=False`: no
+    features at all (NaN), source lengths from the regenerated sources: for the LM backend on a machine
+    without the analysis' dependencies."""
     from cudaperf.datasets import registry, splits
     from cudaperf.datasets.measure.stats import load_current
 
@@ -153,27 +156,43 @@ def build_table(measure_dirs: tuple[Path, ...] = (DEFAULT_MEASURE_DIR,), *, seed
             and (wanted is None or r.get("family") in wanted)]
     index = {t.task_id: t for t in registry.build_index(seed)}
     task_ids = sorted({r["task_id"] for r in rows if r["task_id"] in index})
+    split_of = splits.split_tasks(index.values(), seed)
+    if not features:
+        return _without_features(rows, index, split_of, seed)
     if compute_missing:
         fill_cache(task_ids, seed=seed, cache_dir=cache_dir, workers=workers, progress=progress,
                    measure_dirs=measure_dirs)
-    split_of = splits.split_tasks(index.values(), seed)
     return _assemble(rows, index, split_of, cache_dir)
 
 
-def _assemble(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str],
-              cache_dir: Path) -> Table:
+def _without_features(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str],
+                      seed: int) -> Table:
     from cudaperf.datasets import registry
 
-    cache: dict[str, dict[str, Any]] = {}
+    chars = {i.impl_id: len(i.source) for tid in {r["task_id"] for r in rows} if tid in index
+             for i in registry.implementations(index[tid])}
+    entries: dict[str, Any] = {}
+    for r in rows:
+        if r["impl_id"] in chars:
+            configs = entries.setdefault(r["task_id"], {}).setdefault(r["impl_id"], {"configs": {}})["configs"]
+            configs[r["config"]] = [[None] * len(FEATURE_NAMES), chars[r["impl_id"]], None, []]
+    return _assemble(rows, index, split_of, None, entries)
+
+
+def _assemble(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str],
+              cache_dir: Path | None, entries: dict[str, Any] | None = None) -> Table:
+    from cudaperf.datasets import registry
+
+    cache: dict[str, dict[str, Any]] = dict(entries or {})
     keys, fam, grp, spl, t, iqr, ns, xs, chars, struct = [], [], [], [], [], [], [], [], [], []
     for r in sorted(rows, key=lambda r: (r["task_id"], r["config"], r["impl_id"])):
         task = index.get(r["task_id"])
         if task is None:
             continue
-        if r["task_id"] not in cache:
+        if r["task_id"] not in cache and cache_dir is not None:
             path = _cache_file(cache_dir, r["task_id"])
             cache[r["task_id"]] = json.loads(path.read_text()) if path.exists() else {}
-        entry = cache[r["task_id"]].get(r["impl_id"], {}).get("configs", {}).get(r["config"])
+        entry = cache.get(r["task_id"], {}).get(r["impl_id"], {}).get("configs", {}).get(r["config"])
         if entry is None:
             continue
         keys.append((r["task_id"], r["config"], r["impl_id"]))
@@ -191,3 +210,15 @@ def _assemble(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[
                  np.asarray(iqr, dtype=np.float64), np.asarray(ns, dtype=np.float64), x,
                  np.asarray(chars, dtype=np.float64),
                  np.asarray(struct, dtype=np.float64))
+
+
+def row_sources(table: Table, seed: int = 0) -> dict[str, str]:
+    """impl id -> its source, regenerated from the dataset index (deterministic in the seed)."""
+    from cudaperf.datasets import registry
+
+    wanted = {t for t, _, _ in table.keys}
+    out: dict[str, str] = {}
+    for task in registry.build_index(seed):
+        if task.task_id in wanted:
+            out.update({impl.impl_id: impl.source for impl in registry.implementations(task)})
+    return out

@@ -1,0 +1,165 @@
+"""Pairs, metrics, the LightGBM feature ranker, its store and the pre-filter, on synthetic tables whose
+times follow known features (so the expected answers are known), plus the shipped model on real code."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cudaperf.ranker import metrics, prefilter
+from cudaperf.ranker.feature_ranker import FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.features import FEATURE_NAMES
+from cudaperf.ranker.pairs import at_least, length_controlled, lofo_folds, make_pairs
+from cudaperf.ranker.store import default_model_path, load_model, save_model
+from cudaperf.ranker.table import Table
+
+FAST = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5)
+DRIVER = FEATURE_NAMES.index("l_log_threads_per_out")
+
+
+def synthetic_table(tasks: int = 60, impls: int = 4, seed: int = 0, noise: float = 0.0) -> Table:
+    """Time = exp(feature DRIVER) per row (plus optional noise): the driver alone orders every pair."""
+    rng = np.random.default_rng(seed)
+    keys, fam, x, t = [], [], [], []
+    for k in range(tasks):
+        for j in range(impls):
+            row = rng.normal(size=len(FEATURE_NAMES))
+            keys.append((f"task{k}", "small", f"task{k}/impl{j}"))
+            fam.append(f"fam{k % 3}")
+            x.append(row)
+            t.append(math.exp(row[DRIVER] + noise * rng.normal()))
+    n = len(keys)
+    return Table(tuple(keys), tuple(fam), tuple(f"c:{f}" for f in fam), tuple("train" for _ in fam),
+                 np.asarray(t), np.zeros(n), np.full(n, 100.0), np.asarray(x),
+                 rng.integers(500, 600, size=n).astype(float), np.zeros(n))
+
+
+@pytest.fixture(scope="module")
+def table():
+    return synthetic_table()
+
+
+@pytest.fixture(scope="module")
+def model(table):
+    return FeatureRanker.fit(table, FAST)
+
+
+def test_pairs_need_a_gap_beyond_the_noise_floor(table):
+    pairs = make_pairs(table)
+    assert len(pairs) and pairs.ratio.min() >= 1.05
+
+
+def test_pairs_are_dropped_when_the_medians_notches_overlap(table):
+    noisy = Table(*[getattr(table, f) for f in ("keys", "family", "group", "split", "time_ms")],
+                  np.full(len(table), 5.0), table.n_samples, table.x, table.source_chars, table.structural)
+    assert len(make_pairs(noisy)) < len(make_pairs(table))
+
+
+def test_pair_orientation_is_balanced(table):
+    assert abs(make_pairs(table).a_faster.mean() - 0.5) < 0.1
+
+
+def test_lofo_folds_hold_out_whole_groups(table):
+    folds = dict(lofo_folds(table))
+    assert set(folds) == {"c:fam0", "c:fam1", "c:fam2"}
+    assert sum(m.sum() for m in folds.values()) == len(table)
+
+
+def test_length_controlled_pairs_differ_by_under_ten_percent(table):
+    pairs = make_pairs(table)
+    ctl = pairs.select(length_controlled(table, pairs))
+    la, lb = table.source_chars[ctl.a], table.source_chars[ctl.b]
+    assert len(ctl) and np.all(np.abs(la - lb) < 0.1 * np.maximum(la, lb))
+
+
+def test_accuracy_macro_gives_each_family_one_vote(table):
+    pairs = make_pairs(table)
+    scores = -np.log(table.time_ms)  # the truth
+    scores[np.asarray(table.family) == "fam0"] *= -1  # fam0 exactly wrong
+    acc = metrics.accuracy(scores, pairs)
+    assert acc.per_family["fam0"] == 0.0 and acc.macro == pytest.approx(2 / 3)
+
+
+def test_ties_count_half(table):
+    pairs = make_pairs(table)
+    assert metrics.accuracy(np.zeros(len(table)), pairs).pooled == 0.5
+
+
+def test_calibration_error_is_small_for_calibrated_probabilities():
+    rng = np.random.default_rng(0)
+    p = rng.random(20000)
+
+    class P:
+        a_faster = rng.random(20000) < p
+
+    assert metrics.calibration(p, P).ece < 0.02
+
+
+def test_feature_ranker_orders_held_out_tasks(table, model):
+    other = synthetic_table(seed=1)
+    acc = metrics.accuracy(model.score_rows(other.x), make_pairs(other))
+    assert acc.pooled > 0.9
+
+
+def test_compare_is_antisymmetric(model):
+    p = model.compare_scores(np.array([0.3, -1.0]), np.array([-0.2, 2.0]))
+    q = model.compare_scores(np.array([-0.2, 2.0]), np.array([0.3, -1.0]))
+    assert np.allclose(p + q, 1.0)
+
+
+def test_explain_names_the_feature_that_decides(table, model):
+    top = model.explain_pair(table.x[0], table.x[1], top=1)
+    assert top[0][0] == "l_log_threads_per_out"
+
+
+def test_stored_model_scores_the_same(tmp_path, table, model):
+    path = save_model(model, tmp_path / "m.json.gz")
+    loaded = load_model(path)
+    assert loaded.backend is not None
+    assert np.allclose(loaded.backend.model.score_rows(table.x[:50]), model.score_rows(table.x[:50]))
+
+
+def test_model_of_another_schema_refuses_to_load_with_a_fix(tmp_path, model):
+    path = save_model(model, tmp_path / "m.json.gz")
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    doc["schema_version"], doc["feature_names"] = 0, doc["feature_names"][:-1]
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    loaded = load_model(path)
+    assert loaded.backend is None and "schema" in loaded.error and "rank train" in loaded.error
+
+
+def test_unreadable_model_file_is_an_error_value(tmp_path):
+    (tmp_path / "x.json.gz").write_bytes(b"not gzip")
+    assert load_model(tmp_path / "x.json.gz").backend is None
+
+
+def test_shipped_model_loads_with_this_schema():
+    assert default_model_path().exists()
+    assert load_model().backend is not None
+
+
+def test_random_prefilter_expectation_is_exact():
+    times = np.array([4.0, 1.0, 3.0, 2.0])
+    import itertools
+
+    subsets = list(itertools.combinations(times, 2))
+    expected = np.mean([min(s) for s in subsets])
+    got, p_best = prefilter._expected_best_random(times, 2)
+    assert got == pytest.approx(expected) and p_best == pytest.approx(0.5)
+
+
+def test_prefilter_with_true_scores_always_finds_the_best():
+    t = synthetic_table(tasks=10, impls=5)
+    out = prefilter.benchmark(t, -np.log(t.time_ms), ks=(1,))
+    assert out["policies"]["top1"]["ranker"]["best_found_share"] == 1.0
+
+
+def test_gap_bucket_selects_large_ratios(table):
+    pairs = make_pairs(table)
+    assert np.all(pairs.ratio[at_least(pairs, 2.0)] >= 2.0)
