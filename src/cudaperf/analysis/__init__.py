@@ -2,7 +2,7 @@
 
 Covers: `analyze_source(text) -> AnalysisReport` (one `KernelFeatures` per kernel plus feedback text that
 points at source lines) and `render_feedback(report)`, built from: theoretical occupancy (`occupancy`),
-compiler facts from ptxas and SASS (`compiler`, `sass`), static source analysis with tree-sitter
+compiler facts from ptxas and SASS (`compiler`), static source analysis with tree-sitter
 (`static`, `symbolic`, `sync`, `intensity`) and Nsight Compute profiles (`ncu`, GPU machines only).
 
 Not covered: running kernels (the evaluator does that), the structural reward (`cudaperf.reward` turns

@@ -7,18 +7,19 @@ decide performance (table below), and mapping mangled names to the kernel names 
 
 | feature key | SASS |
 |---|---|
-| ldg128 / ldg64 / stg128 / stg64 | `LDG.E.128*`, `LDG.E.64*`, `STG.E.128`, `STG.E.64` (vector global access) |
+| ldg128 / ldg64 / stg128 / stg64 | vector global access: `LDG.E.128*`, `LDG.E.64*`, `STG.E.128`, `STG.E.64` |
 | lds128 / sts128 | `LDS.128`, `STS.128` |
 | ldg / stg / lds / sts | all global / shared loads and stores |
 | local | `LDL` + `STL` (local memory: spills or dynamically indexed arrays) |
-| hmma / hgmma / imma | tensor cores: `HMMA.*` (mma.sync, WMMA; never `HFMA2.MMA`, a register move), `HGMMA.*`/`QGMMA.*` (wgmma), `IMMA.*` |
+| hmma | tensor cores, mma.sync and WMMA: `HMMA.*` (never `HFMA2.MMA`, which is a register move) |
+| hgmma / imma | tensor cores: `HGMMA.*` and `QGMMA.*` (wgmma), `IMMA.*` |
 | ldgsts / tma | async copies: `LDGSTS*`; TMA `UTMALDG`, `UBLKCP` |
 | bar | `BAR.SYNC*`, `BAR.RED*` (block barriers) |
 | atom | `ATOM*`, `ATOMG*`, `ATOMS*`, `RED*` |
 | instructions | every instruction |
 
 Not covered: instruction scheduling, stall reasons or anything dynamic (`ncu.py`); nvcc builds of
-`load_inline` extensions (the analysis compiles their device code with NVRTC instead, see `report.py`).
+`load_inline` extensions (the analysis compiles their device code with NVRTC instead: `sources.py`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ _SASS_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("ldg128", r"^LDG\.[\w.]*128"), ("ldg64", r"^LDG\.[\w.]*64"), ("stg128", r"^STG\.[\w.]*128"),
         ("stg64", r"^STG\.[\w.]*64"), ("lds128", r"^LDS\.[\w.]*128"), ("sts128", r"^STS\.[\w.]*128"),
         ("ldg", r"^LDG\b"), ("stg", r"^STG\b"), ("lds", r"^LDS\b"), ("sts", r"^STS\b"),
-        ("local", r"^(LDL|STL)\b"), ("hmma", r"^HMMA\."), ("hgmma", r"^(HGMMA|QGMMA)\."), ("imma", r"^IMMA\."),
+        ("local", r"^(LDL|STL)\b"), ("hmma", r"^HMMA\."), ("hgmma", r"^(HGMMA|QGMMA)\."),
+        ("imma", r"^IMMA\."),
         ("ldgsts", r"^LDGSTS\b"), ("tma", r"^(UTMALDG|UBLKCP|UTMASTG)\b"), ("bar", r"^BAR\.(SYNC|RED)"),
         ("atom", r"^(ATOM|RED)[A-Z]*\b"),
     )
@@ -60,19 +62,22 @@ class CompiledUnit:
 
 
 def compile_unit(source: str, *, arch: str = "sm_90", options: tuple[str, ...] = (),
-                 name_expressions: tuple[str, ...] = (), sass: bool = True, use_cache: bool = True) -> CompiledUnit:
+                 name_expressions: tuple[str, ...] = (), sass: bool = True,
+                 use_cache: bool = True) -> CompiledUnit:
     """ptxas resources (and SASS features) of every kernel in `source`; failures become diagnostics."""
     from cudaperf.toolchain.nvrtc import CompileError, compile_cuda
 
     t0 = time.perf_counter()
     try:
-        out = compile_cuda(source, arch=arch, options=tuple(options), name_expressions=tuple(name_expressions),
-                           use_cache=use_cache)
+        out = compile_cuda(source, arch=arch, options=tuple(options),
+                           name_expressions=tuple(name_expressions), use_cache=use_cache)
     except CompileError as exc:
-        return CompiledUnit(False, log=exc.log, diagnostics=(f"NVRTC compile failed: {_first_error(exc.log)}",),
+        return CompiledUnit(False, log=exc.log,
+                            diagnostics=(f"NVRTC compile failed: {_first_error(exc.log)}",),
                             compile_s=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - NVRTC missing or broken: the static analysis still stands
-        return CompiledUnit(False, diagnostics=(f"NVRTC unavailable: {exc}",), compile_s=time.perf_counter() - t0)
+        return CompiledUnit(False, diagnostics=(f"NVRTC unavailable: {exc}",),
+                            compile_s=time.perf_counter() - t0)
     compile_s = time.perf_counter() - t0
     resources = tuple(_renamed(r) for r in out.resources)
     counts: dict[str, dict[str, int]] = {}
@@ -115,8 +120,8 @@ def disassemble(cubin: bytes, timeout_s: float = 60.0) -> tuple[dict[str, dict[s
         path = Path(d) / "unit.cubin"
         path.write_bytes(cubin)
         try:
-            proc = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, timeout=timeout_s,
-                                  check=False)
+            proc = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True,
+                                  timeout=timeout_s, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             return {}, f"cuobjdump failed: {exc}"
     if proc.returncode != 0:

@@ -10,8 +10,8 @@ conflicts, divergence, FLOPs, measured intensity, % of roofline), and `profile` 
 missing ncu or unreadable counters become diagnostics, never exceptions).
 
 Not covered: launching kernels (the profiled script does), choosing what to profile, SASS-level source
-correlation. Metric names come from structure.md (verified on the H200 with ncu 2025.3.1); names marked
-"checked at run time" are dropped when `available_metrics` does not list them.
+correlation. Metric names are Nsight Compute's (docs/structure.md; verified on the H200 with ncu 2025.3.1);
+names marked "checked at run time" are dropped when `available_metrics` does not list them.
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from dataclasses import dataclass, field, replace
 from cudaperf.analysis.roofline import H200_BANDWIDTH_BYTES_PER_S, H200_FP32_FLOPS, H200_TENSOR_FLOPS
 from cudaperf.types import KernelFeatures
 
-_FLOP_OPS = [f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum" for p in "fdh" for op in ("add", "mul", "fma")]
+_FLOP_OPS = [f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum"
+             for p in "fdh" for op in ("add", "mul", "fma")]
 
 VERIFIED_METRICS: tuple[str, ...] = (
     "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio",
     "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_st.ratio",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
-    "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
     "launch__occupancy_limit_blocks", "launch__occupancy_limit_barriers",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum", "dram__bytes_write.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
@@ -51,7 +53,8 @@ CHECKED_METRICS: tuple[str, ...] = (  # checked at run time
     "smsp__sass_inst_executed_op_global_ld.sum", "smsp__sass_inst_executed_op_global_st.sum",
     "smsp__sass_inst_executed_op_global_atom.sum", "smsp__sass_inst_executed_op_global_red.sum",
     "smsp__sass_inst_executed_op_shared_atom.sum",
-    "launch__registers_per_thread", "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
+    "launch__registers_per_thread", "launch__shared_mem_per_block_static",
+    "launch__shared_mem_per_block_dynamic",
     "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct",  # useful bytes per sector (vectorised)
 )
 DEFAULT_METRICS = VERIFIED_METRICS + CHECKED_METRICS
@@ -98,7 +101,7 @@ def ncu_command(program: Sequence[str], *, kernels: Iterable[str] | None = None,
     """The ncu command line that profiles `program` (e.g. ["python3", "script.py"]).
 
     `kernels`: exact kernel names to profile (one `-k regex:^(a|b)$`); None profiles every kernel.
-    Clock control is off: kernels run at the clocks they would run at unprofiled (structure.md).
+    Clock control is off: kernels run at the clocks they would run at unprofiled (docs/structure.md).
     """
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--print-units", "base",
            "--csv", "--page", "raw", "--metrics", ",".join(dict.fromkeys(metrics))]
@@ -134,7 +137,8 @@ def usable_metrics(wanted: Iterable[str], available: set[str] | None) -> tuple[l
     kept, dropped = [], []
     for m in dict.fromkeys(wanted):
         base = m.split(".")[0]
-        if m in VERIFIED_METRICS or m.startswith(SECTION_METRICS) or (available is not None and base in available) or (
+        if m in VERIFIED_METRICS or m.startswith(SECTION_METRICS) or (
+                available is not None and base in available) or (
                 available is None and m.startswith("gpu__time_duration")):
             kept.append(m)
         else:
@@ -155,7 +159,8 @@ def parse_csv(text: str) -> list[KernelMetrics]:
     units = [""] * len(header)
     if body and not _looks_like_data(body[0]):  # the units row
         units, body = body[0], body[1:]
-    name_col = next((header.index(c) for c in ("Kernel Name", "Function Name", "Demangled Name") if c in header), None)
+    name_col = next((header.index(c) for c in ("Kernel Name", "Function Name", "Demangled Name")
+                     if c in header), None)
     out = []
     for row in body:
         if len(row) != len(header) or not row[0].strip().isdigit():
@@ -224,7 +229,8 @@ def to_dynamic(m: dict[str, float], *, tensor: bool = False) -> dict[str, float]
     local = [m.get(f"smsp__sass_inst_executed_op_local_{k}.sum") for k in ("ld", "st")]
     if any(v is not None for v in local):
         out["local_instructions"] = sum(v or 0.0 for v in local)
-    atomics = [m.get(f"smsp__sass_inst_executed_op_{s}.sum") for s in ("global_atom", "global_red", "shared_atom")]
+    atomics = [m.get(f"smsp__sass_inst_executed_op_{s}.sum")
+               for s in ("global_atom", "global_red", "shared_atom")]
     if any(v is not None for v in atomics):
         out["atomic_instructions"] = sum(v or 0.0 for v in atomics)
     _add_work(out, m, tensor)
@@ -251,7 +257,8 @@ def _add_work(out: dict[str, float], m: dict[str, float], tensor: bool) -> None:
         out["roofline_fraction"] = min(1.0, out["roofline_pct"] / 100)  # the key cudaperf.reward reads
 
 
-def with_dynamic(features: KernelFeatures, metrics: dict[str, float] | list[dict[str, float]]) -> KernelFeatures:
+def with_dynamic(features: KernelFeatures,
+                 metrics: dict[str, float] | list[dict[str, float]]) -> KernelFeatures:
     """The same features with `dynamic` filled from one kernel's ncu metrics (a list: one per launch; times
     and launches add up, the rest is taken from the longest launch)."""
     tensor = features.sass.get("hmma", 0) + features.sass.get("hgmma", 0) > 0
@@ -266,15 +273,16 @@ def with_dynamic(features: KernelFeatures, metrics: dict[str, float] | list[dict
     return replace(features, dynamic={**features.dynamic, **merged})
 
 
-def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, metrics: Iterable[str] = DEFAULT_METRICS,
-            timeout_s: float = 600.0, check_metrics: bool = True, log_file: str | None = None,
-            launcher: Sequence[str] = ()) -> ProfileResult:
+def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None,
+            metrics: Iterable[str] = DEFAULT_METRICS, timeout_s: float = 600.0, check_metrics: bool = True,
+            log_file: str | None = None, launcher: Sequence[str] = ()) -> ProfileResult:
     """Run `program` under ncu once and parse the per-kernel metrics; failures become diagnostics.
 
     `launcher`: a command prefix that starts ncu itself (e.g. `cudaperf.execute.netns_exec`)."""
     ncu = find_ncu()
     if ncu is None:
-        return ProfileResult(False, diagnostics=("ncu not found: dynamic features unavailable on this machine",))
+        return ProfileResult(False,
+                             diagnostics=("ncu not found: dynamic features unavailable on this machine",))
     dropped: list[str] = []
     wanted = list(metrics)
     if check_metrics:
@@ -287,8 +295,8 @@ def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, met
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            return ProfileResult(False, diagnostics=(f"ncu timed out after {timeout_s:.0f} s",), command=tuple(cmd),
-                                 dropped_metrics=tuple(dropped))
+            return ProfileResult(False, diagnostics=(f"ncu timed out after {timeout_s:.0f} s",),
+                                 command=tuple(cmd), dropped_metrics=tuple(dropped))
         except OSError as exc:
             return ProfileResult(False, diagnostics=(f"ncu failed to start: {exc}",), command=tuple(cmd))
         try:
@@ -300,8 +308,8 @@ def profile(program: Sequence[str], *, kernels: Iterable[str] | None = None, met
             text = text + "\n" + proc.stdout
     kernels_found = parse_csv(text)
     diagnostics = _diagnose(text + "\n" + proc.stdout + "\n" + proc.stderr, proc.returncode, kernels_found)
-    return ProfileResult(bool(kernels_found), tuple(kernels_found), tuple(diagnostics), tuple(cmd), proc.returncode,
-                         tuple(dropped))
+    return ProfileResult(bool(kernels_found), tuple(kernels_found), tuple(diagnostics), tuple(cmd),
+                         proc.returncode, tuple(dropped))
 
 
 def _diagnose(output: str, returncode: int, kernels: list[KernelMetrics]) -> list[str]:

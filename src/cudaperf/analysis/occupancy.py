@@ -71,7 +71,8 @@ class DeviceProps:
     num_sms: int = 1
 
 
-# From structure.md (checked against cudaGetDeviceProperties on each generation; H200 read on the device).
+# NVIDIA's per-compute-capability limits (docs/structure.md), checked against cudaGetDeviceProperties on
+# each generation; the H200's read on the device.
 ARCHS: dict[str, DeviceProps] = {
     "sm_75": DeviceProps(7, 5, 1024, 64 * 1024, 64 * 1024, 0),
     "sm_80": DeviceProps(8, 0, 2048, 164 * 1024, 166_912, 1024),
@@ -102,7 +103,8 @@ class FuncAttributes:
 
 @dataclass(frozen=True)
 class DeviceState:
-    """cudaOccDeviceState: cache config (0 none, 1 shared, 2 L1, 3 equal) and carveout (-1 default, 0..100 %)."""
+    """cudaOccDeviceState: cache config (0 none, 1 shared, 2 L1, 3 equal) and carveout (-1 default,
+    0..100 %)."""
 
     cache_config: int = 0
     carveout: int = -1
@@ -274,7 +276,8 @@ def max_active_blocks(
         if limit == bars:
             factors |= Limit.BARRIERS
     return OccupancyResult(
-        OccError.SUCCESS, limit, int(factors), regs, smem, warps, blocks, bars, virtual, regs_alloc, smem_alloc
+        OccError.SUCCESS, limit, int(factors), regs, smem, warps, blocks, bars, virtual, regs_alloc,
+        smem_alloc,
     )
 
 

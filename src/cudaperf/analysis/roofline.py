@@ -7,7 +7,7 @@ arithmetic intensity. Not covered: other GPUs (pass other ceilings), measuring t
 
 from __future__ import annotations
 
-# gpu-machine.md: measured 4.27 TB/s device-to-device copy bandwidth and ~790 TFLOP/s bf16 dense matmul.
+# Measured on the H200 (docs/gpu-machine.md): device-to-device 4.2-4.3 TB/s, bf16 matmul ~790 TFLOP/s.
 H200_BANDWIDTH_BYTES_PER_S = 4.27e12
 H200_TENSOR_FLOPS = 790e12
 # FP32 CUDA cores: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz boost = 66.9 TFLOP/s (spec-sheet arithmetic).

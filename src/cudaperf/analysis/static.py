@@ -6,7 +6,7 @@ smem>>>` (block and grid as values, template arguments), and per kernel the resu
 `sync` and `intensity`. A kernel whose analysis fails is reported with a diagnostic; the others stand.
 
 Not covered: compiler facts (`compiler.py`), solution formats (`sources.py`), turning the findings into
-`KernelFeatures` and feedback (`report.py`).
+`KernelFeatures` and feedback (`analyze.py`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def _analyze_kernel_safely(node: Node, file_scope: FileScope, bindings: dict[str
     try:
         return analyze_kernel(node, file_scope, bindings.get(name, ()), env)
     except Exception as exc:  # noqa: BLE001 - bad input must not sink the other kernels (issue: bad input)
-        return StaticKernel(name, cst.line(node), diagnostics=(f"static analysis failed: {type(exc).__name__}: {exc}",))
+        return StaticKernel(name, cst.line(node),
+                            diagnostics=(f"static analysis failed: {type(exc).__name__}: {exc}",))
 
 
 def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, ...] = (),

@@ -6,7 +6,7 @@ Covers:
 - divergence: a barrier is divergent when a condition deciding whether it executes is thread-dependent
   (the taint of `scope.KernelScope`, not a pattern), or when a thread-dependent `return` before it (or a
   `break` / `continue` in its loop) lets some threads skip it. compute-sanitizer's synccheck does not flag
-  barriers skipped by exited warps (structure.md), so this must be static;
+  barriers skipped by exited warps (docs/structure.md), so this must be static;
 - redundancy: a barrier reached, on every path, from another barrier (or the kernel entry) without any
   memory access, atomic, fence or opaque call in between; loops are followed around their back edge to a
   fixpoint.
@@ -26,7 +26,8 @@ from tree_sitter import Node
 from cudaperf.analysis import cst
 from cudaperf.analysis.scope import KernelScope, call_name
 
-_BARRIER_FNS = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__barrier_sync"}
+_BARRIER_FNS = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
+                "__barrier_sync"}
 _VALUE_BARRIERS = {"__syncthreads_count", "__syncthreads_and", "__syncthreads_or"}
 _PURE_CALLS = re.compile(
     r"^(__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask|min|max|fminf|fmaxf|fmin|fmax|"
@@ -48,7 +49,8 @@ class Barrier:
 
 def is_barrier_call(node: Node) -> bool:
     if node.type == "gnu_asm_expression":
-        return re.search(r"\b(bar\.sync|barrier\.sync|barrier\.cta\.sync|bar\.cta\.sync)\b", cst.text(node)) is not None
+        return re.search(r"\b(bar\.sync|barrier\.sync|barrier\.cta\.sync|bar\.cta\.sync)\b",
+                         cst.text(node)) is not None
     if node.type != "call_expression":
         return False
     name = call_name(node)
@@ -92,7 +94,8 @@ def barrier_functions(file) -> set[str]:
         return cached
     calls = {name: {call_name(n) for n in cst.walk(fn) if n.type == "call_expression"}
              for name, fn in file.device_functions.items()}
-    found = {name for name, fn in file.device_functions.items() if any(is_barrier_call(n) for n in cst.walk(fn))}
+    found = {name for name, fn in file.device_functions.items()
+             if any(is_barrier_call(n) for n in cst.walk(fn))}
     changed = True
     while changed:  # propagate up the call graph to a fixpoint
         changed = False
@@ -111,7 +114,8 @@ def _divergence(scope: KernelScope, node: Node, exits: list[tuple[Node, Node | N
     for stmt, loop, cond in exits:
         kind = stmt.type.split("_")[0]
         if loop is None and stmt.end_byte <= node.start_byte:
-            return f"after a `{kind}` under the thread-dependent condition `{_short(cond)}` (line {cst.line(stmt)})"
+            return (f"after a `{kind}` under the thread-dependent condition `{_short(cond)}` "
+                    f"(line {cst.line(stmt)})")
         skipped = kind == "break" or stmt.end_byte <= node.start_byte
         if loop is not None and loop.start_byte <= node.start_byte < loop.end_byte and skipped:
             return (f"in a loop left by a `{kind}` under the thread-dependent condition `{_short(cond)}` "
@@ -196,7 +200,8 @@ class _Redundancy:
         if stmt.type != "expression_statement" or not stmt.named_children:
             return None
         expr = stmt.named_children[0]
-        if expr.id in self.barrier_ids and not (expr.type == "call_expression" and call_name(expr) in _VALUE_BARRIERS):
+        if expr.id in self.barrier_ids and not (expr.type == "call_expression"
+                                                and call_name(expr) in _VALUE_BARRIERS):
             return expr
         return None
 

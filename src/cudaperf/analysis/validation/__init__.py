@@ -1,10 +1,10 @@
 """A labelled suite of small kernels: what the static analysis must say about each, and how to run it.
 
 Covers: the `Case` record (one `extern "C"` kernel, its launch, its arguments, the sizes the analysis
-binds, and the expected static verdict per feature), the registry `CASES` (themed modules in this
-package), `verdicts(features, detail)` which reads the same verdicts off an `AnalysisReport` (used by
-the CPU test that pins the labels and by `scripts/validate_static_vs_ncu.py`, which compares them with
-Nsight Compute on an H200), and `argument_specs` helpers for launching.
+binds, and the expected static verdict per feature), the registry `all_cases()` (the `CASES` of the
+themed modules in this package), `verdicts(features, detail)` which reads the same verdicts off an
+`AnalysisReport` (used by the CPU test that pins the labels and by `scripts/validate_static_vs_ncu.py`,
+which compares them with Nsight Compute on an H200), and `argument_specs` helpers for launching.
 
 Feature keys and values:
 - `load` / `store`: worst coalescing class of the kernel's global loads / stores (broadcast < coalesced <
@@ -69,11 +69,13 @@ class Case:
 
 def case(name: str, body: str, labels: dict[str, Any], *, grid, block, args, sizes=None, smem_bytes=0,
          run=True, note="", prelude: str = "", access_bytes: int = 4) -> Case:
-    """A Case whose source is `prelude` + `extern "C" __global__ void NAME` + `body` (parameters and braces)."""
+    """A Case whose source is `prelude` + `extern "C" __global__ void NAME` + `body` (parameters and
+    braces)."""
     source = f'{prelude}extern "C" __global__ void {name}{body}\n'
     g = tuple(grid) + (1,) * (3 - len(grid))
     b = tuple(block) + (1,) * (3 - len(block))
-    return Case(name, source, labels, g, b, tuple(args), dict(sizes or {}), smem_bytes, run, note, access_bytes)
+    return Case(name, source, labels, g, b, tuple(args), dict(sizes or {}), smem_bytes, run, note,
+                access_bytes)
 
 
 def worst(classes: list[CoalescingClass | None]) -> str | None:
@@ -128,4 +130,5 @@ def evaluate_spec(expr: str, sizes: dict[str, int]) -> int | float:
         if not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.operator,
                                  ast.unaryop, ast.Load)):
             raise TypeError(f"argument spec {expr!r}: only arithmetic over sizes is allowed")
-    return eval(compile(tree, "<spec>", "eval"), {"__builtins__": {}}, dict(sizes))  # only arithmetic: vetted above
+    # only arithmetic: vetted above
+    return eval(compile(tree, "<spec>", "eval"), {"__builtins__": {}}, dict(sizes))
