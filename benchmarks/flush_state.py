@@ -1,18 +1,17 @@
 """Does the L2 state the timing lead leaves behind slow the timed kernel down? A GPU experiment, not a test.
 
-A plain write over >= 2x L2 (torch's fill, the timing lead until session 7) leaves L2 full of DIRTY lines:
-each line the timed kernel brings in first evicts one that must be written back to DRAM. Nsight Compute's
-`--cache-control all` invalidates instead, and on the H200 ncu read memory-bound kernels 4-10% faster than
-our CUPTI kernel-only time (dev/LOG.md, session 6). The lead (cudaperf.lead) therefore ends by reading 2x L2
-of its buffer back. Here a read-only kernel (`torch.sum`) is timed, kernel only (events right around it),
-after three states:
+A plain write over >= 2x L2 (torch's fill) leaves L2 full of DIRTY lines: each line the timed kernel
+brings in first evicts one that must be written back to DRAM. Nsight Compute's `--cache-control all`
+invalidates instead, so after a plain write ncu reads memory-bound kernels faster than a kernel-only
+CUPTI time. The lead (cudaperf.lead) therefore ends by reading 2x L2 of its buffer back. Here a read-only
+kernel (`torch.sum`) is timed, kernel only (events right around it), after three states:
 
-- `memset`: torch's fill of the same buffer (the old lead; dirty L2);
+- `memset`: torch's fill of the same buffer (dirty L2);
 - `lead`: the lead as timing.py queues it (write, then the clean read);
 - `lead+read`: the lead, then a read of a separate 2x L2 buffer (L2 surely full of clean lines).
 
 States are interleaved call by call; medians over `--calls`. `lead` should match `lead+read`; `memset`
-shows what the clean read saves.
+shows what the clean read saves. Results: benchmarks/results/2026-12-03-session7/ (dev/LOG.md, timing).
 
     python3 benchmarks/flush_state.py [--calls 60] [--out FILE.json]
 """
@@ -80,9 +79,10 @@ def main() -> int:
         med = time_states(x, lead, clean, args.calls)
         rows.append({"mib": mib, **{f"{s}_us": v for s, v in med.items()}})
         ref = med["lead+read"]
-        print(f"| {mib} MiB | {med['memset']:.1f} | {med['lead']:.1f} | {ref:.1f} | {med['memset'] / ref:.3f} | "
-              f"{med['lead'] / ref:.3f} |", flush=True)
-    write_result(args.out, {"l2_flush_bytes": l2x2, "lead_kind": lead.kind, "calls": args.calls, "rows": rows})
+        print(f"| {mib} MiB | {med['memset']:.1f} | {med['lead']:.1f} | {ref:.1f} | "
+              f"{med['memset'] / ref:.3f} | {med['lead'] / ref:.3f} |", flush=True)
+    write_result(args.out, {"l2_flush_bytes": l2x2, "lead_kind": lead.kind, "calls": args.calls,
+                            "rows": rows})
     return 0
 
 

@@ -1,10 +1,8 @@
 """Where does side-stream work run relative to the timing lead? A GPU probe, not a test.
 
-Session 7 (H200): with the persistent lead (cudaperf.lead), an elementwise kernel queued on a side stream
-that does not wait for the timing stream was timed at 11.3 µs against 27.6 µs on the timing stream, and
-the lead grew by 11 µs: it ran during the lead, which is meant to hold every SM slot until its blocks exit
-together. With torch's fill as the lead a side-stream copy gained less (30 against 39 µs). This probe
-finds out when the side work runs. Each pass queues, on the timing stream, a marker kernel (one thread
+The lead (cudaperf.lead) is meant to hold every SM slot until its blocks exit, yet a kernel queued on a
+stream that does not wait for the timing stream is still timed shorter than its true time. This probe
+finds out when such side work runs. Each pass queues, on the timing stream, a marker kernel (one thread
 writes the GPU's globaltimer), the lead, and a second marker (it runs when the lead is done, where timing.py
 records its start event); then, at once, a side kernel (our own elementwise kernel, 32 Mi floats, one
 block per 256 elements) on a stream that does not wait. Recorded with globaltimer (ns):
@@ -20,15 +18,14 @@ block is on an SM (`Lead(wait_resident_s=...)`; `gate_wait_us` is how long the h
 entry before the lead's end means the side kernel got SM slots during the lead; if `persistent+gate`
 keeps it out and `persistent` does not, the side kernel was getting in before the lead's blocks were.
 
-Session 8 (H200): 8 lead blocks on each of the 132 SMs, all in within 0.3 µs; the side kernel's first
-block enters 3 µs after the first lead block exits, in all three cases (the gate changes nothing), and
-the marker after the lead waits until the side kernel's whole grid is placed. So the second table: the
-timed call itself (_CudaClock.time_call's sequence) with a torch.mul of the test's size between two
-markers, on the timing stream (honest) or an unjoined side stream (sneaky), once with the lead as it is
-and once with `exit_together` (a grid barrier before exit, so no SM slot frees before the lead is done):
-where the start and end events fall against the lead's block exits and the work's markers. The third
-table times the test's call alone (no markers), with the timing stream at default and at the highest
-priority (the side stream at default): the lead (lead event to start event) and the timed call.
+The second table: the timed call itself (_CudaClock.time_call's sequence) with a torch.mul of the test's
+size between two markers, on the timing stream (honest) or an unjoined side stream (sneaky), once with the
+lead as it is and once with `exit_together` (a grid barrier before exit, so no SM slot frees before the
+lead is done): where the start and end events fall against the lead's block exits and the work's markers.
+The third table times the test's call alone (no markers), with the timing stream at default and at the
+highest priority (the side stream at default): the lead (lead event to start event) and the timed call.
+
+Results and what they showed: benchmarks/results/2026-12-03-session8/ and dev/LOG.md (evaluation: timing).
 
     python3 benchmarks/lead_probe.py [--passes 30] [--out FILE.json]
 """
@@ -158,7 +155,8 @@ def summarise_timed(kind: str, passes: list) -> dict[str, float]:
     for marks, trace, lead_ms, timed_ms in passes:
         t0 = marks[0]
         exits = [r[1] for r in trace]
-        for key, us in (("lead_first_exit_us", (min(exits) - t0) / 1e3), ("lead_last_exit_us", (max(exits) - t0) / 1e3),
+        for key, us in (("lead_first_exit_us", (min(exits) - t0) / 1e3),
+                        ("lead_last_exit_us", (max(exits) - t0) / 1e3),
                         ("start_event_us", lead_ms * 1e3), ("work_start_us", (marks[1] - t0) / 1e3),
                         ("work_end_us", (marks[2] - t0) / 1e3), ("end_event_us", (lead_ms + timed_ms) * 1e3),
                         ("timed_us", timed_ms * 1e3)):
@@ -242,8 +240,10 @@ def main() -> int:
         print_table("timed call (µs from the marker before the lead event)", timed)
         bare = bare_cases({"lead": lead, "together": together}, side_stream, src, dst, args.passes)
         print_table("timed call alone (µs)", bare)
-    print(f"lead: {lead.kind}, shape {lead.shape}, {lead.flush_bytes >> 20} MiB, clean {lead.clean_chunks} chunks")
-    write_result(args.out, {"lead_kind": lead.kind, "grid_blocks": lead.shape.grid_blocks if lead.shape else 0,
+    print(f"lead: {lead.kind}, shape {lead.shape}, {lead.flush_bytes >> 20} MiB, "
+          f"clean {lead.clean_chunks} chunks")
+    write_result(args.out, {"lead_kind": lead.kind,
+                            "grid_blocks": lead.shape.grid_blocks if lead.shape else 0,
                             "passes": args.passes, "results": results, "timed": timed,
                             "bare": bare})
     return 0

@@ -1,10 +1,11 @@
 """Does a raised thread priority keep the serial-C baseline steady while other processes load the CPU?
 
 The dataset measurement times the serial C reference in one child while the other children compile on the
-same cores (`measure_task.raised_priority`). This benchmark reproduces that on any machine: the serial
-references of a few C tasks (their "large" configuration) are timed as the measurement times them (fresh
-copies, calls until `--budget-ms` is spent, the median), in rounds, each round once at the normal priority
-and once raised, the order alternating. Three conditions run in one go: an idle CPU, then with
+same cores; `measure --raised-priority` (off by default; `datasets.measure.task_measurement.raised_priority`)
+raises the timing thread's priority. This benchmark reproduces that on any machine: the serial references
+of a few C tasks (their "large" configuration) are timed as the measurement times them (fresh copies,
+calls until `--budget-ms` is spent, the median), in rounds, each round once at the normal priority and
+once raised, the order alternating. Three conditions run in one go: an idle CPU, then with
 `--load-factor` x cores busy processes at nice 0 (the other children's compilers). Per task and condition
 it reports the median over rounds and the spread of the round medians (IQR / median, and max / min).
 
@@ -55,7 +56,8 @@ def _samples(ctask, build, values, budget_ms: float, raise_it: bool) -> float | 
 def _spread(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(values, n=4)
     median = statistics.median(values)
-    return {"median_ms": median, "iqr_over_median": (q[2] - q[0]) / median, "max_over_min": max(values) / min(values)}
+    return {"median_ms": median, "iqr_over_median": (q[2] - q[0]) / median,
+            "max_over_min": max(values) / min(values)}
 
 
 def measure_task(task, rounds: int, budget_ms: float) -> dict[str, list[float]]:
@@ -87,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     for condition in ("idle", "loaded"):
         spinners = []
         if condition == "loaded":
-            spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(result["load_processes"])]
+            spinners = [multiprocessing.Process(target=_spin, daemon=True)
+                        for _ in range(result["load_processes"])]
             for p in spinners:
                 p.start()
         try:
