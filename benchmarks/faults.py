@@ -48,8 +48,8 @@ class ModelNew(torch.nn.Module):
 # name -> (kernel body, forward prelude, accepted outcomes)
 FAULTS = {
     "illegal_address": ("if (i < n) out[i + (1ll << 40)] = a[i] + b[i];", "", {"cuda_error"}),
-    # A volatile local is not enough (the first H200 run finished such a loop); a volatile global load
-    # that is never NaN (inputs are randn) keeps the kernel spinning.
+    # A loop on a volatile local finishes on an H200 (dev/LOG.md, evaluation: throughput); a volatile
+    # global load that is never NaN (inputs are randn) keeps the kernel spinning.
     "infinite_loop": (("while (*(volatile const float*)a == *(volatile const float*)a) {} "
                        "if (i < n) out[i] = a[i] + b[i];"), "",
                       {"timeout"}),
@@ -65,8 +65,8 @@ SIMPLE_FAULTS = {
     "syntax_error": ("def ModelNew(:\n    pass\n", {"syntax_error"}),
     "no_model_new": ("import torch\n\nclass Model2(torch.nn.Module):\n    pass\n", {"invalid_solution"}),
     "compile_error": (_HEAD.replace("const float* a", "const flot* a") % ("", ""), {"compile_error"}),
-    "huge_output": ("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
-                    "        return torch.empty(3 << 30, device=a.device)\n",
+    "huge_output": (("import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
+                     "        return torch.empty(3 << 30, device=a.device)\n"),
                     {"output_too_large", "incorrect"}),
 }
 SEGFAULT_INLINE = r'''import torch
@@ -119,7 +119,8 @@ def main() -> int:
     ap.add_argument("--faulty", type=int, default=25)
     ap.add_argument("--out", default=None)
     ap.add_argument("--store", default=None,
-                    help="JSONL result store (default: a temporary file); kept, so a cut-off run shows its results")
+                    help="JSONL result store (default: a temporary file); kept, so a cut-off run shows "
+                         "its results")
     args = ap.parse_args()
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
     from cudaperf.results import ResultStore
