@@ -166,3 +166,10 @@ def test_resources_come_from_cuobjdump_when_ptxas_gives_none(tmp_path, monkeypat
     monkeypatch.setattr(mod, "ptxas_report", lambda *a: "note: no ptxas report (ptxas failed: Unsupported .version)")
     out = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, use_cache=False)
     assert [(r.kernel, r.registers > 0) for r in out.resources] == [("add", True)]
+
+
+def test_cache_entries_are_readable_by_other_users(tmp_path):
+    from cudaperf.toolchain.cache import atomic_write
+
+    atomic_write(tmp_path / "entry.cubin", b"x")
+    assert (tmp_path / "entry.cubin").stat().st_mode & 0o777 == 0o644

@@ -50,6 +50,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file 0600; sandboxed workers run as uids of their own and only read the cache,
+        # so entries are world-readable (never writable: the workers' view of the cache is read-only).
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
