@@ -42,11 +42,15 @@ WRONG = ANSWER.format("return a * 2 - b")
 
 @pytest.fixture(scope="module")
 def cpu_evaluator(tmp_path_factory):
-    config = EvalConfig(device="cpu", cache_dir=str(tmp_path_factory.mktemp("cache")), build_workers=1,
-                        seeds=1, policy=LENIENT,
-                        timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
-    with LocalEvaluator(config) as evaluator:
-        yield evaluator
+    # The cache through the environment, not EvalConfig.cache_dir: the worker pool starts with the default
+    # cache's views, and a job naming another cache restarts its worker (from the evaluator's batch thread,
+    # whose exit then takes that worker down: every batch would pay a worker start).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=LENIENT,
+                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
+        with LocalEvaluator(config) as evaluator:
+            yield evaluator
 
 
 @pytest.fixture(scope="module")

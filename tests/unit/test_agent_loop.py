@@ -77,6 +77,12 @@ def test_finished_trajectories_are_not_run_again(evaluator, tmp_path):
     assert again.rounds == () and again.resumed_turns == 1 and len(store.load()) == 1
 
 
+def test_no_round_starts_after_the_deadline(evaluator):
+    result = refine([RELU, VECTOR_ADD], replay(GOOD_RELU, GOOD_ADD), evaluator, RefineConfig(turns=1),
+                    deadline_s=0.0)
+    assert (result.rounds, result.unfinished, result.trajectories) == ((), 2, ())
+
+
 def test_round_time_is_split_into_prompts_generation_evaluation_and_loop(evaluator, tmp_path):
     result = refine([RELU, VECTOR_ADD], replay(GOOD_RELU, GOOD_ADD), evaluator, RefineConfig(turns=1))
     (r,) = result.rounds

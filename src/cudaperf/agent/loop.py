@@ -3,13 +3,14 @@
 The recipe of one round: build every active trajectory's prompt (`context.py`), generate all replies with
 one batched backend call (or chunks of `generate_batch`), step every environment against one evaluator
 (`environment.step_many`: the candidates go to the judge as one batch, and each turn is written to the
-trajectory file the moment its result is in), drop the trajectories that are done (last turn, or target
-speedup reached), repeat. Each round's wall time is split into prompt building, generation, evaluation
-and the loop's own overhead (extraction, rewards, structural hints, feedback, writing), so the loop's
-cost is measured, not guessed.
+trajectory file the moment its result is in: flushed at once, fsynced once per round), drop the
+trajectories that are done (last turn, or target speedup reached), repeat. Each round's wall time is
+split into prompt building, generation, evaluation and the loop's own overhead (extraction, rewards,
+structural hints, feedback, writing), so the loop's cost is measured, not guessed.
 
 Resume: trajectories already in the file continue from their last recorded turn (the conversation is
-rebuilt from the records); finished ones are left alone.
+rebuilt from the records); finished ones are left alone. With a deadline, no round starts after it (the
+run stops between rounds, every finished turn on disk, and a resume picks it up).
 
 Not covered: loading tasks (`taskset.py`), the model (`backends/`), the judge (`evaluation.py`), per-turn
 figures (`summary.py`), the command line (`cudaperf.commands.optimize_cmd`).
@@ -83,6 +84,7 @@ class RunResult:
     trajectories: tuple[Trajectory, ...]
     rounds: tuple[RoundTiming, ...]
     resumed_turns: int = 0  # turns read back from the file instead of run
+    unfinished: int = 0  # trajectories left unfinished by the deadline (a resume continues them)
 
 
 OnTurn = Callable[[TurnRecord], None]
@@ -90,17 +92,20 @@ OnTurn = Callable[[TurnRecord], None]
 
 def refine(tasks: Sequence[Task], backend: ModelBackend, evaluator: CandidateEvaluator,
            config: RefineConfig = RefineConfig(), store: TrajectoryStore | None = None, *,
-           ranker: RankerFn | None = None, on_turn: OnTurn | None = None) -> RunResult:
+           ranker: RankerFn | None = None, on_turn: OnTurn | None = None,
+           deadline_s: float | None = None) -> RunResult:
     """Run K trajectories of N turns on every task (see the module docstring); returns every trajectory
-    (resumed ones included) and the timing of each round."""
+    (resumed ones included) and the timing of each round. `deadline_s`: seconds from now after which no
+    new round starts."""
+    stop_at = time.monotonic() + deadline_s if deadline_s is not None else None
     envs, resumed = _environments(tasks, backend, evaluator, config, store, ranker)
     rounds: list[RoundTiming] = []
     active = [e for e in envs if not e.done and e.turn < config.turns]
-    while active:
+    while active and (stop_at is None or time.monotonic() < stop_at):
         rounds.append(_round(len(rounds), active, backend, evaluator, config, store, on_turn))
         active = [e for e in active if not e.done]
     records = [r for e in envs for r in e.history]
-    return RunResult(tuple(group(records)), tuple(rounds), resumed)
+    return RunResult(tuple(group(records)), tuple(rounds), resumed, len(active))
 
 
 def _environments(tasks, backend, evaluator, config, store, ranker) -> tuple[list[RefineEnv], int]:
@@ -133,12 +138,16 @@ def _round(index: int, active: list[RefineEnv], backend: ModelBackend, evaluator
         nonlocal write_s
         w0 = time.perf_counter()
         if store is not None:
-            store.append(step.record)
+            store.append(step.record, sync=False)  # flushed now; fsynced once for the round below
         write_s += time.perf_counter() - w0
         if on_turn is not None:
             on_turn(step.record)
 
     steps = step_many(active, replies, evaluator, on_step=written)
+    if store is not None:
+        w0 = time.perf_counter()
+        store.sync()
+        write_s += time.perf_counter() - w0
     t3 = time.perf_counter()
     # The loop's own work inside step_many (extraction, reward, hints, feedback): measured per turn.
     loop_s = write_s + sum(sum(v for k, v in s.record.durations_s.items() if k != "generate") for s in steps)

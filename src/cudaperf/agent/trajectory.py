@@ -4,8 +4,9 @@ feedback, timings), trajectories made of them, and their JSONL file.
 Covers: the records and their JSON form (`to_dict` / `from_dict` of `cudaperf.types`, one line per turn;
 the keys `task_id`, `sample`, `turn`, `prompt`, `response`, `code`, `result`, `reward`, `feedback` are what
 readers such as the HTML report rely on, and a `response` key lets the `replay:` backend re-play a file),
-appending with flush + fsync so an interrupted run loses at most the line being written, reading back with a
-torn last line skipped and a re-written turn winning, grouping into trajectories, the best turn and
+appending (each line flushed to the OS at once, so a killed process loses at most the line being written;
+fsync per line, or per batch with `sync()` when a machine crash may cost the last batch), reading back
+with a torn last line skipped and a re-written turn winning, grouping into trajectories, the best turn and
 Kevin-style discounted returns per turn.
 
 Not covered: running turns (`environment.py`, `loop.py`), rendering (`cudaperf.report`).
@@ -119,7 +120,9 @@ class TrajectoryStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def append(self, record: TurnRecord) -> None:
+    def append(self, record: TurnRecord, sync: bool = True) -> None:
+        """Write one record as one line and flush it; `sync` also fsyncs it (~1-15 ms on shared disks,
+        which is why the loop syncs once per round instead)."""
         line = json.dumps(to_dict(record), separators=(",", ":"), allow_nan=False) + "\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as f:
@@ -130,7 +133,17 @@ class TrajectoryStore:
                     line = "\n" + line
             f.write(line.encode("utf-8"))
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
+
+    def sync(self) -> None:
+        """fsync the file: every appended line is then on disk, not only handed to the OS."""
+        if self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def load(self) -> list[TurnRecord]:
         """Every record, the last line of each (task, sample, turn) winning; bad or torn lines skipped."""

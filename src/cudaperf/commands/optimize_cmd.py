@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop a trajectory once a correct kernel reaches this speedup")
     parser.add_argument("--out", type=Path, default=Path("runs/optimize"), help="output directory")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="start no round after this many minutes (--resume continues the run)")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu", "none"),
                         help="evaluator device (none: build and static checks only)")
     parser.add_argument("--format", default="fast", choices=("fast", "inline"),
@@ -107,13 +109,18 @@ def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int
     try:
         total = len(tasks) * args.samples * args.turns
         with LocalEvaluator(eval_config) as evaluator, _Progress(total) as bar:
-            result = refine(tasks, backend, evaluator, config, store, ranker=ranker, on_turn=bar.advance)
+            deadline_s = args.max_minutes * 60 if args.max_minutes is not None else None
+            result = refine(tasks, backend, evaluator, config, store, ranker=ranker, on_turn=bar.advance,
+                            deadline_s=deadline_s)
     finally:
         backend.close()
     summary = summary_dict(result.trajectories, result.rounds, args.turns)
     write_summary(summary, args.out)
     best = write_best_kernels(result.trajectories, args.out / "best")
     _print_summary(summary, args.out, len(best), result.resumed_turns)
+    if result.unfinished:
+        print(f"stopped by --max-minutes with {result.unfinished} trajectories unfinished: add --resume to "
+              "continue")
     return 0
 
 
