@@ -217,7 +217,8 @@ PALETTE = ("#3b6fb6", "#e07b39", "#4a9a5b", "#b04a8c", "#7a6a3a")
 W, H, LEFT, BOTTOM, TOP = 560, 240, 48, 36, 28  # px; the plot area is inside these margins
 
 
-def nice_range(values: Iterable[float], y_max: float | None = None, counts: bool = False) -> tuple[float, float]:
+def nice_range(values: Iterable[float], y_max: float | None = None,
+               counts: bool = False) -> tuple[float, float]:
     """(low, high) of a y axis: from min(0, values) to `y_max` or the peak rounded up to 1, 2, 2.5 or 5 times
     a power of ten (a multiple of 4 for counts, so the five grid lines fall on whole numbers)."""
     values = list(values)
@@ -411,7 +412,8 @@ def trajectory_html(tr: TrajectoryView, opened: bool = False) -> str:
 
 
 def turn_html(t: TurnView, previous_code: str | None) -> str:
-    facts = [f"outcome <b>{_e(t.outcome)}</b>", f"reward <b>{'-' if t.reward is None else f'{t.reward:.3f}'}</b>",
+    reward = "-" if t.reward is None else f"{t.reward:.3f}"
+    facts = [f"outcome <b>{_e(t.outcome)}</b>", f"reward <b>{reward}</b>",
              f"speedup vs {_e(t.baseline)} <b>{_x(t.speedup)}</b>"]
     if t.prompt_tokens is not None or t.completion_tokens is not None:
         facts.append(f"tokens {t.prompt_tokens or 0} in / {t.completion_tokens or 0} out")
@@ -420,14 +422,16 @@ def turn_html(t: TurnView, previous_code: str | None) -> str:
     if t.durations_s:
         facts.append(" · ".join(f"{_e(k)} {v:.2f} s" for k, v in t.durations_s))
     message = f'<p class="msg">{_e(t.result.message[:600])}</p>' if t.result and t.result.message else ""
-    prompt = "".join(f'<div class="role">{_e(role)}</div><pre>{_e(content)}</pre>' for role, content in t.prompt)
+    prompt = "".join(f'<div class="role">{_e(role)}</div><pre>{_e(content)}</pre>'
+                     for role, content in t.prompt)
     return (f'<div class="turn {_outcome_class(t)}"><h4>turn {t.turn}</h4><p class="facts">'
             f"{' · '.join(facts)}</p>{message}"
             f'<div class="pair"><div><h5>kernel</h5>{_code(t.code)}</div>'
             f"<div><h5>diff from the previous turn</h5>{diff_html(previous_code, t.code)}</div></div>"
             f"<h5>feedback</h5><pre class=\"feedback\">{_e(t.feedback or '(none)')}</pre>"
             f"<details><summary>model reply ({len(t.response)} chars)</summary><pre>{_e(t.response)}</pre>"
-            f"</details><details><summary>prompt ({len(t.prompt)} messages)</summary>{prompt}</details></div>")
+            f"</details><details><summary>prompt ({len(t.prompt)} messages)</summary>{prompt}</details>"
+            "</div>")
 
 
 def _code(code: str | None) -> str:
@@ -448,7 +452,7 @@ def diff_html(before: str | None, after: str | None) -> str:
         return '<p class="note">unchanged</p>'
     spans = []
     for line in lines[2:]:  # the two file-name lines add nothing here
-        css = "hunk" if line.startswith("@@") else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
+        css = {"@": "hunk", "+": "add", "-": "del"}.get(line[:1], "")
         spans.append(f'<span class="{css}">{_e(line)}</span>')
     return f'<pre class="diff">{"".join(spans)}</pre>'  # spans are blocks: no newlines
 
@@ -462,18 +466,22 @@ h1{font-size:22px}h2{border-bottom:2px solid #ddd;padding-bottom:4px}h4{margin:4
 .chart text{font-size:11px;fill:#444}.chart .ctitle{font-size:13px;fill:#222}.grid{stroke:#e2e2e2}
 table{border-collapse:collapse;margin:14px 0}caption{text-align:left;font-weight:600;padding:4px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
-table.sortable th{cursor:pointer}pre{background:#f7f7f7;border:1px solid #e6e6e6;padding:6px;overflow:auto;
-max-height:420px;font:12px/1.35 ui-monospace,monospace;white-space:pre}
+table.sortable th{cursor:pointer}
+pre{background:#f7f7f7;border:1px solid #e6e6e6;padding:6px;overflow:auto;max-height:420px;
+font:12px/1.35 ui-monospace,monospace;white-space:pre}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:10px}.pair>div{min-width:0}
 .diff .add{background:#e3f6e3;display:block}.diff .del{background:#fbe3e3;display:block}
-.diff .hunk{color:#6a5acd;display:block}.diff span{display:block;min-height:1.35em}.trajectory{border:1px solid #ccc;margin:8px 0;padding:4px 10px}
-.trajectory>summary{cursor:pointer;font-weight:600}.turn{border-left:4px solid #999;margin:10px 0;
-padding-left:10px}.turn.ok{border-color:#3c9a4f}.turn.wrong{border-color:#e0a030}.turn.fail{border-color:#c84040}
-.chip{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:12px;color:#fff;background:#999}
+.diff .hunk{color:#6a5acd;display:block}.diff span{display:block;min-height:1.35em}
+.trajectory{border:1px solid #ccc;margin:8px 0;padding:4px 10px}
+.trajectory>summary{cursor:pointer;font-weight:600}
+.turn{border-left:4px solid #999;margin:10px 0;padding-left:10px}.turn.ok{border-color:#3c9a4f}
+.turn.wrong{border-color:#e0a030}.turn.fail{border-color:#c84040}
+.chip{display:inline-block;border-radius:3px;padding:0 5px;margin:1px;font-size:12px;color:#fff;
+background:#999}
 .chip.ok{background:#3c9a4f}.chip.wrong{background:#e0a030}.chip.fail{background:#c84040}
-.note{color:#666;font-style:italic}.facts{color:#333}.msg{color:#8a3b12}.role{font-weight:600;margin-top:6px}
-.controls{margin:8px 0}.controls input{padding:3px 6px;width:260px}.controls button{margin-left:6px}
-.bad{color:#a33}
+.note{color:#666;font-style:italic}.facts{color:#333}.msg{color:#8a3b12}
+.role{font-weight:600;margin-top:6px}.controls{margin:8px 0}.controls input{padding:3px 6px;width:260px}
+.controls button{margin-left:6px}.bad{color:#a33}
 """
 
 # Sorting, filtering and folding only; any error is recorded on <html> for headless checks.

@@ -58,7 +58,8 @@ def _turn(task: str, sample: int, turn: int, code: str | None, result: EvalResul
           speedup: float | None = None) -> dict:
     return {
         "task_id": task, "sample": sample, "turn": turn,
-        "prompt": [{"role": "system", "content": "You write CUDA."}, {"role": "user", "content": f"Task {task}"}],
+        "prompt": [{"role": "system", "content": "You write CUDA."},
+                   {"role": "user", "content": f"Task {task}"}],
         "response": f"Here is my kernel:\n```python\n{code}\n```" if code else "I am not sure.",
         "code": code, "result": to_dict(result), "reward": reward,
         "feedback": f"turn {turn}: {result.outcome.value}. {result.message}", "speedup": speedup,

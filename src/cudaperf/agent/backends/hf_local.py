@@ -38,7 +38,8 @@ class HFLocalOptions:
     device: str = "auto"
     """"auto" = "cuda" when torch sees a GPU, else "cpu"; or any torch device string."""
     dtype: str = "auto"
-    """torch dtype name; "auto" = bfloat16 on a GPU, float32 on the CPU (bf16 matmuls are slow on most CPUs)."""
+    """torch dtype name; "auto" = bfloat16 on a GPU, float32 on the CPU (bf16 matmuls are slow on most
+    CPUs)."""
     batch_size: int = 16
     """Conversations generated together; larger is faster per token until memory runs out."""
 
@@ -143,7 +144,8 @@ class HFLocalBackend:
         duration_s = time.perf_counter() - start
         return [self._reply(len(p), row, config, limit, duration_s) for p, row in zip(prompts, new_tokens)]
 
-    def _run_generate(self, prompts: list[list[int]], config: GenerationConfig, limit: int) -> list[list[int]]:
+    def _run_generate(self, prompts: list[list[int]], config: GenerationConfig,
+                      limit: int) -> list[list[int]]:
         import torch
 
         batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(self.model.device)
