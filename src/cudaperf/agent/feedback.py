@@ -14,6 +14,7 @@ feedback enters the conversation (`context.py`). Nothing here raises on an odd r
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -331,9 +332,16 @@ _NO_HINTS_FOR = frozenset({Outcome.SYNTAX_ERROR, Outcome.POLICY_VIOLATION, Outco
 def structural_hints(result: EvalResult, code: str | None, arch: str = "sm_90") -> tuple[str, ...]:
     """The structural analysis' line-level findings on `code` ("line 14: store to out strided by n...");
     none for answers whose kernels never built. The compile inside is a cache hit after the evaluator's
-    build, so this costs milliseconds; without the `analysis` extra (tree-sitter) there are no hints."""
+    build, and a text seen before (K samples often repeat a kernel) is remembered, so this costs
+    milliseconds: the source analysis itself, which `EvalResult` does not carry. Without the `analysis`
+    extra (tree-sitter) there are no hints."""
     if not code or result.stage == "extract" or result.outcome in _NO_HINTS_FOR:
         return ()
+    return _analysis_feedback(code, arch)
+
+
+@functools.lru_cache(maxsize=256)
+def _analysis_feedback(code: str, arch: str) -> tuple[str, ...]:
     try:
         from cudaperf.analysis import analyze_source
     except ImportError:
