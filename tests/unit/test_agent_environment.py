@@ -4,6 +4,7 @@ policy allows torch ops there), and build + static checks (device "none") for CU
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -183,6 +184,30 @@ def test_prompt_length_is_recorded_per_turn(cpu_evaluator):
     first = env.step("no code").record.prompt_tokens
     second = env.step("no code").record.prompt_tokens
     assert 0 < first < second
+
+
+def test_environments_in_several_threads_share_one_evaluator(none_evaluator):
+    reply = f"```python\n{(example_solutions_dir('fast') / 'relu.py').read_text()}```"
+    envs = [RefineEnv(EnvConfig(), evaluator=none_evaluator, sample=i) for i in range(4)]
+    for env in envs:
+        env.reset(load_task(example_tasks_dir() / "relu.py"))
+    with ThreadPoolExecutor(4) as pool:
+        steps = list(pool.map(lambda env: env.step(reply), envs))
+    assert [s.record.sample for s in steps] == [0, 1, 2, 3]
+    assert {s.record.result.outcome for s in steps} == {Outcome.SKIPPED}
+
+
+def test_local_evaluator_pickles_as_its_configuration():
+    config = EvalConfig(device="none", seeds=2)
+    copy = pickle.loads(pickle.dumps(LocalEvaluator(config)))
+    assert copy.config == config and copy._evaluator is None  # nothing started, nothing carried
+
+
+def test_step_results_are_plain_picklable_data(none_evaluator):
+    env = RefineEnv(EnvConfig(), evaluator=none_evaluator)
+    env.reset(load_task(example_tasks_dir() / "relu.py"))
+    step = env.step("no code here")
+    assert pickle.loads(pickle.dumps(step)) == step
 
 
 def test_compile_error_feedback_points_at_the_line_of_the_answer(none_evaluator):

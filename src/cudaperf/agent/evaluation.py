@@ -8,13 +8,15 @@ task and configuration, timing only for correct candidates) drops in by implemen
 Covers: the contract, and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
 and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
 `LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
-(each process then starts its own evaluator there).
+(each process then starts its own evaluator there). Threads may share one: `Evaluator.evaluate_many` takes
+concurrent batches (its worker pool hands each job a free worker).
 
 Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.reward`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,13 +60,15 @@ class LocalEvaluator:
 
         self.config = config or EvalConfig()
         self._evaluator: Any = None
+        self._lock = threading.Lock()
 
     def _open(self) -> Any:
-        if self._evaluator is None:
-            from cudaperf.evaluate import Evaluator
+        with self._lock:  # environments stepped from several threads share one evaluator
+            if self._evaluator is None:
+                from cudaperf.evaluate import Evaluator
 
-            self._evaluator = Evaluator(self.config).__enter__()
-        return self._evaluator
+                self._evaluator = Evaluator(self.config).__enter__()
+            return self._evaluator
 
     @property
     def arch(self) -> str:
@@ -89,9 +93,10 @@ class LocalEvaluator:
                 yield indices.pop(0), result
 
     def close(self) -> None:
-        if self._evaluator is not None:
-            self._evaluator.close()
-            self._evaluator = None
+        with self._lock:
+            if self._evaluator is not None:
+                self._evaluator.close()
+                self._evaluator = None
 
     def __enter__(self) -> LocalEvaluator:
         return self
@@ -100,4 +105,7 @@ class LocalEvaluator:
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "_evaluator": None}  # processes do not travel; config does
+        return {"config": self.config}  # processes and locks do not travel; the configuration does
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"])
