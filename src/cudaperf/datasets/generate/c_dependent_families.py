@@ -67,7 +67,8 @@ def _reduce_rows_nest(v: dict[str, Any]) -> LoopNest:
 
 def _reduce_rows_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     return nest_task(nest, "reduce_rows", {"src": ArrayGen("normal", 0.0, 1.0)},
-                     configs({"rows": 8, "cols": 100}, {"rows": 8192, "cols": 4096}, {"rows": 1001, "cols": 3001}),
+                     configs({"rows": 8, "cols": 100}, {"rows": 8192, "cols": 4096},
+                             {"rows": 1001, "cols": 3001}),
                      tolerance(v["dtype"], 10.0), f"Row-wise {v['op']} reduction.", ("reduction",))
 
 
@@ -77,7 +78,8 @@ def _row_reduce_kernel(v: dict[str, Any], nest: LoopNest, mode: str) -> tuple[st
     pre, comb, post = _red_ops(v["op"], t, "cols")
     init = pre.format(v="src[(long long)r * cols]") if v["op"] in _IDEMPOTENT else lit(0, t)
     loop = (f"    {t} acc = {init};\n"
-            f"    for (int c = lane; c < cols; c += W) {{ {t} v = {pre.format(v='src[(long long)r * cols + c]')};"
+            f"    for (int c = lane; c < cols; c += W) {{ {t} v "
+            f"= {pre.format(v='src[(long long)r * cols + c]')};"
             f" acc = {comb.format(a='acc', b='v')}; }}\n")
     shfl = (f"    for (int off = 16; off > 0; off /= 2) {{ {t} o = __shfl_down_sync(0xffffffffu, acc, off);"
             f" acc = {comb.format(a='acc', b='o')}; }}\n")
@@ -100,7 +102,8 @@ def _row_reduce_kernel(v: dict[str, Any], nest: LoopNest, mode: str) -> tuple[st
 
 REDUCE_ROWS = nest_family(
     "reduce_rows", _reduce_rows_variants, _reduce_rows_nest, _reduce_rows_task,
-    lambda v, n: {"warp_shuffle": _row_reduce_kernel(v, n, "warp"), "block_tree": _row_reduce_kernel(v, n, "block")},
+    lambda v, n: {"warp_shuffle": _row_reduce_kernel(v, n, "warp"),
+                  "block_tree": _row_reduce_kernel(v, n, "block")},
     group="reduction")
 
 
@@ -120,7 +123,8 @@ def _double_fold(v: dict[str, Any]) -> str:
     pre = pre.replace("{v}", "(double){v}")
     first = pre.format(v="src[0]") if v["op"] in _IDEMPOTENT else "0.0"
     return (f"    double acc = {first};\n"
-            f"    for (int i = 0; i < n; ++i) {{ double v = {pre.format(v='src[i]')}; acc = {comb.format(a='acc', b='v')}; }}\n"
+            f"    for (int i = 0; i < n; ++i) {{ double v = {pre.format(v='src[i]')}; acc "
+            f"= {comb.format(a='acc', b='v')}; }}\n"
             f"    dst[0] = ({v['dtype']})({lit(v['scale'], 'double')} * ({post.format(a='acc')}));\n")
 
 
@@ -151,7 +155,8 @@ def _reduce_all_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
                   f"    for (int s = 128; s > 0; s /= 2) {{ if (threadIdx.x < s) sm[threadIdx.x] = "
                   f"{comb.format(a='sm[threadIdx.x]', b='sm[threadIdx.x + s]')}; __syncthreads(); }}\n"
                   "    acc = sm[0];\n")
-    warp_fold = (f"    __shared__ {t} sm[8];\n    {shfl}\n    if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = acc;\n"
+    warp_fold = (f"    __shared__ {t} sm[8];\n    {shfl}\n    if (threadIdx.x % 32 == 0) sm[threadIdx.x "
+                 "/ 32] = acc;\n"
                  f"    __syncthreads();\n    acc = threadIdx.x < 8 ? sm[threadIdx.x] : {ident};\n"
                  f"    if (threadIdx.x < 32) {{ {shfl} }}\n")
     out = []
@@ -186,7 +191,8 @@ extern "C" __global__ void pass2(const {t}* part, {t}* dst, int nb, int n) {{
                   f"i += gridDim.x * blockDim.x) acc += {pre.format(v='src[i]')};\n    {shfl}\n"
                   f"    if (threadIdx.x % 32 == 0) atomicAdd(dst, {scale} * acc);\n}}\n")
         out.append(_impl(task_id, "atomic", params, atomic,
-                         "mod.zero((1,), (1,), dst)\nmod.reduce_atomic((max(1, min((n + 255) // 256, 1056)),), (256,),"
+                         "mod.zero((1,), (1,), dst)\nmod.reduce_atomic((max(1, min((n + 255) // 256, "
+                         "1056)),), (256,),"
                          " src, dst, n)", ("reduction", "warp_shuffle")))
     return out
 
@@ -215,7 +221,8 @@ def _scan_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
 def _scan_parts(v: dict[str, Any]) -> tuple[str, str, str]:
     t = v["dtype"]
     f = "" if t == "int" else fs(t)
-    pre = {"": "{v}", "abs": ("abs({v})" if t == "int" else f"fabs{f}({{v}})"), "square": "{v} * {v}"}[v["pre"]]
+    pre = {"": "{v}", "abs": ("abs({v})" if t == "int" else f"fabs{f}({{v}})"),
+           "square": "{v} * {v}"}[v["pre"]]
     if v["op"] == "sum":
         comb = "{a} + {b}"
     elif t == "int":
@@ -242,7 +249,8 @@ def _scan_nest(v: dict[str, Any]) -> LoopNest:
 def _scan_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     gen = ArrayGen("randint", -100, 100) if v["dtype"] == "int" else ArrayGen("normal", 0.0, 1.0)
     return nest_task(nest, "scan", {"src": gen},
-                     configs({"rows": 4, "cols": 100}, {"rows": 4096, "cols": 4096}, {"rows": 1001, "cols": 3001}),
+                     configs({"rows": 4, "cols": 100}, {"rows": 4096, "cols": 4096},
+                             {"rows": 1001, "cols": 3001}),
                      tolerance(v["dtype"], 10.0),
                      f"Row-wise {'exclusive' if v['exclusive'] else 'inclusive'} {v['op']} scan.", ("scan",))
 
@@ -251,7 +259,8 @@ def _scan_warp(v: dict[str, Any], nest: LoopNest) -> dict[str, tuple[str, str]]:
     """One warp per row: 32-element chunks scanned with __shfl_up_sync, the carry passed on by lane 31."""
     t, pre, comb = _scan_parts(v)
     helpers = "__device__ __forceinline__ int iabs_(int v) { return v < 0 ? -v : v; }\n" if t == "int" else ""
-    p = pre.format(v="src[base + c]").replace("abs(", "iabs_(") if t == "int" else pre.format(v="src[base + c]")
+    p = pre.format(v="src[base + c]")
+    p = p.replace("abs(", "iabs_(") if t == "int" else p
     first = "0" if v["op"] == "sum" else (pre.format(v="src[base]").replace("abs(", "iabs_(") if t == "int"
                                           else pre.format(v="src[base]"))
     out_val = "excl" if v["exclusive"] else "x"
@@ -333,7 +342,8 @@ def _hist_bin(v: dict[str, Any]) -> str:
     if v["input"] == "int":
         return "src[i]"
     lo, hi = (0.0, 1.0) if v["input"] == "uniform" else (-3.0, 3.0)
-    return (f"(int)((src[i] - {lo!r}f) * {b / (hi - lo)!r}f) < 0 ? 0 : ((int)((src[i] - {lo!r}f) * {b / (hi - lo)!r}f)"
+    return (f"(int)((src[i] - {lo!r}f) * {b / (hi - lo)!r}f) < 0 ? 0 : ((int)((src[i] - {lo!r}f) "
+            f"* {b / (hi - lo)!r}f)"
             f" > {b - 1} ? {b - 1} : (int)((src[i] - {lo!r}f) * {b / (hi - lo)!r}f))")
 
 
@@ -371,14 +381,16 @@ def _hist_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     nb = v["bins"]
     a = args(params)
     zero = "" if v["accumulate"] else (f'extern "C" __global__ void zero({ht}* hist) {{\n'
-                                       f"    for (int b = threadIdx.x; b < {nb}; b += blockDim.x) hist[b] = 0;\n}}\n")
+                                       f"    for (int b = threadIdx.x; b < {nb}; b += blockDim.x) "
+                                       f"hist[b] = 0;\n}}\n")
     zl = "" if v["accumulate"] else "mod.zero((1,), (256,), hist)\n"
     naive = zero + (f'extern "C" __global__ void hist_atomic({decls(params)}) {{\n'
                     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                     f"    if (i < n) atomicAdd(&hist[{_hist_bin(v)}], {inc});\n}}\n")
     out = [_impl(task_id, "atomic", params, naive, zl + f"mod.hist_atomic(((n + 255) // 256,), (256,), {a})",
                  ("naive",), baseline=True, entry="histogram")]
-    for strategy, grid in (("privatized", "(n + 255) // 256"), ("coarsened", "max(1, min((n + 255) // 256, 1056))")):
+    for strategy, grid in (("privatized", "(n + 255) // 256"), ("coarsened", "max(1, min((n + 255) "
+                                                                             "// 256, 1056))")):
         cuda = zero + f"""
 extern "C" __global__ void hist_private({decls(params)}) {{
     __shared__ {ht} local[{nb}];
@@ -423,8 +435,10 @@ def _sort_nest(v: dict[str, Any]) -> LoopNest:
     movev = ("    int vv = vals[base + j];\n" if v["kv"] else "")
     shiftv = "vals[base + p + 1] = vals[base + p]; " if v["kv"] else ""
     putv = "    vals[base + p + 1] = vv;\n" if v["kv"] else ""
-    body = (f"int base = s * {seg};\nfor (int j = 1; j < {seg}; ++j) {{\n    {t} key = keys[base + j];\n{movev}"
-            f"    int p = j - 1;\n    while (p >= 0 && keys[base + p] {cmp} key) {{ keys[base + p + 1] = keys[base + p]; "
+    body = (f"int base = s * {seg};\nfor (int j = 1; j < {seg}; ++j) {{\n"
+            f"    {t} key = keys[base + j];\n{movev}"
+            f"    int p = j - 1;\n    while (p >= 0 && keys[base + p] {cmp} key) {{ keys[base + p + 1] = "
+            "keys[base + p]; "
             f"{shiftv}--p; }}\n    keys[base + p + 1] = key;\n{putv}}}")
     return LoopNest("sort_segments", _sort_params(v), (("s", "nseg"),), body)
 
@@ -442,7 +456,8 @@ def _sort_task(v: dict[str, Any], nest: LoopNest) -> CTask:
 
 
 def _sort_network(v: dict[str, Any], nest: LoopNest, kind: str) -> tuple[str, str]:
-    """One block per segment in shared memory: a bitonic network (L log^2 L) or odd-even transposition (L^2)."""
+    """One block per segment in shared memory: a bitonic network (L log^2 L) or odd-even transposition
+    (L^2)."""
     t, seg = v["dtype"], v["seg"]
     half = seg // 2
     swap_kv = "int tv = sv[i]; sv[i] = sv[j]; sv[j] = tv;" if v["kv"] else ""
@@ -482,7 +497,8 @@ extern "C" __global__ void sort_{kind}({decls(nest.params)}) {{
 
 
 SORT = nest_family("sort", _sort_variants, _sort_nest, _sort_task,
-                   lambda v, n: {"bitonic": _sort_network(v, n, "bitonic"), "odd_even": _sort_network(v, n, "odd_even")})
+                   lambda v, n: {"bitonic": _sort_network(v, n, "bitonic"),
+                                 "odd_even": _sort_network(v, n, "odd_even")})
 
 
 def _only_naive(family: Family) -> Family:

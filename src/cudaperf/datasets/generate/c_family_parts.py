@@ -122,7 +122,8 @@ extern "C" __global__ void {nest.entry}_tiled({decls(nest.params)}) {{
     return src, launch
 
 
-def tiled_2d(nest: LoopNest, elem: str, radius: int, pad: int = 0, bx: int = 32, by: int = 8) -> tuple[str, str]:
+def tiled_2d(nest: LoopNest, elem: str, radius: int, pad: int = 0, bx: int = 32,
+             by: int = 8) -> tuple[str, str]:
     """2-D tile of `(by + 2r) x (bx + 2r [+ pad])` inputs loaded through IN(yy, xx)."""
     (y, ny), (x, nx) = nest.dims
     body = textwrap.indent(textwrap.dedent(nest.body).strip(), "        ")

@@ -109,8 +109,10 @@ def _map_nest(v: dict[str, Any]) -> LoopNest:
 def _map_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     big = 1 << 24 if v["dtype"] == "float" else 1 << 23
     scal = {"s": 1.5} if v["scalar"] else {}
-    inputs = {p.name: value_gen(v["dtype"], v["dist"]) for p in nest.params if p.kind.value in ("in", "inout")}
-    return nest_task(nest, "map", inputs, configs({"n": 4096, **scal}, {"n": big, **scal}, {"n": 1_000_003, **scal}),
+    inputs = {p.name: value_gen(v["dtype"], v["dist"]) for p in nest.params
+              if p.kind.value in ("in", "inout")}
+    return nest_task(nest, "map", inputs,
+                     configs({"n": 4096, **scal}, {"n": big, **scal}, {"n": 1_000_003, **scal}),
                      tolerance(v["dtype"]), "Element-wise map.", ("memory_bound",))
 
 
@@ -139,7 +141,8 @@ extern "C" __global__ void map_vec({decls(nest.params)}) {{
     if (i < n) {dst}[i] = {tail};
 }}
 """
-    launch = f"mod.map_vec((max(1, min((n // {w} + 255) // 256, {GRID_STRIDE_BLOCKS})),), (256,), {args(nest.params)})"
+    launch = (f"mod.map_vec((max(1, min((n // {w} + 255) // 256, {GRID_STRIDE_BLOCKS})),), "
+              f"(256,), {args(nest.params)})")
     return {"vectorized": (src, launch)}
 
 
@@ -238,7 +241,8 @@ def _stencil3d_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
                 for _ in range(10):
                     n = len(_offsets_3d(radius, shape))
                     out.append({"shape": shape, "radius": radius, "bc": bc, "dtype": dtype,
-                                "weights": _consts(rng, n, -1.0, 1.0), "post": _pick(rng, ["", "fabs", "relu"])})
+                                "weights": _consts(rng, n, -1.0, 1.0),
+                                "post": _pick(rng, ["", "fabs", "relu"])})
     return out
 
 
@@ -251,7 +255,8 @@ def _offsets_3d(radius: int, shape: str) -> list[tuple[int, int, int]]:
 def _stencil3d_nest(v: dict[str, Any]) -> LoopNest:
     t = v["dtype"]
     offs = _offsets_3d(v["radius"], v["shape"])
-    terms = " + ".join(f"{lit(w, t)} * IN(z + {a}, y + {b}, x + {c})" for (a, b, c), w in zip(offs, v["weights"]))
+    terms = " + ".join(f"{lit(w, t)} * IN(z + {a}, y + {b}, x + {c})"
+                       for (a, b, c), w in zip(offs, v["weights"]))
     if v["bc"] == "clamp":
         macro = ("#define IN(zz, yy, xx) src[(clampi((zz), 0, nz - 1) * ny + clampi((yy), 0, ny - 1)) * nx"
                  " + clampi((xx), 0, nx - 1)]")
@@ -286,7 +291,8 @@ _FILTERS = ("box", "gauss", "sobel", "laplace4", "laplace8", "sharpen", "erode",
 def _image_variants(rng: np.random.Generator) -> list[dict[str, Any]]:
     out = []
     for flt in _FILTERS:
-        radii = (1,) if flt in ("sobel", "laplace4", "laplace8", "sharpen", "median3", "emboss") else (1, 2, 3)
+        fixed_3x3 = ("sobel", "laplace4", "laplace8", "sharpen", "median3", "emboss")
+        radii = (1,) if flt in fixed_3x3 else (1, 2, 3)
         for radius in radii:
             for pix in ("unsigned char", "float"):
                 for bc in ("clamp", "zero"):
@@ -319,7 +325,8 @@ def _image_body(v: dict[str, Any]) -> str:
                 " + (float)IN(y + 1, x - 1) + 2 * (float)IN(y + 1, x) + (float)IN(y + 1, x + 1);\n"
                 f"float val = {v['k']!r}f * sqrtf(gx * gx + gy * gy);\n{to_out}")
     if f in ("laplace4", "laplace8", "sharpen"):
-        ring = [(dy, dx) for dy, dx in neigh if (dy, dx) != (0, 0) and (f == "laplace8" or dy == 0 or dx == 0)]
+        ring = [(dy, dx) for dy, dx in neigh
+                if (dy, dx) != (0, 0) and (f == "laplace8" or dy == 0 or dx == 0)]
         centre = {"laplace4": 4, "laplace8": 8, "sharpen": 5}[f]
         terms = " - ".join(f"(float)IN(y + {dy}, x + {dx})" for dy, dx in ring)
         val = f"fabsf({centre} * (float)IN(y, x) - {terms})" if f != "sharpen" else \
@@ -408,8 +415,8 @@ def _conv1d_nest(v: dict[str, Any]) -> LoopNest:
         outlen, shift, macro = "n", span // 2, boundary_macro_1d("zero")
     body = (f"{t} acc = 0;\nfor (int t = 0; t < {k}; ++t) acc += w[t] * IN(i + t * {d} - {shift});\n"
             f"dst[i] = {_act('acc', v['act'], t)};")
-    return LoopNest("conv1d", (arr("src", t, "in", "n"), arr("w", t, "in", str(k)), arr("dst", t, "out", outlen),
-                               scalar("n")), (("i", outlen),), body, helpers=macro)
+    params = (arr("src", t, "in", "n"), arr("w", t, "in", str(k)), arr("dst", t, "out", outlen), scalar("n"))
+    return LoopNest("conv1d", params, (("i", outlen),), body, helpers=macro)
 
 
 def _conv1d_task(v: dict[str, Any], nest: LoopNest) -> CTask:
@@ -517,7 +524,8 @@ def _transpose_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     if v["rank"] == 2:
         cfgs = configs({"ny": 48, "nx": 80}, {"ny": 8192, "nx": 4096}, {"ny": 1999, "nx": 3001})
     else:
-        cfgs = configs({"d0": 6, "d1": 20, "d2": 34}, {"d0": 64, "d1": 512, "d2": 512}, {"d0": 7, "d1": 333, "d2": 515})
+        cfgs = configs({"d0": 6, "d1": 20, "d2": 34}, {"d0": 64, "d1": 512, "d2": 512},
+                       {"d0": 7, "d1": 333, "d2": 515})
     what = "transpose" if v["rank"] == 2 else f"permutation {tuple(v['perm'])} of a 3-D array"
     return nest_task(nest, "transpose", inputs, cfgs, tolerance(v["dtype"]), f"Matrix {what} ({v['op']}).",
                      ("memory_bound",))
@@ -754,7 +762,8 @@ def _spmv_nest(v: dict[str, Any]) -> LoopNest:
     else:
         params.append(arr("c", t, "out", "rows"))
     params += [scalar("rows"), scalar("cols"), scalar("nnz")]
-    body = (f"{t} acc = 0;\nfor (int p = row_ptr[i]; p < row_ptr[i + 1]; ++p) acc += {val} * xv[col_idx[p]];\n"
+    body = (f"{t} acc = 0;\nfor (int p = row_ptr[i]; p < row_ptr[i + 1]; ++p) acc += {val} * "
+            "xv[col_idx[p]];\n"
             f"c[i] = {expr};")
     return LoopNest("spmv_csr", tuple(params), (("i", "rows"),), body)
 
@@ -835,7 +844,8 @@ def _nbody_task(v: dict[str, Any], nest: LoopNest) -> CTask:
     inputs["mass"] = ArrayGen("uniform", 0.1, 1.0)
     return nest_task(nest, "nbody", inputs, configs({"n": 256}, {"n": 16384}, {"n": 3001}),
                      tolerance(v["dtype"], 10.0),
-                     f"All-pairs {v['dim']}-D gravitational {'accelerations' if v['out'] == 'acc' else 'potential'}"
+                     f"All-pairs {v['dim']}-D "
+                     f"gravitational {'accelerations' if v['out'] == 'acc' else 'potential'}"
                      f" with softening {v['eps']}.", ("compute_bound",))
 
 
@@ -851,7 +861,8 @@ def _nbody_tiled(v: dict[str, Any], nest: LoopNest) -> dict[str, tuple[str, str]
     r2 = " + ".join(f"d{a[1]} * d{a[1]}" for a in ax) + f" + {lit(v['eps'] ** 2, t)}"
     if v["out"] == "acc":
         acc0 = "\n".join(f"    {t} s{a[1]} = 0;" for a in ax)
-        step = (f"            {t} inv = 1 / sqrt{f}({r2});\n            {t} w = s_mass[q] * inv * inv * inv;\n" +
+        step = (f"            {t} inv = 1 / sqrt{f}({r2});\n"
+                f"            {t} w = s_mass[q] * inv * inv * inv;\n" +
                 "\n".join(f"            s{a[1]} += w * d{a[1]};" for a in ax))
         store = "\n".join(f"        a{a[1]}[i] = {lit(v['g'], t)} * s{a[1]};" for a in ax)
     else:
@@ -885,4 +896,5 @@ extern "C" __global__ void nbody_tiled({decls(nest.params)}) {{
 
 NBODY = nest_family("nbody", _nbody_variants, _nbody_nest, _nbody_task, _nbody_tiled)
 
-LOOP_FAMILIES = (MAP, STENCIL1D, STENCIL2D, STENCIL3D, IMAGE, CONV1D, CONV2D, TRANSPOSE, MATMUL, GEMV, SPMV, NBODY)
+LOOP_FAMILIES = (MAP, STENCIL1D, STENCIL2D, STENCIL3D, IMAGE, CONV1D, CONV2D, TRANSPOSE, MATMUL, GEMV, SPMV,
+                 NBODY)

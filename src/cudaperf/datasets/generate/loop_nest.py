@@ -109,11 +109,13 @@ def _strategies_2d(nest: LoopNest) -> dict[str, tuple[str, str]]:
                         f"{call}(({_ceil(ny, 32)}, {_ceil(nx, 8)}), (32, 8), {a})"),
         "coarsened": (_kernel(nest, f"int {x} = blockIdx.x * blockDim.x + threadIdx.x;\n"
                                     f"int y0 = blockIdx.y * blockDim.y * 4 + threadIdx.y;", guard,
-                              (f"#pragma unroll\n    for (int k = 0; k < 4; ++k) {{ int {y} = y0 + k * blockDim.y;",
+                              (f"#pragma unroll\n    for (int k = 0; k < 4; ++k) {{ int {y} = y0 + "
+                               "k * blockDim.y;",
                                "}")),
                       f"{call}(({_ceil(nx, 32)}, {_ceil(ny, 32)}), (32, 8), {a})"),
         "grid_stride": (_kernel(nest, "long long total = (long long)" f"({ny}) * ({nx});", guard,
-                                (("for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total; "
+                                (("for (long long t = blockIdx.x * (long long)blockDim.x + "
+                                  "threadIdx.x; t < total; "
                                  f"t += (long long)gridDim.x * blockDim.x) {{ int {y} = (int)(t / ({nx})); "
                                  f"int {x} = (int)(t % ({nx}));"), "}")),
                         f"{call}(({GRID_STRIDE_BLOCKS},), (256,), {a})"),

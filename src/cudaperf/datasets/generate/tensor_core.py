@@ -74,8 +74,9 @@ extern "C" __global__ void {name}({params}) {{
                 wmma::mma_sync(part, al, bh, part);
                 wmma::mma_sync(part, ah, bl, part);
                 wmma::mma_sync(part, ah, bh, part);
+                // part and acc share the fragment layout: element-wise IEEE adds
 #pragma unroll
-                for (int t = 0; t < part.num_elements; ++t) acc[q].x[t] += part.x[t];  // same layout: IEEE adds
+                for (int t = 0; t < part.num_elements; ++t) acc[q].x[t] += part.x[t];
             }}
         }}
         __syncthreads();
@@ -134,7 +135,8 @@ extern "C" __global__ void {name}({params}) {{
         __syncthreads();
     }}
 #pragma unroll
-    for (int q = 0; q < 8; ++q) wmma::store_matrix_sync(cs + warp * 8 * 68 + q * 8, acc[q], 68, wmma::mem_row_major);
+    for (int q = 0; q < 8; ++q)
+        wmma::store_matrix_sync(cs + warp * 8 * 68 + q * 8, acc[q], 68, wmma::mem_row_major);
     __syncthreads();
 #pragma unroll
     for (int l = 0; l < 16; ++l) {{

@@ -29,7 +29,8 @@ from cudaperf.datasets.generate.torch_impls.parts import (
 from cudaperf.datasets.records import Implementation
 
 _WARP_ROWS_NORM = """
-extern "C" __global__ void inv_norms(const float* __restrict__ x, float* __restrict__ inv, long long rows, int cols) {
+extern "C" __global__ void inv_norms(const float* __restrict__ x, float* __restrict__ inv, long long rows,
+                                     int cols) {
     long long row = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -153,7 +154,8 @@ __device__ __forceinline__ void angle(int pos, int j, int half, float alpha, flo
 }
 """
 
-_ROT_PARAMS = "const float* __restrict__ x, float* __restrict__ out, long long rows, int S, int D, float alpha"
+_ROT_PARAMS = ("const float* __restrict__ x, float* __restrict__ out, long long rows, int S, int "
+               "D, float alpha")
 
 _ROT_KERNELS = {
     "naive": f"""
@@ -238,8 +240,8 @@ def _scale_expr(v: dict[str, Any]) -> str:
 def _rotary_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     head = (f"s, d = q.shape[-2], q.shape[-1]\nrows = q.numel() // (s * d)\nscale = {_scale_expr(v)}\n"
             "out = torch.empty_like(q)\n")
-    return [implementation(task_id, strategy, "rotary embedding", _ROTARY + cuda, head + _ROT_LAUNCH[strategy] + "\nreturn out",
-                  "q", ("attention", "rotary"))
+    return [implementation(task_id, strategy, "rotary embedding", _ROTARY + cuda,
+                           head + _ROT_LAUNCH[strategy] + "\nreturn out", "q", ("attention", "rotary"))
             for strategy, cuda in _ROT_KERNELS.items()]
 
 
@@ -266,7 +268,8 @@ def _scores_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     for strategy, (gen, tile) in MM_WITH_TENSOR_CORES.items():
         cuda = cuda_pre + _scores_fin(v, "0.0f") + gen("scores", "nt", "fin")
         body = head + mm_launch("scores", tile, "s", "s", "z", args) + "\nreturn out"
-        out.append(implementation(task_id, strategy, f"attention {v['piece']}", cuda, body, "q, k", ("attention", "matmul")))
+        out.append(implementation(task_id, strategy, f"attention {v['piece']}", cuda, body, "q, k",
+                                  ("attention", "matmul")))
     return out
 
 
@@ -279,18 +282,23 @@ def _softmax_launch(strategy: str, rows: str, cols: str, dst: str) -> str:
     return f"rows = {rows}\nmod.softmax_rows({grid}, {block}, {dst}, rows, {cols})\n"
 
 
+# (strategy, matmul kernels, row mapping of the softmax, tags) of the unfused probs and attention
+_UNFUSED_PLANS = (("naive", "naive", "naive", ("unfused",)),
+                  ("unfused", "smem_tiled", "warp_shuffle", ("smem_tiled", "warp_shuffle")))
+
+
 def _probs_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     causal = f"#define CAUSAL {int(bool(v['causal']))}\n#define NEG_INF {NEG_INF}\n"
     head = _ATT_HEAD.format(scale=_scale_expr(v)) + "out = q.new_empty((*q.shape[:-1], s))\n"
     scores = _SCORES_ARGS.format(dst="out", e0="None", e1="None")
     out = []
-    for strategy, mm, rows, tags in (("naive", "naive", "naive", ("unfused",)),
-                                     ("unfused", "smem_tiled", "warp_shuffle", ("smem_tiled", "warp_shuffle"))):
+    for strategy, mm, rows, tags in _UNFUSED_PLANS:
         gen, tile = MM_KERNELS[mm]
         cuda = causal + _scores_fin(v, "NEG_INF") + gen("scores", "nt", "fin") + _softmax_rows(rows)
         body = (head + mm_launch("scores", tile, "s", "s", "z", scores) + "\n"
                 + _softmax_launch(rows, "z * s", "s", "out") + "return out")
-        out.append(implementation(task_id, strategy, "attention probs", cuda, body, "q, k", ("attention", *tags)))
+        out.append(implementation(task_id, strategy, "attention probs", cuda, body, "q, k",
+                                  ("attention", *tags)))
     cuda = causal + WARP_REDUCTIONS + _PROBS_FUSED
     body = (head + "mod.probs_fused(((s + 7) // 8, z), (256,), q, k, out, s, d, scale, "
             "smem_bytes=4 * (8 * d + 32 * (d + 1)))\nreturn out")
@@ -305,17 +313,19 @@ def _attention_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     scores = _SCORES_ARGS.format(dst="p", e0="None", e1="None")
     pv = "p, vv, out, None, None, s, d, s, s * s, s * d, s * d, 1.0"
     out = []
-    for strategy, mm, rows, tags in (("naive", "naive", "naive", ("unfused",)),
-                                     ("unfused", "smem_tiled", "warp_shuffle", ("smem_tiled", "warp_shuffle"))):
+    for strategy, mm, rows, tags in _UNFUSED_PLANS:
         gen, tile = MM_KERNELS[mm]
-        cuda = (causal + _scores_fin(v, "NEG_INF") + raw_fin() + gen("scores", "nt", "fin") + gen("pv", "nn", "raw")
-                + _softmax_rows(rows))
-        body = (head + "p = q.new_empty((*q.shape[:-1], s))\n" + mm_launch("scores", tile, "s", "s", "z", scores)
-                + "\n" + _softmax_launch(rows, "z * s", "s", "p") + mm_launch("pv", tile, "s", "d", "z", pv)
+        cuda = (causal + _scores_fin(v, "NEG_INF") + raw_fin() + gen("scores", "nt", "fin")
+                + gen("pv", "nn", "raw") + _softmax_rows(rows))
+        body = (head + "p = q.new_empty((*q.shape[:-1], s))\n"
+                + mm_launch("scores", tile, "s", "s", "z", scores) + "\n"
+                + _softmax_launch(rows, "z * s", "s", "p") + mm_launch("pv", tile, "s", "d", "z", pv)
                 + "\nreturn out")
-        out.append(implementation(task_id, strategy, "attention", cuda, body, "q, k, vv", ("attention", *tags)))
+        out.append(implementation(task_id, strategy, "attention", cuda, body, "q, k, vv",
+                                  ("attention", *tags)))
     cuda = causal + WARP_REDUCTIONS + _ATTN_FUSED
-    body = (head + "if d > 128:\n    raise ValueError('attn_fused keeps 4 head dims per lane: head dim <= 128')\n"
+    body = (head + "if d > 128:\n    raise ValueError('attn_fused keeps 4 head dims per lane: head "
+            "dim <= 128')\n"
             "mod.attn_fused(((s + 7) // 8, z), (256,), q, k, vv, out, s, d, scale, "
             "smem_bytes=4 * (8 * d + 64 * (d + 1)))\nreturn out")
     out.append(implementation(task_id, "fused", "attention", cuda, body, "q, k, vv",

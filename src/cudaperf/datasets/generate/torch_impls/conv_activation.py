@@ -22,8 +22,10 @@ def _conv_defines(v: dict[str, Any]) -> str:
     kh, sh, ph = (k, s, p) if v["dims"] == 2 else (1, 1, 0)
     th, tw = (16, 16) if v["dims"] == 2 else (1, 256)
     _, act = chain_exprs([*v["ops"], ("scale", v["scale"])], "x", "v")
-    return (f"#define KH {kh}\n#define KW {k}\n#define SH {sh}\n#define SW {s}\n#define PH {ph}\n#define PW {p}\n"
-            f"#define TH {th}\n#define TW {tw}\n#define IHT ((TH - 1) * SH + KH)\n#define IWT ((TW - 1) * SW + KW)\n"
+    return (f"#define KH {kh}\n#define KW {k}\n#define SH {sh}\n#define SW {s}\n#define PH {ph}\n"
+            f"#define PW {p}\n"
+            f"#define TH {th}\n#define TW {tw}\n#define IHT ((TH - 1) * SH + KH)\n"
+            "#define IWT ((TW - 1) * SW + KW)\n"
             f"__device__ __forceinline__ float act(float v) {{ return {act}; }}\n")
 
 
@@ -121,7 +123,8 @@ extern "C" __global__ void conv_reg({params}) {
     if (oh >= OH || ow >= OW) return;
 #pragma unroll
     for (int c = 0; c < COB; ++c)
-        if (co0 + c < CO) out[(((long long)b * CO + co0 + c) * OH + oh) * OW + ow] = act(acc[c] + bias[co0 + c]);
+        if (co0 + c < CO)
+            out[(((long long)b * CO + co0 + c) * OH + oh) * OW + ow] = act(acc[c] + bias[co0 + c]);
 }
 """
 
@@ -156,7 +159,8 @@ def _conv_head(v: dict[str, Any]) -> str:
     shape = "(b, cout, oh, ow)" if v["dims"] == 2 else "(b, cout, ow)"
     height = "h = x.shape[2]\n" if v["dims"] == 2 else "h = 1\n"
     oh = f"(h + {2 * p} - {k}) // {s} + 1" if v["dims"] == 2 else "1"
-    return (f"w = self.conv.weight\ncout = w.shape[0]\nb, cin = x.shape[0], x.shape[1]\n{height}wd = x.shape[-1]\n"
+    return ("w = self.conv.weight\ncout = w.shape[0]\nb, cin = x.shape[0], x.shape[1]\n"
+            f"{height}wd = x.shape[-1]\n"
             f"oh = {oh}\now = (wd + {2 * p} - {k}) // {s} + 1\nout = x.new_empty({shape})\n"
             "total = b * cout * oh * ow\n")
 
@@ -173,7 +177,8 @@ def conv_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     variants = {
         "naive": (_CONV_DIRECT.format(name="conv", params=_CONV_PARAMS, finish="act(acc + bias[co])"), direct,
                   ("conv", "fused")),
-        "unfused": (_CONV_DIRECT.format(name="conv", params=_CONV_PARAMS, finish="acc + bias[co]") + _CONV_ACT,
+        "unfused": (_CONV_DIRECT.format(name="conv", params=_CONV_PARAMS, finish="acc + bias[co]")
+                    + _CONV_ACT,
                     direct + "\nmod.activate(((total + 255) // 256,), (256,), out, total)", ("conv",)),
         "smem_tiled": (_conv_template(_CONV_SMEM),
                        f"mod.conv_tiled({tiles.format(z='b * cout')}, {args})", ("conv", "fused")),
@@ -181,9 +186,10 @@ def conv_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
                            f"mod.conv_reg({tiles.format(z='b * ((cout + 3) // 4)')}, {args})",
                            ("conv", "smem_tiled", "fused")),
         "tensor_core": (_conv_tensor_core(),
-                        (f"mod.conv_tc(((cout + {TILE - 1}) // {TILE}, (b * oh * ow + {TILE - 1}) // {TILE}), "
+                        (f"mod.conv_tc(((cout + {TILE - 1}) // {TILE}, (b * oh * ow "
+                         f"+ {TILE - 1}) // {TILE}), "
                          f"(16, 16), {args})"), ("conv", "fused", "matmul")),
     }
-    return [implementation(task_id, strategy, f"conv{d}d + activation", defs + cuda, head + launch + "\nreturn out", "x",
-                  tags, init, ", cin, cout")
+    return [implementation(task_id, strategy, f"conv{d}d + activation", defs + cuda,
+                           head + launch + "\nreturn out", "x", tags, init, ", cin, cout")
             for strategy, (cuda, launch, tags) in variants.items()]

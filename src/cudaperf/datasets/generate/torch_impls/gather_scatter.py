@@ -16,7 +16,8 @@ from cudaperf.datasets.generate.elementwise_ops import chain_exprs
 from cudaperf.datasets.generate.torch_impls.parts import float_literal, implementation
 from cudaperf.datasets.records import Implementation
 
-_ROW_GATHER_PARAMS = ("const float* __restrict__ t, const long long* __restrict__ idx, float* __restrict__ out, "
+_ROW_GATHER_PARAMS = ("const float* __restrict__ t, const long long* __restrict__ idx, float* "
+                      "__restrict__ out, "
                       "long long R, int D")
 
 _ROW_GATHER = {
@@ -62,10 +63,12 @@ extern "C" __global__ void gather_rows({_ROW_GATHER_PARAMS}) {{
 """,
 }
 
-_ROW_GATHER_GRID = {"naive": "((r * d + 255) // 256,)", "grid_stride": "(max(1, min((r * 32 + 255) // 256, 4096)),)",
+_ROW_GATHER_GRID = {"naive": "((r * d + 255) // 256,)", "grid_stride": "(max(1, min((r * 32 + 255) "
+                                                                       "// 256, 4096)),)",
                     "vectorized": "(max(1, min((r * d // 4 + 255) // 256, 4096)),)"}
 
-_ELEM_GATHER_PARAMS = ("const float* __restrict__ x, const long long* __restrict__ idx, float* __restrict__ out, "
+_ELEM_GATHER_PARAMS = ("const float* __restrict__ x, const long long* __restrict__ idx, float* "
+                       "__restrict__ out, "
                        "long long n, int V, int S")
 
 _ELEM_GATHER = {
@@ -77,7 +80,8 @@ extern "C" __global__ void gather_elems({_ELEM_GATHER_PARAMS}) {{
 """,
     "grid_stride": f"""
 extern "C" __global__ void gather_elems({_ELEM_GATHER_PARAMS}) {{
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += gridDim.x * (long long)blockDim.x)
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
+         e += gridDim.x * (long long)blockDim.x)
         out[e] = fin(x[e / S * V + idx[e]]);
 }}
 """,
@@ -184,7 +188,8 @@ extern "C" __global__ void segment_sum(const float* __restrict__ x, const int* _
 
 def _gather_fin(v: dict[str, Any]) -> str:
     _, post = chain_exprs([(v["post"], 0.0)] if v["post"] else [], "x", "v")
-    return f"__device__ __forceinline__ float fin(float v) {{ return ({post}) * {float_literal(v['scale'])}; }}\n"
+    return (f"__device__ __forceinline__ float fin(float v) {{ return ({post}) "
+            f"* {float_literal(v['scale'])}; }}\n")
 
 
 def _row_gather_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
@@ -195,16 +200,18 @@ def _row_gather_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
         init, sig = "", "x, idx"
         head = "t = x\nd = t.shape[1]\nr = idx.numel()\nout = t.new_empty((r, d))\n"
     return [implementation(task_id, strategy, v["op"], _gather_fin(v) + cuda,
-                  head + f"mod.gather_rows({_ROW_GATHER_GRID[strategy]}, (256,), t, idx, out, r, d)\nreturn out",
-                  sig, ("gather",), init, ", vocab, dim")
+                           head + f"mod.gather_rows({_ROW_GATHER_GRID[strategy]}, (256,), t, idx, out, r, "
+                           "d)\nreturn out",
+                           sig, ("gather",), init, ", vocab, dim")
             for strategy, cuda in _ROW_GATHER.items()]
 
 
 def _elem_gather_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     head = "n = idx.numel()\nout = x.new_empty(idx.shape)\n"
     return [implementation(task_id, strategy, v["op"], _gather_fin(v) + cuda,
-                  head + f"mod.gather_elems({_ELEM_GATHER_GRID[strategy]}, (256,), x, idx, out, n, x.shape[1], "
-                  "idx.shape[1])\nreturn out", "x, idx", ("gather",), "", ", vocab, dim")
+                           head + f"mod.gather_elems({_ELEM_GATHER_GRID[strategy]}, (256,), x, idx, out, "
+                           "n, x.shape[1], "
+                           "idx.shape[1])\nreturn out", "x, idx", ("gather",), "", ", vocab, dim")
             for strategy, cuda in _ELEM_GATHER.items()]
 
 
@@ -214,9 +221,9 @@ def _scatter_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     fin = _gather_fin(v)
     grids = {"naive": "((s * d + 255) // 256,)", "grid_stride": "(max(1, min((s * 32 + 255) // 256, 4096)),)"}
     out = [implementation(task_id, strategy, v["op"], fin + cuda + _SCATTER_EPILOGUE,
-                 head + f"mod.scatter_rows({grids[strategy]}, (256,), x, idx, out, s, d)\n"
-                 "mod.finish(((vo * d + 255) // 256,), (256,), out, vo * d)\nreturn out",
-                 "x, idx", ("scatter", "atomic", "unfused"), init, ", vocab, dim")
+                          head + f"mod.scatter_rows({grids[strategy]}, (256,), x, idx, out, s, d)\n"
+                          "mod.finish(((vo * d + 255) // 256,), (256,), out, vo * d)\nreturn out",
+                          "x, idx", ("scatter", "atomic", "unfused"), init, ", vocab, dim")
            for strategy, cuda in _SCATTER_ATOMIC.items()]
     # segment_sum writes every output row: no zero fill
     body = head.replace("new_zeros", "new_empty") + _textblock("""

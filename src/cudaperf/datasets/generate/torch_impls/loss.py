@@ -44,24 +44,25 @@ def _loss_fn(loss: str, p: float) -> str:
 _LOSS_EW = {  # strategy -> (kernel body, Python grid)
     "naive": (
         ("long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-        "    if (i < n) out[i] = lossf(a[i], b[i]);"),
+         "    if (i < n) out[i] = lossf(a[i], b[i]);"),
         "((n + 255) // 256,)"),
     "grid_stride": (
         ("for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;"
-        " i += gridDim.x * (long long)blockDim.x)\n        out[i] = lossf(a[i], b[i]);"),
+         " i += gridDim.x * (long long)blockDim.x)\n        out[i] = lossf(a[i], b[i]);"),
         "(max(1, min((n + 255) // 256, 4096)),)"),
     "coarsened": (
         ("long long base = blockIdx.x * (long long)blockDim.x * 4 + threadIdx.x;\n#pragma unroll\n"
-        "    for (int u = 0; u < 4; ++u) {\n        long long i = base + u * (long long)blockDim.x;\n"
-        "        if (i < n) out[i] = lossf(a[i], b[i]);\n    }"),
+         "    for (int u = 0; u < 4; ++u) {\n        long long i = base + u * (long long)blockDim.x;\n"
+         "        if (i < n) out[i] = lossf(a[i], b[i]);\n    }"),
         "((n + 1023) // 1024,)"),
     "vectorized": (
         ("long long nq = n / 4, tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-        "    for (long long q = tid; q < nq; q += gridDim.x * (long long)blockDim.x) {\n"
-        "        float4 x = reinterpret_cast<const float4*>(a)[q], y = reinterpret_cast<const float4*>(b)[q];\n"
-        "        reinterpret_cast<float4*>(out)[q] = make_float4(lossf(x.x, y.x), lossf(x.y, y.y),"
-        " lossf(x.z, y.z), lossf(x.w, y.w));\n    }\n"
-        "    long long i = nq * 4 + tid;\n    if (i < n) out[i] = lossf(a[i], b[i]);"),
+         "    for (long long q = tid; q < nq; q += gridDim.x * (long long)blockDim.x) {\n"
+         "        float4 x = reinterpret_cast<const float4*>(a)[q], y = reinterpret_cast<const "
+         "float4*>(b)[q];\n"
+         "        reinterpret_cast<float4*>(out)[q] = make_float4(lossf(x.x, y.x), lossf(x.y, y.y),"
+         " lossf(x.z, y.z), lossf(x.w, y.w));\n    }\n"
+         "    long long i = nq * 4 + tid;\n    if (i < n) out[i] = lossf(a[i], b[i]);"),
         "(max(1, min((n // 4 + 255) // 256, 4096)),)"),
 }
 
@@ -69,10 +70,12 @@ _LOSS_EW = {  # strategy -> (kernel body, Python grid)
 def _loss_elementwise(v: dict[str, Any], task_id: str) -> list[Implementation]:
     out = []
     for strategy, (code, grid) in _LOSS_EW.items():
-        cuda = (_loss_fn(v["loss"], v["param"]) + "extern \"C\" __global__ void loss(const float* __restrict__ a, "
+        cuda = (_loss_fn(v["loss"], v["param"]) + "extern \"C\" __global__ void loss(const float* "
+                                                  "__restrict__ a, "
                 f"const float* __restrict__ b, float* __restrict__ out, long long n) {{\n    {code}\n}}\n")
         body = f"out = torch.empty_like(a)\nn = a.numel()\nmod.loss({grid}, (256,), a, b, out, n)\nreturn out"
-        out.append(implementation(task_id, strategy, f"{v['loss']} loss", cuda, body, "a, b", ("loss", "elementwise")))
+        out.append(implementation(task_id, strategy, f"{v['loss']} loss", cuda, body, "a, b",
+                                  ("loss", "elementwise")))
     return out
 
 
@@ -83,7 +86,8 @@ def _row_loop(acc: str, expr: str) -> str:
 def _softmax_stats(p: float) -> str:
     """Row statistics of log_softmax(a * p) (`lsa`) and softmax(b) (`mb`, `lsb` = max, log of the sum)."""
     pf = float_literal(p)
-    return ("    float ma = NEG_INF, mb = NEG_INF;\n" + _row_loop("ma = fmaxf(ma,", f"x * {pf}); mb = fmaxf(mb, y)")
+    return ("    float ma = NEG_INF, mb = NEG_INF;\n" + _row_loop("ma = fmaxf(ma,", f"x * {pf}); mb "
+                                                                                    "= fmaxf(mb, y)")
             + "    ma = g_max(ma);\n    mb = g_max(mb);\n    float sa = 0.0f, sb = 0.0f;\n"
             + _row_loop("sa +=", f"expf(x * {pf} - ma); sb += expf(y - mb)")
             + "    sa = g_sum(sa);\n    sb = g_sum(sb);\n    float lsa = ma + logf(sa), lsb = logf(sb);\n")
@@ -106,10 +110,12 @@ def _loss_row_body(v: dict[str, Any]) -> str:
         return ("    float dot = 0.0f, na = 0.0f, nb = 0.0f;\n"
                 + _row_loop("dot +=", f"x * {pf} * y; na += x * {pf} * x * {pf}; nb += y * y")
                 + "    dot = g_sum(dot);\n    na = g_sum(na);\n    nb = g_sum(nb);\n"
-                "    if (lane == 0) out[row] = 1.0f - dot / (fmaxf(sqrtf(na), 1e-8f) * fmaxf(sqrtf(nb), 1e-8f));\n")
+                "    if (lane == 0) out[row] = 1.0f - dot / (fmaxf(sqrtf(na), 1e-8f) * "
+                "fmaxf(sqrtf(nb), 1e-8f));\n")
     stats = _softmax_stats(p)
     if loss == "cross_entropy":  # -sum softmax(b) * log_softmax(a p)
-        return (stats + "    float s = 0.0f;\n" + _row_loop("s +=", f"expf(y - mb - lsb) * (x * {float_literal(p)} - lsa)")
+        return (stats + "    float s = 0.0f;\n" + _row_loop("s +=", "expf(y - mb - lsb) * (x "
+                                                            f"* {float_literal(p)} - lsa)")
                 + "    s = g_sum(s);\n    if (lane == 0) out[row] = -s;\n")
     if red == "none":  # kl_div per element
         return (stats + "    for (int c = lane; c < cols; c += W) "
@@ -123,7 +129,8 @@ def _loss_row_kernel(v: dict[str, Any], strategy: str) -> str:
     return (f"#define NEG_INF {NEG_INF}\n{fn}{group_reductions(strategy)}\n"
             "extern \"C\" __global__ void loss(const float* __restrict__ a, const float* __restrict__ b, "
             f"float* __restrict__ out, int rows, int cols) {{\n    {ROW_MAPPINGS[strategy][0]}\n"
-            "    const float* ar = a + (long long)row * cols;\n    const float* br = b + (long long)row * cols;\n"
+            "    const float* ar = a + (long long)row * cols;\n"
+            "    const float* br = b + (long long)row * cols;\n"
             "    float* outr = out + (long long)row * cols;\n    (void)outr;\n"
             f"{_loss_row_body(v)}}}\n")
 
@@ -139,8 +146,8 @@ def _loss_rows(v: dict[str, Any], task_id: str) -> list[Implementation]:
         _, _, grid, block = ROW_MAPPINGS[strategy]
         body = (f"cols = a.shape[-1]\nrows = a.numel() // cols\nout = {alloc}\n"
                 f"mod.loss({grid}, {block}, a, b, out, rows, cols)\nreturn out")
-        out.append(implementation(task_id, strategy, f"{v['loss']} loss", _loss_row_kernel(v, strategy), body, "a, b",
-                         ("loss", "row_wise")))
+        out.append(implementation(task_id, strategy, f"{v['loss']} loss", _loss_row_kernel(v, strategy), body,
+                                  "a, b", ("loss", "row_wise")))
     return out
 
 
@@ -162,8 +169,8 @@ extern "C" __global__ void chunk_sums(const float* __restrict__ a, const float* 
 """
 
 _PARTIALS_SUM = """
-extern "C" __global__ void row_sums(const float* __restrict__ part, float* __restrict__ out, int rows, int chunks,
-                                    float inv) {
+extern "C" __global__ void row_sums(const float* __restrict__ part, float* __restrict__ out, int rows,
+                                    int chunks, float inv) {
     int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (row >= rows) return;
     float s = 0.0f;
@@ -183,19 +190,22 @@ def _loss_chunked(v: dict[str, Any], task_id: str) -> list[Implementation]:
     two = _CHUNK_SUM.replace("STORE", "dst[row * gridDim.y + blockIdx.y] = s") + _PARTIALS_SUM
     return [
         implementation(task_id, "atomic", f"{v['loss']} loss", fn + atomic,
-              head + f"out = a.new_zeros(a.shape[:-1])\nmod.chunk_sums((rows, chunks), (256,), a, b, out, rows, cols, "
-              f"{inv})\nreturn out", "a, b", ("loss", "block_tree")),
+                       head + "out = a.new_zeros(a.shape[:-1])\nmod.chunk_sums((rows, chunks), (256,), a, b, "
+                       "out, rows, cols, "
+                       f"{inv})\nreturn out", "a, b", ("loss", "block_tree")),
         implementation(task_id, "two_pass", f"{v['loss']} loss", fn + two,
-              head + "part = a.new_empty((rows, chunks))\nout = a.new_empty(a.shape[:-1])\n"
-              "mod.chunk_sums((rows, chunks), (256,), a, b, part, rows, cols, 1.0)\n"
-              f"mod.row_sums(((rows * 32 + 255) // 256,), (256,), part, out, rows, chunks, {inv})\nreturn out",
-              "a, b", ("loss", "block_tree", "warp_shuffle")),
+                       head + "part = a.new_empty((rows, chunks))\nout = a.new_empty(a.shape[:-1])\n"
+                       "mod.chunk_sums((rows, chunks), (256,), a, b, part, rows, cols, 1.0)\n"
+                       "mod.row_sums(((rows * 32 + 255) // 256,), (256,), part, out, rows, "
+                       f"chunks, {inv})\nreturn out",
+                       "a, b", ("loss", "block_tree", "warp_shuffle")),
     ]
 
 
 _KL_STATS_THEN_ELEMENTS = """
 extern "C" __global__ void kl_elements(const float* __restrict__ a, const float* __restrict__ b,
-                                       const float* __restrict__ st, float* __restrict__ out, long long n, int cols) {
+                                       const float* __restrict__ st, float* __restrict__ out, long long n,
+                                       int cols) {
     long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (e >= n) return;
     long long row = e / cols;
@@ -212,10 +222,12 @@ def _kl_unfused(v: dict[str, Any], task_id: str) -> Implementation:
     cuda = (f"#define NEG_INF {NEG_INF}\n{group_reductions('warp_shuffle')}\n"
             "extern \"C\" __global__ void kl_stats(const float* __restrict__ a, const float* __restrict__ b, "
             f"float* __restrict__ st, int rows, int cols) {{\n    {ROW_MAPPINGS['warp_shuffle'][0]}\n"
-            "    const float* ar = a + (long long)row * cols;\n    const float* br = b + (long long)row * cols;\n"
+            "    const float* ar = a + (long long)row * cols;\n"
+            "    const float* br = b + (long long)row * cols;\n"
             f"{stats}}}\n" + _KL_STATS_THEN_ELEMENTS.replace("TERM", _kl_term(v["param"])))
     body = ("cols = a.shape[-1]\nrows = a.numel() // cols\nn = a.numel()\nst = a.new_empty((rows, 3))\n"
-            "out = torch.empty_like(a)\nmod.kl_stats(((rows * 32 + 255) // 256,), (256,), a, b, st, rows, cols)\n"
+            "out = torch.empty_like(a)\nmod.kl_stats(((rows * 32 + 255) // 256,), (256,), a, b, "
+            "st, rows, cols)\n"
             "mod.kl_elements(((n + 255) // 256,), (256,), a, b, st, out, n, cols)\nreturn out")
     return implementation(task_id, "unfused", "kl_div loss", cuda, body, "a, b", ("loss", "warp_shuffle"))
 

@@ -49,14 +49,15 @@ def matmul_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     out = []
     for strategy, (gen, tile) in MM_WITH_TENSOR_CORES.items():
         cuda = fin + gen("gemm", "nt", "fin")
-        body = head + mm_launch("gemm", tile, "m", "n", "1", args.format(dst="out", e0="self.linear.bias", e1="x"))
+        launch_args = args.format(dst="out", e0="self.linear.bias", e1="x")
+        body = head + mm_launch("gemm", tile, "m", "n", "1", launch_args)
         tags = ("matmul", "fused") if strategy != "naive" else ("matmul",)
-        out.append(implementation(task_id, strategy, "linear + epilogue", cuda, body + "\nreturn out", "x", tags, init,
-                         ", k, n"))
+        out.append(implementation(task_id, strategy, "linear + epilogue", cuda, body + "\nreturn out", "x",
+                                  tags, init, ", k, n"))
     cuda = fin + raw_fin() + mm_tiled("gemm", "nt", "raw") + _MM_EPILOGUE
     body = (head + "t = x.new_empty((m, n))\n" + mm_launch("gemm", 16, "m", "n", "1", args.format(
         dst="t", e0="None", e1="None")) + "\nmod.epilogue(((m * n + 255) // 256,), (256,), t, out, "
-        "self.linear.bias, x, m, n, kk)\nreturn out")
-    out.append(implementation(task_id, "unfused", "linear + epilogue", cuda, body, "x", ("matmul", "smem_tiled"), init,
-                     ", k, n"))
+            "self.linear.bias, x, m, n, kk)\nreturn out")
+    out.append(implementation(task_id, "unfused", "linear + epilogue", cuda, body, "x",
+                              ("matmul", "smem_tiled"), init, ", k, n"))
     return out

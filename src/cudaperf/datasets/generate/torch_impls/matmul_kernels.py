@@ -12,10 +12,10 @@ from __future__ import annotations
 from cudaperf.datasets.generate.tensor_core import TILE, wmma_tf32_kernel
 
 MM_PARAMS = ("const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, "
-              "const float* __restrict__ e0, const float* __restrict__ e1, int m, int n, int k, "
-              "long long sa, long long sb, long long sc, float alpha")
+             "const float* __restrict__ e0, const float* __restrict__ e1, int m, int n, int k, "
+             "long long sa, long long sb, long long sc, float alpha")
 FIN_PARAMS = ("float acc, int z, int i, int j, int m, int n, int k, const float* __restrict__ e0, "
-               "const float* __restrict__ e1, float alpha")
+              "const float* __restrict__ e1, float alpha")
 FIN_ARGS = "z, i, j, m, n, k, e0, e1, alpha"
 
 
@@ -64,7 +64,8 @@ def _mm_register(name: str, layout: str, fin: str) -> str:
     load_b = ("ws[p][r] = (col0 + r < n && p0 + p < k) ? b[(long long)(col0 + r) * k + p0 + p] : 0.0f;"
               if layout == "nt" else
               "{ int pp = e / 64, jj = e % 64;\n"
-              "              ws[pp][jj] = (col0 + jj < n && p0 + pp < k) ? b[(long long)(p0 + pp) * n + col0 + jj]"
+              "              ws[pp][jj] = (col0 + jj < n && p0 + pp < k) ? b[(long long)(p0 + pp) * "
+              "n + col0 + jj]"
               " : 0.0f; }")
     return f"""
 extern "C" __global__ void {name}({MM_PARAMS}) {{
@@ -117,7 +118,8 @@ def _mm_tensor_core(name: str, layout: str, fin: str) -> str:
     """WMMA TF32 tiles with the 3xTF32 split (`tensor_core.py`); B as n x k (layout "nt") only."""
     if layout != "nt":
         raise ValueError("the tensor-core matmul reads B as n x k (layout 'nt')")
-    return wmma_tf32_kernel(name, MM_PARAMS, "int z = blockIdx.z;\n    a += z * sa; b += z * sb; c += z * sc;",
+    return wmma_tf32_kernel(name, MM_PARAMS,
+                            "int z = blockIdx.z;\n    a += z * sa; b += z * sb; c += z * sc;",
                             "a[(long long)row * k + p]", "b[(long long)col * k + p]",
                             f"c[(long long)i * n + j] = {fin}(v, {FIN_ARGS});")
 
@@ -127,7 +129,8 @@ MM_WITH_TENSOR_CORES = {**MM_KERNELS, "tensor_core": (_mm_tensor_core, TILE)}  #
 
 def mm_launch(kernel: str, tile: int, m: str, n: str, z: str, args: str) -> str:
     """A Python launch line of one matmul kernel (block 16x16, one block per tile x tile outputs)."""
-    return f"mod.{kernel}((({n} + {tile - 1}) // {tile}, ({m} + {tile - 1}) // {tile}, {z}), (16, 16), {args})"
+    return (f"mod.{kernel}((({n} + {tile - 1}) // {tile}, ({m} + {tile - 1}) // {tile}, {z}), "
+            f"(16, 16), {args})")
 
 
 def raw_fin() -> str:

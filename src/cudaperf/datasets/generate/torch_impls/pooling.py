@@ -21,15 +21,18 @@ def _pool_defines(v: dict[str, Any]) -> str:
     th, tw = (16, 16) if v["dims"] == 2 else (1, 256)
     is_max = v["kind"] == "max"
     _, post = chain_exprs([(v["post"], 0.0)] if v["post"] else [], "x", "v")
-    return (f"#define KH {kh}\n#define KW {k}\n#define SH {sh}\n#define SW {s}\n#define PH {ph}\n#define PW {p}\n"
-            f"#define TH {th}\n#define TW {tw}\n#define IHT ((TH - 1) * SH + KH)\n#define IWT ((TW - 1) * SW + KW)\n"
+    return (f"#define KH {kh}\n#define KW {k}\n#define SH {sh}\n#define SW {s}\n#define PH {ph}\n"
+            f"#define PW {p}\n"
+            f"#define TH {th}\n#define TW {tw}\n#define IHT ((TH - 1) * SH + KH)\n"
+            "#define IWT ((TW - 1) * SW + KW)\n"
             f"#define PADV {NEG_INF if is_max else '0.0f'}\n"
             f"#define RED(a, v) {'fmaxf(a, v)' if is_max else '((a) + (v))'}\n"
             f"#define FIN(a) {'(a)' if is_max else '((a) / (float)(KH * KW))'}\n"
             f"__device__ __forceinline__ float post(float v) {{ return {post}; }}\n")
 
 
-_POOL_PARAMS = "const float* __restrict__ x, float* __restrict__ out, int planes, int H, int W, int OH, int OW"
+_POOL_PARAMS = ("const float* __restrict__ x, float* __restrict__ out, int planes, int H, int W, "
+                "int OH, int OW")
 
 _POOL_NAIVE = f"""
 extern "C" __global__ void pool({_POOL_PARAMS}) {{
@@ -131,7 +134,8 @@ extern "C" __global__ void pool({_POOL_PARAMS}) {{{_POOL_TILE}
 def pool_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     d, k, s, p = v["dims"], v["k"], v["stride"], v["pad"]
     defs = _pool_defines(v)
-    head = (("h = x.shape[-2]\n" if d == 2 else "h = 1\n") + "wd = x.shape[-1]\nplanes = x.numel() // (h * wd)\n"
+    head = (("h = x.shape[-2]\n" if d == 2 else "h = 1\n") + "wd = x.shape[-1]\n"
+                                                             "planes = x.numel() // (h * wd)\n"
             + (f"oh = (h + {2 * p} - {k}) // {s} + 1\n" if d == 2 else "oh = 1\n")
             + f"ow = (wd + {2 * p} - {k}) // {s} + 1\n"
             + f"out = x.new_empty((*x.shape[:-{d}], {'oh, ow' if d == 2 else 'ow'}))\n")
@@ -140,12 +144,13 @@ def pool_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     tiled = f"mod.pool(((ow + {tw - 1}) // {tw}, (oh + {th - 1}) // {th}, planes), ({tw}, {th}), {args})"
     variants = {
         "naive": (_POOL_NAIVE, f"mod.pool(((planes * oh * ow + 255) // 256,), (256,), {args})", ()),
-        "coarsened": (_POOL_COARSE, f"mod.pool(((planes * oh * ((ow + 3) // 4) + 255) // 256,), (256,), {args})",
+        "coarsened": (_POOL_COARSE, "mod.pool(((planes * oh * ((ow + 3) // 4) + 255) // 256,), "
+                                    f"(256,), {args})",
                       ("register_tiled",)),
         "smem_tiled": (_POOL_SMEM, tiled, ()),
     }
     if d == 2:  # a 1-D window has nothing to separate
         variants["separable"] = (_POOL_SEPARABLE, tiled, ("smem_tiled",))
-    return [implementation(task_id, strategy, f"{v['kind']} pooling {d}-D", defs + cuda, head + launch + "\nreturn out", "x",
-                  ("pooling", *tags))
+    return [implementation(task_id, strategy, f"{v['kind']} pooling {d}-D", defs + cuda,
+                           head + launch + "\nreturn out", "x", ("pooling", *tags))
             for strategy, (cuda, launch, tags) in variants.items()]

@@ -84,14 +84,18 @@ def row_impls(kind: str) -> Any:
         out = []
         for strategy, (index, _, grid, block) in ROW_MAPPINGS.items():
             cuda = (f"__device__ __forceinline__ float pre(float v) {{ return {pre}; }}\n"
-                    f"__device__ __forceinline__ float post(float v) {{ return {post}; }}\n{group_reductions(strategy)}\n"
-                    f"extern \"C\" __global__ void rowk(const float* __restrict__ x, float* __restrict__ out{wparams},"
-                    f" int rows, int cols) {{\n    {index}\n    const float* xr = x + (long long)row * cols;\n"
-                    f"    float* outr = out + (long long)row * cols;\n    (void)outr;\n{_row_body(kind, v)}}}\n")
+                    f"__device__ __forceinline__ float post(float v) {{ return {post}; }}\n"
+                    f"{group_reductions(strategy)}\n"
+                    "extern \"C\" __global__ void rowk(const float* __restrict__ x, float* "
+                    f"__restrict__ out{wparams},"
+                    f" int rows, int cols) {{\n    {index}\n"
+                    "    const float* xr = x + (long long)row * cols;\n"
+                    "    float* outr = out + (long long)row * cols;\n    (void)outr;\n"
+                    f"{_row_body(kind, v)}}}\n")
             body = (f"        cols = x.shape[-1]\n        rows = x.numel() // cols\n        out = {alloc}\n"
                     f"        mod.rowk({grid}, {block}, x, out{wargs}, rows, cols)\n        return out\n")
             src = model_new(f"{strategy} row-wise {v['op']} for {task_id}", init, ", dim", "x", body, cuda)
-            out.append(Implementation(f"{task_id}/{strategy}", task_id, strategy, src, (strategy, "row_wise", kind),
-                                      strategy == "naive"))
+            out.append(Implementation(f"{task_id}/{strategy}", task_id, strategy, src,
+                                      (strategy, "row_wise", kind), strategy == "naive"))
         return out
     return impls

@@ -20,7 +20,8 @@ _SCAN_OPS = {  # op -> (combine(a, b), identity)
     "cummax": ("fmaxf(a, b)", NEG_INF),
     "cummin": ("fminf(a, b)", POS_INF),
     # log(exp(a) + exp(b)) without overflow; the identity -inf must give the other operand back exactly
-    "logcumsumexp": ("fmaxf(a, b) == NEG_INF ? NEG_INF : fmaxf(a, b) + log1pf(expf(fminf(a, b) - fmaxf(a, b)))",
+    "logcumsumexp": ("fmaxf(a, b) == NEG_INF ? NEG_INF : fmaxf(a, b) + log1pf(expf(fminf(a, b) "
+                     "- fmaxf(a, b)))",
                      NEG_INF),
 }
 
@@ -133,10 +134,12 @@ def scan_impls(v: dict[str, Any], task_id: str) -> list[Implementation]:
     variants = {
         "naive": (_SCAN_SERIAL, "mod.scan(((lines + 127) // 128,), (128,), x, out, lines, length, inner)",
                   ("serial_thread",)),
-        "warp_shuffle": (_SCAN_WARP, "mod.scan(((lines * 32 + 255) // 256,), (256,), x, out, lines, length, inner)",
+        "warp_shuffle": (_SCAN_WARP, "mod.scan(((lines * 32 + 255) // 256,), (256,), x, out, lines, "
+                         "length, inner)",
                          ()),
-        "block_tree": (_SCAN_BLOCK, "mod.scan((lines,), (256,), x, out, lines, length, inner)", ("warp_shuffle",)),
+        "block_tree": (_SCAN_BLOCK, "mod.scan((lines,), (256,), x, out, lines, length, inner)",
+                       ("warp_shuffle",)),
     }
-    return [implementation(task_id, strategy, f"{v['op']} scan", defs + cuda, head + launch + "\nreturn out", "x",
-                  ("scan", *tags))
+    return [implementation(task_id, strategy, f"{v['op']} scan", defs + cuda, head + launch + "\nreturn out",
+                           "x", ("scan", *tags))
             for strategy, (cuda, launch, tags) in variants.items()]
