@@ -89,6 +89,25 @@ def test_round_time_is_split_into_prompts_generation_evaluation_and_loop(evaluat
     parts = r.context_s + r.generate_s + r.evaluate_s + r.loop_s
     assert r.trajectories == 2 and r.evaluate_s > 0 and parts == pytest.approx(r.wall_s, rel=0.05, abs=0.01)
     assert r.overhead_s == pytest.approx(r.wall_s - r.generate_s - r.evaluate_s)
+    assert r.build_s > 0 and r.correctness_s == 0.0  # built, never run: device "none"
+
+
+def test_a_backend_that_raises_fails_the_turns_not_the_run(evaluator):
+    class Raising:
+        name = "raising"
+
+        def generate(self, conversations, config):
+            raise ConnectionError("server gone")
+
+        def count_tokens(self, text):
+            return len(text) // 4
+
+        def close(self):
+            pass
+
+    result = refine([RELU], Raising(), evaluator, RefineConfig(turns=1))
+    (turn,) = result.trajectories[0].turns
+    assert turn.result.outcome is Outcome.HARNESS_ERROR and "server gone" in turn.result.message
 
 
 def test_a_backend_returning_too_few_replies_fails_the_turns_not_the_run(evaluator):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from cudaperf.agent.backends.base import Generation, GenerationConfig, ModelBackend
 from cudaperf.agent.environment import EnvConfig, RankerFn, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.summary import evaluation_split
 from cudaperf.agent.trajectory import Trajectory, TrajectoryStore, TurnRecord, group
 from cudaperf.types import Task
 
@@ -68,6 +69,9 @@ class RoundTiming:
     evaluate_s: float  # waiting for the evaluator (the batch's wall time minus the loop's work inside it)
     loop_s: float  # the loop's own work: extraction, rewards, hints, feedback, writing records
     write_s: float = 0.0  # of which: appending records to the trajectory file
+    build_s: float = 0.0  # the evaluation in candidate-seconds (overlapping): compiles,
+    correctness_s: float = 0.0  # correctness stages,
+    timing_s: float = 0.0  # timing and coverage stages (`summary.evaluation_split`)
 
     @property
     def overhead_s(self) -> float:
@@ -152,7 +156,8 @@ def _round(index: int, active: list[RefineEnv], backend: ModelBackend, evaluator
     # The loop's own work inside step_many (extraction, reward, hints, feedback): measured per turn.
     loop_s = write_s + sum(sum(v for k, v in s.record.durations_s.items() if k != "generate") for s in steps)
     evaluate_s = max(0.0, (t3 - t2) - loop_s)
-    return RoundTiming(index, len(active), t3 - t0, t1 - t0, t2 - t1, evaluate_s, loop_s, write_s)
+    split = evaluation_split([s.record.result for s in steps])
+    return RoundTiming(index, len(active), t3 - t0, t1 - t0, t2 - t1, evaluate_s, loop_s, write_s, **split)
 
 
 def _generate(backend: ModelBackend, conversations: list, config: RefineConfig) -> list[Generation]:
@@ -160,10 +165,15 @@ def _generate(backend: ModelBackend, conversations: list, config: RefineConfig) 
     out: list[Generation] = []
     for start in range(0, len(conversations), size):
         chunk = conversations[start:start + size]
-        replies = list(backend.generate(chunk, config.generation))
-        if len(replies) != len(chunk):  # a broken backend: never let it shift replies between tasks
+        try:
+            replies = list(backend.generate(chunk, config.generation))
+        except Exception as exc:  # noqa: BLE001 - the contract says never raise; a backend that does
+            replies = []          # costs this chunk's turns (HARNESS_ERROR), not the whole run
+            why = f"the backend raised {type(exc).__name__}: {exc}"
+        else:
             why = f"backend returned {len(replies)} replies for {len(chunk)} conversations"
-            replies = [Generation("", 0, 0, "error", 0.0, error=why)] * len(chunk)
+        if len(replies) != len(chunk):  # never let a broken backend shift replies between tasks
+            replies = [Generation("", 0, 0, "error", 0.0, error=why[:2000])] * len(chunk)
         out.extend(replies)
     return out
 

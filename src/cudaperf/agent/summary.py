@@ -4,9 +4,12 @@ Per turn t (0-based), over tasks: `solved` is the share of tasks with a correct 
 of the K samples), `fast_p` the share whose best kernel so far is correct with a speedup above p over the
 task's baseline (KernelBench's fast_p, taken over the best-so-far kernel of each task, so fast_0 = solved),
 `best_speedup` the largest such speedup and `geomean_speedup` their geometric mean over solved tasks; over
-the trajectories that made turn t: `attempts` and `correct_rate`. Time per turn is split into generation
-(the backend's own duration per reply), build, correctness and timing (summed over candidates from the
-evaluator's stage durations, so they overlap in wall time), and the loop's own work.
+the trajectories that made turn t: `attempts` and `correct_rate`.
+
+Time is reported per round (one turn of every active trajectory; in a run that was not resumed, round t
+is turn t): its wall time split into prompt building, generation, evaluation and the loop's own work, and
+the evaluation's candidate-seconds split into build, correctness and timing (`evaluation_split`: summed
+over the round's candidates from the evaluator's stage durations, so they overlap in wall time).
 
 Not covered: running (`loop.py`), HTML pages (`cudaperf.report`).
 """
@@ -21,11 +24,11 @@ from pathlib import Path
 
 from cudaperf.agent.trajectory import Trajectory, TurnRecord, best_turn, rank_key
 from cudaperf.stats import geomean
+from cudaperf.types import EvalResult
 
 FAST_P = (0.0, 1.0, 1.2, 1.5, 2.0)
 CORRECTNESS_STAGES = ("setup", "reference", "import", "construct", "correctness")
 TIMING_STAGES = ("timing", "coverage")
-LOOP_STAGES = ("extract", "reward", "hints", "feedback")
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,6 @@ class TurnMetrics:
     best_speedup: float | None
     geomean_speedup: float | None
     mean_reward: float
-    generate_s: float  # summed over the turn's replies
-    build_s: float
-    correctness_s: float
-    timing_s: float
-    loop_s: float
     prompt_tokens_mean: float
     completion_tokens_mean: float
     extraction: dict[str, int] = field(default_factory=dict)  # extraction outcome -> count
@@ -66,12 +64,10 @@ def _metrics(trajectories: Sequence[Trajectory], task_ids: list[str], turn: int,
     fast = {f"{p:g}": sum(1 for b in best.values() if b is not None and b.correct
                           and (p == 0 or (b.speedup is not None and b.speedup > p))) / n_tasks
             for p in thresholds}
-    stage = _stage_sums(at_turn)
     return TurnMetrics(
         turn=turn, attempts=len(at_turn), correct_rate=_share(r.correct for r in at_turn),
         solved=fast.get("0", 0.0), fast_p=fast, best_speedup=max(speedups) if speedups else None,
         geomean_speedup=geomean(speedups), mean_reward=_mean(r.reward for r in at_turn),
-        generate_s=sum(r.durations_s.get("generate", 0.0) for r in at_turn), **stage,
         prompt_tokens_mean=_mean(r.prompt_tokens for r in at_turn),
         completion_tokens_mean=_mean(r.completion_tokens for r in at_turn),
         extraction=_count(r.extraction for r in at_turn),
@@ -89,13 +85,14 @@ def _best_so_far(trajectories: Sequence[Trajectory], task_ids: list[str],
     return out
 
 
-def _stage_sums(records: Sequence[TurnRecord]) -> dict[str, float]:
-    def evaluator(names: Sequence[str]) -> float:
-        return sum(r.result.stage_durations_s.get(n, 0.0) for r in records for n in names)
+def evaluation_split(results: Sequence[EvalResult]) -> dict[str, float]:
+    """Candidate-seconds of build (the compile itself), correctness (setup, reference, import, construct,
+    correctness stages) and timing (timing, coverage), summed over `results`."""
+    def stages(names: Sequence[str]) -> float:
+        return sum(r.stage_durations_s.get(n, 0.0) for r in results for n in names)
 
-    return {"build_s": sum(r.result.build.duration_s for r in records if r.result.build is not None),
-            "correctness_s": evaluator(CORRECTNESS_STAGES), "timing_s": evaluator(TIMING_STAGES),
-            "loop_s": sum(r.durations_s.get(n, 0.0) for r in records for n in LOOP_STAGES)}
+    return {"build_s": sum(r.build.duration_s for r in results if r.build is not None),
+            "correctness_s": stages(CORRECTNESS_STAGES), "timing_s": stages(TIMING_STAGES)}
 
 
 def best_per_task(trajectories: Sequence[Trajectory]) -> dict[str, TurnRecord]:
@@ -142,22 +139,25 @@ def summary_dict(trajectories: Sequence[Trajectory], rounds: Sequence = (), turn
 def markdown(summary: dict) -> str:
     """The per-turn table and the rounds' time split as markdown."""
     ps = list(summary["turns"][0]["fast_p"]) if summary["turns"] else []
-    head = ["turn", "attempts", "correct", *[f"fast_{p}" for p in ps], "best x", "geomean x", "gen s",
-            "build s", "correct s", "timing s", "loop s"]
+    head = ["turn", "attempts", "correct", *[f"fast_{p}" for p in ps], "best x", "geomean x", "reward",
+            "prompt tok", "reply tok"]
     lines = [_row(head), _row(["---"] * len(head))]
     for m in summary["turns"]:
         lines.append(_row([m["turn"] + 1, m["attempts"], _pct(m["correct_rate"]),
                            *[_pct(m["fast_p"][p]) for p in ps], _x(m["best_speedup"]),
-                           _x(m["geomean_speedup"]),
-                           *[f"{m[k]:.1f}" for k in ("generate_s", "build_s", "correctness_s", "timing_s",
-                                                     "loop_s")]]))
+                           _x(m["geomean_speedup"]), f"{m['mean_reward']:.3f}",
+                           f"{m['prompt_tokens_mean']:.0f}", f"{m['completion_tokens_mean']:.0f}"]))
     if summary.get("rounds"):
-        lines += ["", _row(["round", "trajectories", "wall s", "prompts s", "generate s", "evaluate s",
-                            "loop s", "overhead"]), _row(["---"] * 8)]
+        head = ["round", "trajectories", "wall s", "prompts s", "generate s", "evaluate s", "loop s",
+                "overhead", "build cs", "correctness cs", "timing cs"]
+        lines += ["", _row(head), _row(["---"] * len(head))]
         for r in summary["rounds"]:
             lines.append(_row([r["round"] + 1, r["trajectories"], f"{r['wall_s']:.2f}",
                                f"{r['context_s']:.3f}", f"{r['generate_s']:.2f}", f"{r['evaluate_s']:.2f}",
-                               f"{r['loop_s']:.3f}", _pct(r["overhead_fraction"])]))
+                               f"{r['loop_s']:.3f}", _pct(r["overhead_fraction"]), f"{r['build_s']:.2f}",
+                               f"{r['correctness_s']:.2f}", f"{r['timing_s']:.2f}"]))
+        lines += ["", "(cs: candidate-seconds, summed over the round's candidates; they overlap in wall "
+                  "time)"]
     return "\n".join(lines) + "\n"
 
 
