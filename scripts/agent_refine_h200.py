@@ -45,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu", "none"))
     p.add_argument("--format", default="fast", choices=("fast", "inline"))
+    p.add_argument("--context-tokens", type=int, default=8192, help="the model's context (SmolLM2: 8192)")
     p.add_argument("--max-minutes", type=float, default=8.0, help="start no round after this")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "agent_refine")
     p.add_argument("--resume", action="store_true")
@@ -54,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from cudaperf.agent.backends.base import GenerationConfig, load_backend
+    from cudaperf.agent.context import ContextConfig
     from cudaperf.agent.environment import EnvConfig
     from cudaperf.agent.evaluation import LocalEvaluator
     from cudaperf.agent.loop import RefineConfig, refine
@@ -77,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     config = RefineConfig(turns=args.turns, samples=args.samples,
                           generation=GenerationConfig(max_new_tokens=args.max_new_tokens,
                                                       temperature=args.temperature, seed=args.seed),
-                          env=EnvConfig(format=args.format))
+                          env=EnvConfig(format=args.format, context=ContextConfig(
+                              max_prompt_tokens=args.context_tokens - args.max_new_tokens - 64)))
     deadline_s = args.max_minutes * 60 - (time.monotonic() - started)
     with LocalEvaluator(EvalConfig(device=args.device)) as evaluator:
         mode = evaluator.mode
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "environment.json").write_text(json.dumps(summary["run"], indent=1, sort_keys=True))
     write_best_kernels(result.trajectories, args.out / "best")
     print(markdown(summary))
+    for m in summary["turns"]:
+        print(f"turn {m['turn'] + 1}: extraction {m['extraction']}; outcomes {m['outcomes']}")
     _print_overhead(result.rounds)
     return 0
 
