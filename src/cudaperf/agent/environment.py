@@ -241,8 +241,9 @@ class RefineEnv:
         """The record of a reply that never reached the evaluator. A backend failure is the harness's
         fault (HARNESS_ERROR: the reward calls it not applicable); a reply without usable code is the
         model's (INVALID_SOLUTION, stage "extract")."""
-        base = dict(task_id=self._task().task_id, solution_id=f"{self._task().task_id}/s{self.sample}/"
-                    f"t{pending.turn}", created_at=now())
+        task_id = self._task().task_id
+        base = {"task_id": task_id, "solution_id": f"{task_id}/s{self.sample}/t{pending.turn}",
+                "created_at": now()}
         if pending.reply.finish_reason == "error":
             return EvalResult(**base, outcome=Outcome.HARNESS_ERROR, stage="generate",
                               message=f"the model backend failed: {pending.reply.error or 'no reply'}")

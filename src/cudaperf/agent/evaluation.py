@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from cudaperf.types import EvalResult, Solution, Task
 
@@ -98,7 +98,7 @@ class LocalEvaluator:
                 self._evaluator.close()
                 self._evaluator = None
 
-    def __enter__(self) -> LocalEvaluator:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -270,8 +270,9 @@ def _hints(result: EvalResult, hints: Sequence[str], limit: int) -> _Section:
 def _ranker(score: float | None) -> _Section:
     if score is None:
         return _Section("ranker", ())
-    return _Section("ranker", (f"The performance ranker rates this kernel {score:.2f} (0 = likely slower "
-                               "than the reference, 1 = likely faster).",))
+    text = (f"The performance ranker rates this kernel {score:.2f} (0 = likely slower than the reference, "
+            "1 = likely faster).")
+    return _Section("ranker", (text,))
 
 
 def _reward(reward: RewardBreakdown | None) -> _Section:

@@ -156,8 +156,8 @@ def markdown(summary: dict) -> str:
                                f"{r['context_s']:.3f}", f"{r['generate_s']:.2f}", f"{r['evaluate_s']:.2f}",
                                f"{r['loop_s']:.3f}", _pct(r["overhead_fraction"]), f"{r['build_s']:.2f}",
                                f"{r['correctness_s']:.2f}", f"{r['timing_s']:.2f}"]))
-        lines += ["", "(cs: candidate-seconds, summed over the round's candidates; they overlap in wall "
-                  "time)"]
+        note = "(cs: candidate-seconds, summed over the round's candidates; they overlap in wall time)"
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 # Settings a resumed run must share with the run it continues (the trajectories would not mix otherwise).
 RESUME_KEYS = ("model", "samples", "format", "reward", "baseline", "allow_torch_ops")
@@ -189,7 +189,7 @@ class _Progress:
     def __init__(self, total: int):
         self.total, self._bar, self._id = total, None, None
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Self:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("[bold]optimize"), BarColumn(), MofNCompleteColumn(),
