@@ -112,6 +112,13 @@ def test_wrong_configuration_is_named_with_its_worst_element():
     assert "`large` WRONG (max abs error 0.5)" in text and "worst at (7,)" in text
 
 
+def test_a_failing_configuration_the_prompt_did_not_list_is_named_as_an_extra_check():
+    wrong = ConfigCorrectness("derived_1", False, 3, message="worst at (3,): got 0, expected 1")
+    text = render_feedback(_result(Outcome.INCORRECT, correctness=(wrong,)), FOUND,
+                           extra_configs=frozenset({"derived_1"})).text
+    assert "`derived_1` (an extra size checked for generality) WRONG" in text
+
+
 def test_timing_lists_every_baseline_with_its_speedup():
     timing = ConfigTiming("large", candidate=_timing(2.0), eager=_timing(4.0), compiled=_timing(3.0),
                           baselines={"serial_c": _timing(100.0)})

@@ -3,12 +3,14 @@ the worked examples they teach must themselves pass the policy and compile."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
 from cudaperf.agent.prompting import (
     EntryKind,
+    derived_config_names,
     load_template,
     render_refine_message,
     render_task_prompt,
@@ -16,10 +18,10 @@ from cudaperf.agent.prompting import (
 )
 from cudaperf.anticheat.policy import DEFAULT_ALLOWED_IMPORTS, Policy
 from cudaperf.anticheat.static import check_source
-from cudaperf.tasks import load_task
+from cudaperf.tasks import load_task, task_from_source
 from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, compile_check, to_task
 from cudaperf.tasks.examples import example_tasks_dir
-from cudaperf.types import Severity, Tolerance
+from cudaperf.types import InputConfig, Severity, Tolerance
 
 SAXPY = CTask(
     task_id="c_saxpy_test", family="map", entry="saxpy",
@@ -45,11 +47,19 @@ def test_every_task_template_fills_every_placeholder(fmt):
         assert "${" not in render_task_prompt(task, fmt).user
 
 
-def test_pytorch_prompt_lists_every_input_configuration():
+def test_pytorch_prompt_lists_every_declared_input_configuration():
     task = load_task(example_tasks_dir() / "softmax.py")
     user = render_task_prompt(task).user
     assert all(f"`{c.name}`: " + ", ".join(f"{k}={v!r}" for k, v in c.params.items()) in user
-               for c in task.configs)
+               for c in task.configs if c.name not in derived_config_names(task))
+
+
+def test_derived_configurations_are_counted_not_shown():
+    source = (example_tasks_dir() / "relu.py").read_text()
+    task = task_from_source(source, "relu")
+    derived = InputConfig("derived_1", {"n": 1001}, module_values={"N": 77}, timed=False)
+    user = render_task_prompt(dataclasses.replace(task, configs=(*task.configs, derived))).user
+    assert "derived_1" not in user and "checks correctness on 1 more configuration (" in user
 
 
 def test_pytorch_prompt_leaves_out_the_harness_options():

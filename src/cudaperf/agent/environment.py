@@ -37,7 +37,12 @@ from cudaperf.agent.feedback import (
     render_feedback,
     structural_hints,
 )
-from cudaperf.agent.prompting import TaskPrompt, render_refine_message, render_task_prompt
+from cudaperf.agent.prompting import (
+    TaskPrompt,
+    derived_config_names,
+    render_refine_message,
+    render_task_prompt,
+)
 from cudaperf.agent.trajectory import (
     TurnRecord,
     default_baseline,
@@ -212,7 +217,8 @@ class RefineEnv:
         t2 = time.perf_counter()
         speedup = headline_speedup(result, self.baseline)
         fb = render_feedback(result, pending.extraction, code=code, hints=hints, ranker_score=ranker_score,
-                             reward=breakdown, baseline=self.baseline, config=self.config.feedback,
+                             reward=breakdown, baseline=self.baseline,
+                             extra_configs=derived_config_names(self._task()), config=self.config.feedback,
                              count_tokens=self.count_tokens)
         message = render_refine_message(pending.turn, fb.text, fb.instruction)
         durations.update(reward=t1 - t0, hints=t2 - t1, feedback=time.perf_counter() - t2)

@@ -84,17 +84,19 @@ class _Section:
 def render_feedback(result: EvalResult, extraction: Extraction, *, code: str | None = None,
                     hints: Sequence[str] = (), ranker_score: float | None = None,
                     reward: RewardBreakdown | None = None, baseline: str = "eager",
+                    extra_configs: frozenset[str] = frozenset(),
                     config: FeedbackConfig = FeedbackConfig(),
                     count_tokens: TokenCounter = approx_tokens) -> Feedback:
     """The feedback on one answer. `result` is its evaluation (for an answer without code, the record the
     loop made for it); `hints` are structural findings ("line 14: ..."); `baseline` names the speedup
-    the instruction refers to."""
+    the instruction refers to; `extra_configs` are configurations the prompt did not list (derived
+    generality checks), named as such when they fail."""
     sections = [
         _verdict(result, extraction),
         _policy(result),
         _compiler(result, code, config.compiler_lines),
         _runtime(result, config.traceback_lines),
-        _correctness(result),
+        _correctness(result, extra_configs),
         _timing(result),
         _hints(result, hints, config.hints),
         _ranker(ranker_score),
@@ -229,7 +231,7 @@ def own_frames(traceback: str, limit: int = 10) -> list[str]:
     return [ln for ln in lines[start:] if set(ln.strip()) != {"^"}][-limit:]
 
 
-def _correctness(result: EvalResult) -> _Section:
+def _correctness(result: EvalResult, extra: frozenset[str] = frozenset()) -> _Section:
     if not result.correctness:
         return _Section("correctness", ())
     wrong = [c for c in result.correctness if not c.correct]
@@ -238,7 +240,8 @@ def _correctness(result: EvalResult) -> _Section:
              + (f" ({', '.join(right)})." if right and wrong else ".")]
     for c in wrong:
         err = f" (max abs error {c.max_abs_error:.3g})" if c.max_abs_error is not None else ""
-        lines.append(f"- `{c.config}` WRONG{err}: {_clip(c.message, 300)}")
+        what = " (an extra size checked for generality)" if c.config in extra else ""
+        lines.append(f"- `{c.config}`{what} WRONG{err}: {_clip(c.message, 300)}")
     return _Section("correctness", tuple(lines))
 
 

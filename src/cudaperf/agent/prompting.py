@@ -121,11 +121,26 @@ def without_task_options(source: str) -> str:
 
 
 def _pytorch_configs(task: Task) -> str:
+    """The declared configurations. Derived ones (sizes the loader adds to check generality) are counted,
+    not shown: the model should write general code, not code for a list of sizes."""
     rows = []
     for c in task.configs:
+        if c.name in derived_config_names(task):
+            continue
         params = ", ".join(f"{k}={v!r}" for k, v in c.params.items()) or "no arguments"
         rows.append(f"- `{c.name}`: {params}")
+    hidden = len(derived_config_names(task))
+    if hidden:
+        plural = "s" if hidden > 1 else ""
+        rows.append(f"The judge also checks correctness on {hidden} more configuration{plural} (other sizes, "
+                    "random parameter values): do not hard-code sizes or rely on initial parameter values.")
     return "\n".join(rows)
+
+
+def derived_config_names(task: Task) -> frozenset[str]:
+    """Configurations the loader derived from the task (`cudaperf.tasks.derived_configs`): other module
+    sizes or random parameters, checked for correctness only; the prompt does not list them."""
+    return frozenset(c.name for c in task.configs if c.module_values or c.randomize_parameters)
 
 
 def _pytorch_tolerance(task: Task) -> str:
