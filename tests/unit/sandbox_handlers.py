@@ -127,6 +127,17 @@ def fork_linger(job, report):
     return {"outcome": None, "pid": lingering}
 
 
+def pid_alive(job, report):
+    """Whether `job["pid"]` names a live process, asked from inside the worker: a pid the worker reports
+    is one of its own pid namespace (bubblewrap's), which the host's /proc does not show."""
+    try:
+        os.kill(int(job["pid"]), 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    return {"outcome": None, "alive": alive}
+
+
 def linger_thread(job, report):
     threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
     return {"outcome": None}

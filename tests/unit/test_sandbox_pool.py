@@ -158,15 +158,15 @@ def test_memory_hog_is_out_of_memory_under_the_address_space_limit(pool):
 
 def test_lingering_child_process_is_killed_and_flagged(pool):
     reply = pool.run(job("fork_linger"))
-    assert [f.code for f in reply.flags] == ["lingering_processes"]
-    assert not Path(f"/proc/{reply.payload['pid']}").exists()
+    assert [f.code for f in reply.flags] == ["lingering_processes"] and not reply.worker_replaced
+    assert pool.run(job("pid_alive", pid=reply.payload["pid"])).payload["alive"] is False
     assert_recovers(pool)
 
 
 def test_setsid_grandchild_is_caught_by_the_subreaper_sweep(pool):
     reply = pool.run(job("fork_linger", double=True))
-    assert "lingering_processes" in [f.code for f in reply.flags]
-    assert not Path(f"/proc/{reply.payload['pid']}").exists()
+    assert "lingering_processes" in [f.code for f in reply.flags] and not reply.worker_replaced
+    assert pool.run(job("pid_alive", pid=reply.payload["pid"])).payload["alive"] is False
 
 
 def test_lingering_thread_replaces_the_worker(pool):
