@@ -135,6 +135,8 @@ def pid_alive(job, report):
         alive = True
     except ProcessLookupError:
         alive = False
+    except PermissionError:  # it exists, under another uid
+        alive = True
     return {"outcome": None, "alive": alive}
 
 
