@@ -49,7 +49,8 @@ def old_sources(old_src: Path) -> dict[str, tuple[str, str]]:
         return {k: (v[0], v[1]) for k, v in json.loads(dump.read_text()).items()}
 
 
-def migrate_record(rec: dict, new_of: dict[str, str], legacy_of: dict[str, str], counts: dict[str, int]) -> dict:
+def migrate_record(rec: dict, new_of: dict[str, str], legacy_of: dict[str, str],
+                   counts: dict[str, int]) -> dict:
     kind = rec.get("record")
     if kind == "row" or "features" in rec:
         impl = rec.get("impl_id")

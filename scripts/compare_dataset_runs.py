@@ -4,10 +4,11 @@ shards) both timed, and how far apart their medians and baselines are.
     python3 scripts/compare_dataset_runs.py RUN_A RUN_B [--only-keys-in RUN_C RUN_D ...]
 
 For each field (the implementation's `median_ms`, then the baselines `eager_ms`, `compile_ms`, `naive_ms`,
-`serial_c_ms`, once per task and configuration), over the keys timed in both: how many, the median and p90 of |B/A - 1|, overall and by
-A's size (< 50 µs, 50-500 µs, >= 500 µs). Both runs' rows should come from the same sources (compare
-`source_hash`); rows of a key that differ in source are skipped and counted. With --only-keys-in, only the
-keys every named run also timed are compared (so that two pairs of runs are compared on the same keys).
+`serial_c_ms`, once per task and configuration), over the keys timed in both: how many, the median and p90 of
+|B/A - 1|, overall and by A's size (< 50 µs, 50-500 µs, >= 500 µs). Both runs' rows should come from the same
+sources (compare `source_hash`); rows of a key that differ in source are skipped and counted. With
+--only-keys-in, only the keys every named run also timed are compared (so that two pairs of runs are compared
+on the same keys).
 
 Not covered: which run is right (neither is a reference), significance tests.
 """
@@ -69,7 +70,8 @@ def report(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
         for low, high, label in ((0.0, float("inf"), "all"), *SIZES_MS):
             d = differences(a, b, field, low, high)
             if d:
-                lines.append(f"| {field} | {label} | {len(d)} | {_quantile(d, 0.5):.1%} | {_quantile(d, 0.9):.1%} |")
+                lines.append(f"| {field} | {label} | {len(d)} | {_quantile(d, 0.5):.1%} "
+                             f"| {_quantile(d, 0.9):.1%} |")
     return lines
 
 

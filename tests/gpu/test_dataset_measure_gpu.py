@@ -24,7 +24,8 @@ FAMILIES = ("elementwise", "map", "sort")
 
 
 def _options(out, **kw) -> MeasureOptions:
-    base = {"out_dir": out, "families": FAMILIES, "limit": 1, "workers": 1, "progress": False, "features": False,
+    base = {"out_dir": out, "families": FAMILIES, "limit": 1, "workers": 1, "progress": False,
+            "features": False,
             "time_budget_s": 480.0}
     return MeasureOptions(**{**base, **kw})
 

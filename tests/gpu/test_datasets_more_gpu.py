@@ -21,7 +21,8 @@ import pytest
 
 from cudaperf.datasets import registry
 
-FAMILIES = ("matmul_epilogue", "conv_activation", "pooling", "attention", "scan_torch", "gather_scatter", "loss")
+FAMILIES = ("matmul_epilogue", "conv_activation", "pooling", "attention", "scan_torch", "gather_scatter",
+            "loss")
 STRUCTURE = {  # variant fields that change the kernels' structure
     "matmul_epilogue": ("bias", "residual"), "conv_activation": ("dims", "k", "stride", "pad"),
     "pooling": ("kind", "dims", "k", "stride", "pad"), "attention": ("piece", "causal"),
@@ -48,7 +49,8 @@ def _picked() -> list:
 
 def _cases() -> list:
     return [pytest.param(task, impl, config, id=f"{impl.impl_id}@{config}")
-            for task in _picked() for impl in registry.implementations(task) for config in ("small", "odd", "large")]
+            for task in _picked() for impl in registry.implementations(task)
+            for config in ("small", "odd", "large")]
 
 
 def _exec(source: str, name: str) -> types.ModuleType:

@@ -1,5 +1,5 @@
-"""The shared 3xTF32 tensor-core kernel (`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on the GPU over
-a long k: at least as accurate as a plain fp32 loop (the naive implementations' summation), both measured
+"""The shared 3xTF32 tensor-core kernel (`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on the GPU
+over a long k: at least as accurate as a plain fp32 loop (the naive implementations' summation), both measured
 against a float64 product. A running sum kept in one fragment drifts here, as the tensor cores' fp32
 accumulation truncates (14 matmul_epilogue configurations failed their tolerances on the H200 that way);
 tests/unit/test_tensor_core_accuracy_emulated.py checks the same on the CPU emulator.
@@ -36,7 +36,8 @@ def test_3xtf32_kernel_is_at_least_as_accurate_as_an_fp32_loop(k):
     gen = torch.Generator(device="cuda").manual_seed(k)
     a = torch.randn(m, k, device="cuda", generator=gen)
     b = torch.randn(k, n, device="cuda", generator=gen)
-    tc, plain = torch.full((m, n), float("nan"), device="cuda"), torch.full((m, n), float("nan"), device="cuda")
+    tc = torch.full((m, n), float("nan"), device="cuda")
+    plain = torch.full((m, n), float("nan"), device="cuda")
     source = wmma_tf32_kernel("mm", PARAMS, "", "a[row * k + p]", "b[p * n + col]", "c[i * n + j] = v;")
     cuda.load(source).mm(((n + 63) // 64, (m + 63) // 64), (16, 16), a, b, tc, m, n, k)
     cuda.load(LOOP).loop(((n + 15) // 16, (m + 15) // 16), (16, 16), a, b, plain, m, n, k)

@@ -20,7 +20,8 @@ WMMA: float (TF32) and double fragments, each thread computing the warp's whole 
 TF32 multiply-add truncates as the tensor cores do (inputs to 19 bits, the aligned sum toward zero).
 
 Not covered: memory-model effects (no races are detected), warp-synchronous code without `_sync`
-intrinsics, half / bf16 / integer WMMA, textures, cooperative groups, templates launched by name expression, timing of any kind.
+intrinsics, half / bf16 / integer WMMA, textures, cooperative groups, templates launched by name expression,
+timing of any kind.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ static int run(dim3 g, dim3 b, unsigned long long smem, bool fibers) {
     std::vector<Fiber> fs(n);
     const size_t stack_bytes = 1 << 16;
     std::vector<char> stacks(fibers ? (size_t)n * stack_bytes : 0);
-    for (unsigned bz = 0; bz < g.z; ++bz) for (unsigned by = 0; by < g.y; ++by) for (unsigned bx = 0; bx < g.x; ++bx) {
+    for (unsigned bz = 0; bz < g.z; ++bz) for (unsigned by = 0; by < g.y; ++by)
+    for (unsigned bx = 0; bx < g.x; ++bx) {
         blk = uint3{bx, by, bz};
         for (int t = 0; t < n; ++t) {
             fs[t].tid = uint3{(unsigned)(t % b.x), (unsigned)(t / b.x % b.y), (unsigned)(t / (b.x * b.y))};
@@ -207,23 +209,29 @@ template <class Use, int M, int N, int K, class T, class L = void> struct fragme
            col = is_col<L>::value };
     element x[rows * cols];
 };
-template <class F, class V> static inline void fill_fragment(F& f, V v) { for (int t = 0; t < F::num_elements; ++t) f.x[t] = v; }
+template <class F, class V> static inline void fill_fragment(F& f, V v) {
+    for (int t = 0; t < F::num_elements; ++t) f.x[t] = v;
+}
 template <class F, class E> static inline void load_matrix_sync(F& f, const E* p, unsigned ldm) {
     for (int r = 0; r < F::rows; ++r)
         for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = F::col ? p[c * ldm + r] : p[r * ldm + c];
 }
 template <class F, class E> static inline void store_matrix_sync(E* p, const F& f, unsigned ldm, layout_t l) {
     for (int r = 0; r < F::rows; ++r)
-        for (int c = 0; c < F::cols; ++c) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * F::cols + c];
+        for (int c = 0; c < F::cols; ++c)
+            (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * F::cols + c];
 }
 // TF32 inputs with an fp32 accumulator, as the tensor cores add (measured on V100 / T4 / A100 by Fasi et
 // al., 2021): each input keeps its top 19 bits, the products are exact, every term is aligned to the
 // largest one and cut to 24 bits toward zero, and the sum is cut to fp32 toward zero. The truncation is
 // biased, so a long k loop accumulated in one fragment drifts (seen on the H200).
-static inline float tf32_bits(float v) { unsigned u; memcpy(&u, &v, 4); u &= 0xFFFFE000u; memcpy(&v, &u, 4); return v; }
+static inline float tf32_bits(float v) {
+    unsigned u; memcpy(&u, &v, 4); u &= 0xFFFFE000u; memcpy(&v, &u, 4); return v;
+}
 static inline float mma_dot(float c, const float* a, const float* b, int n, int b_stride) {
     double t[17]; int terms = 0; t[terms++] = c;
-    for (int p = 0; p < n && p < 16; ++p) t[terms++] = (double)tf32_bits(a[p]) * (double)tf32_bits(b[p * b_stride]);
+    for (int p = 0; p < n && p < 16; ++p)
+        t[terms++] = (double)tf32_bits(a[p]) * (double)tf32_bits(b[p * b_stride]);
     int emax = -100000;
     for (int i = 0; i < terms; ++i) if (t[i] != 0.0 && ilogb(t[i]) > emax) emax = ilogb(t[i]);
     if (emax == -100000) return 0.0f;
@@ -237,7 +245,8 @@ static inline double mma_dot(double c, const double* a, const double* b, int n, 
     for (int p = 0; p < n; ++p) c = fma(a[p], b[p * b_stride], c);
     return c;
 }
-template <class D, class A, class B, class C> static inline void mma_sync(D& d, const A& a, const B& b, const C& c) {
+template <class D, class A, class B, class C>
+static inline void mma_sync(D& d, const A& a, const B& b, const C& c) {
     typename D::element out[D::num_elements], column[A::cols];
     for (int j = 0; j < D::cols; ++j) {
         for (int p = 0; p < A::cols; ++p) column[p] = b.x[p * B::cols + j];
@@ -268,7 +277,8 @@ def host_source(source: str) -> str:
         args = ", ".join(f"emu::P{{a[{i}]}}" if p.kind == POINTER else f"*({p.c_type}*)a[{i}]"
                          for i, p in enumerate(sig.params))
         wrappers.append(
-            f'extern "C" int emu_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, '
+            f'extern "C" int emu_launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned '
+            'bx, unsigned by, '
             f"unsigned bz, unsigned long long smem, void** a, int fibers) {{\n"
             f"    emu::body = [a] {{ {name}({args}); }};\n"
             f"    return emu::run(dim3{{gx, gy, gz}}, dim3{{bx, by, bz}}, smem, fibers != 0);\n}}\n")
@@ -291,7 +301,8 @@ def build(source: str) -> Path:
     src = lib.with_suffix(".cpp")
     src.write_text(text)
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
+    proc = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math", "-shared",
+                           "-fPIC",
                            "-w", "-o", str(tmp), str(src)], check=False, capture_output=True, text=True)
     if proc.returncode:
         raise EmulationError(f"host compile failed:\n{proc.stderr[-4000:]}")
@@ -304,7 +315,8 @@ def _dim3(v) -> tuple[int, int, int]:
     return (*t, *(1,) * (3 - len(t)))
 
 
-_SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64, "uint64": ctypes.c_uint64,
+_SCALARS = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64,
+            "uint64": ctypes.c_uint64,
             "float32": ctypes.c_float, "float64": ctypes.c_double, "bool_": ctypes.c_bool}
 
 

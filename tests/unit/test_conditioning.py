@@ -122,7 +122,8 @@ def test_a_smooth_sum_of_math_calls_is_not_libm_sensitive(tmp_path):
 
 
 def test_only_the_math_functions_with_an_error_bound_count_as_calls():
-    assert conditioning.libm_calls(c_task("hypotf(fabsf(x[i]), sqrtf(fmaxf(y[i], 0.0f)))").source) == ("hypotf",)
+    task = c_task("hypotf(fabsf(x[i]), sqrtf(fmaxf(y[i], 0.0f)))")
+    assert conditioning.libm_calls(task.source) == ("hypotf",)
 
 
 def test_the_two_nudged_builds_move_each_result_by_the_bound_in_opposite_directions(tmp_path):

@@ -270,7 +270,8 @@ def test_a_hanging_implementation_is_killed_and_marked_timeout(tmp_path):
     task = select_tasks(options(tmp_path))[0]
     culprit = registry.implementations(task)[0].impl_id
     measure_fake(options(tmp_path, task_timeout_s=1.0, test_hooks=(("hang_on", culprit),)))
-    failed = {(r["impl_id"], r["status"]) for r in lines(tmp_path) if r["record"] == "row" and r["status"] != "ok"}
+    failed = {(r["impl_id"], r["status"]) for r in lines(tmp_path)
+              if r["record"] == "row" and r["status"] != "ok"}
     assert failed == {(culprit, "timeout")}
 
 
@@ -419,7 +420,8 @@ def test_stats_say_how_many_tasks_the_latest_run_selected(tmp_path):
     write_measurement(tmp_path)
     with (tmp_path / "measurements-more.jsonl").open("w") as f:
         f.write(json.dumps({"record": "run", "run": "r2", "t": 2000.0, "selected": 5258}) + "\n")
-    assert "tasks measured: 2 {'c': 2} of 5258 selected" in measure_stats.stats_markdown(measure_stats.load(tmp_path))
+    markdown = measure_stats.stats_markdown(measure_stats.load(tmp_path))
+    assert "tasks measured: 2 {'c': 2} of 5258 selected" in markdown
 
 
 def test_stats_count_timed_rows_and_their_spread_by_their_lead():
@@ -443,7 +445,8 @@ def test_retime_before_priority_reopens_only_keys_without_a_timing_nice(tmp_path
 
 
 def test_stats_count_rows_timed_at_a_raised_priority():
-    rows = ({"median_ms": 1.0, "timing_nice": -15}, {"median_ms": 1.0}, {"median_ms": None, "timing_nice": -15})
+    rows = ({"median_ms": 1.0, "timing_nice": -15}, {"median_ms": 1.0},
+            {"median_ms": None, "timing_nice": -15})
     assert "raised thread priority (`timing_nice`): 1 of 2 rows" in measure_stats._priority_line(rows)
 
 
@@ -456,7 +459,8 @@ def test_retime_before_lead_reopens_only_keys_timed_without_a_lead(tmp_path):
     (tmp_path / RESULTS_FILE).write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert read_progress(tmp_path).is_finished("A", {"A/x": "h", "A/y": "h"})
     again = read_progress(tmp_path, retime_before_lead=True)
-    assert set(again.done_keys) == {("A", "small", "A/y")} and not again.is_finished("A", {"A/x": "h", "A/y": "h"})
+    assert set(again.done_keys) == {("A", "small", "A/y")}
+    assert not again.is_finished("A", {"A/x": "h", "A/y": "h"})
 
 
 def test_a_kernel_change_changes_the_implementation_hash():

@@ -75,7 +75,8 @@ def test_a_correct_c_implementation_is_timed_with_both_c_baselines(c_task):
 
 
 def test_timed_rows_say_at_which_nice_they_were_timed(c_task):
-    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)], raise_priority=True)
+    _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True)],
+                            raise_priority=True)
     assert rows[("small", "naive")]["timing_nice"] == (TIMING_NICE if os.geteuid() == 0 else None)
 
 
@@ -117,13 +118,15 @@ WRITES_EVERYTHING = "[t.add_(1) for t in kw.values() if hasattr(t, 'add_') and t
 def test_a_wrong_c_output_is_incorrect_and_not_timed(c_task):
     wrong = c_impl(c_task, "coarsened", after="kw['out'].add_(1)")
     _, rows, _ = run_recipe(CTaskMeasure, c_task, [c_impl(c_task, "naive", baseline=True), wrong])
-    assert rows[("small", "coarsened")]["status"] == "incorrect" and rows[("small", "coarsened")]["median_ms"] is None
+    coarsened = rows[("small", "coarsened")]
+    assert coarsened["status"] == "incorrect" and coarsened["median_ms"] is None
 
 
 def test_an_implementation_writing_its_inputs_spoils_only_itself(c_task):
     vandal = c_impl(c_task, "coarsened", after=WRITES_EVERYTHING)
     _, rows, _ = run_recipe(CTaskMeasure, c_task, [vandal, c_impl(c_task, "naive", baseline=True)])
-    assert rows[("small", "coarsened")]["status"] == "incorrect" and rows[("small", "naive")]["status"] == "ok"
+    assert rows[("small", "coarsened")]["status"] == "incorrect"
+    assert rows[("small", "naive")]["status"] == "ok"
 
 
 def test_an_unwritten_out_array_fails_on_the_poison(c_task):
@@ -143,7 +146,8 @@ def test_a_raising_implementation_is_a_runtime_error_row(c_task):
     boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",
                           "def " + registry_entry(c_task) + "(**kw):\n    raise RuntimeError('boom')\n")
     _, rows, _ = run_recipe(CTaskMeasure, c_task, [boom])
-    assert rows[("small", "vectorized")]["status"] == "runtime_error" and "boom" in rows[("small", "vectorized")]["message"]
+    vectorized = rows[("small", "vectorized")]
+    assert vectorized["status"] == "runtime_error" and "boom" in vectorized["message"]
 
 
 def test_skipped_keys_are_neither_planned_nor_measured(c_task):
@@ -166,7 +170,8 @@ def torch_task():
 
 
 def torch_impl(task, strategy: str, extra: str) -> Implementation:
-    return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, task.text + "\n" + extra, (strategy,))
+    return Implementation(f"{task.task_id}/{strategy}", task.task_id, strategy, task.text + "\n" + extra,
+                          (strategy,))
 
 
 def test_a_pytorch_implementation_is_checked_and_timed_against_eager(torch_task):
@@ -179,7 +184,8 @@ def test_a_pytorch_implementation_is_checked_and_timed_against_eager(torch_task)
 
 
 def test_task_info_reports_where_the_time_went(torch_task):
-    info, _, _ = run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")])
+    naive = torch_impl(torch_task, "naive", "ModelNew = Model\n")
+    info, _, _ = run_recipe(TorchTaskMeasure, torch_task, [naive])
     assert info["status"] == "ok" and {"reference", "check", "timing"} <= set(info["durations_s"])
 
 
@@ -189,10 +195,12 @@ def test_a_lost_context_names_the_culprit_and_its_configuration(c_task, monkeypa
 
     monkeypatch.setattr(measure_task, "context_alive", lambda device: False)
     boom = Implementation(f"{c_task.task_id}/vectorized", c_task.task_id, "vectorized",
-                          "def " + registry_entry(c_task) + "(**kw):\n    raise RuntimeError('illegal address')\n")
+                          "def " + registry_entry(c_task) + "(**kw):\n    raise "
+                                                            "RuntimeError('illegal address')\n")
     messages = []
     options = MeasureOptions(out_dir=Path("unused"), compile_baseline=False, serial_budget_ms=1.0)
-    measurer = CTaskMeasure(c_task, options, torch.device("cpu"), lambda *m: messages.append(m), GpuLock(None), set())
+    measurer = CTaskMeasure(c_task, options, torch.device("cpu"), lambda *m: messages.append(m),
+                            GpuLock(None), set())
     measurer.impls = [boom]
     measurer.config_names = lambda: ["odd"]
     with pytest.raises(ContextLost, match="illegal address"):
@@ -242,7 +250,8 @@ def _outside_every_hold(log: list, event: str) -> bool:
 
 
 def test_inductor_compiles_the_baseline_outside_the_gpu_lock(torch_task, compile_log):
-    _, rows, _ = run_recipe(TorchTaskMeasure, torch_task, [torch_impl(torch_task, "naive", "ModelNew = Model\n")],
+    naive = torch_impl(torch_task, "naive", "ModelNew = Model\n")
+    _, rows, _ = run_recipe(TorchTaskMeasure, torch_task, [naive],
                             lock=RecordingLock(compile_log), compile_baseline=True)
     assert rows[("small", "naive")]["compile_ms"] > 0 and _outside_every_hold(compile_log, "compile")
 

@@ -195,13 +195,15 @@ def test_build_leaves_out_a_task_the_degenerate_filter_flags(tmp_path):
 
 def test_build_with_no_filter_keeps_every_task(tmp_path):
     out = tmp_path / "ds"
-    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls", "--no-filter") == 0
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "2", "--no-impls",
+                "--no-filter") == 0
     assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 2
 
 
 def test_build_writes_each_c_tasks_naive_port_beside_it_even_without_implementations(tmp_path):
     out = tmp_path / "ds"
-    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "1", "--no-impls", "--no-filter") == 0
+    assert _cli("build", "--out", str(out), "--families", "map", "--limit", "1", "--no-impls",
+                "--no-filter") == 0
     task = registry.build_index(0, families=["map"])[0]
     naive = next(i for i in registry.implementations(task) if i.baseline)
     assert ctask.naive_port_path(export.task_path(out, task)).read_text() == naive.source

@@ -83,7 +83,8 @@ def test_implementations_are_well_formed():
 
 
 def test_every_family_strategy_pair_is_covered_by_the_compile_sample():
-    pairs = {(t.family, i.strategy) for t in index() if t.family in SEVEN for i in registry.implementations(t)}
+    pairs = {(t.family, i.strategy) for t in index() if t.family in SEVEN
+             for i in registry.implementations(t)}
     assert pairs == {(t.family, i.strategy) for t, i in one_per_kind()}
 
 
@@ -118,7 +119,8 @@ def test_static_policy_accepts_one_implementation_per_kernel_kind_and_strategy()
                if (flags := check_source(i.source, policy))]
     # the tensor-core matmul uses TF32 (split 3xTF32, fp32-accurate): the policy's reduced-precision rule
     # warns on each TF32 use (reported, not penalised), and the tolerance decides; nothing else is flagged
-    assert [f for f in flagged if not (f[0].endswith("/tensor_core") and set(f[1]) == {"reduced_precision_cuda"})] == []
+    tensor_core_note = {"reduced_precision_cuda"}
+    assert [f for f in flagged if not (f[0].endswith("/tensor_core") and set(f[1]) == tensor_core_note)] == []
     assert all(f.severity.value == "warning" for _, i in one_per_kind() if i.strategy == "tensor_core"
                for f in check_source(i.source, policy))
 

@@ -31,7 +31,8 @@ TAIL_SIZES: dict[str, list[dict]] = {
     "conv_activation_1d": [{"batch": 2, "cin": 3, "cout": 5, "size": 600}],
     "pooling": [{"batch": 2, "ch": 3, "size": 37}],
     "pooling_1d": [{"batch": 2, "ch": 3, "size": 600}],
-    "attention": [{"batch": 2, "heads": 3, "seq": 45, "hdim": 24}, {"batch": 1, "heads": 2, "seq": 70, "hdim": 40}],
+    "attention": [{"batch": 2, "heads": 3, "seq": 45, "hdim": 24},
+                  {"batch": 1, "heads": 2, "seq": 70, "hdim": 40}],
     # few lines (block_tree runs 256 fibers per line), lines longer than a 1024-element chunk and than 32
     "scan_torch": [{"batch": 2, "rows": 3, "dim": 1100}, {"batch": 1, "rows": 3, "dim": 45}],
     "scan_torch_dim1": [{"batch": 1, "rows": 1030, "dim": 3}, {"batch": 2, "rows": 45, "dim": 3}],
@@ -65,7 +66,8 @@ def picked_tasks() -> tuple:
             continue
         seen.add(key)
         out.append(task)
-    keep_conv = {(2, 3, 1, 1), (2, 5, 2, 0), (2, 1, 2, 1), (1, 3, 1, 1), (1, 5, 2, 0), (1, 1, 1, 1), (2, 3, 2, 1),
+    keep_conv = {(2, 3, 1, 1), (2, 5, 2, 0), (2, 1, 2, 1), (1, 3, 1, 1), (1, 5, 2, 0), (1, 1, 1, 1),
+                 (2, 3, 2, 1),
                  (1, 3, 2, 1)}
     keep_pool = {("max", 2, 3, 2, 1), ("avg", 2, 3, 1, 1), ("max", 2, 2, 2, 0), ("avg", 2, 4, 2, 1),
                  ("max", 1, 3, 2, 1), ("avg", 1, 4, 1, 0), ("max", 1, 2, 1, 1), ("avg", 2, 2, 1, 0)}
@@ -142,7 +144,8 @@ def run_emulated(task, impl, kwargs: dict, seed: int = 0) -> tuple[bool, str]:
         return False, f"shape {tuple(got.shape)} vs {tuple(want.shape)}"
     if not torch.allclose(got, want, atol=atol, rtol=rtol):
         err = (got.double() - want.double()).abs()
-        return False, f"max abs error {float(err.nan_to_num(float('inf')).max()):.3g} (nan: {int(got.isnan().sum())})"
+        return False, (f"max abs error {float(err.nan_to_num(float('inf')).max()):.3g} "
+                       f"(nan: {int(got.isnan().sum())})")
     return True, ""
 
 

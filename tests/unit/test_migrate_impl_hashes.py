@@ -1,4 +1,5 @@
-"""dev/migrate_impl_hashes.py: which records it rewrites (the regeneration itself ran once, see dev/LOG.md)."""
+"""dev/migrate_impl_hashes.py: which records it rewrites (the regeneration itself ran once, see
+dev/LOG.md)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ def _counts() -> dict[str, int]:
 
 
 def test_a_row_measured_from_the_regenerated_source_gets_the_new_hash():
-    rec = migrate.migrate_record({"record": "row", "v": 1, "impl_id": "t/a", "source_hash": "old-a"}, NEW, LEGACY,
+    rec = migrate.migrate_record({"record": "row", "v": 1, "impl_id": "t/a", "source_hash": "old-a"}, NEW,
+                                 LEGACY,
                                  _counts())
     assert rec["source_hash"] == "new-a" and rec["v"] == 2
 
 
 def test_a_row_from_another_source_keeps_its_hash():
     counts = _counts()
-    rec = migrate.migrate_record({"record": "row", "impl_id": "t/a", "source_hash": "other"}, NEW, LEGACY, counts)
+    rec = migrate.migrate_record({"record": "row", "impl_id": "t/a", "source_hash": "other"}, NEW, LEGACY,
+                                 counts)
     assert rec["source_hash"] == "other" and counts == {"migrated": 0, "left": 1}
 
 

@@ -1,8 +1,9 @@
-"""Accuracy of the shared 3xTF32 tensor-core kernel (`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on
-the CPU emulator, whose TF32 multiply-add truncates as the tensor cores do: over a long k loop the kernel
-must be at least as accurate as a plain fp32 loop (the naive implementations' summation), measured against
-a float64 product. A running sum kept in one fragment fails this (2.5e-4 against 8.1e-5 at k = 512), as
-14 output configurations failed their tolerances on the H200.
+"""Accuracy of the shared 3xTF32 tensor-core kernel
+(`cudaperf.datasets.generate.tensor_core.wmma_tf32_kernel`) on the CPU emulator, whose TF32 multiply-add
+truncates as the tensor cores do: over a long k loop the kernel must be at least as accurate as a plain fp32
+loop (the naive implementations' summation), measured against a float64 product. A running sum kept in one
+fragment fails this (2.5e-4 against 8.1e-5 at k = 512), as 14 output configurations failed their tolerances on
+the H200.
 
 Not covered: the double (DMMA) kernel, whose multiply-adds are IEEE fused (emulated as such).
 """

@@ -1,8 +1,9 @@
 """`cudaperf dataset build | validate | stats | measure`: generate the task dataset, check it on the CPU,
-count it; measurement needs the GPU session and is not in this build.
+count it, measure it on the GPU.
 
-  build     write task files, implementations, manifest, prompts.jsonl (+ Parquet when pyarrow is there);
-            rerunning skips files that already hold the same text. The degenerate filter runs first (its
+  build     write task files (C tasks with their naive CUDA port beside them), implementations, manifest,
+            prompts.jsonl (+ Parquet when pyarrow is there); rerunning skips files that already hold the
+            same text. The degenerate filter runs first (its
             verdicts go to validate.jsonl, reused by a rerun or `validate`) and flagged tasks are not
             written: the manifest names them under `left_out` (`--no-filter` keeps them)
   validate  per task: declaration checks, the degenerate filter (reference on the CPU, 2 seeds),
@@ -12,9 +13,10 @@ count it; measurement needs the GPU session and is not in this build.
   stats     counts per family and kind, configurations per task, implementations per task, splits,
             and what validate found; with a measurement (measurements.jsonl), its statistics
             (stats.py); `--export DIR` also writes stats.md, task_ratios.csv, measurements.parquet
-  measure   verify and time every implementation on the GPU, resumably (datasets/measure/runner.py)
+  measure   verify and time every implementation on the GPU, resumably (`cudaperf.datasets.measure`: this
+            module maps its flags to `MeasureOptions` and prints the run's summary)
 
-Not covered: evaluation of model candidates (`cudaperf eval`).
+Not covered: the work itself (`cudaperf.datasets`), evaluation of model candidates (`cudaperf eval`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from cudaperf.types import TaskKind
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    for name, text in (("build", "generate tasks and implementations"), ("validate", "check tasks on the CPU"),
+    for name, text in (("build", "generate tasks and implementations"),
+                       ("validate", "check tasks on the CPU"),
                        ("stats", "counts and validation results"), ("measure", "time implementations (GPU)")):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--out", type=Path, default=Path("dataset"), help="dataset directory (default: ./dataset)")
+        p.add_argument("--out", type=Path, default=Path("dataset"), help="dataset directory "
+                                                                         "(default: ./dataset)")
         if name == "build":
             p.add_argument("--seed", type=int, default=0, help="generator seed (same seed, same tasks)")
             p.add_argument("--kinds", default="pytorch,c", help="comma list of task kinds: pytorch,c")
@@ -42,17 +46,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
             p.add_argument("--no-impls", action="store_true", help="write tasks only")
             p.add_argument("--no-filter", action="store_true",
-                           help="keep the tasks the degenerate filter flags (default: run it, leave them out)")
+                           help="keep the tasks the degenerate filter flags "
+                                "(default: run it, leave them out)")
         if name == "validate":
             p.add_argument("--sample", type=int, default=0, help="check every N-th task only (0: all)")
             p.add_argument("--compile", action="store_true", help="also NVRTC-compile every implementation")
             p.add_argument("--no-degenerate", action="store_true", help="skip the reference runs")
             p.add_argument("--rounding", action="store_true",
-                           help="also the rounding-sensitivity check (filters/rounding.py: every configuration, slow)")
+                           help="also the rounding-sensitivity check (filters/rounding.py: every "
+                                "configuration, slow)")
         if name == "measure":
             _add_measure_arguments(p)
         if name == "stats":
-            p.add_argument("out_dir", nargs="?", type=Path, help="dataset or measurement directory (overrides --out)")
+            p.add_argument("out_dir", nargs="?", type=Path, help="dataset or measurement directory "
+                                                                 "(overrides --out)")
             p.add_argument("--export", type=Path, default=None,
                            help="also write stats.md, task_ratios.csv and measurements.parquet here")
 
@@ -74,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
 def _progress() -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeRemainingColumn(),
                     transient=False)
 
 
@@ -134,7 +142,8 @@ def _filter(root: Path, tasks: list) -> dict[str, list[str]]:
     in root/validate.jsonl are reused; the others are computed and appended there."""
     from cudaperf.datasets.measure.results import failed_checks
 
-    rows, _ = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True, label="filter")
+    rows, _ = _check_tasks(root / "validate.jsonl", tasks, compile_impls=False, degenerate=True,
+                           label="filter")
     return {t.task_id: list(failed_checks(rows[t.task_id])) for t in tasks if not rows[t.task_id]["ok"]}
 
 
@@ -152,9 +161,10 @@ def _validated(path: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
-def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool, rounding: bool = False) -> bool:
-    return row is not None and (not compile_impls or "compiled" in row) and (not degenerate or "flags" in row) \
-        and (not rounding or "rounding_flags" in row)
+def _covers(row: dict[str, Any] | None, compile_impls: bool, degenerate: bool,
+            rounding: bool = False) -> bool:
+    return (row is not None and (not compile_impls or "compiled" in row)
+            and (not degenerate or "flags" in row) and (not rounding or "rounding_flags" in row))
 
 
 def _check_tasks(out_path: Path, tasks: list, *, compile_impls: bool, degenerate: bool,
@@ -267,14 +277,17 @@ def _manifest_stats(root: Path, manifest: dict[str, Any]) -> None:
     for kind in sorted({e["kind"] for e in entries}):
         es = [e for e in entries if e["kind"] == kind]
         flagged = Counter(f for e in es for f in checked.get(e["task_id"], {}).get("flags", []))
-        print(f"{kind}: {len(es)} tasks, {sum(len(e['strategies']) >= 3 for e in es)} with >= 3 implementations, "
+        print(f"{kind}: {len(es)} tasks, {sum(len(e['strategies']) >= 3 for e in es)} with >= 3 "
+              "implementations, "
               f"splits {dict(Counter(e['split'] for e in es))}, degenerate flags {dict(flagged)}")
     left_out = manifest.get("left_out") or {}
     if left_out:
         why = Counter(f for flags in left_out.values() for f in flags)
-        print(f"left out by the degenerate filter at build time: {len(left_out)} tasks {dict(why.most_common())}")
+        print(f"left out by the degenerate filter at build time: {len(left_out)} "
+              f"tasks {dict(why.most_common())}")
     print("configurations per task: 3 (small, large, odd) for every generated task; "
-          "speedup spread between implementations: from `cudaperf dataset measure` (GPU), shown below when measured")
+          "speedup spread between implementations: from `cudaperf dataset measure` (GPU), shown "
+          "below when measured")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -313,8 +326,10 @@ def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--raised-priority", action="store_true",
                    help="time at a raised thread priority (nice -15; an A/B found no gain on the H200)")
     p.add_argument("--exclusive-compile-first-run", action="store_true",
-                   help="torch.compile's first run holds the GPU lock alone (an A/B found no gain on the H200)")
-    p.add_argument("--resume-from", default="", help="comma list of directories whose measurements*.jsonl[.gz] "
+                   help="torch.compile's first run holds the GPU lock alone (an A/B found no "
+                        "gain on the H200)")
+    p.add_argument("--resume-from", default="", help="comma list of directories whose "
+                                                     "measurements*.jsonl[.gz] "
                    "are already done (committed shards, earlier calls on this machine)")
     p.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")

@@ -63,7 +63,8 @@ def impl_path(root: Path, impl: Implementation) -> Path:
 def prompt_text(task: GeneratedTask) -> str:
     if task.kind is TaskKind.C:
         return c_prompt(from_json(task.text))
-    return ("Write a faster version of this PyTorch model for an NVIDIA H200 (sm_90) as `class ModelNew`, with the "
+    return ("Write a faster version of this PyTorch model for an NVIDIA H200 (sm_90) as `class "
+            "ModelNew`, with the "
             "same constructor, doing its work in your own CUDA kernels (compiled with "
             "`from cudaperf import cuda; cuda.load(SOURCE)`).\n\n```python\n" + task.text.strip() + "\n```\n")
 
@@ -110,7 +111,8 @@ def load_tasks(root: Path) -> list[GeneratedTask]:
     manifest = read_manifest(root) or {}
     out = []
     for entry in manifest.get("tasks", []):
-        task = GeneratedTask(entry["task_id"], TaskKind(entry["kind"]), entry["family"], entry["variant"], "", "")
+        task = GeneratedTask(entry["task_id"], TaskKind(entry["kind"]), entry["family"], entry["variant"],
+                             "", "")
         text = task_path(root, task).read_text()
         out.append(GeneratedTask(task.task_id, task.kind, task.family, task.variant, text, ""))
     return out

@@ -4,7 +4,7 @@ task ids from the normalised source hash, duplicates dropped.
 `build_index(seed)` is cheap (string templates only: no compiler, no torch), so the full index of
 thousands of tasks can be listed, counted and split anywhere; implementations are generated on demand.
 
-Not covered: writing files (export.py), checking tasks (degenerate.py, cli.py validate).
+Not covered: writing files (export.py), checking tasks (filters/, `cudaperf dataset validate`).
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
 @lru_cache(maxsize=1)
 def compiler_version(cc: str = CC) -> str:
     try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout.split("\n")[0]
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30,
+                              check=False).stdout.split("\n")[0]
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -134,7 +135,8 @@ def copy_values(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats: int = 0,
-                  cache_dir: str | os.PathLike | None = None, values: dict[str, Any] | None = None) -> CRefRun:
+                  cache_dir: str | os.PathLike | None = None,
+                  values: dict[str, Any] | None = None) -> CRefRun:
     """Draw inputs (unless `values` is given), run the reference, return its outputs.
 
     With `repeats > 0` the call is also timed that many more times on pristine copies of the inputs

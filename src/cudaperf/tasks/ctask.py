@@ -362,14 +362,16 @@ def naive_port_path(task_path: str | Path) -> Path:
 def prompt_text(task: CTask) -> str:
     """The task as a model sees it: the C function, the signature contract and the configurations."""
     lines = [
-        f"Parallelise this serial C function with CUDA for an NVIDIA H200 (sm_90). {task.description}".strip(),
+        ("Parallelise this serial C function with CUDA for an NVIDIA H200 (sm_90). "
+         f"{task.description}").strip(),
         "", "```c", task.source.strip(), "```", "",
         "Parameters:",
     ]
     for p in task.params:
         what = f"array of {p.length} {p.ctype} ({p.kind.value})" if p.is_array else f"scalar {p.ctype}"
         lines.append(f"- `{p.name}`: {what}")
-    sizes = "; ".join(f"{c.name}: " + ", ".join(f"{k}={v}" for k, v in c.scalars.items()) for c in task.configs)
+    sizes = "; ".join(f"{c.name}: " + ", ".join(f"{k}={v}" for k, v in c.scalars.items())
+                      for c in task.configs)
     lines += ["", f"Input configurations: {sizes}.", "", CANDIDATE_CONTRACT.format(entry=task.entry)]
     return "\n".join(lines)
 
@@ -437,7 +439,8 @@ def compile_check(candidate: str, *, arch: str = "sm_90", fast_math: bool = Fals
         try:
             program = Program(unit, "c++", options=ProgramOptions(arch=arch, use_fast_math=fast_math))
             size += len(program.compile("cubin").code)
-        except Exception as exc:  # noqa: BLE001 - NVRTCError (log inside) has no public base; failures are values
+        # NVRTCError (log inside) has no public base class; a failure is a value
+        except Exception as exc:  # noqa: BLE001
             return CompileCheck(CheckStatus.COMPILE_ERROR, len(units), size,
                                 time.perf_counter() - start, str(exc)[-4000:])
     return CompileCheck(CheckStatus.OK, len(units), size, time.perf_counter() - start)

@@ -1,5 +1,5 @@
 """The degenerate-task filter, on the CPU: run the reference (PyTorch on the CPU, or the serial C) on
-the small configuration with two seeds and flag outputs that a kernel could fake (evaluation.md,
+the small configuration with two seeds and flag outputs that a kernel could fake (docs/evaluation.md,
 "Degenerate problems"): a constant output, an output that does not change with the inputs, tiny
 magnitudes that zeros would match within tolerance, non-finite values, a reference that fails.
 
@@ -26,7 +26,8 @@ TINY_FACTOR = 10.0  # magnitudes under 10 x atol: an all-zero answer would pass 
 @dataclass(frozen=True)
 class DegenerateReport:
     task_id: str
-    flags: tuple[str, ...]  # constant_output | input_independent | tiny_magnitude | non_finite | reference_error
+    # constant_output | input_independent | tiny_magnitude | non_finite | reference_error
+    flags: tuple[str, ...]
     message: str = ""
 
     @property

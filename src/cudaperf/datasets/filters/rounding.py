@@ -125,7 +125,8 @@ def nudge_prelude(names: tuple[str, ...]) -> str:
         arity, ulps = CUDA_ULPS[name]
         args = ", ".join(f"a{k}" for k in range(arity))
         key = " + ".join(f"(a{k})" for k in range(arity))
-        lines.append(f"#define {name}({args}) cudaperf_nudge({name}({args}), {key}, {0x1000193 * (i + 1)}u, {ulps})")
+        lines.append(f"#define {name}({args}) "
+                     f"cudaperf_nudge({name}({args}), {key}, {0x1000193 * (i + 1)}u, {ulps})")
     return "\n".join(lines) + "\n"
 
 
@@ -149,7 +150,8 @@ def _first_disagreement(ctask: Any, variants: list[tuple[Any, tuple[str, ...]]],
     the plain reference build, as a message; '' when none does."""
     from cudaperf.tasks import cref
 
-    builds = [cref.build_reference(t, cache_dir=cache_dir, flags=f) for t, f in [(ctask, cref.CFLAGS), *variants]]
+    builds = [cref.build_reference(t, cache_dir=cache_dir, flags=f)
+              for t, f in [(ctask, cref.CFLAGS), *variants]]
     for build in builds:
         if not build.ok:
             raise RuntimeError(f"reference build failed:\n{build.log}")
@@ -294,7 +296,8 @@ def check_task(task: Any, cache_dir: str | None = None, only: str | None = None)
             verdict = torch_sensitivity(task.text, task.task_id) if "precision" in wanted else Sensitivity()
     except Exception as exc:  # noqa: BLE001 - a reference that fails here is a finding about the task
         verdict = Sensitivity("reference_error", f"{type(exc).__name__}: {exc}"[:500])
-    row.update(ok=not verdict.flag, flags=[verdict.flag] if verdict.flag else [], message=verdict.message[:500])
+    row.update(ok=not verdict.flag, flags=[verdict.flag] if verdict.flag else [],
+               message=verdict.message[:500])
     return row
 
 
@@ -334,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             fh.flush()  # one line per task: an interrupted run loses at most the task in flight
             flagged += not row["ok"]
             if i % 25 == 0 or i == len(todo):
-                print(f"[{time.monotonic() - start:7.0f} s] {i}/{len(todo)} checked, {flagged} flagged", flush=True)
+                print(f"[{time.monotonic() - start:7.0f} s] {i}/{len(todo)} checked, {flagged} flagged",
+                      flush=True)
     return 0
 
 

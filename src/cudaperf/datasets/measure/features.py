@@ -50,7 +50,8 @@ def compact_features(kernels: tuple[Any, ...]) -> dict[str, Any]:
         "n_kernels": len(kernels),
         "registers_max": max((r.registers for r in res if r.registers is not None), default=None),
         "smem_static_bytes_max": max((r.smem_static_bytes or 0 for r in res), default=None),
-        "spill_bytes": sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res) if res else None,
+        "spill_bytes": (sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res)
+                        if res else None),
         "occupancy_min": min(occ) if occ else None,
         "barriers": sum(k.barriers for k in kernels),
         "divergent_barriers": sum(len(k.divergent_barriers) for k in kernels),
@@ -73,7 +74,8 @@ def static_feature_row(impl: Implementation) -> dict[str, Any] | None:
         return None
     return {"v": ROW_VERSION, "impl_id": impl.impl_id, "source_hash": impl_hash(impl.source),
             "task_id": impl.task_id, "strategy": impl.strategy,
-            "features": compact_features(report.kernels), "diagnostics": len(report.diagnostics), "t": time.time()}
+            "features": compact_features(report.kernels), "diagnostics": len(report.diagnostics),
+            "t": time.time()}
 
 
 def add_missing(impls: Iterable[Implementation], done: dict[str, str | None], writer: ResultsWriter) -> int:

@@ -95,7 +95,7 @@ def check_torch(task: GeneratedTask, impl: Implementation, config: str, seed: in
     from cudaperf.tasks import runtime, task_from_source
 
     record = task_from_source(task.text, task.task_id)
-    # TF32 off in the reference unless the task allows it (cuDNN enables it by default: evaluation.md).
+    # TF32 off in the reference unless the task allows it (cuDNN enables it by default: docs/evaluation.md).
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = record.allow_tf32
     module = runtime.load_module(record)
     cfg = next(c for c in record.configs if c.name == config)
@@ -112,7 +112,8 @@ def check_torch(task: GeneratedTask, impl: Implementation, config: str, seed: in
     atol, rtol = (tol.atol, tol.rtol) if tol else (1e-4, 1e-4)
     err = float((got.double() - want.double()).abs().max()) if want.numel() else 0.0
     if got.shape != want.shape or not torch.allclose(got, want, atol=atol, rtol=rtol):
-        return ImplCheck(impl.impl_id, config, False, err, message=f"shape {tuple(got.shape)} vs {tuple(want.shape)}")
+        return ImplCheck(impl.impl_id, config, False, err, message=f"shape {tuple(got.shape)} "
+                                                                   f"vs {tuple(want.shape)}")
     with torch.no_grad():
         return ImplCheck(impl.impl_id, config, True, err, _time_ms(lambda: new(*inputs)))
 

@@ -44,11 +44,11 @@ class MeasureOptions:
     retry_failed: bool = False  # measure again keys whose child died or timed out
     retry_incorrect: bool = False  # measure again keys whose implementation was found wrong
     retime_before_lead: bool = False  # measure again keys timed before the lead (`timed_before_the_lead`)
-    retime_before_priority: bool = False  # ... and keys timed before the raised priority (`timed_before_priority`)
+    retime_before_priority: bool = False  # ... and those timed before it (`timed_before_priority`)
     # Off by default: on the H200 A/B (benchmarks/results/2026-12-04-session12/call2-repeatability) the
     # two together made two runs of the same 40 tasks agree less (implementations 6.0% vs 2.7%) and slower.
-    raise_priority: bool = False  # timing threads at a raised priority (measure_task.raised_priority)
-    compile_first_run_exclusive: bool = False  # torch.compile's first run (Triton's autotuning) holds the GPU alone
+    raise_priority: bool = False  # timing threads at a raised priority (task_measurement.raised_priority)
+    compile_first_run_exclusive: bool = False  # torch.compile's first run (Triton autotunes) holds the GPU
     resume_from: tuple[Path, ...] = ()  # more directories whose measurements*.jsonl[.gz] count as done
     max_attempts: int = 3  # deaths of one task that blame no key before its remaining keys are given up
     max_tasks_per_child: int = 150  # a child is replaced after this many tasks (bounded memory growth)

@@ -119,10 +119,12 @@ def after_death(job: Job, phase: Phase, *, timed_out: bool, max_attempts: int) -
     return DeathVerdict(frozenset(failed), retry)
 
 
-def failed_row(task: GeneratedTask, key: Key, status: str, message: str, hash_: str | None = None) -> dict[str, Any]:
+def failed_row(task: GeneratedTask, key: Key, status: str, message: str,
+               hash_: str | None = None) -> dict[str, Any]:
     return {"record": "row", "v": ROW_VERSION, "task_id": task.task_id, "kind": task.kind.value,
             "family": task.family, "config": key[1], "impl_id": key[2], "strategy": key[2].rsplit("/", 1)[-1],
-            "status": status, "correct": False, "message": message[:800], "source_hash": hash_, "t": time.time()}
+            "status": status, "correct": False, "message": message[:800], "source_hash": hash_,
+            "t": time.time()}
 
 
 
@@ -176,13 +178,15 @@ class GpuLock:
 
 
 
-def task_to_job(task: GeneratedTask, skip: Iterable[Key], no_compile_baseline: bool = False) -> dict[str, Any]:
+def task_to_job(task: GeneratedTask, skip: Iterable[Key],
+                no_compile_baseline: bool = False) -> dict[str, Any]:
     return {"task_id": task.task_id, "kind": task.kind.value, "family": task.family, "variant": task.variant,
             "text": task.text, "skip": sorted(skip), "no_compile_baseline": no_compile_baseline}
 
 
 def task_from_job(job: dict[str, Any]) -> GeneratedTask:
-    return GeneratedTask(job["task_id"], TaskKind(job["kind"]), job["family"], job["variant"], job["text"], "")
+    return GeneratedTask(job["task_id"], TaskKind(job["kind"]), job["family"], job["variant"], job["text"],
+                         "")
 
 
 class Runner(Protocol):
@@ -209,7 +213,8 @@ def _load_runner(options: MeasureOptions, lock: GpuLock) -> Runner:
     return getattr(importlib.import_module(module), name)(options, lock)
 
 
-def child_main(conn: Any, options: MeasureOptions, gpu: str | None, lock_path: str | None, threads: int) -> None:
+def child_main(conn: Any, options: MeasureOptions, gpu: str | None, lock_path: str | None,
+               threads: int) -> None:
     """A child: pin its GPU and size inductor's compile pool (before torch loads), build the runner, then
     measure tasks as they come."""
     if gpu is not None:
@@ -322,7 +327,8 @@ class Pool:
     def _spawn(self, w: _Worker) -> None:
         parent_conn, child_conn = self.ctx.Pipe()
         threads = max(1, (os.cpu_count() or 1) // max(1, len(self.workers)))
-        w.process = self.ctx.Process(target=child_main, args=(child_conn, self.options, w.gpu, w.lock_path, threads),
+        w.process = self.ctx.Process(target=child_main,
+                                     args=(child_conn, self.options, w.gpu, w.lock_path, threads),
                                      daemon=True, name=f"cudaperf-measure-{w.slot}")
         w.process.start()
         child_conn.close()
@@ -463,7 +469,8 @@ class Pool:
             status, reason = "timeout", f"killed after {self.options.task_timeout_s:.0f} s {what}"
         else:
             status = "worker_died"
-            reason = f"the measuring process died (exit code {code}) {what}" + (f": {w.fatal}" if w.fatal else "")
+            reason = (f"the measuring process died (exit code {code}) {what}"
+                      + (f": {w.fatal}" if w.fatal else ""))
         job.no_compile_baseline |= phase.name == "compile_baseline"  # the baseline, not an implementation
         verdict = after_death(job, phase, timed_out=w.timed_out, max_attempts=self.options.max_attempts)
         for key in sorted(verdict.failed):

@@ -55,8 +55,7 @@ class Progress:
 
 def impl_hash(source: str) -> str:
     """The hash of an implementation's source, its CUDA included (comments and whitespace do not change
-    it). Rows before ROW_VERSION 2 hashed `normalise`d text, which drops the CUDA: see
-    dev/migrate_impl_hashes.py."""
+    it); rows carry it as `source_hash` (ROW_VERSION 2)."""
     return hashlib.sha256(normalise_code(source).encode()).hexdigest()[:12]
 
 

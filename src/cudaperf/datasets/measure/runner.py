@@ -123,8 +123,10 @@ def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> Ru
     gpus = visible_gpus(options.workers) if gpus is None else gpus
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     writer = ResultsWriter(options.out_dir / RESULTS_FILE)
-    writer.append({"record": "run", "v": ROW_VERSION, "run": run_id, "t": time.time(), "host": platform.node(),
-                   "argv": sys.argv[1:], "options": _plain_options(options), "workers": len(gpus) * options.per_gpu,
+    writer.append({"record": "run", "v": ROW_VERSION, "run": run_id, "t": time.time(),
+                   "host": platform.node(),
+                   "argv": sys.argv[1:], "options": _plain_options(options),
+                   "workers": len(gpus) * options.per_gpu,
                    "selected": summary.selected, "todo": len(jobs)})
     features = FeatureThread([options.out_dir, *options.resume_from]) if options.features else None
     try:
@@ -160,12 +162,14 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
     done = selected - len(jobs)
     if options.max_tasks:
         jobs = jobs[: options.max_tasks]
-    return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls, filtered=filtered)
+    return jobs, RunSummary(selected, done, torn_lines=progress.torn_lines, no_impls=no_impls,
+                            filtered=filtered)
 
 
 def progress_of(options: MeasureOptions) -> Progress:
     """What the output and `--resume-from` directories already hold, with the options' retry rules."""
-    return read_progress([options.out_dir, *options.resume_from], options.retry_failed, options.retry_incorrect,
+    return read_progress([options.out_dir, *options.resume_from], options.retry_failed,
+                         options.retry_incorrect,
                          options.retime_before_lead, options.retime_before_priority)
 
 
@@ -204,7 +208,8 @@ class _ProgressView:
         elif self.enabled and time.time() - self.last_line > 30:
             self.last_line = time.time()
             print(f"[{time.strftime('%H:%M:%S')}] {self.done + self.summary.finished}/{self.total} tasks, "
-                  f"{self.rate():.1f} tasks/min, {self.summary.rows} rows ({self.summary.failed_rows} failed)",
+                  f"{self.rate():.1f} tasks/min, {self.summary.rows} rows "
+                  f"({self.summary.failed_rows} failed)",
                   flush=True)
 
     def __exit__(self, *exc: object) -> None:

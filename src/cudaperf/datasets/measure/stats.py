@@ -1,6 +1,6 @@
-"""Reading a measurement (`measurements.jsonl`, `features.jsonl`), its statistics, the compact static
-features of an implementation, and the export: the full table as Parquet and a summary small enough to
-commit (per-task ratios as CSV, the statistics as markdown).
+"""Reading a measurement (`measurements.jsonl`, less the tasks the CPU filter flags), its statistics, and
+the export: the full table as Parquet (static features joined) and a summary small enough to commit
+(per-task ratios as CSV, the statistics as markdown).
 
 Statistics (`MeasureStats`): tasks per family, configurations and implementations per task, the share
 of implementations verified (correct on every configuration of their task), tasks with >= 3 verified
@@ -15,8 +15,8 @@ implementations (one number per task, not dominated by one size). Per-configurat
 (`load_current`): a row measured from an older source of its implementation is stale, left out and
 counted, until `measure` (which skips only keys of the same source) measures it again.
 
-Not covered: measuring (runner.py, task_measurement.py), the dataset's own counts (`dataset stats` without
-a measurement, cli.py).
+Not covered: measuring (runner.py, task_measurement.py), computing static features (features.py), the
+dataset's own counts (`dataset stats` without a measurement, `cudaperf.commands.dataset_cmd`).
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def summarize_task(rows: list[dict[str, Any]]) -> TaskSummary:
     by_impl: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_impl.setdefault(r["impl_id"], []).append(r)
-    verified = sum(1 for rs in by_impl.values() if len(rs) == len(configs) and all(r.get("correct") for r in rs))
+    verified = sum(1 for rs in by_impl.values()
+                   if len(rs) == len(configs) and all(r.get("correct") for r in rs))
     ratios, best, speedups = {}, {}, {b: [] for b in ("eager", "compile", "naive", "serial_c")}
     for c in configs:
         ok = [r for r in rows if r["config"] == c and _timed_ok(r)]
@@ -172,7 +173,8 @@ def summarize_task(rows: list[dict[str, Any]]) -> TaskSummary:
             base = fastest.get(f"{b}_ms")
             if base:
                 found.append(base / fastest["median_ms"])
-    return TaskSummary(first["task_id"], first.get("kind", ""), first.get("family", ""), len(configs), len(impls),
+    return TaskSummary(first["task_id"], first.get("kind", ""), first.get("family", ""), len(configs),
+                       len(impls),
                        verified, geomean(ratios.values()), ratios, best,
                        {b: geomean(v) for b, v in speedups.items()})
 
@@ -315,7 +317,8 @@ def _filter_line(m: Measurements) -> list[str]:
     if m.filtered:
         why = Counter(f for flags in m.filtered.values() for f in flags)
         lines.append(f"- left out by the CPU filter (validate*.jsonl): {len(m.filtered)} tasks "
-                     f"{dict(why.most_common())}; {m.filtered_measured} of them had been measured and are not "
+                     f"{dict(why.most_common())}; {m.filtered_measured} of them had been "
+                     "measured and are not "
                      "counted here")
     if m.stale_rows:
         lines.append(f"- left out as measured from an older source: {m.stale_rows} rows of {m.stale_impls} "
@@ -332,7 +335,8 @@ def _leads(rows: list[dict[str, Any]]) -> str:
         if r.get("median_ms") is None:
             continue
         key = (1, 0.0, "") if timed_before_the_lead(r) else (0, r["lead_us"], r.get("lead_kind") or "memset")
-        groups.setdefault(key, []).append((r.get("iqr_ms") or 0.0) / r["median_ms"] if r["median_ms"] else 0.0)
+        spread = (r.get("iqr_ms") or 0.0) / r["median_ms"] if r["median_ms"] else 0.0
+        groups.setdefault(key, []).append(spread)
     parts = []
     for (before, lead, kind), spreads in sorted(groups.items()):
         label = "2x L2 write only (before the lead)" if before else f"{lead:g} µs {kind}"
@@ -360,10 +364,12 @@ def _ratio_section(ratios: list[float]) -> list[str]:
 
 
 def _family_table(fams: list[FamilyStats]) -> list[str]:
-    lines = [("| kind | family | tasks | configs/task | impls/task | verified | >=3 verified | ratio p50 | ratio p90 "
+    lines = [("| kind | family | tasks | configs/task | impls/task | verified | >=3 verified | ratio "
+              "p50 | ratio p90 "
              "| failed rows |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for f in fams:
-        lines.append(f"| {f.kind} | {f.family} | {f.tasks} | {f.configs_per_task:.1f} | {f.impls_per_task:.1f} | "
+        lines.append(f"| {f.kind} | {f.family} | {f.tasks} | {f.configs_per_task:.1f} "
+                     f"| {f.impls_per_task:.1f} | "
                      f"{_pct(f.verified_share)} | {f.tasks_3_verified} | {_num(f.ratio_median)} | "
                      f"{_num(f.ratio_p90)} | {f.failed_rows} |")
     return lines

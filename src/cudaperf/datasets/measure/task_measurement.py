@@ -1,6 +1,6 @@
-"""The measurement of one dataset task inside a measuring child (see runner.py for the process model,
-resume and the results file): every implementation checked on every configuration and seed, then all
-the correct ones timed together with the baselines.
+"""The measurement of one dataset task inside a measuring child (`GpuRunner`, the `pool.Runner` the GPU
+children run): every implementation checked on every configuration and seed, then all the correct ones
+timed together with the baselines.
 
 Per configuration:
 1. prepare (CPU, outside the GPU lock): C tasks draw inputs per seed and run the serial C reference
@@ -9,7 +9,7 @@ Per configuration:
 2. references on the GPU (PyTorch tasks: `Model` built after `torch.manual_seed(seed)`, inputs drawn on
    the device, once per (configuration, seed)); steps 2 and 3 hold the GPU lock shared (children sharing
    a GPU overlap them), torch.compile's first run (Triton benchmarks its candidate configurations there)
-   and step 4 hold it exclusively (`measure.GpuLock`); Inductor's seconds of CPU compile hold nothing;
+   and step 4 hold it exclusively (`pool.GpuLock`); Inductor's seconds of CPU compile hold nothing;
 3. correctness per implementation and seed: outputs poisoned first (C `out` arrays filled with 0xFF,
    which is NaN in floats; PyTorch tasks get the caching allocator poisoned), compared with
    `correctness.compare` (scale-aware tolerance, NaN positions, exact integers);
@@ -29,8 +29,17 @@ C kernel writes its `out` arrays, so those are kept out of its sight and the re-
 from the holder the call returns. Tasks with `inout` arrays are timed without re-checks (each call
 changes its own input), and say so in `timing_checked`.
 
-Not covered: process isolation and death handling (runner.py), anti-cheat (our own code is trusted),
-static features (stats.py).
+Why not the evaluator's in-worker recipe (`cudaperf.execute.session`): it evaluates one candidate per job
+against references it computes for that job, behind import guards, the runtime op monitor and coverage
+profiling, and times one candidate against the baselines. Here one reference per (configuration, seed)
+serves every implementation of the task, and one interleaved run times all of them with the baselines
+(the ratio between implementations is the dataset's point). What the two share is below them: the
+comparison, poisoning and mutation checks (`cudaperf.correctness`), the interleaved timing and the
+compiled baseline (`cudaperf.timing`), NVRTC builds (`cudaperf.cuda`), `execute.device_state.context_alive`
+and the serial C reference (`cudaperf.tasks.cref`).
+
+Not covered: process isolation and death handling (pool.py), anti-cheat (our own code is trusted),
+static features (features.py).
 """
 
 from __future__ import annotations
@@ -88,7 +97,8 @@ Emit = Callable[..., None]
 class CheckResult:
     """One implementation on one configuration, all seeds."""
 
-    status: str  # ok | compile_error | import_error | incorrect | runtime_error | out_of_memory | reference_failed
+    # ok | compile_error | import_error | incorrect | runtime_error | out_of_memory | reference_failed
+    status: str
     max_abs_error: float | None = None
     max_rel_error: float | None = None  # |out - ref| / bound, <= 1 passes
     message: str = ""
@@ -137,7 +147,8 @@ class GpuRunner:
 
     def __init__(self, options: MeasureOptions, lock: GpuLock):
         self.options, self.lock = options, lock
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 references stay fp32 (evaluation.md pitfall #2)
+        # fp32 references stay fp32 (docs/evaluation.md, pitfall 2)
+        torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         self.device = torch.device("cuda", 0)
         torch.cuda.set_device(self.device)
@@ -264,7 +275,8 @@ class TaskMeasure:
         self.phase("build", config, (impl.impl_id,))
         module = types.ModuleType(impl.impl_id.replace("/", "_"))
         try:
-            exec(compile(self.source_of(impl), impl.impl_id, "exec"), module.__dict__)  # noqa: S102 - our own code
+            code = compile(self.source_of(impl), impl.impl_id, "exec")
+            exec(code, module.__dict__)  # noqa: S102 - our own generated code, trusted
         except Exception as exc:  # noqa: BLE001 - a broken template is a finding
             self.built[impl.impl_id] = Built(None, None, CheckResult("import_error", message=_text(exc)))
             return self.built[impl.impl_id]
@@ -311,7 +323,8 @@ class TaskMeasure:
                         min_reps=o.min_reps, max_reps=o.max_reps)
                 for name in (*TORCH_BASELINES, NAIVE):  # a baseline's wrong outputs: said next to its time
                     if timed.report.check_failures.get(name):
-                        timed.notes[name] = f"{timed.report.check_failures[name]} re-checked outputs were wrong"
+                        timed.notes[name] = (f"{timed.report.check_failures[name]} re-checked "
+                                             "outputs were wrong")
                 return timed
             except FunctionFailed as failed:
                 timed.dropped[failed.name] = self.failure(failed.name, failed.error).message
@@ -346,8 +359,10 @@ class TaskMeasure:
             built = self.built.get(impl.impl_id)
             self.emit("row", {
                 "record": "row", "v": ROW_VERSION, "task_id": self.task.task_id, "kind": self.task.kind.value,
-                "family": self.task.family, "config": config, "impl_id": impl.impl_id, "strategy": impl.strategy,
-                "tags": list(impl.tags), "baseline_impl": impl.baseline, "source_hash": impl_hash(impl.source),
+                "family": self.task.family, "config": config, "impl_id": impl.impl_id,
+                "strategy": impl.strategy,
+                "tags": list(impl.tags), "baseline_impl": impl.baseline,
+                "source_hash": impl_hash(impl.source),
                 "status": status,
                 "correct": status == "ok", "max_abs_error": result.max_abs_error,
                 "max_rel_error": result.max_rel_error, "message": message[:MESSAGE_CHARS],
@@ -371,7 +386,8 @@ def _baseline(report: BenchReport | None, name: str, label: str) -> dict[str, An
 
 def _report_fields(report: BenchReport | None, name: str) -> dict[str, Any]:
     if report is None:
-        return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None, "lead_us": None,
+        return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None,
+                "lead_us": None,
                 "lead_kind": None}
     return {"overhead_ms": report.overhead_ms,
             "timing_flags": [f.code for f in report.flags_for(name)] + (
@@ -461,7 +477,8 @@ class TorchTaskMeasure(TaskMeasure):
                     if not context_alive(self.device):
                         raise ContextLost(f"reference: {_text(exc)}") from exc
                     failed = CheckResult("reference_failed", message=_text(exc))
-                    self.rows(config, todo, dict.fromkeys([i.impl_id for i in todo], failed), Timed(None, False), {})
+                    self.rows(config, todo, dict.fromkeys([i.impl_id for i in todo], failed),
+                              Timed(None, False), {})
                     return
             instances: dict[str, Any] = {}
             with self.timed_section("check"):
@@ -472,7 +489,8 @@ class TorchTaskMeasure(TaskMeasure):
         if warm_inputs is not None:
             self.add_compiled(config, plan, refs[0], warm_inputs)
         timed = self.run_plan(config, plan)
-        baselines = {**_baseline(timed.report, "eager", "eager"), **_baseline(timed.report, "compile", "compile"),
+        baselines = {**_baseline(timed.report, "eager", "eager"),
+                     **_baseline(timed.report, "compile", "compile"),
                      "naive_ms": None, "naive_iqr_ms": None, "serial_c_ms": None, "serial_c_reps": None}
         self.rows(config, todo, results, timed, baselines)
 
@@ -752,10 +770,12 @@ class CTaskMeasure(TaskMeasure):
         def check(name: str, index: int, out: Outputs) -> bool:
             return all(compare(out.arrays[n], want, tol).ok for n, want in devs[index].expected.items())
 
-        return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, input_sets, None if has_inout else check)
+        return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, input_sets,
+                          None if has_inout else check)
 
 
-def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any], budget_ms: float) -> list[float]:
+def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any],
+                budget_ms: float) -> list[float]:
     """Wall-clock samples (ms) of `call` on fresh copies of `values` until `budget_ms` is spent (1 to
     SERIAL_MAX_REPS calls): how the serial-C baseline is timed (benchmarks/serial_priority.py times the
     same loop)."""
