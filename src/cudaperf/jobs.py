@@ -2,7 +2,8 @@
 
 Covers: `TimingConfig` (the one home of the timing defaults: `EvalConfig.timing` and `EvalJob.timing` are
 this record), `EvalJob` (what the evaluator asks a worker to do with one task and one candidate),
-`EvalPayload` (what the worker's evaluation handler sends back), and their wire form. The wire is plain
+`EvalPayload` (what the worker's evaluation handler sends back), their wire form, and `ProfileJob` (what
+the dynamic stage hands the process Nsight Compute profiles, `execute.profile_target`). The wire is plain
 JSON (`types.to_dict` / `types.from_dict`), never pickle: the parent must not run code the child chose.
 `job_message` / `read_job` add and remove the secret, which travels beside the record, not in it (see
 `read_job` for why); `read_payload` turns whatever came back into a payload, a malformed one included.
@@ -143,3 +144,18 @@ def read_payload(data: Any) -> EvalPayload:
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         text = f"the worker's payload is malformed: {type(exc).__name__}: {exc}"[:2000]
         return EvalPayload(Outcome.HARNESS_ERROR, "payload", text)
+
+
+@dataclass(frozen=True)
+class ProfileJob:
+    """One candidate on one configuration for the process Nsight Compute profiles, written as JSON to a
+    file in `temp_dir` (`to_dict`) and read by `execute.profile_target`."""
+
+    task: Task
+    solution: Solution
+    config: str
+    """The configuration's name."""
+    temp_dir: str
+    """The one directory the profiled process may write (its audit hook's temp root)."""
+    calls: int = 1
+    """Candidate calls inside the profiler range (after one warm-up call outside it)."""

@@ -11,6 +11,7 @@ from cudaperf.anticheat.policy import Policy
 from cudaperf.jobs import (
     EvalJob,
     EvalPayload,
+    ProfileJob,
     TimingConfig,
     job_message,
     read_job,
@@ -28,6 +29,7 @@ from cudaperf.types import (
     Task,
     TaskKind,
     Timing,
+    from_dict,
     to_dict,
 )
 
@@ -106,3 +108,8 @@ def test_the_child_s_verdict_only_payload_reads_with_defaults():
 def test_a_malformed_payload_is_a_harness_error_value():
     payload = read_payload({"outcome": "no such outcome"})
     assert payload.outcome is Outcome.HARNESS_ERROR and "malformed" in payload.message
+
+
+def test_the_profile_job_file_reads_back_as_its_record():
+    job = ProfileJob(task=_job().task, solution=_job().solution, config="small", temp_dir="/tmp/p", calls=2)
+    assert from_dict(ProfileJob, json.loads(json.dumps(to_dict(job)))) == job

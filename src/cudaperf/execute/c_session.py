@@ -538,7 +538,7 @@ def comparable(tensor: torch.Tensor) -> torch.Tensor:
 def naive_module(source: str) -> ModuleType:
     """The naive port's module, executed once per source per worker (trusted, generated code; run
     outside the candidate scope, so its first call may compile and write the NVRTC cache)."""
-    from cudaperf.tasks.kernelbench import exec_task_source
+    from cudaperf.tasks.task_module import exec_task_source
 
     key = hashlib.sha256(source.encode()).hexdigest()
     module = _NAIVE_MODULES.get(key)

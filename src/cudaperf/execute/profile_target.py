@@ -2,8 +2,7 @@
 
     ncu ... python -m cudaperf.execute.profile_target JOB.json
 
-JOB.json holds `{"task": to_dict(Task), "solution": to_dict(Solution), "config": name, "calls": int,
-"temp_dir": path}`. Before candidate code runs, the evaluator worker's audit hook is installed, with the
+JOB.json holds a `jobs.ProfileJob` (`to_dict`). Before candidate code runs, the evaluator worker's audit hook is installed, with the
 candidate scope around import, construction and forward. The network namespace is not this process's
 own: `analysis.dynamic` starts ncu and this process together in one (`execute.netns_exec`), because ncu
 talks to its target over local sockets. Only the candidate's calls sit inside the profiler range, so ncu
@@ -26,21 +25,22 @@ def main(job_path: str) -> int:
     from cudaperf.execute.child import preload
     from cudaperf.execute.sandbox import DEFAULT_PRELOAD
     from cudaperf.execute.session import preload_lazy_modules
-    from cudaperf.tasks.kernelbench import exec_task_source
+    from cudaperf.jobs import ProfileJob
     from cudaperf.tasks.runtime import load_module, make_init_inputs, make_inputs
-    from cudaperf.types import Solution, Task, from_dict
+    from cudaperf.tasks.task_module import exec_task_source
+    from cudaperf.types import from_dict
 
     with open(job_path) as fh:
-        job = json.load(fh)
-    task, solution = from_dict(Task, job["task"]), from_dict(Solution, job["solution"])
-    config = next(c for c in task.configs if c.name == job["config"])
+        job = from_dict(ProfileJob, json.load(fh))
+    task, solution = job.task, job.solution
+    config = next(c for c in task.configs if c.name == job.config)
     # No network namespace of its own: ncu reaches this process over local sockets, so the launcher put
     # ncu and this process into one private namespace already (execute.netns_exec).
-    # What a sandbox worker loads before its hook (lazy torch imports reach modules a scope refuses, such
-    # as multiprocessing: without this the H200 run failed inside the candidate's first call).
+    # What a sandbox worker loads before its hook: lazy torch imports reach modules a scope refuses (such
+    # as multiprocessing), so without it the candidate's first call fails inside the scope.
     preload(DEFAULT_PRELOAD)
     preload_lazy_modules()
-    guards.install_audit_hook(temp_root=job["temp_dir"])
+    guards.install_audit_hook(temp_root=job.temp_dir)
     problem = load_module(task)
     inputs = make_inputs(problem, config, 1, "cuda")
     init = make_init_inputs(problem, config)
@@ -53,7 +53,7 @@ def main(job_path: str) -> int:
             model(*inputs)  # warm-up outside the profiled range
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
-        for _ in range(int(job.get("calls", 1))):
+        for _ in range(job.calls):
             with guards.candidate_scope():
                 model(*inputs)
         torch.cuda.synchronize()

@@ -166,7 +166,7 @@ class Session:
 
     def import_module(self) -> Any:
         """Run the solution file as a module, inside the candidate scope (both task kinds)."""
-        from cudaperf.tasks.kernelbench import exec_task_source
+        from cudaperf.tasks.task_module import exec_task_source
 
         solution = self.job.solution
         digest = hashlib.sha256(solution.source.encode()).hexdigest()
