@@ -10,7 +10,7 @@ FILE` puts them beside the feature ranker on the same pairs) and `lm_summary.jso
 accuracy on the test families per gap bucket, pooled and macro, length-controlled, beside "longer source
 wins" and random, plus the training losses). Needs transformers (and `gguf` to convert the GGUF, see
 docs/gpu-machine.md for carrying it); not tree-sitter or lightgbm: the table is read without features.
-Budget: SmolLM2 at 16 pairs x 512 tokens per step runs ~0.1-0.2 s a step on the H200, so the default 1,500
+Budget: SmolLM2 at 16 pairs x 512 tokens per step runs ~0.1-0.2 s a step on the H200, so the default 1,000
 steps plus scoring ~16k rows take a few minutes.
 """
 
@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--model", default=None, help="a Hugging Face model directory")
     ap.add_argument("--gguf", default=None, help="SmolLM2 GGUF to convert first (into /tmp/smollm2-f32)")
     ap.add_argument("--tiny", action="store_true", help="a tiny model from a config (dry run)")
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch-pairs", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-5)

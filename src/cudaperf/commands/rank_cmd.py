@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--lm", default="tiny", help="LM backend: tiny (from a config), none, or a model directory")
     ev.add_argument("--lm-steps", type=int, default=600, help="LM training steps (batches of pairs)")
     ev.add_argument("--lm-device", default="cpu", help="cpu or cuda")
+    ev.add_argument("--families", default="", help="comma-separated families only (a quick run)")
     ev.add_argument("--lm-scores", type=Path, default=None,
                     help="lm_scores.json of scripts/ranker_lm_h200.py, shown beside the others on the test families")
     score = sub.add_parser("score", help="rank candidate solution files of one task, best first")
@@ -83,7 +84,8 @@ def _eval(args) -> int:
     from cudaperf.ranker.report import EvalOptions, evaluate_all, render_markdown
 
     options = EvalOptions(_measure_dirs(args), args.cache, args.workers, args.lm, args.lm_scores,
-                          LMRankerConfig(steps=args.lm_steps, device=args.lm_device))
+                          LMRankerConfig(steps=args.lm_steps, device=args.lm_device),
+                          families=tuple(f for f in args.families.split(",") if f))
     results = evaluate_all(options)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranker_eval.json").write_text(json.dumps(results, indent=1, sort_keys=True))

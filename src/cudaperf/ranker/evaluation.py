@@ -2,7 +2,8 @@
 
 `lofo_scores` trains one feature ranker per split group on every other group and scores the held-out
 group's rows with it, so each row's score comes from a model that never saw its family (nor any family of
-its split group). `split_scores` trains on the dataset's train and val families and scores the test
+its split group). The calibration slope used for a group's P(a faster) is fitted on the held-out scores
+of all the other groups: nothing of the group's own labels enters its probabilities. `split_scores` trains on the dataset's train and val families and scores the test
 families. `figures` turns per-row scores of any number of scorers (the ranker, baselines, the LM backend)
 into one JSON-ready dictionary: accuracy per gap bucket (macro over families and pooled), on
 length-controlled pairs, Kendall's tau, calibration of the ranker's P(a faster).
@@ -19,9 +20,17 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from cudaperf.ranker import metrics
-from cudaperf.ranker.feature_ranker import FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.feature_ranker import FeatureRanker, FeatureRankerConfig, fit_scale
 from cudaperf.ranker.lm_ranker import LMRanker
-from cudaperf.ranker.pairs import GAP_BUCKETS, Pairs, at_least, dataset_split, length_controlled, lofo_folds
+from cudaperf.ranker.pairs import (
+    GAP_BUCKETS,
+    Pairs,
+    at_least,
+    dataset_split,
+    length_controlled,
+    lofo_folds,
+    make_pairs,
+)
 from cudaperf.ranker.table import Table
 
 
@@ -38,13 +47,18 @@ class HeldOut:
 def lofo_scores(table: Table, config: FeatureRankerConfig | None = None,
                 progress: Callable[[str], None] | None = None) -> HeldOut:
     scores = np.full(len(table), np.nan)
-    scale = np.full(len(table), np.nan)
-    for group, held in lofo_folds(table):
-        model = FeatureRanker.fit(table.subset(~held), config)
+    folds = list(lofo_folds(table))
+    for group, held in folds:
+        model = FeatureRanker.fit(table.subset(~held), config, calibration_folds=0)
         scores[held] = model.score_rows(table.x[held])
-        scale[held] = model.scale
         if progress:
             progress(f"lofo: {group} ({int(held.sum())} rows held out)")
+    scale = np.full(len(table), np.nan)
+    pairs = make_pairs(table)
+    for _, held in folds:
+        others = scores.copy()
+        others[held] = np.nan
+        scale[held] = fit_scale(others, table, pairs=pairs)
     return HeldOut(scores, scale)
 
 

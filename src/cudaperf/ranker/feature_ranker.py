@@ -3,8 +3,10 @@
 What it learns: for each row (a solution on a configuration), its log time relative to the mean log time
 of the solutions of the same task and configuration, negated, so a higher score means faster and the
 difference of two scores estimates the log of their time ratio. `compare` turns that difference into
-P(a faster) with one logistic scale fitted on the training pairs (calibration; no offset, so
-compare(a, b) = 1 - compare(b, a) exactly).
+P(a faster) with one logistic scale (calibration; no offset, so compare(a, b) = 1 - compare(b, a)
+exactly). The scale is fitted on out-of-family scores, never on the model's own training predictions
+(which are overconfident): `fit` trains `calibration_folds` extra models, each without a share of the
+split groups, and fits the scale on their scores of the groups they did not see.
 
 Fixed hyper-parameters (`FeatureRankerConfig`): they were set before any held-out figure was seen and
 are not tuned per fold, so leave-one-family-out figures are not tuned on the family they report.
@@ -81,15 +83,15 @@ class FeatureRanker:
         self.feature_names = tuple(feature_names)
 
     @classmethod
-    def fit(cls, table: Table, config: FeatureRankerConfig | None = None) -> FeatureRanker:
-        import lightgbm as lgb
-
+    def fit(cls, table: Table, config: FeatureRankerConfig | None = None,
+            calibration_folds: int = 4) -> FeatureRanker:
+        """Train on every row of `table`; calibrate on group-held-out scores (`calibration_folds` = 0:
+        scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation)."""
         config = config or FeatureRankerConfig()
-        data = lgb.Dataset(table.x, relative_log_speed(table), weight=family_weights(table),
-                           feature_name=list(FEATURE_NAMES), free_raw_data=False)
-        booster = lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
-        model = cls(booster, 1.0, config)
-        return cls(booster, fit_scale(model.score_rows(table.x), table), config)
+        booster = _train(table, config)
+        if calibration_folds <= 0:
+            return cls(booster, 1.0, config)
+        return cls(booster, fit_scale(out_of_group_scores(table, config, calibration_folds), table), config)
 
     def score_rows(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
@@ -119,14 +121,38 @@ class FeatureRanker:
         return asdict(self.config)
 
 
-def fit_scale(scores: np.ndarray, table: Table, max_pairs: int = 200_000, seed: int = 0) -> float:
-    """Logistic slope s maximising the likelihood of sigmoid(s * (score_a - score_b)) on the training
-    pairs (>= the noise floor); 1-D, solved by a bounded scalar minimisation (scipy)."""
+def _train(table: Table, config: FeatureRankerConfig):
+    import lightgbm as lgb
+
+    data = lgb.Dataset(table.x, relative_log_speed(table), weight=family_weights(table),
+                       feature_name=list(FEATURE_NAMES), free_raw_data=False)
+    return lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
+
+
+def out_of_group_scores(table: Table, config: FeatureRankerConfig, folds: int) -> np.ndarray:
+    """Each row scored by a model trained without its split group: the groups are dealt round-robin
+    (largest first) into `folds` folds."""
+    groups = sorted(set(table.group), key=lambda g: -table.group.count(g))
+    fold_of = {g: i % folds for i, g in enumerate(groups)}
+    fold = np.asarray([fold_of[g] for g in table.group])
+    scores = np.full(len(table), np.nan)
+    for k in range(min(folds, len(groups))):
+        held = fold == k
+        booster = _train(table.subset(~held), config)
+        scores[held] = booster.predict(table.x[held], num_threads=config.num_threads)
+    return scores
+
+
+def fit_scale(scores: np.ndarray, table: Table, max_pairs: int = 200_000, seed: int = 0, pairs=None) -> float:
+    """Logistic slope s maximising the likelihood of sigmoid(s * (score_a - score_b)) on the table's
+    pairs (>= the noise floor) whose rows both have finite scores; 1-D, solved by a bounded scalar
+    minimisation (scipy)."""
     from scipy.optimize import minimize_scalar
 
     from cudaperf.ranker.pairs import make_pairs
 
-    pairs = make_pairs(table, seed=seed)
+    pairs = make_pairs(table, seed=seed) if pairs is None else pairs
+    pairs = pairs.select(np.isfinite(scores[pairs.a]) & np.isfinite(scores[pairs.b]))
     if len(pairs) == 0:
         return 1.0
     if len(pairs) > max_pairs:

@@ -46,12 +46,14 @@ class EvalOptions:
     """Rows scored for the throughput figure."""
     speed_sources: int = 40
     """Fresh sources scored end to end (trace, analysis, compile, model)."""
+    families: tuple[str, ...] = ()
+    """Only these families (a quick run); empty: all."""
 
 
 def evaluate_all(options: EvalOptions, progress: Callable[[str], None] = print) -> dict:
     t0 = time.time()
     table = build_table(options.measure_dirs, cache_dir=options.cache_dir, workers=options.workers,
-                        progress=True)
+                        progress=True, families=options.families or None)
     pairs = make_pairs(table)
     progress(f"table: {len(table)} rows, {len(pairs)} pairs ({time.time() - t0:.0f} s)")
     base = evaluation.baseline_scores(table)
@@ -104,7 +106,8 @@ def speed(table, options: EvalOptions) -> dict:
     from cudaperf.ranker.table import row_sources
 
     sample = np.random.default_rng(0).permutation(len(table))[:5000]
-    model = FeatureRanker.fit(table.subset(np.isin(np.arange(len(table)), sample)), options.feature_config)
+    model = FeatureRanker.fit(table.subset(np.isin(np.arange(len(table)), sample)), options.feature_config,
+                              calibration_folds=0)
     rows = table.x[np.resize(np.arange(len(table)), options.speed_rows)]
     t = time.perf_counter()
     model.score_rows(rows)
