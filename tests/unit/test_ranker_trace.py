@@ -84,3 +84,14 @@ def test_pytorch_sizes_come_from_meta_inputs_and_the_reference_output(index):
 def test_c_sizes_carry_the_integer_inputs_value_range(index):
     sizes = Problem.of(_task(index, "histogram")).sizes("small")
     assert sizes.value_span is not None and sizes.value_span > 0
+
+
+def test_isolated_trace_runs_the_candidate_in_a_sandboxed_worker(index):
+    from cudaperf.execute import StageTimeouts, WorkerPool
+    from cudaperf.ranker.trace import trace_isolated
+
+    task = _task(index, "stencil1d")
+    source = _impl(task, "grid_stride").source
+    with WorkerPool(None, timeouts=StageTimeouts(default_s=60.0, start_s=60.0), preload=("torch",)) as pool:
+        isolated = trace_isolated(source, task, "large", pool)
+    assert isolated == trace_solution(source, Problem.of(task), "large")

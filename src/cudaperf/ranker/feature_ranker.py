@@ -169,13 +169,18 @@ def fit_scale(scores: np.ndarray, table: Table, max_pairs: int = 200_000, seed: 
 class FeatureBackend:
     """The feature ranker behind the `Ranker` contract (contract.py): computes a candidate's features
     (trace, analysis, one cached compile per source) and scores them. Caches the task views and the
-    compiler facts per source; not thread-safe (one per thread)."""
+    compiler facts per source; not thread-safe (one per thread).
+
+    `pool`: a CPU-mode `cudaperf.execute.WorkerPool`; when given, candidates' host code is traced inside
+    its sandboxed worker (`trace.trace_isolated`) instead of in this process: use it for model-written
+    candidates."""
 
     name = "feature"
 
-    def __init__(self, model: FeatureRanker, *, compile: bool = True, max_cached: int = 4096):
+    def __init__(self, model: FeatureRanker, *, compile: bool = True, max_cached: int = 4096, pool=None):
         self.model = model
         self.compile = compile
+        self.pool = pool
         self._problems: dict[str, object] = {}
         self._facts: dict[str, object] = {}
         self._max_cached = max_cached
@@ -206,9 +211,11 @@ class FeatureBackend:
 
     def features(self, candidate: str, task, config: str):
         from cudaperf.ranker.features import config_features
+        from cudaperf.ranker.trace import trace_isolated, trace_solution
 
+        tracer = trace_solution if self.pool is None else (lambda s, p, c: trace_isolated(s, p, c, self.pool))
         return config_features(candidate, self.problem(task), config, facts=self.facts(candidate),
-                               compile=False)
+                               compile=False, tracer=tracer)
 
     def score(self, candidate: str, task, config: str) -> float:
         return float(self.model.score_rows(np.asarray(self.features(candidate, task, config).values))[0])

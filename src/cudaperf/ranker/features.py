@@ -108,10 +108,12 @@ def facts_from_static(row: Mapping[str, Any] | None) -> CompilerFacts | None:
 
 
 def config_features(source: str, problem: Problem | Any, config: str, *, facts: CompilerFacts | None = None,
-                    compile: bool = True) -> ConfigFeatures:
+                    compile: bool = True, tracer=trace_solution) -> ConfigFeatures:
     """Features of `source` on `config` of `problem` (a `Problem`, `Task` or dataset task). Never raises.
 
-    `facts`: the source's compiler facts when known; otherwise built here when `compile` (cached on disk)."""
+    `facts`: the source's compiler facts when known; otherwise built here when `compile` (cached on disk).
+    `tracer`: how the launches are found (`trace.trace_solution` in this process; pass a function that
+    calls `trace.trace_isolated` for untrusted candidates)."""
     problem = Problem.of(problem)
     notes: list[str] = []
     if facts is None and compile:
@@ -121,7 +123,7 @@ def config_features(source: str, problem: Problem | Any, config: str, *, facts: 
     except Exception as exc:  # noqa: BLE001 - a task whose sizes cannot be read still gets code features
         sizes = ProblemSizes(0, 0, 4, 0)
         notes.append(f"sizes: {type(exc).__name__}: {exc}"[:200])
-    trace = trace_solution(source, problem, config)
+    trace = tracer(source, problem, config)
     if not trace.ok:
         notes.append(f"trace: {trace.error}")
     values: dict[str, float] = {}

@@ -63,8 +63,9 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
     return path
 
 
-def load_model(path: Path | str | None = None, *, compile: bool = True) -> Loaded:
-    """The backend stored at `path` (default: the shipped model); see the module docstring."""
+def load_model(path: Path | str | None = None, *, compile: bool = True, pool=None) -> Loaded:
+    """The backend stored at `path` (default: the shipped model); see the module docstring. `pool`: trace
+    candidates in that sandboxed worker pool (`FeatureBackend`)."""
     path = Path(path) if path is not None else default_model_path()
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
@@ -80,7 +81,7 @@ def load_model(path: Path | str | None = None, *, compile: bool = True) -> Loade
     config = FeatureRankerConfig(**doc.get("config", {}))
     model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]))
     meta = {k: doc.get(k) for k in ("schema_version", "versions", "trained_on", "scale")}
-    return Loaded(FeatureBackend(model, compile=compile), "", _version_warnings(doc), meta)
+    return Loaded(FeatureBackend(model, compile=compile, pool=pool), "", _version_warnings(doc), meta)
 
 
 def _schema_problem(doc: dict[str, Any], path: Path) -> str:

@@ -201,3 +201,43 @@ def waves(launch: LaunchRecord, blocks_per_sm: int, sms: int = 132) -> float:
 
 def log2p(x: float) -> float:
     return math.log2(1.0 + max(0.0, float(x)))
+
+
+# --------------------------------------------------------------------------------------------------
+# The same trace for untrusted candidates, inside a sandboxed CPU worker
+
+
+TRACE_HANDLER = "cudaperf.ranker.trace:trace_job"
+
+
+def trace_job(job: dict[str, Any], report: Any) -> dict[str, Any]:
+    """Worker-side handler (`cudaperf.execute` child): trace `job["source"]` on `job["config"]` of the
+    task `job["task"]` (a `Task` as a dict); the launches as plain dicts."""
+    from cudaperf.ranker.problem import Problem
+    from cudaperf.types import Task, from_dict
+
+    report("import")
+    result = trace_solution(job["source"], Problem(from_dict(Task, job["task"])), job["config"])
+    return {"outcome": None, "stage": "trace", "message": result.error, "ok": result.ok,
+            "truncated": result.truncated,
+            "launches": [{"kernel": x.kernel, "grid": x.grid, "block": x.block, "smem_bytes": x.smem_bytes,
+                          "scalars": x.scalars, "tensor_elems": x.tensor_elems} for x in result.launches]}
+
+
+def trace_isolated(source: str, task: Any, config: str, pool: Any) -> TraceResult:
+    """`trace_solution` run in a worker of `pool` (a `cudaperf.execute.WorkerPool`, CPU mode): the
+    candidate's host code runs in the sandbox's child process, never here. A crash, timeout or policy
+    finding of the worker is a failed trace with the worker's message."""
+    from cudaperf.ranker.problem import Problem
+    from cudaperf.types import to_dict
+
+    problem = Problem.of(task)
+    reply = pool.run({"handler": TRACE_HANDLER, "task": to_dict(problem.task), "source": source,
+                      "config": config})
+    payload = reply.payload or {}
+    if reply.outcome is not None or "launches" not in payload:
+        why = getattr(reply.outcome, "value", reply.outcome)
+        return TraceResult((), False, f"sandboxed trace: {why} at {reply.stage}: {reply.message}"[:300])
+    launches = tuple(LaunchRecord(x["kernel"], tuple(x["grid"]), tuple(x["block"]), x["smem_bytes"],
+                                  dict(x["scalars"]), tuple(x["tensor_elems"])) for x in payload["launches"])
+    return TraceResult(launches, bool(payload["ok"]), payload.get("message", ""), bool(payload["truncated"]))
