@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cudaperf.datasets import export, registry
-from cudaperf.tasks import TaskError, load_task
+from cudaperf.tasks import TaskError, load_task, load_tasks
 from cudaperf.tasks.ctask import (
     NAIVE_CUDA,
     ArrayGen,
@@ -71,9 +71,10 @@ def test_load_task_reads_a_ctask_json_file(tmp_path):
     assert task.task_id == SQUARE.task_id and task.path == str(path) and from_task(task) == SQUARE
 
 
-def test_load_task_takes_a_sibling_naive_port(tmp_path):
+def test_load_task_takes_the_naive_port_shipped_with_the_task(tmp_path):
     (tmp_path / f"{SQUARE.task_id}.ctask.json").write_text(to_json(SQUARE))
-    (tmp_path / f"{SQUARE.task_id}.naive.py").write_text("# the port\n")
+    (tmp_path / "naive").mkdir()
+    (tmp_path / "naive" / f"{SQUARE.task_id}.py").write_text("# the port\n")
     assert baseline_source(load_task(tmp_path / f"{SQUARE.task_id}.ctask.json")) == "# the port\n"
 
 
@@ -103,5 +104,13 @@ def test_a_task_written_by_the_dataset_export_loads_with_its_naive_port(tmp_path
     assert baseline_source(load_task(export.task_path(tmp_path, generated))) == naive.source
 
 
-def test_the_naive_port_path_is_the_sibling_of_the_task_file(tmp_path):
-    assert naive_port_path(tmp_path / "c_x_1.ctask.json") == tmp_path / "c_x_1.naive.py"
+def test_the_naive_port_lives_in_a_subdirectory_of_the_task_file(tmp_path):
+    assert naive_port_path(tmp_path / "c_x_1.ctask.json") == tmp_path / "naive" / "c_x_1.py"
+
+
+def test_a_directory_of_built_c_tasks_loads_without_taking_the_ports_for_tasks(tmp_path):
+    generated, _ = _generated()
+    export.write_task(tmp_path, generated, registry.implementations(generated))
+    errors: list = []
+    tasks = load_tasks(export.task_path(tmp_path, generated).parent, errors)
+    assert [t.task_id for t in tasks] == [generated.task_id] and errors == []

@@ -200,7 +200,7 @@ def test_build_with_no_filter_keeps_every_task(tmp_path):
     assert len(json.loads((out / "manifest.json").read_text())["tasks"]) == 2
 
 
-def test_build_writes_each_c_tasks_naive_port_beside_it_even_without_implementations(tmp_path):
+def test_build_writes_each_c_tasks_naive_port_even_without_implementations(tmp_path):
     out = tmp_path / "ds"
     assert _cli("build", "--out", str(out), "--families", "map", "--limit", "1", "--no-impls",
                 "--no-filter") == 0

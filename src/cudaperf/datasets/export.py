@@ -3,13 +3,14 @@ renamed, so an interrupted build leaves only whole files and a rerun skips what 
 manifest, JSONL prompts for the agent and RL, and Parquet tables (pyarrow, optional).
 
 Layout under the output directory:
-  manifest.json                      seed, counts, splits, format version
-  tasks/<kind>/<family>/<task file>  KernelBench modules (.py) or C tasks (.ctask.json), each C task with
-                                     its naive CUDA port beside it (<task_id>.naive.py, the GPU baseline
-                                     `cudaperf eval` reads through `ctask.load_task_file`)
-  impls/<task_id>/<strategy>.py      fast-format implementations
-  prompts.jsonl                      one row per task: id, kind, family, split, prompt, configs, strategies
-  tasks.parquet, impls.parquet       the same rows as tables (when pyarrow is installed)
+  manifest.json                        seed, counts, splits, format version
+  tasks/<kind>/<family>/<task file>    KernelBench modules (.py) or C tasks (.ctask.json)
+  tasks/c/<family>/naive/<task_id>.py  each C task's naive CUDA port (its baseline implementation): the
+                                       GPU baseline `cudaperf eval` reads through `ctask.load_task_file`
+  impls/<task_id>/<strategy>.py        fast-format implementations
+  prompts.jsonl                        one row per task: id, kind, family, split, prompt, task source,
+                                       variant, strategies
+  tasks.parquet, impls.parquet         the same rows as tables (when pyarrow is installed)
 
 Not covered: measurement results (a GPU session appends them to measurements.jsonl).
 """
@@ -48,7 +49,8 @@ def task_path(root: Path, task: GeneratedTask) -> Path:
 
 
 def write_task(root: Path, task: GeneratedTask, impls: Iterable[Implementation]) -> None:
-    """The task file and, for a C task, its baseline implementation as the naive port beside it."""
+    """The task file and, for a C task, its baseline implementation as its naive port
+    (`ctask.naive_port_path`)."""
     path = task_path(root, task)
     write_atomic(path, task.text)
     baseline = next((i for i in impls if i.baseline), None)

@@ -23,8 +23,8 @@ The candidate contract (C→CUDA "fast" format, the same one PyTorch→CUDA fast
   evaluator, anti-cheat and structural analysis already handle this format for PyTorch tasks.
 
 Loading: `load_task_file(path)` gives the shared `Task` record (`Task.spec` holds the CTask document and
-the naive CUDA port read from the sibling file `naive_port_path(path)`, see `to_task`); `from_task` reads
-the CTask back.
+the naive CUDA port read from `naive_port_path(path)`, see `to_task`); `from_task` reads the CTask
+back.
 
 Not covered here: running the C reference (`cref.py`), running candidates on the GPU (the worker),
 comparing outputs (`cudaperf.correctness`), the task generators and the naive ports they make
@@ -338,7 +338,7 @@ def baseline_source(task: Task, name: str = NAIVE_CUDA) -> str | None:
 
 
 def load_task_file(path: str | Path) -> Task:
-    """A `<task_id>.ctask.json` file as a `Task`, with its naive CUDA port when the sibling file
+    """A `<task_id>.ctask.json` file as a `Task`, with its naive CUDA port when the file
     `naive_port_path(path)` exists. Raises CTaskError (or OSError) for an unusable file."""
     p = Path(path)
     try:
@@ -353,10 +353,11 @@ def load_task_file(path: str | Path) -> Task:
 
 
 def naive_port_path(task_path: str | Path) -> Path:
-    """Where the naive CUDA port of a task file lives: `<task_id>.naive.py` beside `<task_id>.ctask.json`
-    (hand-written tasks ship it; `cudaperf dataset build` writes it beside every C task it writes)."""
+    """Where the naive CUDA port of a task file lives: `naive/<task_id>.py` in the task file's directory
+    (hand-written tasks ship it; `cudaperf dataset build` writes one for every C task). A subdirectory,
+    so that loading a directory of task files (`tasks.load_tasks`) does not take the ports for tasks."""
     p = Path(task_path)
-    return p.with_name(p.name.removesuffix(CTASK_SUFFIX) + ".naive.py")
+    return p.parent / "naive" / (p.name.removesuffix(CTASK_SUFFIX) + ".py")
 
 
 def prompt_text(task: CTask) -> str:
