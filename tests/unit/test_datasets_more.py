@@ -88,6 +88,7 @@ def test_every_family_strategy_pair_is_covered_by_the_compile_sample():
     assert pairs == {(t.family, i.strategy) for t, i in one_per_kind()}
 
 
+@pytest.mark.slow  # ~20 s of NVRTC on 2 cores; test_datasets.py compiles a sample in CI
 def test_one_implementation_per_kernel_kind_and_strategy_compiles_to_cubin():
     from cudaperf.toolchain.extract import extract_units
     from cudaperf.toolchain.nvrtc import CompileError, compile_cuda

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import itertools
 import json
@@ -111,12 +112,18 @@ def without_stale(m: Measurements, current_hashes: Mapping[str, str]) -> Measure
 
 def current_source_hashes(m: Measurements) -> dict[str, str]:
     """impl id -> the hash of the source its generator produces now, for every task of the seeds the
-    measurement's runs used (seed 0 without a run record): about 3 s for the whole index on 2 cores."""
+    measurement's runs used (seed 0 without a run record)."""
+    seeds = {int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0}
+    return {impl_id: h for seed in sorted(seeds) for impl_id, h in _index_hashes(seed).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _index_hashes(seed: int) -> dict[str, str]:
+    """Every implementation hash of the index of `seed`: about 3 s on 2 cores, so computed once per
+    process (the generators are pure functions of the seed; callers get copies)."""
     from cudaperf.datasets import registry
 
-    seeds = {int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0}
-    return {impl.impl_id: impl_hash(impl.source)
-            for seed in sorted(seeds) for task in registry.build_index(seed)
+    return {impl.impl_id: impl_hash(impl.source) for task in registry.build_index(seed)
             for impl in registry.implementations(task)}
 
 
