@@ -163,3 +163,32 @@ def test_prefilter_with_true_scores_always_finds_the_best():
 def test_gap_bucket_selects_large_ratios(table):
     pairs = make_pairs(table)
     assert np.all(pairs.ratio[at_least(pairs, 2.0)] >= 2.0)
+
+
+@pytest.fixture(scope="module")
+def shipped_backend_and_task():
+    from cudaperf.datasets import registry
+
+    task = registry.build_index(0, families=["softmax"])[0]
+    return load_model().backend, task, [i.source for i in registry.implementations(task)]
+
+
+def test_reward_probability_against_itself_is_one_half(shipped_backend_and_task):
+    from cudaperf.ranker.contract import reward_probability
+
+    backend, task, sources = shipped_backend_and_task
+    assert reward_probability(backend, sources[0], task, reference=sources[0]) == pytest.approx(0.5)
+
+
+def test_reward_probability_without_reference_is_a_probability(shipped_backend_and_task):
+    from cudaperf.ranker.contract import reward_probability
+
+    backend, task, sources = shipped_backend_and_task
+    assert 0.0 <= reward_probability(backend, sources[1], task) <= 1.0
+
+
+def test_top_k_returns_the_best_mean_scores_first(shipped_backend_and_task):
+    backend, task, sources = shipped_backend_and_task
+    configs = backend.problem(task).config_names
+    mean = np.mean([backend.score_many(sources, task, c) for c in configs], axis=0)
+    assert prefilter.top_k(backend, sources, task, 2) == list(np.argsort(-mean, kind="stable")[:2])
