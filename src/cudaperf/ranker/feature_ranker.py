@@ -86,11 +86,14 @@ class FeatureRanker:
     def fit(cls, table: Table, config: FeatureRankerConfig | None = None,
             calibration_folds: int = 4) -> FeatureRanker:
         """Train on every row of `table`; calibrate on group-held-out scores (`calibration_folds` = 0:
-        scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation)."""
+        scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation; a table of
+        one split group is calibrated on its own, overconfident, training scores)."""
         config = config or FeatureRankerConfig()
         booster = _train(table, config)
         if calibration_folds <= 0:
             return cls(booster, 1.0, config)
+        if len(set(table.group)) < 2:  # nothing to hold out: in-sample scores (overconfident) are all there is
+            return cls(booster, fit_scale(booster.predict(table.x, num_threads=config.num_threads), table), config)
         return cls(booster, fit_scale(out_of_group_scores(table, config, calibration_folds), table), config)
 
     def score_rows(self, x: np.ndarray) -> np.ndarray:
