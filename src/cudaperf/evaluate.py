@@ -1,9 +1,14 @@
 """The evaluation recipe: static policy → build (CPU pool) → sandboxed GPU worker → `EvalResult`.
 
-Covers: configuration (`EvalConfig`), the parent-side orchestration of one evaluation and of a batch
-(builds of the whole batch are submitted to the CPU pool at once, so compilation overlaps with GPU work;
-one thread per GPU worker drains the queue; each result is appended to the store as soon as it exists,
-so an interrupted batch loses nothing and resumes), and the final outcome decision (`decide_outcome`).
+Covers: configuration (`EvalConfig`), the parent-side orchestration of one evaluation and of a batch,
+and the final outcome decision (`decide_outcome`). The static verdict (a syntax error, the policy's ERROR
+flags, a missing entry point: `anticheat.entry_point`) is decided first, before anything is built, so a
+rejected candidate costs milliseconds, not a `load_inline` build of about a minute of CPU. In a batch the
+builds of the candidates that pass it are submitted to the CPU pool at once, so compilation overlaps with
+GPU work; one thread per GPU worker drains the queue; each result is appended to the store as soon as it
+exists, so an interrupted batch loses nothing and resumes. One candidate never ends a batch: an exception
+while finishing, storing or showing its result becomes a HARNESS_ERROR row for it (`harness_row`), stored,
+and the batch goes on.
 
 Not covered here: the job sent to a worker and its payload (`cudaperf.jobs`), what runs inside the worker
 (`cudaperf.execute.dispatch` and the sessions), how builds work (`cudaperf.toolchain`), the sandbox
@@ -17,9 +22,10 @@ import dataclasses
 import os
 import queue
 import secrets
+import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from cudaperf.anticheat.policy import Policy, is_violation
-from cudaperf.jobs import MAX_OUTPUT_BYTES, EvalJob, EvalPayload, TimingConfig, job_message, read_payload
+from cudaperf.jobs import EvalJob, EvalPayload, TimingConfig, job_message, read_payload
 from cudaperf.stats import geomean
 from cudaperf.types import (
     BuildResult,
@@ -43,7 +49,7 @@ from cudaperf.types import (
     Timing,
 )
 
-__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir"]
+__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir", "harness_row"]
 
 
 def default_cache_dir() -> Path:
@@ -78,11 +84,20 @@ class EvalConfig:
     """Target architecture for builds (e.g. 'sm_90'); None = the first GPU's, or sm_90 without a GPU."""
     cache_dir: str | None = None
     """Content-addressed build cache; None = $CUDAPERF_CACHE_DIR or ~/.cache/cudaperf."""
-    max_output_bytes: int = MAX_OUTPUT_BYTES
-    """Largest output a candidate may return (a huge output is an error, not an OOM of the harness)."""
+    max_output_bytes: int | None = None
+    """Largest output a candidate may return (a huge output is an error, not an OOM of the harness). None:
+    sized per task by the worker from the device's free memory and the task's footprint
+    (`execute.memory_plan`); a number caps that further."""
     stage_timeouts_s: dict[str, float] = field(default_factory=dict)
     """Per-stage deadline overrides (stages: setup, reference, import, construct, correctness, timing,
     coverage); unnamed stages use the sandbox defaults."""
+    boundary: bool = True
+    """The sandbox's operating-system boundary (`execute.sandbox.Limits.boundary`). Off only to measure
+    what it costs (an A/B benchmark); the sandbox logs and records what is then missing."""
+    static_gate_first: bool = True
+    """Decide the static verdict before submitting the build, so a rejected candidate is never built.
+    False: every build is submitted up front and the verdict waits for it (the order before issue 18),
+    kept only so `benchmarks/build_saving.py` measures both in one run."""
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu", "none"):
@@ -142,9 +157,12 @@ class Evaluator:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._builds = BuildPool(self.config.build_workers or os.cpu_count() or 1)
         if self.mode in ("cuda", "cpu"):
-            from cudaperf.execute.sandbox import WorkerPool
+            from cudaperf.execute.sandbox import Limits, WorkerPool
 
-            self._workers = WorkerPool(self.devices if self.mode == "cuda" else None)
+            # The cache named from the start: each worker's view covers it, so no worker restarts on
+            # its first job to widen its view.
+            limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary)
+            self._workers = WorkerPool(self.devices if self.mode == "cuda" else None, limits)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -161,29 +179,38 @@ class Evaluator:
     # -- one evaluation --------------------------------------------------------------------------
     def evaluate(self, task: Task, solution: Solution) -> EvalResult:
         """Evaluate one solution. Never raises for a fault of the candidate."""
-        build = self._submit_build(solution)
-        return self._finish(task, solution, build)
+        self._require_open()
+        start = self._static(task, solution)
+        if start.rejection is not None and self.config.static_gate_first:
+            return start.rejection
+        return self._finish(task, solution, start, self._submit_build(solution))
 
-    def _submit_build(self, solution: Solution) -> Future[BuildResult] | None:
+    def _require_open(self) -> None:
         if self._builds is None:
             raise RuntimeError("Evaluator used outside its context: use `with Evaluator(...) as ev:`")
+
+    def _static(self, task: Task, solution: Solution) -> _Start:
+        """The static verdict, before any build: the policy's flags, and the rejection if there is one."""
+        started = time.perf_counter()
+        flags = self._static_flags(solution)
+        start = _Start(task.task_id, solution.solution_id, _now(), flags, {})
+        rejection = _static_rejection(start, task, solution)
+        start.durations["static"] = time.perf_counter() - started
+        return dataclasses.replace(start, rejection=rejection)
+
+    def _submit_build(self, solution: Solution) -> Future[BuildResult] | None:
+        self._require_open()
         if solution.format is SolutionFormat.PYTORCH:
             return None
         return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
 
-    def _finish(self, task: Task, solution: Solution, build_future: Future | None) -> EvalResult:
-        """The recipe once the build is submitted: static gate, build, worker, structural features."""
-        started = time.perf_counter()
-        static_flags = self._static_flags(solution)
-        start = _Start(task.task_id, solution.solution_id, _now(), static_flags,
-                       {"static": time.perf_counter() - started})
-        syntax = next((f for f in static_flags if f.code == "syntax_error"), None)
-        if syntax is not None:  # decided without waiting for the build
-            return start.result(Outcome.SYNTAX_ERROR, "static", syntax.message)
+    def _finish(self, task: Task, solution: Solution, start: _Start,
+                build_future: Future | None) -> EvalResult:
+        """The recipe once the static verdict is known and the build submitted: build, worker, features."""
+        if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
+            build = self._wait_build(build_future, start.durations)
+            return dataclasses.replace(start.rejection, build=build)
         build = self._wait_build(build_future, start.durations)
-        errors = [f for f in static_flags if f.severity is Severity.ERROR]
-        if errors:
-            return start.result(Outcome.POLICY_VIOLATION, "static", _static_message(errors), build=build)
         if build is not None and not build.ok and build.outcome is not Outcome.SKIPPED:
             return start.result(build.outcome, "build", build.message, build=build, logs=build.log)
         if self._workers is None:
@@ -260,13 +287,17 @@ class Evaluator:
     def evaluate_many(self, pairs: Iterable[tuple[Task, Solution]], store=None,
                       progress: bool = False) -> Iterator[EvalResult]:
         """Evaluate pairs; builds overlap with GPU work; results stream out (and into `store`) as they
-        finish. Pairs already in `store` are skipped (resume)."""
+        finish. Pairs already in `store` are skipped (resume). A candidate rejected by the static verdict
+        is never built; a fault while finishing, storing or showing one result becomes a HARNESS_ERROR
+        row for that candidate (stored), and the batch goes on."""
         done = store.done() if store is not None else set()
         todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
         jobs: queue.Queue = queue.Queue()
-        for task, sol in todo:  # all builds submitted up front: the CPU pool runs ahead of the GPUs
-            jobs.put((task, sol, self._submit_build(sol)))
         results: queue.Queue = queue.Queue()
+        for task, sol in todo:  # builds submitted up front: the CPU pool runs ahead of the GPUs
+            decided = self._queue_one(task, sol, jobs)
+            if decided is not None:
+                results.put(decided)
         n_threads = max(1, len(self.devices)) if self._workers is not None else 1
         threads = [threading.Thread(target=self._drain, args=(jobs, results), daemon=True)
                    for _ in range(n_threads)]
@@ -274,26 +305,85 @@ class Evaluator:
             th.start()
         with _progress(progress, len(todo)) as advance:
             for _ in range(len(todo)):
-                result = results.get()
-                if store is not None:
-                    store.append(result)
-                advance(result)
-                yield result
+                yield self._deliver(results.get(), store, advance)
         for th in threads:
             th.join()
+
+    def _queue_one(self, task: Task, sol: Solution, jobs: queue.Queue) -> EvalResult | None:
+        """Queue one pair for the drain threads with its build submitted; or its result, when the static
+        verdict decided it (never built) or the harness failed on it."""
+        try:
+            start = self._static(task, sol)
+            if start.rejection is not None and self.config.static_gate_first:
+                return start.rejection
+            jobs.put((task, sol, start, self._submit_build(sol)))
+            return None
+        except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
+            return harness_row(EvalResult(task.task_id, sol.solution_id, Outcome.HARNESS_ERROR), "queueing",
+                               exc)
 
     def _drain(self, jobs: queue.Queue, results: queue.Queue) -> None:
         while True:
             try:
-                task, sol, fut = jobs.get_nowait()
+                task, sol, start, fut = jobs.get_nowait()
             except queue.Empty:
                 return
+            results.put(self._finish_safely(task, sol, start, fut))
+
+    def _finish_safely(self, task: Task, sol: Solution, start: _Start, fut: Future | None) -> EvalResult:
+        """`_finish`, with a harness fault turned into the pair's HARNESS_ERROR row, and the wall time of
+        the whole evaluation (build wait included) as `stage_durations_s["total"]`."""
+        t0 = time.perf_counter()
+        try:
+            result = self._finish(task, sol, start, fut)
+        except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
+            result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
+        total = time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0)
+        return dataclasses.replace(result, stage_durations_s={**result.stage_durations_s, "total": total})
+
+    @staticmethod
+    def _deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
+        """Store one result and advance the progress bar; a failure of either becomes the pair's
+        HARNESS_ERROR row, stored in its place (a resume evaluates it again)."""
+        for what, step in (("storing", store.append if store is not None else None), ("progress", advance)):
+            if step is None:
+                continue
             try:
-                results.put(self._finish(task, sol, fut))
-            except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
-                results.put(EvalResult(task_id=task.task_id, solution_id=sol.solution_id,
-                                       outcome=Outcome.HARNESS_ERROR, stage="harness",
-                                       message=f"{type(exc).__name__}: {exc}", created_at=_now()))
+                step(result)
+            except Exception as exc:  # noqa: BLE001 - one result must not end the batch
+                result = harness_row(result, what, exc)
+                store_quietly(store, result)
+        return result
+
+
+def harness_row(result: EvalResult, during: str, exc: BaseException) -> EvalResult:
+    """The HARNESS_ERROR row of a pair whose result could not be finished, stored or shown: the ids,
+    timestamp and durations kept, the rest dropped (it may be what failed), the error and the outcome
+    it replaces in the message."""
+    was = f" (the result was {result.outcome.value})" if result.outcome is not Outcome.HARNESS_ERROR else ""
+    message = f"{during} the result failed{was}: {type(exc).__name__}: {exc}"[:2000]
+    return EvalResult(task_id=result.task_id, solution_id=result.solution_id, outcome=Outcome.HARNESS_ERROR,
+                      stage="harness", message=message, created_at=result.created_at or _now(),
+                      stage_durations_s=_finite_durations(result.stage_durations_s))
+
+
+def store_quietly(store, result: EvalResult) -> bool:
+    """Append `result` to `store` (if any); False, with a line on stderr, when even that fails."""
+    if store is None:
+        return True
+    try:
+        store.append(result)
+        return True
+    except Exception as exc:  # noqa: BLE001 - nothing else can be done for this row: say so, go on
+        print(f"cudaperf: could not store {result.task_id}/{result.solution_id}: {exc!r}", file=sys.stderr)
+        return False
+
+
+def _finite_durations(durations: Any) -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in dict(durations).items()}
+    except (TypeError, ValueError):
+        return {}
 
 
 def decide_outcome(worker_outcome: Outcome | None, message: str,
@@ -325,12 +415,30 @@ class _Start:
     created_at: str
     static_flags: tuple[Flag, ...]
     durations: dict[str, float]  # stage -> seconds, filled in as the stages run
+    rejection: EvalResult | None = None  # the static verdict's result, when it rejects the candidate
 
     def result(self, outcome: Outcome, stage: str, message: str, *, more_flags: tuple[Flag, ...] = (),
                **fields: Any) -> EvalResult:
         return EvalResult(task_id=self.task_id, solution_id=self.solution_id, outcome=outcome, stage=stage,
                           message=message, flags=self.static_flags + more_flags,
                           stage_durations_s=self.durations, created_at=self.created_at, **fields)
+
+
+def _static_rejection(start: _Start, task: Task, solution: Solution) -> EvalResult | None:
+    """The result of a candidate the static verdict rejects (stage "static"), or None: a syntax error, then
+    the policy's ERROR flags (cheating), then a missing entry point (empty file, no ModelNew)."""
+    from cudaperf.anticheat.entry_point import entry_point_problem
+
+    syntax = next((f for f in start.static_flags if f.code == "syntax_error"), None)
+    if syntax is not None:
+        return start.result(Outcome.SYNTAX_ERROR, "static", syntax.message)
+    errors = [f for f in start.static_flags if f.severity is Severity.ERROR]
+    if errors:
+        return start.result(Outcome.POLICY_VIOLATION, "static", _static_message(errors))
+    missing = entry_point_problem(solution.source, task)
+    if missing:
+        return start.result(Outcome.INVALID_SOLUTION, "static", missing)
+    return None
 
 
 def _static_message(errors: list[Flag]) -> str:

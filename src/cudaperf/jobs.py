@@ -35,7 +35,6 @@ from cudaperf.types import (
 # The stages a worker reports as heartbeats, in order; the parent applies a deadline to each
 # (`execute.sandbox.StageTimeouts`). A C task has no `construct` stage (its candidate is a function).
 STAGES = ("setup", "reference", "import", "construct", "correctness", "timing", "coverage")
-MAX_OUTPUT_BYTES = 4 << 30  # default of `EvalConfig.max_output_bytes` and `EvalJob.max_output_bytes`
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,9 @@ class EvalJob:
     timing: TimingConfig = field(default_factory=TimingConfig)
     coverage: bool = False
     """Measure the share of GPU time in the candidate's own kernels (GPU workers only)."""
-    max_output_bytes: int = MAX_OUTPUT_BYTES
+    max_output_bytes: int | None = None
+    """Largest output the candidate may return. None: sized by the worker from the device's free memory
+    and the task's footprint (`execute.memory_plan`); a number caps that further."""
     cache_dir: str | None = None
     """CUDAPERF_CACHE_DIR for the `cudaperf.cuda` helper (the build pool filled it)."""
     torch_extensions_dir: str | None = None

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from cudaperf.correctness import Comparison, derive_seed
+from cudaperf.correctness import Comparison, compare, derive_seed
 from cudaperf.execute.device_state import context_alive
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
@@ -123,6 +123,7 @@ class Session:
         self.environment: dict[str, str] = {}
         self.durations: dict[str, float] = {}
         self.candidate_module_name: str | None = None
+        self.l2_flush_bytes: int | None = None  # None: lead-sized (`cudaperf.timing`); the memory plan may set it
         self.alive: list[Any] = []  # candidate objects (models, outputs), released inside the scope
         self.guards: Guards | None = None  # created in setup (it needs the job's policy)
 
@@ -217,6 +218,13 @@ class Session:
         traceback.print_exception(exc, file=sys.stderr)  # the full text goes to the worker's log file
         return Stop(outcome, f"{where}: {describe(exc)}", poisoned)
 
+    # -- correctness -----------------------------------------------------------------------------
+    def compare_output(self, output: Any, expected: Any, tol: Any = None, path: str = "output") -> Comparison:
+        """The one place where an output of candidate code meets its expected value, in correctness and in
+        timing's re-checks (both task kinds): `correctness.compare` with the task's tolerances. A trusted
+        referee process can take over here with one call."""
+        return compare(output, expected, tol, overrides=self.job.task.tolerances, path=path)
+
     # -- timing and coverage ---------------------------------------------------------------------
     def bench(self, fns: dict, input_sets: list, check: Callable | None, config: str) -> BenchReport:
         """The interleaved run; a failing baseline is dropped (flagged) and the run repeated once."""
@@ -227,7 +235,7 @@ class Session:
                 with watch, tf32, torch.no_grad():
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
-                        l2_flush_bytes=None, check=check, device=self.device)
+                        l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None

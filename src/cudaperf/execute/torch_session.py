@@ -1,17 +1,27 @@
 """The in-worker recipe for PyTorch tasks: one job (a task module and a `ModelNew` candidate) to its payload.
 
 Stages (heartbeats), after the shared setup of `execute.session`:
-- setup (`load_task`): the task module loaded (trusted code);
-- reference: inputs per configuration x seed, created on the device (an input made on the host and copied
-  would time the copy's placement, not the kernel's), the reference model built after
-  `torch.manual_seed(seed)`, its outputs; kept across jobs by `REFERENCES` (see there why);
+- setup (`load_task`): the task module loaded (trusted code), one per distinct source: a derived
+  configuration (`tasks.derived_configs`) re-runs the source with its own module-level sizes
+  (`tasks.runtime.load_module(task, config)`), which give its inputs and constructor arguments;
+- reference: the memory plan first (`execute.memory_plan`: the first reference of the largest
+  configuration is measured, then references, input sets, the flush, the reference cache and the output
+  cap are sized from the device's free memory); then inputs per configuration x seed, created on the
+  device (an input made on the host and copied would time the copy's placement, not the kernel's), the
+  reference model built after `torch.manual_seed(seed)`, its constant parameters randomised where the
+  configuration says so (`InputConfig.randomize_parameters`), its outputs; kept across jobs by
+  `REFERENCES` (see there why). A derived configuration whose reference fails here is dropped with an
+  INFO flag (the task's limit, not the candidate's fault);
 - import: the candidate module, inside the candidate scope (as is every call into candidate code);
-- construct: `ModelNew(*init_inputs)` after the same seed as the reference, so the weights match;
+- construct: `ModelNew(*init_inputs)` after the same seed as the reference, so the weights match; where
+  the reference's constant parameters were randomised, the candidate's twins get the same values before
+  its first forward (hack #13: work skipped because LayerNorm's weight is still 1 and its bias 0);
 - correctness: per configuration x seed, the candidate runs before and after a reference re-run (hack #1),
   each time on cloned inputs checked for mutation afterwards (#2) with the caching allocator poisoned
   beforehand (#1); outputs compared scale-aware; degenerate outputs flagged (#12);
 - timing: candidate, eager and torch.compile baselines interleaved on rotated, re-checked inputs
-  (`cudaperf.timing`), then speed-of-light (`cudaperf.sol`);
+  (`cudaperf.timing`), then speed-of-light (`cudaperf.sol`); only the timed configurations (a derived
+  one never is);
 - coverage: share of GPU time in the candidate's own kernels (`Session.coverage_of`).
 
 Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
@@ -25,7 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import time
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -43,14 +55,23 @@ from cudaperf.correctness import (
     mutated_positions,
     poison_allocator,
 )
-from cudaperf.execute.session import CANDIDATE, Session, Stop, summarize_correctness, synchronize
+from cudaperf.execute.memory_plan import SAMPLE_ELEMENTS, Footprint, MemoryPlan, Wanted, plan_memory
+from cudaperf.execute.session import (
+    CANDIDATE,
+    Session,
+    Stop,
+    classify_failure,
+    summarize_correctness,
+    synchronize,
+)
 from cudaperf.jobs import EvalPayload
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
-from cudaperf.timing import BenchReport, compile_baseline
+from cudaperf.timing import BenchReport, compile_baseline, default_l2_flush_bytes, lead_sized_flush_bytes
 from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, InputConfig, Outcome, Severity
 
-REFERENCE_CACHE_FRACTION = 0.25  # of device memory held by cached references across jobs
+REFERENCE_CACHE_FRACTION = 0.25  # of device memory held by cached references across jobs, at most
 CPU_REFERENCE_CACHE_BYTES = 2 << 30
+FINGERPRINT_CHUNK_BYTES = 256 << 20  # summed per chunk: a uint8 -> int64 sum materialises an 8x copy
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,10 +116,22 @@ class ReferenceCache:
         return entry
 
     def put(self, key: tuple, entry: Reference, budget_bytes: int) -> None:
+        """Keep `entry` (evicting the least recently used past the budget); one larger than the whole
+        budget is not kept (the memory plan gave the job's memory to the job)."""
+        if entry.nbytes > budget_bytes:
+            self._entries.pop(key, None)
+            return
         entry.fingerprint = _fingerprint(entry)
         self._entries[key] = entry
-        while len(self._entries) > 1 and sum(e.nbytes for e in self._entries.values()) > budget_bytes:
+        self.trim(budget_bytes)
+
+    def trim(self, budget_bytes: int) -> None:
+        """Evict the least recently used entries until the rest fit in `budget_bytes`."""
+        while self._entries and self.nbytes() > budget_bytes:
             self._entries.popitem(last=False)
+
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries.values())
 
     def clear(self) -> None:
         self._entries.clear()
@@ -112,8 +145,17 @@ def _fingerprint(entry: Reference) -> tuple[int, ...]:
     stray writes, not a deliberate collision)."""
     weights = list(entry.model.parameters()) + list(entry.model.buffers())
     tensors = flatten_tensors([entry.inputs, entry.outputs, entry.inputs_after, weights])
-    return tuple(int(t.contiguous().reshape(-1).view(torch.uint8).sum(dtype=torch.int64)) if t.numel() else 0
-                 for t in tensors)
+    return tuple(_byte_sum(t) for t in tensors)
+
+
+def _byte_sum(t: torch.Tensor) -> int:
+    """The sum of a tensor's bytes, by chunks: `sum(dtype=int64)` of uint8 casts its input first, so one
+    pass over a 8.6 GB input asked for 64 GiB (KernelBench level 1, problem 47)."""
+    if not t.numel():
+        return 0
+    raw = t.contiguous().reshape(-1).view(torch.uint8)
+    return sum(int(raw[i:i + FINGERPRINT_CHUNK_BYTES].sum(dtype=torch.int64))
+               for i in range(0, raw.numel(), FINGERPRINT_CHUNK_BYTES))
 
 
 def _nbytes(*objs: Any) -> int:
@@ -121,9 +163,25 @@ def _nbytes(*objs: Any) -> int:
 
 
 def _cache_budget(device: torch.device) -> int:
+    """The most the cross-job cache may hold (the memory plan may give it less)."""
     if device.type == "cuda":
         return int(REFERENCE_CACHE_FRACTION * torch.cuda.get_device_properties(device).total_memory)
     return CPU_REFERENCE_CACHE_BYTES
+
+
+def free_device_bytes(device: torch.device) -> int:
+    """Bytes a job can use: the driver's free memory, what torch's allocator holds unused, and what the
+    cross-job cache holds (evictable); on the CPU, the kernel's MemAvailable."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        idle = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free + idle + REFERENCES.nbytes())
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,6 +206,10 @@ class TorchSession(Session):
     def __init__(self, report: Callable[[str], None]):
         super().__init__(report)
         self.model_new: type | None = None
+        self.configs: list[InputConfig] = []  # the job's configurations, less dropped derived ones
+        self.modules: dict[str, types.ModuleType] = {}  # the task's module per source (derived sizes)
+        self.input_bytes: dict[str, int] = {}  # per configuration, from the meta device (0: unknown)
+        self.plan: MemoryPlan | None = None
         self.built: dict[tuple[str, int], torch.nn.Module] = {}
         self.verified: dict[tuple, Reference] = {}  # references fingerprint-checked during this job
         self.timing_outputs: dict[tuple[str, int], Any] = {}  # seed-0 model on other seeds' inputs
@@ -155,16 +217,43 @@ class TorchSession(Session):
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
         from cudaperf.tasks import timed_configs
-        from cudaperf.tasks.runtime import load_module
+        from cudaperf.tasks.runtime import describe_config
 
-        self.module = load_module(self.job.task)
         self.task_key = (self.job.task.task_id, hashlib.sha256(self.job.task.source.encode()).hexdigest())
+        self.configs = list(self.job.task.configs)
         self.timed_names = timed_configs(self.job.task)
+        declared = self.module_for(self.configs[0])  # a broken task fails here, at setup
+        for config in self.configs:  # input shapes on the meta device: no memory, no compute
+            module = declared if not config.module_values else self.module_for(config, quiet=True)
+            info = describe_config(module, config, run_reference=False) if module else None
+            self.input_bytes[config.name] = info.input_bytes if info and not info.error else 0
+
+    def module_for(self, config: InputConfig, quiet: bool = False) -> types.ModuleType | None:
+        """The task's module for `config` (its own source, or the source with the configuration's sizes),
+        run once per source. `quiet`: None instead of raising (a derived configuration's source)."""
+        from cudaperf.tasks.runtime import load_module, task_source_for
+
+        source = task_source_for(self.job.task, config)
+        if source not in self.modules:
+            try:
+                self.modules[source] = load_module(self.job.task, config)
+            except Exception:  # the task's own code; the caller decides whose fault
+                if not quiet:
+                    raise
+                return None
+        return self.modules[source]
 
     def compute_references(self) -> None:
-        for config in self.job.task.configs:
-            for seed in self.seeds:
-                self.reference(config, seed)
+        """The memory plan, then the references it allows to keep (all of them, or the derived
+        configurations' first seeds only, to learn early which of those run here)."""
+        self.plan_memory()
+        for config in list(self.configs):
+            seeds = self.seeds if self.plan.keep_references else self.seeds[:1]
+            for seed in seeds:
+                if not self.reference_or_drop(config, seed):
+                    break
+                if not self.plan.keep_references:
+                    self.forget(config, seed)
 
     def import_candidate(self) -> None:
         module = self.import_module()
@@ -174,54 +263,149 @@ class TorchSession(Session):
         self.model_new = model_new
 
     def construct_first(self) -> None:
-        config, seed = self.job.task.configs[0], self.seeds[0]
+        config, seed = self.configs[0], self.seeds[0]
         self.built[(config.name, seed)] = self.construct(config, seed)
 
     def check_correctness(self) -> None:
-        for config in self.job.task.configs:
+        for config in self.configs:
             self.correctness.append(self.correctness_for(config))
             self.release()
 
     def time_configs(self) -> None:
-        by_name = {c.name: c for c in self.job.task.configs}
+        by_name = {c.name: c for c in self.configs}
         for name in self.timed_names:
             self.timings.append(self.time_config(by_name[name]))
+            self.timing_outputs.clear()
             self.release()
 
     def measure_coverage(self) -> None:
         """Coverage on the first timed configuration (`Session.coverage_of`)."""
-        config = {c.name: c for c in self.job.task.configs}[self.timed_names[0]]
+        config = {c.name: c for c in self.configs}[self.timed_names[0]]
         seed = self.seeds[0]
         entry, model = self.reference(config, seed), self.construct(config, seed)
         inputs = clone_inputs(entry.inputs)
         self.coverage_of(lambda: self.candidate(
             lambda: self.forward(model, inputs, None, False), "forward", config.name), config.name)
 
+    # -- memory ----------------------------------------------------------------------------------
+    def plan_memory(self) -> None:
+        """Size the job (`execute.memory_plan`) from the device's free bytes and the footprint of the
+        largest configuration, measured on its first real reference (a `meta` forward would give the
+        output shapes too, but takes tens of seconds on recurrent models). Refused: SKIPPED, why."""
+        free = free_device_bytes(self.device)
+        largest = max((c for c in self.configs if c.timed),
+                      key=lambda c: self.input_bytes.get(c.name, 0), default=self.configs[0])
+        if 2 * self.input_bytes.get(largest.name, 0) > free:  # the inputs and one clone: before allocating
+            raise Stop(Outcome.SKIPPED, f"reference ({largest.name}): its inputs alone "
+                       f"({self.input_bytes[largest.name] / 1e9:.2f} GB, twice) exceed the "
+                       f"{free / 1e9:.2f} GB free on {self.device}")
+        entry = self.reference(largest, self.seeds[0])
+        footprint = Footprint(_nbytes(entry.inputs), _nbytes(entry.outputs), _nbytes(_weights(entry.model)),
+                              entry.extra.get("forward_bytes", 0))
+        self.plan = plan_memory(free, footprint, self.wanted(footprint, largest))
+        self.apply_plan()
+
+    def wanted(self, footprint: Footprint, largest: InputConfig) -> Wanted:
+        """The full protocol's sizes; each configuration's references scaled from the measured one by its
+        inputs' size on the meta device."""
+        biggest = max(self.input_bytes.get(largest.name, 0), 1)
+        timed = set(self.timed_names)
+        extra_timing_seeds = max(0, self.job.timing.input_sets - len(self.seeds))
+        per_config = [(len(self.seeds) + (extra_timing_seeds if c.name in timed else 0))
+                      * footprint.reference_bytes * min(1.0, (self.input_bytes.get(c.name) or biggest) / biggest)
+                      for c in self.configs]
+        cuda = self.device.type == "cuda"
+        timing = self.job.timing.enabled
+        return Wanted(
+            all_references_bytes=int(sum(per_config)), seeds=len(self.seeds),
+            input_sets=self.job.timing.input_sets if timing else 0,
+            flush_bytes=lead_sized_flush_bytes(str(self.device)) if cuda and timing else 0,
+            min_flush_bytes=default_l2_flush_bytes(self.device) if cuda and timing else 0,
+            cache_bytes=_cache_budget(self.device), max_output_bytes=self.job.max_output_bytes)
+
+    def apply_plan(self) -> None:
+        plan = self.plan
+        self.environment["memory_plan"] = plan.summary()
+        if not plan.fits:
+            raise Stop(Outcome.SKIPPED, f"reference: {plan.refused}")
+        self.flags += [Flag("memory_plan_degraded", why, Severity.INFO) for why in plan.degraded]
+        if plan.input_sets:
+            self.timing_seeds = self.timing_seeds[:plan.input_sets]
+        if plan.flush_bytes and plan.flush_bytes < lead_sized_flush_bytes(str(self.device)):
+            self.l2_flush_bytes = plan.flush_bytes
+        REFERENCES.trim(plan.cache_bytes)
+
+    def cache_budget(self) -> int:
+        return self.plan.cache_bytes if self.plan is not None else _cache_budget(self.device)
+
     # -- the reference ---------------------------------------------------------------------------
+    def reference_key(self, config: InputConfig, seed: int) -> tuple:
+        return (*self.task_key, config.name, repr(sorted(config.params.items())),
+                repr(sorted(config.module_values.items())), config.randomize_parameters, seed,
+                str(self.device), self.job.task.allow_tf32)
+
     def reference(self, config: InputConfig, seed: int) -> Reference:
         """The cached reference of (config, seed), computed on a miss."""
-        from cudaperf.tasks.runtime import make_init_inputs, make_inputs
-
-        key = (*self.task_key, config.name, repr(sorted(config.params.items())), seed, str(self.device),
-               self.job.task.allow_tf32)
+        key = self.reference_key(config, seed)
         entry = self.verified.get(key) or REFERENCES.get(key)
-        if entry is not None:
-            self.verified[key] = entry
-            return entry
-        inputs = make_inputs(self.module, config, seed, self.device)
-        init_inputs = make_init_inputs(self.module, config)
+        if entry is None:
+            entry = self.compute_reference(config, seed)
+            REFERENCES.put(key, entry, self.cache_budget())
+        self.verified[key] = entry
+        return entry
+
+    def compute_reference(self, config: InputConfig, seed: int) -> Reference:
+        from cudaperf.tasks.runtime import make_init_inputs, make_inputs, randomize_constant_parameters
+
+        module = self.module_for(config)
+        inputs = make_inputs(module, config, seed, self.device)
+        init_inputs = make_init_inputs(module, config)
         torch.manual_seed(seed)
-        model = _construct(self.module.Model, init_inputs, self.device)
+        model = _construct(module.Model, init_inputs, self.device)
+        if config.randomize_parameters:  # before its first forward (the candidate's twins follow)
+            randomize_constant_parameters(model, None, seed)
         work = clone_inputs(inputs)
+        before = _start_peak(self.device)
         with torch.no_grad():
             outputs = model(*work)
         synchronize(self.device)
         after = work if inputs_mutated(inputs, work) else None
         entry = Reference(inputs, init_inputs, model, outputs, after,
-                          nbytes=_nbytes(inputs, outputs, after, list(model.parameters())))
-        REFERENCES.put(key, entry, _cache_budget(self.device))
-        self.verified[key] = entry
+                          nbytes=_nbytes(inputs, outputs, after, _weights(model)))
+        entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
         return entry
+
+    def reference_or_drop(self, config: InputConfig, seed: int) -> bool:
+        """The reference of (config, seed); False when it failed on a derived configuration, which is
+        then dropped with an INFO flag (the task's limit here, not the candidate's fault). A failure of
+        a declared configuration, or one that lost the CUDA context, is the task's HARNESS_ERROR."""
+        from cudaperf.tasks.derived_configs import is_derived
+
+        if not is_derived(config):
+            self.reference(config, seed)
+            return True
+        try:
+            self.reference(config, seed)
+            return True
+        except Exception as exc:  # the task's own code, on sizes it did not declare
+            if classify_failure(exc, self.device)[1]:
+                raise
+            why = f"its reference failed on {self.device}: {type(exc).__name__}: {exc}"
+            self.drop_config(config, why[:400])
+            return False
+
+    def drop_config(self, config: InputConfig, why: str) -> None:
+        self.configs = [c for c in self.configs if c.name != config.name]
+        sizes = ", ".join(f"{k}={v}" for k, v in {**config.module_values, **config.params}.items())
+        self.flags.append(Flag("derived_config_dropped", f"{config.name} ({sizes}) is not checked: {why}",
+                               Severity.INFO, config.name))
+        self.verified = {k: v for k, v in self.verified.items() if k[2] != config.name}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # an out-of-memory reference leaves its blocks cached
+
+    def forget(self, config: InputConfig, seed: int) -> None:
+        """Drop this job's hold on a reference (the memory plan keeps one at a time)."""
+        self.verified.pop(self.reference_key(config, seed), None)
 
     def rerun_reference(self, entry: Reference, config: str) -> None:
         """The reference again, between the two candidate runs: its freed temporaries are where an
@@ -238,7 +422,8 @@ class TorchSession(Session):
 
     # -- the candidate ---------------------------------------------------------------------------
     def construct(self, config: InputConfig, seed: int) -> torch.nn.Module:
-        """ModelNew(*init_inputs) built after the reference's seed (so the weights match)."""
+        """ModelNew(*init_inputs) built after the reference's seed (so the weights match); its constant
+        parameters get the reference's random values where the configuration randomises them."""
         built = self.built.pop((config.name, seed), None)
         if built is not None:
             return built
@@ -248,7 +433,25 @@ class TorchSession(Session):
         model = self.candidate(lambda: _construct(self.model_new, init_inputs, self.device), "construct",
                                config.name)
         self.alive.append(model)
+        if config.randomize_parameters:
+            self.randomize_like_reference(model, config, seed)
         return model
+
+    def randomize_like_reference(self, model: torch.nn.Module, config: InputConfig, seed: int) -> None:
+        """The candidate's constant parameters set to the values the reference got: a fresh reference
+        model (same seed, so the same constants in the same order) is randomised beside it
+        (`tasks.runtime.randomize_constant_parameters` draws from the seed and the position)."""
+        from cudaperf.tasks.runtime import randomize_constant_parameters
+
+        module = self.module_for(config)
+        init_inputs = self.reference(config, seed).init_inputs
+        torch.manual_seed(seed)
+        twin = _construct(module.Model, init_inputs, self.device)
+        unmatched = self.candidate(lambda: randomize_constant_parameters(twin, model, seed), "construct",
+                                   config.name)
+        if unmatched:
+            self.flags.append(Flag("parameters_randomized", f"the reference's constant parameters were "
+                                   f"randomised; {unmatched}", Severity.INFO, config.name))
 
     def forward(self, model: torch.nn.Module, inputs: list, config: str | None, monitored: bool = True):
         with torch.no_grad():
@@ -267,10 +470,17 @@ class TorchSession(Session):
         out = self.candidate(lambda: self.forward(model, given, config), "forward", config)
         self.alive.append(out)
         size = _nbytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
-        if size > self.job.max_output_bytes:
+        cap = self.output_cap()
+        if size > cap:
             raise Stop(Outcome.OUTPUT_TOO_LARGE, f"forward ({config}): the output has {size} bytes, more "
-                       f"than the {self.job.max_output_bytes} allowed")
+                       f"than the {cap} allowed")
         return out, self._mutation(entry, given)
+
+    def output_cap(self) -> int:
+        """The memory plan's output cap (the job's own cap when it gave one and no plan exists)."""
+        if self.plan is not None and self.plan.fits:
+            return self.plan.max_output_bytes
+        return self.job.max_output_bytes if self.job.max_output_bytes is not None else 1 << 62
 
     def _mutation(self, entry: Reference, given: list) -> str:
         """'' when the inputs after the call are what they should be (untouched, or as the reference left
@@ -278,13 +488,14 @@ class TorchSession(Session):
         if entry.inputs_after is None:
             paths = mutated_positions(entry.inputs, given)
             return f"the candidate modified {', '.join(paths)}" if paths else ""
-        same = compare(list(given), list(entry.inputs_after), None, overrides=self.job.task.tolerances)
+        same = self.compare_output(list(given), list(entry.inputs_after))
         return "" if same.ok else f"the inputs after the call differ from the reference's: {same.message}"
 
     # -- correctness -----------------------------------------------------------------------------
     def correctness_for(self, config: InputConfig) -> ConfigCorrectness:
         results: list[tuple[str, Comparison]] = []
         outputs, references, inputs = [], [], []
+        keep = self.plan is None or self.plan.keep_references
         for i, seed in enumerate(self.seeds):
             entry = self.reference(config, seed)
             model = self.construct(config, seed)
@@ -295,15 +506,21 @@ class TorchSession(Session):
                 self.rerun_reference(entry, config.name)
             second, mutated = self.run_candidate(model, entry, config.name)
             results += self._judge(second, entry, mutated, f"{label}, after the reference", config.name)
-            outputs.append(first)
-            references.append(entry.outputs)
-            inputs.append(entry.inputs)
+            # Whole tensors while references are kept; samples when memory keeps one at a time.
+            view = (lambda x: x) if keep else _sample
+            outputs.append(view(first))
+            references.append(view(entry.outputs))
+            inputs.append(view(entry.inputs))
+            del first, second, model
+            if not keep:
+                self.forget(config, seed)
+                self.release()
         differ = any(inputs_mutated(inputs[0], other) for other in inputs[1:])
         self.flags += degenerate_flags(outputs, references, differ, config=config.name)
         return summarize_correctness(config.name, results, len(self.seeds))
 
     def _judge(self, out: Any, entry: Reference, mutated: str, label: str, config: str) -> list:
-        result = compare(out, entry.outputs, None, overrides=self.job.task.tolerances)
+        result = self.compare_output(out, entry.outputs)
         self.flags += [replace(f, config=config) for f in result.flags]
         if mutated:
             self.flags.append(Flag("input_mutated", mutated, Severity.ERROR, config))
@@ -314,8 +531,12 @@ class TorchSession(Session):
     def time_config(self, config: InputConfig) -> ConfigTiming:
         seeds = self.timing_seeds
         entry = self.reference(config, seeds[0])
-        input_sets = [clone_inputs(self.reference(config, s).inputs) for s in seeds]
-        expected = [self.timing_expected(entry, config, s) for s in seeds]
+        input_sets, expected = [], []
+        for seed in seeds:
+            input_sets.append(clone_inputs(self.reference(config, seed).inputs))
+            expected.append(self.timing_expected(entry, config, seed))
+            if seed != seeds[0] and self.plan is not None and not self.plan.keep_references:
+                self.forget(config, seed)
         model = self.construct(config, seeds[0])
         fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs), **self.baselines(entry, config)}
         checked = entry.inputs_after is None  # a reference working in place changes the inputs each call
@@ -324,7 +545,7 @@ class TorchSession(Session):
                                    "not re-checked during timing", Severity.INFO, config.name))
 
         def check(name: str, index: int, out: Any) -> bool:
-            return compare(out, expected[index], None, overrides=self.job.task.tolerances).ok
+            return self.compare_output(out, expected[index]).ok
 
         bench = self.bench(fns, input_sets, check if checked else None, config.name)
         return self.summarize_timing(config, entry, bench)
@@ -415,6 +636,38 @@ def _construct(cls: type, init_inputs: list, device: torch.device) -> torch.nn.M
     with torch.device(device):
         model = cls(*init_inputs)
     return model.to(device)
+
+
+def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return list(model.parameters()) + list(model.buffers())
+
+
+def _start_peak(device: torch.device) -> int:
+    """Reset the allocator's peak before a forward; the bytes allocated now (0 on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
+    """Transient bytes the forward used beyond its outputs: the allocator's peak since `_start_peak`."""
+    if device.type != "cuda":
+        return 0
+    return max(0, torch.cuda.max_memory_allocated(device) - before - _nbytes(outputs))
+
+
+def _sample(value: Any) -> Any:
+    """Up to `SAMPLE_ELEMENTS` evenly spaced elements of every tensor in `value` (copies; structure
+    kept), for the degenerate-output check when whole outputs of every seed cannot stay in memory."""
+    if isinstance(value, torch.Tensor):
+        if type(value) is not torch.Tensor or value.numel() <= SAMPLE_ELEMENTS:
+            return value.detach().clone() if type(value) is torch.Tensor else value
+        flat = value.detach().reshape(-1)
+        return flat[::-(-flat.numel() // SAMPLE_ELEMENTS)].clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_sample(v) for v in value)
+    return value
 
 
 def _check_constructor(cls: type, init_inputs: list) -> None:

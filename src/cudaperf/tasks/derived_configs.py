@@ -58,6 +58,11 @@ class Derivation:
     note: str = ""
 
 
+def is_derived(config: InputConfig) -> bool:
+    """Whether the loader derived `config` (a declared configuration is always timed)."""
+    return not config.timed and config.name.startswith(f"{DERIVED_PREFIX}_")
+
+
 def int_constants(source: str) -> dict[str, Size]:
     """Module-level assignments of a size (an int, or a tuple of ints, written as literals or arithmetic on
     literals: `N = 2048 * 2`, `input_shape = (8192 * 2,)`) whose name is read elsewhere in the module."""

@@ -235,7 +235,7 @@ def randomize_constant_parameters(reference: Any, candidate: Any, seed: int) -> 
             value = float(tensor.reshape(-1)[0])
             twin = next((i for i, (_, t) in enumerate(theirs)
                          if t.shape == tensor.shape and float(t.reshape(-1)[0]) == value), None)
-            drawn = _around(value, tensor, seed * 1009 + index)
+            drawn = _around(value, tensor, (seed * 1009 + index) % (1 << 63))  # a Generator seed is int64
             tensor.copy_(drawn)
             if twin is None:
                 unmatched.append(name)

@@ -1,0 +1,206 @@
+"""How much of the device one evaluation may use, sized from the free memory and the task's own footprint.
+
+Covers the pure sizing function `plan_memory(free_bytes, footprint, wanted) -> MemoryPlan` and its peak
+estimate `peak_bytes`. A job holds, besides the candidate: the reference of each (configuration, seed) it
+checks (inputs, outputs, weights), the clones each call gets, the allocator poison block (one output's
+size), the comparison's temporaries, the timing input sets (clones, each with its expected output), the L2
+flush buffer of the lead (`cudaperf.timing`) and references kept for later jobs of the same task. Fixed
+limits broke on full-size KernelBench problems (a 6.4 GB ReLU output over a 4 GiB cap; 17 GB pooling
+inputs times three seeds, three input sets and their clones over an H200's 141 GB). The plan keeps the
+full protocol when it fits, and otherwise degrades, in this order, before it refuses:
+
+1. references are not kept for later jobs (the cross-job cache gets what the job leaves free);
+2. references are computed one (configuration, seed) at a time and dropped after use (the check for
+   degenerate outputs across seeds then compares samples of the outputs);
+3. timing rotates fewer input sets (down to one: the pointer-swap defence then has no second set);
+4. the L2 flush buffer shrinks from the lead-sized write to its floor, 2x L2 (the lead then covers less
+   of the host's launch path; the flush still evicts L2).
+
+Each step taken is a sentence in `MemoryPlan.degraded` (the worker turns them into INFO flags and an
+environment entry); `refused` says why not even the smallest plan fits. The output cap is sized here too:
+twice the reference's output (a bigger output has the wrong shape anyway), at least `MIN_OUTPUT_CAP_BYTES`,
+at most what the plan leaves free.
+
+Not covered: measuring anything (the worker passes the device's free bytes and the footprint it measured:
+input sizes on the `meta` device, outputs, weights and the forward's own peak from the first real
+reference), C->CUDA tasks (host arrays, sized by their declaration), the candidate's own allocations
+beyond one output (a candidate that needs more memory than the reference gets OUT_OF_MEMORY).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# The comparison's temporaries, in output sizes, counted from `correctness._compare_float` on an fp32
+# output: the bound, its clamped copy, the difference, the ratio, two transients of the same size while
+# they are computed, and the boolean masks (a quarter each).
+COMPARE_TEMPORARIES = 7
+# The plan uses this share of the free bytes: the allocator's rounding and fragmentation and the CUDA
+# libraries' workspaces (cuBLAS, cuDNN) need the rest.
+HEADROOM = 0.9
+OUTPUT_CAP_FACTOR = 2
+MIN_OUTPUT_CAP_BYTES = 256 << 20
+GB = 1e9
+SAMPLE_ELEMENTS = 1 << 20  # per output, for the degenerate-output check when references are not kept
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes one (configuration, seed) of a task holds on the device: the largest configuration's."""
+
+    input_bytes: int
+    output_bytes: int
+    param_bytes: int = 0
+    forward_bytes: int = 0
+    """Transient bytes one forward needs beyond its inputs and outputs (activations, workspaces); 0 when
+    unknown."""
+
+    @property
+    def reference_bytes(self) -> int:
+        """What one kept reference holds: pristine inputs, outputs, the model's weights."""
+        return self.input_bytes + self.output_bytes + self.param_bytes
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The full protocol's sizes, before any degradation."""
+
+    all_references_bytes: int
+    """What the references of every (configuration, seed) of the job hold together (they are kept for
+    the whole job when they fit); at least one `Footprint.reference_bytes`."""
+    seeds: int
+    """Correctness seeds per configuration: the first outputs of all of them are compared with each other
+    (`correctness.degenerate_flags`), so they stay alive together while references are kept."""
+    input_sets: int
+    """Timing input sets (`TimingConfig.input_sets`); 0 when the job does not time."""
+    flush_bytes: int
+    """The lead-sized L2 flush (`timing.lead_sized_flush_bytes`); 0 on the CPU."""
+    min_flush_bytes: int
+    """Its floor: 2x the L2 size (`timing.default_l2_flush_bytes`)."""
+    cache_bytes: int
+    """Bytes the cross-job reference cache may hold at most."""
+    max_output_bytes: int | None = None
+    """The caller's output cap (`EvalJob.max_output_bytes`); None: sized here only."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What the job may use. `refused` non-empty: nothing fits, the job must not start."""
+
+    keep_references: bool
+    """True: every reference stays for the whole job. False: one (configuration, seed) at a time, and the
+    degenerate-output check compares samples of the outputs (`SAMPLE_ELEMENTS` each), not whole ones."""
+    input_sets: int
+    flush_bytes: int
+    cache_bytes: int
+    max_output_bytes: int
+    needed_bytes: int
+    """The plan's estimated peak."""
+    free_bytes: int
+    degraded: tuple[str, ...] = ()
+    refused: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return not self.refused
+
+    def summary(self) -> str:
+        """One line for the result's environment."""
+        kept = "all" if self.keep_references else "one at a time"
+        head = (f"peak {self.needed_bytes / GB:.2f} of {self.free_bytes / GB:.2f} GB free; "
+                f"references {kept}, input sets {self.input_sets}, flush {self.flush_bytes >> 20} MiB, "
+                f"cache {self.cache_bytes / GB:.2f} GB, output cap {self.max_output_bytes / GB:.2f} GB")
+        return head + (f"; refused: {self.refused}" if self.refused else "")
+
+
+def peak_bytes(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets: int,
+               flush_bytes: int) -> int:
+    """The estimated peak of a job over its stages (each term is one thing alive at that moment)."""
+    i, o, f = fp.input_bytes, fp.output_bytes, fp.forward_bytes
+    kept = max(wanted.all_references_bytes, fp.reference_bytes) if keep_references else fp.reference_bytes
+    earlier = (wanted.seeds - 1) * o if keep_references else 0  # earlier seeds' first outputs
+    reference_stage = kept + i + f  # the last reference's forward on a clone of its inputs
+    # the first candidate output alive, the reference's re-run (clone, output), then the second call:
+    # a clone of the inputs, the poison block, its output, its forward, the comparison
+    correctness = kept + earlier + 2 * i + 4 * o + f + COMPARE_TEMPORARIES * o
+    timing = 0
+    if input_sets:
+        sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
+        # the checked round's backup clone, the live outputs of two calls, the re-check's comparison
+        timing = kept + sets + flush_bytes + i + 2 * o + f + COMPARE_TEMPORARIES * o
+    return max(reference_stage, correctness, timing)
+
+
+def plan_memory(free_bytes: int, footprint: Footprint, wanted: Wanted) -> MemoryPlan:
+    """The largest plan whose peak fits in `HEADROOM` of `free_bytes`, degrading in the order of the module
+    docstring; refused when even one reference, one input set and the floor flush do not fit."""
+    usable = int(free_bytes * HEADROOM)
+    plan = MemoryPlan(keep_references=True, input_sets=wanted.input_sets,
+                      flush_bytes=wanted.flush_bytes, cache_bytes=wanted.cache_bytes,
+                      max_output_bytes=0, needed_bytes=0, free_bytes=free_bytes)
+    for step in (_keep_one_reference, _fewer_input_sets, _smaller_flush):
+        if _peak(footprint, wanted, plan) <= usable:
+            break
+        plan = step(plan, footprint, wanted, usable)
+    plan = replace(plan, needed_bytes=_peak(footprint, wanted, plan))
+    if plan.needed_bytes > usable:
+        return replace(plan, cache_bytes=0, max_output_bytes=0, refused=_refusal(footprint, plan, usable))
+    plan = _with_cache(plan, wanted, usable)
+    return replace(plan, max_output_bytes=_output_cap(footprint, wanted, usable - plan.needed_bytes))
+
+
+def _peak(fp: Footprint, wanted: Wanted, plan: MemoryPlan) -> int:
+    return peak_bytes(fp, wanted, plan.keep_references, plan.input_sets, plan.flush_bytes)
+
+
+def _keep_one_reference(plan: MemoryPlan, fp: Footprint, wanted: Wanted, usable: int) -> MemoryPlan:
+    if not plan.keep_references or wanted.all_references_bytes <= fp.reference_bytes:
+        return plan
+    why = (f"references computed one (configuration, seed) at a time, not all kept "
+           f"({wanted.all_references_bytes / GB:.2f} GB together; {usable / GB:.2f} GB usable)")
+    return replace(plan, keep_references=False, degraded=plan.degraded + (why,))
+
+
+def _fewer_input_sets(plan: MemoryPlan, fp: Footprint, wanted: Wanted, usable: int) -> MemoryPlan:
+    sets = plan.input_sets
+    while sets > 1 and peak_bytes(fp, wanted, plan.keep_references, sets, plan.flush_bytes) > usable:
+        sets -= 1
+    if sets == plan.input_sets:
+        return plan
+    why = (f"timing rotates {sets} input set(s) instead of {wanted.input_sets} (one set is "
+           f"{fp.input_bytes / GB:.2f} GB; {usable / GB:.2f} GB usable)")
+    return replace(plan, input_sets=sets, degraded=plan.degraded + (why,))
+
+
+def _smaller_flush(plan: MemoryPlan, fp: Footprint, wanted: Wanted, usable: int) -> MemoryPlan:
+    if plan.flush_bytes <= wanted.min_flush_bytes:
+        return plan
+    why = (f"the L2 flush buffer is {wanted.min_flush_bytes >> 20} MiB (2x L2) instead of "
+           f"{plan.flush_bytes >> 20} MiB: the lead before each timed call is shorter")
+    return replace(plan, flush_bytes=wanted.min_flush_bytes, degraded=plan.degraded + (why,))
+
+
+def _with_cache(plan: MemoryPlan, wanted: Wanted, usable: int) -> MemoryPlan:
+    """The cross-job cache gets what the job leaves free, at most what was wanted."""
+    cache = max(0, min(wanted.cache_bytes, usable - plan.needed_bytes))
+    if cache >= wanted.cache_bytes:
+        return replace(plan, cache_bytes=cache)
+    why = (f"references kept for later jobs limited to {cache / GB:.2f} GB instead of "
+           f"{wanted.cache_bytes / GB:.2f} GB (the job's peak is {plan.needed_bytes / GB:.2f} GB)")
+    return replace(plan, cache_bytes=cache, degraded=plan.degraded + (why,))
+
+
+def _output_cap(fp: Footprint, wanted: Wanted, spare_bytes: int) -> int:
+    """Twice the reference output, at least the floor, at most what the plan leaves (plus the one output
+    it budgets already), and never above the caller's cap."""
+    sized = max(OUTPUT_CAP_FACTOR * fp.output_bytes, MIN_OUTPUT_CAP_BYTES)
+    cap = min(sized, max(spare_bytes, 0) + max(fp.output_bytes, MIN_OUTPUT_CAP_BYTES))
+    return min(cap, wanted.max_output_bytes) if wanted.max_output_bytes is not None else cap
+
+
+def _refusal(fp: Footprint, plan: MemoryPlan, usable: int) -> str:
+    return (f"the task does not fit in device memory even with one reference, one input set and a "
+            f"{plan.flush_bytes >> 20} MiB flush: it needs about {plan.needed_bytes / GB:.2f} GB "
+            f"(inputs {fp.input_bytes / GB:.2f} GB, outputs {fp.output_bytes / GB:.2f} GB, weights "
+            f"{fp.param_bytes / GB:.2f} GB, forward {fp.forward_bytes / GB:.2f} GB), "
+            f"{usable / GB:.2f} GB are usable")
