@@ -40,15 +40,29 @@ def main() -> int:
         x = table.x.copy()
         if prefix:
             x[:, [i for i, n in enumerate(FEATURE_NAMES) if n.startswith(prefix)]] = np.nan
-        blanked = Table(table.keys, table.family, table.group, table.split, table.time_ms, table.rel_iqr,
-                        table.n_samples, x, table.source_chars, table.structural)
+        blanked = Table(
+            table.keys,
+            table.family,
+            table.group,
+            table.split,
+            table.time_ms,
+            table.rel_iqr,
+            table.n_samples,
+            x,
+            table.source_chars,
+            table.structural,
+        )
         acc = metrics.accuracy(lofo_scores(blanked).scores, pairs)
         results[label] = {"macro": acc.macro, "pooled": acc.pooled, "per_family": acc.per_family}
         print(f"{label}: macro {acc.macro:.3f} pooled {acc.pooled:.3f}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ablation.json").write_text(json.dumps(results, indent=1, sort_keys=True))
-    lines = ["# Feature-group ablation, leave one group out, >= 1.5x pairs", "",
-             "| features | macro over families | pooled |", "|---|---|---|"]
+    lines = [
+        "# Feature-group ablation, leave one group out, >= 1.5x pairs",
+        "",
+        "| features | macro over families | pooled |",
+        "|---|---|---|",
+    ]
     lines += [f"| {k} | {100 * v['macro']:.1f}% | {100 * v['pooled']:.1f}% |" for k, v in results.items()]
     (args.out / "ablation.md").write_text("\n".join(lines) + "\n")
     return 0

@@ -52,9 +52,14 @@ def main() -> int:
     table = build_table(features=False)
     pairs = make_pairs(table)
     print(f"table {len(table)} rows, {len(pairs)} pairs ({time.time() - t0:.0f} s)", flush=True)
-    cfg = LMRankerConfig(max_tokens=args.max_tokens, batch_pairs=args.batch_pairs, steps=args.steps,
-                         learning_rate=args.lr if not args.tiny else 3e-4, device=args.device,
-                         dtype=args.dtype if args.device.startswith("cuda") else "float32")
+    cfg = LMRankerConfig(
+        max_tokens=args.max_tokens,
+        batch_pairs=args.batch_pairs,
+        steps=args.steps,
+        learning_rate=args.lr if not args.tiny else 3e-4,
+        device=args.device,
+        dtype=args.dtype if args.device.startswith("cuda") else "float32",
+    )
     model_dir = _model_dir(args)
 
     def make(texts: list[str]) -> LMRanker:
@@ -63,21 +68,39 @@ def main() -> int:
 
     held = evaluation.lm_split_scores(table, make, pairs, progress=lambda m: print(m, flush=True))
     losses = list(held.losses)
-    scores = {"|".join(table.keys[i]): float(held.scores[i]) for i in range(len(table))
-              if math.isfinite(held.scores[i])}
-    (args.out / "lm_scores.json").write_text(json.dumps({"scale": float(np.nanmax(held.scale)),
-                                                         "scores": scores}))
+    scores = {
+        "|".join(table.keys[i]): float(held.scores[i])
+        for i in range(len(table))
+        if math.isfinite(held.scores[i])
+    }
+    (args.out / "lm_scores.json").write_text(
+        json.dumps({"scale": float(np.nanmax(held.scale)), "scores": scores})
+    )
     base = evaluation.baseline_scores(table)
-    fig = evaluation.figures(table, pairs, {"lm_ranker": held.scores, "longer_source": base["longer_source"],
-                                            "random": base["random"]}, held, ranker_name="lm_ranker")
-    summary = {"model": "tiny" if args.tiny else str(model_dir), "config": cfg.__dict__, "seconds": time.time() - t0,
-               "losses_first_last_100": [sum(losses[:100]) / max(1, len(losses[:100])),
-                                         sum(losses[-100:]) / max(1, len(losses[-100:]))],
-               "figures": fig}
+    fig = evaluation.figures(
+        table,
+        pairs,
+        {"lm_ranker": held.scores, "longer_source": base["longer_source"], "random": base["random"]},
+        held,
+        ranker_name="lm_ranker",
+    )
+    summary = {
+        "model": "tiny" if args.tiny else str(model_dir),
+        "config": cfg.__dict__,
+        "seconds": time.time() - t0,
+        "losses_first_last_100": [
+            sum(losses[:100]) / max(1, len(losses[:100])),
+            sum(losses[-100:]) / max(1, len(losses[-100:])),
+        ],
+        "figures": fig,
+    }
     (args.out / "lm_summary.json").write_text(json.dumps(summary, indent=1))
     for bucket, per in fig["buckets"].items():
-        line = "  ".join(f"{n} {_pct(v['all']['macro'])}/{_pct(v['all']['pooled'])} "
-                         f"(len-ctl {_pct(v['length_controlled']['pooled'])})" for n, v in per.items())
+        line = "  ".join(
+            f"{n} {_pct(v['all']['macro'])}/{_pct(v['all']['pooled'])} "
+            f"(len-ctl {_pct(v['length_controlled']['pooled'])})"
+            for n, v in per.items()
+        )
         print(f"{bucket}: {line}", flush=True)
     print(f"done in {time.time() - t0:.0f} s; wrote {args.out}/lm_scores.json and lm_summary.json")
     return 0

@@ -19,7 +19,10 @@ def _json_lines(text: str) -> list[dict]:
 
 
 def test_rank_score_orders_solution_files_of_a_task_file(capsys):
-    files = [str(example_solutions_dir("fast") / "softmax.py"), str(example_solutions_dir("fast") / "relu.py")]
+    files = [
+        str(example_solutions_dir("fast") / "softmax.py"),
+        str(example_solutions_dir("fast") / "relu.py"),
+    ]
     code = main(["rank", "score", "--task", str(example_tasks_dir() / "softmax.py"), *files, "--json"])
     rows = _json_lines(capsys.readouterr().out)
     assert code == 0 and [r["rank"] for r in rows] == [1, 2]
@@ -34,7 +37,9 @@ def test_rank_score_explains_with_feature_names(capsys, tmp_path):
     for impl in registry.implementations(task)[:2]:
         paths.append(tmp_path / f"{impl.strategy}.py")
         paths[-1].write_text(impl.source)
-    code = main(["rank", "score", "--task", task.task_id, *map(str, paths), "--config", "large", "--explain", "3"])
+    code = main(
+        ["rank", "score", "--task", task.task_id, *map(str, paths), "--config", "large", "--explain", "3"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "1. " in out and ("l_" in out or "a_" in out or "p_" in out or "s_" in out)
 
@@ -48,8 +53,17 @@ def test_rank_score_refuses_a_model_of_another_schema(capsys, tmp_path):
     bad = tmp_path / "old.json.gz"
     with gzip.open(bad, "wt") as f:
         json.dump(doc, f)
-    code = main(["rank", "score", "--model", str(bad), "--task", str(example_tasks_dir() / "relu.py"),
-                 str(example_solutions_dir("fast") / "relu.py")])
+    code = main(
+        [
+            "rank",
+            "score",
+            "--model",
+            str(bad),
+            "--task",
+            str(example_tasks_dir() / "relu.py"),
+            str(example_solutions_dir("fast") / "relu.py"),
+        ]
+    )
     assert code == 2 and "schema" in capsys.readouterr().err
 
 
@@ -74,6 +88,18 @@ def test_rank_train_writes_a_model_that_loads(tmp_path, capsys):
     for f in src.glob("features-*.jsonl.gz"):
         shutil.copy(f, tmp_path / "m" / f.name)
     out = tmp_path / "model.json.gz"
-    code = main(["rank", "train", "--measure", str(tmp_path / "m"), "--cache", str(tmp_path / "cache"),
-                 "--out", str(out), "--workers", "1"])
+    code = main(
+        [
+            "rank",
+            "train",
+            "--measure",
+            str(tmp_path / "m"),
+            "--cache",
+            str(tmp_path / "cache"),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+        ]
+    )
     assert code == 0 and load_model(out).backend is not None

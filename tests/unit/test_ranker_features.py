@@ -25,7 +25,9 @@ def tasks():
 
 
 def _source(problem, strategy):
-    return next(i.source for i in registry.implementations(GENERATED[problem.family]) if i.strategy == strategy)
+    return next(
+        i.source for i in registry.implementations(GENERATED[problem.family]) if i.strategy == strategy
+    )
 
 
 def _features(problem, strategy, config="large"):

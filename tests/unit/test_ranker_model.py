@@ -33,9 +33,18 @@ def synthetic_table(tasks: int = 60, impls: int = 4, seed: int = 0, noise: float
             x.append(row)
             t.append(math.exp(row[DRIVER] + noise * rng.normal()))
     n = len(keys)
-    return Table(tuple(keys), tuple(fam), tuple(f"c:{f}" for f in fam), tuple("train" for _ in fam),
-                 np.asarray(t), np.zeros(n), np.full(n, 100.0), np.asarray(x),
-                 rng.integers(500, 600, size=n).astype(float), np.zeros(n))
+    return Table(
+        tuple(keys),
+        tuple(fam),
+        tuple(f"c:{f}" for f in fam),
+        tuple("train" for _ in fam),
+        np.asarray(t),
+        np.zeros(n),
+        np.full(n, 100.0),
+        np.asarray(x),
+        rng.integers(500, 600, size=n).astype(float),
+        np.zeros(n),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +63,14 @@ def test_pairs_need_a_gap_beyond_the_noise_floor(table):
 
 
 def test_pairs_are_dropped_when_the_medians_notches_overlap(table):
-    noisy = Table(*[getattr(table, f) for f in ("keys", "family", "group", "split", "time_ms")],
-                  np.full(len(table), 5.0), table.n_samples, table.x, table.source_chars, table.structural)
+    noisy = Table(
+        *[getattr(table, f) for f in ("keys", "family", "group", "split", "time_ms")],
+        np.full(len(table), 5.0),
+        table.n_samples,
+        table.x,
+        table.source_chars,
+        table.structural,
+    )
     assert len(make_pairs(noisy)) < len(make_pairs(table))
 
 

@@ -61,7 +61,9 @@ def test_trace_stops_recording_at_the_launch_limit(index):
 
 def test_trace_failure_is_a_value_with_the_launches_before_it(index):
     problem = Problem.of(_task(index, "stencil1d"))
-    source = LOOP_SOURCE.replace("STAGES", "2") + "    total = src.sum().item()  # meta tensors have no data\n"
+    source = (
+        LOOP_SOURCE.replace("STAGES", "2") + "    total = src.sum().item()  # meta tensors have no data\n"
+    )
     trace = trace_solution(source, problem, "small")
     assert not trace.ok and len(trace.launches) == 2 and trace.error
 

@@ -25,29 +25,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="rank_command", metavar="ACTION", required=True)
     train = sub.add_parser("train", help="train the feature ranker on the measured dataset and save it")
     _data_args(train)
-    train.add_argument("--out", type=Path, default=None,
-                       help="model file (.json.gz); default: the model shipped in the package")
+    train.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="model file (.json.gz); default: the model shipped in the package",
+    )
     ev = sub.add_parser("eval", help="every figure of the ranker beside its baselines")
     _data_args(ev)
     ev.add_argument("--out", type=Path, required=True, help="directory for ranker_eval.json and .md")
-    ev.add_argument("--lm", default="tiny", help="LM backend: tiny (from a config), none, or a model directory")
+    ev.add_argument(
+        "--lm", default="tiny", help="LM backend: tiny (from a config), none, or a model directory"
+    )
     ev.add_argument("--lm-steps", type=int, default=600, help="LM training steps (batches of pairs)")
     ev.add_argument("--lm-device", default="cpu", help="cpu or cuda")
     ev.add_argument("--families", default="", help="comma-separated families only (a quick run)")
-    ev.add_argument("--lm-scores", type=Path, default=None,
-                    help="lm_scores.json of scripts/ranker_lm_h200.py, shown beside the others on the test families")
+    ev.add_argument(
+        "--lm-scores",
+        type=Path,
+        default=None,
+        help="lm_scores.json of scripts/ranker_lm_h200.py, shown beside the others on the test families",
+    )
     score = sub.add_parser("score", help="rank candidate solution files of one task, best first")
-    score.add_argument("files", nargs="+", type=Path, metavar="FILE", help="candidate solutions (fast format)")
+    score.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="candidate solutions (fast format)"
+    )
     score.add_argument("--task", required=True, help="task file (.py or .ctask.json) or a dataset task id")
     score.add_argument("--config", default=None, help="one configuration (default: mean over all)")
     score.add_argument("--model", type=Path, default=None, help="model file (default: the shipped one)")
-    score.add_argument("--explain", type=int, default=0, metavar="N", help="show the N features that moved each score")
+    score.add_argument(
+        "--explain", type=int, default=0, metavar="N", help="show the N features that moved each score"
+    )
     score.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--measure", type=Path, action="append", default=None,
-                   help="measurement shards directory (repeatable; default benchmarks/dataset_measure)")
+    p.add_argument(
+        "--measure",
+        type=Path,
+        action="append",
+        default=None,
+        help="measurement shards directory (repeatable; default benchmarks/dataset_measure)",
+    )
     p.add_argument("--cache", type=Path, default=Path(".cache/ranker"), help="feature cache directory")
     p.add_argument("--workers", type=int, default=2, help="processes computing missing features")
 
@@ -72,8 +91,12 @@ def _train(args) -> int:
         return 2
     model = FeatureRanker.fit(table)
     out = args.out or default_model_path()
-    info = {"measure_dirs": [str(d) for d in _measure_dirs(args)], "rows": len(table),
-            "pairs": len(make_pairs(table)), "families": sorted(set(table.family))}
+    info = {
+        "measure_dirs": [str(d) for d in _measure_dirs(args)],
+        "rows": len(table),
+        "pairs": len(make_pairs(table)),
+        "families": sorted(set(table.family)),
+    }
     save_model(model, out, info)
     print(f"trained on {len(table)} rows of {len(info['families'])} families; wrote {out}")
     return 0
@@ -83,9 +106,15 @@ def _eval(args) -> int:
     from cudaperf.ranker.lm_ranker import LMRankerConfig
     from cudaperf.ranker.report import EvalOptions, evaluate_all, render_markdown
 
-    options = EvalOptions(_measure_dirs(args), args.cache, args.workers, args.lm, args.lm_scores,
-                          LMRankerConfig(steps=args.lm_steps, device=args.lm_device),
-                          families=tuple(f for f in args.families.split(",") if f))
+    options = EvalOptions(
+        _measure_dirs(args),
+        args.cache,
+        args.workers,
+        args.lm,
+        args.lm_scores,
+        LMRankerConfig(steps=args.lm_steps, device=args.lm_device),
+        families=tuple(f for f in args.families.split(",") if f),
+    )
     results = evaluate_all(options)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ranker_eval.json").write_text(json.dumps(results, indent=1, sort_keys=True))
@@ -127,8 +156,10 @@ def _score(args) -> int:
     problem = Problem.of(task)
     configs = [args.config] if args.config else list(problem.config_names)
     if args.config and args.config not in problem.config_names:
-        print(f"cudaperf rank score: no configuration {args.config!r} (has {', '.join(problem.config_names)})",
-              file=sys.stderr)
+        print(
+            f"cudaperf rank score: no configuration {args.config!r} (has {', '.join(problem.config_names)})",
+            file=sys.stderr,
+        )
         return 2
     sources = [f.read_text() for f in args.files]
     per_config = np.asarray([loaded.backend.score_many(sources, problem, c) for c in configs])
@@ -136,15 +167,32 @@ def _score(args) -> int:
     order = np.argsort(-mean, kind="stable")
     for rank, i in enumerate(order, 1):
         why = loaded.backend.explain(sources[i], problem, configs[0], args.explain) if args.explain else []
-        _print_row(args, rank, args.files[i], float(mean[i]), loaded.backend.probability_of_score(mean[i]),
-                   dict(zip(configs, per_config[:, i].tolist(), strict=True)), why)
+        _print_row(
+            args,
+            rank,
+            args.files[i],
+            float(mean[i]),
+            loaded.backend.probability_of_score(mean[i]),
+            dict(zip(configs, per_config[:, i].tolist(), strict=True)),
+            why,
+        )
     return 0
 
 
 def _print_row(args, rank: int, path: Path, score: float, prob: float, per: dict, why: list) -> None:
     if args.json:
-        print(json.dumps({"rank": rank, "file": str(path), "score": score, "p_faster_than_typical": prob,
-                          "per_config": per, "explain": why}))
+        print(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "file": str(path),
+                    "score": score,
+                    "p_faster_than_typical": prob,
+                    "per_config": per,
+                    "explain": why,
+                }
+            )
+        )
         return
     configs = " ".join(f"{c}={s:+.2f}" for c, s in per.items())
     print(f"{rank:3d}. {path}  score {score:+.3f}  P(faster than typical) {prob:.2f}  [{configs}]")

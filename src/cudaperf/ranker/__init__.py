@@ -18,11 +18,11 @@ top_k(ranker, candidates, task, k=2)               # evaluate only these on the 
 |---|---|
 | `contract.py` | the `Ranker` protocol both backends implement; `reward_probability` |
 | `problem.py` | a task as the ranker sees it: calling a solution on meta tensors, sizes per configuration |
-| `trace.py` | the launches a solution's host code makes (grid, block, kernel arguments), no GPU; sandboxed variant |
-| `features.py` | per-configuration features: problem, launches against the problem, bound analysis, source text |
+| `trace.py` | a solution's launches (grid, block, kernel arguments) without a GPU; sandboxed variant |
+| `features.py` | per-configuration features: problem, launches vs problem, bound analysis, source text |
 | `table.py` | the measured dataset as rows with features (cached on disk) |
-| `pairs.py` | pairs beyond noise, balanced orientation, leave-one-group-out and dataset splits, length control |
-| `feature_ranker.py` | LightGBM regression on relative log time; calibration; explanations; `FeatureBackend` |
+| `pairs.py` | pairs beyond noise, balanced orientation, LOFO and dataset splits, length control |
+| `feature_ranker.py` | LightGBM on relative log time; calibration; explanations; `FeatureBackend` |
 | `lm_ranker.py` | Bradley-Terry head on a Hugging Face model; tiny model from a config for CPU and CI |
 | `metrics.py` | pairwise accuracy (macro, pooled, buckets), Kendall tau, calibration |
 | `evaluation.py` | held-out scores (LOFO, test families, LM) and every figure beside the baselines |

@@ -3,13 +3,13 @@
 `lofo_scores` trains one feature ranker per split group on every other group and scores the held-out
 group's rows with it, so each row's score comes from a model that never saw its family (nor any family of
 its split group). The calibration slope used for a group's P(a faster) is fitted on the held-out scores
-of all the other groups: nothing of the group's own labels enters its probabilities. `split_scores` trains on the dataset's train and val families and scores the test
-families. `figures` turns per-row scores of any number of scorers (the ranker, baselines, the LM backend)
-into one JSON-ready dictionary: accuracy per gap bucket (macro over families and pooled), on
-length-controlled pairs, Kendall's tau, calibration of the ranker's P(a faster).
+of all the other groups: nothing of the group's own labels enters its probabilities. `split_scores`
+trains on the dataset's train and val families and scores the test families; `lm_split_scores` does the
+same for an LM ranker. `figures` turns per-row scores of any number of scorers (the ranker, baselines,
+the LM backend) into one JSON-ready dictionary: accuracy per gap bucket (macro over families and pooled),
+on length-controlled pairs, Kendall's tau, calibration of the ranker's P(a faster).
 
-Not covered: rendering (benchmarks/ranker_report.py writes markdown from `figures`), the LM backend's
-training (lm_ranker.py).
+Not covered: rendering (report.py writes markdown from `figures`), the LM backend itself (lm_ranker.py).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ class HeldOut:
     losses: tuple[float, ...] = ()  # the LM backend's training losses
 
 
-def lofo_scores(table: Table, config: FeatureRankerConfig | None = None,
-                progress: Callable[[str], None] | None = None) -> HeldOut:
+def lofo_scores(
+    table: Table, config: FeatureRankerConfig | None = None, progress: Callable[[str], None] | None = None
+) -> HeldOut:
     scores = np.full(len(table), np.nan)
     folds = list(lofo_folds(table))
     for group, held in folds:
@@ -71,18 +72,31 @@ def split_scores(table: Table, config: FeatureRankerConfig | None = None) -> Hel
 
 
 def baseline_scores(table: Table, seed: int = 0) -> dict[str, np.ndarray]:
-    return {"random": metrics.random_scores(len(table), seed), "longer_source": table.source_chars.astype(float),
-            "structural": np.nan_to_num(table.structural, nan=0.0)}
+    return {
+        "random": metrics.random_scores(len(table), seed),
+        "longer_source": table.source_chars.astype(float),
+        "structural": np.nan_to_num(table.structural, nan=0.0),
+    }
 
 
 def _acc(scores: np.ndarray, pairs: Pairs) -> dict:
     a = metrics.accuracy(scores, pairs)
-    return {"macro": a.macro, "pooled": a.pooled, "pairs": a.pairs, "per_family": a.per_family,
-            "pairs_per_family": a.pairs_per_family}
+    return {
+        "macro": a.macro,
+        "pooled": a.pooled,
+        "pairs": a.pairs,
+        "per_family": a.per_family,
+        "pairs_per_family": a.pairs_per_family,
+    }
 
 
-def figures(table: Table, pairs: Pairs, scorers: Mapping[str, np.ndarray], held: HeldOut | None = None,
-            ranker_name: str = "feature_ranker") -> dict:
+def figures(
+    table: Table,
+    pairs: Pairs,
+    scorers: Mapping[str, np.ndarray],
+    held: HeldOut | None = None,
+    ranker_name: str = "feature_ranker",
+) -> dict:
     """Every figure for the pairs whose rows all scorers scored (finite scores)."""
     finite = np.all([np.isfinite(s) for s in scorers.values()], axis=0)
     pairs = pairs.select(finite[pairs.a] & finite[pairs.b])
@@ -91,7 +105,8 @@ def figures(table: Table, pairs: Pairs, scorers: Mapping[str, np.ndarray], held:
         sel = pairs.select(at_least(pairs, gap))
         ctl = sel.select(length_controlled(table, sel))
         out["buckets"][f">={gap:g}x"] = {
-            name: {"all": _acc(s, sel), "length_controlled": _acc(s, ctl)} for name, s in scorers.items()}
+            name: {"all": _acc(s, sel), "length_controlled": _acc(s, ctl)} for name, s in scorers.items()
+        }
     out["kendall_tau"] = {name: metrics.kendall_tau(s, table) for name, s in scorers.items()}
     if held is not None and ranker_name in scorers:
         s = scorers[ranker_name]
@@ -100,9 +115,15 @@ def figures(table: Table, pairs: Pairs, scorers: Mapping[str, np.ndarray], held:
     return out
 
 
-def lm_split_scores(table: Table, make_ranker: Callable[[list[str]], LMRanker], pairs: Pairs, *,
-                    max_train_pairs: int = 50_000, seed: int = 0,
-                    progress: Callable[[str], None] | None = None) -> HeldOut:
+def lm_split_scores(
+    table: Table,
+    make_ranker: Callable[[list[str]], LMRanker],
+    pairs: Pairs,
+    *,
+    max_train_pairs: int = 50_000,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> HeldOut:
     """Train an LM ranker (`make_ranker(training texts)`) on the pairs of the dataset's train and val
     families, score every row of the test families. Training pairs are all pairs beyond noise (a sample of
     `max_train_pairs` at most); the calibration slope is fitted on a sample of them."""
@@ -116,8 +137,11 @@ def lm_split_scores(table: Table, make_ranker: Callable[[list[str]], LMRanker], 
     faster = np.where(tr.a_faster, tr.a, tr.b)
     slower = np.where(tr.a_faster, tr.b, tr.a)
     ranker = make_ranker([texts[i] for i in np.unique(np.concatenate([faster, slower]))[:5000]])
-    losses = ranker.train([texts[i] for i in faster], [texts[i] for i in slower],
-                          (lambda step, loss: progress(f"lm step {step}: loss {loss:.4f}")) if progress else None)
+    losses = ranker.train(
+        [texts[i] for i in faster],
+        [texts[i] for i in slower],
+        (lambda step, loss: progress(f"lm step {step}: loss {loss:.4f}")) if progress else None,
+    )
     calib = np.random.default_rng(seed + 1).permutation(len(faster))[:2000]
     rf = ranker.rewards([texts[i] for i in faster[calib]])
     rs = ranker.rewards([texts[i] for i in slower[calib]])

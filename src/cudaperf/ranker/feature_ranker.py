@@ -47,10 +47,20 @@ class FeatureRankerConfig:
     """The CPU machine has 2 cores."""
 
     def lgb_params(self) -> dict:
-        return {"objective": "regression", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
-                "min_data_in_leaf": self.min_data_in_leaf, "feature_fraction": self.feature_fraction,
-                "bagging_fraction": self.bagging_fraction, "bagging_freq": 1, "lambda_l2": self.lambda_l2,
-                "seed": self.seed, "num_threads": self.num_threads, "verbose": -1, "deterministic": True}
+        return {
+            "objective": "regression",
+            "learning_rate": self.learning_rate,
+            "num_leaves": self.num_leaves,
+            "min_data_in_leaf": self.min_data_in_leaf,
+            "feature_fraction": self.feature_fraction,
+            "bagging_fraction": self.bagging_fraction,
+            "bagging_freq": 1,
+            "lambda_l2": self.lambda_l2,
+            "seed": self.seed,
+            "num_threads": self.num_threads,
+            "verbose": -1,
+            "deterministic": True,
+        }
 
 
 def relative_log_speed(table: Table) -> np.ndarray:
@@ -83,8 +93,9 @@ class FeatureRanker:
         self.feature_names = tuple(feature_names)
 
     @classmethod
-    def fit(cls, table: Table, config: FeatureRankerConfig | None = None,
-            calibration_folds: int = 4) -> FeatureRanker:
+    def fit(
+        cls, table: Table, config: FeatureRankerConfig | None = None, calibration_folds: int = 4
+    ) -> FeatureRanker:
         """Train on every row of `table`; calibrate on group-held-out scores (`calibration_folds` = 0:
         scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation; a table of
         one split group is calibrated on its own, overconfident, training scores)."""
@@ -92,8 +103,12 @@ class FeatureRanker:
         booster = _train(table, config)
         if calibration_folds <= 0:
             return cls(booster, 1.0, config)
-        if len(set(table.group)) < 2:  # nothing to hold out: in-sample scores (overconfident) are all there is
-            return cls(booster, fit_scale(booster.predict(table.x, num_threads=config.num_threads), table), config)
+        if (
+            len(set(table.group)) < 2
+        ):  # nothing to hold out: in-sample scores (overconfident) are all there is
+            return cls(
+                booster, fit_scale(booster.predict(table.x, num_threads=config.num_threads), table), config
+            )
         return cls(booster, fit_scale(out_of_group_scores(table, config, calibration_folds), table), config)
 
     def score_rows(self, x: np.ndarray) -> np.ndarray:
@@ -105,8 +120,9 @@ class FeatureRanker:
 
     def explain(self, x: np.ndarray, top: int = 5) -> list[list[tuple[str, float]]]:
         """Per row: the `top` features by absolute contribution to its score (TreeSHAP)."""
-        contrib = self.booster.predict(np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names)),
-                                       pred_contrib=True)[:, :-1]  # the last column is the expected value
+        contrib = self.booster.predict(
+            np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names)), pred_contrib=True
+        )[:, :-1]  # the last column is the expected value
         out = []
         for row in contrib:
             order = np.argsort(-np.abs(row))[:top]
@@ -127,8 +143,13 @@ class FeatureRanker:
 def _train(table: Table, config: FeatureRankerConfig):
     import lightgbm as lgb
 
-    data = lgb.Dataset(table.x, relative_log_speed(table), weight=family_weights(table),
-                       feature_name=list(FEATURE_NAMES), free_raw_data=False)
+    data = lgb.Dataset(
+        table.x,
+        relative_log_speed(table),
+        weight=family_weights(table),
+        feature_name=list(FEATURE_NAMES),
+        free_raw_data=False,
+    )
     return lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
 
 
@@ -217,8 +238,9 @@ class FeatureBackend:
         from cudaperf.ranker.trace import trace_isolated, trace_solution
 
         tracer = trace_solution if self.pool is None else (lambda s, p, c: trace_isolated(s, p, c, self.pool))
-        return config_features(candidate, self.problem(task), config, facts=self.facts(candidate),
-                               compile=False, tracer=tracer)
+        return config_features(
+            candidate, self.problem(task), config, facts=self.facts(candidate), compile=False, tracer=tracer
+        )
 
     def score(self, candidate: str, task, config: str) -> float:
         return float(self.model.score_rows(np.asarray(self.features(candidate, task, config).values))[0])

@@ -48,19 +48,78 @@ from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 SCHEMA_VERSION = 2  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
-PROBLEM = ("p_log_in_elems", "p_log_out_elems", "p_elem_bytes", "p_log_in_per_out", "p_log_value_span",
-           "p_is_c")
-LAUNCH = ("l_trace_ok", "l_launches", "l_log_launches", "l_kernels", "l_log_threads", "l_log_blocks_max",
-          "l_block_threads", "l_log_threads_per_out", "l_log_threads_per_in", "l_waves", "l_log_waves",
-          "l_tail_idle", "l_underfilled_launches", "l_smem_dyn_bytes", "l_grid_dims", "l_block_dims")
-ANALYSIS = ("a_ok", "a_log_flops", "a_log_bytes", "a_log_bytes_per_out", "a_log_bytes_per_in",
-            "a_log_flops_per_out", "a_intensity", "a_registers", "a_spill_bytes", "a_smem_static_bytes",
-            "a_occupancy", "a_blocks_per_sm", "a_barriers", "a_divergent_barriers", "a_atomics",
-            "a_global_atomics", "a_shared_atomics", "a_log_atomic_contention", "a_log_shared_atomic_contention",
-            "a_log_requested_per_out", "a_log_reuse", "a_vectorized", "a_global", "a_coalesced_share", "a_strided_share",
-            "a_uncoalesced_share", "a_broadcast_share", "a_shared", "a_bank_conflict_max", "a_structural")
-SOURCE = ("s_shuffles", "s_wmma", "s_unroll", "s_loops", "s_max_loop_depth", "s_shared_arrays", "s_ldg",
-          "s_restrict", "s_early_return", "s_float4", "s_kernels", "s_device_functions")
+PROBLEM = (
+    "p_log_in_elems",
+    "p_log_out_elems",
+    "p_elem_bytes",
+    "p_log_in_per_out",
+    "p_log_value_span",
+    "p_is_c",
+)
+LAUNCH = (
+    "l_trace_ok",
+    "l_launches",
+    "l_log_launches",
+    "l_kernels",
+    "l_log_threads",
+    "l_log_blocks_max",
+    "l_block_threads",
+    "l_log_threads_per_out",
+    "l_log_threads_per_in",
+    "l_waves",
+    "l_log_waves",
+    "l_tail_idle",
+    "l_underfilled_launches",
+    "l_smem_dyn_bytes",
+    "l_grid_dims",
+    "l_block_dims",
+)
+ANALYSIS = (
+    "a_ok",
+    "a_log_flops",
+    "a_log_bytes",
+    "a_log_bytes_per_out",
+    "a_log_bytes_per_in",
+    "a_log_flops_per_out",
+    "a_intensity",
+    "a_registers",
+    "a_spill_bytes",
+    "a_smem_static_bytes",
+    "a_occupancy",
+    "a_blocks_per_sm",
+    "a_barriers",
+    "a_divergent_barriers",
+    "a_atomics",
+    "a_global_atomics",
+    "a_shared_atomics",
+    "a_log_atomic_contention",
+    "a_log_shared_atomic_contention",
+    "a_log_requested_per_out",
+    "a_log_reuse",
+    "a_vectorized",
+    "a_global",
+    "a_coalesced_share",
+    "a_strided_share",
+    "a_uncoalesced_share",
+    "a_broadcast_share",
+    "a_shared",
+    "a_bank_conflict_max",
+    "a_structural",
+)
+SOURCE = (
+    "s_shuffles",
+    "s_wmma",
+    "s_unroll",
+    "s_loops",
+    "s_max_loop_depth",
+    "s_shared_arrays",
+    "s_ldg",
+    "s_restrict",
+    "s_early_return",
+    "s_float4",
+    "s_kernels",
+    "s_device_functions",
+)
 FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE
 NAN = float("nan")
 
@@ -95,20 +154,33 @@ def compiler_facts(source: str, arch: str = "sm_90") -> CompilerFacts | None:
     res = [k.resources for k in report.kernels if k.resources is not None]
     if not res:
         return None
-    return CompilerFacts(max(r.registers for r in res), max(r.smem_static_bytes or 0 for r in res),
-                         sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res))
+    return CompilerFacts(
+        max(r.registers for r in res),
+        max(r.smem_static_bytes or 0 for r in res),
+        sum((r.spill_store_bytes or 0) + (r.spill_load_bytes or 0) for r in res),
+    )
 
 
 def facts_from_static(row: Mapping[str, Any] | None) -> CompilerFacts | None:
     """The same facts from a committed `features*.jsonl` row's `features` (stats.compact_features)."""
     if not row or row.get("registers_max") is None:
         return None
-    return CompilerFacts(int(row["registers_max"]), int(row.get("smem_static_bytes_max") or 0),
-                         int(row.get("spill_bytes") or 0))
+    return CompilerFacts(
+        int(row["registers_max"]),
+        int(row.get("smem_static_bytes_max") or 0),
+        int(row.get("spill_bytes") or 0),
+    )
 
 
-def config_features(source: str, problem: Problem | Any, config: str, *, facts: CompilerFacts | None = None,
-                    compile: bool = True, tracer=trace_solution) -> ConfigFeatures:
+def config_features(
+    source: str,
+    problem: Problem | Any,
+    config: str,
+    *,
+    facts: CompilerFacts | None = None,
+    compile: bool = True,
+    tracer=trace_solution,
+) -> ConfigFeatures:
     """Features of `source` on `config` of `problem` (a `Problem`, `Task` or dataset task). Never raises.
 
     `facts`: the source's compiler facts when known; otherwise built here when `compile` (cached on disk).
@@ -132,8 +204,9 @@ def config_features(source: str, problem: Problem | Any, config: str, *, facts: 
     values.update(analysis_values(report, trace, sizes, score))
     values.update(launch_values(trace, sizes, _blocks_per_sm(report)))
     values.update(source_values(source))
-    return ConfigFeatures(tuple(float(values.get(n, NAN)) for n in FEATURE_NAMES), len(source), score,
-                          tuple(notes))
+    return ConfigFeatures(
+        tuple(float(values.get(n, NAN)) for n in FEATURE_NAMES), len(source), score, tuple(notes)
+    )
 
 
 def _l2(x: float | None) -> float:
@@ -147,9 +220,14 @@ def _ratio_l2(a: float | None, b: float | None) -> float:
 def problem_values(s: ProblemSizes, problem: Problem) -> dict[str, float]:
     from cudaperf.types import TaskKind
 
-    return {"p_log_in_elems": _l2(s.in_elems), "p_log_out_elems": _l2(s.out_elems),
-            "p_elem_bytes": float(s.elem_bytes), "p_log_in_per_out": _ratio_l2(s.in_elems, s.out_elems),
-            "p_log_value_span": _l2(s.value_span), "p_is_c": float(problem.kind is TaskKind.C)}
+    return {
+        "p_log_in_elems": _l2(s.in_elems),
+        "p_log_out_elems": _l2(s.out_elems),
+        "p_elem_bytes": float(s.elem_bytes),
+        "p_log_in_per_out": _ratio_l2(s.in_elems, s.out_elems),
+        "p_log_value_span": _l2(s.value_span),
+        "p_is_c": float(problem.kind is TaskKind.C),
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -164,24 +242,33 @@ def _main_launch(launches: tuple[LaunchRecord, ...]) -> LaunchRecord | None:
 def launch_values(trace: TraceResult, s: ProblemSizes, blocks_per_sm: dict[str, int]) -> dict[str, float]:
     launches = trace.launches
     main = _main_launch(launches)
-    out = {"l_trace_ok": float(trace.ok and bool(launches)), "l_launches": float(len(launches)),
-           "l_log_launches": _l2(len(launches)), "l_kernels": float(len({x.kernel for x in launches}))}
+    out = {
+        "l_trace_ok": float(trace.ok and bool(launches)),
+        "l_launches": float(len(launches)),
+        "l_log_launches": _l2(len(launches)),
+        "l_kernels": float(len({x.kernel for x in launches})),
+    }
     if main is None:
         return out
     threads = main.blocks * main.threads_per_block
     per_sm = blocks_per_sm.get(main.kernel) or max(1, 2048 // max(32, main.threads_per_block))
     waves = main.blocks / (per_sm * H200_SMS)
-    out.update({
-        "l_log_threads": _l2(sum(x.blocks * x.threads_per_block for x in launches)),
-        "l_log_blocks_max": _l2(main.blocks), "l_block_threads": float(main.threads_per_block),
-        "l_log_threads_per_out": _ratio_l2(threads, s.out_elems),
-        "l_log_threads_per_in": _ratio_l2(threads, s.in_elems),
-        "l_waves": waves, "l_log_waves": _ratio_l2(waves, 1.0) if waves > 0 else NAN,
-        "l_tail_idle": (math.ceil(waves) - waves) / math.ceil(waves) if waves > 0 else NAN,
-        "l_underfilled_launches": float(sum(x.blocks < H200_SMS for x in launches)),
-        "l_smem_dyn_bytes": float(max(x.smem_bytes for x in launches)),
-        "l_grid_dims": float(sum(d > 1 for d in main.grid)), "l_block_dims": float(sum(d > 1 for d in main.block)),
-    })
+    out.update(
+        {
+            "l_log_threads": _l2(sum(x.blocks * x.threads_per_block for x in launches)),
+            "l_log_blocks_max": _l2(main.blocks),
+            "l_block_threads": float(main.threads_per_block),
+            "l_log_threads_per_out": _ratio_l2(threads, s.out_elems),
+            "l_log_threads_per_in": _ratio_l2(threads, s.in_elems),
+            "l_waves": waves,
+            "l_log_waves": _ratio_l2(waves, 1.0) if waves > 0 else NAN,
+            "l_tail_idle": (math.ceil(waves) - waves) / math.ceil(waves) if waves > 0 else NAN,
+            "l_underfilled_launches": float(sum(x.blocks < H200_SMS for x in launches)),
+            "l_smem_dyn_bytes": float(max(x.smem_bytes for x in launches)),
+            "l_grid_dims": float(sum(d > 1 for d in main.grid)),
+            "l_block_dims": float(sum(d > 1 for d in main.block)),
+        }
+    )
     return out
 
 
@@ -202,7 +289,9 @@ def _analysis(source: str, trace: TraceResult, facts: CompilerFacts | None, note
     failed = [d for d in report.diagnostics if d.startswith("analysis failed")]
     notes.extend(failed[:1])
     if facts is not None:
-        report = dataclasses.replace(report, kernels=tuple(_with_facts(k, facts, launch) for k in report.kernels))
+        report = dataclasses.replace(
+            report, kernels=tuple(_with_facts(k, facts, launch) for k in report.kernels)
+        )
     score = structural_score(report.kernels)[0] if report.kernels else NAN
     return report, score
 
@@ -216,16 +305,21 @@ def _with_facts(k, facts: CompilerFacts, launch: Mapping[str, Mapping[str, Any]]
     seen = launch.get(k.kernel, {})
     block = seen.get("block", (256, 1, 1))
     threads = block[0] * block[1] * block[2]
-    res = ResourceUsage(k.kernel, "sm_90", facts.registers or 0, facts.smem_static_bytes, 0,
-                        facts.spill_bytes, 0)
-    occ = theoretical_occupancy("sm_90", threads, facts.registers or 0, facts.smem_static_bytes,
-                                int(seen.get("smem_bytes", 0)))
+    res = ResourceUsage(
+        k.kernel, "sm_90", facts.registers or 0, facts.smem_static_bytes, 0, facts.spill_bytes, 0
+    )
+    occ = theoretical_occupancy(
+        "sm_90", threads, facts.registers or 0, facts.smem_static_bytes, int(seen.get("smem_bytes", 0))
+    )
     return dataclasses.replace(k, resources=res, occupancy=occ)
 
 
 def _blocks_per_sm(report) -> dict[str, int]:
-    return {k.kernel: k.occupancy.active_blocks_per_sm for k in report.kernels
-            if k.occupancy is not None and k.occupancy.active_blocks_per_sm}
+    return {
+        k.kernel: k.occupancy.active_blocks_per_sm
+        for k in report.kernels
+        if k.occupancy is not None and k.occupancy.active_blocks_per_sm
+    }
 
 
 def _launch_counts(trace: TraceResult) -> dict[str, int]:
@@ -282,7 +376,9 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
     threads = main.blocks * main.threads_per_block if main else None
     requested, footprint = _requested(report, trace)
     out = {
-        "a_ok": 1.0, "a_log_flops": _l2(flops), "a_log_bytes": _l2(bytes_),
+        "a_ok": 1.0,
+        "a_log_flops": _l2(flops),
+        "a_log_bytes": _l2(bytes_),
         "a_log_bytes_per_out": _ratio_l2(bytes_, s.out_elems * s.elem_bytes),
         "a_log_bytes_per_in": _ratio_l2(bytes_, s.in_elems * s.elem_bytes),
         "a_log_flops_per_out": _ratio_l2(flops, s.out_elems) if flops else 0.0,
@@ -294,13 +390,16 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
         "a_blocks_per_sm": min((o.active_blocks_per_sm for o in occ), default=NAN),
         "a_barriers": float(sum(k.barriers for k in ks)),
         "a_divergent_barriers": float(sum(len(k.divergent_barriers) for k in ks)),
-        "a_atomics": float(atomics), "a_global_atomics": float(g_atomics), "a_shared_atomics": float(s_atomics),
+        "a_atomics": float(atomics),
+        "a_global_atomics": float(g_atomics),
+        "a_shared_atomics": float(s_atomics),
         "a_log_atomic_contention": _contention(g_atomics, threads, s),
         "a_log_shared_atomic_contention": _contention(s_atomics, main.threads_per_block if main else None, s),
         "a_log_requested_per_out": _ratio_l2(requested, s.out_elems * s.elem_bytes),
         "a_log_reuse": _ratio_l2(requested, footprint),
         "a_vectorized": float(sum(k.vectorized_accesses for k in ks)),
-        "a_global": float(len(glob)), "a_shared": float(len(shared)),
+        "a_global": float(len(glob)),
+        "a_shared": float(len(shared)),
         "a_bank_conflict_max": float(max((a.bank_conflict_degree or 1 for a in shared), default=0)),
         "a_structural": score,
     }
@@ -331,10 +430,17 @@ def _coalescing_shares(glob) -> dict[str, float]:
 
 
 _PATTERNS = {
-    "s_shuffles": r"__shfl\w*_sync", "s_wmma": r"\bwmma::|\bmma_sync\b|\bmma\.sync", "s_unroll": r"#pragma\s+unroll",
-    "s_loops": r"\b(?:for|while)\s*\(", "s_shared_arrays": r"__shared__", "s_ldg": r"__ldg\s*\(",
-    "s_restrict": r"__restrict__", "s_early_return": r"\breturn\s*;", "s_float4": r"\b(?:float4|double2|int4)\b",
-    "s_kernels": r"__global__", "s_device_functions": r"__device__",
+    "s_shuffles": r"__shfl\w*_sync",
+    "s_wmma": r"\bwmma::|\bmma_sync\b|\bmma\.sync",
+    "s_unroll": r"#pragma\s+unroll",
+    "s_loops": r"\b(?:for|while)\s*\(",
+    "s_shared_arrays": r"__shared__",
+    "s_ldg": r"__ldg\s*\(",
+    "s_restrict": r"__restrict__",
+    "s_early_return": r"\breturn\s*;",
+    "s_float4": r"\b(?:float4|double2|int4)\b",
+    "s_kernels": r"__global__",
+    "s_device_functions": r"__device__",
 }
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 

@@ -57,12 +57,21 @@ def solution_text(source: str, sizes: ProblemSizes | None) -> str:
     if sizes is None:
         return body
     scalars = " ".join(f"{k}={v:g}" for k, v in sorted(sizes.scalars.items()))
-    return (f"in_elems={sizes.in_elems} out_elems={sizes.out_elems} elem_bytes={sizes.elem_bytes} "
-            f"{scalars}\n{body}")
+    return (
+        f"in_elems={sizes.in_elems} out_elems={sizes.out_elems} elem_bytes={sizes.elem_bytes} "
+        f"{scalars}\n{body}"
+    )
 
 
-def tiny_model(texts: Sequence[str], *, vocab_size: int = 2000, hidden_size: int = 64, layers: int = 2,
-               max_tokens: int = 512, seed: int = 0):
+def tiny_model(
+    texts: Sequence[str],
+    *,
+    vocab_size: int = 2000,
+    hidden_size: int = 64,
+    layers: int = 2,
+    max_tokens: int = 512,
+    seed: int = 0,
+):
     """(model, tokenizer): a random ~1 M-parameter Llama sequence classifier and a BPE trained on `texts`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -71,13 +80,25 @@ def tiny_model(texts: Sequence[str], *, vocab_size: int = 2000, hidden_size: int
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     bpe.train_from_iterator(list(texts), trainer)
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>", eos_token="<eos>")
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=max_tokens, num_labels=1, pad_token_id=tok.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_tokens,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(seed)
     return LlamaForSequenceClassification(config), tok
 
@@ -91,8 +112,9 @@ def load_pretrained(name_or_dir: str, dtype: str = "float32"):
     tok = AutoTokenizer.from_pretrained(name_or_dir)
     if tok.pad_token is None:  # SmolLM2 has none: its end-of-text token pads
         tok.pad_token = tok.eos_token or "<|endoftext|>"
-    model = AutoModelForSequenceClassification.from_pretrained(name_or_dir, num_labels=1,
-                                                               dtype=getattr(torch, dtype))
+    model = AutoModelForSequenceClassification.from_pretrained(
+        name_or_dir, num_labels=1, dtype=getattr(torch, dtype)
+    )
     model.config.pad_token_id = tok.pad_token_id
     return model, tok
 
@@ -110,8 +132,9 @@ class LMRanker:
 
     # -- scoring -------------------------------------------------------------------------------------
     def _encode(self, texts: Sequence[str]):
-        return self.tokenizer(list(texts), truncation=True, max_length=self.config.max_tokens, padding=True,
-                              return_tensors="pt").to(self.config.device)
+        return self.tokenizer(
+            list(texts), truncation=True, max_length=self.config.max_tokens, padding=True, return_tensors="pt"
+        ).to(self.config.device)
 
     def _autocast(self):
         import contextlib
@@ -130,7 +153,7 @@ class LMRanker:
         out = []
         with torch.no_grad(), self._autocast():
             for i in range(0, len(texts), batch):
-                logits = self.model(**self._encode(texts[i:i + batch])).logits
+                logits = self.model(**self._encode(texts[i : i + batch])).logits
                 out.append(logits[:, 0].float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros(0)
 
@@ -157,8 +180,12 @@ class LMRanker:
         return 1.0 / (1.0 + math.exp(-self.scale * score))
 
     # -- training ------------------------------------------------------------------------------------
-    def train(self, faster: Sequence[str], slower: Sequence[str],
-              progress: Callable[[int, float], None] | None = None) -> list[float]:
+    def train(
+        self,
+        faster: Sequence[str],
+        slower: Sequence[str],
+        progress: Callable[[int, float], None] | None = None,
+    ) -> list[float]:
         """Bradley-Terry training on aligned lists of texts (faster[i] beat slower[i]); the losses."""
         import torch
 
@@ -173,7 +200,7 @@ class LMRanker:
             enc = self._encode([faster[i] for i in pick] + [slower[i] for i in pick])
             with self._autocast():
                 r = self.model(**enc).logits[:, 0].float()
-                loss = -torch.nn.functional.logsigmoid(r[:cfg.batch_pairs] - r[cfg.batch_pairs:]).mean()
+                loss = -torch.nn.functional.logsigmoid(r[: cfg.batch_pairs] - r[cfg.batch_pairs :]).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -187,8 +214,11 @@ class LMRanker:
         from scipy.optimize import minimize_scalar
 
         d = np.asarray(reward_faster) - np.asarray(reward_slower)
-        self.scale = float(minimize_scalar(lambda s: float(np.logaddexp(0.0, -s * d).mean()),
-                                           bounds=(0.01, 50.0), method="bounded").x)
+        self.scale = float(
+            minimize_scalar(
+                lambda s: float(np.logaddexp(0.0, -s * d).mean()), bounds=(0.01, 50.0), method="bounded"
+            ).x
+        )
         return self.scale
 
     def save(self, directory: Path) -> Path:
@@ -197,8 +227,9 @@ class LMRanker:
         directory = Path(directory)
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        (directory / "cudaperf_lm_ranker.json").write_text(json.dumps({"scale": self.scale,
-                                                                        "config": asdict(self.config)}))
+        (directory / "cudaperf_lm_ranker.json").write_text(
+            json.dumps({"scale": self.scale, "config": asdict(self.config)})
+        )
         return directory
 
     @classmethod

@@ -46,8 +46,14 @@ class Pairs:
         return len(self.a)
 
     def select(self, mask: np.ndarray) -> Pairs:
-        return Pairs(self.a[mask], self.b[mask], self.a_faster[mask], self.ratio[mask], self.group[mask],
-                     self.family[mask])
+        return Pairs(
+            self.a[mask],
+            self.b[mask],
+            self.a_faster[mask],
+            self.ratio[mask],
+            self.group[mask],
+            self.family[mask],
+        )
 
 
 def make_pairs(table: Table, *, min_ratio: float = NOISE_FLOOR, seed: int = 0) -> Pairs:
@@ -74,8 +80,9 @@ def make_pairs(table: Table, *, min_ratio: float = NOISE_FLOOR, seed: int = 0) -
     a2, b2 = np.where(flip, b, a), np.where(flip, a, b)
     fam = np.asarray(table.family, dtype=object)
     grp = np.asarray(table.group, dtype=object)
-    return Pairs(a2, b2, ~flip, np.asarray(ratio), grp[a2] if len(a2) else grp[:0],
-                 fam[a2] if len(a2) else fam[:0])
+    return Pairs(
+        a2, b2, ~flip, np.asarray(ratio), grp[a2] if len(a2) else grp[:0], fam[a2] if len(a2) else fam[:0]
+    )
 
 
 def lofo_folds(table: Table) -> Iterator[tuple[str, np.ndarray]]:

@@ -68,13 +68,20 @@ def _expected_best_random(times: np.ndarray, k: int) -> tuple[float, float]:
     return float(expected), k / n
 
 
-def benchmark(table: Table, scores: np.ndarray, ks: Sequence[int] = (1, 2, 3),
-              min_candidates: int = 4) -> dict[str, Any]:
-    tasks = {t: v for t, v in _task_speeds(table, scores).items()
-             if len(v[0]) >= min_candidates and np.all(np.isfinite(v[1]))}
-    out: dict[str, Any] = {"tasks": len(tasks), "min_candidates": min_candidates,
-                           "candidates_mean": float(np.mean([len(v[0]) for v in tasks.values()])) if tasks else 0,
-                           "policies": {}}
+def benchmark(
+    table: Table, scores: np.ndarray, ks: Sequence[int] = (1, 2, 3), min_candidates: int = 4
+) -> dict[str, Any]:
+    tasks = {
+        t: v
+        for t, v in _task_speeds(table, scores).items()
+        if len(v[0]) >= min_candidates and np.all(np.isfinite(v[1]))
+    }
+    out: dict[str, Any] = {
+        "tasks": len(tasks),
+        "min_candidates": min_candidates,
+        "candidates_mean": float(np.mean([len(v[0]) for v in tasks.values()])) if tasks else 0,
+        "policies": {},
+    }
     for k in ks:
         ranked, rand, hit_r, hit_x = [], [], [], []
         for t, s, _ in tasks.values():
@@ -89,7 +96,8 @@ def benchmark(table: Table, scores: np.ndarray, ks: Sequence[int] = (1, 2, 3),
         out["policies"][f"top{k}"] = {
             "evaluations_share": evals,
             "ranker": {"speed_vs_best_geomean": _geomean(ranked), "best_found_share": float(np.mean(hit_r))},
-            "random": {"speed_vs_best_geomean": _geomean(rand), "best_found_share": float(np.mean(hit_x))}}
+            "random": {"speed_vs_best_geomean": _geomean(rand), "best_found_share": float(np.mean(hit_x))},
+        }
     out["policies"]["all"] = {"evaluations_share": 1.0, "speed_vs_best_geomean": 1.0, "best_found_share": 1.0}
     return out
 

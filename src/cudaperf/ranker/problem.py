@@ -107,7 +107,9 @@ class Problem:
     # -- sizes ---------------------------------------------------------------------------------------
     def sizes(self, config: str) -> ProblemSizes:
         if config not in self._sizes:
-            self._sizes[config] = self._c_sizes(config) if self._ctask is not None else self._torch_sizes(config)
+            self._sizes[config] = (
+                self._c_sizes(config) if self._ctask is not None else self._torch_sizes(config)
+            )
         return self._sizes[config]
 
     def _c_sizes(self, name: str) -> ProblemSizes:
@@ -117,12 +119,21 @@ class Problem:
         ins = [p for p in t.params if p.is_array and p.kind.value in ("in", "inout")]
         outs = [p for p in t.params if p.is_array and p.kind.value in ("out", "inout")]
         width = max((_C_BYTES.get(p.ctype, 4) for p in ins), default=4)
-        spans = [g.high - g.low for p in ins
-                 for g in [cfg.inputs.get(p.name) or t.inputs.get(p.name)]
-                 if g is not None and g.distribution == "randint"]
+        spans = [
+            g.high - g.low
+            for p in ins
+            for g in [cfg.inputs.get(p.name) or t.inputs.get(p.name)]
+            if g is not None and g.distribution == "randint"
+        ]
         scalars = {k: float(v) for k, v in cfg.scalars.items() if isinstance(v, (int, float))}
-        return ProblemSizes(sum(lengths[p.name] for p in ins), sum(lengths[p.name] for p in outs), width,
-                            len(ins), scalars, float(min(spans)) if spans else None)
+        return ProblemSizes(
+            sum(lengths[p.name] for p in ins),
+            sum(lengths[p.name] for p in outs),
+            width,
+            len(ins),
+            scalars,
+            float(min(spans)) if spans else None,
+        )
 
     def _torch_sizes(self, name: str) -> ProblemSizes:
         import torch
@@ -162,11 +173,18 @@ def task_record(generated: Any) -> Task:
     ns: dict[str, Any] = {"__name__": "cudaperf_ranker_task_configs"}
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(generated.text, generated.filename, "exec"), ns)  # noqa: S102 - generated task code
-    configs = tuple(InputConfig(c["name"], {k: v for k, v in c.items() if k != "name"})
-                    for c in ns["get_input_configs"]())
+    configs = tuple(
+        InputConfig(c["name"], {k: v for k, v in c.items() if k != "name"}) for c in ns["get_input_configs"]()
+    )
     meta = ns.get("CUDAPERF_TASK", {})
-    return Task(generated.task_id, TaskKind.PYTORCH, generated.text, configs, generated.filename,
-                meta.get("family", generated.family))
+    return Task(
+        generated.task_id,
+        TaskKind.PYTORCH,
+        generated.text,
+        configs,
+        generated.filename,
+        meta.get("family", generated.family),
+    )
 
 
 def log2p(x: float | None) -> float:

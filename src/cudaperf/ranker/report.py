@@ -52,21 +52,35 @@ class EvalOptions:
 
 def evaluate_all(options: EvalOptions, progress: Callable[[str], None] = print) -> dict:
     t0 = time.time()
-    table = build_table(options.measure_dirs, cache_dir=options.cache_dir, workers=options.workers,
-                        progress=True, families=options.families or None)
+    table = build_table(
+        options.measure_dirs,
+        cache_dir=options.cache_dir,
+        workers=options.workers,
+        progress=True,
+        families=options.families or None,
+    )
     pairs = make_pairs(table)
     progress(f"table: {len(table)} rows, {len(pairs)} pairs ({time.time() - t0:.0f} s)")
     base = evaluation.baseline_scores(table)
     lofo = evaluation.lofo_scores(table, options.feature_config, progress)
     split = evaluation.split_scores(table, options.feature_config)
-    out: dict = {"options": _jsonable(asdict(options)), "rows": len(table), "pairs": len(pairs),
-                 "lofo": evaluation.figures(table, pairs, {"feature_ranker": lofo.scores, **base}, lofo)}
+    out: dict = {
+        "options": _jsonable(asdict(options)),
+        "rows": len(table),
+        "pairs": len(pairs),
+        "lofo": evaluation.figures(table, pairs, {"feature_ranker": lofo.scores, **base}, lofo),
+    }
     test_scorers = {"feature_ranker": split.scores, **base}
     if options.lm != "none":
         lm = evaluation.lm_split_scores(table, _lm_factory(options), pairs, progress=progress)
         test_scorers["lm_ranker"] = lm.scores
-        out["lm"] = {"model": options.lm, "config": asdict(options.lm_config), "scale": float(np.nanmax(lm.scale)),
-                     "loss_first_100": float(np.mean(lm.losses[:100])), "loss_last_100": float(np.mean(lm.losses[-100:]))}
+        out["lm"] = {
+            "model": options.lm,
+            "config": asdict(options.lm_config),
+            "scale": float(np.nanmax(lm.scale)),
+            "loss_first_100": float(np.mean(lm.losses[:100])),
+            "loss_last_100": float(np.mean(lm.losses[-100:])),
+        }
     if options.lm_scores is not None:
         test_scorers["lm_file"] = _scores_from_file(table, options.lm_scores)
     out["test_split"] = evaluation.figures(table, pairs, test_scorers, split)
@@ -106,8 +120,9 @@ def speed(table, options: EvalOptions) -> dict:
     from cudaperf.ranker.table import row_sources
 
     sample = np.random.default_rng(0).permutation(len(table))[:5000]
-    model = FeatureRanker.fit(table.subset(np.isin(np.arange(len(table)), sample)), options.feature_config,
-                              calibration_folds=0)
+    model = FeatureRanker.fit(
+        table.subset(np.isin(np.arange(len(table)), sample)), options.feature_config, calibration_folds=0
+    )
     rows = table.x[np.resize(np.arange(len(table)), options.speed_rows)]
     t = time.perf_counter()
     model.score_rows(rows)
@@ -116,8 +131,12 @@ def speed(table, options: EvalOptions) -> dict:
     for r in rows[:500]:
         model.score_rows(r)
     one_s = (time.perf_counter() - t) / 500
-    return {"rows": len(rows), "batch_candidates_per_s": len(rows) / batch_s, "single_call_ms": one_s * 1e3,
-            **_end_to_end(table, model, row_sources(table), options.speed_sources)}
+    return {
+        "rows": len(rows),
+        "batch_candidates_per_s": len(rows) / batch_s,
+        "single_call_ms": one_s * 1e3,
+        **_end_to_end(table, model, row_sources(table), options.speed_sources),
+    }
 
 
 def _end_to_end(table, model, sources: dict[str, str], n: int) -> dict:
@@ -133,7 +152,7 @@ def _end_to_end(table, model, sources: dict[str, str], n: int) -> dict:
         task_id, config, impl = table.keys[i]
         backend = FeatureBackend(model)
         source = sources[impl] + f"\n# end-to-end timing probe {time.time_ns()} {k}\n"
-        source = source.replace("extern \"C\"", f"// probe {time.time_ns()}\nextern \"C\"", 1)
+        source = source.replace('extern "C"', f'// probe {time.time_ns()}\nextern "C"', 1)
         t = time.perf_counter()
         backend.score(source, index[task_id], config)
         first.append(time.perf_counter() - t)
@@ -141,9 +160,12 @@ def _end_to_end(table, model, sources: dict[str, str], n: int) -> dict:
         t = time.perf_counter()
         backend.score(source, index[task_id], other)
         second.append(time.perf_counter() - t)
-    return {"end_to_end_sources": n, "end_to_end_first_s_median": float(np.median(first)),
-            "end_to_end_first_s_p90": float(np.quantile(first, 0.9)),
-            "end_to_end_cached_build_s_median": float(np.median(second))}
+    return {
+        "end_to_end_sources": n,
+        "end_to_end_first_s_median": float(np.median(first)),
+        "end_to_end_first_s_p90": float(np.quantile(first, 0.9)),
+        "end_to_end_cached_build_s_median": float(np.median(second)),
+    }
 
 
 def _jsonable(value):
@@ -168,17 +190,26 @@ def _bucket_table(fig: dict, bucket: str, names: list[str], which: str = "all") 
     lines = ["| family | pairs | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for f in fams:
         n_pairs = b[names[0]][which]["pairs_per_family"].get(f, 0)
-        lines.append(f"| {f} | {n_pairs} | " + " | ".join(_pct(b[n][which]["per_family"].get(f)) for n in names) + " |")
-    lines.append("| **macro (families)** | | " + " | ".join(f"**{_pct(b[n][which]['macro'])}**" for n in names) + " |")
-    lines.append(f"| **pooled (pairs)** | {b[names[0]][which]['pairs']} | "
-                 + " | ".join(_pct(b[n][which]["pooled"]) for n in names) + " |")
+        lines.append(
+            f"| {f} | {n_pairs} | " + " | ".join(_pct(b[n][which]["per_family"].get(f)) for n in names) + " |"
+        )
+    lines.append(
+        "| **macro (families)** | | " + " | ".join(f"**{_pct(b[n][which]['macro'])}**" for n in names) + " |"
+    )
+    lines.append(
+        f"| **pooled (pairs)** | {b[names[0]][which]['pairs']} | "
+        + " | ".join(_pct(b[n][which]["pooled"]) for n in names)
+        + " |"
+    )
     return lines
 
 
 def _summary(fig: dict, names: list[str]) -> list[str]:
-    lines = ["| gap | pairs | " + " | ".join(f"{n} macro / pooled" for n in names) + " |",
-             "|---|---|" + "---|" * len(names)]
-    for bucket, per in fig["buckets"].items():
+    lines = [
+        "| gap | pairs | " + " | ".join(f"{n} macro / pooled" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for bucket, per in sorted(fig["buckets"].items(), key=lambda kv: float(kv[0][2:-1])):
         for which in ("all", "length_controlled"):
             label = bucket + (" length-controlled" if which != "all" else "")
             cells = [f"{_pct(per[n][which]['macro'])} / {_pct(per[n][which]['pooled'])}" for n in names]
@@ -188,21 +219,57 @@ def _summary(fig: dict, names: list[str]) -> list[str]:
 
 def render_markdown(r: dict) -> str:
     lofo_names = ["feature_ranker", "longer_source", "structural", "random"]
-    test_names = [n for n in ("feature_ranker", "lm_ranker", "lm_file", "longer_source", "structural", "random")
-                  if n in r["test_split"]["buckets"][">=1.5x"]]
-    parts = ["# Offline pairwise ranker (issue 20)", "",
-             (f"{r['rows']} correct measured rows, {r['pairs']} pairs beyond noise (>= 1.05x and notches apart). "
-              f"Regenerate: `cudaperf rank eval --out DIR` ({r['seconds']:.0f} s here)."), "",
-             "## Leave one split group out (feature ranker vs baselines)", "", *_summary(r["lofo"], lofo_names), "",
-             "### Per family, >= 1.5x pairs", "", *_bucket_table(r["lofo"], ">=1.5x", lofo_names), "",
-             "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)", "",
-             *_bucket_table(r["lofo"], ">=1.5x", lofo_names, "length_controlled"), "",
-             "### Kendall tau per family (mean over tasks)", "", *_tau_table(r["lofo"], lofo_names), "",
-             "### Calibration of P(a faster), all held-out pairs", "", *_calibration(r["lofo"]), "",
-             "## Dataset split: train + val families -> test families", "", *_summary(r["test_split"], test_names),
-             "", "### Per family, >= 1.5x pairs", "", *_bucket_table(r["test_split"], ">=1.5x", test_names), "",
-             "## Pre-filter (top-k by held-out ranker score vs random k vs all)", "", *_prefilter(r["prefilter"]),
-             "", "## Speed", "", *_speed(r["speed"]), ""]
+    test_names = [
+        n
+        for n in ("feature_ranker", "lm_ranker", "lm_file", "longer_source", "structural", "random")
+        if n in r["test_split"]["buckets"][">=1.5x"]
+    ]
+    parts = [
+        "# Offline pairwise ranker (issue 20)",
+        "",
+        (
+            f"{r['rows']} correct measured rows, {r['pairs']} pairs beyond noise "
+            "(>= 1.05x and notches apart). "
+            f"Regenerate: `cudaperf rank eval --out DIR` ({r['seconds']:.0f} s here)."
+        ),
+        "",
+        "## Leave one split group out (feature ranker vs baselines)",
+        "",
+        *_summary(r["lofo"], lofo_names),
+        "",
+        "### Per family, >= 1.5x pairs",
+        "",
+        *_bucket_table(r["lofo"], ">=1.5x", lofo_names),
+        "",
+        "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)",
+        "",
+        *_bucket_table(r["lofo"], ">=1.5x", lofo_names, "length_controlled"),
+        "",
+        "### Kendall tau per family (mean over tasks)",
+        "",
+        *_tau_table(r["lofo"], lofo_names),
+        "",
+        "### Calibration of P(a faster), all held-out pairs",
+        "",
+        *_calibration(r["lofo"]),
+        "",
+        "## Dataset split: train + val families -> test families",
+        "",
+        *_summary(r["test_split"], test_names),
+        "",
+        "### Per family, >= 1.5x pairs",
+        "",
+        *_bucket_table(r["test_split"], ">=1.5x", test_names),
+        "",
+        "## Pre-filter (top-k by held-out ranker score vs random k vs all)",
+        "",
+        *_prefilter(r["prefilter"]),
+        "",
+        "## Speed",
+        "",
+        *_speed(r["speed"]),
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -218,30 +285,52 @@ def _calibration(fig: dict) -> list[str]:
     c = fig.get("calibration")
     if not c:
         return ["(no calibration)"]
-    lines = [f"ECE {c['ece']:.3f}, Brier {c['brier']:.3f}", "", "| bin from | mean P | observed | pairs |",
-             "|---|---|---|---|"]
+    lines = [
+        f"ECE {c['ece']:.3f}, Brier {c['brier']:.3f}",
+        "",
+        "| bin from | mean P | observed | pairs |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {lo:.1f} | {p:.3f} | {o:.3f} | {n} |" for lo, p, o, n in c["bins"]]
     return lines
 
 
 def _prefilter(p: dict) -> list[str]:
-    lines = [(f"{p['tasks']} tasks with >= {p['min_candidates']} correct implementations "
-              f"({p['candidates_mean']:.1f} on average). Quality: geomean of best time / best-found time."), "",
-             "| policy | evaluations | ranker: quality | ranker: best found | random: quality | random: best found |",
-             "|---|---|---|---|---|---|"]
-    for name, v in p["policies"].items():
+    lines = [
+        (
+            f"{p['tasks']} tasks with >= {p['min_candidates']} correct implementations "
+            f"({p['candidates_mean']:.1f} on average). Quality: geomean of best time / best-found time."
+        ),
+        "",
+        (
+            "| policy | evaluations | ranker: quality | ranker: best found | random: quality "
+            "| random: best found |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in sorted(p["policies"].items(), key=lambda kv: (kv[0] == "all", kv[0])):
         if name == "all":
             lines.append("| all | 100% | 1.000 | 100% | 1.000 | 100% |")
             continue
-        lines.append(f"| {name} | {_pct(v['evaluations_share'])} | {v['ranker']['speed_vs_best_geomean']:.3f} | "
-                     f"{_pct(v['ranker']['best_found_share'])} | {v['random']['speed_vs_best_geomean']:.3f} | "
-                     f"{_pct(v['random']['best_found_share'])} |")
+        lines.append(
+            f"| {name} | {_pct(v['evaluations_share'])} | {v['ranker']['speed_vs_best_geomean']:.3f} | "
+            f"{_pct(v['ranker']['best_found_share'])} | {v['random']['speed_vs_best_geomean']:.3f} | "
+            f"{_pct(v['random']['best_found_share'])} |"
+        )
     return lines
 
 
 def _speed(s: dict) -> list[str]:
-    return [(f"- features computed: {s['batch_candidates_per_s']:,.0f} candidates/s in one batch of {s['rows']}; "
-             f"{s['single_call_ms']:.2f} ms per single-candidate call"),
-            (f"- source to score ({s['end_to_end_sources']} fresh sources: trace, analysis, NVRTC + ptxas): median "
-             f"{s['end_to_end_first_s_median']:.3f} s, p90 {s['end_to_end_first_s_p90']:.3f} s; another "
-             f"configuration of the same source (build cached): {s['end_to_end_cached_build_s_median']:.3f} s")]
+    return [
+        (
+            f"- features computed: {s['batch_candidates_per_s']:,.0f} candidates/s in one batch of "
+            f"{s['rows']}; "
+            f"{s['single_call_ms']:.2f} ms per single-candidate call"
+        ),
+        (
+            f"- source to score ({s['end_to_end_sources']} fresh sources: trace, analysis, NVRTC + ptxas): "
+            "median "
+            f"{s['end_to_end_first_s_median']:.3f} s, p90 {s['end_to_end_first_s_p90']:.3f} s; another "
+            f"configuration of the same source (build cached): {s['end_to_end_cached_build_s_median']:.3f} s"
+        ),
+    ]

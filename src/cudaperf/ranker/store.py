@@ -47,15 +47,26 @@ def versions() -> dict[str, str]:
 
     from cudaperf import __version__ as cudaperf_version
 
-    return {"cudaperf": str(cudaperf_version), "lightgbm": lightgbm.__version__, "numpy": numpy.__version__,
-            "python": platform.python_version()}
+    return {
+        "cudaperf": str(cudaperf_version),
+        "lightgbm": lightgbm.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | None = None) -> Path:
-    doc = {"format": FORMAT, "backend": "feature", "schema_version": SCHEMA_VERSION,
-           "feature_names": list(model.feature_names), "versions": versions(), "scale": model.scale,
-           "config": model.config_dict(), "trained_on": trained_on or {},
-           "model": model.booster.model_to_string()}
+    doc = {
+        "format": FORMAT,
+        "backend": "feature",
+        "schema_version": SCHEMA_VERSION,
+        "feature_names": list(model.feature_names),
+        "versions": versions(),
+        "scale": model.scale,
+        "config": model.config_dict(),
+        "trained_on": trained_on or {},
+        "model": model.booster.model_to_string(),
+    }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
@@ -91,10 +102,12 @@ def _schema_problem(doc: dict[str, Any], path: Path) -> str:
     if theirs != SCHEMA_VERSION or names != FEATURE_NAMES:
         missing = sorted(set(FEATURE_NAMES) - set(names))[:5]
         extra = sorted(set(names) - set(FEATURE_NAMES))[:5]
-        return (f"{path} was trained on feature schema {theirs} ({len(names)} features) but this cudaperf "
-                f"computes schema {SCHEMA_VERSION} ({len(FEATURE_NAMES)} features; missing there: {missing}, "
-                f"unknown here: {extra}): its trees would read the wrong columns. Retrain it with "
-                "`cudaperf rank train --out PATH`.")
+        return (
+            f"{path} was trained on feature schema {theirs} ({len(names)} features) but this cudaperf "
+            f"computes schema {SCHEMA_VERSION} ({len(FEATURE_NAMES)} features; missing there: {missing}, "
+            f"unknown here: {extra}): its trees would read the wrong columns. Retrain it with "
+            "`cudaperf rank train --out PATH`."
+        )
     return ""
 
 

@@ -48,10 +48,19 @@ class Table:
 
     def subset(self, mask: np.ndarray) -> Table:
         idx = np.flatnonzero(mask)
-        pick = (lambda seq: tuple(seq[i] for i in idx))
-        return Table(pick(self.keys), pick(self.family), pick(self.group), pick(self.split), self.time_ms[idx],
-                     self.rel_iqr[idx], self.n_samples[idx], self.x[idx], self.source_chars[idx],
-                     self.structural[idx])
+        pick = lambda seq: tuple(seq[i] for i in idx)
+        return Table(
+            pick(self.keys),
+            pick(self.family),
+            pick(self.group),
+            pick(self.split),
+            self.time_ms[idx],
+            self.rel_iqr[idx],
+            self.n_samples[idx],
+            self.x[idx],
+            self.source_chars[idx],
+            self.structural[idx],
+        )
 
 
 def _cache_file(cache_dir: Path, task_id: str) -> Path:
@@ -66,8 +75,12 @@ def static_facts(measure_dirs: Iterable[Path]) -> dict[str, tuple[str | None, di
     return {r["impl_id"]: (r.get("source_hash"), r.get("features") or {}) for r in rows if "impl_id" in r}
 
 
-def task_features(task: Any, impls: list[Any], cache_dir: Path,
-                  statics: dict[str, tuple[str | None, dict[str, Any]]] | None = None) -> dict[str, Any]:
+def task_features(
+    task: Any,
+    impls: list[Any],
+    cache_dir: Path,
+    statics: dict[str, tuple[str | None, dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """impl id -> {"hash", "configs": {config: [values, chars, structural, notes]}} for one dataset task,
     read from the cache where the source hash matches, computed (and written back) otherwise. Compiler
     facts come from `statics` (the committed static features) where their source hash matches."""
@@ -88,8 +101,12 @@ def task_features(task: Any, impls: list[Any], cache_dir: Path,
         configs = {}
         for c in problem.config_names:
             f = config_features(impl.source, problem, c, facts=facts)
-            configs[c] = [[_json_float(v) for v in f.values], f.source_chars, _json_float(f.structural_score),
-                          list(f.notes)]
+            configs[c] = [
+                [_json_float(v) for v in f.values],
+                f.source_chars,
+                _json_float(f.structural_score),
+                list(f.notes),
+            ]
         cached[impl.impl_id] = {"hash": h, "configs": configs}
         changed = True
     if changed:
@@ -120,9 +137,15 @@ def _worker_task(args: tuple[str, int, str, tuple[str, ...]]) -> str:
     return task_id
 
 
-def fill_cache(task_ids: Iterable[str], *, seed: int = 0, cache_dir: Path = DEFAULT_CACHE_DIR,
-               workers: int = 2, progress: bool = False,
-               measure_dirs: Iterable[Path] = (DEFAULT_MEASURE_DIR,)) -> int:
+def fill_cache(
+    task_ids: Iterable[str],
+    *,
+    seed: int = 0,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    workers: int = 2,
+    progress: bool = False,
+    measure_dirs: Iterable[Path] = (DEFAULT_MEASURE_DIR,),
+) -> int:
     """Compute the features of every task not yet cached (a pool of `workers` processes); how many ran."""
     todo = [t for t in task_ids if not _cache_file(cache_dir, t).exists()]
     if not todo:
@@ -139,10 +162,17 @@ def fill_cache(task_ids: Iterable[str], *, seed: int = 0, cache_dir: Path = DEFA
     return len(todo)
 
 
-def build_table(measure_dirs: tuple[Path, ...] = (DEFAULT_MEASURE_DIR,), *, seed: int = 0,
-                cache_dir: Path = DEFAULT_CACHE_DIR, workers: int = 2, progress: bool = False,
-                families: Iterable[str] | None = None, compute_missing: bool = True,
-                features: bool = True) -> Table:
+def build_table(
+    measure_dirs: tuple[Path, ...] = (DEFAULT_MEASURE_DIR,),
+    *,
+    seed: int = 0,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    workers: int = 2,
+    progress: bool = False,
+    families: Iterable[str] | None = None,
+    compute_missing: bool = True,
+    features: bool = True,
+) -> Table:
     """The table of every correct measured row (current sources only), features from the cache (rows of
     tasks not cached are computed first, or left out when not `compute_missing`). `features=False`: no
     features at all (NaN), source lengths from the regenerated sources: for the LM backend on a machine
@@ -152,35 +182,59 @@ def build_table(measure_dirs: tuple[Path, ...] = (DEFAULT_MEASURE_DIR,), *, seed
 
     m = load_current(*measure_dirs)
     wanted = set(families) if families else None
-    rows = [r for r in m.rows if r.get("correct") and r.get("status") == "ok" and r.get("median_ms")
-            and (wanted is None or r.get("family") in wanted)]
+    rows = [
+        r
+        for r in m.rows
+        if r.get("correct")
+        and r.get("status") == "ok"
+        and r.get("median_ms")
+        and (wanted is None or r.get("family") in wanted)
+    ]
     index = {t.task_id: t for t in registry.build_index(seed)}
     task_ids = sorted({r["task_id"] for r in rows if r["task_id"] in index})
     split_of = splits.split_tasks(index.values(), seed)
     if not features:
         return _without_features(rows, index, split_of, seed)
     if compute_missing:
-        fill_cache(task_ids, seed=seed, cache_dir=cache_dir, workers=workers, progress=progress,
-                   measure_dirs=measure_dirs)
+        fill_cache(
+            task_ids,
+            seed=seed,
+            cache_dir=cache_dir,
+            workers=workers,
+            progress=progress,
+            measure_dirs=measure_dirs,
+        )
     return _assemble(rows, index, split_of, cache_dir)
 
 
-def _without_features(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str],
-                      seed: int) -> Table:
+def _without_features(
+    rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str], seed: int
+) -> Table:
     from cudaperf.datasets import registry
 
-    chars = {i.impl_id: len(i.source) for tid in {r["task_id"] for r in rows} if tid in index
-             for i in registry.implementations(index[tid])}
+    chars = {
+        i.impl_id: len(i.source)
+        for tid in {r["task_id"] for r in rows}
+        if tid in index
+        for i in registry.implementations(index[tid])
+    }
     entries: dict[str, Any] = {}
     for r in rows:
         if r["impl_id"] in chars:
-            configs = entries.setdefault(r["task_id"], {}).setdefault(r["impl_id"], {"configs": {}})["configs"]
+            configs = entries.setdefault(r["task_id"], {}).setdefault(r["impl_id"], {"configs": {}})[
+                "configs"
+            ]
             configs[r["config"]] = [[None] * len(FEATURE_NAMES), chars[r["impl_id"]], None, []]
     return _assemble(rows, index, split_of, None, entries)
 
 
-def _assemble(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[str, str],
-              cache_dir: Path | None, entries: dict[str, Any] | None = None) -> Table:
+def _assemble(
+    rows: list[dict[str, Any]],
+    index: dict[str, Any],
+    split_of: dict[str, str],
+    cache_dir: Path | None,
+    entries: dict[str, Any] | None = None,
+) -> Table:
     from cudaperf.datasets import registry
 
     cache: dict[str, dict[str, Any]] = dict(entries or {})
@@ -206,10 +260,18 @@ def _assemble(rows: list[dict[str, Any]], index: dict[str, Any], split_of: dict[
         chars.append(entry[1])
         struct.append(np.nan if entry[2] is None else entry[2])
     x = np.asarray(xs, dtype=np.float64).reshape(len(xs), len(FEATURE_NAMES))
-    return Table(tuple(keys), tuple(fam), tuple(grp), tuple(spl), np.asarray(t, dtype=np.float64),
-                 np.asarray(iqr, dtype=np.float64), np.asarray(ns, dtype=np.float64), x,
-                 np.asarray(chars, dtype=np.float64),
-                 np.asarray(struct, dtype=np.float64))
+    return Table(
+        tuple(keys),
+        tuple(fam),
+        tuple(grp),
+        tuple(spl),
+        np.asarray(t, dtype=np.float64),
+        np.asarray(iqr, dtype=np.float64),
+        np.asarray(ns, dtype=np.float64),
+        x,
+        np.asarray(chars, dtype=np.float64),
+        np.asarray(struct, dtype=np.float64),
+    )
 
 
 def row_sources(table: Table, seed: int = 0) -> dict[str, str]:

@@ -88,8 +88,9 @@ class _Recorder:
             elif isinstance(a, (bool, int, float)):
                 pname = params[i].name if params is not None and i < len(params) else f"arg{i}"
                 scalars[pname] = float(a)
-        self.launches.append(LaunchRecord(name, _dim3(grid), _dim3(block), int(smem_bytes or 0), scalars,
-                                          tuple(elems)))
+        self.launches.append(
+            LaunchRecord(name, _dim3(grid), _dim3(block), int(smem_bytes or 0), scalars, tuple(elems))
+        )
 
 
 def _dim3(v: Any) -> tuple[int, int, int]:
@@ -218,10 +219,24 @@ def trace_job(job: dict[str, Any], report: Any) -> dict[str, Any]:
 
     report("import")
     result = trace_solution(job["source"], Problem(from_dict(Task, job["task"])), job["config"])
-    return {"outcome": None, "stage": "trace", "message": result.error, "ok": result.ok,
-            "truncated": result.truncated,
-            "launches": [{"kernel": x.kernel, "grid": x.grid, "block": x.block, "smem_bytes": x.smem_bytes,
-                          "scalars": x.scalars, "tensor_elems": x.tensor_elems} for x in result.launches]}
+    return {
+        "outcome": None,
+        "stage": "trace",
+        "message": result.error,
+        "ok": result.ok,
+        "truncated": result.truncated,
+        "launches": [
+            {
+                "kernel": x.kernel,
+                "grid": x.grid,
+                "block": x.block,
+                "smem_bytes": x.smem_bytes,
+                "scalars": x.scalars,
+                "tensor_elems": x.tensor_elems,
+            }
+            for x in result.launches
+        ],
+    }
 
 
 def trace_isolated(source: str, task: Any, config: str, pool: Any) -> TraceResult:
@@ -232,12 +247,22 @@ def trace_isolated(source: str, task: Any, config: str, pool: Any) -> TraceResul
     from cudaperf.types import to_dict
 
     problem = Problem.of(task)
-    reply = pool.run({"handler": TRACE_HANDLER, "task": to_dict(problem.task), "source": source,
-                      "config": config})
+    reply = pool.run(
+        {"handler": TRACE_HANDLER, "task": to_dict(problem.task), "source": source, "config": config}
+    )
     payload = reply.payload or {}
     if reply.outcome is not None or "launches" not in payload:
         why = getattr(reply.outcome, "value", reply.outcome)
         return TraceResult((), False, f"sandboxed trace: {why} at {reply.stage}: {reply.message}"[:300])
-    launches = tuple(LaunchRecord(x["kernel"], tuple(x["grid"]), tuple(x["block"]), x["smem_bytes"],
-                                  dict(x["scalars"]), tuple(x["tensor_elems"])) for x in payload["launches"])
+    launches = tuple(
+        LaunchRecord(
+            x["kernel"],
+            tuple(x["grid"]),
+            tuple(x["block"]),
+            x["smem_bytes"],
+            dict(x["scalars"]),
+            tuple(x["tensor_elems"]),
+        )
+        for x in payload["launches"]
+    )
     return TraceResult(launches, bool(payload["ok"]), payload.get("message", ""), bool(payload["truncated"]))
