@@ -103,3 +103,15 @@ def test_rank_train_writes_a_model_that_loads(tmp_path, capsys):
         ]
     )
     assert code == 0 and load_model(out).backend is not None
+
+
+def test_rank_score_in_the_sandbox_gives_the_same_order(capsys):
+    task = str(example_tasks_dir() / "softmax.py")
+    files = [str(example_solutions_dir("fast") / n) for n in ("softmax.py", "relu.py")]
+    main(["rank", "score", "--task", task, *files, "--json"])
+    plain = _json_lines(capsys.readouterr().out)
+    assert main(["rank", "score", "--task", task, *files, "--json", "--sandbox"]) == 0
+    boxed = _json_lines(capsys.readouterr().out)
+    assert [(r["file"], round(r["score"], 6)) for r in boxed] == [
+        (r["file"], round(r["score"], 6)) for r in plain
+    ]

@@ -7,7 +7,9 @@
   pre-filter replay, speed) as `ranker_eval.json` and `ranker_eval.md` under DIR.
 - `rank score --task TASK FILE... [--config NAME] [--model MODEL] [--explain N] [--json]`: rank candidate
   solution files of one task, best first (mean score over the task's configurations unless --config).
-  TASK is a task file (`.py` PyTorch module or `.ctask.json`) or a dataset task id.
+  TASK is a task file (`.py` PyTorch module or `.ctask.json`) or a dataset task id. The candidates'
+  host code runs on meta tensors in this process (to read their launches), or with `--sandbox` in a
+  sandboxed CPU worker (`cudaperf.execute`): use it for files you did not write.
 
 Not covered: the ranker itself (`cudaperf.ranker`); wiring the score into the reward (the caller passes
 `cudaperf.ranker.contract.reward_probability(...)` as `compute_reward(..., ranker_score=...)`).
@@ -57,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--explain", type=int, default=0, metavar="N", help="show the N features that moved each score"
     )
     score.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    score.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the candidates' host code in a sandboxed CPU worker (untrusted files)",
+    )
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
@@ -138,12 +145,27 @@ def _load_task(spec: str):
 
 
 def _score(args) -> int:
+    with _pool(args.sandbox) as pool:
+        return _score_with(args, pool)
+
+
+def _pool(sandbox: bool):
+    import contextlib
+
+    if not sandbox:
+        return contextlib.nullcontext(None)
+    from cudaperf.execute import WorkerPool
+
+    return WorkerPool(None, preload=("torch",))
+
+
+def _score_with(args, pool) -> int:
     import numpy as np
 
     from cudaperf.ranker.problem import Problem
     from cudaperf.ranker.store import load_model
 
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, pool=pool)
     if loaded.backend is None:
         print(f"cudaperf rank score: {loaded.error}", file=sys.stderr)
         return 2
