@@ -49,7 +49,8 @@ from cudaperf.types import (
     Timing,
 )
 
-__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir", "harness_row"]
+__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir", "harness_row",
+           "self_check_config", "self_check_solution"]
 
 
 def default_cache_dir() -> Path:
@@ -94,6 +95,10 @@ class EvalConfig:
     boundary: bool = True
     """The sandbox's operating-system boundary (`execute.sandbox.Limits.boundary`). Off only to measure
     what it costs (an A/B benchmark); the sandbox logs and records what is then missing."""
+    static_policy: bool = True
+    """Apply the static source policy (`anticheat.static.check_source`). False only for the self-check,
+    whose candidate is the task's own trusted reference (`self_check_config`); a syntax error and a
+    missing entry point are still decided statically."""
     static_gate_first: bool = True
     """Decide the static verdict before submitting the build, so a rejected candidate is never built.
     False: every build is submitted up front and the verdict waits for it (the order before issue 18),
@@ -247,7 +252,8 @@ class Evaluator:
     def _static_flags(self, solution: Solution) -> tuple[Flag, ...]:
         from cudaperf.anticheat.static import check_source
 
-        return tuple(check_source(solution.source, self.policy))
+        flags = tuple(check_source(solution.source, self.policy))
+        return flags if self.config.static_policy else tuple(f for f in flags if f.code == "syntax_error")
 
     @staticmethod
     def _wait_build(future: Future | None, durations: dict[str, float]) -> BuildResult | None:
@@ -284,12 +290,14 @@ class Evaluator:
         return _from_worker(start, reply, read_payload(reply.payload), build)
 
     # -- many evaluations ------------------------------------------------------------------------
-    def evaluate_many(self, pairs: Iterable[tuple[Task, Solution]], store=None,
-                      progress: bool = False) -> Iterator[EvalResult]:
+    def evaluate_many(self, pairs: Iterable[tuple[Task, Solution]], store=None, progress: bool = False,
+                      deadline_s: float | None = None) -> Iterator[EvalResult]:
         """Evaluate pairs; builds overlap with GPU work; results stream out (and into `store`) as they
         finish. Pairs already in `store` are skipped (resume). A candidate rejected by the static verdict
         is never built; a fault while finishing, storing or showing one result becomes a HARNESS_ERROR
-        row for that candidate (stored), and the batch goes on."""
+        row for that candidate (stored), and the batch goes on. `deadline_s`: no evaluation starts after
+        that many seconds; the pairs not started yield nothing and are not stored (a resume runs them)."""
+        stop_at = None if deadline_s is None else time.monotonic() + deadline_s
         done = store.done() if store is not None else set()
         todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
         jobs: queue.Queue = queue.Queue()
@@ -299,13 +307,15 @@ class Evaluator:
             if decided is not None:
                 results.put(decided)
         n_threads = max(1, len(self.devices)) if self._workers is not None else 1
-        threads = [threading.Thread(target=self._drain, args=(jobs, results), daemon=True)
+        threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at), daemon=True)
                    for _ in range(n_threads)]
         for th in threads:
             th.start()
         with _progress(progress, len(todo)) as advance:
             for _ in range(len(todo)):
-                yield self._deliver(results.get(), store, advance)
+                result = results.get()
+                if result is not None:  # None: a pair left unstarted at the deadline
+                    yield self._deliver(result, store, advance)
         for th in threads:
             th.join()
 
@@ -315,19 +325,24 @@ class Evaluator:
         try:
             start = self._static(task, sol)
             if start.rejection is not None and self.config.static_gate_first:
-                return start.rejection
+                return _with_total(start.rejection, start.durations["static"])
             jobs.put((task, sol, start, self._submit_build(sol)))
             return None
         except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
             return harness_row(EvalResult(task.task_id, sol.solution_id, Outcome.HARNESS_ERROR), "queueing",
                                exc)
 
-    def _drain(self, jobs: queue.Queue, results: queue.Queue) -> None:
+    def _drain(self, jobs: queue.Queue, results: queue.Queue, stop_at: float | None = None) -> None:
         while True:
             try:
                 task, sol, start, fut = jobs.get_nowait()
             except queue.Empty:
                 return
+            if stop_at is not None and time.monotonic() > stop_at:
+                if fut is not None:
+                    fut.cancel()
+                results.put(None)
+                continue
             results.put(self._finish_safely(task, sol, start, fut))
 
     def _finish_safely(self, task: Task, sol: Solution, start: _Start, fut: Future | None) -> EvalResult:
@@ -338,8 +353,7 @@ class Evaluator:
             result = self._finish(task, sol, start, fut)
         except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
             result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
-        total = time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0)
-        return dataclasses.replace(result, stage_durations_s={**result.stage_durations_s, "total": total})
+        return _with_total(result, time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0))
 
     @staticmethod
     def _deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
@@ -379,11 +393,42 @@ def store_quietly(store, result: EvalResult) -> bool:
         return False
 
 
+def _with_total(result: EvalResult, seconds: float) -> EvalResult:
+    return dataclasses.replace(result, stage_durations_s={**result.stage_durations_s, "total": seconds})
+
+
 def _finite_durations(durations: Any) -> dict[str, float]:
     try:
         return {str(k): float(v) for k, v in dict(durations).items()}
     except (TypeError, ValueError):
         return {}
+
+
+SELF_CHECK_ID = "self-check"
+SELF_CHECK_WRAPPER = """
+
+# cudaperf self-check: the task's own reference is the candidate.
+class ModelNew(Model):
+    pass
+"""
+
+
+def self_check_solution(task: Task) -> Solution:
+    """The task's own reference as its candidate: the task's source with `class ModelNew(Model)` added,
+    so the candidate builds, seeds and randomises as the reference does (`cudaperf eval --self-check`)."""
+    return Solution(solution_id=f"{SELF_CHECK_ID}/{task.task_id}", source=task.source + SELF_CHECK_WRAPPER,
+                    format=SolutionFormat.PYTORCH, path=task.path)
+
+
+def self_check_config(**overrides: Any) -> EvalConfig:
+    """The configuration of a self-check: everything as in a real evaluation (derived configurations,
+    correctness, timing) except the source policy and the torch-op monitor (the candidate IS torch code:
+    `Policy(allow_torch_ops=True)`, `static_policy=False`), coverage (no kernels of its own) and
+    structural analysis (no CUDA); timing against eager only unless `timing` says otherwise."""
+    settings: dict[str, Any] = {"policy": Policy(allow_torch_ops=True), "static_policy": False,
+                                "coverage": False, "analyze": False,
+                                "timing": TimingConfig(baselines=("eager",))}
+    return EvalConfig(**{**settings, **overrides})
 
 
 def decide_outcome(worker_outcome: Outcome | None, message: str,

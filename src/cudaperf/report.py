@@ -1,4 +1,5 @@
-"""Summaries of many `EvalResult`s: fast_p, outcome counts, a speedup histogram and a per-task table.
+"""Summaries of many `EvalResult`s: fast_p, outcome counts, the reasons of the results that are not correct,
+a speedup histogram and a per-task table.
 
 fast_p follows KernelBench: the share of ALL results (every evaluated (task, solution) pair, failures
 included) that are correct AND faster than the baseline by more than p, i.e. speedup > p. Any run has a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -147,6 +149,36 @@ def outcome_table(results: Sequence[EvalResult]) -> Table:
     return Table("Outcomes", ("outcome", "count", "share"), rows)
 
 
+REASON_CHARS = 160
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def reason_of(result: EvalResult) -> str:
+    """The first line of a result's message, or its stage when it has none."""
+    first = (result.message or "").strip().splitlines()[0:1]
+    if first and first[0].strip():
+        return first[0].strip()
+    return f"(no message; stage {result.stage or '?'})"
+
+
+def reasons_table(results: Sequence[EvalResult], examples: int = 3) -> Table:
+    """One line per reason of the results that are not correct (SKIPPED included): reasons that differ
+    only in their numbers share a line, which shows the first one, the count and a few solution ids."""
+    groups: dict[tuple[str, str], list[EvalResult]] = {}
+    for r in results:
+        if not r.correct:
+            reason = reason_of(r)
+            groups.setdefault((r.outcome.value, _NUMBER.sub("#", reason)), []).append(r)
+    rows = []
+    for (outcome, _), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        text = reason_of(members[0])
+        text = text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+        ids = ", ".join(f"{m.task_id}/{m.solution_id}" for m in members[:examples])
+        more = f" +{len(members) - examples}" if len(members) > examples else ""
+        rows.append((outcome, str(len(members)), text, ids + more))
+    return Table("Why results are not correct", ("outcome", "count", "reason", "examples"), tuple(rows))
+
+
 def histogram_table(results: Sequence[EvalResult], baseline: str, width: int = 40) -> Table:
     bins = speedup_histogram(results, baseline)
     peak = max((b.count for b in bins), default=0) or 1
@@ -171,6 +203,8 @@ def per_task_table(results: Sequence[EvalResult]) -> Table:
 
 def report_tables(results: Sequence[EvalResult]) -> list[Table]:
     tables = [summary_table(results), fast_p_table(results), outcome_table(results)]
+    if any(not r.correct for r in results):
+        tables.append(reasons_table(results))
     for baseline in BASELINES:
         if any(r.correct and speedup(r, baseline) is not None for r in results):
             tables.append(histogram_table(results, baseline))

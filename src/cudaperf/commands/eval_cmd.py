@@ -1,7 +1,9 @@
-"""`cudaperf eval`: evaluate one solution file, or every solution of a directory against a task directory.
+"""`cudaperf eval`: evaluate one solution file, every solution of a directory against a task directory, or
+each task's own reference as its candidate (the harness's self-check).
 
   cudaperf eval TASK.py SOLUTION.py [--out FILE] [--device auto|cuda|cpu|none] [--json]
-  cudaperf eval --tasks DIR --solutions DIR --out FILE [--resume]
+  cudaperf eval --tasks DIR --solutions DIR --out FILE [--resume] [--max-seconds S]
+  cudaperf eval --self-check TASK_OR_DIR... --out FILE [--resume] [--max-seconds S]
 
 Matching solutions to tasks (directory mode), first rule that applies wins:
   1. a first line `# cudaperf-task: <task_id>`;
@@ -11,8 +13,20 @@ Private files (`_x.py`) are ignored; files matching no task are listed and skipp
 `<solutions dir name>/<path inside it, without .py>` (e.g. `fast/vector_add`), so solutions of two
 directories evaluated into one results file never collide.
 
+Self-check (`--self-check`): every PyTorch task of the files and directories given is evaluated with a
+generated `ModelNew(Model)` as its candidate (`evaluate.self_check_solution`): the source policy, the
+torch-op monitor and coverage are off, everything else is a real evaluation (derived configurations,
+correctness, timing against eager by default). A harness that works gets CORRECT for every task; any other
+outcome is the harness's or the task's limit, classified by its outcome and reason. A task file that
+does not load is a HARNESS_ERROR row (stage "load"); a C task is SKIPPED.
+
+Every result that is not correct is printed with its reason, one line each, grouped when several share one
+(SKIPPED included). One result never ends a batch: a failure to store or print it becomes its stored
+HARNESS_ERROR row (`evaluate.harness_row`).
+
 Exit status: 0 when the one evaluation was CORRECT or SKIPPED (no GPU) or the batch ran, 1 when the
-one solution failed, 2 for a usage error (missing or broken files, a results file that needs --resume).
+one solution failed (an empty file or one without ModelNew included), 2 for a usage error (missing or
+broken files, a results file that needs --resume).
 
 Not covered: the evaluation itself (`cudaperf.evaluate.Evaluator`), summaries (`cudaperf report`).
 """
@@ -35,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", nargs="?", help="task file (KernelBench format, optional configurations)")
     parser.add_argument("solution", nargs="?", help="solution file defining ModelNew")
     parser.add_argument("--tasks", metavar="DIR", help="directory of task files (batch mode)")
+    parser.add_argument("--self-check", nargs="+", metavar="TASK", dest="self_check",
+                        help="task files or directories: evaluate each task's own reference as its candidate")
     parser.add_argument("--solutions", metavar="DIR", help="directory of solutions (batch mode)")
     parser.add_argument("--out", metavar="FILE", help="append results to this JSONL file")
     parser.add_argument("--resume", action="store_true",
@@ -43,6 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: a GPU if present, else build and static checks only")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration for correctness")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--baselines", default=None,
+                        help="comma-separated baselines to time (default eager,compile; eager for "
+                             "--self-check)")
+    parser.add_argument("--timing-budget-ms", type=float, default=None,
+                        help="timed budget per function and configuration (default 100)")
+    parser.add_argument("--allow-torch-ops", action="store_true",
+                        help="let candidates call torch compute ops (pure-PyTorch solutions)")
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="batch and self-check: start no evaluation after this many seconds (the rest "
+                             "is left for --resume)")
     parser.add_argument("--json", action="store_true", help="print results as JSON instead of tables")
 
 
@@ -109,9 +135,23 @@ def solution_id_for(directory: Path, path: Path) -> str:
 
 
 def _config(args: argparse.Namespace):
-    from cudaperf.evaluate import EvalConfig, TimingConfig
+    from dataclasses import replace
 
-    return EvalConfig(device=args.device, seeds=args.seeds, timing=TimingConfig(enabled=not args.no_timing))
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.evaluate import EvalConfig, TimingConfig, self_check_config
+
+    timing = TimingConfig(enabled=not args.no_timing)
+    if args.baselines is not None:
+        timing = replace(timing, baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()))
+    elif args.self_check:
+        timing = replace(timing, baselines=("eager",))
+    if args.timing_budget_ms is not None:
+        timing = replace(timing, budget_ms=args.timing_budget_ms,
+                         warmup_ms=min(timing.warmup_ms, args.timing_budget_ms / 4))
+    if args.self_check:
+        return self_check_config(device=args.device, seeds=args.seeds, timing=timing)
+    policy = Policy(allow_torch_ops=True) if args.allow_torch_ops else None
+    return EvalConfig(device=args.device, seeds=args.seeds, timing=timing, policy=policy)
 
 
 def _usage(message: str) -> int:
@@ -121,6 +161,12 @@ def _usage(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     batch = args.tasks or args.solutions
+    if args.self_check:
+        if batch or args.task or args.solution:
+            return _usage("--self-check takes task files or directories only (no solutions)")
+        if not args.out:
+            return _usage("--self-check needs --out FILE")
+        return run_self_check(args)
     if batch and (args.task or args.solution):
         return _usage("give either TASK SOLUTION or --tasks DIR --solutions DIR, not both")
     if batch:
@@ -168,11 +214,8 @@ def run_one(args: argparse.Namespace) -> int:
 def run_batch(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from cudaperf.evaluate import Evaluator
-    from cudaperf.report import outcome_table, to_rich
     from cudaperf.results import ResultStore
     from cudaperf.tasks import TaskError, load_tasks
-    from cudaperf.types import to_dict
 
     console = Console(stderr=args.json)
     tasks_dir, sols_dir = Path(args.tasks), Path(args.solutions)
@@ -189,27 +232,117 @@ def run_batch(args: argparse.Namespace) -> int:
     for u in unmatched:
         console.print(f"[yellow]skipped solution[/yellow] {u.path}: {u.reason}", highlight=False)
     store = ResultStore(args.out)
-    already = store.load()
-    if already and not args.resume:
-        return _usage(f"{args.out} already holds {len(already)} result(s): pass --resume to continue it, "
-                      "or choose another file")
+    if store.load() and not args.resume:
+        return _usage(f"{args.out} already holds {len(store.load())} result(s): pass --resume to continue "
+                      "it, or choose another file")
+    console.print(f"{len(pairs)} pair(s) from {len(tasks)} task(s)", highlight=False)
+    return _evaluate_pairs(args, pairs, store, console, [])
+
+
+def run_self_check(args: argparse.Namespace) -> int:
+    """Each task's own reference as its candidate (see the module docstring); results like a batch."""
+    from rich.console import Console
+
+    from cudaperf.evaluate import self_check_solution
+    from cudaperf.results import ResultStore
+    from cudaperf.types import TaskKind
+
+    console = Console(stderr=args.json)
+    store = ResultStore(args.out)
+    if store.load() and not args.resume:
+        return _usage(f"{args.out} already holds {len(store.load())} result(s): pass --resume to continue "
+                      "it, or choose another file")
+    tasks, early = load_self_check_tasks([Path(p) for p in args.self_check])
+    if not tasks and not early:
+        return _usage(f"no task files in {', '.join(args.self_check)}")
+    pairs = [(t, self_check_solution(t)) for t in tasks if t.kind is TaskKind.PYTORCH]
+    early += [_early_row(t.task_id, "SKIPPED", "the self-check covers PyTorch tasks (a C task's candidate "
+                         "is CUDA)") for t in tasks if t.kind is not TaskKind.PYTORCH]
+    console.print(f"self-check: {len(pairs)} task(s), {len(early)} decided without running", highlight=False)
+    return _evaluate_pairs(args, pairs, store, console, early)
+
+
+def load_self_check_tasks(paths: list[Path]):
+    """(tasks, HARNESS_ERROR rows for task files that do not load) from files and directories."""
+    from cudaperf.tasks import TaskError, load_task
+    from cudaperf.tasks.kernelbench import task_files
+
+    files = [f for p in paths for f in (task_files(p) if p.is_dir() else [p])]
+    tasks, rows = [], []
+    for f in files:
+        try:
+            tasks.append(load_task(f))
+        except TaskError as exc:
+            rows.append(_early_row(f.name.removesuffix(".ctask.json").removesuffix(".py"), "HARNESS_ERROR",
+                                   f"the task does not load: {exc.reason}", stage="load"))
+    return tasks, rows
+
+
+def _early_row(task_id: str, outcome: str, message: str, stage: str = "setup"):
+    from cudaperf.evaluate import SELF_CHECK_ID
+    from cudaperf.types import EvalResult, Outcome
+
+    return EvalResult(task_id=task_id, solution_id=f"{SELF_CHECK_ID}/{task_id}", outcome=Outcome[outcome],
+                      stage=stage, message=message)
+
+
+def _evaluate_pairs(args: argparse.Namespace, pairs: list, store, console, early: list) -> int:
+    """Run the pairs into `store` (rows decided without running first), print each result safely, then
+    the outcome counts and the reasons."""
+    from cudaperf.evaluate import Evaluator, store_quietly
+
     done = store.done()
     todo = sum((t.task_id, s.solution_id) not in done for t, s in pairs)
-    console.print(f"{len(pairs)} pair(s) from {len(tasks)} task(s); {len(pairs) - todo} already done, "
-                  f"{todo} to evaluate", highlight=False)
+    console.print(f"{len(pairs) - todo} already done, {todo} to evaluate", highlight=False)
     results = []
+    for row in early:
+        store_quietly(store, row)
+        results.append(_show(row, args, store))
     try:
         with Evaluator(_config(args)) as ev:
-            for result in ev.evaluate_many(pairs, store=store, progress=not args.json):
-                results.append(result)
-                if args.json:
-                    print(json.dumps(to_dict(result)), flush=True)
+            for result in ev.evaluate_many(pairs, store=store, progress=not args.json,
+                                           deadline_s=args.max_seconds):
+                results.append(_show(result, args, store))
     except RuntimeError as exc:
         return _usage(str(exc))
-    if results:
-        console.print(to_rich(outcome_table(results)))
+    if len(results) - len(early) < todo:
+        left = todo - len(results) + len(early)
+        console.print(f"stopped at --max-seconds: {left} pair(s) left for --resume", highlight=False)
+    _print_summary(console, results)
     console.print(f"results in {args.out}; summary: cudaperf report {args.out}", highlight=False)
     return 0
+
+
+def _show(result, args: argparse.Namespace, store):
+    """Print one batch result (a JSON line with --json); a failure to print it becomes its stored
+    HARNESS_ERROR row, printed plainly, and that row is what the batch keeps."""
+    from cudaperf.evaluate import harness_row, store_quietly
+    from cudaperf.types import to_dict
+
+    if not args.json:
+        return result
+    try:
+        print(json.dumps(to_dict(result)), flush=True)
+        return result
+    except Exception as exc:  # noqa: BLE001 - one result must not end the batch
+        row = harness_row(result, "printing", exc)
+        store_quietly(store, row)
+        print(json.dumps({"task_id": row.task_id, "solution_id": row.solution_id,
+                          "outcome": row.outcome.value, "message": row.message}), flush=True)
+        return row
+
+
+def _print_summary(console, results: list) -> None:
+    from cudaperf.report import outcome_table, reasons_table, to_rich
+
+    if not results:
+        return
+    for table in (outcome_table(results), reasons_table(results)):
+        try:
+            if table.rows:
+                console.print(to_rich(table))
+        except Exception as exc:  # noqa: BLE001 - the results are stored; the summary is a courtesy
+            console.print(f"(could not print {table.title}: {exc!r})", highlight=False, markup=False)
 
 
 # -- one result, readable ----------------------------------------------------------------------------

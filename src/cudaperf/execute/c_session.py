@@ -56,7 +56,6 @@ import torch
 from cudaperf.correctness import (
     Comparison,
     clone_inputs,
-    compare,
     degenerate_flags,
     mutated_positions,
     poison_allocator,
@@ -305,7 +304,7 @@ class CSession(Session):
         tol = self.ctask.tolerance_for(config)
         results = []
         for param, out, ref in zip(self.ctask.outputs, outs, expected, strict=True):
-            result = compare(comparable(out), comparable(ref), tol, path=f"`{param.name}`")
+            result = self.compare_output(comparable(out), comparable(ref), tol, path=f"`{param.name}`")
             self.flags += [replace(f, config=config.name) for f in result.flags]
             unwritten = still_filled(out, fill_byte) if not result.ok and param.kind is ParamKind.OUT else 0
             if unwritten:
@@ -338,7 +337,7 @@ class CSession(Session):
         def check(name: str, index: int, out: Any) -> bool:
             if name == RESTORE:
                 return True
-            return compare(tuple(comparable(t) for t in out), expected[index], tol).ok
+            return self.compare_output(tuple(comparable(t) for t in out), expected[index], tol).ok
 
         bench = self.bench(fns, input_sets, check, config.name)
         return self.summarize_c(config, data[0], bench)

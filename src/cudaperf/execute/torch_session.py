@@ -312,8 +312,8 @@ class TorchSession(Session):
         timed = set(self.timed_names)
         extra_timing_seeds = max(0, self.job.timing.input_sets - len(self.seeds))
         per_config = [(len(self.seeds) + (extra_timing_seeds if c.name in timed else 0))
-                      * footprint.reference_bytes * min(1.0, (self.input_bytes.get(c.name) or biggest) / biggest)
-                      for c in self.configs]
+                      * footprint.reference_bytes
+                      * min(1.0, (self.input_bytes.get(c.name) or biggest) / biggest) for c in self.configs]
         cuda = self.device.type == "cuda"
         timing = self.job.timing.enabled
         return Wanted(
@@ -454,8 +454,10 @@ class TorchSession(Session):
                                    f"randomised; {unmatched}", Severity.INFO, config.name))
 
     def forward(self, model: torch.nn.Module, inputs: list, config: str | None, monitored: bool = True):
+        """One call of the candidate, under the torch-op monitor unless the policy allows torch ops (then
+        it could flag nothing, and its per-op dispatch would only slow the call)."""
         with torch.no_grad():
-            if not monitored:
+            if not monitored or not self.job.policy.active("torch_compute_op"):
                 return model(*inputs)
             monitor = self.guards.op_monitor()
             with monitor:

@@ -46,8 +46,8 @@ _MIN_SIZE = 8
 # check), and the two differ from each other, so no single specialised size passes both.
 _FACTORS = (0.6, 0.35)
 _VERSION = 1  # bump when the derivation changes: cached derivations of another version are not reused
-_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-            ast.Pow: operator.pow, ast.Mod: operator.mod}
+_INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,8 @@ def cached_derive(source: str, declared: tuple[InputConfig, ...],
     path = _cache_dir() / f"{key[:32]}.json"
     try:
         data = json.loads(path.read_text())
-        return Derivation(configs=tuple(from_dict(InputConfig, c) for c in data["configs"]), note=data["note"])
+        configs = tuple(from_dict(InputConfig, c) for c in data["configs"])
+        return Derivation(configs=configs, note=data["note"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     derivation = derive(source, declared, runs)
