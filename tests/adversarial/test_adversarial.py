@@ -3,7 +3,8 @@
 One fixture file per hack of the table in docs/evaluation.md (`hack_<NN>_<name>.py`, several files for the
 rows with several variants) and honest solutions under `honest/`. Each fixture declares, after its
 docstring:
-- `TASK`: the example task it attacks (src/cudaperf/examples/tasks).
+- `TASK`: the task it attacks: an example task (src/cudaperf/examples/tasks), or a plain one-configuration
+  KernelBench-format file under `tasks/` (hack #13: the loader derives correctness-only configurations).
 - `EXPECT`: what the full evaluator must report, `outcome:<Outcome value>` or `flag:<code>`; alternatives
   separated by `|` (any one suffices).
 - `STATIC`: the ERROR code the static policy must raise, or None for hacks only runtime checks can see.
@@ -35,7 +36,8 @@ from cudaperf.types import Outcome, Severity
 HERE = Path(__file__).resolve().parent
 HACKS = sorted(HERE.glob("hack_*.py"))
 HONEST = sorted((HERE / "honest").glob("honest_*.py"))
-TASK_IDS = {"vector_add", "relu", "softmax", "matmul", "row_sum", "layernorm"}
+FIXTURE_TASKS = HERE / "tasks"
+TASK_IDS = {"vector_add", "relu", "softmax", "matmul", "row_sum", "layernorm", "kb_layernorm", "kb_scale_shift"}
 HACK_ROWS = set(range(1, 17))  # docs/evaluation.md, "Known reward hacks and the defences that work"
 OUTCOMES = {o.value for o in Outcome}
 
@@ -176,7 +178,16 @@ def tasks() -> dict:
     from cudaperf.tasks import load_tasks
     from cudaperf.tasks.examples import example_tasks_dir
 
-    return {t.task_id: t for t in load_tasks(example_tasks_dir())}
+    return {t.task_id: t for d in (example_tasks_dir(), FIXTURE_TASKS) for t in load_tasks(d)}
+
+
+def test_the_fixture_tasks_are_plain_files_that_get_derived_configurations(tasks):
+    from cudaperf.tasks.derived_configs import is_derived
+
+    for task_id in ("kb_layernorm", "kb_scale_shift"):
+        derived = [c for c in tasks[task_id].configs if is_derived(c)]
+        assert len(tasks[task_id].configs) == 3 and len(derived) == 2, task_id
+        assert derived[0].randomize_parameters and not any(c.timed for c in derived)
 
 
 def _solution(path: Path):
