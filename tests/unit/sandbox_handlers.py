@@ -551,3 +551,49 @@ def helper_in_scope(job, report):
 
 def helper_source(salt: str) -> str:
     return _SCALE + f"\n// {salt}\n"
+
+
+# -- the referee (issue 24, part 2): a worker whose reply native code rewrote --------------------------
+# Each runs the real evaluation (dispatch.run_eval_job, shipping its outputs to the referee), then does to
+# its payload what native code in the worker could do to the reply before it leaves.
+
+
+def forge_claim(job, report):
+    """Every configuration claimed correct, whatever the outputs were."""
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    for claim in payload["correctness"]:
+        claim.update(correct=True, message="")
+    return payload
+
+
+def claim_without_outputs(job, report):
+    """A correctness verdict claimed without running or shipping anything."""
+    report("setup")
+    report("correctness")
+    configs = [c["name"] for c in job["task"]["configs"]]
+    return {"outcome": None, "stage": "correctness", "message": "", "flags": [], "timings": [],
+            "correctness": [{"config": c, "correct": True, "seeds": len(job["seeds"])} for c in configs]}
+
+
+def inflate_timing(job, report):
+    """The candidate's timing claims a million samples: more timed work than the timing stage lasted."""
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    for timing in payload["timings"]:
+        timing["candidate"].update(n_samples=10**6, mean_ms=1.0)
+    return payload
+
+
+def references_left(job, report):
+    """The real evaluation, then what of it stays in this process: reference outputs in the cross-job
+    cache (a later job's candidate could copy them)."""
+    from cudaperf.execute import dispatch, torch_session
+
+    payload = dispatch.run_eval_job(job, report)
+    entries = list(torch_session.REFERENCES._entries.values())
+    payload["with_outputs"] = sum(1 for e in entries if e.outputs is not None)
+    payload["entries"] = len(entries)
+    return payload

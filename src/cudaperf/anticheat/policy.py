@@ -133,6 +133,10 @@ VIOLATION_CODES_ELSEWHERE = frozenset({
     "impossible_speed",
     # A forged message on the worker's result channel claims a verdict the harness never reached (#8).
     "channel_forged",
+    # What the worker reports contradicts what the referee established in a process the candidate never
+    # ran in (correctness claimed where its outputs are wrong, a verdict without shipped outputs, timed
+    # calls longer than the timing stage): native code forged the reply or its own outputs (#8, issue 24).
+    "verdict_mismatch",
     # A lazy tensor subclass as output computes at comparison time or lies about its contents (#6).
     "tensor_subclass_output",
     # Returning the reference's own output tensor is returning the reference (a variant of hack #1).

@@ -138,6 +138,8 @@ class CReferenceCache:
 
 
 C_REFERENCES = CReferenceCache()
+# With a referee: references for timing only (the serial C time and its call time), outputs zeroed at once.
+C_TIMING_REFERENCES = CReferenceCache()
 _NAIVE_MODULES: OrderedDict[str, ModuleType] = OrderedDict()  # naive ports by source hash (trusted code)
 
 
@@ -168,6 +170,10 @@ class CSession(Session):
     # No construct stage: a C candidate is a function, not a module with weights.
     STAGES = (("reference", "compute_references"), ("import", "import_candidate"),
               ("correctness", "check_correctness"))
+    # With a referee (referee.py): no C reference in this process before the outputs are shipped; the
+    # verdict is the referee's alone (no claim: it would cost a second serial C run per job), and timing
+    # re-checks the candidate against its own first outputs, which the referee found correct.
+    REFEREED_STAGES = (("import", "import_candidate"), ("correctness", "run_and_ship"))
 
     def __init__(self, report: Callable[[str], None]):
         super().__init__(report)
@@ -177,6 +183,8 @@ class CSession(Session):
         self.naive: Callable | None | bool = False  # False: not looked up yet; None: unavailable
         self.naive_why = ""  # why the naive port is unavailable
         self.on_device: dict[tuple[str, int], _OnDevice] = {}
+        self.kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # first-call outputs (referee)
+        self.extra_expected: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # timing-only seeds
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -185,6 +193,8 @@ class CSession(Session):
         self.task_key = (self.ctask.task_id, digest)
         self.timed_names = tuple(c.name for c in self.ctask.configs)
         self.wanted = wanted_baselines(self.job.timing.baselines)
+        if self.shipper is not None:
+            self.STAGES = self.REFEREED_STAGES
 
     def compute_references(self) -> None:
         for config in self.ctask.configs:
@@ -233,12 +243,57 @@ class CSession(Session):
     def device_data(self, config: CConfig, seed: int) -> _OnDevice:
         key = (config.name, seed)
         if key not in self.on_device:
-            entry = self.reference(config, seed)
-            scalars = {p.name: entry.values[p.name] for p in self.ctask.params if not p.is_array}
-            arrays = {name: to_device(entry.values[name], self.device) for name in self.input_names}
-            expected = tuple(to_device(entry.outputs[p.name], self.device) for p in self.ctask.outputs)
+            if self.shipper is not None:  # inputs only: the outputs are the referee's business
+                values, expected = make_inputs(self.ctask, config, seed), ()
+            else:
+                entry = self.reference(config, seed)
+                values = entry.values
+                expected = tuple(to_device(entry.outputs[p.name], self.device) for p in self.ctask.outputs)
+            scalars = {p.name: values[p.name] for p in self.ctask.params if not p.is_array}
+            arrays = {name: to_device(values[name], self.device) for name in self.input_names}
             self.on_device[key] = _OnDevice(scalars, arrays, expected)
         return self.on_device[key]
+
+    def expected_of(self, config: CConfig, seed: int) -> tuple[torch.Tensor, ...]:
+        """What timing re-checks against: the reference outputs, or with a referee the candidate's own
+        first outputs on a correctness seed (the referee found them correct, or timing would not run)
+        and, for a timing-only seed, the serial C reference computed now (after shipping; not kept)."""
+        if self.shipper is None:
+            return self.device_data(config, seed).expected
+        index = self.seeds.index(seed) if seed in self.seeds else None
+        if index is not None and (config.name, index) in self.kept:
+            return self.kept[(config.name, index)]
+        key = (config.name, seed)
+        if key not in self.extra_expected:
+            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
+            self.extra_expected[key] = tuple(to_device(entry.outputs[p.name], self.device)
+                                             for p in self.ctask.outputs)
+            zero_outputs(entry)
+        return self.extra_expected[key]
+
+    def run_and_ship(self) -> None:
+        """Every configuration and seed, both fill patterns, every output shipped to the referee as it
+        comes (with the names of `in` arrays the call changed); then the referee's word on timing."""
+        from cudaperf.execute.outputs import Key
+
+        for config in self.ctask.configs:
+            for i, seed in enumerate(self.seeds):
+                data = self.device_data(config, seed)
+                for k, fill_byte in enumerate(FILL_BYTES):
+                    outs, mutated = self.run_candidate(config, data, fill_byte)
+                    self.shipper.ship(Key(config.name, i, k + 1), {"output": outs, "mutated": mutated})
+                    if k == 0:
+                        self.kept[(config.name, i)] = outs
+            self.release()
+        self.proceed = bool(self.shipper.done().get("proceed"))
+
+    def scrub(self) -> None:
+        for values in [*self.kept.values(), *self.extra_expected.values()]:
+            for t in values:
+                t.view(torch.uint8).zero_()
+        self.kept.clear()
+        self.extra_expected.clear()
+        super().scrub()
 
     def drop_device(self, config: CConfig) -> None:
         self.on_device = {k: v for k, v in self.on_device.items() if k[0] != config.name}
@@ -325,7 +380,7 @@ class CSession(Session):
     def time_config(self, config: CConfig) -> ConfigTiming:
         data = [self.device_data(config, seed) for seed in self.timing_seeds]
         input_sets = [[d.arrays[name] for name in self.input_names] for d in data]
-        expected = [tuple(comparable(t) for t in d.expected) for d in data]
+        expected = [tuple(comparable(t) for t in self.expected_of(config, s)) for s in self.timing_seeds]
         tol = self.ctask.tolerance_for(config)
         fns = {CANDIDATE: self.timed(self.entry_fn, data[0], scoped=True)}
         naive = self.naive_entry(config.name)
@@ -393,7 +448,7 @@ class CSession(Session):
     def serial_c(self, config: CConfig, seed: int) -> Timing:
         """Median of repeated serial C calls on the CPU (perf_counter around each call; inputs restored
         between calls by `cref`), computed once per (task, config, seed) and cached with the reference."""
-        entry = self.reference(config, seed)
+        entry = self.reference(config, seed) if self.shipper is None else self.timing_reference(config, seed)
         if entry.serial_c is None:
             start = time.perf_counter()
             low, high = SERIAL_C_REPEATS
@@ -403,9 +458,23 @@ class CSession(Session):
                                      values=fresh_values(self.ctask, config, entry))
             if not run.ok or not run.samples_ms:
                 raise RuntimeError(f"timing the serial C reference ({config.name}) failed: {run.message}")
+            if self.shipper is not None:
+                for array in run.outputs.values():
+                    array.fill(0)
             entry.serial_c = summarize(run.samples_ms)
             self.durations[SERIAL_C] = self.durations.get(SERIAL_C, 0.0) + time.perf_counter() - start
         return entry.serial_c
+
+    def timing_reference(self, config: CConfig, seed: int) -> CReference:
+        """With a referee: the reference's inputs, call time and serial C time, its outputs zeroed at once
+        (kept across jobs for the serial C time only)."""
+        key = (*self.task_key, config.name, seed)
+        entry = C_TIMING_REFERENCES.get(key)
+        if entry is None:
+            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
+            zero_outputs(entry)
+            C_TIMING_REFERENCES.put(key, entry)
+        return entry
 
     def summarize_c(self, config: CConfig, data: _OnDevice, bench: BenchReport) -> ConfigTiming:
         name = config.name
@@ -419,7 +488,8 @@ class CSession(Session):
                                    f"the inout arrays ({restore_ms:.4g} ms alone)", Severity.INFO, name))
         self.extra_baselines[name] = extra
         candidate = bench.timings[CANDIDATE]
-        bytes_moved = min_bytes(list(data.arrays.values()), list(data.expected))
+        expected = self.expected_of(config, self.timing_seeds[0])
+        bytes_moved = min_bytes(list(data.arrays.values()), list(expected))
         sol = estimate(bytes_moved, None, None, self.device)
         naive = bench.timings.get(NAIVE_CUDA)
         self.flags += speed_flags(candidate.median_ms, naive.median_ms if naive else None, sol, config=name)
@@ -490,6 +560,14 @@ def compute_reference(ctask: CTask, config: CConfig, seed: int, cache_dir: str |
     for array in arrays:
         array.flags.writeable = False
     return CReference(kept, dict(run.outputs), elapsed_ms, nbytes=sum(a.nbytes for a in arrays))
+
+
+def zero_outputs(entry: CReference) -> None:
+    """Overwrite a reference's output arrays (read-only by design, made writable for this alone)."""
+    for array in entry.outputs.values():
+        array.flags.writeable = True
+        array.fill(0)
+        array.flags.writeable = False
 
 
 def fresh_values(ctask: CTask, config: CConfig, entry: CReference) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudaperf.execute import guards
-from cudaperf.execute.sandbox import encode_message, read_message, write_all
+from cudaperf.execute.framing import encode_message, read_message, write_all
 from cudaperf.jobs import EvalPayload
 from cudaperf.types import Outcome, to_dict
 
@@ -46,15 +46,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--job-fd", type=int, required=True)
     parser.add_argument("--reply-fd", type=int, required=True)
     parser.add_argument("--root", required=True)
+    parser.add_argument("--region-fd", type=int, default=-1)  # the shared output region (referee.py)
+    parser.add_argument("--region-bytes", type=int, default=0)
     args = parser.parse_args(argv)
-    for fd in (args.job_fd, args.reply_fd):
-        os.set_inheritable(fd, False)  # programs the harness starts must not hold our channel
+    for fd in (args.job_fd, args.reply_fd, args.region_fd):
+        if fd >= 0:
+            os.set_inheritable(fd, False)  # programs the harness starts must not hold our channel
     hello = read_message(args.job_fd)
     if not hello or hello.get("type") != "hello":
         os._exit(2)
     ready = _set_up(hello, args)
     _send(args.reply_fd, {"type": "ready", "nonce": hello["nonce"], **ready})
-    _serve(args.job_fd, args.reply_fd, args.root, hello)
+    region = {"fd": args.region_fd, "bytes": args.region_bytes, "map": None}
+    _serve(args.job_fd, args.reply_fd, args.root, hello, region)
 
 
 def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -76,7 +80,8 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     preload(hello["preload"])
     preload_s = time.monotonic() - started
     gc.freeze()  # see _sweep: the per-job collection then scans only what the job created
-    guards.install_audit_hook(temp_root=args.root, protected_fds=(args.job_fd, args.reply_fd))
+    channel = tuple(fd for fd in (args.job_fd, args.reply_fd, args.region_fd) if fd >= 0)
+    guards.install_audit_hook(temp_root=args.root, protected_fds=channel)
     guards.watch_parent(hello["parent_pid"])
     return {
         "pid": os.getpid(),
@@ -130,7 +135,7 @@ def _create_torch_context() -> None:
         torch.cuda.synchronize()
 
 
-def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any]) -> None:
+def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any], region: dict[str, Any]) -> None:
     handlers: dict[str, Callable] = {}
     environ, path = dict(os.environ), list(sys.path)
     while True:
@@ -139,14 +144,16 @@ def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any]) -> None
             os._exit(0)
         if message.get("type") != "job":
             continue
-        reply = _run_job(message["job"], message["nonce"], reply_fd, root, hello, handlers)
+        channel = (job_fd, reply_fd, region)
+        reply = _run_job(message["job"], message["nonce"], channel, root, hello, handlers)
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
         _send(reply_fd, reply)
 
 
-def _run_job(job: dict, nonce: str, reply_fd: int, root: str, hello: dict, handlers: dict) -> bytes:
+def _run_job(job: dict, nonce: str, channel: tuple, root: str, hello: dict, handlers: dict) -> bytes:
+    job_fd, reply_fd, region = channel
     started = time.monotonic()
     work = _fresh_workdir(root)
     _truncate_log()
@@ -155,6 +162,9 @@ def _run_job(job: dict, nonce: str, reply_fd: int, root: str, hello: dict, handl
     def report(stage: str) -> None:
         current[0] = str(stage)
         _send(reply_fd, {"type": "stage", "nonce": nonce, "name": current[0]})
+
+    if job.pop("referee", False) and region["fd"] >= 0:
+        _give_output_channel(report, nonce, job_fd, reply_fd, region)
 
     spec = job.pop("handler", hello["default_handler"])
     threads = guards.python_threads()
@@ -172,6 +182,28 @@ def _run_job(job: dict, nonce: str, reply_fd: int, root: str, hello: dict, handl
     sandbox = {**findings, "child_s": time.monotonic() - started}
     return _encode_bounded({"type": "result", "nonce": nonce, "payload": payload, "sandbox": sandbox},
                            hello["limits"]["max_reply_bytes"], current[0])  # fmt: skip
+
+
+def _give_output_channel(report: Callable, nonce: str, job_fd: int, reply_fd: int, region: dict) -> None:
+    """Give the handler (as attributes of its `report`, which candidate code cannot reach) the way to ship
+    outputs to the referee: `report.exchange(message) -> answer`, one round trip through the parent on the
+    job's channel, and `report.region`, the shared region (mapped once per process)."""
+
+    def exchange(message: dict[str, Any]) -> dict[str, Any]:
+        _send(reply_fd, {"type": "referee", "nonce": nonce, "message": message})
+        answer = read_message(job_fd)
+        if answer is None:  # the parent is gone
+            os._exit(0)
+        if answer.get("type") != "ack":
+            raise RuntimeError(f"the parent answered a shipping message with {str(answer)[:200]}")
+        return {k: v for k, v in answer.items() if k != "type"}
+
+    if region["map"] is None:
+        from cudaperf.execute.outputs import Region
+
+        region["map"] = Region(region["fd"], region["bytes"])
+    report.exchange = exchange
+    report.region = region["map"]
 
 
 def _fresh_workdir(root: str) -> str:

@@ -45,7 +45,6 @@ import secrets
 import selectors
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -56,7 +55,8 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from cudaperf.execute import boundary, guards, views
+from cudaperf.execute import boundary, guards, referee, views
+from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all  # noqa: F401 - re-exported
 from cudaperf.types import Flag, Outcome, Severity
 
 DEFAULT_HANDLER = "cudaperf.execute.dispatch:run_eval_job"
@@ -150,12 +150,20 @@ class Limits:
     """Extra environment variable names to pass through (see guards.ENV_ALLOW for the defaults)."""
     kill_wait_s: float = 30.0
     """How long to wait for a killed worker to be reaped (a GPU context can take seconds to tear down)."""
+    referee: bool = True
+    """Judge evaluation jobs in a referee process beside each worker (referee.py): the verdict then comes
+    from a process the candidate never runs in. Off only to measure what it costs: the worker then judges
+    its own candidate, as far as native code lets it."""
+    output_region_bytes: int = 64 << 20
+    """Size of the shared region through which outputs travel to the referee (chunk size, not a cap)."""
 
     def __post_init__(self) -> None:
         if self.max_reply_bytes <= 0 or self.max_log_bytes < 0:
             raise ValueError("Limits: max_reply_bytes must be > 0 and max_log_bytes >= 0")
         if self.max_jobs_per_worker is not None and self.max_jobs_per_worker < 1:
             raise ValueError("Limits: max_jobs_per_worker must be >= 1 or None (never recycle)")
+        if self.output_region_bytes < 4096:
+            raise ValueError(f"Limits.output_region_bytes={self.output_region_bytes}: at least 4096 bytes")
 
 
 @dataclass(frozen=True)
@@ -174,41 +182,9 @@ class WorkerReply:
 
 
 # --------------------------------------------------------------------------------------------------
-# Wire format (shared with child.py)
+# Wire format (framing.py; re-exported here for child.py and the tests)
 
-_HEADER = struct.Struct(">I")
-
-
-def encode_message(message: dict[str, Any]) -> bytes:
-    """Length-prefixed JSON. Raises TypeError/ValueError if `message` is not JSON-able."""
-    body = json.dumps(message, separators=(",", ":")).encode()
-    return _HEADER.pack(len(body)) + body
-
-
-def read_message(fd: int) -> dict[str, Any] | None:
-    """Blocking read of one message (the child's side of the job pipe); None at end of file."""
-    header = _read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    body = _read_exact(fd, _HEADER.unpack(header)[0])
-    return None if body is None else json.loads(body)
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+_HEADER = HEADER
 
 
 # --------------------------------------------------------------------------------------------------
@@ -236,6 +212,51 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+class Spawner:
+    """One long-lived thread that starts every process of a pool: its workers and their referees.
+
+    Why: bubblewrap's `--die-with-parent`, and the parent-death signal a child sets for itself, use
+    PR_SET_PDEATHSIG, which fires when the *thread* that forked the child exits, not the process. A worker
+    started (or restarted) from a short-lived thread, such as a batch thread of `evaluate_many`, died with
+    that thread. Forking from this thread, which lives until the pool is closed, ties the children's death
+    to the pool's. `call(fn)` runs `fn` there and returns its result (or raises its exception)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def call(self, fn):
+        if threading.current_thread() is self._thread:
+            return fn()
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="cudaperf-spawner", daemon=True)
+                self._thread.start()
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs.put((fn, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, done = job
+            try:
+                done.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                done.put((False, exc))
+
+    def close(self) -> None:
+        """Let the thread end (after the processes it started are gone)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+
+
 @dataclass
 class _Event:
     kind: str  # message | timeout | exited | eof | garbled
@@ -251,7 +272,7 @@ class Worker:
 
     def __init__(
         self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = (), uid: int | None = None,
-        plan: boundary.Plan | None = None,
+        plan: boundary.Plan | None = None, spawner: Spawner | None = None,
     ):
         self.device = device
         self.limits = limits
@@ -274,6 +295,13 @@ class Worker:
         self._started_at = 0.0
         self._closed = False
         self._busy = False  # a job is running (close() from another thread must not pull fds from under it)
+        self._own_spawner = spawner is None
+        self.spawner = spawner or Spawner()
+        self.referee: referee.RefereeLink | None = (
+            referee.RefereeLink(device, limits.output_region_bytes, kill_wait_s=limits.kill_wait_s)
+            if limits.referee else None)
+        self._engaged = False  # the current job is judged by the referee
+        self.referee_s = 0.0  # this job's time spent waiting for the referee
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -300,17 +328,12 @@ class Worker:
             for path in (self._root, *(os.path.join(self._root, p) for p in ("home", "tmp", "worker.log"))):
                 os.chown(path, self.uid, self.uid)
         inherited = (job_r, reply_w) if filter_fd is None else (job_r, reply_w, filter_fd)
+        region = (self.referee.region_fd,) if self.referee is not None else ()
+        env = self._environment()
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                pass_fds=inherited,
-                start_new_session=True,
-                env=self._environment(),
-                cwd=self._root,
-            )
+            self._proc = self.spawner.call(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(*inherited, *region),
+                start_new_session=True, env=env, cwd=self._root))
         finally:
             for fd in (*inherited, log_fd):
                 os.close(fd)
@@ -323,6 +346,8 @@ class Worker:
         self._hello_nonce = secrets.token_hex(16)
         # The hello is a few hundred bytes: it fits the pipe buffer, so this never blocks.
         write_all(self._job_fd, encode_message(self._hello()))
+        if self.referee is not None and "torch" in self.preload:  # an evaluation pool: start it alongside
+            self.referee.start(self.spawner.call)
 
     def close(self) -> None:
         """Kill the child and its process group, remove its temp directory. A job running in another
@@ -334,8 +359,12 @@ class Worker:
             self._retire()
 
     def _argv(self, job_fd: int, reply_fd: int) -> list[str]:
-        return [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.child",
+        argv = [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.child",
                 "--job-fd", str(job_fd), "--reply-fd", str(reply_fd), "--root", str(self._root)]  # fmt: skip
+        if self.referee is not None:
+            link = self.referee
+            argv += ["--region-fd", str(link.region_fd), "--region-bytes", str(link.region_bytes)]
+        return argv
 
     def _boundary_argv(self, argv: list[str]) -> tuple[list[str], int | None]:
         """The child's command inside bubblewrap (when the plan has one) and the seccomp filter's fd."""
@@ -394,7 +423,7 @@ class Worker:
             "limits": limits,
             "preload": [*self._boundary_preload(), *self.preload],
             "parent_pid": 1 if self._bwrap else os.getpid(),
-            "parent_death_signal": threading.current_thread() is threading.main_thread(),
+            "parent_death_signal": True,  # forked from the pool's spawner thread, which lives as long as it
             "default_handler": DEFAULT_HANDLER,
             "uid": self.uid,
         }
@@ -416,6 +445,11 @@ class Worker:
         if self._root:
             shutil.rmtree(self._root, ignore_errors=True)
         self._proc, self._root, self._ready = None, None, False
+        if self._closed:  # the referee outlives replacements of the worker, not its closing
+            if self.referee is not None:
+                self.referee.close()
+            if self._own_spawner:
+                self.spawner.close()
 
     def _replace(self) -> None:
         self._retire()
@@ -459,6 +493,7 @@ class Worker:
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
             return WorkerReply(Outcome.HARNESS_ERROR, "start", "the worker pool is closed")
+        self._engaged = self.referee is not None and referee.engages(job)
         try:
             data, nonce = self._job_message(job)
         except (TypeError, ValueError) as exc:
@@ -467,6 +502,10 @@ class Worker:
         start_s, failure = self._ensure_ready(timeouts)
         if failure is not None:
             return failure
+        if self._engaged:
+            failure = self._referee_begin(job, timeouts)
+            if failure is not None:
+                return failure
         note = self._prepare_views(job)
         if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
             # Died between the readiness check and the job: not the candidate's doing; retry once.
@@ -479,6 +518,8 @@ class Worker:
                 return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", "the worker did not accept the job")
         info, state = dict(self.info), dict(self.boundary_state)  # of this job's worker, even if replaced
         reply = self._collect(nonce, timeouts)
+        if self._engaged:
+            reply = self._referee_end(reply, timeouts)
         sandbox = {**reply.sandbox, "pid": info.get("pid"), "device": self.device,
                    "network": info.get("network"), "worker_start_s": start_s, "boundary": state}  # fmt: skip
         if note:
@@ -503,10 +544,86 @@ class Worker:
         except OSError as exc:  # a full disk, say: the worker then builds what it needs in its view
             return f"views not prepared: {exc}"
 
+    # -- the referee -------------------------------------------------------------------------------
+
+    def _referee_begin(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply | None:
+        """Start the referee if needed and give it the job (secret included, candidate source left out:
+        it never sees candidate code). It begins computing references at once."""
+        link = self.referee
+        link.start(self.spawner.call)
+        record = {k: v for k, v in job.items() if k not in ("handler", "referee")}
+        record["solution"] = dict(job.get("solution") or {}, source="")
+        error = link.send({"type": "job", "job": record}, time.monotonic() + timeouts.start_s)
+        if not error:
+            return None
+        link.close_process()
+        return WorkerReply(Outcome.HARNESS_ERROR, "start", f"referee: {error}"[:4000], logs=link.log_tail())
+
+    def _forward(self, message: Any, deadline: float, stage: str, durations: dict,
+                 stage_start: float) -> WorkerReply | None:
+        """A shipping message of the worker to the referee, and the referee's answer back to the worker.
+        None when done; a reply when the job must end here (a malformed message, a failed referee)."""
+        body = referee.forwardable(message)
+        if body is None:
+            durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
+            return self._forged(stage, durations, "a shipping message of an unknown kind")
+        if isinstance(body.get("nbytes"), int):
+            link = self.referee
+            link.used_bytes = max(link.used_bytes, min(body["nbytes"], link.region_bytes))
+        started = time.monotonic()
+        answer, error = self.referee.request(body, deadline)
+        self.referee_s += time.monotonic() - started
+        if error:
+            durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
+            logs = self.referee.log_tail()
+            self.referee.close_process()
+            self._replace()
+            return WorkerReply(Outcome.HARNESS_ERROR, stage, f"referee: {error}"[:4000], logs=logs,
+                               durations_s=durations, worker_replaced=True)
+        ack = {k: v for k, v in answer.items() if k != "type"}
+        if not self._send(encode_message({"type": "ack", **ack}), deadline):
+            pass  # the worker is gone: the next event reports how
+        return None
+
+    def _referee_end(self, reply: WorkerReply, timeouts: StageTimeouts) -> WorkerReply:
+        """The referee's verdict into a finished job's reply (see referee.apply_verdict); a job that ended
+        on a fault of the worker only tells the referee it is over."""
+        link = self.referee
+        deadline = time.monotonic() + timeouts.for_stage("cleanup")
+        if not reply.payload or not link.alive:
+            if link.alive:
+                link.send({"type": "end"}, deadline)
+            link.zero_region()
+            return reply
+        payload = reply.payload
+        started = time.monotonic()
+        verdict, error = link.request({
+            "type": "finish", "outcome": payload.get("outcome"), "claim": payload.get("correctness") or [],
+            "timings": payload.get("timings") or [], "timing_wall_s": reply.durations_s.get("timing", 0.0),
+        }, deadline)
+        self.referee_s += time.monotonic() - started
+        link.zero_region()
+        if error:
+            link.close_process()
+            verdict = {"error": error}
+        payload = referee.apply_verdict(payload, verdict)
+        outcome, message, stage = reply.outcome, reply.message, reply.stage
+        if outcome is None:
+            outcome, message, stage = _payload_verdict(payload, reply.stage)
+        replaced = reply.worker_replaced
+        if referee.mismatched(verdict) and not replaced:  # the worker's process is not to be trusted again
+            self._replace()
+            replaced = True
+        sandbox = {**reply.sandbox, "referee_s": self.referee_s, "referee_starts": link.starts}
+        self.referee_s = 0.0
+        return dataclasses.replace(reply, outcome=outcome, message=message, stage=stage, payload=payload,
+                                   worker_replaced=replaced, sandbox=sandbox)
+
     def _job_message(self, job: dict[str, Any]) -> tuple[bytes, str]:
         nonce = secrets.token_hex(16)
         job = dict(job)
         job.setdefault("device", "cpu" if self.device is None else "cuda:0")
+        job["referee"] = self._engaged  # the child gives the handler its output channel only then
         return encode_message({"type": "job", "nonce": nonce, "job": job}), nonce
 
     def _ensure_ready(self, timeouts: StageTimeouts) -> tuple[float | None, WorkerReply | None]:
@@ -592,9 +709,16 @@ class Worker:
                 durations[stage] = durations.get(stage, 0.0) + now - stage_start
                 return self._fault(event, stage, durations, timeouts, job_deadline)
             message = event.message
-            if message.get("nonce") != nonce or message.get("type") not in ("stage", "result"):
+            kinds = ("stage", "result", "referee") if self._engaged else ("stage", "result")
+            if message.get("nonce") != nonce or message.get("type") not in kinds:
                 durations[stage] = durations.get(stage, 0.0) + now - stage_start
                 return self._forged(stage, durations, "a message with a wrong nonce or type")
+            if message["type"] == "referee":
+                fault = self._forward(message.get("message"), min(deadline, job_deadline), stage, durations,
+                                      stage_start)
+                if fault is not None:
+                    return fault
+                continue
             durations[stage] = durations.get(stage, 0.0) + now - stage_start
             if message["type"] == "result":
                 return self._result(message, stage, durations, now - started)
@@ -811,16 +935,17 @@ class WorkerPool:
         self.timeouts = timeouts or StageTimeouts()
         self.plan, base_uid = _plan_and_uid(self.limits)
         boundary.log_missing(self.plan)
+        self.spawner = Spawner()  # every worker and referee is forked from its one long-lived thread
         self.workers = [
             Worker(d, self.limits, preload=preload, uid=None if base_uid is None else base_uid + i,
-                   plan=self.plan)
+                   plan=self.plan, spawner=self.spawner)
             for i, d in enumerate(devices or [None])
         ]
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self.workers:
             worker.start()  # all start in parallel; readiness is awaited by the first job of each
             self._idle.put(worker)
-        self._finalizer = weakref.finalize(self, _close_all, list(self.workers))
+        self._finalizer = weakref.finalize(self, _close_all, list(self.workers), self.spawner)
 
     @property
     def size(self) -> int:
@@ -834,10 +959,16 @@ class WorkerPool:
             self._idle.put(worker)
 
     def warm_up(self) -> list[float | None]:
-        """Block until every idle worker is ready; seconds each took since spawn (None: failed)."""
+        """Block until every idle worker (and its referee, when it has one) is ready; seconds each worker
+        took since spawn (None: failed)."""
         taken = [self._idle.get() for _ in self.workers]
         try:
-            return [w.wait_ready(self.timeouts) for w in taken]
+            ready = [w.wait_ready(self.timeouts) for w in taken]
+            for w in taken:
+                if w.referee is not None:
+                    w.referee.start(w.spawner.call)
+                    w.referee.wait_ready(time.monotonic() + self.timeouts.start_s)
+            return ready
         finally:
             for w in taken:
                 self._idle.put(w)
@@ -870,6 +1001,7 @@ def _plan_and_uid(limits: Limits) -> tuple[boundary.Plan, int | None]:
     return plan, boundary.DEFAULT_WORKER_UID
 
 
-def _close_all(workers: list[Worker]) -> None:
+def _close_all(workers: list[Worker], spawner: Spawner) -> None:
     for worker in workers:
         worker.close()
+    spawner.close()

@@ -45,6 +45,7 @@ import torch
 
 from cudaperf.correctness import Comparison, compare, derive_seed
 from cudaperf.execute.device_state import context_alive
+from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
 from cudaperf.types import (
@@ -123,9 +124,13 @@ class Session:
         self.environment: dict[str, str] = {}
         self.durations: dict[str, float] = {}
         self.candidate_module_name: str | None = None
-        self.l2_flush_bytes: int | None = None  # None: lead-sized (`cudaperf.timing`); the memory plan may set it
+        self.l2_flush_bytes: int | None = None  # None: lead-sized (cudaperf.timing), unless the memory plan
         self.alive: list[Any] = []  # candidate objects (models, outputs), released inside the scope
         self.guards: Guards | None = None  # created in setup (it needs the job's policy)
+        # The channel to the referee (referee.py) when the sandbox gives one: outputs are shipped there
+        # and judged outside this process; `proceed` is its word on whether timing is worth it.
+        self.shipper = shipper_of(report)
+        self.proceed = True
 
     # -- stages ----------------------------------------------------------------------------------
     def stage(self, name: str, fn: Callable, *args: Any) -> None:
@@ -179,11 +184,11 @@ class Session:
 
     def should_time(self) -> bool:
         return (self.job.timing.enabled and all(c.correct for c in self.correctness)
-                and not self.has_errors())
+                and not self.has_errors() and self.proceed)
 
     def should_measure_coverage(self) -> bool:
         return (self.job.coverage and self.device.type == "cuda" and all(c.correct for c in self.correctness)
-                and not self.has_errors())
+                and not self.has_errors() and self.proceed)
 
     # -- the candidate ---------------------------------------------------------------------------
     def scope(self, importing: bool = False):
@@ -316,11 +321,21 @@ class Session:
             if self.candidate_module_name:
                 sys.modules.pop(self.candidate_module_name, None)
             self.release()
+            if self.shipper is not None and not self.poisoned:
+                self.scrub()
             if self.device.type == "cuda" and not self.poisoned:
                 torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001 - the verdict is already decided: keep it
             self.flags.append(Flag("cleanup_failed", describe(exc)[:500], Severity.WARNING))
             self.poisoned = True
+
+    def scrub(self) -> None:
+        """With a referee: overwrite what this job computed that a later job's candidate, in this same
+        process, could copy (reference outputs, kept candidate outputs), then every free block of the
+        allocator, before the memory goes back to the driver. Subclasses overwrite their own first."""
+        from cudaperf.correctness import poison_allocator
+
+        poison_allocator(self.device)
 
     def payload(self) -> EvalPayload:
         return EvalPayload(
@@ -395,6 +410,17 @@ class Guards:
 # Helpers
 
 
+def shipper_of(report: Callable[[str], None]) -> Any:
+    """The referee channel the child attached to `report` (child.py), as an `outputs.Shipper`, or None
+    (in-process runs, and a sandbox without a referee)."""
+    exchange, region = getattr(report, "exchange", None), getattr(report, "region", None)
+    if exchange is None or region is None:
+        return None
+    from cudaperf.execute.outputs import Shipper
+
+    return Shipper(exchange, region)
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -451,37 +477,6 @@ def describe(exc: BaseException) -> str:
     head = f"{type(exc).__name__}: {exc}"[: MESSAGE_CHARS // 4]
     tail = "".join(traceback.format_exception(exc))[-(MESSAGE_CHARS // 2):]
     return f"{head}\n{tail}"
-
-
-def summarize_correctness(config: str, results: list[tuple[str, Comparison]],
-                          seeds: int) -> ConfigCorrectness:
-    """One configuration's verdict from its labelled comparisons: correct when every one passed; the
-    largest errors; the first failure's label and message."""
-    failed = [(label, r) for label, r in results if not r.ok]
-    comparisons = [r for _, r in results]
-    return ConfigCorrectness(
-        config=config, correct=not failed, seeds=seeds,
-        max_abs_error=_largest(comparisons, "max_abs_error"),
-        max_rel_error=_largest(comparisons, "max_rel_error"),
-        mismatch_fraction=_largest(comparisons, "mismatch_fraction"),
-        message=f"{failed[0][0]}: {failed[0][1].message}" if failed else "",
-    )
-
-
-def _largest(comparisons: list[Comparison], attr: str) -> float | None:
-    return max((getattr(c, attr) for c in comparisons if getattr(c, attr) is not None), default=None)
-
-
-def unique_flags(flags: list[Flag]) -> list[Flag]:
-    """The flags without repeats of the same (code, configuration, message), in first-seen order."""
-    seen: set[tuple] = set()
-    out = []
-    for flag in flags:
-        key = (flag.code, flag.config, flag.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(flag)
-    return out
 
 
 def _driver_version() -> str:

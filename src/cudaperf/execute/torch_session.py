@@ -202,6 +202,14 @@ class TorchSession(Session):
         ("reference", "compute_references"), ("import", "import_candidate"),
         ("construct", "construct_first"), ("correctness", "check_correctness"),
     )
+    # With a referee (referee.py): no reference output exists in this process while candidate code runs.
+    # The memory plan's one measured reference is overwritten before the import; every output is shipped
+    # before the first reference of the job is computed; the worker's own comparisons come after, as its
+    # claim (the referee's verdict replaces it, and a contradiction is `verdict_mismatch`).
+    REFEREED_STAGES = (
+        ("reference", "plan_without_outputs"), ("import", "import_candidate"),
+        ("construct", "construct_first"), ("correctness", "run_and_ship"), ("reference", "claim_correctness"),
+    )
 
     def __init__(self, report: Callable[[str], None]):
         super().__init__(report)
@@ -213,6 +221,10 @@ class TorchSession(Session):
         self.built: dict[tuple[str, int], torch.nn.Module] = {}
         self.verified: dict[tuple, Reference] = {}  # references fingerprint-checked during this job
         self.timing_outputs: dict[tuple[str, int], Any] = {}  # seed-0 model on other seeds' inputs
+        # With a referee: "plan" (the memory plan's reference), "candidate" (references hold inputs and
+        # models only), "claim" (outputs computed again on demand); candidate outputs kept for the claim.
+        self.phase = "plan"
+        self.kept: dict[tuple[str, int, int], tuple[Any, Any]] = {}
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -227,6 +239,8 @@ class TorchSession(Session):
             module = declared if not config.module_values else self.module_for(config, quiet=True)
             info = describe_config(module, config, run_reference=False) if module else None
             self.input_bytes[config.name] = info.input_bytes if info and not info.error else 0
+        if self.shipper is not None:
+            self.STAGES = self.REFEREED_STAGES
 
     def module_for(self, config: InputConfig, quiet: bool = False) -> types.ModuleType | None:
         """The task's module for `config` (its own source, or the source with the configuration's sizes),
@@ -351,12 +365,16 @@ class TorchSession(Session):
         if entry is None:
             entry = self.compute_reference(config, seed)
             REFERENCES.put(key, entry, self.cache_budget())
+        elif entry.extra.get("pending") and self.phase != "candidate":
+            self.complete_reference(key, entry)
         self.verified[key] = entry
         return entry
 
     def compute_reference(self, config: InputConfig, seed: int) -> Reference:
         from cudaperf.tasks.runtime import make_init_inputs, make_inputs, randomize_constant_parameters
 
+        if self.phase == "candidate":
+            return self.pending_reference(config, seed)
         module = self.module_for(config)
         inputs = make_inputs(module, config, seed, self.device)
         init_inputs = make_init_inputs(module, config)
@@ -373,6 +391,7 @@ class TorchSession(Session):
         entry = Reference(inputs, init_inputs, model, outputs, after,
                           nbytes=_nbytes(inputs, outputs, after, _weights(model)))
         entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
+        entry.extra["output_bytes"] = _nbytes(outputs)  # sizes the poisoned block when outputs are gone
         return entry
 
     def reference_or_drop(self, config: InputConfig, seed: int) -> bool:
@@ -467,8 +486,13 @@ class TorchSession(Session):
 
     def run_candidate(self, model: torch.nn.Module, entry: Reference, config: str) -> tuple[Any, str]:
         """One forward on cloned inputs into a poisoned allocator; returns (output, mutation message)."""
+        out, given = self.run_once(model, entry, config)
+        return out, self._mutation(entry, given)
+
+    def run_once(self, model: torch.nn.Module, entry: Reference, config: str) -> tuple[Any, list]:
+        """One forward on cloned inputs into a poisoned allocator; returns (output, the inputs after)."""
         given = clone_inputs(entry.inputs)
-        poison_allocator(self.device, _nbytes(entry.outputs))
+        poison_allocator(self.device, _nbytes(entry.outputs) or entry.extra.get("output_bytes", 0))
         out = self.candidate(lambda: self.forward(model, given, config), "forward", config)
         self.alive.append(out)
         size = _nbytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
@@ -476,7 +500,7 @@ class TorchSession(Session):
         if size > cap:
             raise Stop(Outcome.OUTPUT_TOO_LARGE, f"forward ({config}): the output has {size} bytes, more "
                        f"than the {cap} allowed")
-        return out, self._mutation(entry, given)
+        return out, given
 
     def output_cap(self) -> int:
         """The memory plan's output cap (the job's own cap when it gave one and no plan exists)."""
@@ -528,6 +552,128 @@ class TorchSession(Session):
             self.flags.append(Flag("input_mutated", mutated, Severity.ERROR, config))
             result = replace(result, ok=False, message=f"{mutated}; {result.message}".rstrip("; "))
         return [(label, result)]
+
+    # -- with a referee ----------------------------------------------------------------------------
+    def plan_without_outputs(self) -> None:
+        """The memory plan (its one measured reference included), then that reference's outputs
+        overwritten and the allocator poisoned, before any candidate code is imported."""
+        self.plan_memory()
+        self.forget_outputs()
+        self.phase = "candidate"
+
+    def pending_reference(self, config: InputConfig, seed: int) -> Reference:
+        """A reference without outputs (inputs, constructor arguments, the seeded and possibly randomised
+        model): what the candidate's runs need; `complete_reference` adds the outputs after shipping."""
+        from cudaperf.tasks.runtime import make_init_inputs, make_inputs, randomize_constant_parameters
+
+        module = self.module_for(config)
+        inputs = make_inputs(module, config, seed, self.device)
+        init_inputs = make_init_inputs(module, config)
+        torch.manual_seed(seed)
+        model = _construct(module.Model, init_inputs, self.device)
+        if config.randomize_parameters:
+            randomize_constant_parameters(model, None, seed)
+        entry = Reference(inputs, init_inputs, model, None, None, nbytes=_nbytes(inputs, _weights(model)))
+        entry.extra["pending"] = True
+        return entry
+
+    def complete_reference(self, key: tuple, entry: Reference) -> None:
+        """The outputs of a pending reference (after the candidate's outputs have been shipped)."""
+        work = clone_inputs(entry.inputs)
+        with torch.no_grad():
+            outputs = entry.model(*work)
+        synchronize(self.device)
+        entry.outputs = outputs
+        entry.inputs_after = work if inputs_mutated(entry.inputs, work) else None
+        entry.nbytes = _nbytes(entry.inputs, outputs, entry.inputs_after, _weights(entry.model))
+        entry.extra.pop("pending", None)
+        entry.extra["output_bytes"] = _nbytes(outputs)
+        REFERENCES.put(key, entry, self.cache_budget())
+
+    def forget_outputs(self) -> None:
+        """Overwrite, then drop, the outputs of every reference this process holds (the cross-job cache
+        keeps models, compiled baselines and inputs), then poison the allocator's free blocks."""
+        entries = {id(e): (k, e) for k, e in [*REFERENCES._entries.items(), *self.verified.items()]}
+        for key, entry in entries.values():
+            if entry.extra.get("pending"):
+                continue
+            _scrub([entry.outputs, entry.inputs_after])
+            entry.outputs = entry.inputs_after = None
+            entry.extra["pending"] = True
+            entry.nbytes = _nbytes(entry.inputs, _weights(entry.model))
+            entry.fingerprint = _fingerprint(entry)
+        _scrub(list(self.timing_outputs.values()))
+        self.timing_outputs.clear()
+        poison_allocator(self.device)
+
+    def run_and_ship(self) -> None:
+        """Every configuration and seed, two runs each, every output shipped to the referee as it comes;
+        then the referee's word on whether timing is worth it."""
+        for config in list(self.configs):
+            self.ship_config(config)
+        self.proceed = bool(self.shipper.done().get("proceed"))
+        self.phase = "claim"
+
+    def ship_config(self, config: InputConfig) -> None:
+        from cudaperf.execute.outputs import Key
+        from cudaperf.tasks.derived_configs import is_derived
+
+        keep = self.plan is None or self.plan.keep_references  # memory for the claim
+        for i, seed in enumerate(self.seeds):
+            entry = self.reference(config, seed)
+            try:
+                model = self.construct(config, seed)
+                for run in (1, 2):
+                    out, given = self.run_once(model, entry, config.name)
+                    moved = given if mutated_positions(entry.inputs, given) else None
+                    self.shipper.ship(Key(config.name, i, run), {"output": out, "inputs_after": moved})
+                    if keep:
+                        self.kept[(config.name, i, run)] = (out, moved)
+                del model
+            except Stop as stop:
+                if stop.poisoned or not is_derived(config):
+                    raise
+                answer = self.shipper.failed(Key(config.name, i, 1))  # the referee tries the reference
+                if answer.get("reference_ok", True):
+                    raise
+                self.drop_config(config, f"its reference failed on {self.device}: {answer.get('why')}"[:400])
+                self.kept = {k: v for k, v in self.kept.items() if k[0] != config.name}
+                return
+
+    def claim_correctness(self) -> None:
+        """The worker's own comparisons of the outputs it shipped (its claim), references computed now."""
+        for config in list(self.configs):
+            if any(k[0] == config.name for k in self.kept):
+                claim = self.claim_for(config)
+                if claim is not None:
+                    self.correctness.append(claim)
+            self.release()
+        self.kept.clear()
+
+    def claim_for(self, config: InputConfig) -> ConfigCorrectness | None:
+        results: list[tuple[str, Comparison]] = []
+        outputs, references, inputs = [], [], []
+        for i, seed in enumerate(self.seeds):
+            if not self.reference_or_drop(config, seed):
+                return None
+            entry = self.reference(config, seed)
+            for run in (1, 2):
+                out, moved = self.kept.pop((config.name, i, run))
+                mutated = self._mutation(entry, moved if moved is not None else entry.inputs)
+                label = f"seed {self.job.seeds[i]}, {'first' if run == 1 else 'second'} run"
+                results += self._judge(out, entry, mutated, label, config.name)
+                if run == 1:
+                    outputs.append(out)
+            references.append(entry.outputs)
+            inputs.append(entry.inputs)
+        differ = any(inputs_mutated(inputs[0], other) for other in inputs[1:])
+        self.flags += degenerate_flags(outputs, references, differ, config=config.name)
+        return summarize_correctness(config.name, results, len(self.seeds))
+
+    def scrub(self) -> None:
+        _scrub([v for pair in self.kept.values() for v in pair])
+        self.kept.clear()
+        self.forget_outputs()
 
     # -- timing ----------------------------------------------------------------------------------
     def time_config(self, config: InputConfig) -> ConfigTiming:
@@ -630,6 +776,14 @@ class TorchSession(Session):
 
 # --------------------------------------------------------------------------------------------------
 # Helpers
+
+
+def _scrub(values: Any) -> None:
+    """Overwrite every tensor in `values` in place (NaN, or zeros for integer and bool tensors)."""
+    with torch.no_grad():
+        for t in flatten_tensors(values):
+            if t.numel() and type(t) is torch.Tensor:
+                t.fill_(float("nan")) if (t.is_floating_point() or t.is_complex()) else t.zero_()
 
 
 def _construct(cls: type, init_inputs: list, device: torch.device) -> torch.nn.Module:

@@ -1,0 +1,334 @@
+"""Candidate outputs in transit from the worker to the referee: their description, the shared region, the
+worker's shipper and the referee's assembler.
+
+Covers:
+- `describe(value)`: a JSON description (the "spec") of what a candidate returned, plus its tensors in
+  order, read without running candidate code (`type(x) is torch.Tensor`, never `isinstance` on its
+  class's hooks). Anything that is not a plain dense tensor, a list/tuple of outputs, a Python number or
+  None is described by its type name only (a `torch.Tensor` subclass, a sparse tensor, a view whose
+  storage is too small...), and `rebuild` turns it into a stand-in of the same name, so that
+  `correctness.compare` gives the referee the same verdict and flag it would give on the object itself.
+- `Region`: the shared memory region (a sealed memfd of fixed size, so neither side can shrink it under
+  the other and no read can fault) through which output bytes travel; the parent creates it and both the
+  worker and the referee map it.
+- `Shipper` (worker side): each output's bytes copied device->host in region-sized chunks, each chunk
+  announced to the referee through the parent (`exchange`, a frame on the worker's reply pipe answered
+  on its job pipe) and overwritten only after the referee has taken it. No JSON for bytes, no copy of a
+  whole output on the host: a multi-gigabyte output costs one device->host and one host->device copy.
+- `Assembler` (referee side): the announced chunks into tensors on the referee's device, with every
+  announcement checked (sizes, order, the job's keys): a malformed one raises `Malformed`.
+
+Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
+forwarding and its deadlines (`sandbox.py`).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# The dtypes an output may have on the wire (torch names); anything else is described as "other".
+_DTYPES = {name: getattr(torch, name) for name in (
+    "float64", "float32", "float16", "bfloat16", "complex64", "complex128", "int64", "int32", "int16",
+    "int8", "uint8", "uint16", "uint32", "uint64", "bool", "float8_e4m3fn", "float8_e5m2",
+) if isinstance(getattr(torch, name, None), torch.dtype)}
+MAX_DEPTH = 8  # nesting of lists/tuples in one output
+MAX_LEAVES = 4096  # tensors and values in one output
+
+
+class Malformed(ValueError):
+    """An announcement the worker's own code would never send: the referee counts it as a forgery."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """Which output: configuration name, index of the seed in the job's seeds, and the run (1 or 2)."""
+
+    config: str
+    seed_index: int
+    run: int
+
+    def wire(self) -> list:
+        return [self.config, self.seed_index, self.run]
+
+    @classmethod
+    def parse(cls, value: Any) -> Key:
+        if (not isinstance(value, list) or len(value) != 3 or type(value[0]) is not str
+                or type(value[1]) is not int or type(value[2]) is not int):
+            raise Malformed(f"an output key must be [config, seed index, run], got {str(value)[:200]}")
+        return cls(*value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Describing and rebuilding a value
+
+
+def describe(value: Any) -> tuple[dict, list[torch.Tensor]]:
+    """(spec, tensors): the structure of `value` and its tensors, contiguous, in the order of the spec."""
+    tensors: list[torch.Tensor] = []
+    return _describe(value, tensors, 0), tensors
+
+
+def _describe(value: Any, tensors: list[torch.Tensor], depth: int) -> dict:
+    kind = type(value)  # identity checks only: `==` or isinstance could run a metaclass of the candidate's
+    if kind is torch.Tensor:
+        problem = _tensor_problem(value)
+        if problem:
+            return {"t": "other", "type": f"torch.Tensor ({problem})", "tensor": False}
+        tensors.append(value.contiguous())
+        return {"t": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+                "device": value.device.type}
+    if (kind is list or kind is tuple) and depth < MAX_DEPTH and len(value) <= MAX_LEAVES:
+        return {"t": "list" if kind is list else "tuple",
+                "items": [_describe(v, tensors, depth + 1) for v in value]}
+    if value is None:
+        return {"t": "none"}
+    if kind is bool or kind is int or kind is float:
+        finite = kind is not float or math.isfinite(value)
+        name = "bool" if kind is bool else "int" if kind is int else "float"
+        return {"t": "number", "type": name, "value": value if finite else repr(value)}
+    # The type's own slots, read without its metaclass (which candidate code may define).
+    module = type.__dict__["__module__"].__get__(kind)
+    qualname = type.__dict__["__qualname__"].__get__(kind)
+    return {"t": "other", "type": f"{module}.{qualname}", "tensor": issubclass(kind, torch.Tensor)}
+
+
+def _tensor_problem(t: torch.Tensor) -> str:
+    """Why a plain torch.Tensor cannot travel as bytes ('' when it can): not dense, or a view that reads
+    outside its storage (compare() refuses both)."""
+    if t.layout != torch.strided or t.is_meta:
+        return f"layout {t.layout} on {t.device}"
+    if str(t.dtype).removeprefix("torch.") not in _DTYPES:
+        return f"dtype {t.dtype}"
+    try:
+        storage = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return "no storage"
+    if t.numel() == 0:
+        return ""
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    if min(t.stride(), default=0) < 0 or storage < (last + 1) * t.element_size():
+        return "storage smaller than its shape and strides need"
+    return ""
+
+
+def leaves(spec: dict) -> list[dict]:
+    """The tensor leaves of a spec, in stream order."""
+    if spec.get("t") == "tensor":
+        return [spec]
+    if spec.get("t") in ("list", "tuple"):
+        return [leaf for item in spec["items"] for leaf in leaves(item)]
+    return []
+
+
+def nbytes_of(leaf: dict) -> int:
+    return math.prod(leaf["shape"]) * _DTYPES[leaf["dtype"]].itemsize
+
+
+def validate(spec: Any) -> int:
+    """The stream length in bytes of a spec that came off the wire; raises `Malformed`."""
+    count = [0]
+
+    def walk(node: Any, depth: int) -> int:
+        count[0] += 1
+        if not isinstance(node, dict) or count[0] > MAX_LEAVES or depth > MAX_DEPTH + 1:
+            raise Malformed("an output description that is too deep, too large or not an object")
+        kind = node.get("t")
+        if kind == "tensor":
+            shape = node.get("shape")
+            if (node.get("dtype") not in _DTYPES or node.get("device") not in ("cpu", "cuda")
+                    or not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape)
+                    or len(shape) > 16):
+                raise Malformed(f"a tensor description that is not valid: {str(node)[:200]}")
+            return nbytes_of(node)
+        if kind in ("list", "tuple") and isinstance(node.get("items"), list):
+            return sum(walk(item, depth + 1) for item in node["items"])
+        if kind == "none" or (kind == "other" and isinstance(node.get("type"), str)):
+            return 0
+        if kind == "number" and node.get("type") in ("bool", "int", "float"):
+            return 0
+        raise Malformed(f"an output description of unknown kind: {str(node)[:200]}")
+
+    return walk(spec, 0)
+
+
+def rebuild(spec: dict, tensors: list[torch.Tensor]) -> Any:
+    """The value a spec describes, with `tensors` (in stream order) at its tensor leaves."""
+    it = iter(tensors)
+    return _rebuild(spec, it)
+
+
+def _rebuild(node: dict, tensors) -> Any:
+    kind = node["t"]
+    if kind == "tensor":
+        return next(tensors)
+    if kind in ("list", "tuple"):
+        items = [_rebuild(item, tensors) for item in node["items"]]
+        return items if kind == "list" else tuple(items)
+    if kind == "none":
+        return None
+    if kind == "number":
+        value = node["value"]
+        cast = {"bool": bool, "int": int, "float": float}[node["type"]]
+        return cast(value) if not isinstance(value, str) else float(value)
+    return stand_in(node["type"], bool(node.get("tensor")))
+
+
+def stand_in(type_name: str, tensor: bool) -> Any:
+    """An object whose type has the given name (a torch.Tensor subclass when `tensor`): what compare()
+    sees in place of an output that could not travel, so that it reports it as it would the original."""
+    module, _, qualname = type_name[:300].rpartition(".")
+    if tensor:
+        cls = type("StandIn", (torch.Tensor,), {"__module__": module, "__qualname__": qualname})
+        return torch.empty(0).as_subclass(cls)
+    cls = type("StandIn", (), {"__module__": module, "__qualname__": qualname})
+    return cls()
+
+
+# --------------------------------------------------------------------------------------------------
+# The region
+
+
+class Region:
+    """A fixed-size shared memory region, mapped read-write (the worker writes, the referee reads)."""
+
+    def __init__(self, fd: int, size_bytes: int):
+        self.fd, self.size_bytes = fd, size_bytes
+        self._map = mmap.mmap(fd, size_bytes)
+        self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    @staticmethod
+    def create(size_bytes: int) -> int:
+        """A sealed memfd of `size_bytes` (parent side; no torch needed, but kept beside the reader)."""
+        return create_region_fd(size_bytes)
+
+
+def create_region_fd(size_bytes: int) -> int:
+    """A memfd of exactly `size_bytes`, sealed so that nobody can shrink or grow it (a shrunk file would
+    fault the reader's mapping) nor remove the seals."""
+    import fcntl
+
+    fd = os.memfd_create("cudaperf-outputs", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(fd, size_bytes)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+# --------------------------------------------------------------------------------------------------
+# The worker's side
+
+
+class Shipper:
+    """Sends outputs to the referee: `exchange(message) -> reply` is the child's round trip through the
+    parent (it raises when the channel breaks, which the session treats as a harness fault)."""
+
+    def __init__(self, exchange: Callable[[dict], dict], region: Region):
+        self.exchange, self.region = exchange, region
+        self.used_bytes = 0  # the most of the region any chunk used (zeroed by the parent after the job)
+
+    def ship(self, key: Key, item: dict[str, Any]) -> dict:
+        """Send one item (`{"output": value, "inputs_after": value or None, "mutated": str}`)."""
+        spec, tensors = describe((item.get("output"), item.get("inputs_after")))
+        meta = {"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]}
+        flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
+        total = sum(f.numel() for f in flats)
+        start, reply = 0, {}
+        while True:
+            size = min(self.region.size_bytes, total - start)
+            self._fill(flats, start, size)
+            reply = self.exchange({"type": "output", **meta, "start": start, "nbytes": size})
+            meta = {"key": key.wire()}
+            start += size
+            if start >= total:
+                return reply
+
+    def _fill(self, flats: list[torch.Tensor], start: int, size: int) -> None:
+        """Copy stream bytes [start, start + size) into the region (device->host where on a GPU)."""
+        offset, filled = 0, 0
+        for flat in flats:
+            n = flat.numel()
+            lo, hi = max(start - offset, 0), min(start + size - offset, n)
+            if lo < hi:
+                self.region.tensor[filled:filled + hi - lo].copy_(flat[lo:hi])
+                filled += hi - lo
+            offset += n
+        self.used_bytes = max(self.used_bytes, size)
+
+    def failed(self, key: Key) -> dict:
+        """The candidate raised on `key`: whether the reference works there (a derived configuration
+        whose reference fails is dropped, not blamed on the candidate)."""
+        return self.exchange({"type": "output", "key": key.wire(), "failed": True})
+
+    def done(self) -> dict:
+        """Every output is shipped; the reply says whether the referee found them all correct."""
+        return self.exchange({"type": "done"})
+
+
+# --------------------------------------------------------------------------------------------------
+# The referee's side
+
+
+class Assembler:
+    """One output's stream, announced chunk by chunk, into tensors on `device`.
+
+    An output larger than `limit_bytes` (more than the reference needs: its shapes cannot all be right)
+    is not stored: its bytes are counted and dropped, and its tensors rebuilt as zero-size stand-ins of
+    the announced shapes and dtypes, so that the comparison reports what is wrong with them."""
+
+    def __init__(self, spec: Any, device: torch.device, limit_bytes: int):
+        self.total = validate(spec)
+        self.spec = spec
+        self.received = 0
+        self.stored = self.total <= limit_bytes
+        make = _destination if self.stored else _shape_only
+        self.tensors = [make(leaf, device) for leaf in leaves(spec)]
+        self._flats = [t.reshape(-1).view(torch.uint8) for t in self.tensors] if self.stored else []
+
+    def take(self, region: Region, start: Any, nbytes: Any) -> bool:
+        """Copy region[0:nbytes] to stream bytes [start, start + nbytes); True when the stream is whole."""
+        if type(start) is not int or type(nbytes) is not int or start != self.received:
+            raise Malformed(f"a chunk at {start!r} where {self.received} was expected")
+        if not 0 <= nbytes <= region.size_bytes or start + nbytes > self.total:
+            raise Malformed(f"a chunk of {nbytes!r} bytes at {start} of a {self.total} byte output")
+        if nbytes == 0 and self.total > 0:
+            raise Malformed("an empty chunk in the middle of an output")
+        offset, taken = 0, 0
+        for flat in self._flats:
+            n = flat.numel()
+            lo, hi = max(start - offset, 0), min(start + nbytes - offset, n)
+            if lo < hi:
+                flat[lo:hi].copy_(region.tensor[taken:taken + hi - lo])
+                taken += hi - lo
+            offset += n
+        self.received += nbytes
+        return self.received == self.total
+
+    def value(self) -> Any:
+        return rebuild(self.spec, self.tensors)
+
+
+def _shape_only(leaf: dict, device: torch.device) -> torch.Tensor:
+    """A tensor of the announced shape and dtype that holds one element (a broadcast view)."""
+    target = device if leaf["device"] == device.type else torch.device("cpu")
+    return torch.zeros((), dtype=_DTYPES[leaf["dtype"]], device=target).expand(leaf["shape"])
+
+
+def _destination(leaf: dict, device: torch.device) -> torch.Tensor:
+    """Where a tensor leaf's bytes land: on the referee's device when the worker's output was on a device
+    of the same kind, else on the CPU (then compare() reports the device)."""
+    if leaf["device"] == device.type:
+        target = device
+    elif leaf["device"] == "cpu":
+        target = torch.device("cpu")
+    else:
+        raise Malformed(f"an output on {leaf['device']} announced to a referee on {device}")
+    try:
+        return torch.empty(leaf["shape"], dtype=_DTYPES[leaf["dtype"]], device=target)
+    except (RuntimeError, MemoryError) as exc:  # out of memory: the announced size is the worker's doing
+        raise Malformed(f"an output the referee cannot hold ({nbytes_of(leaf)} bytes): {exc}"[:500]) from None

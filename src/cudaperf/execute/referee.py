@@ -1,0 +1,594 @@
+"""The referee: a trusted process beside each worker that computes the reference outputs and the verdict.
+
+Why: native code of a candidate (a `load_inline` extension's static initialiser, any host function) runs
+inside the worker with the worker's memory and channel, so it can forge the worker's reply or copy a
+reference output it finds there; a plain CUDA kernel can scan its context's device memory for one. So the
+correctness verdict is computed here, in a process the candidate never runs in, from reference outputs that
+never exist in the candidate's process: the worker runs the candidate on every (configuration, seed) and
+ships each output before it computes any reference in that job (`outputs.Shipper`), and keeps none across
+jobs (`judge.ReferenceStore.end_job`).
+
+Covers:
+- the process, `python -m cudaperf.execute.referee` (`main`): started by `sandbox.Worker` beside its worker
+  (`RefereeLink`), on the same GPU, outside the worker's boundary (the evaluator's uid, its own session:
+  the worker can neither see nor signal it, having another uid and pid namespace); it never imports
+  candidate code. Per job it receives, from the parent only: the job (task, configurations, seeds, the
+  secret, tolerances), computes the references at once (`Judge.prepare`, overlapping the worker's import
+  and construction), then takes each output announcement the parent forwards from the worker (the bytes
+  are in the shared region, `outputs.Region`), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
+  `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
+  (the worker skips timing otherwise). PyTorch references are kept across jobs (a quarter of the device's
+  memory), C ones in host memory. Idle from the last output on, so it never runs during the worker's timing.
+- `finish`: the parent sends what the worker reported (its claim per configuration, its timings, the
+  timing stage's wall time as the parent measured it) and gets the verdict back: the correctness, the
+  judging flags, the speed-of-light figures and flags of PyTorch tasks (from the referee's own reference
+  time, so a forged baseline cannot switch the floor off), and `verdict_mismatch` (ERROR, a violation:
+  `anticheat.policy`) where the worker's report contradicts what the referee established: a configuration
+  claimed correct that is not (WARNING instead when the reference is not deterministic, since two
+  processes may then differ honestly), a verdict claimed with outputs never shipped, an announcement no
+  honest worker sends, timed calls adding up to more than the timing stage lasted.
+- `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
+- `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
+
+Not covered: what stays forgeable because only the worker sees it (timings, coverage, the torch-op
+monitor, input mutation: guards.py, "Not covered"), the sandbox's own deadlines and replacement
+(`sandbox.py`), judging itself (`judge.py` and the kinds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all
+
+SOL_CODES = ("impossible_speed", "below_compute_floor", "sol_floor_unreliable")
+MISMATCH = "verdict_mismatch"
+WALL_SLACK = 1.05  # timed calls may add up to this share of the timing stage's wall time (clock skew)
+_PIPE_BYTES = 1 << 20  # job messages (a task's source) fit the pipe without blocking the parent
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side
+
+
+class RefereeLink:
+    """One referee process and its shared output region, owned by a `sandbox.Worker`.
+
+    The region (a sealed memfd) lives as long as the link: every incarnation of the worker and of the
+    referee gets the same one. `spawn(fn)` runs `fn` on the pool's spawner thread (see sandbox.Spawner)."""
+
+    def __init__(self, device: int | None, region_bytes: int, *, kill_wait_s: float = 30.0):
+        from cudaperf.execute.outputs import create_region_fd
+
+        self.device = device
+        self.region_bytes = region_bytes
+        self.region_fd = create_region_fd(region_bytes)
+        self.kill_wait_s = kill_wait_s
+        self.used_bytes = 0  # the most of the region a chunk used since the last `zero_region`
+        self._proc: subprocess.Popen | None = None
+        self._cmd_fd = self._reply_fd = -1
+        self._dir: str | None = None
+        self._buffer = bytearray()
+        self._ready = False
+        self.starts = 0
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, spawn: Callable[[Callable[[], Any]], Any]) -> None:
+        """Spawn the process (it reports ready once torch and the device are up)."""
+        if self.alive:
+            return
+        self.close_process()
+        self._dir = tempfile.mkdtemp(prefix="cudaperf-referee-")
+        cmd_r, cmd_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(cmd_w, _F_SETPIPE_SZ, _PIPE_BYTES)
+        log_path = os.path.join(self._dir, "referee.log")
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        argv = [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.referee",
+                "--cmd-fd", str(cmd_r), "--reply-fd", str(reply_w), "--region-fd", str(self.region_fd),
+                "--region-bytes", str(self.region_bytes), "--parent-pid", str(os.getpid())]
+        try:
+            self._proc = spawn(lambda: subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                pass_fds=(cmd_r, reply_w, self.region_fd), start_new_session=True, env=self._environment()))
+        finally:
+            for fd in (cmd_r, reply_w, log_fd):
+                os.close(fd)
+        self._cmd_fd, self._reply_fd = cmd_w, reply_r
+        os.set_blocking(self._reply_fd, False)
+        self._buffer.clear()
+        self._ready = False
+        self.starts += 1
+
+    def _environment(self) -> dict[str, str]:
+        """The evaluator's own environment (the referee is trusted and runs as the evaluator), on the
+        worker's GPU only, and able to import this cudaperf."""
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)
+        return {**os.environ, "CUDA_VISIBLE_DEVICES": "" if self.device is None else str(self.device),
+                "PYTHONPATH": python_path}
+
+    def wait_ready(self, deadline: float) -> str:
+        """'' once the referee is ready, else why not (it is then stopped)."""
+        if self._ready:
+            return ""
+        reply, error = self._read_reply(deadline)
+        if error or reply.get("type") != "ready":
+            self.close_process()
+            return error or f"an unexpected first message {str(reply)[:200]}"
+        self._ready = True
+        return ""
+
+    def send(self, message: dict[str, Any], deadline: float) -> str:
+        """Write one message ('' or why it failed); waits for readiness first."""
+        error = self.wait_ready(deadline)
+        if error:
+            return error
+        data = encode_message(message)
+        os.set_blocking(self._cmd_fd, False)
+        view = memoryview(data)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._cmd_fd, selectors.EVENT_WRITE)
+            while view:
+                if time.monotonic() > deadline or not self.alive:
+                    return "the referee did not take the message in time" if self.alive else self._died()
+                if not sel.select(0.1):
+                    continue
+                try:
+                    view = view[os.write(self._cmd_fd, view):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return self._died()
+        return ""
+
+    def request(self, message: dict[str, Any], deadline: float) -> tuple[dict[str, Any], str]:
+        """Send one message and read its reply: (reply, '') or ({}, why not)."""
+        error = self.send(message, deadline)
+        if error:
+            return {}, error
+        return self._read_reply(deadline)
+
+    def _read_reply(self, deadline: float) -> tuple[dict[str, Any], str]:
+        import json
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._reply_fd, selectors.EVENT_READ)
+            while True:
+                if len(self._buffer) >= HEADER.size:
+                    (size,) = HEADER.unpack_from(self._buffer)
+                    if len(self._buffer) >= HEADER.size + size:
+                        body = bytes(self._buffer[HEADER.size:HEADER.size + size])
+                        del self._buffer[:HEADER.size + size]
+                        return json.loads(body), ""
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return {}, "the referee did not answer in time"
+                sel.select(min(remaining, 0.5))
+                try:
+                    chunk = os.read(self._reply_fd, 1 << 20)
+                except BlockingIOError:
+                    if not self.alive:
+                        return {}, self._died()
+                    continue
+                if not chunk:
+                    return {}, self._died()
+                self._buffer += chunk
+
+    def _died(self) -> str:
+        code = self._proc.poll() if self._proc is not None else None
+        return f"the referee died (exit status {code}): {self.log_tail()[-1500:]}"
+
+    def log_tail(self, max_bytes: int = 4096) -> str:
+        if not self._dir:
+            return ""
+        try:
+            with open(os.path.join(self._dir, "referee.log"), "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def zero_region(self) -> None:
+        """Overwrite what this job's outputs left in the region: the next job's candidate, in the same
+        worker, must not find an earlier candidate's outputs there."""
+        if self.used_bytes:
+            os.pwrite(self.region_fd, bytes(self.used_bytes), 0)
+            self.used_bytes = 0
+
+    def close_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=self.kill_wait_s)
+        for fd in (self._cmd_fd, self._reply_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._cmd_fd = self._reply_fd = -1
+        if self._dir:
+            import shutil
+
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        self._ready = False
+
+    def close(self) -> None:
+        self.close_process()
+        if self.region_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.region_fd)
+            self.region_fd = -1
+
+
+def engages(job: dict[str, Any]) -> bool:
+    """Whether a job is an evaluation the referee judges: the default handler on a task, or a job that
+    asks for it (`"referee": True`, test handlers standing in for a worker's session)."""
+    asked = job.get("referee") is True or "handler" not in job
+    return asked and isinstance(job.get("task"), dict)
+
+
+def forwardable(message: Any) -> dict[str, Any] | None:
+    """The fields of a worker's shipping message the parent passes on (None: not a shipping message)."""
+    if not isinstance(message, dict) or message.get("type") not in ("output", "done"):
+        return None
+    keep = ("key", "spec", "mutated", "start", "nbytes", "failed") if message["type"] == "output" else ()
+    return {"type": message["type"], **{k: message[k] for k in keep if k in message}}
+
+
+def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
+    """The worker's payload with the referee's verdict in it: its correctness replaces the worker's
+    claim, its flags join the worker's (the worker's speed-of-light flags give way where the referee has
+    the figures), the timings take its speed-of-light figures; a referee that failed makes a payload that
+    let correctness decide a HARNESS_ERROR."""
+    out = dict(payload)
+    if verdict.get("error"):
+        if out.get("outcome") is None:
+            out.update(outcome="harness_error", message=f"referee: {verdict['error']}"[:4000])
+        return out
+    if "correctness" in verdict:
+        out["correctness"] = verdict["correctness"]
+    sol = verdict.get("sol") or {}
+    flags = [f for f in out.get("flags") or [] if not (isinstance(f, dict) and f.get("code") in SOL_CODES
+                                                       and f.get("config") in sol)]
+    seen, merged = set(), []
+    for flag in [*flags, *(verdict.get("flags") or [])]:
+        key = (flag.get("code"), flag.get("config"), flag.get("message")) if isinstance(flag, dict) else None
+        if key not in seen:
+            seen.add(key)
+            merged.append(flag)
+    out["flags"] = merged
+    timings = []
+    for timing in out.get("timings") or []:
+        figures = sol.get(timing.get("config")) if isinstance(timing, dict) else None
+        if figures:
+            timing = {**timing, "speed_of_light_ms": figures.get("floor_ms"),
+                      "bytes_moved": figures.get("bytes_moved"), "flops": figures.get("flops")}
+        timings.append(timing)
+    out["timings"] = timings
+    return out
+
+
+def mismatched(verdict: dict[str, Any]) -> bool:
+    """Whether the verdict says the worker's report was contradicted (the worker is then replaced)."""
+    return any(isinstance(f, dict) and f.get("code") == MISMATCH and f.get("severity") == "error"
+               for f in verdict.get("flags") or [])
+
+
+# --------------------------------------------------------------------------------------------------
+# The process
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="cudaperf.execute.referee")
+    for name in ("--cmd-fd", "--reply-fd", "--region-fd", "--region-bytes", "--parent-pid"):
+        parser.add_argument(name, type=int, required=True)
+    args = parser.parse_args(argv)
+    from cudaperf.execute import guards
+
+    guards.set_process_flags(parent_death_signal=True)  # spawned from the pool's long-lived thread
+    guards.watch_parent(args.parent_pid)
+    referee = Referee.start(args.region_fd, args.region_bytes)
+    _send(args.reply_fd, {"type": "ready", "pid": os.getpid()})
+    while True:
+        message = read_message(args.cmd_fd)
+        if message is None:
+            os._exit(0)
+        reply = referee.handle(message)
+        if reply is not None:
+            _send(args.reply_fd, reply)
+        if referee.poisoned:
+            os._exit(3)  # the parent starts a fresh referee: this CUDA context is gone
+
+
+def _send(fd: int, message: dict[str, Any]) -> None:
+    try:
+        write_all(fd, encode_message(message))
+    except OSError:
+        os._exit(70)
+
+
+class Referee:
+    """The referee's state: the region, the reference stores (kept across jobs) and the current job."""
+
+    def __init__(self, region: Any, device: Any):
+        from cudaperf.execute.judge import ReferenceStore
+        from cudaperf.execute.torch_judge import cache_budget
+
+        self.region, self.device = region, device
+        self.torch_store = ReferenceStore(lambda: cache_budget(device), fingerprinted=False)
+        self.c_store = ReferenceStore(lambda: 4 << 30, fingerprinted=False)
+        self.job: RefereeJob | None = None
+        self.poisoned = False
+
+    @classmethod
+    def start(cls, region_fd: int, region_bytes: int) -> Referee:
+        """Load torch and create the CUDA context (when there is a GPU) before reporting ready."""
+        import torch
+
+        from cudaperf.execute.outputs import Region
+        from cudaperf.execute.session import preload_lazy_modules
+
+        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            torch.ones(1, device=device).add_(1)
+            torch.cuda.synchronize()
+        preload_lazy_modules()
+        return cls(Region(region_fd, region_bytes), device)
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """One message from the parent to its reply (None: no reply). Never raises."""
+        kind = message.get("type")
+        try:
+            if kind == "job":
+                self.job = RefereeJob(self, message.get("job") or {})
+                return None
+            if kind == "end":
+                self.job = None
+                return None
+            if self.job is None:
+                return {"type": "error", "error": f"a {kind!r} message outside a job"}
+            if kind == "output":
+                return {"type": "ack", **self.job.output(message)}
+            if kind == "done":
+                return {"type": "ack", **self.job.done()}
+            if kind == "finish":
+                reply = {"type": "verdict", **self.job.finish(message)}
+                self.job = None
+                return reply
+            return {"type": "error", "error": f"an unknown message type {kind!r}"}
+        finally:
+            self._check_context()
+
+    def _check_context(self) -> None:
+        from cudaperf.execute.device_state import context_alive
+
+        if self.device.type == "cuda" and not context_alive(self.device):
+            self.poisoned = True
+
+
+class RefereeJob:
+    """One job on the referee's side: the judge, the outputs being assembled, what went wrong and whose
+    fault it is (`harness`: the task's or cudaperf's; `forged`: announcements no honest worker sends)."""
+
+    def __init__(self, referee: Referee, wire_job: dict[str, Any]):
+        self.referee = referee
+        self.harness = ""
+        self.forged: list[str] = []
+        self.assembling: dict[Any, Any] = {}
+        self.meta: dict[Any, str] = {}
+        self.shipped_done = False
+        self.verdict = None
+        self.judge = None
+        self.timed: tuple[str, ...] = ()
+        try:
+            self.judge = self._make_judge(wire_job)
+            self.judge.prepare()
+        except Exception as exc:  # noqa: BLE001 - the task, its reference or the job failed: not the candidate
+            self.harness = _describe(exc)
+
+    def _make_judge(self, wire_job: dict[str, Any]) -> Any:
+        from cudaperf.correctness import derive_seed
+        from cudaperf.jobs import read_job
+        from cudaperf.types import TaskKind
+
+        job, secret = read_job(dict(wire_job))
+        seeds = tuple(derive_seed(s, secret) for s in job.seeds)
+        del secret
+        referee = self.referee
+        if job.task.kind is TaskKind.C:
+            from cudaperf.execute.c_judge import CJudge
+            from cudaperf.tasks.ctask import from_task, validate
+
+            ctask = from_task(job.task)
+            problems = validate(ctask)
+            if problems:
+                raise ValueError(f"the C task {ctask.task_id} is malformed: " + "; ".join(problems))
+            return CJudge(job, seeds, referee.device, referee.c_store, ctask)
+        import torch
+
+        from cudaperf.execute.session import set_precision
+        from cudaperf.execute.torch_judge import TorchJudge
+        from cudaperf.tasks import timed_configs
+
+        set_precision(job.task.allow_tf32)
+        torch.set_grad_enabled(False)
+        self.timed = timed_configs(job.task)
+        return TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True)
+
+    def output(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One announcement: a chunk of an output, or a failure notice (the candidate raised there)."""
+        from cudaperf.execute.judge import ReferenceFailed
+        from cudaperf.execute.outputs import Key, Malformed
+
+        if self.harness:
+            return {}
+        try:
+            key = Key.parse(message.get("key"))
+            if message.get("failed") is True:
+                self.judge.check_config(key.config)
+                ok, why = self.judge.reference_ok(key.config)
+                return {"reference_ok": ok, "why": why[:2000]}
+            self._take(key, message)
+        except Malformed as bad:
+            self.forged.append(str(bad)[:500])
+        except ReferenceFailed as failed:
+            self.harness = str(failed)[:4000]
+        except Exception as exc:  # noqa: BLE001 - our own fault while judging: the verdict cannot stand
+            self.harness = _describe(exc)
+        return {}
+
+    def _take(self, key: Any, message: dict[str, Any]) -> None:
+        from cudaperf.execute.outputs import Assembler, Malformed
+
+        if key not in self.assembling:
+            self.judge.check_key(key)
+            spec = message.get("spec")
+            pair = isinstance(spec, dict) and spec.get("t") == "tuple" and len(spec.get("items") or ()) == 2
+            if not pair:
+                raise Malformed(f"an output item that is not (output, inputs after): {str(spec)[:200]}")
+            self.assembling[key] = Assembler(spec, self.referee.device, self._limit(key))
+            self.meta[key] = str(message.get("mutated") or "")
+        assembler = self.assembling[key]
+        if assembler.take(self.referee.region, message.get("start"), message.get("nbytes")):
+            output, inputs_after = assembler.value()
+            del self.assembling[key]
+            item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}
+            self.judge.add(key, item)
+
+    def _limit(self, key: Any) -> int:
+        """The most bytes an output of `key` can hold and still be right (the reference's outputs and
+        inputs, plus room for small structure): larger ones are counted, not stored."""
+        from cudaperf.execute.judge import ReferenceFailed
+
+        try:
+            return self.judge.output_limit(key) + (1 << 20)
+        except ReferenceFailed:
+            if self.judge.is_derived(key.config):
+                return 0  # dropped: its outputs are not judged
+            raise
+
+    def done(self) -> dict[str, Any]:
+        """Every output is shipped: the speed-of-light figures (now, with the worker waiting and the GPU
+        otherwise idle) and the verdict; `proceed` tells the worker whether timing is worth it."""
+        self.shipped_done = True
+        if not self.harness:
+            try:
+                if self.timed and hasattr(self.judge, "prepare_sol"):
+                    self.judge.prepare_sol(self.timed)
+                self.verdict = self.judge.verdict()
+            except Exception as exc:  # noqa: BLE001 - ours or the task's: the verdict cannot stand
+                self.harness = _describe(exc)
+        ok = not self.harness and not self.forged and self.verdict is not None and self.verdict.all_correct
+        return {"proceed": ok}
+
+    def finish(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The verdict against what the worker reported (see the module docstring)."""
+        from cudaperf.types import to_dict
+
+        if self.harness:
+            return {"error": self.harness}
+        if self.verdict is None:
+            if message.get("outcome") is not None:
+                return {}  # the worker stopped on a fault before correctness decided: nothing to judge
+            self.verdict = self.judge.verdict()
+        flags = list(self.verdict.flags) + self._mismatches(message) + self._speed_flags(message)
+        return {"correctness": [to_dict(c) for c in self.verdict.correctness],
+                "flags": [to_dict(f) for f in flags], "sol": self.verdict.sol,
+                "dropped": list(self.verdict.dropped)}
+
+    def _mismatches(self, message: dict[str, Any]) -> list[Any]:
+        from cudaperf.types import Flag, Severity
+
+        flags = []
+
+        def mismatch(text: str, config: str | None = None, severity: Severity = Severity.ERROR) -> None:
+            flags.append(Flag(MISMATCH, text[:1000], severity, config))
+
+        if self.forged:
+            mismatch(f"the worker's announcements were not what its own code sends: {self.forged[0]}")
+        if not self.shipped_done and message.get("outcome") is None:
+            mismatch("the worker reports a correctness verdict, but never shipped all its outputs to the "
+                     "referee")
+        verdicts = {c.config: c.correct for c in self.verdict.correctness}
+        for claim in message.get("claim") or []:
+            config = claim.get("config") if isinstance(claim, dict) else None
+            if config not in verdicts or bool(claim.get("correct")) == verdicts[config]:
+                continue
+            if claim.get("correct"):
+                honest_noise = self.verdict.deterministic.get(config) is False
+                mismatch(f"the worker judged {config} correct, the referee did not", config,
+                         Severity.WARNING if honest_noise else Severity.ERROR)
+            else:
+                mismatch(f"the worker judged {config} incorrect, the referee correct", config,
+                         Severity.WARNING)
+        wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
+        timed_ms = _timed_ms(message.get("timings") or [])
+        if timed_ms > WALL_SLACK * wall_ms + 1.0:
+            mismatch(f"the timed calls add up to {timed_ms:.1f} ms, more than the {wall_ms:.1f} ms the "
+                     "timing stage lasted")
+        return flags
+
+    def _speed_flags(self, message: dict[str, Any]) -> list[Any]:
+        """`sol.speed_flags` on the worker's candidate times against the referee's own floors."""
+        from cudaperf.sol import SolEstimate, speed_flags
+
+        flags = []
+        for timing in message.get("timings") or []:
+            figures = self.verdict.sol.get(timing.get("config")) if isinstance(timing, dict) else None
+            candidate = (timing.get("candidate") or {}).get("median_ms") if figures else None
+            if not isinstance(candidate, (int, float)):
+                continue
+            estimate = SolEstimate(*(figures[k] for k in ("floor_ms", "memory_floor_ms", "compute_floor_ms",
+                                                          "bandwidth_gbps", "peak_tflops", "bytes_moved",
+                                                          "flops")))
+            flags += speed_flags(float(candidate), figures.get("reference_ms"), estimate,
+                                 config=timing["config"])
+        return flags
+
+
+def _timed_ms(timings: list[Any]) -> float:
+    """Event-timed milliseconds the worker reports for all its timed calls (samples x mean)."""
+    total = 0.0
+    for timing in timings:
+        if not isinstance(timing, dict):
+            continue
+        named = [timing.get("candidate"), timing.get("eager"), timing.get("compiled"),
+                 *(timing.get("baselines") or {}).values()]
+        for t in named:
+            if isinstance(t, dict):
+                with contextlib.suppress(TypeError, ValueError):
+                    total += float(t.get("n_samples") or 0) * float(t.get("mean_ms") or 0.0)
+    return total
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc))[-2000:]}"[:4000]
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # noqa: BLE001 - a start-up error goes to the log the parent tails
+        traceback.print_exc()
+    os._exit(1)
