@@ -1,4 +1,4 @@
-"""measure.GpuLock: the readers-writer flock that orders the GPU phases of children sharing a GPU.
+"""datasets.measure.pool.GpuLock: the readers-writer flock that orders the GPU phases of children sharing a GPU.
 
 Each holder is its own GpuLock on the same path (its own open file description, as in separate children:
 flocks conflict between descriptions even inside one process), driven from a thread so the tests stay
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cudaperf.datasets.measure.runner import GpuLock
+from cudaperf.datasets.measure.pool import GpuLock
 
 HOLD_S = 0.3
 

@@ -69,7 +69,7 @@ def _cache_file(cache_dir: Path, task_id: str) -> Path:
 
 def static_facts(measure_dirs: Iterable[Path]) -> dict[str, tuple[str | None, dict[str, Any]]]:
     """impl id -> (source hash, committed static features) from the measurement's `features*` shards."""
-    from cudaperf.datasets.measure.runner import read_records
+    from cudaperf.datasets.jsonl import read_records
 
     rows, _ = read_records(list(measure_dirs), "features")
     return {r["impl_id"]: (r.get("source_hash"), r.get("features") or {}) for r in rows if "impl_id" in r}

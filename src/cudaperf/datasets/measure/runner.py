@@ -45,11 +45,9 @@ from typing import Any, Self
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.jsonl import ResultsWriter
-from cudaperf.datasets.jsonl import read_records as read_records  # ranker.table imports it from here
 from cudaperf.datasets.measure.features import FeatureThread, add_missing, feature_ids
 from cudaperf.datasets.measure.options import MeasureOptions
 from cudaperf.datasets.measure.pool import EXIT_BUDGET, EXIT_DONE, Job, Pool, RunSummary
-from cudaperf.datasets.measure.pool import GpuLock as GpuLock  # tests/unit/test_gpu_lock.py imports it here
 from cudaperf.datasets.measure.results import (
     FEATURES_FILE,
     RESULTS_FILE,
