@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -79,10 +81,26 @@ def _codes(reply, severity: str | None = None) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(None, LIMITS, timeouts=TIMEOUTS) as p:
+def cache_dir():
+    """A build cache the worker's uid can enter (the C reference library is read from it)."""
+    path = tempfile.mkdtemp(prefix="cudaperf-referee-cache-")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pool(cache_dir):
+    with WorkerPool(None, dataclasses.replace(LIMITS, cache_dir=cache_dir), timeouts=TIMEOUTS) as p:
         p.warm_up()
         yield p
+
+
+def _c_job(solution: str, cache_dir: str) -> dict:
+    from test_c_session import SQUARE
+    from test_c_session import _job as c_job
+
+    return c_job(SQUARE, solution, cache_dir=cache_dir)
 
 
 # -- through a real worker and referee ---------------------------------------------------------------
@@ -110,6 +128,66 @@ def test_the_referee_sees_an_input_the_candidate_changed(pool):
 def test_a_tensor_subclass_output_is_refused_by_the_referee(pool):
     reply = pool.run(_job(SUBCLASS))
     assert "tensor_subclass_output" in _codes(reply, "error")
+
+
+def test_a_correct_c_candidate_is_judged_by_the_referee_and_timed(pool, cache_dir):
+    from test_c_session import SQUARE_OK
+
+    reply = pool.run(_c_job(SQUARE_OK, cache_dir))
+    assert reply.outcome is None, (reply.message, reply.logs[-2000:])
+    assert [c["correct"] for c in reply.payload["correctness"]] == [True, True, True]
+    assert len(reply.payload["timings"]) == 3
+
+
+def test_a_c_candidate_that_skips_the_last_element_leaves_the_fill_pattern(pool, cache_dir):
+    partial = "def square(x, out, n):\n    out[:n - 1].copy_(x[:n - 1] * x[:n - 1])\n"
+    reply = pool.run(_c_job(partial, cache_dir))
+    assert not any(c["correct"] for c in reply.payload["correctness"])
+    assert "fill pattern" in reply.payload["correctness"][0]["message"]
+
+
+# A derived configuration (a smaller `size`) on which this reference fails on the device, though not on
+# `meta` (where `float()` has no data), so the loader keeps it.
+FUSSY_TASK = '''
+import torch
+import torch.nn as nn
+
+size = 1024
+
+class Model(nn.Module):
+    def forward(self, x):
+        if float(x.abs().sum()) >= 0 and x.shape[0] != 1024:
+            raise RuntimeError("this reference only runs at its declared size")
+        return x * 2
+
+def get_inputs():
+    return [torch.randn(size)]
+
+def get_init_inputs():
+    return []
+'''
+FUSSY_CANDIDATE = """
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if x.shape[0] != 1024:
+            raise ValueError("only the declared size")
+        return x * 2
+"""
+
+
+def test_a_derived_configuration_whose_reference_fails_is_dropped_not_blamed(pool):
+    task = task_from_source(FUSSY_TASK, "fussy")
+    assert [c.timed for c in task.configs] == [True, False, False]
+    job = EvalJob(task=task, solution=Solution("s1", FUSSY_CANDIDATE, SolutionFormat.PYTORCH), device="cpu",
+                  seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(budget_ms=0.5, warmup_ms=0.1, baselines=("eager",)))
+    reply = pool.run(job_message(job, "00ff00ff"))
+    assert reply.outcome is None, (reply.message, reply.logs[-2000:])
+    assert [(c["config"], c["correct"]) for c in reply.payload["correctness"]] == [("default", True)]
+    dropped = [f["config"] for f in reply.payload["flags"] if f["code"] == "derived_config_dropped"]
+    assert sorted(dropped) == ["derived_1", "derived_2"]
 
 
 def test_a_forged_correct_claim_is_a_verdict_mismatch(pool):

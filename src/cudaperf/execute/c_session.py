@@ -30,6 +30,13 @@ baseline that did not run is absent, with a flag saying why), which the evaluato
 `ConfigTiming.baselines`. Which run: the names among ("serial_c", "naive_cuda") in `timing.baselines`;
 both when the list names neither (the PyTorch default); none when it is empty.
 
+With a referee (the sandbox's default; `REFEREED_STAGES`): no C reference is computed before the
+outputs are shipped. Stages: import, correctness (`run_and_ship`: both calls per configuration and seed,
+each output shipped with the names of `in` arrays the call changed); the verdict is the referee's (no
+claim here: it would cost a second serial C run per job); timing re-checks against the candidate's own
+first outputs, which the referee found correct (a timing-only seed's reference is computed after
+shipping), and the serial C time comes from a reference whose outputs are zeroed as soon as it exists.
+
 Not covered: what every task kind shares (`execute.session`), PyTorch tasks (`torch_session.py`), which
 recipe runs a job (`dispatch.py`), process isolation and deadlines (the sandbox). The C reference is
 trusted code run in the worker (cref.py): a task with a wrong length expression can crash the worker

@@ -41,13 +41,33 @@ here is the Python-level layer inside it; the boundary is the one that holds aga
 Not covered, with the boundary on (`boundary.observe` records per worker what actually held; a missing
 mechanism is logged once and the worker runs weaker):
 - Native code inside the worker's own process. A `load_inline` extension bypasses the audit hook and can
-  read the worker's memory (the job's secret, the channel nonce) and write a well-formed reply on the
-  result fd: the reply's authenticity rests on the worker until a verdict is re-checked in a process the
-  candidate never runs in (issue 24, part 2). What native code can no longer do: write outside the temp
-  directory and its private views (the cache, the checkout, results files, /tmp), see, signal, trace or
-  read the memory or /proc of any process outside its pid namespace, reach a network, raise privileges
-  (no_new_privs, no capabilities after the uid switch), or make the calls the seccomp filter refuses.
-  Forged frames with a wrong nonce are still detected (`channel_forged`).
+  read the worker's memory (the job's secret, the channel nonce) and write a well-formed reply. The
+  correctness verdict no longer rests on it: the referee (referee.py) computes it in a process the
+  candidate never runs in, from outputs the worker ships before it computes any reference of the job,
+  and the worker keeps no reference output across jobs (references, kept outputs and every free block
+  of the allocator are overwritten before the memory goes back to the driver, and the shared output
+  region is zeroed by the parent after each job). What native code can no longer do: write outside the
+  temp directory and its private views (the cache, the checkout, results files, /tmp), see, signal,
+  trace or read the memory or /proc of any process outside its pid namespace (the referee's included),
+  reach a network, raise privileges (no_new_privs, no capabilities after the uid switch), make the calls
+  the seccomp filter refuses, copy a reference output it cannot find, or make a wrong answer correct by
+  forging the reply (the referee's verdict replaces the worker's, and a claim it contradicts is
+  `verdict_mismatch`, a violation). Forged frames with a wrong nonce are still detected (`channel_forged`).
+- What still travels only from the worker, and so stays forgeable by native code, with what bounds it:
+  timings (the referee flags `impossible_speed` from its own speed-of-light floor and its own time of the
+  reference, so a forged baseline cannot switch the floor off; timed calls that add up to more than the
+  timing stage lasted, as the parent measured it, are `verdict_mismatch`; a time between the floor and
+  the truth is not caught), coverage and the own-kernel times, the torch-op monitor's and the process
+  watch's findings, input mutation (the referee judges on inputs of its own, so a mutation cannot
+  change its verdict, only the candidate's timing inputs), a fault the worker reports instead of a
+  verdict (it costs the candidate its result, so it gains nothing), and the speed-of-light check of C
+  tasks (it stays in the worker). With `Limits(referee=False)` (an A/B switch only) the worker judges
+  itself and none of the referee's guarantees hold.
+- The referee shares the GPU with the worker: a kernel can read stale device memory the referee freed
+  (its cached references stay allocated, so the live ones are not stale), and the two contexts compete
+  while the referee computes references (during correctness only: it is idle from the last output on,
+  before timing starts). Outputs of an earlier candidate may remain in the CUDA driver's own staging
+  buffers of this worker (at most one copy chunk), and in memory a candidate allocated outside torch.
 - Reads: the worker can read what the read-only tree shows its uid (task files, the checkout, world-
   readable files); the evaluator's home is hidden, root-only directories stay closed to its uid except
   the paths it needs (its interpreter, the package, the build cache), which are exposed read-only.

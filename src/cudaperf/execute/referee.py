@@ -257,9 +257,9 @@ def forwardable(message: Any) -> dict[str, Any] | None:
 
 def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
     """The worker's payload with the referee's verdict in it: its correctness replaces the worker's
-    claim, its flags join the worker's (the worker's speed-of-light flags give way where the referee has
-    the figures), the timings take its speed-of-light figures; a referee that failed makes a payload that
-    let correctness decide a HARNESS_ERROR."""
+    claim, its flags join the worker's (the worker's speed-of-light flags and dropped configurations give
+    way to the referee's), the timings take its speed-of-light figures; a referee that failed makes a
+    payload that let correctness decide a HARNESS_ERROR."""
     out = dict(payload)
     if verdict.get("error"):
         if out.get("outcome") is None:
@@ -268,8 +268,13 @@ def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str,
     if "correctness" in verdict:
         out["correctness"] = verdict["correctness"]
     sol = verdict.get("sol") or {}
-    flags = [f for f in out.get("flags") or [] if not (isinstance(f, dict) and f.get("code") in SOL_CODES
-                                                       and f.get("config") in sol)]
+
+    def replaced(flag: Any) -> bool:  # the worker's flags on what the referee decides itself
+        code = flag.get("code") if isinstance(flag, dict) else None
+        return (code in SOL_CODES and flag.get("config") in sol) or (code == "derived_config_dropped"
+                                                                     and "dropped" in verdict)
+
+    flags = [f for f in out.get("flags") or [] if not replaced(f)]
     seen, merged = set(), []
     for flag in [*flags, *(verdict.get("flags") or [])]:
         key = (flag.get("code"), flag.get("config"), flag.get("message")) if isinstance(flag, dict) else None

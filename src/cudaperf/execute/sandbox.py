@@ -28,6 +28,14 @@ Covers:
   start the parent reads from /proc what holds for the child (`boundary.observe`): every reply carries it
   in `sandbox["boundary"]` and, when the payload has an `environment`, in `environment["sandbox"]`.
   `sandbox["pid"]` is the child's pid on the host (inside its namespace it sees itself as pid 2).
+- The referee (`referee.py`, on unless `Limits(referee=False)`): beside each worker, outside its boundary,
+  a process that judges evaluation jobs. The parent gives it the job, forwards the worker's shipping
+  messages (frames of type "referee" on the reply pipe; the bytes are in a shared region) and answers the
+  worker on its job pipe; after the worker's result it merges the referee's verdict into the payload
+  (`referee.apply_verdict`) and replaces a worker whose report the referee contradicted. A referee that
+  fails or misses a deadline is a HARNESS_ERROR (never the candidate's fault), and it is restarted.
+- `Spawner`: every worker and referee of a pool is forked from one long-lived thread, because the
+  parent-death signal (bubblewrap's `--die-with-parent`, the child's own) follows the forking thread.
 
 Not covered: what runs inside the child (`child.py`, the guards in `guards.py`, the evaluation recipe in
 `session.py`), multi-node scale-out (Ray actors wrap a `WorkerPool`), and GPU scheduling beyond
