@@ -1,14 +1,16 @@
-"""What the sandbox boundary costs: evaluations per minute with it on and off, same candidates, one run.
+"""What the sandbox boundary costs: evaluations per minute with its parts on and off, same candidates, one run.
 
-The candidates are the example solutions (fast format; with `--inline` also the load_inline ones, whose
-builds are done once, untimed, into the shared cache both arms use). Each repeat runs both arms, in
-alternating order, each on a fresh Evaluator: one untimed pass to start the worker and warm its caches
-(references, the eager baseline), then a timed pass over every candidate. Printed: per arm, the median
-evaluations per minute over the repeats, the ratio, worker start times, and any candidate whose outcome
-differs between the arms (there should be none).
+Three arms: "full" (the operating-system boundary and the referee, the default), "no-referee" (the boundary
+alone: the worker judges its own candidate) and "off" (neither). The issue's target is full against off:
+under 5% slower. The candidates are the example solutions (fast format; with `--inline` also the
+load_inline ones, whose builds are done once, untimed, into the shared cache every arm uses). Each repeat
+runs every arm, in rotating order, each on a fresh Evaluator: one untimed pass to start the worker (and
+the referee) and warm their caches (references, the eager baseline), then a timed pass over every
+candidate. Printed: per arm, the median evaluations per minute over the repeats, the ratios, and any
+candidate whose outcome differs between the arms (there should be none).
 
-The Evaluator has no boundary switch of its own yet, so the "off" arm builds its worker pool with
-`Limits(boundary=False)` by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
+The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
+and `referee` replaced by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
 
     python benchmarks/boundary_throughput.py --repeats 3 [--inline] [--out FILE.json]
 """
@@ -16,7 +18,7 @@ The Evaluator has no boundary switch of its own yet, so the "off" arm builds its
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
 import statistics
 import sys
 import tempfile
@@ -45,25 +47,36 @@ def example_pairs(formats: tuple[str, ...]) -> list[tuple]:
     return pairs
 
 
+ARMS: dict[str, dict[str, bool]] = {
+    "full": {"boundary": True, "referee": True},
+    "no-referee": {"boundary": True, "referee": False},
+    "off": {"boundary": False, "referee": False},
+}
+
+
 @contextmanager
-def boundary_switch(on: bool):
-    """While an Evaluator starts: its WorkerPool gets Limits(boundary=on)."""
+def arm_switch(parts: dict[str, bool]):
+    """While an Evaluator starts: its WorkerPool gets its Limits with `parts` replaced."""
     from cudaperf.execute import sandbox
 
     original = sandbox.WorkerPool
-    sandbox.WorkerPool = functools.partial(original, limits=sandbox.Limits(boundary=on))
+
+    def pool(devices=None, limits=None, **kwargs):
+        return original(devices, dataclasses.replace(limits or sandbox.Limits(), **parts), **kwargs)
+
+    sandbox.WorkerPool = pool
     try:
         yield
     finally:
         sandbox.WorkerPool = original
 
 
-def one_arm(pairs, on: bool, cache_dir: str, baselines: tuple[str, ...]) -> dict:
+def one_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...]) -> dict:
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     config = EvalConfig(device="cuda", cache_dir=cache_dir, timing=TimingConfig(baselines=baselines))
     started = time.perf_counter()
-    with boundary_switch(on):
+    with arm_switch(ARMS[arm]):
         ev = Evaluator(config).__enter__()
     try:
         list(ev.evaluate_many(pairs))  # untimed: worker start, references, first eager timings
@@ -74,7 +87,7 @@ def one_arm(pairs, on: bool, cache_dir: str, baselines: tuple[str, ...]) -> dict
         state = ev._workers.workers[0].boundary_state
     finally:
         ev.close()
-    return {"boundary": on, "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
+    return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
             "warm_pass_s": start_s, "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": state}  # fmt: skip
 
@@ -91,16 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-boundary-bench-")
     baselines = tuple(b for b in args.baselines.split(",") if b)
     rows = []
+    names = list(ARMS)
     for rep in range(args.repeats):
-        for on in ((True, False) if rep % 2 == 0 else (False, True)):
-            row = one_arm(pairs, on, cache_dir, baselines)
+        for arm in names[rep % len(names):] + names[:rep % len(names)]:
+            row = one_arm(pairs, arm, cache_dir, baselines)
             rows.append({"repeat": rep, **row})
-            print(f"repeat {rep} boundary={'on ' if on else 'off'}: {row['evals_per_min']:.1f} evals/min "
-                  f"({len(pairs)} in {row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)",
-                  flush=True)
+            print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
+                  f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
     summary = summarise(rows)
-    print(f"median evals/min: boundary on {summary['on']:.1f}, off {summary['off']:.1f}; "
-          f"on/off = {summary['ratio']:.3f} ({100 * (1 - summary['ratio']):+.1f}% slower with the boundary)")
+    print("median evals/min: " + ", ".join(f"{a} {summary[a]:.1f}" for a in ARMS))
+    print(f"full/off = {summary['full_vs_off']:.3f} ({100 * (1 - summary['full_vs_off']):+.1f}% slower with "
+          f"the boundary and the referee; target under 5%); full/no-referee = {summary['referee']:.3f} "
+          f"({100 * (1 - summary['referee']):+.1f}% for the referee alone)")
     print(f"boundary state: {rows[0]['state']}")
     if summary["differing"]:
         print(f"outcomes differing between the arms: {summary['differing']}")
@@ -109,11 +124,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarise(rows: list[dict]) -> dict:
-    on = statistics.median(r["evals_per_min"] for r in rows if r["boundary"])
-    off = statistics.median(r["evals_per_min"] for r in rows if not r["boundary"])
-    first = {r["boundary"]: r["outcomes"] for r in rows}
-    differing = sorted(k for k in first[True] if first[True][k] != first[False].get(k))
-    return {"on": on, "off": off, "ratio": on / off, "differing": differing}
+    medians = {a: statistics.median(r["evals_per_min"] for r in rows if r["arm"] == a) for a in ARMS}
+    first = {r["arm"]: r["outcomes"] for r in rows}
+    differing = sorted(k for k in first["full"] if any(first[a].get(k) != first["full"][k] for a in ARMS))
+    return {**medians, "full_vs_off": medians["full"] / medians["off"],
+            "referee": medians["full"] / medians["no-referee"], "differing": differing}
 
 
 if __name__ == "__main__":
