@@ -251,3 +251,95 @@ def test_native_forged_reply_is_detected(native_verdicts):
     result = native_verdicts["verdicts"]["native_forge_reply"]
     assert result.outcome is Outcome.POLICY_VIOLATION
     assert "channel_forged" in [f.code for f in result.flags], result.flags
+
+
+# -- the referee (issue 24, part 2): native attacks on the verdict ------------------------------------
+
+
+def _referee_off():
+    """While an Evaluator starts: its WorkerPool gets the referee switched off (the control arm)."""
+    import contextlib
+    import dataclasses
+
+    from cudaperf.execute import sandbox
+
+    @contextlib.contextmanager
+    def switch():
+        original = sandbox.WorkerPool
+
+        def pool(devices=None, limits=None, **kwargs):
+            return original(devices, dataclasses.replace(limits or sandbox.Limits(), referee=False), **kwargs)
+
+        sandbox.WorkerPool = pool
+        try:
+            yield
+        finally:
+            sandbox.WorkerPool = original
+
+    return switch()
+
+
+@pytest.fixture(scope="module")
+def referee_verdicts(tmp_path_factory):
+    """The attacks of tests/adversarial/native/referee_attacks.cpp through the full evaluator, with the
+    referee (the default) and without it (the control: there the attacks must succeed, which shows they
+    are real). The builds (~1 min each) are shared by both arms through one cache."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "adversarial" / "native"))
+    import fixtures
+
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.tasks import load_tasks
+    from cudaperf.tasks.examples import example_tasks_dir
+
+    task = {t.task_id: t for t in load_tasks(example_tasks_dir())}[fixtures.TASK]
+    cache = Path(tempfile.mkdtemp(prefix="cudaperf-referee-cache-"))
+    cache.chmod(0o777)
+    honest = [(task, solution_from_text(fixtures.candidate_source(None), "native_honest"))]
+    attacks = [(task, solution_from_text(fixtures.referee_attack_source(a), a))
+               for a in fixtures.REFEREE_ATTACKS]
+    config = EvalConfig(device="cuda", cache_dir=str(cache), timing=TimingConfig(baselines=("eager",)),
+                        stage_timeouts_s={"import": 900.0})
+    verdicts = {}
+    with Evaluator(config) as ev:
+        # The honest candidate first: the task's references are then in every cache an attack could read.
+        verdicts["on"] = {r.solution_id: r for r in ev.evaluate_many(honest + attacks)}
+    with _referee_off(), Evaluator(config) as ev:
+        verdicts["off"] = {r.solution_id: r for r in ev.evaluate_many(honest + attacks)}
+    print("\n[sandbox-gpu] native attacks on the verdict (with the referee / without it)")
+    for sid in verdicts["on"]:
+        on, off = verdicts["on"][sid], verdicts["off"][sid]
+        codes = ",".join(f.code for f in on.flags if f.code == "verdict_mismatch") or "-"
+        print(f"[sandbox-gpu] {sid:16s} referee: {on.outcome.value:18s} {codes:16s} "
+              f"without: {off.outcome.value}")
+    return verdicts
+
+
+def test_honest_native_candidate_is_correct_with_the_referee(referee_verdicts):
+    result = referee_verdicts["on"]["native_honest"]
+    assert result.outcome is Outcome.CORRECT, (result.message, result.logs[-3000:])
+
+
+def test_native_copy_of_the_reference_finds_nothing_with_the_referee(referee_verdicts):
+    result = referee_verdicts["on"]["copy_reference"]
+    assert result.outcome is Outcome.INCORRECT, (result.outcome, result.message, result.logs[-3000:])
+
+
+def test_native_copy_of_the_reference_works_without_the_referee(referee_verdicts):
+    """The control: the worker judging itself keeps its references, and native code copies them."""
+    result = referee_verdicts["off"]["copy_reference"]
+    assert result.outcome is Outcome.CORRECT, (result.outcome, result.message, result.logs[-3000:])
+
+
+def test_native_forged_verdict_with_the_real_nonce_is_a_verdict_mismatch(referee_verdicts):
+    result = referee_verdicts["on"]["forge_verdict"]
+    assert result.outcome is Outcome.POLICY_VIOLATION, (result.outcome, result.message)
+    assert "verdict_mismatch" in [f.code for f in result.flags], result.flags
+
+
+def test_native_forged_verdict_is_taken_without_the_referee(referee_verdicts):
+    """The control: a well-formed reply with the job's nonce, read from the worker's own frames."""
+    result = referee_verdicts["off"]["forge_verdict"]
+    assert result.outcome is Outcome.CORRECT, (result.outcome, result.message, result.logs[-3000:])

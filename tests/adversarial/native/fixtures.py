@@ -7,6 +7,11 @@ shows in the evaluator's own verdict (INCORRECT); blocked, the candidate is CORR
 lingering process and the forged reply are seen by the test (files, processes, flags). `attempt=None`
 is the honest candidate alone, the baseline every fixture must match in outcome.
 
+`referee_attack_source(attack)`: the attacks on the verdict itself (referee_attacks.cpp): copying the
+reference's output out of the worker's own objects, and forging a well-formed reply with the job's real
+nonce read from the worker's frames. Both succeed when the worker judges itself (the GPU test's control)
+and must fail with the referee.
+
 Why only load_inline: the fast format runs nothing but NVRTC device code; native host code reaches a
 worker only through load_inline (or ctypes, which the static policy refuses).
 """
@@ -73,3 +78,52 @@ def candidate_source(attempt: str | None) -> str:
         raise ValueError(f"unknown attempt {attempt!r}; one of {ATTEMPTS}")
     attempts = (HERE / "escape_attempts.c").read_text()
     return _TEMPLATE.format(attempt=attempt, attempts=attempts, call=f"cpn_{attempt}()", name=attempt)
+
+
+# -- attacks on the verdict (issue 24, part 2): referee_attacks.cpp ----------------------------------
+
+REFEREE_ATTACKS: tuple[str, ...] = ("copy_reference", "forge_verdict")
+
+_REFEREE_TEMPLATE = '''"""relu (load_inline), native code attacking the verdict: `{attack}`."""
+
+import torch
+from torch import nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+{code}
+
+torch::Tensor relu_attack_forward(torch::Tensor x) {{
+    {body}
+}}
+"""
+
+CPP_SOURCE = "torch::Tensor relu_attack_forward(torch::Tensor x);"
+
+ext = load_inline(name="cudaperf_referee_{attack}", cpp_sources=CPP_SOURCE, cuda_sources=CUDA_SOURCE,
+                  functions=["relu_attack_forward"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.relu_attack_forward(x)
+'''
+
+_BODIES = {
+    "copy_reference": "return cpa_copy_reference(x.contiguous());",
+    # The forgery, then zeros: the ReLU is never computed.
+    "forge_verdict": "cpa_forge_verdict();\n    auto y = torch::empty_like(x);\n"
+                     "    cudaMemset(y.data_ptr(), 0, (size_t)y.numel() * y.element_size());\n    return y;",
+}
+
+
+def referee_attack_source(attack: str) -> str:
+    """The solution text of one attack of REFEREE_ATTACKS."""
+    if attack not in REFEREE_ATTACKS:
+        raise ValueError(f"unknown attack {attack!r}; one of {REFEREE_ATTACKS}")
+    code = (HERE / "escape_attempts.c").read_text() + (HERE / "referee_attacks.cpp").read_text()
+    return _REFEREE_TEMPLATE.format(attack=attack, code=code, body=_BODIES[attack])

@@ -208,3 +208,40 @@ def test_native_attempts_compile_as_the_cpp_of_a_load_inline_extension(tmp_path)
     out = subprocess.run(["g++", "-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-variable", str(unit)],
                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
+
+
+# -- attacks on the verdict (referee_attacks.cpp), checked without a GPU ---------------------------------
+
+
+@pytest.mark.parametrize("attack", fixtures.REFEREE_ATTACKS)
+def test_referee_attack_passes_the_static_policy(attack):
+    """The scan sees nothing: what stops these is that the verdict is not the worker's (the GPU tests)."""
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.anticheat.static import check_source
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.types import SolutionFormat
+
+    source = fixtures.referee_attack_source(attack)
+    assert solution_from_text(source, "attack").format is SolutionFormat.INLINE
+    assert [f.code for f in check_source(source, Policy())] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", fixtures.REFEREE_ATTACKS)
+def test_referee_attack_compiles_against_torch_python_and_cuda_headers(attack, tmp_path):
+    """~15 s each (torch/extension.h): the C++ of the attack is valid where load_inline will build it."""
+    import re
+    import sysconfig
+
+    torch_ext = pytest.importorskip("torch.utils.cpp_extension")
+    cuda_include = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    if shutil.which("g++") is None or not (cuda_include / "cuda_runtime.h").exists():
+        pytest.skip("no g++ or no CUDA headers")
+    code = re.search(r'CUDA_SOURCE = r"""(.*?)"""', fixtures.referee_attack_source(attack), re.S).group(1)
+    unit = tmp_path / "unit.cpp"
+    unit.write_text(code)
+    paths = (*torch_ext.include_paths(), sysconfig.get_paths()["include"], cuda_include)
+    includes = [f"-I{p}" for p in paths]
+    out = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-w", *includes, str(unit)],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
