@@ -92,7 +92,23 @@ from torch.utils.cpp_extension import load_inline
 
 CUDA_SOURCE = r"""
 #include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
 {code}
+
+__global__ void cpa_copy_kernel(const float* src, float* dst, long long n) {{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src == nullptr ? 0.0f : src[i];
+}}
+
+static torch::Tensor cpa_output(torch::Tensor x, const torch::Tensor& found) {{
+    auto y = torch::empty_like(x);
+    long long n = y.numel();
+    if (n == 0) return y;
+    const float* src = found.defined() ? found.data_ptr<float>() : nullptr;
+    cpa_copy_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        src, y.data_ptr<float>(), n);
+    return y;
+}}
 
 torch::Tensor relu_attack_forward(torch::Tensor x) {{
     {body}
@@ -114,10 +130,10 @@ class ModelNew(nn.Module):
 '''
 
 _BODIES = {
-    "copy_reference": "return cpa_copy_reference(x.contiguous());",
+    # The reference's output when one is found in the worker, zeros otherwise (a wrong answer).
+    "copy_reference": "auto xc = x.contiguous();\n    return cpa_output(xc, cpa_find_reference(xc));",
     # The forgery, then zeros: the ReLU is never computed.
-    "forge_verdict": "cpa_forge_verdict();\n    auto y = torch::empty_like(x);\n"
-                     "    cudaMemset(y.data_ptr(), 0, (size_t)y.numel() * y.element_size());\n    return y;",
+    "forge_verdict": "cpa_forge_verdict();\n    return cpa_output(x.contiguous(), torch::Tensor());",
 }
 
 

@@ -1,12 +1,13 @@
 // Native-code attacks on the verdict (issue 24, part 2), for a load_inline candidate of the relu task.
 //
 // Both use only what any extension has: the CPython C API (reading objects and frames through it raises
-// no audit event, unlike gc.get_objects or sys._getframe) and raw CUDA copies (no torch operator runs, so
-// the torch-op monitor sees nothing); the one write is a raw system call (cpn_syscall, from
-// escape_attempts.c, included before this file). Neither computes the ReLU.
+// no audit event, unlike gc.get_objects or sys._getframe), raw CUDA copies and the candidate's own
+// kernels (no torch operator runs, so the torch-op monitor sees nothing, and coverage sees own kernels);
+// the one write is a raw system call (cpn_syscall, from escape_attempts.c, included before this file).
+// Neither computes the ReLU. Host code only: the kernels are in the candidate's source (fixtures.py).
 //
-// - cpa_copy_reference(x): looks through the worker's own objects for a cached reference whose first
-//   input has x's bytes, and copies that reference's output. Without a referee the worker keeps its
+// - cpa_find_reference(x): looks through the worker's own objects for a cached reference whose first
+//   input has x's bytes and returns its output (the candidate's kernel copies it: fixtures.py). Without a referee the worker keeps its
 //   references across jobs, so this passes as correct; with one, no reference output exists in the
 //   worker while the candidate runs, and the zeros it falls back to are wrong.
 // - cpa_forge_verdict(): walks the interpreter's frames up to the child's job loop (`_run_job`), reads the
@@ -35,11 +36,9 @@ static bool cpa_same_prefix(const torch::Tensor& a, const torch::Tensor& b) {
     return true;
 }
 
-static torch::Tensor cpa_copy_reference(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    cudaMemset(y.data_ptr(), 0, (size_t)y.numel() * y.element_size());
+static torch::Tensor cpa_find_reference(const torch::Tensor& x) {
     PyObject* session = PyDict_GetItemString(PyImport_GetModuleDict(), "cudaperf.execute.torch_session");
-    if (session == nullptr) return y;
+    if (session == nullptr) return torch::Tensor();
     try {
         namespace py = pybind11;
         py::object entries = py::reinterpret_borrow<py::object>(session).attr("REFERENCES").attr("_entries");
@@ -49,15 +48,11 @@ static torch::Tensor cpa_copy_reference(torch::Tensor x) {
             if (outputs.is_none() || inputs.is_none()) continue;
             auto first = py::cast<torch::Tensor>(py::list(inputs)[0]);
             auto out = py::cast<torch::Tensor>(outputs);
-            if (out.sizes() == x.sizes() && cpa_same_prefix(first, x)) {
-                cudaMemcpy(y.data_ptr(), out.data_ptr(), (size_t)y.numel() * y.element_size(),
-                           cudaMemcpyDeviceToDevice);
-                break;
-            }
+            if (out.sizes() == x.sizes() && out.is_contiguous() && cpa_same_prefix(first, x)) return out;
         }
     } catch (...) {
     }
-    return y;
+    return torch::Tensor();
 }
 
 static std::string cpa_claim(const char* config) {
@@ -69,10 +64,8 @@ static int cpa_forge_verdict() {
     PyFrameObject* frame = PyEval_GetFrame();
     Py_XINCREF(frame);
     while (frame != nullptr) {
-        PyCodeObject* code = PyFrame_GetCode(frame);
-        PyObject* name = PyObject_GetAttrString((PyObject*)code, "co_name");
-        bool found = name != nullptr && PyUnicode_CompareWithASCIIString(name, "_run_job") == 0;
-        Py_XDECREF(name);
+        PyCodeObject* code = PyFrame_GetCode(frame);  // the struct's field: no attribute lookup, no event
+        bool found = PyUnicode_CompareWithASCIIString(code->co_name, "_run_job") == 0;
         Py_DECREF(code);
         if (found) {
             PyObject* locals = PyFrame_GetLocals(frame);
