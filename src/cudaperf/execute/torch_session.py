@@ -237,6 +237,7 @@ class TorchSession(Session):
         # models only), "claim" (outputs computed again on demand); candidate outputs kept for the claim.
         self.phase = "plan"
         self.kept: dict[tuple[str, int, int], tuple[Any, Any]] = {}
+        self.output_bytes_seen: dict[str, int] = {}  # per configuration, the candidate's last output size
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -504,15 +505,24 @@ class TorchSession(Session):
     def run_once(self, model: torch.nn.Module, entry: Reference, config: str) -> tuple[Any, list]:
         """One forward on cloned inputs into a poisoned allocator; returns (output, the inputs after)."""
         given = clone_inputs(entry.inputs)
-        poison_allocator(self.device, _nbytes(entry.outputs) or entry.extra.get("output_bytes", 0))
+        poison_allocator(self.device, self.expected_output_bytes(entry, config))
         out = self.candidate(lambda: self.forward(model, given, config), "forward", config)
         self.alive.append(out)
         size = _nbytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
+        self.output_bytes_seen[config] = size
         cap = self.output_cap()
         if size > cap:
             raise Stop(Outcome.OUTPUT_TOO_LARGE, f"forward ({config}): the output has {size} bytes, more "
                        f"than the {cap} allowed")
         return out, given
+
+    def expected_output_bytes(self, entry: Reference, config: str) -> int:
+        """The size of the block to poison for the output: the reference's output when it is known (with a
+        referee it is not, before shipping), else the size of this candidate's last output here, else the
+        largest input (the output of most operators)."""
+        known = _nbytes(entry.outputs) or entry.extra.get("output_bytes", 0)
+        known = known or self.output_bytes_seen.get(config, 0)
+        return known or max((_nbytes(t) for t in flatten_tensors(entry.inputs)), default=0)
 
     def output_cap(self) -> int:
         """The memory plan's output cap (the job's own cap when it gave one and no plan exists)."""
