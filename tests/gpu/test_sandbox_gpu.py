@@ -343,3 +343,50 @@ def test_native_forged_verdict_is_taken_without_the_referee(referee_verdicts):
     """The control: a well-formed reply with the job's nonce, read from the worker's own frames."""
     result = referee_verdicts["off"]["forge_verdict"]
     assert result.outcome is Outcome.CORRECT, (result.outcome, result.message, result.logs[-3000:])
+
+
+BIG_TASK = '''
+import torch
+import torch.nn as nn
+
+CUDAPERF_TASK = {"no_derived_configs": "one large output is what this test is about"}
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def get_inputs():
+    return [torch.randn(1 << 28)]
+
+def get_init_inputs():
+    return []
+'''
+BIG_CANDIDATE = '''
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x * 2
+'''
+
+
+def test_a_gigabyte_output_reaches_the_referee_in_chunks_and_is_judged():
+    """1 GiB per output, 2 seeds x 2 runs, through the 64 MiB region; prints the time spent on the referee
+    (shipping, its references, its comparisons) against the job's."""
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.jobs import EvalJob, TimingConfig, job_message
+    from cudaperf.tasks import task_from_source
+    from cudaperf.types import Solution, SolutionFormat
+
+    job = EvalJob(task=task_from_source(BIG_TASK, "big"), solution=Solution("s", BIG_CANDIDATE,
+                  SolutionFormat.PYTORCH), device="cuda:0", seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(enabled=False))
+    with WorkerPool([0], Limits(), timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        start = time.monotonic()
+        reply = p.run(job_message(job, secrets.token_hex(16)))
+        took = time.monotonic() - start
+    assert reply.outcome is None and [c["correct"] for c in reply.payload["correctness"]] == [True], (
+        reply.message, reply.logs[-3000:])
+    print(f"\n[sandbox-gpu] 4 x 1 GiB outputs judged by the referee: job {took:.2f} s, of which waiting "
+          f"for the referee {reply.sandbox['referee_s']:.2f} s")
