@@ -28,10 +28,10 @@ from cudaperf.execute.outputs import (
     Malformed,
     Region,
     Shipper,
-    create_region_fd,
     describe,
     rebuild,
 )
+from cudaperf.execute.referee import create_region_fd
 from cudaperf.jobs import EvalJob, TimingConfig, job_message
 from cudaperf.tasks import task_from_source
 from cudaperf.types import Solution, SolutionFormat

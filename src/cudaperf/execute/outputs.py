@@ -9,8 +9,8 @@ Covers:
   storage is too small...), and `rebuild` turns it into a stand-in of the same name, so that
   `correctness.compare` gives the referee the same verdict and flag it would give on the object itself.
 - `Region`: the shared memory region (a sealed memfd of fixed size, so neither side can shrink it under
-  the other and no read can fault) through which output bytes travel; the parent creates it and both the
-  worker and the referee map it.
+  the other and no read can fault) through which output bytes travel; the parent creates it
+  (`referee.create_region_fd`, no torch there) and both the worker and the referee map it.
 - `Shipper` (worker side): each output's bytes copied device->host in region-sized chunks, each chunk
   announced to the referee through the parent (`exchange`, a frame on the worker's reply pipe answered
   on its job pipe) and overwritten only after the referee has taken it. No JSON for bytes, no copy of a
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -202,22 +201,6 @@ class Region:
         self.fd, self.size_bytes = fd, size_bytes
         self._map = mmap.mmap(fd, size_bytes)
         self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
-
-    @staticmethod
-    def create(size_bytes: int) -> int:
-        """A sealed memfd of `size_bytes` (parent side; no torch needed, but kept beside the reader)."""
-        return create_region_fd(size_bytes)
-
-
-def create_region_fd(size_bytes: int) -> int:
-    """A memfd of exactly `size_bytes`, sealed so that nobody can shrink or grow it (a shrunk file would
-    fault the reader's mapping) nor remove the seals."""
-    import fcntl
-
-    fd = os.memfd_create("cudaperf-outputs", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
-    os.ftruncate(fd, size_bytes)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    return fd
 
 
 # --------------------------------------------------------------------------------------------------

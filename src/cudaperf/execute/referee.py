@@ -71,8 +71,6 @@ class RefereeLink:
     referee gets the same one. `spawn(fn)` runs `fn` on the pool's spawner thread (see sandbox.Spawner)."""
 
     def __init__(self, device: int | None, region_bytes: int, *, kill_wait_s: float = 30.0):
-        from cudaperf.execute.outputs import create_region_fd
-
         self.device = device
         self.region_bytes = region_bytes
         self.region_fd = create_region_fd(region_bytes)
@@ -238,6 +236,15 @@ class RefereeLink:
             with contextlib.suppress(OSError):
                 os.close(self.region_fd)
             self.region_fd = -1
+
+
+def create_region_fd(size_bytes: int) -> int:
+    """A memfd of exactly `size_bytes`, sealed so that nobody can shrink or grow it (a shrunk file would
+    fault the reader's mapping) nor remove the seals (`outputs.Region` maps it)."""
+    fd = os.memfd_create("cudaperf-outputs", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    os.ftruncate(fd, size_bytes)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
 
 
 def engages(job: dict[str, Any]) -> bool:
