@@ -597,3 +597,13 @@ def references_left(job, report):
     payload["with_outputs"] = sum(1 for e in entries if e.outputs is not None)
     payload["entries"] = len(entries)
     return payload
+
+
+def malformed_payload(job, report):
+    """The real evaluation, then a payload its own code never writes (a field of the wrong kind)."""
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    payload["timings"] = "fast, trust me"
+    payload["correctness"] = {"all": True}
+    return payload

@@ -203,6 +203,12 @@ def test_a_verdict_claimed_without_shipped_outputs_is_a_verdict_mismatch(pool):
     assert not any(c["correct"] for c in reply.payload["correctness"])
 
 
+def test_a_payload_that_does_not_parse_is_a_verdict_mismatch(pool):
+    reply = pool.run(_handler("malformed_payload", WRONG))
+    assert "verdict_mismatch" in _codes(reply, "error")
+    assert not any(c["correct"] for c in reply.payload["correctness"])
+
+
 def test_timed_calls_longer_than_the_timing_stage_are_a_verdict_mismatch(pool):
     reply = pool.run(_handler("inflate_timing", CORRECT))
     assert "verdict_mismatch" in _codes(reply, "error")

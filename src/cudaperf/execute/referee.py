@@ -300,6 +300,21 @@ def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str,
     return out
 
 
+def readable(payload: dict[str, Any], verdict: dict[str, Any], stage: str) -> dict[str, Any]:
+    """`payload` when it parses as an `EvalPayload`; else (the worker's own code never sends one that does
+    not) a payload with the referee's verdict alone and `verdict_mismatch`, which `verdict` then carries
+    too (so the worker is replaced)."""
+    from cudaperf.jobs import read_payload
+
+    if read_payload(payload).stage != "payload" or verdict.get("error"):
+        return payload
+    flag = {"code": MISMATCH, "message": "the worker's payload does not parse: it was not written by its own "
+            "code", "severity": "error", "config": None}
+    verdict.setdefault("flags", []).append(flag)
+    return {"outcome": None, "stage": stage, "message": "", "correctness": verdict.get("correctness") or [],
+            "flags": list(verdict["flags"])}
+
+
 def mismatched(verdict: dict[str, Any]) -> bool:
     """Whether the verdict says the worker's report was contradicted (the worker is then replaced)."""
     return any(isinstance(f, dict) and f.get("code") == MISMATCH and f.get("severity") == "error"
@@ -389,6 +404,9 @@ class Referee:
                 self.job = None
                 return reply
             return {"type": "error", "error": f"an unknown message type {kind!r}"}
+        except Exception as exc:  # noqa: BLE001 - ours: a HARNESS_ERROR for this job, the loop goes on
+            self.job = None
+            return {"type": "verdict" if kind == "finish" else "error", "error": _describe(exc)}
         finally:
             self._check_context()
 
@@ -543,9 +561,11 @@ class RefereeJob:
             mismatch("the worker reports a correctness verdict, but never shipped all its outputs to the "
                      "referee")
         verdicts = {c.config: c.correct for c in self.verdict.correctness}
-        for claim in message.get("claim") or []:
-            config = claim.get("config") if isinstance(claim, dict) else None
-            if config not in verdicts or bool(claim.get("correct")) == verdicts[config]:
+        for claim in _dicts(message.get("claim")):
+            config = claim.get("config")
+            if not isinstance(config, str) or config not in verdicts:
+                continue
+            if bool(claim.get("correct")) == verdicts[config]:
                 continue
             if claim.get("correct"):
                 honest_noise = self.verdict.deterministic.get(config) is False
@@ -555,7 +575,7 @@ class RefereeJob:
                 mismatch(f"the worker judged {config} incorrect, the referee correct", config,
                          Severity.WARNING)
         wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
-        timed_ms = _timed_ms(message.get("timings") or [])
+        timed_ms = _timed_ms(_dicts(message.get("timings")))
         if timed_ms > WALL_SLACK * wall_ms + 1.0:
             mismatch(f"the timed calls add up to {timed_ms:.1f} ms, more than the {wall_ms:.1f} ms the "
                      "timing stage lasted")
@@ -566,10 +586,11 @@ class RefereeJob:
         from cudaperf.sol import SolEstimate, speed_flags
 
         flags = []
-        for timing in message.get("timings") or []:
-            figures = self.verdict.sol.get(timing.get("config")) if isinstance(timing, dict) else None
-            candidate = (timing.get("candidate") or {}).get("median_ms") if figures else None
-            if not isinstance(candidate, (int, float)):
+        for timing in _dicts(message.get("timings")):
+            figures = self.verdict.sol.get(timing.get("config"))
+            candidate = timing.get("candidate")
+            candidate = candidate.get("median_ms") if figures and isinstance(candidate, dict) else None
+            if type(candidate) not in (int, float):
                 continue
             estimate = SolEstimate(*(figures[k] for k in ("floor_ms", "memory_floor_ms", "compute_floor_ms",
                                                           "bandwidth_gbps", "peak_tflops", "bytes_moved",
@@ -579,14 +600,20 @@ class RefereeJob:
         return flags
 
 
+def _dicts(value: Any) -> list[dict]:
+    """The dicts of a list the worker sent (anything else in it, or instead of it, is ignored)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _timed_ms(timings: list[Any]) -> float:
     """Event-timed milliseconds the worker reports for all its timed calls (samples x mean)."""
     total = 0.0
     for timing in timings:
         if not isinstance(timing, dict):
             continue
+        baselines = timing.get("baselines")
         named = [timing.get("candidate"), timing.get("eager"), timing.get("compiled"),
-                 *(timing.get("baselines") or {}).values()]
+                 *(baselines.values() if isinstance(baselines, dict) else ())]
         for t in named:
             if isinstance(t, dict):
                 with contextlib.suppress(TypeError, ValueError):

@@ -614,7 +614,7 @@ class Worker:
         if error:
             link.close_process()
             verdict = {"error": error}
-        payload = referee.apply_verdict(payload, verdict)
+        payload = referee.readable(referee.apply_verdict(payload, verdict), verdict, reply.stage)
         outcome, message, stage = reply.outcome, reply.message, reply.stage
         if outcome is None:
             outcome, message, stage = _payload_verdict(payload, reply.stage)
