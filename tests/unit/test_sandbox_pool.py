@@ -307,3 +307,22 @@ def test_wire_header_is_a_big_endian_length():
 
     data = encode_message({"a": 1})
     assert struct.unpack(">I", data[:4])[0] == len(data) - 4 == len(b'{"a":1}')
+
+
+def test_a_worker_restarted_by_a_thread_that_exits_survives_it(tmp_path):
+    """`evaluate_many`'s batch threads restart a worker when a job names another build cache; the
+    restarted worker must outlive the thread (it is forked from the pool's spawner thread)."""
+    with WorkerPool(None, Limits(address_space_bytes=4 << 30, referee=False), timeouts=TIMEOUTS,
+                    preload=()) as p:  # fmt: skip
+        p.run(job("ok"))
+        replies = []
+        batch = threading.Thread(target=lambda: replies.append(p.run(job("ok", cache_dir=str(tmp_path)))))
+        batch.start()
+        batch.join()
+        time.sleep(0.5)  # a parent-death signal would have killed it by now
+        after = p.run(job("ok", echo=3, cache_dir=str(tmp_path)))
+    if p.workers[0].plan.bwrap is None:
+        pytest.skip("without bubblewrap a job's cache does not restart the worker")
+    assert replies[0].sandbox["worker_start_s"] is not None  # the batch thread did restart it
+    assert after.outcome is None and after.payload["echo"] == 3
+    assert after.sandbox["worker_start_s"] is None and after.sandbox["pid"] == replies[0].sandbox["pid"]
