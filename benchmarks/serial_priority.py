@@ -1,19 +1,24 @@
-"""Does a raised thread priority keep the serial-C baseline steady while other processes load the CPU?
+"""What keeps the serial-C baseline steady while other processes load the CPU: a raised thread priority, or
+a CPU of its own (`cudaperf.host_timing`, the default protocol)?
 
 The dataset measurement times the serial C reference in one child while the other children compile on the
-same cores; `measure --raised-priority` (off by default; `datasets.measure.task_measurement.raised_priority`)
-raises the timing thread's priority. This benchmark reproduces that on any machine: the serial references
-of a few C tasks (their "large" configuration) are timed as the measurement times them (fresh copies,
-calls until `--budget-ms` is spent, the median), in rounds, each round once at the normal priority and
-once raised, the order alternating. Three conditions run in one go: an idle CPU, then with
-`--load-factor` x cores busy processes at nice 0 (the other children's compilers). Per task and condition
-it reports the median over rounds and the spread of the round medians (IQR / median, and max / min).
+same cores. Two answers are compared: `measure --raised-priority` (off by default;
+`datasets.measure.task_measurement.raised_priority`) raises the timing thread's priority; the host-timing
+protocol keeps every other process off a reserved CPU and pins the timing thread to it. This benchmark
+reproduces the situation on any machine: the serial references of a few C tasks (their "large"
+configuration) are timed as the measurement times them (fresh copies, calls until `--budget-ms` is
+spent, the median), in rounds. Conditions, in one go: an idle CPU (normal and raised priority, the order
+alternating), `--load-factor` x cores busy processes at nice 0 on every CPU (the same two modes), and the
+same busy processes kept off the reserved CPU with the timing thread pinned to it ("isolated"; on a
+machine with fewer CPUs than `host_timing.MIN_CPUS` the highest CPU is reserved for the benchmark
+anyway). Per task, condition and mode: the median over rounds and the spread of the round medians
+(IQR / median, and max / min).
 
     python3 benchmarks/serial_priority.py [--rounds 15] [--out FILE.json]
 
 Needs root (or CAP_SYS_NICE) for the raised runs; without it they are reported as not run.
 
-Not covered: memory-bandwidth contention (the busy processes only spin), GPU timing.
+Not covered: memory-bandwidth contention (the busy processes only spin), CPU boost clocks, GPU timing.
 """
 
 from __future__ import annotations
@@ -31,24 +36,33 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.measure.task_measurement import raised_priority, time_serial
+from cudaperf.host_timing import pinned, timing_cpus
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import from_json, make_inputs
 
 FAMILIES = ("stencil2d", "map", "reduce_rows", "histogram")
 
 
-def _spin() -> None:
+RESERVED = timing_cpus(min_cpus=2)  # the CPU(s) the "isolated" condition keeps for the timing thread
+
+
+def _spin(keep_off: frozenset[int] = frozenset()) -> None:
+    if keep_off:
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - keep_off)
     while True:
         pass
 
 
-def _samples(ctask, build, values, budget_ms: float, raise_it: bool) -> float | None:
-    """One median as the measurement takes it, at the normal or a raised priority."""
+def _samples(ctask, build, values, budget_ms: float, mode: str) -> float | None:
+    """One median as the measurement takes it: at the normal or a raised priority, or pinned."""
     def run() -> float:
         return statistics.median(time_serial(lambda fresh: cref.call(ctask, build, fresh), values, budget_ms))
 
-    if not raise_it:
+    if mode == "normal":
         return run()
+    if mode == "pinned":
+        with pinned(RESERVED) as cpus:
+            return run() if cpus else None
     with raised_priority() as nice:
         return run() if nice is not None else None
 
@@ -60,16 +74,15 @@ def _spread(values: list[float]) -> dict[str, float]:
             "max_over_min": max(values) / min(values)}
 
 
-def measure_task(task, rounds: int, budget_ms: float) -> dict[str, list[float]]:
+def measure_task(task, rounds: int, budget_ms: float, modes: tuple[str, ...]) -> dict[str, list[float]]:
     ctask = from_json(task.text)
     config = ctask.config("large")
     build = cref.build_reference(ctask)
     values = make_inputs(ctask, config, seed=0)
-    out: dict[str, list[float]] = {"normal": [], "raised": []}
+    out: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(rounds):
-        order = ("normal", "raised") if r % 2 == 0 else ("raised", "normal")
-        for mode in order:
-            median = _samples(ctask, build, values, budget_ms, mode == "raised")
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            median = _samples(ctask, build, values, budget_ms, mode)
             if median is not None:
                 out[mode].append(median)
     return out
@@ -85,20 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     tasks = [registry.build_index(0, families=[f])[0] for f in FAMILIES]
     cores = os.cpu_count() or 1
     result: dict = {"cores": cores, "rounds": args.rounds, "load_processes": int(args.load_factor * cores),
-                    "tasks": {}}
-    for condition in ("idle", "loaded"):
+                    "reserved_cpus": sorted(RESERVED), "tasks": {}}
+    conditions = {"idle": ("normal", "raised"), "loaded": ("normal", "raised"), "isolated": ("pinned",)}
+    for condition, modes in conditions.items():
         spinners = []
-        if condition == "loaded":
-            spinners = [multiprocessing.Process(target=_spin, daemon=True)
+        if condition != "idle":
+            keep_off = RESERVED if condition == "isolated" else frozenset()
+            spinners = [multiprocessing.Process(target=_spin, args=(keep_off,), daemon=True)
                         for _ in range(result["load_processes"])]
             for p in spinners:
                 p.start()
         try:
             for task in tasks:
-                runs = measure_task(task, args.rounds, args.budget_ms)
+                runs = measure_task(task, args.rounds, args.budget_ms, modes)
                 stats = {mode: _spread(v) for mode, v in runs.items() if len(v) >= 4}
                 result["tasks"].setdefault(task.task_id, {})[condition] = stats
-                print(f"{condition:6s} {task.task_id:28s} " + "  ".join(
+                print(f"{condition:8s} {task.task_id:28s} " + "  ".join(
                     f"{mode}: median {s['median_ms']:.3f} ms, IQR/median {s['iqr_over_median']:.1%}, "
                     f"max/min {s['max_over_min']:.2f}" for mode, s in stats.items()), flush=True)
         finally:

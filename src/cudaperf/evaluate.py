@@ -157,9 +157,11 @@ class Evaluator:
         return "none", []
 
     def __enter__(self) -> Self:
+        from cudaperf.host_timing import ensure_lock_file
         from cudaperf.toolchain.pool import BuildPool
 
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        ensure_lock_file(self.cache_dir)  # the serial-C timing lock, before workers that cannot create it
         self._builds = BuildPool(self.config.build_workers or os.cpu_count() or 1)
         if self.mode in ("cuda", "cpu"):
             from cudaperf.execute.sandbox import Limits, WorkerPool

@@ -2,7 +2,8 @@
 
 Covers `bench_interleaved` (the contract: `dict[str, Timing]`) and `bench_interleaved_report` (the same run
 with everything it noticed), `summarize` (median, IQR, min, mean of raw samples), `compile_baseline` (the
-torch.compile baseline, built so it starts no threads) and the sizing of the flush (`default_l2_flush_bytes`,
+torch.compile baseline: static shapes, no on-device autotuning, no threads) and the sizing of the flush
+(`default_l2_flush_bytes`,
 `lead_flush_bytes`, `lead_sized_flush_bytes`). The protocol, per timed call (Triton's do_bench, with the
 hacks of docs/evaluation.md in mind):
 
@@ -57,6 +58,7 @@ from typing import Any, NamedTuple
 import torch
 
 from cudaperf.correctness import clone_inputs, flatten_tensors, inputs_mutated
+from cudaperf.host_timing import LEGACY, baseline_protocol
 from cudaperf.lead import Lead
 from cudaperf.types import Flag, Severity, Timing
 
@@ -136,22 +138,46 @@ def summarize(samples_ms: Sequence[float], host_ms_per_call: float | None = None
                   host_ms_per_call=host_ms_per_call, samples_ms=tuple(samples_ms))
 
 
-def compile_baseline(model: Callable, first_run_hold: Hold | None = None, **options: Any) -> Callable:
-    """`torch.compile(model, **options)` with Inductor compiling in this process (compile_threads = 1).
+# Inductor settings of the stable baseline protocol (`compile_baseline`), applied to its compiles only.
+STABLE_INDUCTOR_OPTIONS: dict[str, Any] = {
+    "deterministic": True,  # reductions: one heuristic configuration, no on-device tuning of it
+    "triton.autotune_pointwise": False,  # pointwise kernels: the heuristic configuration, not the fastest
+    "autotune_local_cache": False,  # no configuration chosen by an earlier run on this machine
+}
 
-    With its default worker pool, Inductor finishes compiles (a recompile for a new input set, say) on
-    background threads and starts a `subproc_worker_timer` thread at any time, including inside a
-    candidate's watched window, where it would be blamed on the candidate (seen on the H200). For the same
-    reason tqdm's monitor thread is switched off: a progress bar inside the compile started a
-    `tqdm_monitor` thread on the H200 (tqdm documents `monitor_interval = 0` for this).
+
+def compile_baseline(model: Callable, first_run_hold: Hold | None = None, **options: Any) -> Callable:
+    """`torch.compile(model, **options)` with Inductor compiling in this process (compile_threads = 1),
+    under the stable baseline protocol unless `CUDAPERF_BASELINE_PROTOCOL=legacy` (`host_timing`).
+
+    The stable protocol (issue 18: torch.compile's time of the same 67 dataset tasks differed by a median
+    46% between two H200 leases, eager's by 6%):
+    - static shapes, `dynamic=False` unless the caller says otherwise: every configuration's shapes get
+      their own graph and kernels. With torch's default (`dynamic=None`) the second shape seen recompiles
+      the graph with dynamic shapes, so the order in which configurations are compiled decided which
+      kernels were timed;
+    - no on-device benchmarking (`STABLE_INDUCTOR_OPTIONS`): at a kernel's first run Inductor times several
+      Triton configurations and keeps the fastest (and caches the choice on the machine), and a few percent
+      of noise there picks different kernels on different leases. `deterministic` fixes reductions to one
+      heuristic configuration; `triton.autotune_pointwise=False` does the same for pointwise kernels (the
+      deterministic mode still lets them be tuned).
+    The cost, said wherever the baseline is reported: this is Inductor's default-mode code with heuristic
+    launch configurations, not its best tuned code, so the baseline can be slower than a tuned compile
+    (the first compile is faster: nothing is benchmarked). Options a torch build lacks are left out.
+
+    Why in-process compiles: with its default worker pool, Inductor finishes compiles (a recompile for a
+    new input set, say) on background threads and starts a `subproc_worker_timer` thread at any time,
+    including inside a candidate's watched window, where it would be blamed on the candidate (seen on the
+    H200). For the same reason tqdm's monitor thread is switched off: a progress bar inside the compile
+    started a `tqdm_monitor` thread on the H200 (tqdm documents `monitor_interval = 0` for this).
 
     `first_run_hold` (a context-manager factory): the model is compiled as one graph (`fullgraph=True`: a
-    graph break raises while tracing, before anything runs) by Inductor with its default settings, the
-    CPU work outside the hold, and each compiled graph's first run (where Triton autotunes, on the GPU)
-    inside it, synchronised before it is left. The dataset measurement holds its GPU lock only
-    there, not for the seconds of CPU compile. Dynamo traces with fake tensors and Inductor compiles
-    without launching kernels, except at the process's first GPU compile, when Inductor sets itself up on
-    GPU tensors: that compile is held whole (tests/gpu checks both with the profiler)."""
+    graph break raises while tracing, before anything runs) by Inductor, the CPU work outside the hold,
+    and each compiled graph's first run (where Triton autotunes, on the GPU, under the legacy protocol)
+    inside it, synchronised before it is left. The dataset measurement holds its GPU lock only there, not
+    for the seconds of CPU compile. Dynamo traces with fake tensors and Inductor compiles without
+    launching kernels, except at the process's first GPU compile, when Inductor sets itself up on GPU
+    tensors: that compile is held whole (tests/gpu checks both with the profiler)."""
     try:
         import torch._inductor.config as inductor_config
 
@@ -164,16 +190,31 @@ def compile_baseline(model: Callable, first_run_hold: Hold | None = None, **opti
         tqdm.std.tqdm.monitor_interval = 0
     except ImportError:  # no tqdm, no monitor thread
         pass
+    inductor_options = None
+    if baseline_protocol() != LEGACY:
+        options.setdefault("dynamic", False)
+        inductor_options = stable_inductor_options()
     if first_run_hold is None:
-        return torch.compile(model, **options)
-    backend = _inductor_holding_first_run(first_run_hold, options.get("dynamic"))
+        return torch.compile(model, options=inductor_options, **options)
+    backend = _inductor_holding_first_run(first_run_hold, options.get("dynamic"), inductor_options)
     return torch.compile(model, backend=backend, fullgraph=True, **options)
 
 
-def _inductor_holding_first_run(hold: Hold, dynamic: bool | None) -> Callable:
-    """What `torch.compile(backend="inductor")` builds (default mode, no options), with each compiled
-    graph's first run inside `hold`: torch's own wrapper class, so Dynamo treats it as Inductor. Built on
-    call, so a torch without that (private) class fails here, not at import."""
+def stable_inductor_options() -> dict[str, Any]:
+    """`STABLE_INDUCTOR_OPTIONS` less the ones this torch's Inductor does not know."""
+    try:
+        from torch._inductor import config as inductor_config
+    except ImportError:
+        return {}
+    known = inductor_config.get_config_copy()
+    return {k: v for k, v in STABLE_INDUCTOR_OPTIONS.items() if k in known}
+
+
+def _inductor_holding_first_run(hold: Hold, dynamic: bool | None,
+                                inductor_options: dict[str, Any] | None = None) -> Callable:
+    """What `torch.compile(backend="inductor", options=inductor_options)` builds (default mode), with each
+    compiled graph's first run inside `hold`: torch's own wrapper class, so Dynamo treats it as Inductor.
+    Built on call, so a torch without that (private) class fails here, not at import."""
 
     class InductorHoldingFirstRun(torch._TorchCompileInductorWrapper):
         def __call__(self, model_: Any, inputs_: Any, **kwargs: Any) -> Callable:
@@ -185,7 +226,7 @@ def _inductor_holding_first_run(hold: Hold, dynamic: bool | None) -> Callable:
             _INDUCTOR_SET_UP_ON_GPU.append(True)
             return _first_call_held(compiled, hold)
 
-    return InductorHoldingFirstRun(None, None, dynamic)
+    return InductorHoldingFirstRun(None, inductor_options, dynamic)
 
 
 # Inductor's pattern matcher sets itself up once per process, at the first compile, by tracing its patterns

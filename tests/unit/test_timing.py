@@ -217,5 +217,46 @@ def test_only_the_first_compile_on_gpu_tensors_needs_inductors_set_up_held(monke
 
 
 def test_a_cpu_run_reports_no_lead():
-    report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=1, warmup_ms=0, min_reps=2, max_reps=3)
+    report = bench_interleaved_report({"a": _double}, _sets(), budget_ms=1, warmup_ms=0, min_reps=2,
+                                      max_reps=3)
     assert report.lead_us == 0.0 and report.lead_kind == ""
+
+
+def _graphs_for_three_shapes(monkeypatch, protocol: str) -> int:
+    from torch._dynamo.utils import counters
+
+    from cudaperf.timing import compile_baseline
+
+    monkeypatch.setenv("CUDAPERF_BASELINE_PROTOCOL", protocol)
+    torch._dynamo.reset()
+    counters.clear()
+
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0 + 1.0
+
+    compiled = compile_baseline(Scale())
+    for n in (8, 9, 10):
+        compiled(torch.randn(n))
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.slow
+def test_the_stable_compile_baseline_gives_every_shape_a_static_graph(monkeypatch):
+    """Each configuration's shapes are compiled for themselves: the order of configurations cannot decide
+    which kernels are timed."""
+    assert _graphs_for_three_shapes(monkeypatch, "stable") == 3
+
+
+@pytest.mark.slow
+def test_the_legacy_compile_baseline_turns_dynamic_after_the_first_shape(monkeypatch):
+    assert _graphs_for_three_shapes(monkeypatch, "legacy") == 2
+
+
+def test_the_stable_inductor_options_are_known_to_this_torch():
+    from torch._inductor import config
+
+    from cudaperf.timing import STABLE_INDUCTOR_OPTIONS, stable_inductor_options
+
+    assert stable_inductor_options() == STABLE_INDUCTOR_OPTIONS
+    assert set(STABLE_INDUCTOR_OPTIONS) <= set(config.get_config_copy())

@@ -76,6 +76,9 @@ def _set_up(hello: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     user = guards.drop_privileges(uid, uid) if uid is not None else "unchanged"
     flags = guards.set_process_flags(parent_death_signal=hello["parent_death_signal"])
     sys.dont_write_bytecode = True
+    from cudaperf.host_timing import keep_off_timing_cpus
+
+    keep_off_timing_cpus()  # before torch starts threads: they and the candidate's inherit it (serial C)
     started = time.monotonic()
     preload(hello["preload"])
     preload_s = time.monotonic() - started

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from cudaperf.host_timing import isolated_host_timing
 from cudaperf.tasks.ctask import CConfig, CTask, ParamKind, make_inputs
 
 CC = os.environ.get("CC", "gcc")
@@ -140,7 +141,8 @@ def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats:
     """Draw inputs (unless `values` is given), run the reference, return its outputs.
 
     With `repeats > 0` the call is also timed that many more times on pristine copies of the inputs
-    (perf_counter around the call only); `median_ms` is the serial-C baseline of this configuration.
+    (perf_counter around the call only), holding the machine-wide serial-timing lock on a CPU of its own
+    (`host_timing.isolated_host_timing`); `median_ms` is the serial-C baseline of this configuration.
     """
     config = task.config(config) if isinstance(config, str) else config
     build = build_reference(task, cache_dir=cache_dir)
@@ -151,11 +153,13 @@ def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats:
     call(task, build, values)
     outputs = {p.name: values[p.name].copy() for p in task.outputs}
     samples = []
-    for _ in range(repeats):
-        fresh = {**values, **{k: v.copy() for k, v in pristine.items()}}
-        start = time.perf_counter()
-        call(task, build, fresh)
-        samples.append((time.perf_counter() - start) * 1e3)
+    if repeats:
+        with isolated_host_timing(cache_dir):  # a CPU of its own, one serial timing at a time
+            for _ in range(repeats):
+                fresh = {**values, **{k: v.copy() for k, v in pristine.items()}}
+                start = time.perf_counter()
+                call(task, build, fresh)
+                samples.append((time.perf_counter() - start) * 1e3)
     return CRefRun(True, outputs, tuple(samples))
 
 

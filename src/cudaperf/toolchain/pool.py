@@ -60,8 +60,9 @@ def _build(solution: Solution, arch: str, cache_dir: str | None, t0: float) -> B
         ast.parse(solution.source)
     except SyntaxError as exc:
         return _result(solution, Outcome.SYNTAX_ERROR, t0, message=f"line {exc.lineno}: {exc.msg}")
-    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; nesting Python cannot compile either
-        return _result(solution, Outcome.SYNTAX_ERROR, t0, message=f"not loadable Python: {type(exc).__name__}")
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes; nesting Python cannot compile
+        return _result(solution, Outcome.SYNTAX_ERROR, t0,
+                       message=f"not loadable Python: {type(exc).__name__}")
     units = extract_units(solution.source)
     nvrtc = _build_nvrtc([u for u in units if u.kind == NVRTC and u.resolved], arch, cache_dir)
     if isinstance(nvrtc, BuildResult):
@@ -135,9 +136,12 @@ def _truncate(text: str) -> str:
 
 
 def _warm_up() -> None:
-    """Pool-process initializer: load NVRTC once so the first build is not charged for it."""
+    """Pool-process initializer: keep off the CPUs reserved for serial-C timing (`host_timing`; the
+    compilers it runs inherit that), and load NVRTC once so the first build is not charged for it."""
+    from cudaperf.host_timing import keep_off_timing_cpus
     from cudaperf.toolchain.nvrtc import nvrtc_version
 
+    keep_off_timing_cpus()
     try:
         nvrtc_version()
     except Exception:  # noqa: BLE001 - a missing NVRTC shows up, with its message, in the first build
@@ -201,7 +205,8 @@ class BuildPool:
         except BrokenProcessPool:
             pass
         except CancelledError:
-            outer.set_result(_failure(solution, Outcome.HARNESS_ERROR, "build cancelled: the pool was closed"))
+            outer.set_result(_failure(solution, Outcome.HARNESS_ERROR,
+                                      "build cancelled: the pool was closed"))
             return
         except Exception as exc:  # noqa: BLE001 - e.g. a solution that cannot be pickled: still a value
             outer.set_result(_failure(solution, Outcome.HARNESS_ERROR, f"build failed to run: {exc!r}"))
@@ -219,14 +224,16 @@ class BuildPool:
         """Rebuild in a process of its own: the crash of the shared pool may have been another build's."""
         with self._lock:
             if self._closed:
-                outer.set_result(_failure(solution, Outcome.HARNESS_ERROR, "the pool was closed during a retry"))
+                outer.set_result(_failure(solution, Outcome.HARNESS_ERROR,
+                                          "the pool was closed during a retry"))
                 return
             alone = self._new_executor(1)
             self._isolated.add(alone)
             inner = alone.submit(self._build_fn, solution, arch=arch, cache_dir=cache_dir)
         inner.add_done_callback(lambda f: self._settle_alone(f, outer, alone, solution))
 
-    def _settle_alone(self, inner: Future, outer: Future, alone: ProcessPoolExecutor, solution: Solution) -> None:
+    def _settle_alone(self, inner: Future, outer: Future, alone: ProcessPoolExecutor,
+                      solution: Solution) -> None:
         try:
             result = inner.result()
         except BrokenProcessPool:

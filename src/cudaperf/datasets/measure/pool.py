@@ -215,8 +215,11 @@ def _load_runner(options: MeasureOptions, lock: GpuLock) -> Runner:
 
 def child_main(conn: Any, options: MeasureOptions, gpu: str | None, lock_path: str | None,
                threads: int) -> None:
-    """A child: pin its GPU and size inductor's compile pool (before torch loads), build the runner, then
-    measure tasks as they come."""
+    """A child: keep off the CPUs reserved for serial-C timing, pin its GPU and size inductor's compile
+    pool (before torch loads and starts threads), build the runner, then measure tasks as they come."""
+    from cudaperf.host_timing import keep_off_timing_cpus
+
+    keep_off_timing_cpus()  # its threads and compilers too (they inherit it); its own serial timing not
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(threads))  # the host's cores, shared

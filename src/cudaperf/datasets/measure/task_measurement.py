@@ -72,6 +72,7 @@ from cudaperf.datasets.measure.pool import ContextLost, GpuLock, task_from_job
 from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.execute.device_state import context_alive
+from cudaperf.host_timing import isolated_host_timing
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ParamKind, from_json, make_inputs
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
@@ -671,8 +672,10 @@ class CTaskMeasure(TaskMeasure):
         return seeds, self.serial_samples(build, seeds[0].values)
 
     def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
-        """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls)."""
-        with self.timing_priority() as nice:
+        """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls),
+        on a CPU the other children keep off, one serial timing at a time machine-wide
+        (`host_timing.isolated_host_timing`; the children call `keep_off_timing_cpus` at start)."""
+        with self.timing_priority() as nice, isolated_host_timing():
             samples = time_serial(lambda fresh: cref.call(self.ctask, build, fresh), values,
                                   self.options.serial_budget_ms)
         self.timing_nice = nice

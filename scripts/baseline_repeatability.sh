@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Do the baselines hold still? (issue 18, item 6) The same first N dataset tasks (the measurement's
+# round-robin order over families, PyTorch and C mixed; the CPU filter's flagged tasks left out) measured
+# from scratch four times in one call, interleaved: stable, legacy, stable, legacy. "stable" is the default
+# baseline protocol (timing.compile_baseline: static shapes, Inductor without on-device autotuning;
+# host_timing: serial C on a CPU the other children keep off, one serial timing at a time); "legacy" is
+# the protocol before it (CUDAPERF_BASELINE_PROTOCOL=legacy). Every run starts from scratch: no committed
+# rows, and fresh cudaperf and Inductor caches (Inductor caches its autotuning choices on the machine, so a
+# shared cache would hide across-lease differences). Then scripts/compare_dataset_runs.py compares stable
+# with stable and legacy with legacy on the keys all four runs timed (printed and written to
+# $OUT/compare.md), and the summary below prints, per protocol, each baseline's cross-run median |B/A - 1|
+# beside eager's (the target: torch.compile and serial C within 2x of eager's), also in $OUT/summary.md.
+# The four runs' folders are packed into $OUT/runs.tgz (a device call returns at most 8 files).
+#
+#   OUT=... N=40 BUDGET_S=75 bash scripts/baseline_repeatability.sh [more `cudaperf dataset measure` flags]
+#
+# Four runs of N=40 take about 6 minutes on one H200 (each ends when its tasks are measured, at the latest
+# BUDGET_S after its start, plus ~30 s of start-up and summary).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cudaperf-baseline-repeatability}
+N=${N:-40}
+BUDGET_S=${BUDGET_S:-75}
+RUNS=(stable1 legacy1 stable2 legacy2)
+mkdir -p "$OUT"
+FILTER=$(mktemp -d)  # the CPU filter's verdicts only, no measurements
+cp benchmarks/dataset_measure/validate*.jsonl.gz "$FILTER"/ 2>/dev/null
+for run in "${RUNS[@]}"; do
+  OUT=$OUT/$run SHARDS=$FILTER KEEP=$(mktemp -d) BUDGET_S=$BUDGET_S HARD_S=$((BUDGET_S + 40)) \
+    CUDAPERF_BASELINE_PROTOCOL=${run%[0-9]} CUDAPERF_CACHE_DIR=$(mktemp -d) \
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) \
+    bash scripts/dataset_measure.sh --max-tasks "$N" "$@" > "$OUT/$run.out" 2>&1
+  echo "$run: $(grep -a '^measured' "$OUT/$run.out" || echo 'no summary line, see its measure.log')"
+done
+shard() { ls "$OUT/$1"/measurements-*.jsonl.gz 2>/dev/null | head -n 1; }
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+all=$(for r in "${RUNS[@]}"; do shard "$r"; done)
+rc=0
+: > "$OUT/compare.md"
+for pair in "stable1 stable2" "legacy1 legacy2"; do
+  read -r a b <<< "$pair"
+  if [[ -z $(shard "$a") || -z $(shard "$b") ]]; then
+    echo "$a or $b left no measurements" | tee -a "$OUT/compare.md"
+    rc=1
+    continue
+  fi
+  { echo "## ${a%[0-9]} protocol, $a vs $b"; echo
+    python3 scripts/compare_dataset_runs.py "$(shard "$a")" "$(shard "$b")" --only-keys-in $all; echo; } \
+    | tee -a "$OUT/compare.md"
+done
+python3 - "$OUT" $all <<'EOF' | tee "$OUT/summary.md"
+"""Per protocol: each baseline's cross-run median |B/A - 1| beside eager's, on the keys all four timed."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path.cwd() / "scripts"))
+from compare_dataset_runs import _quantile, differences, only_keys_in, timed_rows
+
+out = Path(sys.argv[1])
+shards = {Path(p).parent.name: Path(p) for p in sys.argv[2:]}
+if len(shards) < 4:
+    sys.exit("fewer than four runs left measurements: no summary")
+rows = {name: timed_rows(path) for name, path in shards.items()}
+rows = {name: only_keys_in(r, [o for n, o in rows.items() if n != name]) for name, r in rows.items()}
+print("| protocol | field | keys | median abs diff | x eager's | target (<= 2x eager's) |")
+print("|---|---|---|---|---|---|")
+for protocol in ("stable", "legacy"):
+    a, b = rows[f"{protocol}1"], rows[f"{protocol}2"]
+    figures = {f: differences(a, b, f) for f in ("eager_ms", "compile_ms", "serial_c_ms", "naive_ms",
+                                                   "median_ms")}
+    eager = _quantile(figures["eager_ms"], 0.5) if figures["eager_ms"] else None
+    for field, d in figures.items():
+        if not d:
+            continue
+        median = _quantile(d, 0.5)
+        ratio = f"{median / eager:.2f}" if eager else "-"
+        target = ("yes" if eager and median <= 2 * eager else "no") if field in ("compile_ms",
+                                                                               "serial_c_ms") else ""
+        print(f"| {protocol} | {field} | {len(d)} | {median:.1%} | {ratio} | {target} |")
+EOF
+runs=("${RUNS[@]}" "${RUNS[@]/%/.out}")
+tar czf "$OUT/runs.tgz" -C "$OUT" "${runs[@]}" && (cd "$OUT" && rm -rf "${runs[@]}")
+exit $rc
