@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_one(args: argparse.Namespace) -> int:
-    from cudaperf.evaluate import Evaluator
+    from cudaperf.evaluate import Evaluator, harness_row, store_quietly
     from cudaperf.results import ResultStore
     from cudaperf.solutions import load_solution
     from cudaperf.tasks import TaskError, load_task
@@ -198,16 +198,21 @@ def run_one(args: argparse.Namespace) -> int:
             result = ev.evaluate(task, solution)
     except RuntimeError as exc:  # e.g. device='cuda' without a GPU
         return _usage(str(exc))
-    if args.out:
-        ResultStore(args.out).append(result)
-    if args.json:
-        print(json.dumps(to_dict(result), indent=2))
-    else:
-        from rich.console import Console
+    store = ResultStore(args.out) if args.out else None
+    store_quietly(store, result)  # a failure is said on stderr; the result is still printed
+    try:
+        if args.json:
+            print(json.dumps(to_dict(result), indent=2))
+        else:
+            from rich.console import Console
 
-        console = Console()
-        for renderable in result_renderables(result):
-            console.print(renderable)
+            console = Console()
+            for renderable in result_renderables(result):
+                console.print(renderable)
+    except Exception as exc:  # noqa: BLE001 - the result is stored; say what it was, plainly
+        result = harness_row(result, "printing", exc)
+        store_quietly(store, result)
+        print(f"{result.task_id} / {result.solution_id}: {result.outcome.value}: {result.message}")
     return 0 if result.outcome in (Outcome.CORRECT, Outcome.SKIPPED) else 1
 
 
