@@ -311,18 +311,20 @@ def test_the_region_cannot_be_shrunk():
         os.close(fd)
 
 
-def _channel(region_bytes: int, max_bytes: int = 1 << 20):
-    """A shipper whose exchange feeds an assembler directly (what the parent and referee do)."""
+def _channel(region_bytes: int):
+    """A shipper whose exchange feeds assemblers directly (what the parent and referee do)."""
     fd = create_region_fd(region_bytes)
     region = Region(fd, region_bytes)
-    state: dict = {}
+    state: dict = {"messages": 0, "values": {}}
 
     def exchange(message: dict) -> dict:
-        if "spec" in message:
-            state["assembler"] = Assembler(message["spec"], torch.device("cpu"), max_bytes)
-            state["calls"] = 0
-        state["calls"] += 1
-        state["whole"] = state["assembler"].take(region, message["start"], message["nbytes"])
+        state["messages"] += 1
+        for part in message.get("parts", []):
+            key = tuple(part["key"])
+            if "spec" in part:
+                state[key] = Assembler(part["spec"], torch.device("cpu"), 1 << 30)
+            if state[key].take(region, part["start"], part["nbytes"], part["offset"]):
+                state["values"][key] = state[key].value()
         return {}
 
     return Shipper(exchange, region), state
@@ -332,9 +334,19 @@ def test_an_output_larger_than_the_region_travels_in_chunks_unchanged():
     shipper, state = _channel(4096)
     output = torch.randn(3000)  # 12,000 bytes: three chunks
     shipper.ship(Key("a", 0, 1), {"output": output, "inputs_after": None})
-    assert state["whole"] and state["calls"] == 3
-    back, after = state["assembler"].value()
-    assert torch.equal(back, output) and after is None
+    back, after = state["values"][("a", 0, 1)]
+    assert state["messages"] == 3 and torch.equal(back, output) and after is None
+
+
+def test_small_outputs_wait_and_travel_together_in_one_message():
+    shipper, state = _channel(4096)
+    outputs = [torch.full((100,), float(i)) for i in range(5)]  # 400 bytes each
+    for i, out in enumerate(outputs):
+        shipper.ship(Key("a", i, 1), {"output": out, "inputs_after": None})
+    assert state["messages"] == 0
+    shipper.flush()
+    assert state["messages"] == 1
+    assert all(torch.equal(state["values"][("a", i, 1)][0], outputs[i]) for i in range(5))
 
 
 def test_a_chunk_out_of_order_is_malformed():

@@ -207,33 +207,72 @@ class Region:
 # The worker's side
 
 
+@dataclass
+class _Pending:
+    """An output waiting in the worker for its bytes to go into the region."""
+
+    meta: dict[str, Any]  # key, spec, mutated
+    flats: list[torch.Tensor]  # its tensors as bytes, in stream order
+    total: int
+
+
 class Shipper:
     """Sends outputs to the referee: `exchange(message) -> reply` is the child's round trip through the
-    parent (it raises when the channel breaks, which the session treats as a harness fault)."""
+    parent (it raises when the channel breaks, which the session treats as a harness fault).
+
+    Why batches: a round trip costs about a millisecond and a small task has a dozen outputs, so outputs
+    that fit the region together wait (they are alive anyway: the worker keeps them for its claim) and go
+    in one message, each at its own offset. `batch=False` sends each at once (when the worker cannot keep
+    them). An output larger than the region goes alone, in region-sized chunks."""
 
     def __init__(self, exchange: Callable[[dict], dict], region: Region):
         self.exchange, self.region = exchange, region
-        self.used_bytes = 0  # the most of the region any chunk used (zeroed by the parent after the job)
+        self.batch = True
+        self.queue: list[_Pending] = []
+        self.queued_bytes = 0
 
-    def ship(self, key: Key, item: dict[str, Any]) -> dict:
-        """Send one item (`{"output": value, "inputs_after": value or None, "mutated": str}`)."""
+    def ship(self, key: Key, item: dict[str, Any]) -> None:
+        """Send (or queue) one item (`{"output": value, "inputs_after": value or None, "mutated": str}`)."""
         spec, tensors = describe((item.get("output"), item.get("inputs_after")))
-        meta = {"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]}
         flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
-        total = sum(f.numel() for f in flats)
-        start, reply = 0, {}
-        while True:
-            size = min(self.region.size_bytes, total - start)
-            self._fill(flats, start, size)
-            reply = self.exchange({"type": "output", **meta, "start": start, "nbytes": size})
-            meta = {"key": key.wire()}
-            start += size
-            if start >= total:
-                return reply
+        pending = _Pending({"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]},
+                           flats, sum(f.numel() for f in flats))
+        if pending.total > self.region.size_bytes:
+            self.flush()
+            self._stream(pending)
+            return
+        if self.queued_bytes + pending.total > self.region.size_bytes:
+            self.flush()
+        self.queue.append(pending)
+        self.queued_bytes += pending.total
+        if not self.batch:
+            self.flush()
 
-    def _fill(self, flats: list[torch.Tensor], start: int, size: int) -> None:
-        """Copy stream bytes [start, start + size) into the region (device->host where on a GPU)."""
-        offset, filled = 0, 0
+    def flush(self) -> None:
+        """Every queued output into the region, one after the other, in one message."""
+        if not self.queue:
+            return
+        parts, offset = [], 0
+        for pending in self.queue:
+            self._fill(pending.flats, 0, pending.total, offset)
+            parts.append({**pending.meta, "start": 0, "nbytes": pending.total, "offset": offset})
+            offset += pending.total
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.exchange({"type": "output", "parts": parts})
+
+    def _stream(self, pending: _Pending) -> None:
+        start, meta = 0, pending.meta
+        while start < pending.total:
+            size = min(self.region.size_bytes, pending.total - start)
+            self._fill(pending.flats, start, size, 0)
+            self.exchange({"type": "output", "parts": [{**meta, "start": start, "nbytes": size, "offset": 0}]})
+            meta = {"key": meta["key"]}
+            start += size
+
+    def _fill(self, flats: list[torch.Tensor], start: int, size: int, at: int) -> None:
+        """Copy stream bytes [start, start + size) to region[at:] (device->host where on a GPU)."""
+        offset, filled = 0, at
         for flat in flats:
             n = flat.numel()
             lo, hi = max(start - offset, 0), min(start + size - offset, n)
@@ -241,15 +280,16 @@ class Shipper:
                 self.region.tensor[filled:filled + hi - lo].copy_(flat[lo:hi])
                 filled += hi - lo
             offset += n
-        self.used_bytes = max(self.used_bytes, size)
 
     def failed(self, key: Key) -> dict:
         """The candidate raised on `key`: whether the reference works there (a derived configuration
         whose reference fails is dropped, not blamed on the candidate)."""
-        return self.exchange({"type": "output", "key": key.wire(), "failed": True})
+        self.flush()
+        return self.exchange({"type": "failed", "key": key.wire()})
 
     def done(self) -> dict:
         """Every output is shipped; the reply says whether the referee found them all correct."""
+        self.flush()
         return self.exchange({"type": "done"})
 
 
@@ -273,15 +313,17 @@ class Assembler:
         self.tensors = [make(leaf, device) for leaf in leaves(spec)]
         self._flats = [t.reshape(-1).view(torch.uint8) for t in self.tensors] if self.stored else []
 
-    def take(self, region: Region, start: Any, nbytes: Any) -> bool:
-        """Copy region[0:nbytes] to stream bytes [start, start + nbytes); True when the stream is whole."""
-        if type(start) is not int or type(nbytes) is not int or start != self.received:
+    def take(self, region: Region, start: Any, nbytes: Any, at: Any = 0) -> bool:
+        """Copy region[at:at + nbytes] to stream bytes [start, start + nbytes); True when the stream is
+        whole."""
+        if type(start) is not int or type(nbytes) is not int or type(at) is not int or start != self.received:
             raise Malformed(f"a chunk at {start!r} where {self.received} was expected")
-        if not 0 <= nbytes <= region.size_bytes or start + nbytes > self.total:
-            raise Malformed(f"a chunk of {nbytes!r} bytes at {start} of a {self.total} byte output")
+        if nbytes < 0 or at < 0 or at + nbytes > region.size_bytes or start + nbytes > self.total:
+            raise Malformed(f"a chunk of {nbytes!r} bytes at {start} of a {self.total} byte output, region "
+                            f"offset {at}")
         if nbytes == 0 and self.total > 0:
             raise Malformed("an empty chunk in the middle of an output")
-        offset, taken = 0, 0
+        offset, taken = 0, at
         for flat in self._flats:
             n = flat.numel()
             lo, hi = max(start - offset, 0), min(start + nbytes - offset, n)

@@ -254,12 +254,30 @@ def engages(job: dict[str, Any]) -> bool:
     return asked and isinstance(job.get("task"), dict)
 
 
+MAX_PARTS = 4096  # outputs (or chunks) in one shipping message
+_PART_FIELDS = ("key", "spec", "mutated", "start", "nbytes", "offset")
+
+
 def forwardable(message: Any) -> dict[str, Any] | None:
-    """The fields of a worker's shipping message the parent passes on (None: not a shipping message)."""
-    if not isinstance(message, dict) or message.get("type") not in ("output", "done"):
+    """What of a worker's shipping message the parent passes on: `output` (its parts' known fields),
+    `failed` (a key) or `done`; None for anything else (a forged message)."""
+    kind = message.get("type") if isinstance(message, dict) else None
+    if kind == "done":
+        return {"type": "done"}
+    if kind == "failed":
+        return {"type": "failed", "key": message.get("key")}
+    parts = message.get("parts") if kind == "output" else None
+    if not isinstance(parts, list) or not parts or len(parts) > MAX_PARTS or not all(
+            isinstance(p, dict) for p in parts):
         return None
-    keep = ("key", "spec", "mutated", "start", "nbytes", "failed") if message["type"] == "output" else ()
-    return {"type": message["type"], **{k: message[k] for k in keep if k in message}}
+    return {"type": "output", "parts": [{k: p[k] for k in _PART_FIELDS if k in p} for p in parts]}
+
+
+def region_used(message: dict[str, Any]) -> int:
+    """The end of the region a forwarded `output` message's parts occupy (for zeroing after the job)."""
+    ends = [p.get("offset", 0) + p.get("nbytes", 0) for p in message.get("parts") or ()
+            if type(p.get("offset", 0)) is int and type(p.get("nbytes", 0)) is int]
+    return max(ends, default=0)
 
 
 def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
@@ -396,7 +414,9 @@ class Referee:
             if self.job is None:
                 return {"type": "error", "error": f"a {kind!r} message outside a job"}
             if kind == "output":
-                return {"type": "ack", **self.job.output(message)}
+                return {"type": "ack", **self.job.output(message.get("parts") or [])}
+            if kind == "failed":
+                return {"type": "ack", **self.job.failed(message.get("key"))}
             if kind == "done":
                 return {"type": "ack", **self.job.done()}
             if kind == "finish":
@@ -466,27 +486,45 @@ class RefereeJob:
         self.timed = timed_configs(job.task)
         return TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True)
 
-    def output(self, message: dict[str, Any]) -> dict[str, Any]:
-        """One announcement: a chunk of an output, or a failure notice (the candidate raised there)."""
-        from cudaperf.execute.judge import ReferenceFailed
-        from cudaperf.execute.outputs import Key, Malformed
+    def output(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One announcement: outputs (or chunks of one) in the region, each judged once whole."""
+        from cudaperf.execute.outputs import Key
 
-        if self.harness:
-            return {}
+        for part in parts:
+            if self.harness or self.forged:
+                break
+            self._guarded(lambda part=part: self._take(Key.parse(part.get("key")), part))
+        return {}
+
+    def failed(self, key: Any) -> dict[str, Any]:
+        """The candidate raised on `key`: whether the reference runs there (a derived configuration whose
+        reference fails too is dropped, not blamed on the candidate)."""
+        from cudaperf.execute.outputs import Key
+
+        answer: dict[str, Any] = {}
+
+        def ask() -> None:
+            parsed = Key.parse(key)
+            ok, why = self.judge.reference_ok(parsed.config)
+            answer.update(reference_ok=ok, why=why[:2000])
+
+        if not self.harness:
+            self._guarded(ask)
+        return answer
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run `step`, filing what goes wrong under the party at fault."""
+        from cudaperf.execute.judge import ReferenceFailed
+        from cudaperf.execute.outputs import Malformed
+
         try:
-            key = Key.parse(message.get("key"))
-            if message.get("failed") is True:
-                self.judge.check_config(key.config)
-                ok, why = self.judge.reference_ok(key.config)
-                return {"reference_ok": ok, "why": why[:2000]}
-            self._take(key, message)
+            step()
         except Malformed as bad:
             self.forged.append(str(bad)[:500])
         except ReferenceFailed as failed:
             self.harness = str(failed)[:4000]
         except Exception as exc:  # noqa: BLE001 - our own fault while judging: the verdict cannot stand
             self.harness = _describe(exc)
-        return {}
 
     def _take(self, key: Any, message: dict[str, Any]) -> None:
         from cudaperf.execute.outputs import Assembler, Malformed
@@ -500,7 +538,8 @@ class RefereeJob:
             self.assembling[key] = Assembler(spec, self.referee.device, self._limit(key))
             self.meta[key] = str(message.get("mutated") or "")
         assembler = self.assembling[key]
-        if assembler.take(self.referee.region, message.get("start"), message.get("nbytes")):
+        if assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
+                          message.get("offset", 0)):
             output, inputs_after = assembler.value()
             del self.assembling[key]
             item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}

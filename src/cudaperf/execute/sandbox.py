@@ -575,9 +575,8 @@ class Worker:
         if body is None:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
             return self._forged(stage, durations, "a shipping message of an unknown kind")
-        if isinstance(body.get("nbytes"), int):
-            link = self.referee
-            link.used_bytes = max(link.used_bytes, min(body["nbytes"], link.region_bytes))
+        link = self.referee
+        link.used_bytes = max(link.used_bytes, min(referee.region_used(body), link.region_bytes))
         started = time.monotonic()
         answer, error = self.referee.request(body, deadline)
         self.referee_s += time.monotonic() - started

@@ -30,8 +30,8 @@ then its outputs overwritten and the allocator poisoned), import, construct, cor
 configuration and seed run twice with references holding only inputs and models, each output shipped to
 the referee as it comes, `run_and_ship`; a derived configuration the candidate fails on is dropped when
 the referee finds its reference failing too), reference again (the outputs computed now, and the worker's
-own comparisons as its claim, which the referee's verdict replaces), timing and coverage when the referee
-said everything was correct. At the end every reference output, kept candidate output and free block of
+own comparisons on the timed configurations as its claim, which the referee's verdict replaces), timing
+and coverage when the referee said everything was correct. At the end every reference output, kept candidate output and free block of
 the allocator is overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
@@ -631,6 +631,7 @@ class TorchSession(Session):
     def run_and_ship(self) -> None:
         """Every configuration and seed, two runs each, every output shipped to the referee as it comes;
         then the referee's word on whether timing is worth it."""
+        self.shipper.batch = self.plan is None or self.plan.keep_references  # else ship each at once
         for config in list(self.configs):
             self.ship_config(config)
         self.proceed = bool(self.shipper.done().get("proceed"))
@@ -640,7 +641,9 @@ class TorchSession(Session):
         from cudaperf.execute.outputs import Key
         from cudaperf.tasks.derived_configs import is_derived
 
-        keep = self.plan is None or self.plan.keep_references  # memory for the claim
+        # Kept for the claim only on timed configurations: their references are computed anyway for
+        # timing (a claim on a derived one would cost references nothing else needs).
+        keep = (self.plan is None or self.plan.keep_references) and config.name in self.timed_names
         for i, seed in enumerate(self.seeds):
             entry = self.reference(config, seed)
             try:
@@ -663,7 +666,8 @@ class TorchSession(Session):
                 return
 
     def claim_correctness(self) -> None:
-        """The worker's own comparisons of the outputs it shipped (its claim), references computed now."""
+        """The worker's own comparisons of the outputs it kept (its claim, on the timed configurations),
+        references computed now."""
         for config in list(self.configs):
             if any(k[0] == config.name for k in self.kept):
                 claim = self.claim_for(config)
