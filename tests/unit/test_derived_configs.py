@@ -204,3 +204,35 @@ def test_a_derivation_is_remembered_per_source(tmp_path, monkeypatch):
     calls = []
     again = derived_configs.cached_derive(RELU, first.configs[:1], lambda c: calls.append(c) or "")
     assert again.configs == first.configs[1:] and calls == []
+
+
+RNN_STATE = '''
+import torch
+from torch import nn
+
+class Model(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.h0 = torch.zeros(batch_size, width)  # the module's batch size, read by the model itself
+
+    def forward(self, x):
+        return x + self.h0
+
+batch_size = 16
+width = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, width)]
+
+def get_init_inputs():
+    return [width]
+'''
+
+
+def test_a_constant_the_model_reads_itself_keeps_its_value():
+    """An honest candidate copies the task file, constants included: varying one the model reads as a
+    global would make that copy wrong on every derived configuration."""
+    task = task_from_source(RNN_STATE, "rnn_state")
+    derived = [c for c in task.configs if derived_configs.is_derived(c)]
+    assert derived and all("batch_size" not in c.module_values for c in derived)
+    assert any("width" in c.module_values for c in derived)

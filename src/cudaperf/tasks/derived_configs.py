@@ -5,8 +5,10 @@ compile-time constants, a grid sized for exactly those elements, work skipped be
 parameters still hold their initial values) would pass. For such a task the loader adds configurations
 that re-run the task's own source with its module-level integer constants given other values: smaller ones,
 and odd ones (no multiple of 4 or 32, so vector-width and warp-size assumptions fail), with the module's
-parameters randomised in at least one of them (`InputConfig.randomize_parameters`). They are checked for
-correctness only (`InputConfig.timed` is False): timing stays on the shapes the task declares.
+parameters randomised in at least one of them (`InputConfig.randomize_parameters`). A constant the `Model`
+class reads itself (a hidden state sized by the module's `batch_size`) keeps its value: a candidate can
+only learn sizes through its constructor arguments and inputs. They are checked for correctness only
+(`InputConfig.timed` is False): timing stays on the shapes the task declares.
 
 How a value changes: the literal of the assignment in the source is replaced (`dim = 393216` becomes
 `dim = 235929`) and the module is run again, so module-level values computed from it (`bias_shape =
@@ -45,7 +47,7 @@ _MIN_SIZE = 8
 # Two shrink factors: each derived configuration is a smaller problem than the declared one (cheap to
 # check), and the two differ from each other, so no single specialised size passes both.
 _FACTORS = (0.6, 0.35)
-_VERSION = 1  # bump when the derivation changes: cached derivations of another version are not reused
+_VERSION = 2  # bump when the derivation changes: cached derivations of another version are not reused
 _INT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
             ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
 
@@ -106,7 +108,11 @@ def derive(source: str, declared: tuple[InputConfig, ...],
     if len(declared) >= MIN_CONFIGS:
         return Derivation()
     base = declared[0]
-    sizes = {("module", k): v for k, v in int_constants(source).items() if _largest(v) >= _MIN_SIZE}
+    # A constant the model reads itself (not through its constructor or inputs) is left alone: an honest
+    # candidate, a copy of the task file, holds its own copy of it and would be wrong on every variant.
+    read_by_model = _globals_read_in_class(source, "Model")
+    sizes = {("module", k): v for k, v in int_constants(source).items()
+             if _largest(v) >= _MIN_SIZE and k not in read_by_model}
     sizes |= {("param", k): v for k, v in base.params.items()
               if type(v) is int and abs(v) >= _MIN_SIZE}
     if not sizes:
@@ -203,6 +209,21 @@ def _assignment(node: ast.stmt) -> tuple[list[ast.expr], ast.expr | None]:
     if isinstance(node, ast.AnnAssign) and node.value is not None:
         return [node.target], node.value
     return [], None
+
+
+def _globals_read_in_class(source: str, name: str) -> set[str]:
+    """Names the methods of module-level class `name` read without binding them (module globals)."""
+    tree = ast.parse(source)
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for fn in (n for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                args = fn.args
+                bound = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+                names = [n for n in ast.walk(fn) if isinstance(n, ast.Name)]
+                bound |= {n.id for n in names if isinstance(n.ctx, ast.Store)}
+                found |= {n.id for n in names if isinstance(n.ctx, ast.Load) and n.id not in bound}
+    return found
 
 
 def _names_read_in(source: str, functions: tuple[str, ...]) -> set[str]:
