@@ -235,8 +235,8 @@ class Shipper:
         """Send (or queue) one item (`{"output": value, "inputs_after": value or None, "mutated": str}`)."""
         spec, tensors = describe((item.get("output"), item.get("inputs_after")))
         flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
-        pending = _Pending({"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]},
-                           flats, sum(f.numel() for f in flats))
+        meta = {"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]}
+        pending = _Pending(meta, flats, sum(f.numel() for f in flats))
         if pending.total > self.region.size_bytes:
             self.flush()
             self._stream(pending)
@@ -266,7 +266,8 @@ class Shipper:
         while start < pending.total:
             size = min(self.region.size_bytes, pending.total - start)
             self._fill(pending.flats, start, size, 0)
-            self.exchange({"type": "output", "parts": [{**meta, "start": start, "nbytes": size, "offset": 0}]})
+            part = {**meta, "start": start, "nbytes": size, "offset": 0}
+            self.exchange({"type": "output", "parts": [part]})
             meta = {"key": meta["key"]}
             start += size
 
