@@ -410,6 +410,7 @@ class Referee:
                 return None
             if kind == "end":
                 self.job = None
+                self._release()
                 return None
             if self.job is None:
                 return {"type": "error", "error": f"a {kind!r} message outside a job"}
@@ -422,6 +423,7 @@ class Referee:
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
                 self.job = None
+                self._release()
                 return reply
             return {"type": "error", "error": f"an unknown message type {kind!r}"}
         except Exception as exc:  # noqa: BLE001 - ours: a HARNESS_ERROR for this job, the loop goes on
@@ -429,6 +431,14 @@ class Referee:
             return {"type": "verdict" if kind == "finish" else "error", "error": _describe(exc)}
         finally:
             self._check_context()
+
+    def _release(self) -> None:
+        """Give the device memory this job's outputs used back to the driver (the worker beside us plans
+        its memory from what is free); the cached references stay."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _check_context(self) -> None:
         from cudaperf.execute.device_state import context_alive
