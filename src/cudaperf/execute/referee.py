@@ -430,7 +430,8 @@ class Referee:
             self.job = None
             return {"type": "verdict" if kind == "finish" else "error", "error": _describe(exc)}
         finally:
-            self._check_context()
+            if kind in ("job", "failed", "done"):  # where the task's own code ran on the device
+                self._check_context()
 
     def _release(self) -> None:
         """Give the device memory this job's outputs used back to the driver (the worker beside us plans
