@@ -157,7 +157,7 @@ class Evaluator:
         return "none", []
 
     def __enter__(self) -> Self:
-        from cudaperf.host_timing import ensure_lock_file
+        from cudaperf.host_timing import PROTOCOL_ENV, ensure_lock_file
         from cudaperf.toolchain.pool import BuildPool
 
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -167,8 +167,9 @@ class Evaluator:
             from cudaperf.execute.sandbox import Limits, WorkerPool
 
             # The cache named from the start: each worker's view covers it, so no worker restarts on
-            # its first job to widen its view.
-            limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary)
+            # its first job to widen its view. The baseline protocol's switch reaches the workers.
+            limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary,
+                            env_allow=(PROTOCOL_ENV,))
             self._workers = WorkerPool(self.devices if self.mode == "cuda" else None, limits)
         return self
 
