@@ -387,3 +387,12 @@ def test_apply_verdict_replaces_the_claim_and_the_worker_s_speed_of_light_flags(
 def test_a_failed_referee_makes_a_correctness_verdict_a_harness_error():
     merged = referee.apply_verdict({"outcome": None, "correctness": []}, {"error": "it died"})
     assert merged["outcome"] == "harness_error" and "it died" in merged["message"]
+
+
+@pytest.mark.parametrize(("error", "deterministic", "noise"), [
+    (1.5, True, True), (50.0, True, False), (50.0, False, True), (None, True, False)])
+def test_only_a_clear_disagreement_with_a_deterministic_reference_is_an_accusation(error, deterministic, noise):
+    from cudaperf.types import ConfigCorrectness
+
+    verdict = ConfigCorrectness(config="a", correct=False, seeds=1, max_rel_error=error)
+    assert referee._honest_noise(verdict, deterministic) is noise

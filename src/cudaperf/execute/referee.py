@@ -610,17 +610,17 @@ class RefereeJob:
         if not self.shipped_done and message.get("outcome") is None:
             mismatch("the worker reports a correctness verdict, but never shipped all its outputs to the "
                      "referee")
-        verdicts = {c.config: c.correct for c in self.verdict.correctness}
+        verdicts = {c.config: c for c in self.verdict.correctness}
         for claim in _dicts(message.get("claim")):
             config = claim.get("config")
             if not isinstance(config, str) or config not in verdicts:
                 continue
-            if bool(claim.get("correct")) == verdicts[config]:
+            if bool(claim.get("correct")) == verdicts[config].correct:
                 continue
             if claim.get("correct"):
-                honest_noise = self.verdict.deterministic.get(config) is False
-                mismatch(f"the worker judged {config} correct, the referee did not", config,
-                         Severity.WARNING if honest_noise else Severity.ERROR)
+                noise = _honest_noise(verdicts[config], self.verdict.deterministic.get(config))
+                mismatch(f"the worker judged {config} correct, the referee did not: "
+                         f"{verdicts[config].message}", config, Severity.WARNING if noise else Severity.ERROR)
             else:
                 mismatch(f"the worker judged {config} incorrect, the referee correct", config,
                          Severity.WARNING)
@@ -648,6 +648,18 @@ class RefereeJob:
             flags += speed_flags(float(candidate), figures.get("reference_ms"), estimate,
                                  config=timing["config"])
         return flags
+
+
+MARGINAL_ERROR = 2.0  # a failure within twice the tolerance's bound may be two processes' rounding
+
+
+def _honest_noise(verdict: Any, deterministic: bool | None) -> bool:
+    """Whether the referee failing what the worker passed can be honest: the reference is not
+    deterministic, or the referee's largest error is within `MARGINAL_ERROR` times the tolerance's bound
+    (the two processes' libraries may pick different kernels, so a borderline output can land on either
+    side). Either way the referee's verdict stands; only the accusation is withheld."""
+    error = verdict.max_rel_error
+    return deterministic is False or (error is not None and 1.0 < error <= MARGINAL_ERROR)
 
 
 def _dicts(value: Any) -> list[dict]:
