@@ -24,9 +24,10 @@ Covers:
   judging flags, the speed-of-light figures and flags of PyTorch tasks (from the referee's own reference
   time, so a forged baseline cannot switch the floor off), and `verdict_mismatch` (ERROR, a violation:
   `anticheat.policy`) where the worker's report contradicts what the referee established: a configuration
-  claimed correct that is not (WARNING instead when the reference is not deterministic, since two
-  processes may then differ honestly), a verdict claimed with outputs never shipped, an announcement no
-  honest worker sends, timed calls adding up to more than the timing stage lasted.
+  claimed correct that is not (WARNING instead when the reference is not deterministic or the failure is
+  within twice the tolerance's bound, since two processes may then differ honestly), a verdict claimed
+  with outputs never shipped, an announcement no honest worker sends, a payload that does not parse,
+  timed calls adding up to more than the timing stage lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
