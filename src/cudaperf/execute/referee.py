@@ -495,7 +495,7 @@ class RefereeJob:
 
         set_precision(job.task.allow_tf32)
         torch.set_grad_enabled(False)
-        self.timed = timed_configs(job.task)
+        self.timed = timed_configs(job.task) if job.timing.enabled else ()  # whose floors are needed
         return TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True)
 
     def output(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
