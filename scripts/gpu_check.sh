@@ -8,11 +8,14 @@
 #   adversarial suite on pytest-xdist workers, all but the `timing` ones) timing-tests (those, alone)
 #   tests adversarial example-tests (the same suites, split and serial) dataset-tests throughput
 #   repeatability flush-state lead-probe faults analysis diagnose (a one-off probe of the machine, scripts/diagnose_gpu_env.py)
+#   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost) hostile
+#   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
+#   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
 # after it still run. On the lent H200 machine Python packages missing there travel as wheels in .whl/
-# (see ../shared/docs/gpu-machine.md); they are installed into /tmp/site first. On the lent machine use
+# (see docs/gpu-machine.md); they are installed into /tmp/site first. On the lent machine use
 # `B=$OUT/run.tgz; OUT=$OUT/run BUNDLE=$B bash scripts/gpu_check.sh ...`: only 8 files come back from a call
 # (bash expands `BUNDLE=$OUT/...` after the `OUT=` beside it, so set the bundle's path first).
 set -uo pipefail
@@ -26,6 +29,14 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export CUDAPERF_CACHE_DIR=${CUDAPERF_CACHE_DIR:-/tmp/cudaperf-cache}
+# The sandbox boundary needs bubblewrap: where the machine has none, a Debian package carried in .probe/
+# (ignored by git; `apt-get download bubblewrap` on the CPU machine) is unpacked and named to the evaluator.
+if ! command -v bwrap >/dev/null && [[ -z ${CUDAPERF_BWRAP:-} ]] && compgen -G ".probe/bubblewrap_*.deb" >/dev/null; then
+  dpkg -x .probe/bubblewrap_*.deb /tmp/bwrap-pkg && export CUDAPERF_BWRAP=/tmp/bwrap-pkg/usr/bin/bwrap
+fi
+# KernelBench levels 1-3 for the self-check: carried in .kb/ (ignored; never committed; extracted from the
+# fetched upstream repository with `git archive HEAD KernelBench`).
+KERNELBENCH=${KERNELBENCH:-.kb/KernelBench}
 GROUPS_=${*:-functional+faults timing-tests analysis repeatability throughput}
 SUMMARY="$OUT/summary.md"
 : > "$SUMMARY"
@@ -78,6 +89,14 @@ run_step() {
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
+    verdicts) step verdicts 240 python3 scripts/adversarial_verdicts.py --out "$OUT/verdicts.jsonl" ;;
+    boundary) step boundary 300 python3 benchmarks/boundary_throughput.py --repeats 3 --out "$OUT/boundary.json" ;;
+    hostile) step hostile 180 python3 benchmarks/hostile_batch.py --out-dir "$OUT/hostile" ;;
+    self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
+      --out "$OUT/kb-self-check" --budget-s "${SELF_CHECK_BUDGET_S:-110}" ;;
+    build-saving) step build-saving 300 python3 benchmarks/build_saving.py --out "$OUT/build_saving.json" ;;
+    baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-40}" BUDGET_S="${BASELINES_BUDGET_S:-75}" \
+      bash scripts/baseline_repeatability.sh ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
   esac
 }
