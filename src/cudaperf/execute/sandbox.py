@@ -73,6 +73,7 @@ DEFAULT_HANDLER = "cudaperf.execute.dispatch:run_eval_job"
 # torch._dynamo because importing it replaces `torch.manual_seed` with a wrapped version: imported lazily
 # during a job (torch.compile baselines, dispatch modes) it would look like tampering to the integrity check.
 DEFAULT_PRELOAD: tuple[str, ...] = ("torch", "torch._dynamo", "cudaperf.execute.child:warm_up_cuda")
+_EVALUATION_PRELOAD = "cudaperf.execute.child:warm_up_cuda"  # marks a pool made for evaluations
 
 # Deadlines of the contract's stages (CONTRACTS.md, "The job sent to a worker"). Generous: they catch
 # hangs, not slowness; a tighter budget belongs to the timing code.
@@ -354,8 +355,8 @@ class Worker:
         self._hello_nonce = secrets.token_hex(16)
         # The hello is a few hundred bytes: it fits the pipe buffer, so this never blocks.
         write_all(self._job_fd, encode_message(self._hello()))
-        if self.referee is not None and "torch" in self.preload:  # an evaluation pool: start it alongside
-            self.referee.start(self.spawner.call)
+        if self.referee is not None and _EVALUATION_PRELOAD in self.preload:  # an evaluation pool: start
+            self.referee.start(self.spawner.call)  # it alongside (other pools start it on a first job)
 
     def close(self) -> None:
         """Kill the child and its process group, remove its temp directory. A job running in another
@@ -966,14 +967,13 @@ class WorkerPool:
             self._idle.put(worker)
 
     def warm_up(self) -> list[float | None]:
-        """Block until every idle worker (and its referee, when it has one) is ready; seconds each worker
-        took since spawn (None: failed)."""
+        """Block until every idle worker (and its referee, when one was started) is ready; seconds each
+        worker took since spawn (None: failed)."""
         taken = [self._idle.get() for _ in self.workers]
         try:
             ready = [w.wait_ready(self.timeouts) for w in taken]
             for w in taken:
-                if w.referee is not None:
-                    w.referee.start(w.spawner.call)
+                if w.referee is not None and w.referee.alive:
                     w.referee.wait_ready(time.monotonic() + self.timeouts.start_s)
             return ready
         finally:
