@@ -288,6 +288,11 @@ class Shipper:
         self.flush()
         return self.exchange({"type": "failed", "key": key.wire()})
 
+    def sync(self) -> None:
+        """Wait until the referee holds this job's references (it answers once they exist): the worker's
+        memory plan then sees the memory they take on the shared device."""
+        self.exchange({"type": "sync"})
+
     def done(self) -> dict:
         """Every output is shipped; the reply says whether the referee found them all correct."""
         self.flush()

@@ -263,8 +263,8 @@ def forwardable(message: Any) -> dict[str, Any] | None:
     """What of a worker's shipping message the parent passes on: `output` (its parts' known fields),
     `failed` (a key) or `done`; None for anything else (a forged message)."""
     kind = message.get("type") if isinstance(message, dict) else None
-    if kind == "done":
-        return {"type": "done"}
+    if kind in ("done", "sync"):
+        return {"type": kind}
     if kind == "failed":
         return {"type": "failed", "key": message.get("key")}
     parts = message.get("parts") if kind == "output" else None
@@ -421,6 +421,8 @@ class Referee:
                 return {"type": "ack", **self.job.failed(message.get("key"))}
             if kind == "done":
                 return {"type": "ack", **self.job.done()}
+            if kind == "sync":  # answered once the job's references exist (see Shipper.sync)
+                return {"type": "ack"}
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
                 self.job = None

@@ -579,7 +579,9 @@ class TorchSession(Session):
     # -- with a referee ----------------------------------------------------------------------------
     def plan_without_outputs(self) -> None:
         """The memory plan (its one measured reference included), then that reference's outputs
-        overwritten and the allocator poisoned, before any candidate code is imported."""
+        overwritten and the allocator poisoned, before any candidate code is imported. The plan waits for
+        the referee's references first: they share the device."""
+        self.shipper.sync()
         self.plan_memory()
         self.forget_outputs()
         self.phase = "candidate"
