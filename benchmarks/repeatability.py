@@ -60,7 +60,8 @@ def cupti_kernel_ms(task, sol_file: Path, config: str, calls: int = 50) -> float
                 model(*inputs)
             torch.cuda.synchronize()
     device_events = sorted((e for e in prof.events() if str(e.device_type).endswith("CUDA")
-                            and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
+                            and not getattr(e, "is_user_annotation", False)),
+                           key=lambda e: e.time_range.start)
     return statistics.median(per_call_ms([(e.name, e.time_range.elapsed_us()) for e in device_events]))
 
 
@@ -99,7 +100,8 @@ def longest_config(result) -> str:
     return max(result.timings, key=lambda t: t.candidate.median_ms).config
 
 
-def evaluate_repeatedly(task, sol, sol_file: Path, times: int, warmup_ms: float, clocks) -> tuple[list, list, list]:
+def evaluate_repeatedly(task, sol, sol_file: Path, times: int, warmup_ms: float,
+                        clocks) -> tuple[list, list, list]:
     """`times` evaluations in one Evaluator, each followed by the CUPTI kernel time of the longest
     configuration: (results, each evaluation's clock summary, the kernel-only medians in ms)."""
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
@@ -114,7 +116,8 @@ def evaluate_repeatedly(task, sol, sol_file: Path, times: int, warmup_ms: float,
             results.append(ev.evaluate(task, sol))
             windows.append(clocks.summary(start, time.time()))
             if not results[-1].correct:
-                raise SystemExit(f"evaluation failed: {results[-1].outcome.value} {results[-1].message[:500]}")
+                raise SystemExit(f"evaluation failed: {results[-1].outcome.value} "
+                                 f"{results[-1].message[:500]}")
             try:  # a diagnostic: its failure must not cost the evaluations
                 kernel_only.append(cupti_kernel_ms(task, sol_file, longest_config(results[0])))
             except Exception as exc:  # noqa: BLE001 - reported in the output instead
@@ -161,7 +164,8 @@ def ncu_median_ms(task, sol_file: Path, config: str, clocks) -> tuple[float | No
     rows = list(csv.DictReader(io.StringIO("\n".join([lines[start]] + lines[start + 2:]))))
     by_id: dict[str, float] = {}
     unit = lines[start + 1].split(",")[list(rows[0].keys()).index("gpu__time_duration.sum")].strip('"')
-    scale = {"ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "nsecond": 1e-6}.get(unit, 1e-6)
+    scale = {"ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
+             "nsecond": 1e-6}.get(unit, 1e-6)
     for r in rows:  # one row per kernel launch; a forward with several kernels sums them per call
         by_id[r["ID"]] = float(r["gpu__time_duration.sum"].replace(",", "")) * scale
     per_launch = list(by_id.values())
@@ -180,8 +184,8 @@ def main() -> int:
     # evaluator's default, unless asked.
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--table-from", default=None, help="print the table of an earlier run's JSON (.json[.gz]) "
-                    "and exit, without a GPU")
+    ap.add_argument("--table-from", default=None,
+                    help="print the table of an earlier run's JSON (.json[.gz]) and exit, without a GPU")
     args = ap.parse_args()
     if args.table_from:
         opener = gzip.open if args.table_from.endswith(".gz") else open
@@ -203,25 +207,26 @@ def main() -> int:
             print(f"{task_id}: medians ms {run['medians_ms']}; CUPTI ms {run['cupti_kernel_ms']}; clocks "
                   f"{run['clock_notes']}", flush=True)
             # after every task, so a run stopped at its time limit keeps what it measured
-            write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations, "tasks": rows,
-                                    "clock_monitor_error": clocks.error})
+            write_result(args.out, {"warmup_ms": args.warmup_ms, "evaluations": args.evaluations,
+                                    "tasks": rows, "clock_monitor_error": clocks.error})
     print_table(rows)
     return 0
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| repeatability (5 evaluations, longest configuration) | median | spread of medians (target ≤ 1% "
-          "for ≥ 50 µs) | spread of speedups vs eager | kernel-only (CUPTI) after each evaluation: spread "
-          "(µs) | vs ncu gpu__time_duration (target ±5%) | vs ncu, the timer's own cost (an empty function, "
-          "same run) taken off | net: each evaluation's median less its own timer cost: spread (µs) | SM clock "
-          "per evaluation (MHz) |")
+    print("\n| repeatability (5 evaluations, longest configuration) | median | spread of medians (target ≤ "
+          "1% for ≥ 50 µs) | spread of speedups vs eager | kernel-only (CUPTI) after each evaluation: "
+          "spread (µs) | vs ncu gpu__time_duration (target ±5%) | vs ncu, the timer's own cost (an empty "
+          "function, same run) taken off | net: each evaluation's median less its own timer cost: spread "
+          "(µs) | SM clock per evaluation (MHz) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ours = statistics.median(r["medians_ms"]) * 1000
         ncu = "not measured: " + r["ncu_note"][:120] if r["ncu_median_ms"] is None else \
             f"{r['relative_difference_vs_ncu'] * 100:+.2f}% (ncu {r['ncu_median_ms'] * 1000:.1f} µs)"
         speed = "-" if r["speedup_spread"] is None else f"{r['speedup_spread'] * 100:.2f}%"
-        cupti = "-" if r["cupti_spread"] is None else f"{r['cupti_spread'] * 100:.2f}% ({_us(r['cupti_kernel_ms'])})"
+        cupti = "-" if r["cupti_spread"] is None else \
+            f"{r['cupti_spread'] * 100:.2f}% ({_us(r['cupti_kernel_ms'])})"
         corrected = "-"
         overheads = [o for o in r.get("timer_overhead_ms", []) if o is not None]
         if r["ncu_median_ms"] and overheads:
@@ -230,9 +235,10 @@ def print_table(rows: list[dict]) -> None:
                         f"{statistics.median(overheads) * 1000:.1f} µs)"
         nets = net_medians_ms(r)
         net = "-" if spread_of(nets) is None else f"{spread_of(nets) * 100:.2f}% ({_us(nets)})"
-        sm = ", ".join("-" if c["sm_mhz_median"] is None else f"{c['sm_mhz_median']:.0f}" for c in r["clocks"])
-        print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% ({_us(r['medians_ms'])}) "
-              f"| {speed} | {cupti} | {ncu} | {corrected} | {net} | {sm} |")
+        sm = ", ".join("-" if c["sm_mhz_median"] is None else f"{c['sm_mhz_median']:.0f}"
+                       for c in r["clocks"])
+        print(f"| {r['task']}/{r['config']} | {ours:.1f} µs | {r['spread'] * 100:.2f}% "
+              f"({_us(r['medians_ms'])}) | {speed} | {cupti} | {ncu} | {corrected} | {net} | {sm} |")
 
 
 def net_medians_ms(row: dict) -> list[float | None]:

@@ -54,7 +54,8 @@ def _timed_pass(ev, pairs, label: str, started: float | None) -> dict:
     for r in ev.evaluate_many(pairs):  # one line per result, so a killed run still shows its progress
         results.append(r)
         stages = " ".join(f"{k}={v:.2f}" for k, v in sorted(r.stage_durations_s.items()))
-        print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value} {stages}", flush=True)
+        print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value} {stages}",
+              flush=True)
     wall = time.perf_counter() - t0
     outcomes = {}
     for r in results:

@@ -54,8 +54,10 @@ def run_mode(work: list[tuple[str, dict]], options: dict) -> tuple[int, float, i
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="timed repetitions per mode (the median run is reported, with min and max)")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timed repetitions per mode (the median run is reported, with min and max)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated subset of " + ", ".join(MODES))
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
     work = inputs()
@@ -69,7 +71,8 @@ def main() -> int:
                          "seconds_min": round(runs[0][1], 3), "seconds_max": round(runs[-1][1], 3)}
     header = [f"# Structural analysis throughput ({time.strftime('%Y-%m-%d')})", "",
               (f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-              f"Python {platform.python_version()}"), f"- inputs: {len(work)} units (validation suite + examples)",
+              f"Python {platform.python_version()}"),
+              f"- inputs: {len(work)} units (validation suite + examples)",
               "", "| mode | kernels | median s (min-max) | kernels/s (median run) |", "|---|---|---|---|"]
     rows = [f"| {m} | {r['kernels']} | {r['seconds']} ({r['seconds_min']}-{r['seconds_max']}) | "
             f"{r['kernels_per_s']} |" for m, r in results.items()]

@@ -37,13 +37,15 @@ KERNELS = {
         "template <typename T, int TILE>\n"
         "__global__ void matmul(const T* A, const T* B, float* C, int M, int N, int K) {\n"
         "  __shared__ float As[TILE][TILE]; __shared__ float Bs[TILE][TILE];\n"
-        "  int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x; float acc = 0.f;\n"
+        "  int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x; "
+        "float acc = 0.f;\n"
         "  for (int t = 0; t < (K + TILE - 1) / TILE; ++t) {\n"
         "    int ka = t * TILE + threadIdx.x, kb = t * TILE + threadIdx.y;\n"
         "    As[threadIdx.y][threadIdx.x] = (row < M && ka < K) ? (float)A[row * K + ka] : 0.f;\n"
         "    Bs[threadIdx.y][threadIdx.x] = (kb < K && col < N) ? (float)B[kb * N + col] : 0.f;\n"
         "    __syncthreads();\n"
-        "    #pragma unroll\n    for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
+        "    #pragma unroll\n"
+        "    for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
         "    __syncthreads();\n  }\n"
         "  if (row < M && col < N) C[row * N + col] = acc;\n}\n"),
         ("matmul<__half, 32>", "matmul<__nv_bfloat16, 32>", "matmul<float, 16>")),
@@ -75,7 +77,8 @@ def bench_compile(reps: int, cache_dir: str) -> list[dict]:
         cuda.compile(source, kernel_name, arch="sm_90", name_expressions=exprs)
         helper = _median_s(lambda s=source, k=kernel_name, e=exprs: cuda.compile(s, k, arch="sm_90",
                                                                                  name_expressions=e), reps)
-        rows.append({"kernel": name, "cold_ms": cold * 1e3, "disk_hit_ms": hit * 1e3, "helper_hit_us": helper * 1e6})
+        rows.append({"kernel": name, "cold_ms": cold * 1e3, "disk_hit_ms": hit * 1e3,
+                     "helper_hit_us": helper * 1e6})
     return rows
 
 
@@ -136,8 +139,8 @@ def main() -> int:
     _print_table("build pool throughput", pool_rows)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"nvrtc": f"{major}.{minor}", "cores": cores, "compile": compile_rows, "pool": pool_rows}, f,
-                      indent=2)
+            json.dump({"nvrtc": f"{major}.{minor}", "cores": cores, "compile": compile_rows,
+                       "pool": pool_rows}, f, indent=2)
     return 0
 
 

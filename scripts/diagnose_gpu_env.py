@@ -34,7 +34,8 @@ def _concurrent(code: str, n: int, *flags: str) -> list[dict]:
     out = []
     for p in procs:
         _, err = p.communicate(timeout=300)
-        out.append({"rc": p.returncode, "tail": [t[:400] for t in err.strip().splitlines()[-(30 if p.returncode else 1):]]})
+        out.append({"rc": p.returncode,
+                    "tail": [t[:400] for t in err.strip().splitlines()[-(30 if p.returncode else 1):]]})
     return out
 
 
@@ -45,7 +46,8 @@ NVRTC_THEN_TORCH = (
     f"out = compile_cuda({KERNEL!r}, arch='sm_90', use_cache=False)\n"
     "print('resources', out.resources)\n"
     "libs = sorted({l.split()[-1] for l in open('/proc/self/maps') if '.so' in l})\n"
-    "print('\\n'.join(x for x in libs if any(k in x for k in ('nvrtc', 'stdc++', 'torch', 'cuda', 'nvJit'))))\n"
+    "print('\\n'.join(x for x in libs "
+    "if any(k in x for k in ('nvrtc', 'stdc++', 'torch', 'cuda', 'nvJit'))))\n"
     "import torch, torch.utils._debug_mode\n"
     "print('torch ok', torch.__version__)\n"
 )
@@ -63,7 +65,8 @@ def torch_probes() -> dict:
     ts = "import tree_sitter, tree_sitter_cuda; " + imp
     cp = "import cudaperf.analysis.validation; " + imp
     return {
-        "env": {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "LC_", "LANG", "TORCH", "CUDA", "LD_"))},
+        "env": {k: v for k, v in os.environ.items()
+                if k.startswith(("PYTHON", "LC_", "LANG", "TORCH", "CUDA", "LD_"))},
         "python": sys.version, "flags": str(sys.flags), "site": sorted(os.listdir("/tmp/site"))
         if os.path.isdir("/tmp/site") else None,
         "nvrtc_then_torch": _py(NVRTC_THEN_TORCH),
@@ -100,7 +103,8 @@ def analysis_probe() -> dict:
                                 use_cache=use_cache)
         f = report.kernels[0]
         out[f"cache={use_cache}"] = {"kernel": f.kernel, "resources": str(f.resources),
-                                     "occupancy": str(f.occupancy), "diagnostics": list(report.diagnostics)[:5],
+                                     "occupancy": str(f.occupancy),
+                                     "diagnostics": list(report.diagnostics)[:5],
                                      "kernel_diagnostics": list(f.diagnostics)[:5]}
     return out
 

@@ -131,7 +131,8 @@ def static_side(cases: list[Case]) -> tuple[dict[str, dict], str]:
         entry = {"verdicts": dict(case.expected), "flops": None}
         try:
             if mode == "analyser":
-                report = analyze_source(case.source, kind="cuda", launch=case.launch, sizes=case.sizes, sass=False)
+                report = analyze_source(case.source, kind="cuda", launch=case.launch, sizes=case.sizes,
+                                        sass=False)
                 f = report.kernels[0]
                 entry["verdicts"] = verdicts(f, report.details[0])
                 entry["flops"] = f.flops_estimate
@@ -178,7 +179,8 @@ def _pump(stream, sink) -> None:
 
 def preflight(names: list[str], budget_s: float, stall_s: float = 20.0) -> tuple[list[str], dict[str, str]]:
     """Launch each kernel once in child processes; (kernels that ran, failures by name). A child that makes
-    no progress for `stall_s` (a hung kernel) is killed, the kernel it was on is blamed, and the rest rerun."""
+    no progress for `stall_s` (a hung kernel) is killed, the kernel it was on is blamed, and the rest
+    rerun."""
     import queue
     import threading
 
@@ -216,7 +218,8 @@ def preflight(names: list[str], budget_s: float, stall_s: float = 20.0) -> tuple
             blame = current if current is not None and current not in done else next(
                 (n for n in pending if n not in done), None)
             if blame is not None:
-                failed[blame] = "hung (killed)" if stalled else f"crashed the process (exit {proc.returncode})"
+                failed[blame] = ("hung (killed)" if stalled
+                                 else f"crashed the process (exit {proc.returncode})")
                 done.add(blame)
         pending = [n for n in pending if n not in done]
         if proc.returncode == 0 and not stalled:
@@ -243,7 +246,8 @@ def measure(names: list[str], budget_s: float) -> tuple[dict[str, dict], list[st
 
 
 def _coalescing(kind: str):
-    metric = f"l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_{'ld' if kind == 'load' else 'st'}.ratio"
+    metric = ("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_"
+              f"{'ld' if kind == 'load' else 'st'}.ratio")
 
     def rule(case: Case, st: dict, m: dict):
         verdict = st["verdicts"].get(kind)
@@ -259,12 +263,15 @@ def _coalescing(kind: str):
 
 def _bank(case: Case, st: dict, m: dict):
     degree = st["verdicts"].get("bank_conflict")
-    conflicts = sum(m.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{k}.sum", 0.0) for k in ("ld", "st"))
-    if degree is None or not any(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{k}.sum" in m for k in ("ld", "st")):
+    conflicts = sum(m.get(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{k}.sum", 0.0)
+                    for k in ("ld", "st"))
+    if degree is None or not any(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{k}.sum" in m
+                                 for k in ("ld", "st")):
         return degree, None, None
     instructions = sum(m.get(f"smsp__sass_inst_executed_op_shared_{k}.sum", 0.0) for k in ("ld", "st"))
     if not instructions:  # fall back to warps launched
-        instructions = case.grid[0] * case.grid[1] * case.grid[2] * (case.block[0] * case.block[1] * case.block[2]) / 32
+        instructions = (case.grid[0] * case.grid[1] * case.grid[2]
+                        * (case.block[0] * case.block[1] * case.block[2]) / 32)
     per_instruction = conflicts / max(1.0, instructions)
     return f"{degree}-way", f"{per_instruction:.2f} conflicts/instr", (per_instruction >= 0.5) == (degree > 1)
 
@@ -295,7 +302,8 @@ def _occupancy(case: Case, st: dict, m: dict):
     limits = [m[k] for k in m if k.startswith("launch__occupancy_limit_")]
     if not limits:
         return f"{100 * ours:.1f}%", None, None
-    return f"{st['active_blocks']} blocks", f"{min(limits):.0f} blocks (ncu limits)", min(limits) == st["active_blocks"]
+    return (f"{st['active_blocks']} blocks", f"{min(limits):.0f} blocks (ncu limits)",
+            min(limits) == st["active_blocks"])
 
 
 def _vectorized(case: Case, st: dict, m: dict):
@@ -306,7 +314,8 @@ def _vectorized(case: Case, st: dict, m: dict):
     if pct is None or sectors is None or st["verdicts"].get("load") is None:
         return st["verdicts"].get("vectorized"), None, None
     useful = 32 * sectors * pct / 100
-    return st["verdicts"]["vectorized"], f"{useful:.0f} useful B/request", (useful >= 200) == st["verdicts"]["vectorized"]
+    return (st["verdicts"]["vectorized"], f"{useful:.0f} useful B/request",
+            (useful >= 200) == st["verdicts"]["vectorized"])
 
 
 def _counted(metric_keys: tuple[str, ...], feature: str):
@@ -345,10 +354,11 @@ RULES = {
     "barrier divergence": _divergence,
     "theoretical occupancy": _occupancy,
     "vectorised loads": _vectorized,
-    "atomics": _counted(("smsp__sass_inst_executed_op_global_atom.sum", "smsp__sass_inst_executed_op_global_red.sum",
+    "atomics": _counted(("smsp__sass_inst_executed_op_global_atom.sum",
+                         "smsp__sass_inst_executed_op_global_red.sum",
                          "smsp__sass_inst_executed_op_shared_atom.sum"), "atomics"),
-    "local memory": _counted(("smsp__sass_inst_executed_op_local_ld.sum", "smsp__sass_inst_executed_op_local_st.sum"),
-                             "local_memory"),
+    "local memory": _counted(("smsp__sass_inst_executed_op_local_ld.sum",
+                              "smsp__sass_inst_executed_op_local_st.sum"), "local_memory"),
     "FLOPs (within 1.5x)": _flops,
     "roofline regime": _regime,
 }
@@ -365,8 +375,8 @@ def compare(cases: list[Case], static: dict, measured: dict) -> tuple[list[dict]
                 shown_static, shown_measured, agree = rule(case, static[case.name], m)
             except Exception as exc:  # noqa: BLE001 - one rule's surprise is a row, not a crash
                 shown_static, shown_measured, agree = "error", f"{type(exc).__name__}: {exc}", None
-            rows.append({"case": case.name, "feature": feature, "static": shown_static, "measured": shown_measured,
-                         "agree": agree})
+            rows.append({"case": case.name, "feature": feature, "static": shown_static,
+                         "measured": shown_measured, "agree": agree})
             if agree is not None:
                 totals[feature][0] += int(agree)
                 totals[feature][1] += 1
@@ -397,7 +407,8 @@ def environment() -> list[str]:
         import traceback
 
         tb = traceback.format_exc().strip().splitlines()
-        info.append(f"torch: unavailable ({type(exc).__name__}: {exc}; raised at {' | '.join(tb[-6:-1])[:600]})")
+        info.append(f"torch: unavailable ({type(exc).__name__}: {exc}; "
+                    f"raised at {' | '.join(tb[-6:-1])[:600]})")
     for cmd, label in ((["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], "driver"),
                        (["ncu", "--version"], "ncu")):
         try:
@@ -437,8 +448,8 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{RESULT_NAME}.md").write_text(text + "\n")
     (out_dir / f"{RESULT_NAME}.json").write_text(json.dumps(
-        {"totals": totals, "rows": rows, "static": static, "measured": measured, "failed": failed, "notes": notes,
-         "static_mode": mode}, indent=1, default=str))
+        {"totals": totals, "rows": rows, "static": static, "measured": measured, "failed": failed,
+         "notes": notes, "static_mode": mode}, indent=1, default=str))
     return 0
 
 
