@@ -64,15 +64,17 @@ class StructuralWeights:
     def __post_init__(self) -> None:
         negative = [n for n in COMPONENT_NAMES if getattr(self, n) < 0]
         if negative:
-            raise ValueError(f"StructuralWeights: {', '.join(negative)} must be >= 0 (set a weight to 0 to drop it)")
+            raise ValueError(f"StructuralWeights: {', '.join(negative)} must be >= 0 "
+                             "(set a weight to 0 to drop it)")
         if sum(getattr(self, n) for n in COMPONENT_NAMES) <= 0:
-            raise ValueError("StructuralWeights: all component weights are 0; set RewardConfig.structural_weight=0 "
-                             "to switch the structural term off instead")
+            raise ValueError("StructuralWeights: all component weights are 0; "
+                             "set RewardConfig.structural_weight=0 to switch the structural term off instead")
         for name in ("divergent_barrier_factor", "local_memory_factor", "neutral"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"StructuralWeights.{name}={getattr(self, name)} must lie in [0, 1]")
         if not 0.0 < self.occupancy_saturation <= 1.0:
-            raise ValueError(f"StructuralWeights.occupancy_saturation={self.occupancy_saturation} must lie in (0, 1]")
+            raise ValueError(f"StructuralWeights.occupancy_saturation={self.occupancy_saturation} "
+                             "must lie in (0, 1]")
         if self.spill_scale_bytes <= 0:
             raise ValueError(f"StructuralWeights.spill_scale_bytes={self.spill_scale_bytes} must be > 0")
 
@@ -136,12 +138,14 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         if self.speedup_transform not in SPEEDUP_TRANSFORMS:
-            raise ValueError(f"RewardConfig.speedup_transform={self.speedup_transform!r}: use one of {SPEEDUP_TRANSFORMS}")
+            raise ValueError(f"RewardConfig.speedup_transform={self.speedup_transform!r}: "
+                             f"use one of {SPEEDUP_TRANSFORMS}")
         if self.baseline not in BASELINES:
             raise ValueError(f"RewardConfig.baseline={self.baseline!r}: use one of {BASELINES}")
         for name in ("speedup_weight", "structural_weight", "ranker_weight"):
             if getattr(self, name) < 0:
-                raise ValueError(f"RewardConfig.{name}={getattr(self, name)} must be >= 0 (set it to 0 to drop the term)")
+                raise ValueError(f"RewardConfig.{name}={getattr(self, name)} must be >= 0 "
+                                 "(set it to 0 to drop the term)")
         self._check_clip()
         self._check_milestones()
         self._check_correct_above_wrong()
@@ -162,7 +166,8 @@ class RewardConfig:
             return
         t = self.milestone_thresholds
         if not t:
-            raise ValueError("RewardConfig: speedup_transform='milestones' needs milestone_thresholds, e.g. (1.05,)")
+            raise ValueError("RewardConfig: speedup_transform='milestones' needs milestone_thresholds, "
+                             "e.g. (1.05,)")
         if any(not (x > 0 and math.isfinite(x)) for x in t) or any(b <= a for a, b in itertools.pairwise(t)):
             raise ValueError(f"RewardConfig.milestone_thresholds={t} must be positive, finite and increasing")
 
@@ -171,7 +176,8 @@ class RewardConfig:
         lowest = self.min_correct_total
         if lowest < self.wrong_reward:
             raise ValueError(
-                f"RewardConfig: a correct kernel could score {lowest:g}, below wrong_reward={self.wrong_reward:g} "
+                f"RewardConfig: a correct kernel could score {lowest:g}, "
+                f"below wrong_reward={self.wrong_reward:g} "
                 f"(speedup_transform={self.speedup_transform!r}, clip_min={self.clip_min}, "
                 f"correct_bonus={self.correct_bonus:g}, speedup_weight={self.speedup_weight:g}); "
                 "set or raise clip_min, raise correct_bonus, lower speedup_weight or lower wrong_reward")

@@ -27,8 +27,9 @@ def cuda_agent() -> RewardConfig:
     """CUDA Agent (arXiv 2602.24286) milestones: −1 wrong, 1 correct, 2 more than 5% faster than eager,
     3 more than 5% faster than eager and torch.compile. (Raw speedup as the reward lowered its
     "faster than compile" rate from 96.8% to 60.4%; milestones are robust to timing noise.)"""
-    return RewardConfig(correct_bonus=1.0, wrong_reward=-1.0, speedup_transform="milestones", speedup_weight=1.0,
-                        clip_min=None, clip_max=None, baseline="both", milestone_thresholds=(1.05,),
+    return RewardConfig(correct_bonus=1.0, wrong_reward=-1.0, speedup_transform="milestones",
+                        speedup_weight=1.0, clip_min=None, clip_max=None, baseline="both",
+                        milestone_thresholds=(1.05,),
                         structural_weight=0.0, ranker_weight=0.0, coverage_weighting=False)
 
 
@@ -53,7 +54,8 @@ def cudaperf() -> RewardConfig:
     return RewardConfig()
 
 
-PRESETS: dict[str, Callable[[], RewardConfig]] = {"kevin": kevin, "cuda-agent": cuda_agent, "cudaperf": cudaperf}
+PRESETS: dict[str, Callable[[], RewardConfig]] = {"kevin": kevin, "cuda-agent": cuda_agent,
+                                                  "cudaperf": cudaperf}
 
 
 def get_preset(name: str) -> RewardConfig:
@@ -63,7 +65,8 @@ def get_preset(name: str) -> RewardConfig:
     if key in PRESETS:
         return PRESETS[key]()
     if ":" not in name:
-        raise ValueError(f"unknown reward preset {name!r}: use one of {sorted(PRESETS)} or 'package.module:function'")
+        raise ValueError(f"unknown reward preset {name!r}: use one of {sorted(PRESETS)} "
+                         "or 'package.module:function'")
     obj = import_object(name)
     config = obj() if callable(obj) and not isinstance(obj, RewardConfig) else obj
     if not isinstance(config, RewardConfig):

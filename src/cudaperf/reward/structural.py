@@ -7,7 +7,8 @@ claim: that a higher score means a faster kernel (the measured speedup is the ju
 are exact (an access the analysis cannot classify is neutral, not bad), or anything about kernels that never
 ran (a kernel the profiler says never launched contributes 0).
 
-Not covered: the weights' defaults (`config.StructuralWeights`), the reward that uses the score (`unified.py`).
+Not covered: the weights' defaults (`config.StructuralWeights`), the reward that uses the score
+(`unified.py`).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def _combine(scored: list[tuple[float, float | None]]) -> float:
     return min(1.0, max(0.0, value))
 
 
-def kernel_structural_score(feature: KernelFeatures, weights: StructuralWeights) -> tuple[float, dict[str, float]]:
+def kernel_structural_score(feature: KernelFeatures,
+                            weights: StructuralWeights) -> tuple[float, dict[str, float]]:
     """The structural score of one kernel in [0, 1], with its component values and "missing.*" markers."""
     parts: dict[str, float] = {}
     num = den = 0.0
@@ -135,7 +137,8 @@ def _coalescing(f: KernelFeatures, w: StructuralWeights) -> _Value:
     accesses = _global_accesses(f)
     if not accesses:
         return _Absent.MISSING
-    return sum(_access_efficiency(a.coalescing, a.stride_elements, w.neutral) for a in accesses) / len(accesses)
+    return (sum(_access_efficiency(a.coalescing, a.stride_elements, w.neutral) for a in accesses)
+            / len(accesses))
 
 
 def _access_efficiency(cls: CoalescingClass | None, stride: int | None, neutral: float) -> float:
@@ -180,7 +183,8 @@ def _spills(f: KernelFeatures, w: StructuralWeights) -> _Value:
     if f.resources is None and not any(k in (f.sass or {}) for k in SASS_LOCAL_KEYS):
         return _Absent.MISSING
     r = f.resources
-    spilled = max(0.0, _num(r.spill_store_bytes)) + max(0.0, _num(r.spill_load_bytes)) if r is not None else 0.0
+    spilled = (max(0.0, _num(r.spill_store_bytes)) + max(0.0, _num(r.spill_load_bytes)) if r is not None
+               else 0.0)
     local = sass_local > 0 or (r is not None and _num(r.stack_frame_bytes) > 0)
     value = 1.0 / (1.0 + spilled / w.spill_scale_bytes)
     return min(value, w.local_memory_factor) if local else value

@@ -137,7 +137,8 @@ def _milestones_reached(eager: float | None, compiled: float | None, config: Rew
 
 
 def _structural_term(result: EvalResult, features: Sequence[KernelFeatures],
-                     times: Mapping[str, float] | None, config: RewardConfig, details: dict[str, float]) -> float:
+                     times: Mapping[str, float] | None, config: RewardConfig,
+                     details: dict[str, float]) -> float:
     if config.structural_weight == 0:
         return 0.0
     coverage = finite(result.coverage)

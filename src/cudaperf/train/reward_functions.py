@@ -55,7 +55,8 @@ and, for each, its row (the dataset columns / rollout keys for that completion, 
 (a module-level function or a callable object) for TRL's and verl's worker processes."""
 
 # Keyword arguments TRL adds next to the dataset columns; never part of a sample's row.
-_TRL_RUNTIME_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"})
+_TRL_RUNTIME_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments",
+                                 "completion_ids"})
 
 # The keys of `compute_score`'s dict, always all present.
 VERL_KEYS: tuple[str, ...] = ("score", "applicable", "gate", "correct", "speedup_term", "structural_term",
@@ -101,12 +102,14 @@ class TRLReward:
         # TRL names the reward's log columns after `__name__` (a callable instance has none by default).
         self.__name__ = name or f"cudaperf_{label.replace('-', '_').replace(':', '_').replace('.', '_')}"
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 **kwargs: Any) -> list[float | None]:
         n = len(completions)
         evaluations = [_evaluation_from(_row(kwargs, i, n), self.keys) for i in range(n)]
         missing = [i for i, e in enumerate(evaluations) if e is None]
         if missing and self.evaluate_fn is not None:
-            rows = [{**_row(kwargs, i, n), "prompt": prompts[i] if i < len(prompts) else None} for i in missing]
+            rows = [{**_row(kwargs, i, n), "prompt": prompts[i] if i < len(prompts) else None}
+                    for i in missing]
             texts = [completion_text(completions[i]) for i in missing]
             for i, item in zip(missing, _run_evaluate_fn(self.evaluate_fn, texts, rows), strict=False):
                 evaluations[i] = _as_evaluation(item)
@@ -170,8 +173,9 @@ def _cached_preset(preset: str) -> RewardConfig:
 def _verl_dict(b: RewardBreakdown) -> dict[str, float]:
     d = b.details
     return {
-        "score": b.total, "applicable": d.get("applicable", 1.0), "gate": b.gate, "correct": d.get("correct", 0.0),
-        "speedup_term": b.speedup_term, "structural_term": b.structural_term, "ranker_term": b.ranker_term,
+        "score": b.total, "applicable": d.get("applicable", 1.0), "gate": b.gate,
+        "correct": d.get("correct", 0.0), "speedup_term": b.speedup_term,
+        "structural_term": b.structural_term, "ranker_term": b.ranker_term,
         "structural_score": d.get("structural_score", 0.0), "coverage_factor": d.get("coverage_factor", 0.0),
     }
 
@@ -283,7 +287,8 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _run_evaluate_fn(evaluate_fn: EvaluateFn | str, texts: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+def _run_evaluate_fn(evaluate_fn: EvaluateFn | str, texts: list[str],
+                     rows: list[dict[str, Any]]) -> list[Any]:
     fn = import_object(evaluate_fn) if isinstance(evaluate_fn, str) else evaluate_fn
     items = list(fn(texts, rows))  # type: ignore[operator]
     return items + [None] * (len(texts) - len(items))  # a short answer leaves the rest unevaluated
@@ -295,11 +300,14 @@ def _log_means(log_metric: Any, prefix: str, breakdowns: Sequence[RewardBreakdow
     scored = [b for b in breakdowns if b is not None and b.details.get("applicable") != 0.0]
     if not scored:
         return
-    parts = {"correct": [b.details.get("correct", 0.0) for b in scored], "speedup_term": [b.speedup_term for b in scored],
-             "structural_term": [b.structural_term for b in scored], "ranker_term": [b.ranker_term for b in scored]}
+    parts = {"correct": [b.details.get("correct", 0.0) for b in scored],
+             "speedup_term": [b.speedup_term for b in scored],
+             "structural_term": [b.structural_term for b in scored],
+             "ranker_term": [b.ranker_term for b in scored]}
     for name, values in parts.items():
         log_metric(f"{prefix}/{name}", sum(values) / len(values))
     log_metric(f"{prefix}/scored_fraction", len(scored) / len(breakdowns))
 
 
-__all__ = ["VERL_KEYS", "EvaluateFn", "Evaluation", "InputKeys", "TRLReward", "completion_text", "compute_score"]
+__all__ = ["VERL_KEYS", "EvaluateFn", "Evaluation", "InputKeys", "TRLReward", "completion_text",
+           "compute_score"]
