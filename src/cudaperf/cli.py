@@ -15,11 +15,13 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("cudaperf.commands.eval_cmd", "evaluate one solution, or a directory of solutions"),
     "report": ("cudaperf.commands.report_cmd", "fast_p table, speedup histogram and per-task table"),
-    "analyze": ("cudaperf.commands.analyze_cmd", "structural analysis of a kernel source (features + feedback)"),
+    "analyze": ("cudaperf.commands.analyze_cmd",
+                "structural analysis of a kernel source (features + feedback)"),
     "tasks": ("cudaperf.commands.tasks_cmd", "list and check task files"),
     "dataset": ("cudaperf.commands.dataset_cmd", "build, validate, count and (GPU) measure the task dataset"),
     "optimize": ("cudaperf.commands.optimize_cmd", "a model writes, tests and rewrites kernels (refinement)"),
-    "rank": ("cudaperf.commands.rank_cmd", "offline pairwise ranker: train, evaluate, score candidate kernels"),
+    "rank": ("cudaperf.commands.rank_cmd",
+             "offline pairwise ranker: train, evaluate, score candidate kernels"),
 }
 
 

@@ -279,8 +279,8 @@ class Kernel:
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError(f"cannot launch {self.name!r}: no CUDA GPU (torch.cuda.is_available() is False); "
-                               "compiling works without one, launching does not")
+            raise RuntimeError(f"cannot launch {self.name!r}: no CUDA GPU (torch.cuda.is_available() is "
+                               "False); compiling works without one, launching does not")
         _ensure_context()
         lowered = self._program.output.lowered_names
         lookup = lowered[self.name] if self.name in lowered else _sig.base_name(self.name)
@@ -325,8 +325,9 @@ def _allow_dynamic_smem(fn, smem_bytes: int) -> None:
     (err,) = driver.cuKernelSetAttribute(attribute, smem_bytes, driver.CUkernel(int(fn.handle)),
                                          driver.CUdevice(device))
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cannot allow {smem_bytes} bytes of dynamic shared memory for this kernel ({err.name}); "
-                           "the device's per-block limit minus the kernel's static shared memory is the maximum")
+        raise RuntimeError(f"cannot allow {smem_bytes} bytes of dynamic shared memory for this kernel "
+                           f"({err.name}); the device's per-block limit minus the kernel's static shared "
+                           "memory is the maximum")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -505,8 +506,8 @@ def _as_stream(stream):
     if handle is None and hasattr(stream, "__cuda_stream__"):
         handle = int(stream.__cuda_stream__()[1])
     if handle is None:
-        raise TypeError(f"stream must be a torch.cuda.Stream, a cuda.core Stream, a __cuda_stream__ object or "
-                        f"a handle, got {type(stream).__name__}")
+        raise TypeError("stream must be a torch.cuda.Stream, a cuda.core Stream, a __cuda_stream__ object "
+                        f"or a handle, got {type(stream).__name__}")
     device = _torch_hooks()[0]()
     return _STREAMS.get((device, int(handle))) or _wrap_stream(device, int(handle))
 

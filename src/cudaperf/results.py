@@ -109,7 +109,8 @@ def to_json_line(result: EvalResult) -> str:
 
 def _jsonable(value: Any) -> Any:
     """`value` with everything JSON cannot hold replaced: numbers that are not Python numbers (numpy, torch
-    scalars) become floats or ints (non-finite ones the strings of `NON_FINITE_JSON`), anything else its repr."""
+    scalars) become floats or ints (non-finite ones the strings of `NON_FINITE_JSON`), anything else its
+    repr."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):

@@ -220,7 +220,8 @@ class ConfigTiming:
     def speedup(self, baseline: str) -> float | None:
         """Speedup against any baseline by name ('eager', 'compile', or a key of `baselines`)."""
         timing = {"eager": self.eager, "compile": self.compiled, **self.baselines}.get(baseline)
-        return timing.median_ms / self.candidate.median_ms if timing and self.candidate.median_ms > 0 else None
+        return (timing.median_ms / self.candidate.median_ms if timing and self.candidate.median_ms > 0
+                else None)
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,8 @@ def _summarise(events: Iterable, names: set[str] | None, repeats: int, current_s
     total_ms = sum(k.ms for k in kernels)
     renamed = tuple(sorted(n for n in (names or ()) if is_library_kernel(n)))
     message = "" if kernels else "no GPU kernel ran during the profiled calls"
-    return CoverageReport(coverage=own_ms / total_ms if total_ms > 0 else 0.0, own_ms=own_ms, total_ms=total_ms,
-                          kernels=kernels, excluded_ms=excluded_us / 1000.0 / repeats,
+    return CoverageReport(coverage=own_ms / total_ms if total_ms > 0 else 0.0, own_ms=own_ms,
+                          total_ms=total_ms, kernels=kernels, excluded_ms=excluded_us / 1000.0 / repeats,
                           streams=tuple(sorted(streams)), current_stream=current_stream, renamed=renamed,
                           message=message)
 

@@ -165,7 +165,8 @@ class ProcessWatch:
             self._add("native_threads_grew", f"OS threads went from {self._native} to {native}")
         stream = _current_stream_handle()
         if stream is not None and self._stream is not None and stream != self._stream:
-            self._add("stream_changed", f"the current CUDA stream changed from {self._stream:#x} to {stream:#x}")
+            self._add("stream_changed",
+                      f"the current CUDA stream changed from {self._stream:#x} to {stream:#x}")
 
     def _add(self, code: str, message: str) -> None:
         if self.policy.active(code):

@@ -44,7 +44,8 @@ from cudaperf.types import Flag
 # --------------------------------------------------------------------------------------------------
 # Vocabulary
 
-_DYNAMIC_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint"})
+_DYNAMIC_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "globals", "locals", "vars",
+                               "breakpoint"})
 _ATTR_BUILTINS = frozenset({"getattr", "setattr", "delattr", "hasattr"})
 _FILE_BUILTINS = frozenset({"open", "input"})
 _EXIT_BUILTINS = frozenset({"exit", "quit"})
@@ -123,7 +124,8 @@ def _tensor_compute_methods() -> frozenset[str]:
         import torch
 
         names = {n for n in dir(torch.Tensor)
-                 if not n.startswith("__") and inspect.isroutine(inspect.getattr_static(torch.Tensor, n, None))}
+                 if not n.startswith("__")
+                 and inspect.isroutine(inspect.getattr_static(torch.Tensor, n, None))}
     except Exception:  # noqa: BLE001 -- torch unavailable or exotic: fall back to the curated core
         names = set()
     return frozenset((names | _CORE_COMPUTE_METHODS) - _ALLOWED_TENSOR_METHODS - _HOST_TRANSFER_METHODS
@@ -149,12 +151,14 @@ _TORCH_CUDA_RESEED = frozenset({"manual_seed", "manual_seed_all", "seed", "seed_
                                 "random"})
 _TORCH_CUDA_STREAMS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "StreamContext",
                                  "default_stream", "streams"})
-_TORCH_CUDA_GRAPHS = frozenset({"graph", "CUDAGraph", "graphs", "make_graphed_callables", "graph_pool_handle"})
+_TORCH_CUDA_GRAPHS = frozenset({"graph", "CUDAGraph", "graphs", "make_graphed_callables",
+                                "graph_pool_handle"})
 _TORCH_COMPILE = frozenset({"compile", "jit", "export", "compiler", "fx"})
 _TORCH_PRIVATE_NS = frozenset({"ops", "library", "overrides"})
 _TORCH_GLOBAL_STATE = frozenset({"set_default_dtype", "set_default_tensor_type", "set_default_device",
                                  "set_flush_denormal", "use_deterministic_algorithms",
-                                 "set_deterministic_debug_mode", "set_num_threads", "set_num_interop_threads"})
+                                 "set_deterministic_debug_mode", "set_num_threads",
+                                 "set_num_interop_threads"})
 _TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file"})
 _NUMPY_FILE_IO = frozenset({"load", "save", "savez", "savez_compressed", "fromfile", "loadtxt", "genfromtxt",
                             "memmap", "lib", "tofile", "savetxt"})
@@ -169,7 +173,8 @@ def _is_private(part: str) -> bool:
 
 
 def classify_path(path: str, allowed_torch_calls: frozenset[str]) -> str | None:
-    """What reaching `path` (e.g. "torch.cuda.Stream") means: a rule code, "compute", "module_class", or None."""
+    """What reaching `path` (e.g. "torch.cuda.Stream") means: a rule code, "compute", "module_class", or
+    None."""
     parts = path.split(".")
     if any(_is_private(p) for p in parts[1:]):
         return "private_api"
@@ -352,7 +357,8 @@ class _Checker:
     # ---- resolution
 
     def resolve(self, node: ast.AST) -> str | None:
-        """Dotted path an expression reaches through imports/aliases (`F.relu` -> torch.nn.functional.relu)."""
+        """Dotted path an expression reaches through imports/aliases (`F.relu` ->
+        torch.nn.functional.relu)."""
         if isinstance(node, ast.Name):
             return self.mod.aliases.get(node.id)
         if isinstance(node, ast.Attribute):
@@ -424,7 +430,8 @@ class _Checker:
             self.mod.module_containers.add(name)
 
     def _is_kernel_expr(self, value: ast.expr, cls: _ClassInfo | None) -> bool:
-        """A compiled kernel/module handle: cuda.compile(...), cuda.load(...), load_inline(...), attrs of those."""
+        """A compiled kernel/module handle: cuda.compile(...), cuda.load(...), load_inline(...), attrs of
+        those."""
         if isinstance(value, ast.Call):
             path = self.resolve(value.func)
             return path in _KERNEL_FACTORIES
@@ -532,7 +539,8 @@ class _Checker:
             return
         where = target or ast.unparse(node.args[0])
         if name in ("setattr", "delattr"):
-            self.add("monkey_patch", f"{name}() on `{where}` replaces an attribute of an imported module", node)
+            self.add("monkey_patch", f"{name}() on `{where}` replaces an attribute of an imported module",
+                     node)
         else:
             self.add("dynamic_attribute", f"{name}() on module `{where}` (aliasing `{where}.{attr}`)", node)
 
@@ -616,7 +624,8 @@ class _Checker:
             return
         where = f"{base or ast.unparse(target.value)}.{target.attr}"
         if where.startswith("torch.backends."):
-            self.add("precision_flags_changed", f"assigns `{where}` (changes the reference's precision)", target)
+            self.add("precision_flags_changed", f"assigns `{where}` (changes the reference's precision)",
+                     target)
         else:
             self.add("monkey_patch", f"assigns `{where}`, an attribute of an imported module", target)
 
@@ -678,7 +687,8 @@ class _Checker:
         self.owner = seen
         return list(seen)
 
-    def _referenced_functions(self, fn: FuncNode, owner: _ClassInfo | None) -> Iterator[tuple[FuncNode, _ClassInfo | None]]:
+    def _referenced_functions(self, fn: FuncNode,
+                              owner: _ClassInfo | None) -> Iterator[tuple[FuncNode, _ClassInfo | None]]:
         for sub in ast.walk(fn):
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
                 if sub.id in self.mod.functions:
@@ -783,14 +793,15 @@ class _Checker:
             self.add("torch_module_call", f"calls torch module `{recv.id}`", node)
 
     def _launch_stream(self, node: ast.Call) -> None:
-        """`kernel(..., stream=s)`: the helper launches wherever it is told; only the current stream is fair."""
+        """`kernel(..., stream=s)`: the helper launches wherever it is told; only the current stream is
+        fair."""
         for kw in node.keywords:
             if kw.arg != "stream" or (isinstance(kw.value, ast.Constant) and kw.value.value is None):
                 continue
             if isinstance(kw.value, ast.Call) and self.resolve(kw.value.func) == "torch.cuda.current_stream":
                 continue
-            self.add("stream_created", f"launches on `stream={ast.unparse(kw.value)}`, not the current stream",
-                     node)
+            self.add("stream_created",
+                     f"launches on `stream={ast.unparse(kw.value)}`, not the current stream", node)
 
     def _downcast_kwargs(self, node: ast.Call) -> None:
         for kw in node.keywords:
@@ -807,8 +818,8 @@ class _Checker:
         for handler in node.handlers:
             last = handler.body[-1] if handler.body else None
             if not isinstance(last, ast.Raise):
-                self.add("exception_fallback", "an except clause that does not re-raise hides kernel failures "
-                         "(and is how torch fallbacks are written)", handler)
+                self.add("exception_fallback", "an except clause that does not re-raise hides kernel "
+                         "failures (and is how torch fallbacks are written)", handler)
 
     def _forward_state(self, node: ast.Assign | ast.AugAssign) -> None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -816,7 +827,8 @@ class _Checker:
             base = t.value if isinstance(t, ast.Subscript) else t
             if _is_self_attr(base):
                 self.add("forward_state", f"writes `{ast.unparse(base)}`, state that survives the call", node)
-            elif isinstance(t, ast.Subscript) and isinstance(base, ast.Name) and base.id in self.mod.module_containers:
+            elif (isinstance(t, ast.Subscript) and isinstance(base, ast.Name)
+                  and base.id in self.mod.module_containers):
                 self.add("forward_state", f"writes into module-level `{base.id}`", node)
 
     def _identity_key(self, node: ast.AST) -> None:
@@ -857,8 +869,8 @@ class _Checker:
         return _is_self_attr(base) or (isinstance(base, ast.Name) and base.id in self.mod.bound)
 
     def _is_identity_operand(self, expr: ast.AST) -> bool:
-        """A tensor identity used as a value: id(x), x.data_ptr(), a name bound to one, or a tuple holding one.
-        Arithmetic on a pointer (`ptr % 16 == 0`, alignment checks) is not a key and is not flagged."""
+        """A tensor identity used as a value: id(x), x.data_ptr(), a name bound to one, or a tuple holding
+        one. Arithmetic on a pointer (`ptr % 16 == 0`, alignment checks) is not a key and is not flagged."""
         if isinstance(expr, (ast.Tuple, ast.List)):
             return any(self._is_identity_operand(e) for e in expr.elts)
         if isinstance(expr, ast.Call):
@@ -1065,8 +1077,9 @@ def _is_forward(fn: FuncNode) -> bool:
 
 def _mentions_cpu(node: ast.Call) -> bool:
     values = [*node.args, *(kw.value for kw in node.keywords)]
-    return any("cpu" == _const_str(v) or (isinstance(v, ast.Call) and _const_str(v.args[0] if v.args else None)
-               == "cpu") for v in values)
+    return any("cpu" == _const_str(v)
+               or (isinstance(v, ast.Call) and _const_str(v.args[0] if v.args else None) == "cpu")
+               for v in values)
 
 
 def _mentions_reduced_dtype(node: ast.Call, checker: _Checker) -> bool:
@@ -1225,7 +1238,8 @@ def _is_shape_expr(value: ast.AST) -> bool:
 
 
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_CODE_MARKERS = ("__global__", "__device__", "#include", "extern \"C\"", "torch::", "at::", "PYBIND11", "asm(")
+_CODE_MARKERS = ("__global__", "__device__", "#include", "extern \"C\"", "torch::", "at::", "PYBIND11",
+                 "asm(")
 
 # Allowed torch/ATen C++ calls: allocation, options, guards, the current stream, shape helpers.
 _CPP_ALLOWED_LEAVES = frozenset(
@@ -1235,10 +1249,10 @@ _CPP_ALLOWED_LEAVES = frozenset(
      "kCUDA", "kFloat", "kFloat32", "stream"}
 )
 _CPP_TENSOR_METHODS = (
-    "matmul|mm|bmm|addmm|baddbmm|addbmm|sum|mean|prod|softmax|log_softmax|relu|gelu|silu|sigmoid|tanh|exp|log|"
-    "add|add_|mul|mul_|sub|sub_|div|div_|pow|sqrt|rsqrt|clamp|clamp_min|clamp_max|max|min|amax|amin|norm|var|"
-    "std|cumsum|sort|topk|argmax|argmin|abs|neg|copy_|clone|index_select|gather|scatter|masked_fill|where|"
-    "layer_norm|conv1d|conv2d|conv3d|linear|einsum|dot|mv|outer|logsumexp|maximum|minimum|lerp|addcmul|"
+    "matmul|mm|bmm|addmm|baddbmm|addbmm|sum|mean|prod|softmax|log_softmax|relu|gelu|silu|sigmoid|tanh|exp|"
+    "log|add|add_|mul|mul_|sub|sub_|div|div_|pow|sqrt|rsqrt|clamp|clamp_min|clamp_max|max|min|amax|amin|norm|"
+    "var|std|cumsum|sort|topk|argmax|argmin|abs|neg|copy_|clone|index_select|gather|scatter|masked_fill|"
+    "where|layer_norm|conv1d|conv2d|conv3d|linear|einsum|dot|mv|outer|logsumexp|maximum|minimum|lerp|addcmul|"
     "addcdiv|round|floor|ceil|fmod|remainder|eq|ne|lt|gt|le|ge"
 )
 _CPP_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -1249,7 +1263,8 @@ _CPP_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("stream_created",
      re.compile(r"\b(cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|getStreamFromExternal)\b"),
      "creates a stream with `{0}`"),
-    ("cuda_graph", re.compile(r"\b(cudaGraph\w*|cuGraph\w*|cudaStreamBeginCapture\w*|cuStreamBeginCapture\w*)\b"),
+    ("cuda_graph",
+     re.compile(r"\b(cudaGraph\w*|cuGraph\w*|cudaStreamBeginCapture\w*|cuStreamBeginCapture\w*)\b"),
      "uses CUDA graphs (`{0}`)"),
     ("thread_created", re.compile(r"\b(std::thread|std::jthread|std::async|pthread_create)\b"),
      "creates a thread with `{0}`"),
@@ -1259,8 +1274,8 @@ _CPP_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
      "file access with `{0}`"),
     ("reduced_precision_cuda",
      re.compile(r"(\b__half2?\b|\b__nv_bfloat16\w*|\b__float2half\w*|\b__half2float\b|\b__float2bfloat16\w*|"
-                r"\b__float_to_tf32\b|wmma::precision::tf32|cuda_fp16\.h|cuda_bf16\.h|\.(?:f16|f16x2|bf16|bf16x2|"
-                r"tf32)\b)"),
+                r"\b__float_to_tf32\b|wmma::precision::tf32|cuda_fp16\.h|cuda_bf16\.h|"
+                r"\.(?:f16|f16x2|bf16|bf16x2|tf32)\b)"),
      "computes in reduced precision (`{0}`)"),
 )
 _CPP_TORCH_CALL = re.compile(r"\b(?:torch|at|c10)((?:::\w+)+)\s*(?:<[^<>()]*>)?\s*\(")
@@ -1313,7 +1328,8 @@ def check_source(source: str, policy: Policy | None = None) -> tuple[Flag, ...]:
         return (make_flag("syntax_error", f"cannot parse: {type(e).__name__}: {e}"),)
     try:
         flags = _Checker(tree, policy).run()
-    except Exception as e:  # noqa: BLE001 -- fail closed: a crafted file must not buy a free pass by crashing the checker
+    except Exception as e:  # noqa: BLE001
+        # fail closed: a crafted file must not buy a free pass by crashing the checker
         return (make_flag("static_check_failed", f"{type(e).__name__}: {e}"),)
     return _dedupe(flags)
 

@@ -18,13 +18,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="solution .py (fast or load_inline format) or a .cu file")
     parser.add_argument("--kind", choices=("auto", "fast", "inline", "cuda"), default="auto",
                         help="solution format; auto detects it (default)")
-    parser.add_argument("--arch", default="sm_90", help="target architecture for ptxas and occupancy (sm_75..sm_90)")
+    parser.add_argument("--arch", default="sm_90",
+                        help="target architecture for ptxas and occupancy (sm_75..sm_90)")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="bind a symbol in loop bounds and guards, e.g. --size n=1048576 (repeatable)")
-    parser.add_argument("--block", help="block shape X[,Y[,Z]] for every kernel (default: from the source, else 256)")
+    parser.add_argument("--block",
+                        help="block shape X[,Y[,Z]] for every kernel (default: from the source, else 256)")
     parser.add_argument("--grid", help="grid shape X[,Y[,Z]]")
     parser.add_argument("--smem", type=int, default=0, help="dynamic shared memory per block, bytes")
-    parser.add_argument("--no-compile", action="store_true", help="skip NVRTC/ptxas (no registers, no occupancy)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="skip NVRTC/ptxas (no registers, no occupancy)")
     parser.add_argument("--no-sass", action="store_true", help="skip the SASS disassembly (faster)")
     parser.add_argument("--format", choices=("json", "text"), default="json",
                         help="json: features + feedback (default); text: the feedback only")

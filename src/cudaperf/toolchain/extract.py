@@ -191,7 +191,8 @@ class _Resolver:
             raise _Unresolvable(f"{type(node).__name__} expression at line {getattr(node, 'lineno', '?')}")
         result = method(node)
         if isinstance(result, (str, list, tuple, dict)) and len(result) > MAX_RESOLVED_CHARS:
-            raise _Unresolvable(f"value longer than {MAX_RESOLVED_CHARS} at line {getattr(node, 'lineno', '?')}")
+            raise _Unresolvable(f"value longer than {MAX_RESOLVED_CHARS} "
+                                f"at line {getattr(node, 'lineno', '?')}")
         return result
 
     def _Constant(self, node: ast.Constant) -> Any:
@@ -218,7 +219,8 @@ class _Resolver:
             raise _Unresolvable(f"operator {type(node.op).__name__} at line {node.lineno}")
         left, right = self.value(node.left), self.value(node.right)
         if type(left) is not type(right) or not isinstance(left, (str, list, tuple, int, float)):
-            raise _Unresolvable(f"'+' of {type(left).__name__} and {type(right).__name__} at line {node.lineno}")
+            raise _Unresolvable(f"'+' of {type(left).__name__} and {type(right).__name__} "
+                                f"at line {node.lineno}")
         return left + right
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
@@ -311,7 +313,8 @@ class _Walker:
             node, enclosing = self._deferred.pop(0)
             self.function(node, env, unknown, enclosing)
 
-    def function(self, node: ast.AST, module_env: dict, module_unknown: dict, enclosing: frozenset[str]) -> None:
+    def function(self, node: ast.AST, module_env: dict, module_unknown: dict,
+                 enclosing: frozenset[str]) -> None:
         env, unknown = dict(module_env), dict(module_unknown)
         params = set(_parameters(node.args))
         body = node.body if isinstance(node.body, list) else [ast.Expr(node.body)]
@@ -392,8 +395,8 @@ def _bind(stmt: ast.stmt, env: dict, unknown: dict) -> None:
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
         name = stmt.target.id
         try:
-            env[name] = resolver.value(ast.BinOp(left=ast.Name(name, ast.Load()), op=stmt.op, right=stmt.value,
-                                                 lineno=stmt.lineno))
+            env[name] = resolver.value(ast.BinOp(left=ast.Name(name, ast.Load()), op=stmt.op,
+                                                 right=stmt.value, lineno=stmt.lineno))
         except _Unresolvable as exc:
             _forget(env, unknown, name, str(exc))
         except RecursionError:
@@ -457,7 +460,8 @@ def _walk_scope(node: ast.AST):
     while stack:
         sub = stack.pop()
         yield sub
-        if sub is not node and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if sub is not node and isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                ast.Lambda)):
             continue
         stack.extend(ast.iter_child_nodes(sub))
 
@@ -489,7 +493,8 @@ def _unit(function: str, call: ast.Call, resolver: _Resolver) -> CudaUnit:
     except _Unresolvable as exc:
         return CudaUnit(kind=kind, line=call.lineno, resolved=False, message=str(exc))
     except RecursionError:
-        return CudaUnit(kind=kind, line=call.lineno, resolved=False, message="an argument is nested too deeply")
+        return CudaUnit(kind=kind, line=call.lineno, resolved=False,
+                        message="an argument is nested too deeply")
 
 
 def _nvrtc_unit(function: str, line: int, args: tuple, kwargs: dict) -> CudaUnit:
@@ -498,7 +503,8 @@ def _nvrtc_unit(function: str, line: int, args: tuple, kwargs: dict) -> CudaUnit
 
     positional = ("source", "name") if function == "compile" else ("source",)
     if len(args) > len(positional):
-        raise _Unresolvable(f"cuda.{function} takes {len(positional)} positional arguments, {len(args)} given")
+        raise _Unresolvable(f"cuda.{function} takes {len(positional)} positional arguments, "
+                            f"{len(args)} given")
     bound = dict(zip(positional, args)) | kwargs
     unexpected = set(bound) - {*positional, "options", "arch", "name_expressions"}
     if unexpected or "source" not in bound or (function == "compile" and "name" not in bound):

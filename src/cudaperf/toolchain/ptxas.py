@@ -170,7 +170,8 @@ def _cuda_roots() -> list[Path]:
     return [Path(r) for r in roots if r] + [Path("/usr/local/cuda")]
 
 
-def res_usage(path: str | Path, arch: str | None = None, *, timeout_s: float = 60.0) -> tuple[ResourceUsage, ...]:
+def res_usage(path: str | Path, arch: str | None = None, *,
+              timeout_s: float = 60.0) -> tuple[ResourceUsage, ...]:
     """Run `cuobjdump -res-usage` on a cubin/.o/.so; () when cuobjdump is missing or fails."""
     tool = find_cuobjdump()
     if tool is None:

@@ -218,7 +218,8 @@ def _split_top(text: str) -> list[str]:
 
 
 def _param(text: str, aliases: dict[str, str], template_names: set[str]) -> Param | None:
-    text = re.sub(r"\b(__launch_bounds__|__attribute__|__align__|alignas)\s*\(.*?\)+", " ", text.split("=")[0])
+    text = re.sub(r"\b(__launch_bounds__|__attribute__|__align__|alignas)\s*\(.*?\)+", " ",
+                  text.split("=")[0])
     if text.strip() == "void":
         return None
     is_pointer = "*" in text or "[" in text
@@ -256,7 +257,8 @@ def _type_aliases(text: str) -> dict[str, str]:
         aliases[m.group(2)] = " ".join(w for w in m.group(1).split() if w not in _QUALIFIERS)
     for m in re.finditer(r"\busing\s+(\w+)\s*=\s*([\w\s:]+?)\s*;", text):
         aliases[m.group(1)] = " ".join(m.group(2).replace("std::", "").split())
-    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([A-Za-z_][\w \t]*?)[ \t]*$", text, re.MULTILINE):
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([A-Za-z_][\w \t]*?)[ \t]*$", text,
+                         re.MULTILINE):
         aliases.setdefault(m.group(1), " ".join(m.group(2).split()))
     return aliases
 
@@ -286,7 +288,8 @@ def template_args(expression: str) -> list[str]:
     return _split_top(inner)
 
 
-def instantiate(sig: KernelSignature, expression: str, aliases: dict[str, str] | None = None) -> KernelSignature:
+def instantiate(sig: KernelSignature, expression: str,
+                aliases: dict[str, str] | None = None) -> KernelSignature:
     """`sig` with template type parameters replaced by the arguments written in `expression`."""
     if not sig.is_template:
         return sig
