@@ -52,8 +52,8 @@ class Launch:
         if value is None or isinstance(value, Launch):
             return value
         if isinstance(value, Mapping):
-            return Launch(_dim3(value.get("grid")), _dim3(value.get("block")), int(value.get("smem_bytes", 0) or 0),
-                          "caller")
+            return Launch(_dim3(value.get("grid")), _dim3(value.get("block")),
+                          int(value.get("smem_bytes", 0) or 0), "caller")
         if isinstance(value, (tuple, list)) and 2 <= len(value) <= 3:
             smem = int(value[2]) if len(value) == 3 else 0
             return Launch(_dim3(value[0]), _dim3(value[1]), smem, "caller")
@@ -215,8 +215,9 @@ def _split_args(s: str) -> list[str]:
 class _KernelContext:
     """Everything known about one kernel while its features are assembled."""
 
-    def __init__(self, unit: CudaSource, static: StaticUnit, kernel: StaticKernel, compiled: CompiledUnit | None,
-                 arch: str, sizes: dict[str, float], py_launches: tuple[PythonLaunch, ...], launch: Any):
+    def __init__(self, unit: CudaSource, static: StaticUnit, kernel: StaticKernel,
+                 compiled: CompiledUnit | None, arch: str, sizes: dict[str, float],
+                 py_launches: tuple[PythonLaunch, ...], launch: Any):
         self.unit, self.static, self.kernel, self.compiled, self.arch = unit, static, kernel, compiled, arch
         self.sizes = sizes
         self.diagnostics: list[str] = list(kernel.diagnostics)
@@ -309,9 +310,10 @@ class _KernelContext:
         if r is None or threads is None:
             return None
         if self.kernel.launch_bounds and threads > self.kernel.launch_bounds[0]:
-            self.diagnostics.append(f"block of {threads} threads exceeds __launch_bounds__({self.kernel.launch_bounds[0]})"
-                                    ": the launch fails")
-        return theoretical_occupancy(self.arch, threads, r.registers, r.smem_static_bytes, self.launch.smem_bytes)
+            self.diagnostics.append(f"block of {threads} threads exceeds "
+                                    f"__launch_bounds__({self.kernel.launch_bounds[0]}): the launch fails")
+        return theoretical_occupancy(self.arch, threads, r.registers, r.smem_static_bytes,
+                                     self.launch.smem_bytes)
 
     def work(self) -> dict[str, Any]:
         if self._work is None:
@@ -333,7 +335,8 @@ class _KernelContext:
             missing |= {s for s in p.symbols if s not in values}
         out["unbound"] = tuple(sorted(re.sub(r"#\d+", "", s) for s in missing))
         if out["unbound"]:
-            self.diagnostics.append("FLOPs/bytes need values for " + ", ".join(out["unbound"]) + " (sizes=...)")
+            self.diagnostics.append("FLOPs/bytes need values for " + ", ".join(out["unbound"])
+                                    + " (sizes=...)")
         return out
 
     def _footprint(self, w, values: dict[str, float]) -> float | None:
@@ -418,8 +421,8 @@ class _KernelContext:
 def _merge(caller: Launch | None, found: Launch) -> Launch:
     if caller is None:
         return found
-    return Launch(caller.grid or found.grid, caller.block or found.block, caller.smem_bytes or found.smem_bytes,
-                  caller.source or found.source)
+    return Launch(caller.grid or found.grid, caller.block or found.block,
+                  caller.smem_bytes or found.smem_bytes, caller.source or found.source)
 
 
 def _plain(p: Poly) -> str:
@@ -437,27 +440,28 @@ def render_kernel_feedback(ctx: _KernelContext, f: KernelFeatures, d: KernelDeta
         line = ctx.file_line(a.line)
         prep = "to" if a.kind == "store" else ("on" if a.kind == "atomic" else "from")
         if a.space == "global" and a.coalescing is CoalescingClass.UNCOALESCED:
-            out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_text} along threadIdx.x — "
-                       f"uncoalesced: each lane needs its own 32-byte sector; let threadIdx.x index the "
-                       f"contiguous dimension")
+            out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_text} along "
+                       f"threadIdx.x — uncoalesced: each lane needs its own 32-byte sector; let threadIdx.x "
+                       f"index the contiguous dimension")
         elif a.space == "global" and a.coalescing is CoalescingClass.STRIDED:
-            out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_elements} elements along "
-                       f"threadIdx.x — {min(a.stride_elements, 8)}x the memory transactions of a coalesced access")
+            out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_elements} elements "
+                       f"along threadIdx.x — {min(a.stride_elements, 8)}x the memory transactions of a "
+                       f"coalesced access")
         elif a.space == "shared" and a.bank_conflict_degree and a.bank_conflict_degree > 1:
             pad = _padding_hint(k, a.array)
-            out.append(f"line {line}: shared {a.kind} {a.text} has a {a.bank_conflict_degree}-way bank conflict "
-                       f"(stride {a.stride_text} along threadIdx.x){pad}")
+            out.append(f"line {line}: shared {a.kind} {a.text} has a {a.bank_conflict_degree}-way bank "
+                       f"conflict (stride {a.stride_text} along threadIdx.x){pad}")
         elif a.kind == "atomic" and a.space == "global" and a.coalescing is CoalescingClass.BROADCAST and \
                 not _guarded(a):
-            out.append(f"line {line}: every thread of a warp issues an atomic on the same {a.array} address — "
-                       f"serialised; reduce within the warp/block first")
+            out.append(f"line {line}: every thread of a warp issues an atomic on the same {a.array} "
+                       f"address — serialised; reduce within the warp/block first")
     for b in k.barriers:
         if b.divergent_reason:
             out.append(f"line {ctx.file_line(b.line)}: {b.text} {b.divergent_reason} — threads that skip a "
                        f"barrier make it undefined behaviour (hang or race)")
         if b.redundant:
-            out.append(f"line {ctx.file_line(b.line)}: {b.text} follows another barrier with no memory access "
-                       f"in between — likely redundant")
+            out.append(f"line {ctx.file_line(b.line)}: {b.text} follows another barrier with no memory "
+                       f"access in between — likely redundant")
     out.extend(_resource_feedback(ctx, f, d))
     return out
 
@@ -482,11 +486,13 @@ def _resource_feedback(ctx: _KernelContext, f: KernelFeatures, d: KernelDetail) 
     out = []
     name, r = f.kernel, f.resources
     if r is not None and (r.spill_store_bytes or r.spill_load_bytes):
-        out.append(f"kernel {name}: {r.spill_store_bytes} bytes spilled to local memory ({r.registers} registers)")
+        out.append(f"kernel {name}: {r.spill_store_bytes} bytes spilled to local memory "
+                   f"({r.registers} registers)")
     elif r is not None and r.stack_frame_bytes and d.local_arrays:
         names = ", ".join(x["name"] for x in d.local_arrays)
-        out.append(f"kernel {name}: {r.stack_frame_bytes}-byte stack frame: per-thread array {names} lives in "
-                   f"local memory (indexed dynamically); use registers (constant indices) or shared memory")
+        out.append(f"kernel {name}: {r.stack_frame_bytes}-byte stack frame: per-thread array {names} lives "
+                   f"in local memory (indexed dynamically); use registers (constant indices) or shared "
+                   f"memory")
     occ = f.occupancy
     if occ is not None and occ.occupancy < 0.5:
         out.append(f"kernel {name}: theoretical occupancy {occ.occupancy:.0%} on {occ.arch} "
@@ -501,7 +507,8 @@ def _resource_feedback(ctx: _KernelContext, f: KernelFeatures, d: KernelDetail) 
         if reuse is not None and reuse >= 4 and not d.shared_arrays:
             line += f"; global memory is requested {reuse:.0f}x per byte: stage reused data in shared memory"
         out.append(line)
-    scalar_coalesced = [a for a in f.accesses if a.space == "global" and a.coalescing is CoalescingClass.COALESCED
+    scalar_coalesced = [a for a in f.accesses
+                        if a.space == "global" and a.coalescing is CoalescingClass.COALESCED
                         and a.vector_width == 1]
     if f.roofline_regime == "memory" and scalar_coalesced and not f.vectorized_accesses:
         out.append(f"kernel {name}: memory-bound with scalar accesses only — 128-bit loads/stores "

@@ -48,7 +48,8 @@ def _device_query() -> Query:
 # Constructs tree-sitter-cuda 0.21 mis-parses; blanked with spaces so byte offsets and lines stay put.
 # `#pragma unroll` between a `for` header and its body detaches the body; `__align__(16)` on a
 # declaration turns it into an error node. Neither changes what the analysis reads.
-_BLANK = re.compile(r"^[ \t]*#[ \t]*pragma\b[^\n]*|\b__align__\s*\(\s*\w+\s*\)|\balignas\s*\(\s*\w+\s*\)", re.MULTILINE)
+_BLANK = re.compile(r"^[ \t]*#[ \t]*pragma\b[^\n]*|\b__align__\s*\(\s*\w+\s*\)|\balignas\s*\(\s*\w+\s*\)",
+                    re.MULTILINE)
 
 
 def sanitize(text: str) -> str:
@@ -138,7 +139,8 @@ def preprocess(source: str, timeout_s: float = 20.0) -> Preprocessed | None:
         if shutil.which(cmd[0]) is None:
             continue
         try:
-            out = subprocess.run(cmd, input=blanked, capture_output=True, text=True, timeout=timeout_s, check=False)
+            out = subprocess.run(cmd, input=blanked, capture_output=True, text=True, timeout=timeout_s,
+                                 check=False)
         except (OSError, subprocess.SubprocessError):
             continue
         if out.returncode == 0:

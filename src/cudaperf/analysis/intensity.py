@@ -1,4 +1,5 @@
-"""Static work estimate: floating-point operations, global-memory bytes, arithmetic intensity, roofline regime.
+"""Static work estimate: floating-point operations, global-memory bytes, arithmetic intensity, roofline
+regime.
 
 Covers:
 - FLOPs per thread: float `+ - * /` and compound assignments count 1, `fma`/`fmaf` 2, math functions 1,
@@ -30,9 +31,9 @@ from cudaperf.analysis.scope import FLOAT_TYPES, TX, KernelScope, call_name, ini
 from cudaperf.analysis.symbolic import Poly
 
 _FMA = {"fmaf", "fma", "__fmaf_rn", "__fmaf_rz", "__fmaf_ru", "__fmaf_rd", "__fma_rn", "__hfma"}
-_ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_rn|__hadd|__hsub|__hmul|__hdiv|"
-                  r"expf?|exp2f?|__expf|logf?|log2f?|__logf|sinf?|cosf?|__sinf|__cosf|tanhf?|tanf?|sqrtf?|"
-                  r"rsqrtf?|powf?|erff?|__powf|fmaxf|fminf|fmax|fmin|fabsf?|floorf|ceilf|roundf|"
+_ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_rn|__hadd|__hsub|__hmul|"
+                  r"__hdiv|expf?|exp2f?|__expf|logf?|log2f?|__logf|sinf?|cosf?|__sinf|__cosf|tanhf?|tanf?|"
+                  r"sqrtf?|rsqrtf?|powf?|erff?|__powf|fmaxf|fminf|fmax|fmin|fabsf?|floorf|ceilf|roundf|"
                   r"__frcp_rn|__fsqrt_rn|__frsqrt_rn|sigmoidf?)$")
 _PAIR = {"__hadd2": 2, "__hsub2": 2, "__hmul2": 2, "__hfma2": 4, "__hmax2": 2, "__hmin2": 2}
 _MATH_RETURNS_FLOAT = re.compile(r"^(\w+f|__\w+f|__f\w+|exp|log|sqrt|sin|cos|tanh|pow|fma|fmax|fmin|fabs|"
@@ -47,7 +48,8 @@ class WorkEstimate:
     flops: Poly  # total, symbolic
     bytes_requested: Poly
     requested_by_array: dict[str, Poly]
-    log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)  # "log2(..)" -> (ratio, halves to 0)
+    # "log2(..)" -> (ratio, halves to 0)
+    log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)
     diagnostics: tuple[str, ...] = ()
 
 
@@ -63,7 +65,8 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
     for a in accesses:
         if a.space != "global":
             continue
-        requested[a.array] = requested.get(a.array, Poly()) + Poly.const(a.access_bytes) * counter.multiplier(a.node)
+        requested[a.array] = (requested.get(a.array, Poly())
+                              + Poly.const(a.access_bytes) * counter.multiplier(a.node))
     requested = {k: v * threads for k, v in requested.items()}
     total_req = Poly()
     for v in requested.values():
@@ -172,7 +175,8 @@ class _Counter:
             return 1 if op in ("+", "-", "*", "/") and self.is_float(node) else 0
         if t == "assignment_expression":
             op = cst.text(node.child_by_field_name("operator"))
-            return 1 if op in ("+=", "-=", "*=", "/=") and self.is_float(node.child_by_field_name("left")) else 0
+            return (1 if op in ("+=", "-=", "*=", "/=") and self.is_float(node.child_by_field_name("left"))
+                    else 0)
         if t == "call_expression":
             name = call_name(node)
             if name in _FMA:
@@ -197,11 +201,13 @@ class _Counter:
         if t == "identifier":
             var = self.scope.lookup(cst.text(node), node)
             return var is not None and not var.pointer_depth and _floatish(var.type.name, var.type.assumed)
-        if t == "subscript_expression" or (t == "pointer_expression" and cst.text(node.child_by_field_name("operator")) == "*"):
+        if t == "subscript_expression" or (t == "pointer_expression"
+                                           and cst.text(node.child_by_field_name("operator")) == "*"):
             return self._element_float(node)
         if t == "field_expression":
             arg = node.child_by_field_name("argument")
-            return cst.text(arg) not in ("threadIdx", "blockIdx", "blockDim", "gridDim") and self.is_float(arg)
+            return (cst.text(arg) not in ("threadIdx", "blockIdx", "blockDim", "gridDim")
+                    and self.is_float(arg))
         if t in ("parenthesized_expression",):
             return any(self.is_float(c) for c in node.named_children)
         if t == "unary_expression":
@@ -210,7 +216,8 @@ class _Counter:
             op = cst.text(node.child_by_field_name("operator"))
             if op not in ("+", "-", "*", "/"):
                 return False
-            return self.is_float(node.child_by_field_name("left")) or self.is_float(node.child_by_field_name("right"))
+            return (self.is_float(node.child_by_field_name("left"))
+                    or self.is_float(node.child_by_field_name("right")))
         if t == "conditional_expression":
             return self.is_float(node.child_by_field_name("consequence")) or self.is_float(
                 node.child_by_field_name("alternative"))
@@ -222,7 +229,8 @@ class _Counter:
 
     def _element_float(self, node: Node) -> bool:
         base = node
-        while base is not None and base.type in ("subscript_expression", "pointer_expression", "parenthesized_expression"):
+        while base is not None and base.type in ("subscript_expression", "pointer_expression",
+                                                 "parenthesized_expression"):
             base = base.child_by_field_name("argument") if base.type != "parenthesized_expression" else (
                 base.named_children[0] if base.named_children else None)
         if base is None:
@@ -338,7 +346,8 @@ def _conjuncts(node: Node | None, joiner: str) -> list[Node]:
         inner = [c for c in node.named_children if c.type != "comment"]
         return _conjuncts(inner[-1], joiner) if inner else []
     if node.type == "binary_expression" and cst.text(node.child_by_field_name("operator")) == joiner:
-        return _conjuncts(node.child_by_field_name("left"), joiner) + _conjuncts(node.child_by_field_name("right"), joiner)
+        return (_conjuncts(node.child_by_field_name("left"), joiner)
+                + _conjuncts(node.child_by_field_name("right"), joiner))
     return [node]
 
 
@@ -360,7 +369,8 @@ def _index_bound(scope: KernelScope, term: Node, negated: bool) -> tuple[str, Po
     return None
 
 
-def evaluate_log_terms(log_terms: dict[str, tuple[Poly, bool]], bindings: dict[str, float]) -> dict[str, float]:
+def evaluate_log_terms(log_terms: dict[str, tuple[Poly, bool]],
+                       bindings: dict[str, float]) -> dict[str, float]:
     """Trip counts of geometric loops: ceil(log_b(ratio)), or floor(log_b(start)) + 1 when halving to zero."""
     out = {}
     for name, (arg, to_zero) in log_terms.items():

@@ -99,7 +99,8 @@ class IntervalEvaluator:
         t = node.type
         if t in ("number_literal", "sizeof_expression"):
             v = self.scope.value(node)
-            return Interval.point(float(v.value)) if isinstance(v, Poly) and v.is_const else Unknown(False, "literal")
+            return (Interval.point(float(v.value)) if isinstance(v, Poly) and v.is_const
+                    else Unknown(False, "literal"))
         if t in ("parenthesized_expression", "condition_clause"):
             inner = [c for c in node.named_children if c.type != "comment"]
             return self._value(inner[-1]) if inner else Unknown(False, "empty")
@@ -211,7 +212,8 @@ class IntervalEvaluator:
         init = loop.child_by_field_name("initializer")
         first_node = None
         if init is not None and init.type == "declaration":
-            first_node = next((d.child_by_field_name("value") for d in init.children if d.type == "init_declarator"), None)
+            first_node = next((d.child_by_field_name("value") for d in init.children
+                               if d.type == "init_declarator"), None)
         elif init is not None and init.type == "assignment_expression":
             first_node = init.child_by_field_name("right")
         first = self._value(first_node)

@@ -156,11 +156,13 @@ class LaneEvaluator:
         if t == "field_expression":
             base = cst.text(node.child_by_field_name("argument"))
             if base in BUILTIN_VECTORS:
-                return self.builtins.get(f"{base}.{cst.text(node.child_by_field_name('field'))}", Lanes.const(0))
+                return self.builtins.get(f"{base}.{cst.text(node.child_by_field_name('field'))}",
+                                         Lanes.const(0))
             return self._generic(node)
         if t == "binary_expression":
             op = cst.text(node.child_by_field_name("operator"))
-            a, b = self._value(node.child_by_field_name("left")), self._value(node.child_by_field_name("right"))
+            a, b = (self._value(node.child_by_field_name("left")),
+                    self._value(node.child_by_field_name("right")))
             if isinstance(a, Unknown) or isinstance(b, Unknown) or op not in _BINARY:
                 return _unknown(a, b) if op in _BINARY else self._generic(node)
             return a._zip(b, _BINARY[op])
@@ -183,7 +185,8 @@ class LaneEvaluator:
         if t == "call_expression":
             return self._call(node)
         if t == "sizeof_expression":
-            inner = node.child_by_field_name("type") or (node.named_children[0] if node.named_children else None)
+            inner = node.child_by_field_name("type") or (
+                node.named_children[0] if node.named_children else None)
             return Lanes.const(type_info(cst.text(inner)).bytes)
         return self._generic(node)
 
@@ -222,7 +225,8 @@ class LaneEvaluator:
         self._busy.add(key)
         defs = [d for d in self.scope.defs.get(key, []) if d.op == "=" and d.rhs is not None]
         # the first write in source order: a loop variable at its first iteration
-        value = self._value(min(defs, key=lambda d: d.node.start_byte).rhs) if defs else Unknown(True, "unset")
+        value = (self._value(min(defs, key=lambda d: d.node.start_byte).rhs) if defs
+                 else Unknown(True, "unset"))
         self._busy.discard(key)
         self._memo[key] = value
         return value

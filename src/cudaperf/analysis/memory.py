@@ -195,7 +195,8 @@ class PointerResolver:
         name = self.scope.symbol(key)
         defs = self.scope.defs.get(key, [])
         if self.concrete:  # concrete values: the pointer as first assigned
-            firsts = sorted((d for d in defs if d.op == "=" and d.rhs is not None), key=lambda d: d.node.start_byte)
+            firsts = sorted((d for d in defs if d.op == "=" and d.rhs is not None),
+                            key=lambda d: d.node.start_byte)
             if key.endswith("@param"):
                 param = self.scope.params[key.split("@")[0]]
                 return Pointer(param.name, "global", Poly(), param.type, ())
@@ -203,7 +204,8 @@ class PointerResolver:
         if key.endswith("@param"):
             param = self.scope.params[key.split("@")[0]]
             origin = Pointer(param.name, "global", Poly(), param.type, ())
-            slope_ok = all(d.op in ("++", "--") or (d.op in ("+=", "-=") and _uniform_lane(self.scope.value(d.rhs)))
+            slope_ok = all(d.op in ("++", "--")
+                           or (d.op in ("+=", "-=") and _uniform_lane(self.scope.value(d.rhs)))
                            for d in defs)
             offset = self.scope.fresh(name) if slope_ok else Unknown(True, f"{name} moves per lane")
             return Pointer(origin.base, origin.space, offset, origin.elem, ())
@@ -243,7 +245,8 @@ class PointerResolver:
             return None
         offset: Value = ptr.offset_bytes
         for k, idx in enumerate(indices):
-            stride = Poly.const(ptr.elem.bytes) * _product(dims[k + 1:]) if dims else Poly.const(ptr.elem.bytes)
+            stride = (Poly.const(ptr.elem.bytes) * _product(dims[k + 1:]) if dims
+                      else Poly.const(ptr.elem.bytes))
             offset = _add(offset, _scale(self.value(idx), stride), "+")
         if dims and len(indices) < len(dims):
             if not partial:
@@ -255,7 +258,8 @@ class PointerResolver:
 def _product(values) -> Value:
     out: Value = Poly.const(1)
     for v in values:
-        out = out * v if not isinstance(out, Unknown) and not isinstance(v, Unknown) else Unknown(False, "dimension")
+        out = (out * v if not isinstance(out, Unknown) and not isinstance(v, Unknown)
+               else Unknown(False, "dimension"))
     return out
 
 
@@ -378,7 +382,8 @@ def _pointee(resolver: PointerResolver, concrete: PointerResolver, node: Node | 
 def _is_inner_subscript(node: Node) -> bool:
     parent = node.parent
     return parent is not None and parent.type == "subscript_expression" and (
-        parent.child_by_field_name("argument") is not None and parent.child_by_field_name("argument").id == node.id)
+        parent.child_by_field_name("argument") is not None
+        and parent.child_by_field_name("argument").id == node.id)
 
 
 def _is_shared_scalar(scope: KernelScope, node: Node) -> bool:
@@ -487,7 +492,8 @@ def shared_arrays(scope: KernelScope) -> list[SharedArray]:
         if not var.shared:
             continue
         dims = tuple(scope.value(d) for d in var.dims)
-        out.append(SharedArray(var.name, var.line, tuple(_pretty(d) if isinstance(d, Poly) else "?" for d in dims),
+        out.append(SharedArray(var.name, var.line,
+                               tuple(_pretty(d) if isinstance(d, Poly) else "?" for d in dims),
                                var.type.bytes, _padded(dims, var.type.bytes), var.unsized))
     return out
 

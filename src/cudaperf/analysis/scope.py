@@ -49,8 +49,8 @@ _TYPES: dict[str, tuple[int, int]] = {
 }
 FLOAT_TYPES = {"float", "double", "half", "__half", "__nv_bfloat16", "nv_bfloat16", "bfloat16", "half2",
                "__half2", "__nv_bfloat162", "float2", "float3", "float4", "double2", "double4"}
-_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|struct|signed(?= )|"
-                         r"__shared__|__device__|__constant__|extern|static|register|constexpr|__align__\(\d+\))\b")
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|struct|signed(?= )|__shared__|"
+                         r"__device__|__constant__|extern|static|register|constexpr|__align__\(\d+\))\b")
 _CALL_SEEDS = re.compile(r"^(__shfl\w*|atomic\w+|clock|clock64|__activemask|__ballot_sync|__match\w+|"
                          r"curand\w*|__lane_id|lane_id|laneid|get_lane_id|__reduce\w+_sync)$")
 _THREAD_METHODS = re.compile(r"\b(thread_rank|thread_index|meta_group_rank)\b")
@@ -168,8 +168,8 @@ def declared_vars(decl: Node, template_types: frozenset[str], is_param: bool = F
         unsized = bool(sizes) and sizes[0] is None
         dims = tuple(s for s in sizes if s is not None)
         key = f"{name}@param" if is_param else f"{name}@{decl.start_byte}"
-        out.append(Var(name, tinfo, depth, dims, unsized or (extern and shared and not dims), shared, is_param,
-                       cst.line(decl), ref, key))
+        out.append(Var(name, tinfo, depth, dims, unsized or (extern and shared and not dims), shared,
+                       is_param, cst.line(decl), ref, key))
     return out
 
 
@@ -215,7 +215,8 @@ def _file_level_declarations(root: Node):
         n = stack.pop()
         if n.type == "declaration":
             yield n
-        elif n.type in ("namespace_definition", "linkage_specification", "declaration_list", "template_declaration"):
+        elif n.type in ("namespace_definition", "linkage_specification", "declaration_list",
+                        "template_declaration"):
             stack.extend(n.named_children)
 
 
@@ -445,7 +446,8 @@ class KernelScope:
         if t == "call_expression":
             return self._call(node)
         if t == "sizeof_expression":
-            inner = node.child_by_field_name("type") or (node.named_children[0] if node.named_children else None)
+            inner = node.child_by_field_name("type") or (
+                node.named_children[0] if node.named_children else None)
             return Poly.const(type_info(cst.text(inner)).bytes)
         if t in ("true", "false"):
             return Poly.const(1 if t == "true" else 0)
@@ -486,7 +488,8 @@ class KernelScope:
 
     def _integer_op(self, op: str, a: Poly, b: Poly, node: Node) -> Value:
         if op == "<<":
-            return a * Poly.const(2 ** int(b.value)) if b.is_const and 0 <= b.value < 63 else self._opaque(node, op)
+            return (a * Poly.const(2 ** int(b.value)) if b.is_const and 0 <= b.value < 63
+                    else self._opaque(node, op))
         if op == ">>":
             if not (b.is_const and 0 <= b.value < 63):
                 return self._opaque(node, op)
@@ -515,7 +518,8 @@ class KernelScope:
             # symbolic divisor: assume it is at least a warp's span (row = idx / n, col = idx % n)
             if op == "/":
                 return self.fresh("q")
-            return slope * Poly.sym(TX) + self.fresh("r") if not slope.depends_on(TX) else Unknown(True, "mod")
+            return (slope * Poly.sym(TX) + self.fresh("r") if not slope.depends_on(TX)
+                    else Unknown(True, "mod"))
         s, c = slope.value, b.value
         if op == "%":
             return Poly.const(s) * Poly.sym(TX) + self.fresh("r")
@@ -607,7 +611,8 @@ class KernelScope:
                 continue
             # *=, /=, <<=, >>= ...: a uniform slope of zero survives, anything else is lost
             v = self._value(d.rhs)
-            if isinstance(v, Unknown) or v.depends_on(TX) or any(not s.is_const or s.value != 0 for s in slopes):
+            if (isinstance(v, Unknown) or v.depends_on(TX)
+                    or any(not s.is_const or s.value != 0 for s in slopes)):
                 return Unknown(key in self.tainted, f"{name} scaled")
         if len(slopes) > 1:
             return Unknown(key in self.tainted, f"{name} has definitions with different lane strides")
@@ -650,7 +655,8 @@ def _number(text: str) -> Value:
         stripped = t.rstrip("ulf") if not ("." in t or "e" in t) else t.rstrip("lf")
         if "." in stripped or "e" in stripped:
             return Poly.const(Fraction(float(stripped)))
-        return Poly.const(int(stripped, 8) if len(stripped) > 1 and stripped.startswith("0") else int(stripped))
+        return Poly.const(int(stripped, 8) if len(stripped) > 1 and stripped.startswith("0")
+                          else int(stripped))
     except ValueError:
         return Unknown(False, f"literal {text}")
 
@@ -722,5 +728,6 @@ def _template_params(fn: Node) -> list[str]:
     for p in plist.named_children if plist else []:
         ident = [c for c in cst.walk(p) if c.type in ("identifier", "type_identifier")]
         if ident:
-            names.append(cst.text(ident[-1]) if p.type != "type_parameter_declaration" else cst.text(ident[0]))
+            names.append(cst.text(ident[-1]) if p.type != "type_parameter_declaration"
+                         else cst.text(ident[0]))
     return names

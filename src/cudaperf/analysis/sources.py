@@ -32,7 +32,8 @@ class CudaSource:
     @property
     def compile_text(self) -> str:
         """What NVRTC compiles: the unit itself, or its device code for load_inline and .cu files (with the
-        few host-header macros device code leans on, and `#line 1` so NVRTC's line numbers stay the file's)."""
+        few host-header macros device code leans on, and `#line 1` so NVRTC's line numbers stay the
+        file's)."""
         return self.text if self.kind == "nvrtc" else _HOST_MACROS + device_only_text(self.text)
 
 
@@ -82,7 +83,8 @@ def _looks_like_cuda(text: str) -> bool:
     """CUDA C++ text rather than broken Python: a kernel or device function, and no Python import or def
     at the start of a line (a Python solution with a syntax error is reported as such, not parsed as C++)."""
     has_kernel = re.search(r"__global__|__device__", text) is not None
-    python_lines = re.search(r"^(?:import |from \S+ import |def |class \w+.*:\s*$)", text, re.MULTILINE) is not None
+    python_lines = re.search(r"^(?:import |from \S+ import |def |class \w+.*:\s*$)", text,
+                             re.MULTILINE) is not None
     return has_kernel and not python_lines
 
 
@@ -180,7 +182,8 @@ def _kernel_handles(tree: ast.AST) -> dict[str, str | None]:
         if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
             continue
         func = ast.unparse(node.value.func)
-        if func.endswith("compile") and len(node.value.args) >= 2 and isinstance(node.value.args[1], ast.Constant):
+        if (func.endswith("compile") and len(node.value.args) >= 2
+                and isinstance(node.value.args[1], ast.Constant)):
             name = str(node.value.args[1].value).split("<")[0]
             for t in node.targets:
                 out[ast.unparse(t)] = name
@@ -194,7 +197,8 @@ def _launched_kernel(func: ast.AST, handles: dict[str, str | None]) -> str | Non
     text = ast.unparse(func)
     if text in handles and handles[text] is not None:
         return handles[text]
-    if isinstance(func, ast.Attribute) and ast.unparse(func.value) in handles and handles[ast.unparse(func.value)] is None:
+    if (isinstance(func, ast.Attribute) and ast.unparse(func.value) in handles
+            and handles[ast.unparse(func.value)] is None):
         return func.attr
     return None
 
@@ -229,7 +233,8 @@ def _int(node: ast.AST, constants: dict[str, int]) -> int | None:
 
 
 def _dims(node: ast.AST, constants: dict[str, int]) -> tuple[int, int, int] | None:
-    values = [_int(e, constants) for e in node.elts] if isinstance(node, (ast.Tuple, ast.List)) else [_int(node, constants)]
+    values = ([_int(e, constants) for e in node.elts] if isinstance(node, (ast.Tuple, ast.List))
+              else [_int(node, constants)])
     if not values or any(v is None for v in values) or len(values) > 3:
         return None
     values += [1] * (3 - len(values))

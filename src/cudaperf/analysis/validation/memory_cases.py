@@ -46,7 +46,8 @@ CASES = (
     int row = blockIdx.y;
     if (col < cols) out[col * rows + row] = in[row * cols + col];   // the store walks a column
 }""", {"load": "coalesced", "store": "uncoalesced", **MEM}, grid=(COLS // 256, ROWS), block=BLOCK,
-         args=("in:rows * cols", "out:rows * cols", "i32:rows", "i32:cols"), sizes={"rows": ROWS, "cols": COLS}),
+         args=("in:rows * cols", "out:rows * cols", "i32:rows", "i32:cols"),
+         sizes={"rows": ROWS, "cols": COLS}),
 
     case("v_column_sum", """(const float* in, float* out, int rows, int cols) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;    // one thread per row, summing along the row
@@ -81,8 +82,9 @@ CASES = (
     case("v_copy_float4", """(const float4* __restrict__ in, float4* __restrict__ out, int n4) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) out[i] = in[i];
-}""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM}, grid=(N // 4 // 256,), block=BLOCK,
-         args=("in:n", "out:n", "i32:n // 4"), sizes={"n4": N // 4, "n": N}, access_bytes=16),
+}""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM},
+         grid=(N // 4 // 256,), block=BLOCK, args=("in:n", "out:n", "i32:n // 4"),
+         sizes={"n4": N // 4, "n": N}, access_bytes=16),
 
     case("v_copy_float2_cast", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -90,8 +92,8 @@ CASES = (
         float2 v = reinterpret_cast<const float2*>(in)[i];
         reinterpret_cast<float2*>(out)[i] = v;
     }
-}""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM}, grid=(N // 2 // 256,), block=BLOCK,
-         args=("in:n", "out:n", "i32:n"), sizes={"n": N}, access_bytes=8),
+}""", {"load": "coalesced", "store": "coalesced", "vectorized": True, **MEM},
+         grid=(N // 2 // 256,), block=BLOCK, args=("in:n", "out:n", "i32:n"), sizes={"n": N}, access_bytes=8),
 
     case("v_coarsened_scalar", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;    // 4 consecutive floats per thread, scalar loads

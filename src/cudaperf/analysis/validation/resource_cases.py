@@ -17,7 +17,8 @@ CASES = (
     buf[10239 - threadIdx.x] = in[i] * 2.0f;
     __syncthreads();
     out[i] = buf[63 - threadIdx.x] + buf[10176 + threadIdx.x];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 1, "occupancy": "low", **MEM},
          grid=(N // 64,), block=(64,), args=COPY_ARGS, sizes={"n": N}),
 
     case("v_occupancy_dynamic_smem", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -26,7 +27,8 @@ CASES = (
     dyn[threadIdx.x] = in[i];
     __syncthreads();
     out[i] = dyn[255 - threadIdx.x];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "occupancy": "low", **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 1, "occupancy": "low", **MEM},
          grid=(N // 256,), block=(256,), args=COPY_ARGS, sizes={"n": N}, smem_bytes=96 * 1024),
 
     case("v_occupancy_registers", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -42,7 +44,8 @@ CASES = (
         for (int j = k; j < 96; j += 5) s += a[k] * a[j];   // every a[k] stays live to the end
     }
     out[i] = s;
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "occupancy": "low", "regime": "compute"},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "occupancy": "low",
+       "regime": "compute"},
          grid=(N // 4 // 256,), block=(256,), args=COPY_ARGS, sizes={"n": N}, prelude="",
          note="96 live floats per thread: about 100+ registers, so few warps fit"),
 
@@ -58,15 +61,16 @@ CASES = (
 }""", {"load": "coalesced", "store": "coalesced", **MEM}, grid=(N // 1024,), block=(1024,), args=COPY_ARGS,
          sizes={"n": N}),
 
-    case("v_local_dynamic_index", """(const float* __restrict__ in, const int* __restrict__ sel, float* __restrict__ out, int n) {
+    case("v_local_dynamic_index",
+         """(const float* __restrict__ in, const int* __restrict__ sel, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float buf[64];
     int first = sel[i];
     for (int k = 0; k < 64; ++k) buf[(first + k) & 63] = in[(i + k) % n];   // indices known only at run time
     out[i] = buf[(first * 7) & 63];                  // so the array lives in local memory
-}""", {"load": "coalesced", "store": "coalesced", "local_memory": True, **MEM}, grid=(N // 256,), block=(256,),
-         args=("in:n", "idx:n:32", "out:n", "i32:n"), sizes={"n": N}),
+}""", {"load": "coalesced", "store": "coalesced", "local_memory": True, **MEM},
+         grid=(N // 256,), block=(256,), args=("in:n", "idx:n:32", "out:n", "i32:n"), sizes={"n": N}),
 
     case("v_register_array", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -98,7 +102,8 @@ CASES = (
 }""", {"load": "coalesced", "store": "coalesced", **MEM}, grid=(N // 256,), block=(256,), args=COPY_ARGS,
          sizes={"n": N}),
 
-    case("v_matmul_naive", """(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int n) {
+    case("v_matmul_naive",
+         """(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int n) {
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (row < n && col < n) {

@@ -1,4 +1,5 @@
-"""Shared-memory cases: padded and unpadded transposes, strided and broadcast shared accesses, a tiled matmul."""
+"""Shared-memory cases: padded and unpadded transposes, strided and broadcast shared accesses, a tiled
+matmul."""
 
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ _TRANSPOSE = """(const float* __restrict__ in, float* __restrict__ out, int n) {
 
 CASES = (
     case("v_transpose_smem_unpadded", _TRANSPOSE % "32",
-         {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 32, "padded": False, "barriers": 1,
-          "regime": "memory"}, grid=(N // 32, N // 32), block=(32, 8), args=("in:n * n", "out:n * n", "i32:n"),
-         sizes={"n": N}),
+         {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 32,
+          "padded": False, "barriers": 1, "regime": "memory"},
+         grid=(N // 32, N // 32), block=(32, 8), args=("in:n * n", "out:n * n", "i32:n"), sizes={"n": N}),
 
     case("v_transpose_smem_padded", _TRANSPOSE % "33",
-         {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "padded": True, "barriers": 1,
-          "regime": "memory"}, grid=(N // 32, N // 32), block=(32, 8), args=("in:n * n", "out:n * n", "i32:n"),
-         sizes={"n": N}),
+         {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+          "padded": True, "barriers": 1, "regime": "memory"},
+         grid=(N // 32, N // 32), block=(32, 8), args=("in:n * n", "out:n * n", "i32:n"), sizes={"n": N}),
 
     case("v_smem_stride2", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ float s[512];
@@ -36,7 +37,8 @@ CASES = (
     s[2 * threadIdx.x + 1] = 0.0f;
     __syncthreads();
     out[i] = s[2 * threadIdx.x] + s[2 * threadIdx.x + 1];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 2, "barriers": 1, "regime": "memory"},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 2,
+       "barriers": 1, "regime": "memory"},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": 1 << 22}),
 
     case("v_smem_stride33", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -45,7 +47,8 @@ CASES = (
     s[33 * threadIdx.x] = in[i];                    // odd stride: every lane its own bank
     __syncthreads();
     out[i] = s[33 * threadIdx.x];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "regime": "memory"},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 1, "regime": "memory"},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": 1 << 22}),
 
     case("v_smem_broadcast", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -54,7 +57,8 @@ CASES = (
     s[threadIdx.x] = in[i];
     __syncthreads();
     out[i] = s[threadIdx.x] * s[0];                 // s[0]: one word for the whole warp
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "regime": "memory"},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 1, "regime": "memory"},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": 1 << 22}),
 
     case("v_smem_column_read", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -63,10 +67,12 @@ CASES = (
     s[threadIdx.y][threadIdx.x] = in[i];
     __syncthreads();
     out[i] = s[threadIdx.x][threadIdx.y];           // a warp reads one column: 32 words, one bank
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 32, "padded": False, "barriers": 1,
-       "regime": "memory"}, grid=(1 << 12,), block=(32, 32), args=("in:n", "out:n", "i32:n"), sizes={"n": 1 << 22}),
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 32,
+       "padded": False, "barriers": 1, "regime": "memory"},
+         grid=(1 << 12,), block=(32, 32), args=("in:n", "out:n", "i32:n"), sizes={"n": 1 << 22}),
 
-    case("v_matmul_tiled", """(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int n) {
+    case("v_matmul_tiled",
+         """(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int n) {
     __shared__ float As[16][16];
     __shared__ float Bs[16][16];
     int row = blockIdx.y * 16 + threadIdx.y;
@@ -80,7 +86,8 @@ CASES = (
         __syncthreads();
     }
     C[row * n + col] = acc;
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "padded": False, "barriers": 2,
-       "regime": "compute"}, grid=(MM // 16, MM // 16), block=(16, 16), args=("in:n * n", "in:n * n", "out:n * n", "i32:n"),
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "padded": False, "barriers": 2, "regime": "compute"},
+         grid=(MM // 16, MM // 16), block=(16, 16), args=("in:n * n", "in:n * n", "out:n * n", "i32:n"),
          sizes={"n": MM}),
 )

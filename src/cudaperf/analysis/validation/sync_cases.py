@@ -23,8 +23,9 @@ CASES = (
     s[threadIdx.x] = in[i];
     __syncthreads();                                 // ...and never arrive here
     out[i] = s[threadIdx.x] + s[threadIdx.x ^ 1];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "divergent_barrier": True,
-       **MEM}, grid=(N // 256,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N},
+}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1,
+       "divergent_barrier": True, **MEM},
+         grid=(N // 256,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N},
          note="the exiting threads are spread over every warp, so the hardware sees the divergence"),
 
     case("v_grid_stride_barrier", """(const float* __restrict__ in, float* __restrict__ out, int n) {
@@ -35,8 +36,9 @@ CASES = (
         out[i] = s[255 - threadIdx.x];
         __syncthreads();
     }
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, "divergent_barrier": True,
-       **MEM}, grid=(1024,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": ODD}),
+}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2,
+       "divergent_barrier": True, **MEM},
+         grid=(1024,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": ODD}),
 
     case("v_uniform_barrier_loop", """(const float* __restrict__ in, float* __restrict__ out, int steps) {
     __shared__ float s[256];
@@ -49,7 +51,8 @@ CASES = (
         __syncthreads();
     }
     out[i] = v;
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, **MEM},
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 2, **MEM},
          grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:steps"), sizes={"n": N, "steps": 8}),
 
     case("v_block_uniform_return", """(const float* __restrict__ in, float* __restrict__ out, int nblocks) {
@@ -59,8 +62,10 @@ CASES = (
     s[threadIdx.x] = in[i];
     __syncthreads();
     out[i] = s[255 - threadIdx.x];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, **MEM},
-         grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:nblocks"), sizes={"n": N, "nblocks": (1 << 14) - 16}),
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 1, **MEM},
+         grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:nblocks"),
+         sizes={"n": N, "nblocks": (1 << 14) - 16}),
 
     case("v_redundant_barrier", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ float s[256];
@@ -69,8 +74,9 @@ CASES = (
     __syncthreads();
     __syncthreads();                                 // nothing to order since the previous one
     out[i] = s[255 - threadIdx.x];
-}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 2, "redundant_barrier": True,
-       **MEM}, grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}),
+}""", {"divergent_branches": False, "load": "coalesced", "store": "coalesced", "bank_conflict": 1,
+       "barriers": 2, "redundant_barrier": True, **MEM},
+         grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}),
 
     case("v_shared_flag_uniform", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ int go;
@@ -95,8 +101,9 @@ CASES = (
         __syncthreads();                             // half the block never arrives
         out[i] = s[threadIdx.x + 128];
     }
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "divergent_barrier": True,
-       **MEM}, grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}, run=False),
+}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1,
+       "divergent_barrier": True, **MEM},
+         grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}, run=False),
 
     case("v_flag_control_dependence", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     __shared__ float s[256];
@@ -106,8 +113,9 @@ CASES = (
     s[threadIdx.x] = in[i];
     if (leader) __syncthreads();
     out[i] = s[threadIdx.x];
-}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1, "divergent_barrier": True,
-       **MEM}, grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}, run=False),
+}""", {"load": "coalesced", "store": "coalesced", "bank_conflict": 1, "barriers": 1,
+       "divergent_barrier": True, **MEM},
+         grid=(1 << 14,), block=(256,), args=("in:n", "out:n", "i32:n"), sizes={"n": N}, run=False),
 
     case("v_atomic_global_sum", """(const float* __restrict__ in, float* __restrict__ out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
