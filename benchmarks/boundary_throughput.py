@@ -12,7 +12,12 @@ candidate whose outcome differs between the arms (there should be none).
 The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
 and `referee` replaced by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
 
+`--cpu` runs the same arms on a CPU-mode worker instead, over a small pure-PyTorch task (two
+configurations, an nn.Linear) with pure-PyTorch candidates (torch ops allowed): what the machinery costs
+per evaluation where the GPU work is negligible, an upper bound on its share.
+
     python benchmarks/boundary_throughput.py --repeats 3 [--inline] [--out FILE.json]
+    python benchmarks/boundary_throughput.py --cpu --repeats 3
 """
 
 from __future__ import annotations
@@ -47,6 +52,52 @@ def example_pairs(formats: tuple[str, ...]) -> list[tuple]:
     return pairs
 
 
+CPU_TASK = """
+import torch
+import torch.nn as nn
+
+CUDAPERF_TASK = {"no_derived_configs": "a benchmark of the sandbox's own cost"}
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x, z):
+        return torch.relu(self.linear(x)) * 2 + z
+
+def get_input_configs():
+    return [{"name": "small", "n": 16}, {"name": "odd", "n": 23}]
+
+def get_inputs(n=16):
+    return [torch.randn(8, n), torch.randn(8, n)]
+
+def get_init_inputs(n=16):
+    return [n]
+"""
+CPU_CANDIDATE = """
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x, z):
+        return torch.relu(self.linear(x)) * 2 + z  # {i}
+"""
+
+
+def cpu_pairs(count: int = 20) -> list[tuple]:
+    """`count` distinct pure-PyTorch candidates (a comment differs) of CPU_TASK."""
+    from cudaperf.solutions import solution_from_text
+    from cudaperf.tasks import task_from_source
+
+    task = task_from_source(CPU_TASK, "linear_relu")
+    return [(task, solution_from_text(CPU_CANDIDATE.format(i=i), f"cpu-{i}")) for i in range(count)]
+
+
 ARMS: dict[str, dict[str, bool]] = {
     "full": {"boundary": True, "referee": True},
     "no-referee": {"boundary": True, "referee": False},
@@ -71,10 +122,13 @@ def arm_switch(parts: dict[str, bool]):
         sandbox.WorkerPool = original
 
 
-def one_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...]) -> dict:
+def one_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...], cpu: bool = False) -> dict:
+    from cudaperf.anticheat.policy import Policy
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
-    config = EvalConfig(device="cuda", cache_dir=cache_dir, timing=TimingConfig(baselines=baselines))
+    config = EvalConfig(device="cpu" if cpu else "cuda", cache_dir=cache_dir,
+                        timing=TimingConfig(baselines=baselines, budget_ms=5.0 if cpu else 100.0),
+                        policy=Policy(allow_torch_ops=True) if cpu else None, analyze=not cpu)
     started = time.perf_counter()
     with arm_switch(ARMS[arm]):
         ev = Evaluator(config).__enter__()
@@ -96,18 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--inline", action="store_true", help="also the load_inline examples")
+    parser.add_argument("--cpu", action="store_true", help="a CPU-mode worker, pure-PyTorch candidates")
     parser.add_argument("--baselines", default="eager", help="comma-separated (eager,compile)")
     parser.add_argument("--cache-dir", default=None, help="shared build cache (default: a fresh temp dir)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
-    pairs = example_pairs(("fast", "inline") if args.inline else ("fast",))
+    pairs = cpu_pairs() if args.cpu else example_pairs(("fast", "inline") if args.inline else ("fast",))
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-boundary-bench-")
     baselines = tuple(b for b in args.baselines.split(",") if b)
     rows = []
     names = list(ARMS)
     for rep in range(args.repeats):
         for arm in names[rep % len(names):] + names[:rep % len(names)]:
-            row = one_arm(pairs, arm, cache_dir, baselines)
+            row = one_arm(pairs, arm, cache_dir, baselines, args.cpu)
             rows.append({"repeat": rep, **row})
             print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
                   f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
