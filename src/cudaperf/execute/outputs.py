@@ -80,7 +80,7 @@ def _describe(value: Any, tensors: list[torch.Tensor], depth: int) -> dict:
         problem = _tensor_problem(value)
         if problem:
             return {"t": "other", "type": f"torch.Tensor ({problem})", "tensor": False}
-        tensors.append(value.contiguous())
+        tensors.append(value.detach().contiguous())
         return {"t": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
                 "device": value.device.type}
     if (kind is list or kind is tuple) and depth < MAX_DEPTH and len(value) <= MAX_LEAVES:
