@@ -33,7 +33,8 @@ def test_hmma_counts_as_tensor_core_use():
 
 def test_vector_accesses_barriers_local_and_predicated_instructions_are_counted():
     tile = parse_sass(SASS)["tile"]
-    assert (tile["ldg128"], tile["stg128"], tile["bar"], tile["local"], tile["instructions"]) == (1, 1, 1, 1, 7)
+    assert (tile["ldg128"], tile["stg128"], tile["bar"], tile["local"],
+            tile["instructions"]) == (1, 1, 1, 1, 7)
 
 
 def test_reductions_count_as_atomics():
@@ -58,7 +59,8 @@ def test_compile_errors_become_diagnostics():
     assert not unit.ok and "NVRTC compile failed" in unit.diagnostics[0]
 
 
-@pytest.mark.skipif(find_disassembler() is None, reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+@pytest.mark.skipif(find_disassembler() is None,
+                    reason="cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
 def test_sass_of_a_compiled_kernel_shows_local_memory():
     unit = compile_unit(LOCAL, sass=True, use_cache=False)
     assert unit.sass["k"].get("local", 0) > 0

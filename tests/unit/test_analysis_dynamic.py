@@ -7,7 +7,8 @@ from cudaperf.types import InputConfig, KernelFeatures, Solution, SolutionFormat
 
 
 def _task() -> Task:
-    return Task("t", TaskKind.PYTORCH, "", (InputConfig("small", {"n": 10}), InputConfig("big", {"n": 10**6})))
+    return Task("t", TaskKind.PYTORCH, "",
+                (InputConfig("small", {"n": 10}), InputConfig("big", {"n": 10**6})))
 
 
 def test_largest_config_is_the_one_with_the_largest_sizes():

@@ -23,11 +23,13 @@ def test_c_division_truncates_toward_zero():
 
 def test_concrete_lanes_follow_integer_division_of_the_index():
     # lanes 0-15 share row 0, lanes 16-31 row 1: two 64-byte runs, 4 sectors
-    k = analyze_cuda('extern "C" __global__ void k(float* o, int n) { o[(threadIdx.x / 16) * n + threadIdx.x % 16] = 1; }')
+    k = analyze_cuda('extern "C" __global__ void k(float* o, int n) { '
+                     'o[(threadIdx.x / 16) * n + threadIdx.x % 16] = 1; }')
     assert k.kernels[0].accesses[0].sectors == 4
 
 
-@pytest.mark.parametrize(("stride", "bytes_", "sectors"), [(1, 4, 4), (2, 4, 8), (32, 4, 32), (1, 16, 16), (0, 4, 1)])
+@pytest.mark.parametrize(("stride", "bytes_", "sectors"),
+                         [(1, 4, 4), (2, 4, 8), (32, 4, 32), (1, 16, 16), (0, 4, 1)])
 def test_sectors_per_request(stride, bytes_, sectors):
     assert sectors_per_request(LANE * (stride * bytes_), bytes_) == sectors
 
@@ -43,5 +45,6 @@ def test_float4_broadcast_and_unit_stride_have_no_conflict():
 
 
 def test_dominant_stride_ignores_a_row_break():
-    offsets = Lanes(tuple((i % 16) * 16 + (i // 16) * 4096 for i in range(32)))  # 16 lanes per row, 4 floats apart
+    # 16 lanes per row, 4 floats apart
+    offsets = Lanes(tuple((i % 16) * 16 + (i // 16) * 4096 for i in range(32)))
     assert dominant_stride(offsets, 4) == 4

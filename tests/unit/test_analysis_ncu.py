@@ -8,14 +8,25 @@ import pytest
 from cudaperf.analysis import ncu
 from cudaperf.types import KernelFeatures
 
-CSV = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
+CSV = ('''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 some output the profiled script printed
 ==PROF== Profiling "v_copy": 0%....50%....100% - 13 passes
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum","l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__sass_thread_inst_executed_op_fadd_pred_on.sum","smsp__sass_thread_inst_executed_op_ffma_pred_on.sum","smsp__sass_thread_inst_executed_op_fmul_pred_on.sum","l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum","smsp__average_thread_inst_executed_per_inst_executed.ratio"
-"","","","","","","","","","","","byte","Kbyte","nsecond","sector","%","inst","inst","inst","","thread"
-"0","4242","python3.12","h200","v_copy","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","16,777,216","16,384","7,890","4","87.5","0","0","0","0","32"
-"1","4242","python3.12","h200","v_fma","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","16,777,216","16,777.216","100,000","4.01","91.2","1,000","2,000,000","500","n/a","24"
 '''
+       '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+       '"Grid Size","Device","CC","dram__bytes_read.sum","dram__bytes_write.sum","gpu__time_duration.sum",'
+       '"l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio",'
+       '"sm__warps_active.avg.pct_of_peak_sustained_active",'
+       '"smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",'
+       '"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",'
+       '"smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",'
+       '"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",'
+       '"smsp__average_thread_inst_executed_per_inst_executed.ratio"\n'
+       '"","","","","","","","","","","","byte","Kbyte","nsecond","sector","%","inst","inst","inst","",'
+       '"thread"\n'
+       '"0","4242","python3.12","h200","v_copy","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","16,777,216",'
+       '"16,384","7,890","4","87.5","0","0","0","0","32"\n'
+       '"1","4242","python3.12","h200","v_fma","1","7","(256, 1, 1)","(16384, 1, 1)","0","9.0","16,777,216",'
+       '"16,777.216","100,000","4.01","91.2","1,000","2,000,000","500","n/a","24"\n')
 
 
 def test_rows_after_the_header_are_parsed_with_units_and_separators():
@@ -72,8 +83,8 @@ def test_unverified_metrics_are_dropped_when_the_query_does_not_list_them():
 
 
 def test_launch_and_occupancy_metrics_are_kept_though_the_query_omits_them():
-    kept, dropped = ncu.usable_metrics(["launch__registers_per_thread", "sm__maximum_warps_per_active_cycle_pct"],
-                                       {"dram__bytes_read"})
+    kept, dropped = ncu.usable_metrics(["launch__registers_per_thread",
+                                        "sm__maximum_warps_per_active_cycle_pct"], {"dram__bytes_read"})
     assert dropped == [] and len(kept) == 2
 
 

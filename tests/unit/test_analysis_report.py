@@ -39,11 +39,13 @@ __global__ void scale(const float* x, float* y, int n) {
 torch::Tensor run(torch::Tensor x) {
     auto y = torch::empty_like(x);
     const int threads = 512;
-    scale<<<(x.numel() + threads - 1) / threads, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    scale<<<(x.numel() + threads - 1) / threads, threads>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                                            x.numel());
     return y;
 }
 """
-mod = load_inline(name="m", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=cuda_src, functions=["run"])
+mod = load_inline(name="m", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=cuda_src,
+                  functions=["run"])
 '''
 
 ELEMENTWISE = 'extern "C" __global__ void k(const float* a, float* b, int n) {\n' \
@@ -53,7 +55,8 @@ ELEMENTWISE = 'extern "C" __global__ void k(const float* a, float* b, int n) {\n
 def test_fast_format_feedback_points_at_the_python_file_line():
     report = analyze_source(FAST, compile=False)
     assert report.format == "fast"
-    assert any(f.startswith("line 7: store to out strided by n along threadIdx.x — uncoalesced") for f in report.feedback)
+    assert any(f.startswith("line 7: store to out strided by n along threadIdx.x — uncoalesced")
+               for f in report.feedback)
 
 
 def test_fast_format_launch_shape_is_read_from_the_python_call():
@@ -76,7 +79,8 @@ def test_elementwise_work_uses_the_guard_bound():
 
 def test_grid_stride_work_does_not_depend_on_the_launch():
     src = ('extern "C" __global__ void k(const float* a, float* b, int n) {\n'
-           '  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) b[i] = a[i] + 1.0f;\n}')
+           '  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) '
+           'b[i] = a[i] + 1.0f;\n}')
     k1 = analyze_source(src, kind="cuda", sizes={"n": 4096}, launch=((8,), (128,)), compile=False).kernels[0]
     k2 = analyze_source(src, kind="cuda", sizes={"n": 4096}, launch=((2,), (256,)), compile=False).kernels[0]
     assert k1.flops_estimate == k2.flops_estimate == 4096
@@ -85,8 +89,8 @@ def test_grid_stride_work_does_not_depend_on_the_launch():
 def test_naive_matmul_is_compute_bound_with_compulsory_bytes():
     src = ('extern "C" __global__ void mm(const float* A, const float* B, float* C, int N) {\n'
            '  int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;\n'
-           '  if (r < N && c < N) { float s = 0; for (int k = 0; k < N; ++k) s += A[r * N + k] * B[k * N + c];'
-           ' C[r * N + c] = s; }\n}')
+           '  if (r < N && c < N) { float s = 0; for (int k = 0; k < N; ++k) '
+           's += A[r * N + k] * B[k * N + c]; C[r * N + c] = s; }\n}')
     report = analyze_source(src, kind="cuda", sizes={"N": 512}, launch=((16, 512), (32, 1)), compile=False)
     (k,) = report.kernels
     assert k.flops_estimate == 2 * 512**3
@@ -105,15 +109,16 @@ def test_ptxas_facts_and_occupancy_come_from_nvrtc():
     assert k.resources.registers > 0 and k.occupancy.block_size == 256
 
 
-@pytest.mark.parametrize("text", ["", "\x00\x01garbage{{{", "def f(:\n", "__global__ void k(float* a) { a[threadIdx.x] = ",
-                                  "import torch\nx = 1\n"])
+@pytest.mark.parametrize("text", ["", "\x00\x01garbage{{{", "def f(:\n",
+                                  "__global__ void k(float* a) { a[threadIdx.x] = ", "import torch\nx = 1\n"])
 def test_bad_input_gives_diagnostics_not_exceptions(text):
     report = analyze_source(text, compile=False)
     assert report.diagnostics or report.kernels or report.feedback == ()
 
 
 def test_partial_kernel_still_yields_the_features_that_parse():
-    src = 'extern "C" __global__ void k(const float* a, float* b, int n) {\n  b[threadIdx.x * n] = a[threadIdx.x];\n  if (n > 3 {\n'
+    src = ('extern "C" __global__ void k(const float* a, float* b, int n) {\n'
+           '  b[threadIdx.x * n] = a[threadIdx.x];\n  if (n > 3 {\n')
     report = analyze_source(src, kind="cuda", compile=False)
     assert report.kernels and any("uncoalesced" in f for f in report.feedback)
     assert any("parse errors" in d for d in report.diagnostics)
@@ -133,7 +138,8 @@ def test_report_round_trips_to_json_types():
     import json
 
     data = analyze_source(FAST, compile=False).to_dict()
-    assert json.loads(json.dumps(data))["kernels"][0]["accesses"][0]["coalescing"] in ("coalesced", "uncoalesced")
+    assert json.loads(json.dumps(data))["kernels"][0]["accesses"][0]["coalescing"] in ("coalesced",
+                                                                                       "uncoalesced")
 
 
 TEMPLATED_INLINE = '''from torch.utils.cpp_extension import load_inline
@@ -151,7 +157,8 @@ torch::Tensor run(torch::Tensor y) {
     return y;
 }
 """
-m = load_inline(name="f", cpp_sources="torch::Tensor run(torch::Tensor y);", cuda_sources=src, functions=["run"])
+m = load_inline(name="f", cpp_sources="torch::Tensor run(torch::Tensor y);", cuda_sources=src,
+                functions=["run"])
 '''
 
 

@@ -51,7 +51,8 @@ def test_local_pointer_offsets_are_followed():
 
 
 def test_grid_stride_loop_variable_keeps_its_lane_stride():
-    k = kernel("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = a[i];")
+    k = kernel("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) "
+               "out[i] = a[i];")
     assert access(k, "a").coalescing is C.COALESCED
 
 
@@ -62,7 +63,8 @@ def test_float4_cast_is_a_coalesced_vector_access():
 
 def test_warp_spanning_two_tile_rows_is_coalesced_through_concrete_lanes():
     # lanes 0-15 read 16 consecutive floats of one row, lanes 16-31 the next row: 4 sectors, as ncu counts
-    k = kernel("int m = threadIdx.x / 16, c = threadIdx.x % 16; out[threadIdx.x] = a[(blockIdx.y * 16 + m) * n + c];")
+    k = kernel("int m = threadIdx.x / 16, c = threadIdx.x % 16; "
+               "out[threadIdx.x] = a[(blockIdx.y * 16 + m) * n + c];")
     a = access(k, "a")
     assert a.coalescing is C.COALESCED and a.sectors == 4
 
@@ -111,25 +113,29 @@ def test_template_argument_from_launch_site_binds_the_tile():
 
 
 def test_kernels_hidden_by_macros_are_found_after_preprocessing():
-    src = "#define KERNEL(name) extern \"C\" __global__ void name(float* o) { o[threadIdx.x] = 1.0f; }\nKERNEL(hidden)\n"
+    src = ("#define KERNEL(name) extern \"C\" __global__ void name(float* o) { o[threadIdx.x] = 1.0f; }\n"
+           "KERNEL(hidden)\n")
     unit = analyze_cuda(src)
     assert [k.name for k in unit.kernels] == ["hidden"]
     assert access(unit.kernels[0], "o", "store").coalescing is C.COALESCED
 
 
 def test_object_macro_with_trailing_comment_is_evaluated():
-    k = kernel("__shared__ float t[W][W + PAD]; t[threadIdx.x][0] = a[0];", prelude="#define W 32\n#define PAD 1 // pad\n")
+    k = kernel("__shared__ float t[W][W + PAD]; t[threadIdx.x][0] = a[0];",
+               prelude="#define W 32\n#define PAD 1 // pad\n")
     assert access(k, "t", "store").bank_conflict_degree == 1
 
 
 def test_device_only_text_blanks_host_code_and_keeps_lines():
-    src = "#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1; }\ntorch::Tensor f(torch::Tensor t) { return t; }\n"
+    src = ("#include <torch/extension.h>\n__global__ void k(float* x) { x[0] = 1; }\n"
+           "torch::Tensor f(torch::Tensor t) { return t; }\n")
     out = cst.device_only_text(src)
     assert "torch" not in out and "__global__ void k" in out and out.count("\n") == src.count("\n")
 
 
 def test_pragma_between_loop_header_and_body_does_not_break_parsing():
-    k = kernel("float acc[4];\n#pragma unroll\nfor (int j = 0; j < 4; ++j)\n#pragma unroll\nfor (int q = 0; q < 4; ++q) acc[q] = 0;\n"
+    k = kernel("float acc[4];\n#pragma unroll\nfor (int j = 0; j < 4; ++j)\n#pragma unroll\n"
+               "for (int q = 0; q < 4; ++q) acc[q] = 0;\n"
                "out[threadIdx.x] = acc[1];")
     assert not analyze_cuda('extern "C" __global__ void k(float* out) { float acc[4];\n#pragma unroll\n'
                             'for (int j = 0; j < 4; ++j) acc[j] = 0; out[0] = acc[1]; }').error_lines

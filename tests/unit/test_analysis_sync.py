@@ -27,7 +27,8 @@ def test_barrier_under_block_index_condition_is_uniform():
 
 
 def test_taint_follows_a_chain_of_locals():
-    assert divergent("int a1 = threadIdx.x; int b1 = a1 * 2; int c1 = b1 + 1; if (c1 > 5) __syncthreads();") == [True]
+    assert divergent("int a1 = threadIdx.x; int b1 = a1 * 2; int c1 = b1 + 1; "
+                     "if (c1 > 5) __syncthreads();") == [True]
 
 
 def test_taint_reaches_a_fixpoint_across_loop_iterations():
@@ -50,7 +51,8 @@ def test_shared_read_at_a_thread_index_is_thread_dependent():
 
 
 def test_early_return_under_thread_condition_makes_later_barriers_divergent():
-    body = "int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return; s[threadIdx.x] = a[i]; __syncthreads();"
+    body = ("int i = blockIdx.x * blockDim.x + threadIdx.x; if (i >= n) return; s[threadIdx.x] = a[i]; "
+            "__syncthreads();")
     assert divergent(body) == [True]
 
 
@@ -63,12 +65,14 @@ def test_barrier_before_a_thread_dependent_return_is_uniform():
 
 
 def test_break_under_thread_condition_makes_loop_barriers_divergent():
-    body = "for (int t = 0; t < n; ++t) { if (a[threadIdx.x] > t) break; s[threadIdx.x] = t; __syncthreads(); }"
+    body = ("for (int t = 0; t < n; ++t) { if (a[threadIdx.x] > t) break; s[threadIdx.x] = t; "
+            "__syncthreads(); }")
     assert divergent(body) == [True]
 
 
 def test_loop_with_thread_dependent_bound_makes_its_barriers_divergent():
-    assert divergent("for (int i = threadIdx.x; i < n; i += blockDim.x) { s[threadIdx.x] = a[i]; __syncthreads(); }") == [True]
+    assert divergent("for (int i = threadIdx.x; i < n; i += blockDim.x) "
+                     "{ s[threadIdx.x] = a[i]; __syncthreads(); }") == [True]
 
 
 def test_uniform_loop_barriers_are_not_divergent():
@@ -76,11 +80,13 @@ def test_uniform_loop_barriers_are_not_divergent():
 
 
 def test_back_to_back_barriers_flag_the_second_as_redundant():
-    assert redundant("s[threadIdx.x] = a[0]; __syncthreads(); __syncthreads(); out[0] = s[1];") == [False, True]
+    assert redundant("s[threadIdx.x] = a[0]; __syncthreads(); __syncthreads(); "
+                     "out[0] = s[1];") == [False, True]
 
 
 def test_barriers_separated_by_a_shared_access_are_not_redundant():
-    assert redundant("s[threadIdx.x] = a[0]; __syncthreads(); s[threadIdx.x] += 1.0f; __syncthreads();") == [False, False]
+    assert redundant("s[threadIdx.x] = a[0]; __syncthreads(); s[threadIdx.x] += 1.0f; "
+                     "__syncthreads();") == [False, False]
 
 
 def test_barrier_at_kernel_entry_is_redundant():
@@ -94,12 +100,14 @@ def test_tiled_loop_barriers_are_needed_on_every_iteration():
 
 
 def test_barrier_that_opens_a_loop_after_a_barrier_is_kept_for_later_iterations():
-    body = "s[threadIdx.x] = a[0]; __syncthreads(); for (int t = 0; t < n; ++t) { __syncthreads(); s[threadIdx.x] += t; }"
+    body = ("s[threadIdx.x] = a[0]; __syncthreads(); "
+            "for (int t = 0; t < n; ++t) { __syncthreads(); s[threadIdx.x] += t; }")
     assert redundant(body) == [False, False]
 
 
 def test_trailing_barrier_after_a_loop_ending_in_a_barrier_is_redundant():
-    body = "for (int t = 0; t < n; ++t) { s[threadIdx.x] += t; __syncthreads(); } __syncthreads(); out[0] = s[0];"
+    body = ("for (int t = 0; t < n; ++t) { s[threadIdx.x] += t; __syncthreads(); } __syncthreads(); "
+            "out[0] = s[0];")
     assert redundant(body) == [False, True]
 
 
@@ -109,7 +117,8 @@ def test_cooperative_groups_block_sync_and_ptx_bar_count_as_barriers():
 
 
 def test_value_barriers_are_never_redundant():
-    assert redundant("__syncthreads(); int any = __syncthreads_or(a[threadIdx.x] > 0); out[0] = any;") == [True, False]
+    assert redundant("__syncthreads(); int any = __syncthreads_or(a[threadIdx.x] > 0); "
+                     "out[0] = any;") == [True, False]
 
 
 def test_barriers_inside_called_device_functions_count_at_the_call_site():

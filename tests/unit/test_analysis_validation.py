@@ -24,7 +24,8 @@ def test_every_feature_has_both_verdicts_somewhere():
         assert {c.expected[feature] for c in CASES} == {True, False}, feature
     assert {c.expected["occupancy"] for c in CASES} == {"high", "low"}
     assert {c.expected["regime"] for c in CASES} == {"memory", "compute"}
-    assert {"broadcast", "coalesced", "strided", "uncoalesced", "unknown"} <= {c.expected["load"] for c in CASES}
+    assert ({"broadcast", "coalesced", "strided", "uncoalesced", "unknown"}
+            <= {c.expected["load"] for c in CASES})
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
