@@ -95,6 +95,9 @@ class EvalConfig:
     boundary: bool = True
     """The sandbox's operating-system boundary (`execute.sandbox.Limits.boundary`). Off only to measure
     what it costs (an A/B benchmark); the sandbox logs and records what is then missing."""
+    referee: bool = True
+    """Judge correctness in a referee process beside each worker, where candidate code never runs
+    (`execute.referee`). Off only to measure what it costs, or to show what it catches (a control arm)."""
     static_policy: bool = True
     """Apply the static source policy (`anticheat.static.check_source`). False only for the self-check,
     whose candidate is the task's own trusted reference (`self_check_config`); a syntax error and a
@@ -169,7 +172,7 @@ class Evaluator:
             # The cache named from the start: each worker's view covers it, so no worker restarts on
             # its first job to widen its view. The baseline protocol's switch reaches the workers.
             limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary,
-                            env_allow=(PROTOCOL_ENV,))
+                            referee=self.config.referee, env_allow=(PROTOCOL_ENV,))
             self._workers = WorkerPool(self.devices if self.mode == "cuda" else None, limits)
         return self
 

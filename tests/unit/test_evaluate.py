@@ -231,3 +231,9 @@ def test_extra_baselines_from_the_worker_become_config_baselines_and_speedups():
     timings = _with_extra_baselines((ConfigTiming("large", cand),), {"large": {"serial_c": serial}})
     assert timings[0].baselines["serial_c"].median_ms == 40.0
     assert _speedups(timings) == {"serial_c": pytest.approx(40.0)}
+
+
+def test_the_referee_and_boundary_switches_reach_the_worker_pool(tmp_path):
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), referee=False, boundary=False)) as ev:
+        limits = ev._workers.limits
+    assert (limits.referee, limits.boundary) == (False, False)
