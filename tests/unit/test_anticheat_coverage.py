@@ -11,20 +11,22 @@ from cudaperf.anticheat.coverage import CoverageReport, KernelTime, coverage_fla
 from cudaperf.anticheat.policy import Policy
 
 TORCH_KERNELS = [
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
-    "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"),
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
-    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
-    "unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
-    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
-    "unsigned int, float, 4, 4>)"),
+    "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::"
+    "{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, "
+    "at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()"
+    "(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)"),
     "ampere_sgemm_128x64_nn",
-    "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel",
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_"
+    "warpgroupsize1x1x1_execute_segment_k_off_kernel"),
     "nvjet_tst_128x64_64x4_1x2_h_bz_NNT",
-    "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>(cutlass_80_simt_sgemm_128x128_8x4_nn_align1::Params)",
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>"
+    "(cutlass_80_simt_sgemm_128x128_8x4_nn_align1::Params)"),
     "triton_poi_fused_add_relu_0",
-    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*, int, "
-    "int, int, bool const*, int, bool)"),
+    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>"
+    "(float*, float const*, int, int, int, bool const*, int, bool)"),
     "void cub::CUB_200200_900_NS::DeviceReduceKernel<cub::DeviceReducePolicy>(float*, float*, int)",
     ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
     "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, float> >(float, float)"),
@@ -86,8 +88,8 @@ def test_summary_records_streams():
 
 
 def test_summary_records_the_streams_of_copies():
-    report = coverage._summarise([_event("a", 1.0, 7), _event("Memcpy DtoD (Device -> Device)", 1.0, 13)], None,
-                                 repeats=1)
+    report = coverage._summarise([_event("a", 1.0, 7), _event("Memcpy DtoD (Device -> Device)", 1.0, 13)],
+                                 None, repeats=1)
     assert report.streams == (7, 13)
 
 

@@ -26,11 +26,13 @@ def test_a_file_of_comments_and_a_docstring_has_no_entry_point():
 
 
 def test_a_module_without_modelnew_is_named():
-    assert "class ModelNew" in entry_point_problem("import torch\nclass Model(torch.nn.Module):\n    pass\n", RELU)
+    assert "class ModelNew" in entry_point_problem("import torch\nclass Model(torch.nn.Module):\n    pass\n",
+                                                   RELU)
 
 
 def test_modelnew_bound_by_assignment_counts():
-    assert entry_point_problem("import torch\nclass Impl(torch.nn.Module):\n    pass\nModelNew = Impl\n", RELU) == ""
+    assert entry_point_problem("import torch\nclass Impl(torch.nn.Module):\n    pass\nModelNew = Impl\n",
+                               RELU) == ""
 
 
 def test_a_c_task_solution_needs_the_c_entry_point():

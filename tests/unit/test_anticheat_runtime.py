@@ -74,7 +74,8 @@ def test_monitor_flags_host_reads():
 
 
 def test_monitor_silent_when_torch_ops_allowed():
-    assert _monitored(_Matmul(), torch.randn(2, 2), torch.randn(2, 2), policy=Policy(allow_torch_ops=True)).flags() == ()
+    assert _monitored(_Matmul(), torch.randn(2, 2), torch.randn(2, 2),
+                      policy=Policy(allow_torch_ops=True)).flags() == ()
 
 
 def test_monitor_counts_every_op():

@@ -99,7 +99,8 @@ def test_copied_reference_model_and_get_inputs_are_not_flagged():
 
 
 def test_parameter_named_input_is_not_the_builtin():
-    src = solution(HONEST_FORWARD).replace("def forward(self, x):", "def forward(self, input):\n        x = input")
+    src = solution(HONEST_FORWARD).replace("def forward(self, x):",
+                                           "def forward(self, input):\n        x = input")
     assert errors(src) == set()
 
 
@@ -118,16 +119,18 @@ def test_flags_carry_source_lines():
 # -- imports ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["os", "sys", "subprocess", "socket", "ctypes", "gc", "inspect", "importlib",
-                                    "builtins", "pickle", "signal", "time", "random", "cuda.core", "triton",
-                                    "cudaperf.evaluate", "torch.utils._python_dispatch"])
+@pytest.mark.parametrize("module", ["os", "sys", "subprocess", "socket", "ctypes", "gc", "inspect",
+                                    "importlib", "builtins", "pickle", "signal", "time", "random",
+                                    "cuda.core", "triton", "cudaperf.evaluate",
+                                    "torch.utils._python_dispatch"])
 def test_forbidden_import(module):
     assert "forbidden_import" in errors(f"import {module}\n")
 
 
 @pytest.mark.parametrize("line", ["from cudaperf import cuda", "import numpy as np", "import math",
-                                  "from torch.utils.cpp_extension import load_inline", "from typing import Any",
-                                  "import torch.nn.functional as F", "from functools import lru_cache"])
+                                  "from torch.utils.cpp_extension import load_inline",
+                                  "from typing import Any", "import torch.nn.functional as F",
+                                  "from functools import lru_cache"])
 def test_allowed_import(line):
     assert errors(line + "\n") == set()
 
@@ -153,8 +156,9 @@ def test_relative_import():
 # -- dynamic code and attributes ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("expr", ["eval('1')", "exec('x = 1')", "compile('1', 'f', 'eval')", "__import__('os')",
-                                  "globals()", "locals()", "vars(torch)", "type('T', (object,), {})"])
+@pytest.mark.parametrize("expr", ["eval('1')", "exec('x = 1')", "compile('1', 'f', 'eval')",
+                                  "__import__('os')", "globals()", "locals()", "vars(torch)",
+                                  "type('T', (object,), {})"])
 def test_dynamic_code(expr):
     assert "dynamic_code" in errors(f"import torch\nvalue = {expr}\n")
 
@@ -371,7 +375,8 @@ def test_cuda_graph():
 
 
 def test_torch_compile():
-    assert "torch_compile" in errors(solution(HONEST_FORWARD, init_body="self.f = torch.compile(self.forward)"))
+    assert "torch_compile" in errors(solution(HONEST_FORWARD,
+                                              init_body="self.f = torch.compile(self.forward)"))
 
 
 # -- monkey patching, reseeding, precision ------------------------------------------------------------
@@ -406,13 +411,15 @@ def test_precision_flags(stmt):
 def test_precision_downcast_is_a_warning():
     src = solution("h = x.half()\nreturn h")
     assert "precision_downcast" in warnings(src)
-    assert "precision_downcast" in warnings(solution("y = torch.empty_like(x, dtype=torch.float16)\nreturn y"))
+    assert "precision_downcast" in warnings(solution("y = torch.empty_like(x, dtype=torch.float16)\n"
+                                                     "return y"))
 
 
 def test_tensor_subclass():
     src = "import torch\nclass Lazy(torch.Tensor):\n    pass\n"
     assert "tensor_subclass" in errors(src)
-    hook = "class H:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        return 0\n"
+    hook = ("class H:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n"
+            "        return 0\n")
     assert "tensor_subclass" in errors(hook)
 
 
@@ -434,12 +441,14 @@ def test_cuda_scan_ignores_comments():
 
 
 def test_cuda_scan_torch_cpp_compute():
-    found = {c for c, _, _ in scan_cuda_text("torch::Tensor f(torch::Tensor a) { return torch::matmul(a, a); }")}
+    found = {c for c, _, _ in scan_cuda_text("torch::Tensor f(torch::Tensor a) "
+                                             "{ return torch::matmul(a, a); }")}
     assert found == {"torch_compute_op"}
 
 
 def test_cuda_scan_allows_allocation_and_current_stream():
-    text = ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) { auto y = torch::empty_like(x);\n"
+    text = ("#include <torch/extension.h>\n"
+            "torch::Tensor f(torch::Tensor x) { auto y = torch::empty_like(x);\n"
             "auto s = at::cuda::getCurrentCUDAStream(); int n = x.numel(); auto p = x.data_ptr<float>();\n"
             "return y; }")
     assert scan_cuda_text(text) == []
