@@ -77,7 +77,8 @@ def test_kevin_correct_slower_keeps_linear_speedup():
 
 
 def test_kevin_ignores_compile_speedup():
-    assert compute_reward(result(eager=2.0, compiled=0.1), config=get_preset("kevin")).total == pytest.approx(2.3)
+    assert compute_reward(result(eager=2.0, compiled=0.1),
+                          config=get_preset("kevin")).total == pytest.approx(2.3)
 
 
 def test_kevin_untimed_correct_gets_bonus_only():
@@ -114,7 +115,8 @@ def test_cuda_agent_milestones(eager, compiled, expected):
 
 @pytest.mark.parametrize("outcome", FAILURES)
 def test_cuda_agent_any_failure_is_minus_one(outcome):
-    assert compute_reward(result(outcome, eager=9.0, compiled=9.0), config=get_preset("cuda-agent")).total == -1.0
+    assert compute_reward(result(outcome, eager=9.0, compiled=9.0),
+                          config=get_preset("cuda-agent")).total == -1.0
 
 
 def test_cuda_agent_error_flag_is_minus_one():
@@ -156,7 +158,8 @@ def test_cudaperf_coverage_scales_speed_gain():
 
 
 def test_cudaperf_coverage_never_softens_slowdown():
-    assert compute_reward(result(eager=0.5, compiled=0.5, coverage=0.1)).speedup_term == pytest.approx(math.log(0.5))
+    assert compute_reward(result(eager=0.5, compiled=0.5,
+                                 coverage=0.1)).speedup_term == pytest.approx(math.log(0.5))
 
 
 def test_cudaperf_ranker_term_is_weighted_and_clipped():
@@ -223,7 +226,8 @@ def test_warning_flag_does_not_gate_by_default():
 
 def test_gate_flag_codes_gate_warnings():
     flag = Flag("low_coverage", "most time in torch", Severity.WARNING)
-    assert compute_reward(result(flags=(flag,)), config=RewardConfig(gate_flag_codes=("low_coverage",))).gate == 0.0
+    assert compute_reward(result(flags=(flag,)),
+                          config=RewardConfig(gate_flag_codes=("low_coverage",))).gate == 0.0
 
 
 def test_error_flags_can_be_ungated():
@@ -302,7 +306,8 @@ def test_impossible_config_rejected_naming_fields(kwargs, words):
 
 
 def test_correct_never_below_wrong_is_enforced_for_negative_wrong_reward():
-    RewardConfig(speedup_transform="linear", clip_min=None, clip_max=None, correct_bonus=0.0, wrong_reward=-1.0)
+    RewardConfig(speedup_transform="linear", clip_min=None, clip_max=None, correct_bonus=0.0,
+                 wrong_reward=-1.0)
 
 
 # ------------------------------------------------------------------------------------------------

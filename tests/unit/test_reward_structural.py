@@ -56,7 +56,8 @@ def test_score_lies_in_unit_interval(f):
 @given(f=_kernels, data=st.data())
 def test_more_coalesced_accesses_never_lower_the_score(f, data):
     upgrade = data.draw(st.lists(st.booleans(), min_size=len(f.accesses), max_size=len(f.accesses)))
-    accesses = tuple(dataclasses.replace(a, coalescing=CoalescingClass.COALESCED) if up and a.space == "global" else a
+    accesses = tuple(dataclasses.replace(a, coalescing=CoalescingClass.COALESCED)
+                     if up and a.space == "global" else a
                      for a, up in zip(f.accesses, upgrade, strict=True))
     assert score(dataclasses.replace(f, accesses=accesses)) >= score(f) - 1e-12
 
@@ -90,7 +91,8 @@ def test_more_spills_never_raise_the_score(f, extra):
 @settings(max_examples=200, deadline=None)
 @given(f=_kernels)
 def test_vectorising_accesses_never_lowers_the_score(f):
-    vectorised = tuple(dataclasses.replace(a, vector_width=4) if a.space == "global" else a for a in f.accesses)
+    vectorised = tuple(dataclasses.replace(a, vector_width=4) if a.space == "global" else a
+                       for a in f.accesses)
     assert score(dataclasses.replace(f, accesses=vectorised)) >= score(f) - 1e-12
 
 
@@ -115,12 +117,14 @@ def test_missing_features_are_neutral_and_listed():
 
 
 def test_unknown_access_class_is_neutral():
-    unknown = KernelFeatures("k", accesses=(MemoryAccess(1, "a[idx[i]]", "global", "load", CoalescingClass.UNKNOWN),))
+    unknown = KernelFeatures("k", accesses=(MemoryAccess(1, "a[idx[i]]", "global", "load",
+                                                         CoalescingClass.UNKNOWN),))
     assert kernel_structural_score(unknown, W)[1]["coalescing"] == pytest.approx(W.neutral)
 
 
 def test_stride_c_counts_one_over_c():
-    strided = KernelFeatures("k", accesses=(MemoryAccess(1, "a[4*i]", "global", "load", CoalescingClass.STRIDED, 4),))
+    strided = KernelFeatures("k", accesses=(MemoryAccess(1, "a[4*i]", "global", "load",
+                                                         CoalescingClass.STRIDED, 4),))
     assert kernel_structural_score(strided, W)[1]["coalescing"] == pytest.approx(0.25)
 
 
@@ -149,14 +153,16 @@ def test_local_memory_caps_the_spill_component():
 
 def test_zero_weight_components_do_not_matter():
     only_coalescing = StructuralWeights(**{n: 0.0 for n in ("occupancy", "bank_conflicts", "synchronization",
-                                                            "spills", "vectorization", "intensity", "tensor_cores")})
+                                                            "spills", "vectorization", "intensity",
+                                                            "tensor_cores")})
     f = KernelFeatures("k", accesses=(MemoryAccess(1, "a[i]", "global", "load", CoalescingClass.COALESCED),))
     assert kernel_structural_score(f, only_coalescing)[0] == 1.0
 
 
 def test_weights_may_be_a_mapping():
     f = KernelFeatures("k", accesses=(MemoryAccess(1, "a[i]", "global", "load", CoalescingClass.COALESCED),))
-    assert structural_score([f], {"coalescing": 1.0})[0] == structural_score([f], StructuralWeights(coalescing=1.0))[0]
+    assert (structural_score([f], {"coalescing": 1.0})[0]
+            == structural_score([f], StructuralWeights(coalescing=1.0))[0])
 
 
 def test_negative_weight_rejected():
@@ -170,12 +176,14 @@ def test_negative_weight_rejected():
 
 def coalesced(name: str) -> KernelFeatures:
     return KernelFeatures(name, occupancy=Occupancy("sm_90", 256, 8, 1.0),
-                          accesses=(MemoryAccess(1, "a[i]", "global", "load", CoalescingClass.COALESCED, 1, None, 4),))
+                          accesses=(MemoryAccess(1, "a[i]", "global", "load", CoalescingClass.COALESCED, 1,
+                                                 None, 4),))
 
 
 def uncoalesced(name: str) -> KernelFeatures:
     return KernelFeatures(name, occupancy=Occupancy("sm_90", 256, 8, 1.0),
-                          accesses=(MemoryAccess(1, "a[i*n]", "global", "load", CoalescingClass.UNCOALESCED),))
+                          accesses=(MemoryAccess(1, "a[i*n]", "global", "load",
+                                                 CoalescingClass.UNCOALESCED),))
 
 
 def test_no_kernels_score_zero():
@@ -202,7 +210,8 @@ def test_kernels_weighted_by_gpu_time():
 
 def test_kernels_averaged_uniformly_without_times():
     mixed = structural_score([coalesced("a"), uncoalesced("b")])[0]
-    expected = (kernel_structural_score(coalesced("a"), W)[0] + kernel_structural_score(uncoalesced("b"), W)[0]) / 2
+    expected = (kernel_structural_score(coalesced("a"), W)[0]
+                + kernel_structural_score(uncoalesced("b"), W)[0]) / 2
     assert mixed == pytest.approx(expected)
 
 
@@ -214,23 +223,26 @@ def test_require_launch_evidence_zeroes_unknown_kernels():
 # ------------------------------------------------------------------------------------------------
 # Bad input (issue #3 item 8): records decoded from partial or malformed JSON never make the reward raise
 
-_junk = st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3))
-_access_dicts = st.fixed_dictionaries({"line": st.integers(1, 9), "text": st.just("x"),
-                                       "space": st.sampled_from(["global", "shared", "?"]), "kind": st.just("load")},
-                                      optional={"vector_width": _junk, "bank_conflict_degree": _junk,
-                                                "stride_elements": _junk,
-                                                "coalescing": st.sampled_from([c.value for c in CoalescingClass])})
+_junk = st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=True, allow_infinity=True),
+                  st.text(max_size=3))
+_access_dicts = st.fixed_dictionaries(
+    {"line": st.integers(1, 9), "text": st.just("x"), "space": st.sampled_from(["global", "shared", "?"]),
+     "kind": st.just("load")},
+    optional={"vector_width": _junk, "bank_conflict_degree": _junk, "stride_elements": _junk,
+              "coalescing": st.sampled_from([c.value for c in CoalescingClass])})
 _feature_dicts = st.fixed_dictionaries({"kernel": st.text(max_size=12)}, optional={
     "barriers": _junk, "vectorized_accesses": _junk, "sass": st.one_of(st.none(), st.dictionaries(
         st.sampled_from(["hmma", "ldl", "ldg128"]), _junk, max_size=3)),
-    "dynamic": st.one_of(st.none(), st.dictionaries(st.sampled_from(["gpu_time_ms", "launches", "roofline_fraction"]),
-                                                    _junk, max_size=3)),
-    "accesses": st.lists(_access_dicts, max_size=3), "roofline_regime": st.sampled_from([None, "memory", "compute", "?"]),
+    "dynamic": st.one_of(st.none(), st.dictionaries(
+        st.sampled_from(["gpu_time_ms", "launches", "roofline_fraction"]), _junk, max_size=3)),
+    "accesses": st.lists(_access_dicts, max_size=3),
+    "roofline_regime": st.sampled_from([None, "memory", "compute", "?"]),
     "resources": st.one_of(st.none(), st.fixed_dictionaries({"kernel": st.just("k"), "arch": st.just("sm_90"),
                                                              "registers": _junk}, optional={
         "spill_store_bytes": _junk, "spill_load_bytes": _junk, "stack_frame_bytes": _junk})),
     "occupancy": st.one_of(st.none(), st.fixed_dictionaries({"arch": st.just("sm_90"), "block_size": _junk,
-                                                             "active_blocks_per_sm": _junk, "occupancy": _junk})),
+                                                             "active_blocks_per_sm": _junk,
+                                                             "occupancy": _junk})),
 })
 
 

@@ -13,7 +13,8 @@ _gammas = st.floats(0, 1)
 
 
 def test_sum_worked_example():
-    assert turn_returns([1.0, 2.0, 3.0], gamma=0.4) == pytest.approx([1 + 0.4 * 2 + 0.16 * 3, 2 + 0.4 * 3, 3.0])
+    assert turn_returns([1.0, 2.0, 3.0], gamma=0.4) == pytest.approx(
+        [1 + 0.4 * 2 + 0.16 * 3, 2 + 0.4 * 3, 3.0])
 
 
 def test_max_worked_example():
