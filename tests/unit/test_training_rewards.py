@@ -19,7 +19,8 @@ from cudaperf.train.reward_functions import VERL_KEYS, Evaluation, TRLReward, co
 from cudaperf.types import CoalescingClass, EvalResult, KernelFeatures, MemoryAccess, Outcome, to_dict
 
 
-def result(outcome: Outcome = Outcome.CORRECT, eager: float | None = 2.0, compiled: float | None = 2.0) -> EvalResult:
+def result(outcome: Outcome = Outcome.CORRECT, eager: float | None = 2.0,
+           compiled: float | None = 2.0) -> EvalResult:
     return EvalResult(task_id="t", solution_id="s", outcome=outcome, speedup_vs_eager=eager,
                       speedup_vs_compile=compiled)
 
@@ -59,14 +60,16 @@ def test_trl_reward_none_without_result_column():
 
 
 def test_trl_reward_malformed_record_is_none():
-    out = TRLReward()(prompts=["p"] * 2, completions=["a"] * 2, eval_result=[{"outcome": "nope"}, "{not json"])
+    out = TRLReward()(prompts=["p"] * 2, completions=["a"] * 2,
+                      eval_result=[{"outcome": "nope"}, "{not json"])
     assert out == [None, None]
 
 
 def test_trl_reward_harness_error_is_none_by_default():
     r = to_dict(result(Outcome.HARNESS_ERROR))
     assert TRLReward()(prompts=["p"], completions=["a"], eval_result=[r]) == [None]
-    assert TRLReward(none_when_not_applicable=False)(prompts=["p"], completions=["a"], eval_result=[r]) == [0.0]
+    assert TRLReward(none_when_not_applicable=False)(prompts=["p"], completions=["a"],
+                                                     eval_result=[r]) == [0.0]
 
 
 def test_trl_reward_uses_feature_and_ranker_columns():
@@ -82,8 +85,9 @@ def test_trl_reward_custom_result_key():
 
 
 def test_trl_reward_ignores_trainer_runtime_kwargs():
-    out = TRLReward()(prompts=["p"], completions=["a"], eval_result=[to_dict(result())], completion_ids=[[1, 2]],
-                      trainer_state=object(), log_extra=lambda *a: None, environments=None)
+    out = TRLReward()(prompts=["p"], completions=["a"], eval_result=[to_dict(result())],
+                      completion_ids=[[1, 2]], trainer_state=object(), log_extra=lambda *a: None,
+                      environments=None)
     assert out[0] is not None
 
 
@@ -95,7 +99,8 @@ def test_trl_reward_has_a_name_for_trl_logs():
 def test_trl_reward_round_trips_through_pickle():
     reward = TRLReward("cuda-agent", evaluate_fn=fake_evaluate)
     clone = pickle.loads(pickle.dumps(reward))
-    kwargs = {"prompts": ["p", "p"], "completions": ["x", "__global__ correct"], "eval_result": [to_dict(result()), None]}
+    kwargs = {"prompts": ["p", "p"], "completions": ["x", "__global__ correct"],
+              "eval_result": [to_dict(result()), None]}
     assert clone(**kwargs) == reward(**kwargs) and clone.__name__ == reward.__name__
 
 
@@ -141,9 +146,10 @@ def test_log_metric_gets_batch_means():
 
 @pytest.mark.parametrize(("completion", "text"), [
     ("plain", "plain"),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"}, {"role": "assistant", "content": "a2"}],
-     "a2"),
-    ([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}], "xy"),
+    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"},
+      {"role": "assistant", "content": "a2"}], "a2"),
+    ([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}],
+     "xy"),
     (None, ""),
 ])
 def test_completion_text_handles_plain_and_conversational(completion, text):
@@ -186,8 +192,8 @@ def test_verl_missing_result_is_not_applicable_wrong_value():
 
 
 def test_verl_preset_and_unknown_kwargs():
-    out = compute_score("ds", "src", None, {"eval_result": json.dumps(to_dict(result()))}, preset="cuda-agent",
-                        reward_router_address=None, some_future_kwarg=1)
+    out = compute_score("ds", "src", None, {"eval_result": json.dumps(to_dict(result()))},
+                        preset="cuda-agent", reward_router_address=None, some_future_kwarg=1)
     assert out["score"] == 3.0
 
 
@@ -206,7 +212,8 @@ def test_verl_evaluate_fn_gets_solution_and_ground_truth():
         return [to_dict(result())]
 
     out = compute_score("ds", "__global__ void k(){}", "task-7", {"task_id": "task-7"}, evaluate_fn=spy)
-    assert seen == [(["__global__ void k(){}"], [{"task_id": "task-7", "data_source": "ds", "ground_truth": "task-7"}])]
+    assert seen == [(["__global__ void k(){}"],
+                     [{"task_id": "task-7", "data_source": "ds", "ground_truth": "task-7"}])]
     assert out["applicable"] == 1.0
 
 
