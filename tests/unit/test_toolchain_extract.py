@@ -253,7 +253,8 @@ def test_load_inline_positional_arguments_are_kept_positional():
         import torch.utils.cpp_extension
         ext = torch.utils.cpp_extension.load_inline("ext", "void f();", "__global__ void k() {}")
     """)
-    assert u.args == ("ext", "void f();", "__global__ void k() {}") and u.cuda_source == "__global__ void k() {}"
+    assert (u.args == ("ext", "void f();", "__global__ void k() {}")
+            and u.cuda_source == "__global__ void k() {}")
 
 
 def test_load_inline_through_module_alias_is_found():

@@ -12,7 +12,8 @@ from cudaperf.types import Outcome, Solution, SolutionFormat
 
 SOURCE = (
     "from torch.utils.cpp_extension import load_inline\n"
-    "ext = load_inline(name='e', cpp_sources='int f();', cuda_sources='int f() { return 1; }', functions=['f'])\n"
+    "ext = load_inline(name='e', cpp_sources='int f();', cuda_sources='int f() { return 1; }', "
+    "functions=['f'])\n"
 )
 
 
@@ -26,19 +27,21 @@ def test_extensions_dir_is_content_addressed_under_the_cache(tmp_path):
 
 
 def test_extensions_dir_differs_per_solution_text(tmp_path):
-    assert inline.extensions_dir_for(_solution(), tmp_path) != inline.extensions_dir_for(_solution(SOURCE + "#"),
-                                                                                       tmp_path)
+    assert (inline.extensions_dir_for(_solution(), tmp_path)
+            != inline.extensions_dir_for(_solution(SOURCE + "#"), tmp_path))
 
 
-@pytest.mark.parametrize(("arch", "expected"), [("sm_90", "9.0+PTX"), ("sm_90a", "9.0a"), ("sm_80", "8.0+PTX"),
-                                                ("sm_100", "10.0+PTX"), ("sm_120a", "12.0a")])
+@pytest.mark.parametrize(("arch", "expected"), [("sm_90", "9.0+PTX"), ("sm_90a", "9.0a"),
+                                                ("sm_80", "8.0+PTX"), ("sm_100", "10.0+PTX"),
+                                                ("sm_120a", "12.0a")])
 def test_torch_arch_list_from_sm_name(arch, expected):
     assert inline.torch_arch_list(arch) == expected
 
 
 def test_worker_env_reads_back_what_the_build_used(tmp_path):
     (tmp_path / inline.ENV_FILE).write_text('{"TORCH_CUDA_ARCH_LIST": "9.0+PTX"}')
-    assert inline.worker_env(tmp_path) == {"TORCH_CUDA_ARCH_LIST": "9.0+PTX", "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    assert inline.worker_env(tmp_path) == {"TORCH_CUDA_ARCH_LIST": "9.0+PTX",
+                                           "TORCH_EXTENSIONS_DIR": str(tmp_path)}
 
 
 def test_worker_env_without_a_build_names_only_the_directory(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 
 from cudaperf.toolchain.nvrtc import CompileError, cache_key, compile_cuda
 
-ADD = 'extern "C" __global__ void add(const float* a, float* o, int n) { int i = threadIdx.x; if (i < n) o[i] = a[i]; }'
+ADD = ('extern "C" __global__ void add(const float* a, float* o, int n) '
+       '{ int i = threadIdx.x; if (i < n) o[i] = a[i]; }')
 TEMPLATE = "template <typename T> __global__ void scale(T* x, T a) { x[threadIdx.x] *= a; }"
 
 
@@ -102,7 +103,8 @@ def test_two_processes_compiling_the_same_key_leave_one_valid_entry(tmp_path):
 EMPTY_LOG_CHILD = """
 from cuda.bindings import nvrtc
 from cudaperf.toolchain.nvrtc import _program_log
-err, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(float* a) { a[0] = 1; }', b'k.cu', 0, [], [])
+err, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k(float* a) { a[0] = 1; }', b'k.cu', 0,
+                                     [], [])
 nvrtc.nvrtcCompileProgram(prog, 1, [b'--gpu-architecture=sm_90'])  # no -v: the log is empty (size 1)
 assert _program_log(nvrtc, prog) == ''
 print(list(b' '), 'a', 'b')
@@ -116,8 +118,8 @@ def test_reading_an_empty_nvrtc_log_leaves_the_interpreter_intact():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", EMPTY_LOG_CHILD], capture_output=True, text=True, check=False,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", EMPTY_LOG_CHILD], capture_output=True, text=True,
+                          check=False, timeout=120)
     assert (proc.returncode, proc.stdout) == (0, "[32] a b\n"), proc.stderr[-2000:]
 
 
@@ -141,7 +143,8 @@ def test_ptxas_fallback_keeps_the_register_cap():
     assert _ptxas_flags(("-maxrregcount=32", "--ptxas-options=-v", "-use_fast_math")) == ["--maxrregcount=32"]
 
 
-def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_wants_resources(tmp_path, monkeypatch):
+def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_wants_resources(tmp_path,
+                                                                                           monkeypatch):
     """Candidate code compiles with `report_resources=False` (no files or child processes in a sandbox);
     the analyser's later compile of the same source still gets registers, from the same cache entry."""
     from cudaperf.toolchain import nvrtc as mod
@@ -151,7 +154,8 @@ def test_an_entry_cached_without_the_fallback_is_completed_by_a_caller_that_want
     monkeypatch.setattr(mod, "_program_log", lambda nvrtc, prog: "")
     launched = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, report_resources=False)
     analysed = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path)
-    assert (launched.resources, [r.kernel for r in analysed.resources], analysed.cache_hit) == ((), ["add"], True)
+    assert (launched.resources, [r.kernel for r in analysed.resources],
+            analysed.cache_hit) == ((), ["add"], True)
 
 
 def test_resources_come_from_cuobjdump_when_ptxas_gives_none(tmp_path, monkeypatch):
@@ -163,7 +167,8 @@ def test_resources_come_from_cuobjdump_when_ptxas_gives_none(tmp_path, monkeypat
         pytest.skip("no cuobjdump on this machine")
     real = mod._program_log
     monkeypatch.setattr(mod, "_program_log", lambda nvrtc, prog: "" if "ptxas" in real(nvrtc, prog) else "")
-    monkeypatch.setattr(mod, "ptxas_report", lambda *a: "note: no ptxas report (ptxas failed: Unsupported .version)")
+    monkeypatch.setattr(mod, "ptxas_report",
+                        lambda *a: "note: no ptxas report (ptxas failed: Unsupported .version)")
     out = compile_cuda(ADD, arch="sm_90", cache_dir=tmp_path, use_cache=False)
     assert [(r.kernel, r.registers > 0) for r in out.resources] == [("add", True)]
 

@@ -13,7 +13,8 @@ from cudaperf.types import BuildResult, Outcome, Solution, SolutionFormat
 
 FAST_OK = textwrap.dedent('''
     from cudaperf import cuda
-    SRC = """extern "C" __global__ void add(const float* a, float* o, int n) { int i = threadIdx.x; if (i < n) o[i] = a[i]; }"""
+    SRC = """extern "C" __global__ void add(const float* a, float* o, int n) {
+        int i = threadIdx.x; if (i < n) o[i] = a[i]; }"""
     class ModelNew:
         def __init__(self):
             self.k = cuda.compile(SRC, "add")
@@ -29,7 +30,8 @@ FAST_UNRESOLVED = textwrap.dedent('''
 ''')
 INLINE = textwrap.dedent('''
     from torch.utils.cpp_extension import load_inline
-    ext = load_inline(name="ext", cpp_sources="int f();", cuda_sources="int f() { return 1; }", functions=["f"])
+    ext = load_inline(name="ext", cpp_sources="int f();", cuda_sources="int f() { return 1; }",
+                      functions=["f"])
 ''')
 
 
@@ -108,9 +110,11 @@ def test_pool_futures_resolve_to_build_results(tmp_path):
 
 
 def test_crashing_build_is_compile_error_and_the_others_still_build(tmp_path):
-    solutions = [_solution(FAST_OK, sid="ok-1"), _solution(FAST_OK, sid="crash"), _solution(FAST_OK, sid="ok-2")]
+    solutions = [_solution(FAST_OK, sid="ok-1"), _solution(FAST_OK, sid="crash"),
+                 _solution(FAST_OK, sid="ok-2")]
     with BuildPool(2, build_fn=crash_on_request) as pool:
-        results = {s.solution_id: pool.submit(s, cache_dir=str(tmp_path)).result(timeout=120) for s in solutions}
+        results = {s.solution_id: pool.submit(s, cache_dir=str(tmp_path)).result(timeout=120)
+                   for s in solutions}
     assert results["crash"].outcome is Outcome.COMPILE_ERROR and "died" in results["crash"].message
     assert results["ok-1"].outcome is results["ok-2"].outcome is Outcome.CORRECT
 
@@ -129,10 +133,12 @@ def test_submit_after_close_is_refused():
         pool.submit(_solution(FAST_OK))
 
 
-@pytest.mark.parametrize("call", ['cuda.compile(SRC, "add")', 'cuda.load(SRC)', 'cuda.compile(TPL, "scale<float>")',
+@pytest.mark.parametrize("call", ['cuda.compile(SRC, "add")', 'cuda.load(SRC)',
+                                  'cuda.compile(TPL, "scale<float>")',
                                   'cuda.compile(SRC, "add", options=("-use_fast_math",))'])
 def test_pool_build_fills_the_entry_the_helper_looks_up(tmp_path, monkeypatch, call):
-    src = f'extern "C" __global__ void add(float* o) {{ o[0] = {len(call)}.f; }}  __global__ void cpp(float* o) {{}}'
+    src = (f'extern "C" __global__ void add(float* o) {{ o[0] = {len(call)}.f; }}  '
+           '__global__ void cpp(float* o) {}')
     tpl = "template <typename T> __global__ void scale(T* x, T a) { x[0] *= a; }"
     solution = f"from cudaperf import cuda\nSRC = '{src}'\nTPL = '{tpl}'\nk = {call}\n"
     assert build_solution(_solution(solution), arch="sm_90", cache_dir=str(tmp_path)).ok

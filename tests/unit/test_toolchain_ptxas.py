@@ -10,8 +10,10 @@ from cudaperf.toolchain.ptxas import only_arch, parse_ptxas, parse_res_usage
 
 # fmt: off
 NVCC_SM80 = """\
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' \
+with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' \
+with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'spill' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'smem_reduce' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'add' with  32 of maxrregcount option
@@ -44,8 +46,10 @@ ptxas info    : Compile time = 1.094 ms
 """
 
 NVCC_SM90 = """\
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' \
+with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' \
+with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'spill' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'smem_reduce' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'add' with  32 of maxrregcount option
@@ -114,8 +118,10 @@ ptxas info    : Compile time = 1.085 ms
 """
 
 NVRTC_SM80 = """\
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' \
+with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' \
+with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'spill' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'smem_reduce' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'add' with  32 of maxrregcount option
@@ -148,8 +154,10 @@ ptxas info    : Compile time = 1.026 ms
 """
 
 NVRTC_SM90 = """\
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' with  32 of maxrregcount option
-ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleI6__halfLi128EEvPT_S1_i' \
+with  32 of maxrregcount option
+ptxas info    : Overriding maximum register limit 256 for '_Z5scaleIfLi256EEvPT_S0_i' \
+with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'spill' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'smem_reduce' with  32 of maxrregcount option
 ptxas info    : Overriding maximum register limit 256 for 'add' with  32 of maxrregcount option
@@ -239,7 +247,8 @@ def _by_name(resources):
 
 def test_nvcc_log_lists_every_entry_function_in_order():
     names = [r.kernel for r in parse_ptxas(NVCC_SM80, "sm_80")]
-    assert names == ["_Z5scaleI6__halfLi128EEvPT_S1_i", "_Z5scaleIfLi256EEvPT_S0_i", "spill", "smem_reduce", "add"]
+    assert names == ["_Z5scaleI6__halfLi128EEvPT_S1_i", "_Z5scaleIfLi256EEvPT_S0_i", "spill", "smem_reduce",
+                     "add"]
 
 
 def test_nvcc_sm80_reads_registers_smem_barriers_and_cmem0():
@@ -289,7 +298,8 @@ def test_ptxas_without_barrier_count_defaults_to_zero():
 
 
 def test_error_log_gives_no_records():
-    log = 'kernel.cu(1): error: identifier "y" is undefined\n1 error detected in the compilation of "kernel.cu".'
+    log = ('kernel.cu(1): error: identifier "y" is undefined\n'
+           '1 error detected in the compilation of "kernel.cu".')
     assert parse_ptxas(log, "sm_90") == ()
 
 
