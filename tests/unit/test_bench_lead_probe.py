@@ -10,8 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from lead_probe import summarise
 
 # marker ns, side [first entry, last exit] ns, lead trace rows [entry, exit, sm]
-_PASS = ([1_000, 201_000], [150_000, 215_000], [[2_000, 200_000, 0], [3_000, 199_000, 0], [2_500, 200_500, 1]],
-         None)
+_PASS = ([1_000, 201_000], [150_000, 215_000],
+         [[2_000, 200_000, 0], [3_000, 199_000, 0], [2_500, 200_500, 1]], None)
 
 
 def test_times_are_microseconds_from_the_first_marker():

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from repeatability import net_medians_ms, per_call_ms
 
-FLUSH, MARKER = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>", "spin_kernel"
+FLUSH, MARKER = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>",
+                 "spin_kernel")
 
 
 def test_each_call_is_what_follows_its_marker_less_the_next_flush():
@@ -33,7 +34,8 @@ def test_a_fill_inside_the_call_stays_in_it():
 
 
 def test_events_before_the_first_marker_are_ignored():
-    assert per_call_ms([("warm-up", 500.0), (FLUSH, 30.0), (MARKER, 1.0), ("k", 10.0)]) == pytest.approx([0.010])
+    assert per_call_ms([("warm-up", 500.0), (FLUSH, 30.0), (MARKER, 1.0),
+                        ("k", 10.0)]) == pytest.approx([0.010])
 
 
 def test_each_evaluation_loses_its_own_timer_cost():

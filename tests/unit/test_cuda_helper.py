@@ -23,7 +23,8 @@ add(const float* __restrict__ a, const float* __restrict__ b, float* out, int n)
   if (i < n) out[i] = a[i] + b[i];
 }
 extern "C" {
-__global__ void scalars(double* out, long long big, double d, size_t count, unsigned int u, scalar_t s, bool f) {
+__global__ void scalars(double* out, long long big, double d, size_t count, unsigned int u, scalar_t s,
+                        bool f) {
   out[0] = big + d + count + u + s + f;
 }
 }
@@ -42,7 +43,8 @@ def _cache(tmp_path, monkeypatch):
 
 
 def test_import_loads_neither_torch_nor_cuda_core():
-    code = "import sys, cudaperf.cuda; print(sorted(m for m in ('torch', 'cuda.core', 'numpy') if m in sys.modules))"
+    code = ("import sys, cudaperf.cuda; "
+            "print(sorted(m for m in ('torch', 'cuda.core', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -163,8 +165,8 @@ def test_compile_error_carries_the_nvrtc_log():
 
 
 def test_cuda_fp16_header_is_found():
-    k = cuda.compile('#include <cuda_fp16.h>\nextern "C" __global__ void h(__half* x) { x[0] = __float2half(1.f); }',
-                     "h")
+    k = cuda.compile('#include <cuda_fp16.h>\n'
+                     'extern "C" __global__ void h(__half* x) { x[0] = __float2half(1.f); }', "h")
     assert k.cubin
 
 

@@ -81,8 +81,8 @@ def fake_path(tmp_path, monkeypatch):
 
 def test_the_monitor_collects_samples_from_a_running_tool(fake_path):
     _fake_smi(fake_path, 'case "$1" in --help-query-gpu) echo "clocks_event_reasons.active"; exit 0;; esac\n'
-                         'while true; do echo "$(date "+%Y/%m/%d %H:%M:%S.%N" | cut -c1-23), 1980, 2619, 300, 40, 99,'
-                         ' 0x4"; sleep 0.05; done\n')
+                         'while true; do echo "$(date "+%Y/%m/%d %H:%M:%S.%N" | cut -c1-23), '
+                         '1980, 2619, 300, 40, 99, 0x4"; sleep 0.05; done\n')
     with ClockMonitor(interval_ms=50) as monitor:
         start = time.time()
         time.sleep(0.5)
@@ -121,10 +121,11 @@ def test_the_log_command_leaves_a_file_the_summary_reads(fake_path, tmp_path):
     import sys
 
     _fake_smi(fake_path, 'case "$1" in --help-query-gpu) echo "clocks_event_reasons.active"; exit 0;; esac\n'
-                         'while true; do echo "$(date "+%Y/%m/%d %H:%M:%S.%N" | cut -c1-23), 1755, 2619, 300, 40,'
-                         ' 99, 0x0"; sleep 0.05; done\n')
+                         'while true; do echo "$(date "+%Y/%m/%d %H:%M:%S.%N" | cut -c1-23), '
+                         '1755, 2619, 300, 40, 99, 0x0"; sleep 0.05; done\n')
     log = tmp_path / "clocks.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "cudaperf.gpu_clocks", "--log", str(log), "--interval-ms", "50"])
+    proc = subprocess.Popen([sys.executable, "-m", "cudaperf.gpu_clocks", "--log", str(log),
+                             "--interval-ms", "50"])
     time.sleep(1.0)
     proc.terminate()
     proc.wait(timeout=10)

@@ -1,4 +1,5 @@
-"""datasets.measure.pool.GpuLock: the readers-writer flock that orders the GPU phases of children sharing a GPU.
+"""datasets.measure.pool.GpuLock: the readers-writer flock that orders the GPU phases of children sharing a
+GPU.
 
 Each holder is its own GpuLock on the same path (its own open file description, as in separate children:
 flocks conflict between descriptions even inside one process), driven from a thread so the tests stay

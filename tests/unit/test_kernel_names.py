@@ -16,7 +16,8 @@ def test_mangled_symbols_give_the_function_name(symbol, name):
 @pytest.mark.parametrize("demangled, ident", [
     ("relu", "relu"),
     ("void relu_vec4<256>(float const*, float*, int)", "relu_vec4"),
-    ("void ns::inner::tile_gemm<float, 64, 64>(float const*, float const*, float*, int, int, int)", "tile_gemm"),
+    ("void ns::inner::tile_gemm<float, 64, 64>(float const*, float const*, float*, int, int, int)",
+     "tile_gemm"),
     ("void (anonymous namespace)::helper<(int)4>(float*)", "helper"),
 ])
 def test_profiler_names_give_the_identifier(demangled, ident):

@@ -160,7 +160,8 @@ def test_inline_functions_are_declared_and_defined(task_id):
 
 @pytest.mark.parametrize("fmt, task_id", SOLUTIONS)
 def test_build_extractor_resolves_every_cuda_unit(fmt, task_id):
-    extract = pytest.importorskip("cudaperf.toolchain.extract", reason="engineer A's build module not present")
+    extract = pytest.importorskip("cudaperf.toolchain.extract",
+                                  reason="engineer A's build module not present")
     units = extract.extract_units(_solution(fmt, task_id)[0])
     assert units and all(u.resolved for u in units)
 
