@@ -37,19 +37,23 @@ int main() {
   while (true) {
     for (int i = 0; i < 23; ++i) if (scanf("%lld", &v[i]) != 1) return 0;
     p.computeMajor = (int)v[0]; p.computeMinor = (int)v[1]; p.maxThreadsPerBlock = (int)v[2];
-    p.maxThreadsPerMultiprocessor = (int)v[3]; p.regsPerBlock = (int)v[4]; p.regsPerMultiprocessor = (int)v[5];
+    p.maxThreadsPerMultiprocessor = (int)v[3]; p.regsPerBlock = (int)v[4];
+    p.regsPerMultiprocessor = (int)v[5];
     p.warpSize = (int)v[6]; p.sharedMemPerBlock = (size_t)v[7]; p.sharedMemPerMultiprocessor = (size_t)v[8];
-    p.numSms = (int)v[9]; p.sharedMemPerBlockOptin = (size_t)v[10]; p.reservedSharedMemPerBlock = (size_t)v[11];
+    p.numSms = (int)v[9]; p.sharedMemPerBlockOptin = (size_t)v[10];
+    p.reservedSharedMemPerBlock = (size_t)v[11];
     a.maxThreadsPerBlock = (int)v[12]; a.numRegs = (int)v[13]; a.sharedSizeBytes = (size_t)v[14];
     a.partitionedGCConfig = PARTITIONED_GC_OFF; a.shmemLimitConfig = (cudaOccFuncShmemConfig)v[15];
-    a.maxDynamicSharedSizeBytes = (size_t)v[16]; a.numBlockBarriers = (int)v[17]; a.virtualResourceCount = (int)v[18];
+    a.maxDynamicSharedSizeBytes = (size_t)v[16]; a.numBlockBarriers = (int)v[17];
+    a.virtualResourceCount = (int)v[18];
     s.cacheConfig = (cudaOccCacheConfig)v[19]; s.carveoutConfig = (int)v[20];
     memset(&r, 0, sizeof r);
     int err = cudaOccMaxActiveBlocksPerMultiprocessor(&r, &p, &a, &s, (int)v[21], (size_t)v[22]);
     if (err) { printf("%d\n", err); continue; }
     printf("%d %d %u %d %d %d %d %d %d %d %zu\n", err, r.activeBlocksPerMultiprocessor, r.limitingFactors,
            r.blockLimitRegs, r.blockLimitSharedMem, r.blockLimitWarps, r.blockLimitBlocks,
-           r.blockLimitBarriers, r.blockLimitVirtual, r.allocatedRegistersPerBlock, r.allocatedSharedMemPerBlock);
+           r.blockLimitBarriers, r.blockLimitVirtual, r.allocatedRegistersPerBlock,
+           r.allocatedSharedMemPerBlock);
   }
 }
 """
@@ -86,11 +90,12 @@ def _random_case(rng: random.Random) -> tuple[DeviceProps, FuncAttributes, Devic
 
 def _line(props, attrs, state, block, dynamic) -> str:
     p, a = props, attrs
-    fields = [p.compute_major, p.compute_minor, p.max_threads_per_block, p.max_threads_per_sm, p.regs_per_block,
-              p.regs_per_sm, p.warp_size, p.smem_per_block_bytes, p.smem_per_sm_bytes, p.num_sms,
-              p.smem_per_block_optin_bytes, p.reserved_smem_per_block_bytes, a.max_threads_per_block,
-              a.registers, a.smem_static_bytes, int(a.shmem_limit_config), a.max_dynamic_smem_bytes,
-              a.num_block_barriers, a.virtual_resource_count, state.cache_config, state.carveout, block, dynamic]
+    fields = [p.compute_major, p.compute_minor, p.max_threads_per_block, p.max_threads_per_sm,
+              p.regs_per_block, p.regs_per_sm, p.warp_size, p.smem_per_block_bytes, p.smem_per_sm_bytes,
+              p.num_sms, p.smem_per_block_optin_bytes, p.reserved_smem_per_block_bytes,
+              a.max_threads_per_block, a.registers, a.smem_static_bytes, int(a.shmem_limit_config),
+              a.max_dynamic_smem_bytes, a.num_block_barriers, a.virtual_resource_count, state.cache_config,
+              state.carveout, block, dynamic]
     return " ".join(map(str, fields))
 
 
@@ -100,15 +105,16 @@ def _python_answer(case) -> str:
         return str(int(r.error))
     return " ".join(str(x) for x in (0, r.active_blocks, r.limiting_factors, r.block_limit_regs,
                                       r.block_limit_smem, r.block_limit_warps, r.block_limit_blocks,
-                                      r.block_limit_barriers, r.block_limit_virtual, r.allocated_regs_per_block,
-                                      r.allocated_smem_per_block_bytes))
+                                      r.block_limit_barriers, r.block_limit_virtual,
+                                      r.allocated_regs_per_block, r.allocated_smem_per_block_bytes))
 
 
 def test_port_matches_header_on_random_configurations(driver):
     rng = random.Random(20240607)
     cases = [_random_case(rng) for _ in range(CASES)]
     stdin = "\n".join(_line(*c) for c in cases) + "\n"
-    out = subprocess.run([str(driver)], input=stdin, capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run([str(driver)], input=stdin, capture_output=True, text=True,
+                         check=True).stdout.split("\n")
     mismatches = [(c, out[i], _python_answer(c)) for i, c in enumerate(cases) if out[i] != _python_answer(c)]
     assert not mismatches, f"{len(mismatches)} of {CASES} differ; first: {mismatches[:3]}"
 
