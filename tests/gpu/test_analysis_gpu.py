@@ -68,7 +68,8 @@ def test_ncu_sees_4_sectors_coalesced_and_32_strided():
         pytest.skip("ncu not installed")
     names = ["v_copy_coalesced", "v_copy_stride32"]
     result = ncu.profile([sys.executable, str(SCRIPT), "--child", "profile", "--names", ",".join(names)],
-                         kernels=names, metrics=["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"],
+                         kernels=names,
+                         metrics=["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"],
                          check_metrics=False, timeout_s=300)
     assert result.ok, result.diagnostics
     ratio = {k.kernel: k.metrics["l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"]

@@ -116,7 +116,8 @@ def test_kernels_on_a_side_stream_are_flagged(kernels, big_vector):
         return y
 
     report = coverage.measure_coverage(run, NAMES)
-    assert report.current_stream is not None and report.streams and report.current_stream not in report.streams
+    assert (report.current_stream is not None and report.streams
+            and report.current_stream not in report.streams)
     assert "stream_created" in [f.code for f in coverage.coverage_flags(report, Policy())]
 
 

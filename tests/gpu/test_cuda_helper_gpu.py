@@ -79,7 +79,8 @@ def test_module_attribute_kernel_matches_torch():
     torch.testing.assert_close(out, a + b, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("dtype", "expr"), [(torch.float32, "axpy<float, 256>"), (torch.float64, "axpy<double, 256>")])
+@pytest.mark.parametrize(("dtype", "expr"), [(torch.float32, "axpy<float, 256>"),
+                                             (torch.float64, "axpy<double, 256>")])
 def test_template_via_name_expression_matches_torch(dtype, expr):
     n = 10_000
     x, y = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
@@ -98,12 +99,13 @@ def test_template_from_load_with_explicit_name_expressions():
 
 
 def test_scalar_widths_round_trip_exactly():
-    outs = [torch.zeros(1, device="cuda", dtype=t) for t in (torch.int64, torch.float64, torch.int32, torch.int64,
-                                                             torch.float32, torch.int32)]
+    outs = [torch.zeros(1, device="cuda", dtype=t) for t in (torch.int64, torch.float64, torch.int32,
+                                                             torch.int64, torch.float32, torch.int32)]
     args = (2**40 + 5, 0.1, 2**32 - 1, 2**33 + 1, 1.5, -7)
     cuda.compile(SOURCE, "echo")(1, 1, *outs, *args)
     got = [o.item() for o in outs]
-    assert got[0] == 2**40 + 5 and got[1] == 0.1 and got[2] == -1 and got[3] == 2**33 + 1  # uint32 max read as int32
+    # uint32 max read as int32
+    assert got[0] == 2**40 + 5 and got[1] == 0.1 and got[2] == -1 and got[3] == 2**33 + 1
     assert (got[4], got[5]) == (1.5, -7)
 
 

@@ -23,8 +23,9 @@ def summary(tmp_path_factory):
     return run(tmp_path_factory.mktemp("hostile"), device="cuda", baselines="eager")
 
 
-@pytest.mark.parametrize("check", ["batch exits 0", "every candidate has a stored row", "no HARNESS_ERROR row",
-                                   "honest ones CORRECT", "hostile ones not CORRECT", "report reads the file"])
+@pytest.mark.parametrize("check", ["batch exits 0", "every candidate has a stored row",
+                                   "no HARNESS_ERROR row", "honest ones CORRECT", "hostile ones not CORRECT",
+                                   "report reads the file"])
 def test_the_hostile_batch_holds(summary, check):
     assert summary["checks"][check], (summary["outcomes"], summary["batch_stderr_tail"])
 

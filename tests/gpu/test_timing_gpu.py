@@ -50,7 +50,8 @@ def _pointer_chain(n_words: int, hops: int, seed: int = 0) -> torch.Tensor:
     """A cycle through `hops` distinct 128-byte lines of an `n_words` int32 buffer, in random order."""
     words_per_line = 32
     g = torch.Generator().manual_seed(seed)
-    lines = (torch.randperm(n_words // words_per_line - 1, generator=g)[:hops] + 1) * words_per_line  # not line 0
+    # not line 0
+    lines = (torch.randperm(n_words // words_per_line - 1, generator=g)[:hops] + 1) * words_per_line
     chain = torch.zeros(n_words, dtype=torch.int32)
     chain[lines] = torch.roll(lines, -1).to(torch.int32)
     chain[0] = int(lines[0])  # the kernel starts at word 0
@@ -88,7 +89,8 @@ def test_l2_flush_evicts_an_l2_resident_input():
         if i >= 4:
             samples[case].append(start.elapsed_time(end) * 1e3)
     cold, warm = statistics.median(samples["flushed"]), statistics.median(samples["resident"])
-    print(f"4096 dependent loads after the flush: {cold:.1f} us; after the flush and a warming run: {warm:.1f} us")
+    print(f"4096 dependent loads after the flush: {cold:.1f} us; "
+          f"after the flush and a warming run: {warm:.1f} us")
     assert cold > 1.3 * warm
 
 

@@ -36,7 +36,8 @@ SOLUTION = textwrap.dedent('''
     torch::Tensor add(torch::Tensor a, torch::Tensor b) {
         auto out = torch::empty_like(a);
         int n = a.numel();
-        add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+        add_kernel<<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(),
+                                             out.data_ptr<float>(), n);
         return out;
     }
     """

@@ -41,7 +41,8 @@ SPECIAL = textwrap.dedent("""
         return []
 """)
 
-CANDIDATE = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n{body}"
+CANDIDATE = ("import torch\nimport torch.nn as nn\n\n"
+             "class ModelNew(nn.Module):\n    def forward(self, x):\n{body}")
 CANDIDATES = {
     "special__honest": """        y = torch.where(x > 2.0, torch.full_like(x, float("inf")), x * 1e37)
         return torch.where(x < -2.0, x * 1e-41, y)
