@@ -1,8 +1,9 @@
 """Write the evaluator's verdict on every adversarial fixture and honest solution, one JSON line each.
 
-The verdict is what the adversarial suite asserts on: the outcome, the ERROR flag codes (sorted) and the
-stage that decided. Running it before and after a change and diffing the two files shows whether the
-change moved any verdict (`--compare OLD NEW`). Timing figures are left out: they differ between runs.
+The verdict is what the adversarial suite asserts on: the outcome and the ERROR flag codes (sorted); the
+stage that decided is recorded beside it. Running it before and after a change and comparing the two files
+(`--compare OLD NEW`) shows whether the change moved any verdict, which fixtures are new, and which verdicts
+were reached at another stage. Timing figures are left out: they differ between runs.
 
     python3 scripts/adversarial_verdicts.py --out verdicts.jsonl [--device cuda|none]
     python3 scripts/adversarial_verdicts.py --compare before.jsonl after.jsonl
@@ -34,7 +35,7 @@ def _constants(path: Path) -> dict:
     return values
 
 
-def _verdict(result) -> dict:
+def _verdict_of(result) -> dict:
     from cudaperf.types import Severity
 
     return {"outcome": result.outcome.value, "stage": result.stage,
@@ -48,7 +49,7 @@ def run(out: Path, device: str) -> None:
     from cudaperf.tasks import load_tasks
     from cudaperf.tasks.examples import example_tasks_dir
 
-    tasks = {t.task_id: t for t in load_tasks(example_tasks_dir())}
+    tasks = {t.task_id: t for d in (example_tasks_dir(), FIXTURES / "tasks") for t in load_tasks(d)}
     paths = sorted(FIXTURES.glob("hack_*.py")) + sorted((FIXTURES / "honest").glob("honest_*.py"))
     cache = tempfile.mkdtemp(prefix="verdicts-cache-")
 
@@ -57,13 +58,14 @@ def run(out: Path, device: str) -> None:
                           timing=TimingConfig(baselines=("eager",)), coverage=device == "cuda")
 
     rows = []
+    out.write_text("")
     with Evaluator(config()) as ev:
         for path in paths:
             meta = _constants(path)
             task = tasks[meta["TASK"]]
             result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
-            rows.append({"fixture": path.stem, "variant": "default", **_verdict(result)})
-            print(json.dumps(rows[-1]), flush=True)
+            rows.append({"fixture": path.stem, "variant": "default", **_verdict_of(result)})
+            _emit(out, rows[-1])
     for path in paths:
         disabled = _constants(path).get("RUNTIME_DISABLE")
         if not disabled:
@@ -71,9 +73,20 @@ def run(out: Path, device: str) -> None:
         with Evaluator(config(Policy(disabled_rules=tuple(disabled)))) as ev:
             task = tasks[_constants(path)["TASK"]]
             result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
-        rows.append({"fixture": path.stem, "variant": "runtime_only", **_verdict(result)})
-        print(json.dumps(rows[-1]), flush=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        rows.append({"fixture": path.stem, "variant": "runtime_only", **_verdict_of(result)})
+        _emit(out, rows[-1])
+
+
+def _emit(out: Path, row: dict) -> None:
+    """Print a row and append it to the file at once, so a run cut short keeps what it judged."""
+    print(json.dumps(row), flush=True)
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _verdict(row: dict) -> tuple[str, list[str]]:
+    """The compared part of a row: the outcome and the ERROR flag codes."""
+    return row["outcome"], row["errors"]
 
 
 def compare(old: Path, new: Path) -> int:
@@ -81,11 +94,20 @@ def compare(old: Path, new: Path) -> int:
         return {(r["fixture"], r["variant"]): r for r in map(json.loads, p.read_text().splitlines())}
 
     a, b = load(old), load(new)
-    changed = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    both = sorted(a.keys() & b.keys())
+    changed = [k for k in both if _verdict(a[k]) != _verdict(b[k])]
+    staged = [k for k in both if k not in changed and a[k]["stage"] != b[k]["stage"]]
     for k in changed:
-        print(f"{k[0]} [{k[1]}]: {a.get(k)} -> {b.get(k)}")
-    print(f"{len(a.keys() & b.keys())} verdicts in both; {len(changed)} differ")
-    return 1 if changed else 0
+        print(f"{k[0]} [{k[1]}]: {_verdict(a[k])} -> {_verdict(b[k])}")
+    for k in staged:
+        print(f"{k[0]} [{k[1]}]: same verdict, decided at stage {a[k]['stage']} -> {b[k]['stage']}")
+    for k in sorted(b.keys() - a.keys()):
+        print(f"{k[0]} [{k[1]}]: new fixture, {_verdict(b[k])}")
+    for k in sorted(a.keys() - b.keys()):
+        print(f"{k[0]} [{k[1]}]: missing from the new run")
+    print(f"{len(both)} verdicts in both; {len(changed)} differ (outcome or error flags); "
+          f"{len(staged)} decided at another stage; {len(b.keys() - a.keys())} new; {len(a.keys() - b.keys())} missing")
+    return 1 if changed or a.keys() - b.keys() else 0
 
 
 def main() -> int:
