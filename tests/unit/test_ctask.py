@@ -157,3 +157,27 @@ def test_compile_check_reports_errors_as_values():
 
 def test_compile_check_without_cuda_says_so():
     assert compile_check("x = 1").status is CheckStatus.NO_CUDA
+
+
+def test_a_reference_cache_this_process_cannot_enter_falls_back_to_a_private_build(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from cudaperf.tasks import cref
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "private"))
+    (tmp_path / "private").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    real_stat = os.stat
+
+    def refuse(path, *args, **kwargs):
+        if str(path).startswith(str(locked)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", refuse)
+    task = saxpy_task()
+    build = cref.build_reference(task, cache_dir=locked)
+    assert build.ok and build.lib_path.startswith(str(tmp_path / "private"))

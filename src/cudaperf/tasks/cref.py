@@ -88,9 +88,20 @@ def build_key(source: str, cc: str = CC, flags: tuple[str, ...] = CFLAGS) -> str
 
 def build_reference(task: CTask, *, cache_dir: str | os.PathLike | None = None, cc: str = CC,
                     flags: tuple[str, ...] = CFLAGS, timeout_s: float = 120.0) -> CRefBuild:
-    """Compile `task.source` to `<cache>/cref/<key>.so`; reuse it when it already exists."""
+    """Compile `task.source` to `<cache>/cref/<key>.so`; reuse it when it already exists.
+
+    A cache this process may not use (a sandboxed worker whose uid cannot enter or write it) is no reason
+    to fail: the library is then built in a private directory of the process's own temp dir."""
     key = build_key(task.source, cc, flags)
     root = cache_root(cache_dir)
+    try:
+        return _build_in(task, root, key, cc, flags, timeout_s)
+    except PermissionError:
+        return _build_in(task, Path(tempfile.gettempdir()) / "cudaperf-cref", key, cc, flags, timeout_s)
+
+
+def _build_in(task: CTask, root: Path, key: str, cc: str, flags: tuple[str, ...],
+              timeout_s: float) -> CRefBuild:
     lib = root / f"{key}.so"
     if lib.exists():
         return CRefBuild(True, str(lib), key, cache_hit=True)
