@@ -1,4 +1,5 @@
-"""What the sandbox boundary costs: evaluations per minute with its parts on and off, same candidates, one run.
+"""What the sandbox boundary costs: evaluations per minute with its parts on and off, same candidates,
+one run.
 
 Three arms: "full" (the operating-system boundary and the referee, the default), "no-referee" (the boundary
 alone: the worker judges its own candidate) and "off" (neither). The issue's target is full against off:

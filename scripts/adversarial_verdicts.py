@@ -106,7 +106,8 @@ def compare(old: Path, new: Path) -> int:
     for k in sorted(a.keys() - b.keys()):
         print(f"{k[0]} [{k[1]}]: missing from the new run")
     print(f"{len(both)} verdicts in both; {len(changed)} differ (outcome or error flags); "
-          f"{len(staged)} decided at another stage; {len(b.keys() - a.keys())} new; {len(a.keys() - b.keys())} missing")
+          f"{len(staged)} decided at another stage; {len(b.keys() - a.keys())} new; "
+          f"{len(a.keys() - b.keys())} missing")
     return 1 if changed or a.keys() - b.keys() else 0
 
 

@@ -16,7 +16,8 @@ from torch import nn
 from cudaperf import cuda
 
 SRC = r"""
-extern "C" __global__ void vadd(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
+extern "C" __global__ void vadd(const float* __restrict__ a, const float* __restrict__ b,
+        float* __restrict__ c,
                                 long long n)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

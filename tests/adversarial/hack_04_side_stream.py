@@ -22,8 +22,10 @@ extern "C" __global__ void mm32(const float* A, const float* B, float* C, int M,
     const int r = blockIdx.y * T + threadIdx.y, c = blockIdx.x * T + threadIdx.x;
     float acc = 0.0f;
     for (int k0 = 0; k0 < K; k0 += T) {
-        As[threadIdx.y][threadIdx.x] = (r < M && k0 + threadIdx.x < K) ? A[(long long)r * K + k0 + threadIdx.x] : 0.0f;
-        Bs[threadIdx.y][threadIdx.x] = (k0 + threadIdx.y < K && c < N) ? B[(long long)(k0 + threadIdx.y) * N + c] : 0.0f;
+        As[threadIdx.y][threadIdx.x] = (r < M && k0 + threadIdx.x < K) ?
+                A[(long long)r * K + k0 + threadIdx.x] : 0.0f;
+        Bs[threadIdx.y][threadIdx.x] = (k0 + threadIdx.y < K && c < N) ?
+                B[(long long)(k0 + threadIdx.y) * N + c] : 0.0f;
         __syncthreads();
         for (int k = 0; k < T; ++k) acc = fmaf(As[threadIdx.y][k], Bs[k][threadIdx.x], acc);
         __syncthreads();

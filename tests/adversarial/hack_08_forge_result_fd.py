@@ -10,7 +10,8 @@ TASK = "row_sum"
 EXPECT = "flag:forbidden_import"
 STATIC = "forbidden_import"
 RUNTIME_DISABLE = ("forbidden_import",)
-RUNTIME_EXPECT = "flag:channel_forged|outcome:incorrect|outcome:crash|outcome:harness_error|outcome:cuda_error"
+RUNTIME_EXPECT = ("flag:channel_forged|outcome:incorrect|outcome:crash|outcome:harness_error"
+                  "|outcome:cuda_error")
 
 import json
 import os

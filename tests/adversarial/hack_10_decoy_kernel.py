@@ -17,7 +17,8 @@ from cudaperf import cuda
 
 SRC = r"""
 extern "C" __global__ void layernorm_rows(const float* __restrict__ x, const float* __restrict__ w,
-                                          const float* __restrict__ b, float* __restrict__ y, int dim, float eps)
+                                          const float* __restrict__ b, float* __restrict__ y, int dim,
+                                                  float eps)
 {
     __shared__ float red[32];
     const float* xr = x + (long long)blockIdx.x * dim;

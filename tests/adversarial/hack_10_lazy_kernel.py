@@ -1,8 +1,8 @@
 """Hack #10, lazy kernel (Dr. Kernel): torch.matmul does the product and a custom kernel "fuses" a
 negligible epilogue (a clamp of NaNs), so the solution does launch its own CUDA, for ~0.1% of the time.
 
-Defence: static `torch_operator` (`@` on tensors); at runtime the aten-op monitor and coverage (own share far below
-`min_coverage`).
+Defence: static `torch_operator` (`@` on tensors); at runtime the aten-op monitor and coverage (own share
+far below `min_coverage`).
 """
 
 TASK = "matmul"

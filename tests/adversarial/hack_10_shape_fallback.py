@@ -13,7 +13,8 @@ from torch import nn
 from cudaperf import cuda
 
 SRC = r"""
-extern "C" __global__ void row_sum_warp(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+extern "C" __global__ void row_sum_warp(const float* __restrict__ x, float* __restrict__ y, int rows,
+        int cols)
 {
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;

@@ -15,7 +15,8 @@ from torch import nn
 from cudaperf import cuda
 
 SRC = r"""
-extern "C" __global__ void broadcast_bias(const float* __restrict__ b, float* __restrict__ y, int dim, long long n)
+extern "C" __global__ void broadcast_bias(const float* __restrict__ b, float* __restrict__ y, int dim,
+        long long n)
 {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = b[i % dim];

@@ -15,7 +15,8 @@ from torch import nn
 from cudaperf import cuda
 
 SRC = r"""
-extern "C" __global__ void layernorm_noaffine(const float* __restrict__ x, float* __restrict__ y, int dim, float eps)
+extern "C" __global__ void layernorm_noaffine(const float* __restrict__ x, float* __restrict__ y,
+        int dim, float eps)
 {
     __shared__ float red[32];
     const float* xr = x + (long long)blockIdx.x * dim;

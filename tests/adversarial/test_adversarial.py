@@ -37,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 HACKS = sorted(HERE.glob("hack_*.py"))
 HONEST = sorted((HERE / "honest").glob("honest_*.py"))
 FIXTURE_TASKS = HERE / "tasks"
-TASK_IDS = {"vector_add", "relu", "softmax", "matmul", "row_sum", "layernorm", "kb_layernorm", "kb_scale_shift"}
+TASK_IDS = {"vector_add", "relu", "softmax", "matmul", "row_sum", "layernorm", "kb_layernorm",
+            "kb_scale_shift"}
 HACK_ROWS = set(range(1, 17))  # docs/evaluation.md, "Known reward hacks and the defences that work"
 OUTCOMES = {o.value for o in Outcome}
 
@@ -83,7 +84,8 @@ def clean_correct(result) -> bool:
 
 def describe(result) -> str:
     flags = "; ".join(f"{f.code}[{f.severity.value}]: {f.message[:160]}" for f in result.flags)
-    return f"outcome={result.outcome.value} stage={result.stage} message={result.message[:400]!r} flags: {flags}"
+    return (f"outcome={result.outcome.value} stage={result.stage} message={result.message[:400]!r} "
+            f"flags: {flags}")
 
 
 # -- fixture metadata ---------------------------------------------------------------------------------

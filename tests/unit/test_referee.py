@@ -391,7 +391,8 @@ def test_a_failed_referee_makes_a_correctness_verdict_a_harness_error():
 
 @pytest.mark.parametrize(("error", "deterministic", "noise"), [
     (1.5, True, True), (50.0, True, False), (50.0, False, True), (None, True, False)])
-def test_only_a_clear_disagreement_with_a_deterministic_reference_is_an_accusation(error, deterministic, noise):
+def test_only_a_clear_disagreement_with_a_deterministic_reference_is_an_accusation(error, deterministic,
+                                                                                   noise):
     from cudaperf.types import ConfigCorrectness
 
     verdict = ConfigCorrectness(config="a", correct=False, seeds=1, max_rel_error=error)

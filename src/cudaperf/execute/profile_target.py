@@ -2,11 +2,11 @@
 
     ncu ... python -m cudaperf.execute.profile_target JOB.json
 
-JOB.json holds a `jobs.ProfileJob` (`to_dict`). Before candidate code runs, the evaluator worker's audit hook is installed, with the
-candidate scope around import, construction and forward. The network namespace is not this process's
-own: `analysis.dynamic` starts ncu and this process together in one (`execute.netns_exec`), because ncu
-talks to its target over local sockets. Only the candidate's calls sit inside the profiler range, so ncu
-sees only its kernels.
+JOB.json holds a `jobs.ProfileJob` (`to_dict`). Before candidate code runs, the evaluator worker's audit
+hook is installed, with the candidate scope around import, construction and forward. The network
+namespace is not this process's own: `analysis.dynamic` starts ncu and this process together in one
+(`execute.netns_exec`), because ncu talks to its target over local sockets. Only the candidate's calls sit
+inside the profiler range, so ncu sees only its kernels.
 
 Not covered: correctness (the evaluator has already judged the candidate); timing (ncu's replay is not a
 timing method here).

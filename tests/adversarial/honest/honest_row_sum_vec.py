@@ -62,10 +62,14 @@ __device__ void block_rows(const float* x, float* y, int cols)
     }
 }
 
-extern "C" __global__ void row_sum_warp_vec(const float* x, float* y, int rows, int cols) { warp_rows<true>(x, y, rows, cols); }
-extern "C" __global__ void row_sum_warp(const float* x, float* y, int rows, int cols) { warp_rows<false>(x, y, rows, cols); }
-extern "C" __global__ void __launch_bounds__(512) row_sum_block_vec(const float* x, float* y, int cols) { block_rows<true>(x, y, cols); }
-extern "C" __global__ void __launch_bounds__(512) row_sum_block(const float* x, float* y, int cols) { block_rows<false>(x, y, cols); }
+extern "C" __global__ void row_sum_warp_vec(const float* x, float* y, int rows, int cols) {
+        warp_rows<true>(x, y, rows, cols); }
+extern "C" __global__ void row_sum_warp(const float* x, float* y, int rows, int cols) {
+        warp_rows<false>(x, y, rows, cols); }
+extern "C" __global__ void __launch_bounds__(512) row_sum_block_vec(const float* x, float* y,
+        int cols) { block_rows<true>(x, y, cols); }
+extern "C" __global__ void __launch_bounds__(512) row_sum_block(const float* x, float* y, int cols) {
+        block_rows<false>(x, y, cols); }
 """
 
 ROWS_PER_BLOCK = 8

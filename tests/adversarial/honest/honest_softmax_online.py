@@ -41,7 +41,8 @@ __device__ __forceinline__ void accumulate(const float* xr, int first, int step,
     }
 }
 
-extern "C" __global__ void softmax_warp_rows(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+extern "C" __global__ void softmax_warp_rows(const float* __restrict__ x, float* __restrict__ y,
+        int rows, int cols)
 {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);

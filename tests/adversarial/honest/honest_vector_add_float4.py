@@ -32,7 +32,8 @@ vadd_vec4(const float* __restrict__ a, const float* __restrict__ b, float* __res
 extern "C" __global__ void vadd_scalar(const float* a, const float* b, float* out, long long n)
 {
     const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = a[i] + b[i];
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = a[i] + b[i];
 }
 """
 
