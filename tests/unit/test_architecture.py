@@ -1,5 +1,6 @@
-"""The layering and the absence of import cycles hold (import-linter, contracts in pyproject.toml), and every
-top-level module of the package has its place in the layers."""
+"""The layering and the absence of import cycles hold (import-linter, contracts in pyproject.toml), every
+top-level module of the package has its place in the layers, and ruff's rules (the line length among them)
+hold over the tree."""
 
 from __future__ import annotations
 
@@ -38,3 +39,10 @@ def test_import_contracts_are_kept():
 
 def _path() -> str:
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is in the dev extra")
+def test_ruff_rules_and_line_length_hold():
+    proc = subprocess.run(["ruff", "check", "src", "tests", "scripts", "benchmarks", "dev"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]

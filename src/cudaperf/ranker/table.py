@@ -48,7 +48,10 @@ class Table:
 
     def subset(self, mask: np.ndarray) -> Table:
         idx = np.flatnonzero(mask)
-        pick = lambda seq: tuple(seq[i] for i in idx)
+
+        def pick(seq):
+            return tuple(seq[i] for i in idx)
+
         return Table(
             pick(self.keys),
             pick(self.family),
