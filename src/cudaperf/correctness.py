@@ -378,6 +378,11 @@ def flatten_tensors(obj: Any) -> list[torch.Tensor]:
     return []
 
 
+def tensor_bytes(*values: Any) -> int:
+    """Bytes held by every tensor in `values` (nested lists, tuples and dicts as `flatten_tensors` reads)."""
+    return sum(t.numel() * t.element_size() for t in flatten_tensors(list(values)))
+
+
 def _is_constant(t: torch.Tensor) -> bool:
     if t.numel() < 2:
         return False  # a scalar output (a loss) is not "constant" by itself

@@ -1,13 +1,20 @@
-"""Whether a CUDA context still works, for the code that runs candidate or generated kernels.
+"""The state of a device, for the code that runs candidate or generated kernels.
 
-Covers: `context_alive(device)`, used after an error to tell a sticky CUDA error (the context is gone and
-the process must be replaced) from one that left the context usable. Not covered: what to do about it
+Covers: `synchronize(device)` (a no-op on the CPU), and `context_alive(device)`, used after an error to tell
+a sticky CUDA error (the context is gone and the process must be replaced) from one that left the context
+usable. Not covered: what to do about it
 (the worker session and the dataset measurement decide).
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device; nothing to wait for on the CPU (where the recipes run in the unit tests)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def context_alive(device: torch.device) -> bool:

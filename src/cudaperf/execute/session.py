@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from cudaperf.correctness import Comparison, compare, derive_seed
-from cudaperf.execute.device_state import context_alive
+from cudaperf.execute.device_state import context_alive, synchronize
 from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
@@ -419,11 +419,6 @@ def shipper_of(report: Callable[[str], None]) -> Any:
     from cudaperf.execute.outputs import Shipper
 
     return Shipper(exchange, region)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def select_device(device: torch.device, job: EvalJob) -> None:

@@ -36,7 +36,9 @@ from cudaperf.correctness import (
     flatten_tensors,
     inputs_mutated,
     mutated_positions,
+    tensor_bytes,
 )
+from cudaperf.execute.device_state import synchronize
 from cudaperf.execute.judge import Judge, ReferenceFailed, ReferenceStore
 from cudaperf.jobs import EvalJob
 from cudaperf.types import Flag, InputConfig, Severity
@@ -75,19 +77,15 @@ class TorchReference:
         scrub([self.outputs, self.inputs_after, self.inputs])
         self.inputs = self.outputs = self.inputs_after = None
         self.computed = False
-        self.nbytes = _nbytes(list(self.model.parameters()))
+        self.nbytes = tensor_bytes(list(self.model.parameters()))
 
 
 def scrub(values: Any) -> None:
     """Overwrite every tensor in `values` in place (NaN for floating tensors, zeros otherwise)."""
     with torch.no_grad():
         for t in flatten_tensors(values):
-            if t.numel():
+            if t.numel() and type(t) is torch.Tensor:  # a subclass's fill_ could run its own code
                 t.fill_(SCRUB_VALUE) if (t.is_floating_point() or t.is_complex()) else t.zero_()
-
-
-def _nbytes(*objs: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in flatten_tensors(list(objs)))
 
 
 def sample(value: Any) -> Any:
@@ -118,11 +116,6 @@ def construct(cls: type, init_inputs: list, device: torch.device) -> torch.nn.Mo
     with torch.device(device):
         model = cls(*init_inputs)
     return model.to(device)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class TorchJudge(Judge):
@@ -195,7 +188,7 @@ class TorchJudge(Judge):
         entry.inputs_after = work if inputs_mutated(inputs, work) else None
         if self.check_determinism and entry.deterministic is None:
             self._check_determinism(entry)
-        entry.nbytes = _nbytes(inputs, outputs, entry.inputs_after, list(entry.model.parameters()))
+        entry.nbytes = tensor_bytes(inputs, outputs, entry.inputs_after, list(entry.model.parameters()))
         return entry
 
     def _check_determinism(self, entry: TorchReference) -> None:
@@ -208,7 +201,7 @@ class TorchJudge(Judge):
 
     def output_limit(self, key: Any) -> int:
         entry = self.reference(key.config, key.seed_index)
-        return _nbytes(entry.outputs, entry.inputs)
+        return tensor_bytes(entry.outputs, entry.inputs)
 
     def deterministic(self, config: str) -> bool | None:
         values = [self.store.get(self.key(self.configs[config], s)) for s in self.seeds]

@@ -67,6 +67,7 @@ from cudaperf.correctness import (
     inputs_mutated,
     mutated_positions,
     poison_allocator,
+    tensor_bytes,
 )
 from cudaperf.execute.memory_plan import SAMPLE_ELEMENTS, Footprint, MemoryPlan, Wanted, plan_memory
 from cudaperf.execute.session import (
@@ -77,13 +78,12 @@ from cudaperf.execute.session import (
     summarize_correctness,
     synchronize,
 )
+from cudaperf.execute.torch_judge import cache_budget, construct, scrub
 from cudaperf.jobs import EvalPayload
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
 from cudaperf.timing import BenchReport, compile_baseline, default_l2_flush_bytes, lead_sized_flush_bytes
 from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, InputConfig, Outcome, Severity
 
-REFERENCE_CACHE_FRACTION = 0.25  # of device memory held by cached references across jobs, at most
-CPU_REFERENCE_CACHE_BYTES = 2 << 30
 FINGERPRINT_CHUNK_BYTES = 256 << 20  # summed per chunk: a uint8 -> int64 sum materialises an 8x copy
 
 
@@ -169,17 +169,6 @@ def _byte_sum(t: torch.Tensor) -> int:
     raw = t.contiguous().reshape(-1).view(torch.uint8)
     return sum(int(raw[i:i + FINGERPRINT_CHUNK_BYTES].sum(dtype=torch.int64))
                for i in range(0, raw.numel(), FINGERPRINT_CHUNK_BYTES))
-
-
-def _nbytes(*objs: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in flatten_tensors(list(objs)))
-
-
-def _cache_budget(device: torch.device) -> int:
-    """The most the cross-job cache may hold (the memory plan may give it less)."""
-    if device.type == "cuda":
-        return int(REFERENCE_CACHE_FRACTION * torch.cuda.get_device_properties(device).total_memory)
-    return CPU_REFERENCE_CACHE_BYTES
 
 
 def free_device_bytes(device: torch.device) -> int:
@@ -328,8 +317,8 @@ class TorchSession(Session):
                        f"({self.input_bytes[largest.name] / 1e9:.2f} GB, twice) exceed the "
                        f"{free / 1e9:.2f} GB free on {self.device}")
         entry = self.reference(largest, self.seeds[0])
-        footprint = Footprint(_nbytes(entry.inputs), _nbytes(entry.outputs), _nbytes(_weights(entry.model)),
-                              entry.extra.get("forward_bytes", 0))
+        footprint = Footprint(tensor_bytes(entry.inputs), tensor_bytes(entry.outputs),
+                              tensor_bytes(_weights(entry.model)), entry.extra.get("forward_bytes", 0))
         self.plan = plan_memory(free, footprint, self.wanted(footprint, largest))
         self.apply_plan()
 
@@ -349,7 +338,7 @@ class TorchSession(Session):
             input_sets=self.job.timing.input_sets if timing else 0,
             flush_bytes=lead_sized_flush_bytes(str(self.device)) if cuda and timing else 0,
             min_flush_bytes=default_l2_flush_bytes(self.device) if cuda and timing else 0,
-            cache_bytes=_cache_budget(self.device), max_output_bytes=self.job.max_output_bytes)
+            cache_bytes=cache_budget(self.device), max_output_bytes=self.job.max_output_bytes)
 
     def apply_plan(self) -> None:
         plan = self.plan
@@ -364,7 +353,7 @@ class TorchSession(Session):
         REFERENCES.trim(plan.cache_bytes)
 
     def cache_budget(self) -> int:
-        return self.plan.cache_bytes if self.plan is not None else _cache_budget(self.device)
+        return self.plan.cache_bytes if self.plan is not None else cache_budget(self.device)
 
     # -- the reference ---------------------------------------------------------------------------
     def reference_key(self, config: InputConfig, seed: int) -> tuple:
@@ -393,7 +382,7 @@ class TorchSession(Session):
         inputs = make_inputs(module, config, seed, self.device)
         init_inputs = make_init_inputs(module, config)
         torch.manual_seed(seed)
-        model = _construct(module.Model, init_inputs, self.device)
+        model = construct(module.Model, init_inputs, self.device)
         if config.randomize_parameters:  # before its first forward (the candidate's twins follow)
             randomize_constant_parameters(model, None, seed)
         work = clone_inputs(inputs)
@@ -403,9 +392,9 @@ class TorchSession(Session):
         synchronize(self.device)
         after = work if inputs_mutated(inputs, work) else None
         entry = Reference(inputs, init_inputs, model, outputs, after,
-                          nbytes=_nbytes(inputs, outputs, after, _weights(model)))
+                          nbytes=tensor_bytes(inputs, outputs, after, _weights(model)))
         entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
-        entry.extra["output_bytes"] = _nbytes(outputs)  # sizes the poisoned block when outputs are gone
+        entry.extra["output_bytes"] = tensor_bytes(outputs)  # sizes the poisoned block when outputs are gone
         return entry
 
     def reference_or_drop(self, config: InputConfig, seed: int) -> bool:
@@ -463,7 +452,7 @@ class TorchSession(Session):
         init_inputs = self.reference(config, seed).init_inputs
         _check_constructor(self.model_new, init_inputs)
         torch.manual_seed(seed)  # outside the scope: torch's lazy CUDA seeding walks frames
-        model = self.candidate(lambda: _construct(self.model_new, init_inputs, self.device), "construct",
+        model = self.candidate(lambda: construct(self.model_new, init_inputs, self.device), "construct",
                                config.name)
         self.alive.append(model)
         if config.randomize_parameters:
@@ -479,7 +468,7 @@ class TorchSession(Session):
         module = self.module_for(config)
         init_inputs = self.reference(config, seed).init_inputs
         torch.manual_seed(seed)
-        twin = _construct(module.Model, init_inputs, self.device)
+        twin = construct(module.Model, init_inputs, self.device)
         unmatched = self.candidate(lambda: randomize_constant_parameters(twin, model, seed), "construct",
                                    config.name)
         if unmatched:
@@ -509,7 +498,7 @@ class TorchSession(Session):
         poison_allocator(self.device, self.expected_output_bytes(entry, config))
         out = self.candidate(lambda: self.forward(model, given, config), "forward", config)
         self.alive.append(out)
-        size = _nbytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
+        size = tensor_bytes(*[t for t in flatten_tensors(out) if type(t) is torch.Tensor])  # no subclass code
         self.output_bytes_seen[config] = size
         cap = self.output_cap()
         if size > cap:
@@ -521,9 +510,9 @@ class TorchSession(Session):
         """The size of the block to poison for the output: the reference's output when it is known (with a
         referee it is not, before shipping), else the size of this candidate's last output here, else the
         largest input (the output of most operators)."""
-        known = _nbytes(entry.outputs) or entry.extra.get("output_bytes", 0)
+        known = tensor_bytes(entry.outputs) or entry.extra.get("output_bytes", 0)
         known = known or self.output_bytes_seen.get(config, 0)
-        return known or max((_nbytes(t) for t in flatten_tensors(entry.inputs)), default=0)
+        return known or max((tensor_bytes(t) for t in flatten_tensors(entry.inputs)), default=0)
 
     def output_cap(self) -> int:
         """The memory plan's output cap (the job's own cap when it gave one and no plan exists)."""
@@ -595,10 +584,11 @@ class TorchSession(Session):
         inputs = make_inputs(module, config, seed, self.device)
         init_inputs = make_init_inputs(module, config)
         torch.manual_seed(seed)
-        model = _construct(module.Model, init_inputs, self.device)
+        model = construct(module.Model, init_inputs, self.device)
         if config.randomize_parameters:
             randomize_constant_parameters(model, None, seed)
-        entry = Reference(inputs, init_inputs, model, None, None, nbytes=_nbytes(inputs, _weights(model)))
+        entry = Reference(inputs, init_inputs, model, None, None,
+                          nbytes=tensor_bytes(inputs, _weights(model)))
         entry.extra["pending"] = True
         return entry
 
@@ -610,9 +600,9 @@ class TorchSession(Session):
         synchronize(self.device)
         entry.outputs = outputs
         entry.inputs_after = work if inputs_mutated(entry.inputs, work) else None
-        entry.nbytes = _nbytes(entry.inputs, outputs, entry.inputs_after, _weights(entry.model))
+        entry.nbytes = tensor_bytes(entry.inputs, outputs, entry.inputs_after, _weights(entry.model))
         entry.extra.pop("pending", None)
-        entry.extra["output_bytes"] = _nbytes(outputs)
+        entry.extra["output_bytes"] = tensor_bytes(outputs)
         REFERENCES.put(key, entry, self.cache_budget())
 
     def forget_outputs(self) -> None:
@@ -622,12 +612,12 @@ class TorchSession(Session):
         for key, entry in entries.values():
             if entry.extra.get("pending"):
                 continue
-            _scrub([entry.outputs, entry.inputs_after])
+            scrub([entry.outputs, entry.inputs_after])
             entry.outputs = entry.inputs_after = None
             entry.extra["pending"] = True
-            entry.nbytes = _nbytes(entry.inputs, _weights(entry.model))
+            entry.nbytes = tensor_bytes(entry.inputs, _weights(entry.model))
             entry.fingerprint = _fingerprint(entry)
-        _scrub(list(self.timing_outputs.values()))
+        scrub(list(self.timing_outputs.values()))
         self.timing_outputs.clear()
         poison_allocator(self.device)
 
@@ -700,7 +690,7 @@ class TorchSession(Session):
         return summarize_correctness(config.name, results, len(self.seeds))
 
     def scrub(self) -> None:
-        _scrub([v for pair in self.kept.values() for v in pair])
+        scrub([v for pair in self.kept.values() for v in pair])
         self.kept.clear()
         self.forget_outputs()
 
@@ -807,22 +797,6 @@ class TorchSession(Session):
 # Helpers
 
 
-def _scrub(values: Any) -> None:
-    """Overwrite every tensor in `values` in place (NaN, or zeros for integer and bool tensors)."""
-    with torch.no_grad():
-        for t in flatten_tensors(values):
-            if t.numel() and type(t) is torch.Tensor:
-                t.fill_(float("nan")) if (t.is_floating_point() or t.is_complex()) else t.zero_()
-
-
-def _construct(cls: type, init_inputs: list, device: torch.device) -> torch.nn.Module:
-    """`cls(*init_inputs)` with parameters allocated on `device` (the caller seeds torch first, the same
-    seed for the reference and the candidate, so their weights match)."""
-    with torch.device(device):
-        model = cls(*init_inputs)
-    return model.to(device)
-
-
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
 
@@ -839,7 +813,7 @@ def _forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
     """Transient bytes the forward used beyond its outputs: the allocator's peak since `_start_peak`."""
     if device.type != "cuda":
         return 0
-    return max(0, torch.cuda.max_memory_allocated(device) - before - _nbytes(outputs))
+    return max(0, torch.cuda.max_memory_allocated(device) - before - tensor_bytes(outputs))
 
 
 def _sample(value: Any) -> Any:

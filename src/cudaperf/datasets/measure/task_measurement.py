@@ -62,16 +62,16 @@ from cudaperf.correctness import (
     clone_inputs,
     compare,
     fill_sentinel_,
-    flatten_tensors,
     inputs_mutated,
     poison_allocator,
+    tensor_bytes,
 )
 from cudaperf.datasets import registry
 from cudaperf.datasets.measure.options import MeasureOptions
 from cudaperf.datasets.measure.pool import ContextLost, GpuLock, task_from_job
 from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
 from cudaperf.datasets.records import GeneratedTask, Implementation
-from cudaperf.execute.device_state import context_alive
+from cudaperf.execute.device_state import context_alive, synchronize
 from cudaperf.host_timing import isolated_host_timing
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ParamKind, from_json, make_inputs
@@ -186,12 +186,6 @@ class GpuRunner:
             torch.cuda.empty_cache()
         except Exception:  # noqa: BLE001, S110 - see the docstring
             pass
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the device (a no-op on the CPU, where the recipe runs in the unit tests)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 
@@ -505,7 +499,7 @@ class TorchTaskMeasure(TaskMeasure):
             try:
                 torch.manual_seed(ref.seed)  # the same seed as the reference: the same weights
                 new = built.module.ModelNew(*ref.init).to(self.device).eval()
-                poison_allocator(self.device, _nbytes(ref.output))
+                poison_allocator(self.device, tensor_bytes(ref.output))
                 inputs = clone_inputs(ref.inputs)
                 with torch.no_grad():
                     out = new(*inputs)
@@ -595,10 +589,6 @@ class TorchTaskMeasure(TaskMeasure):
             return compare(out, expected[index], None, overrides=tolerances).ok
 
         return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, [r.inputs for r in refs], check, notes)
-
-
-def _nbytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in flatten_tensors(value))
 
 
 # --------------------------------------------------------------------------------------------------
