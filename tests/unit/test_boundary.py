@@ -219,8 +219,7 @@ def test_without_bubblewrap_evaluation_runs_weaker_and_says_so_once(monkeypatch,
 
 def test_a_job_on_another_cache_restarts_the_worker_with_views_over_it(pool, tmp_path):
     cache = tmp_path / "cache"
-    cache.mkdir()
-    (tmp_path).chmod(0o755)
+    cache.mkdir(mode=0o700)  # as pytest's and mkdtemp's directories are: the worker's uid must still enter
     before = pool.run(job("h_self")).sandbox["pid"]
     probe = [str(cache / "torch_extensions" / "mine"), str(cache / "cref" / "mine"), str(cache / "other")]
     reply = pool.run(job("h_write", cache_dir=str(cache), paths=probe))

@@ -238,6 +238,21 @@ def _first_untraversable(path: str) -> str | None:
     return None
 
 
+def let_uid_enter(directory: str) -> bool:
+    """Add o+x (enter, not list) to `directory` when the evaluator owns it and other uids cannot enter
+    it; True when it changed. For the build cache, which a worker that drops its uid must enter to reach
+    its views (`views.py`) and the NVRTC cubins: a cache made by `mkdtemp` or pytest's `tmp_path` is
+    0700. Its ancestors need no change (`_hidden_dirs` exposes them); the path itself is bound as it is."""
+    try:
+        info = os.stat(directory)
+        if info.st_mode & stat.S_IXOTH or info.st_uid != os.geteuid():
+            return False
+        os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
+    except OSError:
+        return False
+    return True
+
+
 def _existing(paths: Iterable[str]) -> list[str]:
     return [os.path.realpath(p) for p in paths if p and os.path.exists(p)]
 

@@ -385,6 +385,7 @@ class Worker:
             readable=(*boundary.python_paths(), self.cache_dir, *self.limits.read_paths),
         )
         if self.uid is not None:
+            boundary.let_uid_enter(self.cache_dir)
             views.prepare({}, str(self._root), self.cache_dir, self.uid)  # hand the views to the uid
         fd = boundary.seccomp_fd(self.plan)
         return boundary.wrap(self.plan, argv, mounts, drops_uid=self.uid is not None, seccomp_fd=fd), fd
