@@ -1,0 +1,319 @@
+"""The configuration of `cudaperf train sft` and `cudaperf train rl`: one frozen dataclass per command.
+
+Every field has a docstring (the CLI's help is generated from them, `commands/train_cmd.py`); impossible
+combinations are refused in `__post_init__` with a `ConfigError` that names the fields and the fix. A
+configuration is saved as JSON beside every checkpoint (`save_config`) and in the run's directory, and a
+resumed run must match the saved one on every field that shapes the data or the optimisation
+(`check_resume`): a resume that silently changed the batch size or the data would not continue the run.
+
+Not covered: running anything (`sft.py`, `rl.py`), the reward's own configuration (`cudaperf.reward`:
+named here by preset), the evaluator's (`cudaperf.evaluate.EvalConfig`: built from the few fields below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "train_config.json"
+KINDS = ("pytorch", "c")
+# Fields a resumed run may change: where it runs and for how long, never what it learns from.
+RESUMABLE = frozenset({"resume", "max_steps", "epochs", "logging_steps", "save_steps", "eval_steps",
+                       "device", "save_total_limit", "eval_workers", "build_workers"})
+
+
+class ConfigError(ValueError):
+    """An impossible or contradictory configuration; the message says which fields and how to fix it."""
+
+
+@dataclass(frozen=True)
+class CommonConfig:
+    """Fields both commands share."""
+
+    model: str = "smollm2"
+    """The policy to start from: 'smollm2' (SmolLM2-135M-Instruct from the offline GGUF), 'tiny' (a random
+    ~0.2 M-parameter Llama with a locally trained tokenizer: tests and smoke runs), or a model directory
+    (e.g. the `final/` directory of an earlier `train sft`)."""
+    output_dir: str = "runs/train"
+    """Run directory: checkpoints (checkpoint-<step>/, each with train_config.json), final/ (the trained
+    model), metrics.jsonl, tensorboard/, batches.jsonl (a fingerprint of every training batch)."""
+    seed: int = 0
+    """Seed of the data order, initialisation (tiny model) and sampling."""
+    device: str = "auto"
+    """'auto' (cuda when present), 'cpu' or 'cuda'."""
+    learning_rate: float = 5e-5
+    """Peak learning rate (linear decay after warmup)."""
+    max_steps: int = -1
+    """Optimiser steps; -1: as many as `epochs` give (SFT; RL needs a positive number)."""
+    logging_steps: int = 1
+    """Log training metrics every this many steps."""
+    save_steps: int = 50
+    """Write a checkpoint every this many steps (a killed run resumes from the last one)."""
+    save_total_limit: int = 2
+    """Checkpoints kept (older ones are deleted); at least 1."""
+    resume: bool = True
+    """Continue from the last checkpoint in `output_dir` when there is one (the saved configuration must
+    match: see `check_resume`); False refuses to start over an existing run."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of all weights."""
+    lora_rank: int = 16
+    """LoRA rank r (with `lora`)."""
+    lora_alpha: int = 32
+    """LoRA scaling alpha (with `lora`)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input (with `lora`)."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                     "down_proj")
+    """Module names that get adapters (with `lora`); the Llama family's projection names by default."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    tiny_context_tokens: int = 8192
+    """Context length of the 'tiny' model (the agent's prompts run to a few thousand of its tokens)."""
+
+    def check_common(self) -> None:
+        if self.save_steps < 1 or self.logging_steps < 1:
+            raise ConfigError(f"save_steps={self.save_steps}, logging_steps={self.logging_steps}: both >= 1")
+        if self.save_total_limit < 1:
+            raise ConfigError("save_total_limit must be >= 1: a run without a checkpoint cannot resume")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate={self.learning_rate}: must be positive")
+        if self.lora and (self.lora_rank < 1 or not self.lora_targets):
+            raise ConfigError("lora=True needs lora_rank >= 1 and at least one name in lora_targets")
+        if not self.lora and (self.lora_rank, self.lora_alpha, self.lora_dropout) != (16, 32, 0.0):
+            raise ConfigError("lora_rank/lora_alpha/lora_dropout were set but lora=False: set lora=True "
+                              "or leave them at their defaults")
+
+
+@dataclass(frozen=True)
+class SftConfig(CommonConfig):
+    """`cudaperf train sft`: task prompt -> one verified implementation, completion-only loss."""
+
+    dataset_seed: int = 0
+    """Seed of the task index and of its family split (`cudaperf.datasets`; 0 is the default build)."""
+    kinds: tuple[str, ...] = KINDS
+    """Task kinds to train on: 'pytorch', 'c' or both."""
+    families: tuple[str, ...] = ()
+    """Only these families (empty: every family of the train split)."""
+    limit_tasks: int = 0
+    """At most this many train tasks, round-robin across families (0: all)."""
+    val_limit_tasks: int = 64
+    """Validation tasks (held-out families) for the eval loss, round-robin (0: all)."""
+    measurements: str = ""
+    """Directory of `dataset measure` results (measurements*.jsonl[.gz]): keep only implementations that
+    measured correct on every configuration with their current source. Empty: every generated
+    implementation (correct by construction, not verified on a GPU)."""
+    strategies: tuple[str, ...] = ()
+    """Only implementations of these strategies (empty: all)."""
+    epochs: float = 3.0
+    """Passes over the training examples (when max_steps is -1)."""
+    batch_size: int = 8
+    """Examples per device batch."""
+    grad_accum: int = 1
+    """Batches per optimiser step."""
+    max_length: int = 4096
+    """Longest example in tokens (prompt + answer). Longer examples are dropped, never truncated: a cut
+    answer would teach the model to stop mid-module."""
+    warmup_ratio: float = 0.03
+    """Share of the steps spent warming the learning rate up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    eval_steps: int = 50
+    """Compute the validation loss every this many steps (0: never)."""
+    format: str = "fast"
+    """Prompt format. Only 'fast': the dataset's implementations are fast-format modules."""
+
+    def __post_init__(self) -> None:
+        self.check_common()
+        bad = [k for k in self.kinds if k not in KINDS]
+        if bad or not self.kinds:
+            raise ConfigError(f"kinds={self.kinds}: choose from {KINDS}")
+        if self.format != "fast":
+            raise ConfigError(f"format={self.format!r}: the dataset's implementations are fast-format "
+                              "modules, so an 'inline' prompt would teach answers that contradict it; use "
+                              "format='fast'")
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ConfigError("batch_size and grad_accum must be >= 1")
+        if self.max_length < 256:
+            raise ConfigError(f"max_length={self.max_length}: the task prompts alone are longer; use >= 256")
+        if self.max_steps < 1 and not self.epochs > 0:
+            raise ConfigError("max_steps=-1 needs epochs > 0")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"warmup_ratio={self.warmup_ratio}: in [0, 1)")
+
+
+@dataclass(frozen=True)
+class RlConfig(CommonConfig):
+    """`cudaperf train rl`: GRPO over multi-turn refinement trajectories (TRL's GRPOTrainer)."""
+
+    learning_rate: float = 2e-6
+    """Peak learning rate (RL steps are small: Kevin-style recipes use ~1e-6)."""
+    max_steps: int = 20
+    """Optimiser steps (each: `tasks_per_step` tasks, all their trajectories)."""
+    max_grad_norm: float = 0.05
+    """Gradient-norm clip (Kevin: 0.05)."""
+    tasks: tuple[str, ...] = ("split:train",)
+    """Task specs as `cudaperf optimize` takes them (split:NAME, a directory, examples, a file...)."""
+    kinds: tuple[str, ...] = KINDS
+    """Task kinds to train on."""
+    families: tuple[str, ...] = ()
+    """Only these families (empty: all)."""
+    limit_tasks: int = 64
+    """At most this many tasks, round-robin across families (0: all)."""
+    max_turns: int = 2
+    """Turns per trajectory (Kevin: 4 in training)."""
+    trajectories: int = 4
+    """Trajectories per task and step (the GRPO group is built from them)."""
+    credit: str = "turn"
+    """How per-turn credit reaches the loss. 'turn' (Kevin): every turn is its own sample (its prompt is
+    the agent's context for that turn, its completion the reply), rewarded with its discounted return
+    sum_{k>=t} gamma^(k-t) s_k; the group is every turn of every trajectory of the task.
+    'trajectory': one sample per trajectory (completion = replies and feedback, feedback tokens masked
+    out by env_mask), rewarded with the return of its first turn; no per-turn credit."""
+    gamma: float = 0.4
+    """Discount of later turns' scores in a turn's return (Kevin: 0.4)."""
+    turn_mode: str = "sum"
+    """'sum' (Kevin's choice) or 'max' of the discounted later scores."""
+    reward: str = "cudaperf"
+    """Reward preset ('cudaperf', 'kevin', 'cuda-agent' or 'pkg.module:function'); each component is
+    logged."""
+    tasks_per_step: int = 2
+    """Tasks per optimiser step."""
+    max_new_tokens: int = 1024
+    """New tokens per reply."""
+    max_prompt_tokens: int = 6144
+    """The agent's context is shrunk to fit this many tokens ('turn' credit)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling of the rollouts."""
+    beta: float = 0.0
+    """KL coefficient against the starting policy (0: off, no reference model; Kevin uses 0)."""
+    epsilon: float = 0.2
+    """Lower clip of the importance ratio."""
+    epsilon_high: float = 0.28
+    """Upper clip ('clip-high', DAPO; Kevin: 0.28)."""
+    loss_type: str = "dr_grpo"
+    """TRL loss aggregation; 'dr_grpo' normalises by a constant (Kevin's constant length normalisation)."""
+    scale_rewards: str = "group"
+    """Advantage scaling: 'group' (std within the group), 'batch' or 'none'."""
+    eval_device: str = "auto"
+    """Where candidates run: 'cuda', 'cpu' (the sandboxed CPU worker: pure-PyTorch answers only, needs
+    `allow_torch_ops`), 'none' (build and static checks only) or 'auto'."""
+    allow_torch_ops: bool = False
+    """Accept torch compute ops in answers (only for CPU smoke runs: a CUDA kernel cannot run there)."""
+    eval_seeds: int = 1
+    """Input seeds per correctness check."""
+    timing_budget_ms: float = 50.0
+    """Timing budget per candidate and configuration."""
+    eval_workers: int = 0
+    """GPU evaluation workers; 0: one per visible GPU."""
+    build_workers: int = 0
+    """CPU build processes; 0: the evaluator's default."""
+    target_speedup: float = 0.0
+    """End a trajectory early once a correct answer reaches this speedup (0: never). Only with
+    credit='trajectory': 'turn' credit needs every trajectory to have `max_turns` turns."""
+
+    def __post_init__(self) -> None:
+        self.check_common()
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps={self.max_steps}: RL needs a positive number of steps")
+        if self.credit not in ("turn", "trajectory"):
+            raise ConfigError(f"credit={self.credit!r}: use 'turn' or 'trajectory'")
+        if self.turn_mode not in ("sum", "max"):
+            raise ConfigError(f"turn_mode={self.turn_mode!r}: use 'sum' or 'max'")
+        if not 0 <= self.gamma <= 1:
+            raise ConfigError(f"gamma={self.gamma}: in [0, 1]")
+        if self.max_turns < 1 or self.trajectories < 1 or self.tasks_per_step < 1:
+            raise ConfigError("max_turns, trajectories and tasks_per_step must be >= 1")
+        if self.num_generations < 2:
+            raise ConfigError(f"a GRPO group of {self.num_generations} sample has no baseline: raise "
+                              "trajectories (or max_turns with credit='turn') so the group has >= 2")
+        if self.credit == "turn" and self.target_speedup:
+            raise ConfigError("target_speedup ends trajectories early, but credit='turn' needs every "
+                              "trajectory to have max_turns turns (a fixed group size): set target_speedup=0 "
+                              "or credit='trajectory'")
+        if self.epsilon_high < self.epsilon:
+            raise ConfigError(f"epsilon_high={self.epsilon_high} < epsilon={self.epsilon}: clip-high must "
+                              "not be tighter than the lower clip")
+        if self.eval_device not in ("auto", "cuda", "cpu", "none"):
+            raise ConfigError(f"eval_device={self.eval_device!r}: use auto, cuda, cpu or none")
+        if self.eval_device == "cpu" and not self.allow_torch_ops:
+            raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers (no GPU for kernels), so "
+                              "every reward would be 'not applicable': set allow_torch_ops=True (a smoke "
+                              "run) or eval_device='cuda'")
+        if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
+            raise ConfigError(f"loss_type={self.loss_type!r}: use grpo, dr_grpo, dapo or bnpo")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ConfigError(f"scale_rewards={self.scale_rewards!r}: use group, batch or none")
+        if self.max_new_tokens < 1 or self.max_prompt_tokens < 256:
+            raise ConfigError("max_new_tokens must be >= 1 and max_prompt_tokens >= 256")
+        from cudaperf.reward import resolve_config
+
+        try:
+            resolve_config(self.reward)
+        except (ValueError, KeyError, ImportError, TypeError) as exc:
+            raise ConfigError(f"reward={self.reward!r}: {exc}") from exc
+
+    @property
+    def num_generations(self) -> int:
+        """Samples per task and step: every turn of every trajectory ('turn'), or every trajectory."""
+        return self.trajectories * (self.max_turns if self.credit == "turn" else 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving, loading, resuming
+
+
+def config_dict(config: CommonConfig) -> dict[str, Any]:
+    return {"command": type(config).__name__, **dataclasses.asdict(config)}
+
+
+def save_config(config: CommonConfig, directory: str | Path) -> Path:
+    path = Path(directory) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config_dict(config), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def load_config(path: str | Path) -> CommonConfig:
+    """A saved configuration (a run directory, a checkpoint directory or the JSON file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_FILE
+    data = json.loads(path.read_text())
+    cls = {"SftConfig": SftConfig, "RlConfig": RlConfig}[data.pop("command")]
+    return from_plain(cls, data)
+
+
+def from_plain(cls: type, data: dict[str, Any]) -> Any:
+    """`cls(**data)` with JSON lists turned back into the tuples the fields declare."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+    values = {k: tuple(v) if isinstance(v, list) and "tuple" in str(hints[k]) else v for k, v in data.items()}
+    return cls(**values)
+
+
+def check_resume(saved: CommonConfig, current: CommonConfig) -> None:
+    """Refuse to resume a run under a configuration that changes what it learns or in which order."""
+    if type(saved) is not type(current):
+        raise ConfigError(f"the run in {current.output_dir} was a {type(saved).__name__}, not a "
+                          f"{type(current).__name__}: use another output_dir")
+    old, new = dataclasses.asdict(saved), dataclasses.asdict(current)
+    changed = sorted(k for k in old if k not in RESUMABLE and old[k] != new.get(k))
+    if changed:
+        diffs = ", ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in changed)
+        raise ConfigError(f"cannot resume the run in {current.output_dir} with a different configuration "
+                          f"({diffs}): use the saved values or another output_dir")
+
+
+__all__ = ["CONFIG_FILE", "CommonConfig", "ConfigError", "RlConfig", "SftConfig", "check_resume",
+           "config_dict", "from_plain", "load_config", "save_config"]

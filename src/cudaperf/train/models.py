@@ -1,0 +1,122 @@
+"""The policy a training run starts from, and the one tokenisation of chat turns that SFT, the rollouts and
+the agent share.
+
+Covers: resolving `model` ('tiny', 'smollm2' or a directory) to a plain, trainable causal LM and its
+tokenizer (SmolLM2 through the agent's offline GGUF conversion; the tiny model built once per run under
+`<output_dir>/tiny-init`), the tokenizer fixes training needs (a pad token, `<|im_end|>` as end of turn),
+optional LoRA (peft), and token ids of a prompt (`prompt_ids`: the chat template with the generation
+prompt, exactly as `agent.backends.hf_local` renders it) and of an answer (`answer_ids`: the text and the
+end-of-turn token the model must learn to emit).
+
+Not covered: downloading (no hub here), quantised training, models without a chat template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cudaperf.train.config import CommonConfig
+
+TINY_DIR = "tiny-init"
+
+
+def model_directory(config: CommonConfig) -> Path:
+    """The directory `config.model` names, building or converting it first when needed."""
+    if config.model == "tiny":
+        from cudaperf.agent.backends.tiny import build_tiny_chat_model
+
+        directory = Path(config.output_dir) / TINY_DIR
+        if not (directory / "config.json").is_file():
+            build_tiny_chat_model(directory, seed=config.seed, hidden_size=64, layers=2,
+                                  context_tokens=config.tiny_context_tokens)
+        return directory
+    if config.model == "smollm2":
+        from cudaperf.agent.backends.smollm2 import SmolLM2Options, convert, converted_dir, find_gguf
+
+        options = SmolLM2Options()
+        gguf = find_gguf(options.gguf)
+        directory = converted_dir(gguf, options)
+        if not (directory / "config.json").is_file():
+            convert(gguf, directory, options.cache_dtype)
+        return directory
+    directory = Path(config.model).expanduser()
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"model={config.model!r}: not 'tiny', 'smollm2' or a model directory "
+                                "with a config.json")
+    return directory
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_policy(config: CommonConfig) -> tuple[Any, Any]:
+    """(model, tokenizer): float32 on the CPU, bfloat16 on a GPU; the tokenizer padded with
+    `<|endoftext|>` and ending turns with `<|im_end|>` when the vocabulary has them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = model_directory(config)
+    device = resolve_device(config.device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+    fix_special_tokens(model, tokenizer)
+    return model.to(device), tokenizer
+
+
+def fix_special_tokens(model: Any, tokenizer: Any) -> None:
+    vocab = tokenizer.get_vocab()
+    if "<|im_end|>" in vocab:
+        tokenizer.eos_token = "<|im_end|>"
+    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
+        tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab else tokenizer.eos_token
+    for cfg in (model.config, model.generation_config):
+        cfg.eos_token_id = tokenizer.eos_token_id
+        cfg.pad_token_id = tokenizer.pad_token_id
+
+
+def lora_config(config: CommonConfig) -> Any:
+    """The peft `LoraConfig` of the run, or None without `lora`."""
+    if not config.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
+
+
+def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation with the assistant's turn opened (what the model continues)."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def answer_ids(tokenizer: Any, answer: str) -> list[int]:
+    """Token ids of an assistant reply followed by the end-of-turn token."""
+    return tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def between_turns_ids(tokenizer: Any, user_message: str, reply_ended: bool) -> list[int]:
+    """Token ids the chat template puts between the end of an assistant reply and the next reply: the
+    close of the assistant turn (the end-of-turn token itself only when the reply did not emit it), the
+    user message, and the opening of the next assistant turn. Found by rendering a conversation around a
+    marker, so it follows any template."""
+    marker = "\u2063cudaperf-reply\u2063"
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker},
+                {"role": "user", "content": user_message}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    tail = text.split(marker, 1)[1]
+    if reply_ended and tail.startswith(tokenizer.eos_token):
+        tail = tail[len(tokenizer.eos_token):]
+    return tokenizer(tail, add_special_tokens=False)["input_ids"]
+
+
+__all__ = ["answer_ids", "between_turns_ids", "fix_special_tokens", "load_policy", "lora_config",
+           "model_directory", "prompt_ids", "resolve_device"]

@@ -1,0 +1,142 @@
+"""What a training run writes as it goes: metrics (JSONL and TensorBoard), the configuration beside every
+checkpoint, and a fingerprint of every training batch (so a resumed run can be checked against an
+uninterrupted one).
+
+Covers: `MetricsWriter` (one JSON line per record, flushed at once, so a killed run loses at most the
+line being written; the same scalars to TensorBoard under `<output_dir>/tensorboard`), `RunCallback` (a
+`transformers.TrainerCallback`: the trainer's logs to the writer, the configuration into each
+`checkpoint-<step>/`, the wall time of each optimiser step), `record_batch` (the fingerprint line of one
+micro-batch in `batches.jsonl`), and `last_checkpoint`.
+
+Not covered: what the metrics mean (the rollout computes its own, `rollout.py`), plotting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cudaperf.train.config import CommonConfig, save_config
+
+METRICS_FILE = "metrics.jsonl"
+BATCHES_FILE = "batches.jsonl"
+
+
+class MetricsWriter:
+    """Appends metric records to `<directory>/metrics.jsonl` and their numbers to TensorBoard."""
+
+    def __init__(self, directory: str | Path, tensorboard: bool = True) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.directory / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115 - long-lived
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.directory / "tensorboard"))
+            except ImportError:  # tensorboard not installed: the JSONL still has everything
+                self._tb = None
+
+    def write(self, kind: str, step: int, values: Mapping[str, Any]) -> None:
+        record = {"kind": kind, "step": step, "time": time.time(), **values}
+        self._file.write(json.dumps(record, default=_plain) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self._tb.add_scalar(f"{kind}/{key}", value, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def read_metrics(directory: str | Path, kind: str | None = None) -> list[dict[str, Any]]:
+    """The records of `metrics.jsonl` (a torn last line skipped), optionally of one kind."""
+    path = Path(directory) / METRICS_FILE
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if kind is None or record.get("kind") == kind:
+            out.append(record)
+    return out
+
+
+def fingerprint(inputs: Any) -> dict[str, Any]:
+    """What identifies a training micro-batch: the task ids of RL rows, or a hash of SFT token ids."""
+    if isinstance(inputs, list):
+        ids = [row.get("task_id", "") for row in inputs if isinstance(row, Mapping)]
+        return {"ids": ids, "hash": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
+    tensor = inputs["input_ids"]
+    return {"hash": hashlib.sha256(tensor.cpu().numpy().tobytes()).hexdigest()[:16],
+            "shape": list(tensor.shape)}
+
+
+def record_batch(output_dir: str | Path, step: int, inputs: Any) -> None:
+    """Append the fingerprint of the micro-batch trained at optimiser step `step` (1-based)."""
+    with open(Path(output_dir) / BATCHES_FILE, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"step": step, **fingerprint(inputs)}) + "\n")
+
+
+def read_batches(output_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(output_dir) / BATCHES_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def last_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete `checkpoint-<step>` directory (one the trainer finished writing), or None."""
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(directory))
+
+
+def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
+    """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint and times steps."""
+    from transformers import TrainerCallback
+
+    class RunCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.step_started = time.perf_counter()
+            self.step_seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.step_started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.step_seconds.append(time.perf_counter() - self.step_started)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            values = dict(logs or {})
+            if self.step_seconds:
+                values["step_s"] = sum(self.step_seconds) / len(self.step_seconds)
+                self.step_seconds = []
+            writer.write("train", state.global_step, values)
+
+        def on_save(self, args, state, control, **kwargs):
+            save_config(config, Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+    return RunCallback()
+
+
+__all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "fingerprint", "last_checkpoint",
+           "make_callback", "read_batches", "read_metrics", "record_batch"]

@@ -1,0 +1,134 @@
+"""`cudaperf train sft`: supervised fine-tuning on the dataset's implementations with TRL's SFTTrainer.
+
+Recipe: tasks of the train families (val families for the eval loss) -> examples (`sft_data.py`: the
+agent's prompt, one implementation as the answer, loss on the answer only) -> SFTTrainer (optionally a
+LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
+one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
+batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that).
+The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`.
+
+Not covered: building the examples (`sft_data.py`), evaluating the model on kernels (`cudaperf optimize`
+or `scripts/train_h200.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
+from cudaperf.train.models import load_policy, lora_config, resolve_device
+from cudaperf.train.monitor import MetricsWriter, last_checkpoint, make_callback, record_batch
+from cudaperf.train.sft_data import LengthStats, as_dataset, build_examples, split_tasks, verified_impls
+
+
+@dataclass(frozen=True)
+class SftReport:
+    """What a finished (or resumed and finished) SFT run did."""
+
+    output_dir: str
+    final_dir: str
+    train_examples: int
+    val_examples: int
+    train_lengths: LengthStats
+    steps: int
+    train_loss: float | None  # the last logged training loss
+    eval_loss: float | None  # the last validation loss, when computed
+    resumed_from: str | None
+    seconds: float
+
+
+def prepare_run(config: SftConfig | Any) -> str | None:
+    """Check `output_dir` against the configuration: the last checkpoint to resume from, or None for a
+    fresh run. Raises `ConfigError` for a run that may not be resumed this way."""
+    saved_path = Path(config.output_dir) / CONFIG_FILE
+    checkpoint = last_checkpoint(config.output_dir)
+    if saved_path.is_file():
+        if not config.resume:
+            raise ConfigError(f"{config.output_dir} already holds a run: pass resume=True to continue it or "
+                              "choose another output_dir")
+        check_resume(load_config(saved_path), config)
+    save_config(config, config.output_dir)
+    return checkpoint
+
+
+def run_sft(config: SftConfig) -> SftReport:
+    """Train as configured; see the module docstring."""
+    started = time.perf_counter()
+    checkpoint = prepare_run(config)
+    model, tokenizer = load_policy(config)
+    tasks = split_tasks(config)
+    verified = verified_impls(config.measurements) if config.measurements else None
+    train, lengths = build_examples(tasks["train"], tokenizer, config, verified)
+    val, _ = build_examples(tasks["val"], tokenizer, config, verified)
+    if not train:
+        raise ConfigError("no training example: check kinds, families, strategies, measurements and "
+                          f"max_length ({lengths.line()})")
+    writer = MetricsWriter(config.output_dir)
+    writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val),
+                             "train_tasks": len(tasks["train"]), "val_tasks": len(tasks["val"]),
+                             **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
+    trainer = _trainer(config, model, tokenizer, train, val, writer)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+        final = Path(config.output_dir) / "final"
+        _save_final(trainer, tokenizer, final)
+        save_config(config, final)
+    finally:
+        writer.close()
+    logs = trainer.state.log_history
+    return SftReport(config.output_dir, str(final), len(train), len(val), lengths, trainer.state.global_step,
+                     _last(logs, "loss"), _last(logs, "eval_loss"), checkpoint,
+                     time.perf_counter() - started)
+
+
+def _last(logs: list[dict[str, Any]], key: str) -> float | None:
+    values = [entry[key] for entry in logs if key in entry]
+    return float(values[-1]) if values else None
+
+
+def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: list,
+             writer: MetricsWriter) -> Any:
+    from trl import SFTConfig as TrlSFTConfig
+    from trl import SFTTrainer
+
+    class RecordingSFTTrainer(SFTTrainer):
+        """SFTTrainer that appends a fingerprint of each training batch to batches.jsonl."""
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            record_batch(self.args.output_dir, self.state.global_step + 1, inputs)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    cuda = resolve_device(config.device) == "cuda"
+    evaluate = bool(val) and config.eval_steps > 0
+    args = TrlSFTConfig(
+        output_dir=config.output_dir, seed=config.seed, data_seed=config.seed,
+        learning_rate=config.learning_rate, num_train_epochs=config.epochs, max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size, per_device_eval_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum, warmup_steps=config.warmup_ratio,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, lr_scheduler_type="linear",
+        logging_steps=config.logging_steps, save_strategy="steps", save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit, eval_strategy="steps" if evaluate else "no",
+        eval_steps=config.eval_steps if evaluate else None, report_to="none",
+        max_length=None,  # examples are filtered to max_length already (never truncated)
+        completion_only_loss=True, packing=False, bf16=cuda, use_cpu=not cuda,
+        dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+    )
+    return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
+                               eval_dataset=as_dataset(val) if evaluate else None,
+                               processing_class=tokenizer, peft_config=lora_config(config),
+                               callbacks=[make_callback(config, writer)])
+
+
+def _save_final(trainer: Any, tokenizer: Any, directory: Path) -> None:
+    """The trained model as a plain model directory (a LoRA adapter merged into its base weights)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+__all__ = ["SftReport", "prepare_run", "run_sft"]

@@ -1,0 +1,180 @@
+"""Supervised examples from the task dataset: the agent's first prompt of a task -> one of its verified
+implementations, as token ids with the prompt masked out of the loss.
+
+Covers: choosing tasks by the dataset's family split (train families for training, held-out validation
+families for the eval loss; `cudaperf.datasets.splits`), every implementation of a chosen task (both task
+kinds), optionally only those a GPU measurement found correct on every configuration with their current
+source (`measurements`), the prompt exactly as the agent renders it (`agent.prompting.render_task_prompt`,
+chat template with the generation prompt), the answer in the form the agent's extractor accepts (one
+```python block; `answer_text`), and the token-length distribution (`LengthStats`). Examples longer than
+`max_length` are dropped and counted, never truncated.
+
+Not covered: the trainer (`sft.py`), the implementations themselves (`cudaperf.datasets.generate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaperf.datasets import registry, splits
+from cudaperf.datasets.records import GeneratedTask, Implementation
+from cudaperf.train.config import SftConfig
+from cudaperf.train.models import answer_ids, prompt_ids
+
+IGNORE = -100  # the label the loss skips (prompt tokens)
+
+
+@dataclass(frozen=True)
+class SftExample:
+    """One training example: ids and labels (-100 on the prompt), and where it came from."""
+
+    example_id: str  # "<impl_id>"
+    task_id: str
+    family: str
+    kind: str
+    input_ids: tuple[int, ...]
+    labels: tuple[int, ...]
+    prompt_tokens: int
+    answer_tokens: int
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """Token lengths of prompt + answer over the examples (before the max_length filter)."""
+
+    count: int
+    mean: float
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    dropped: int  # longer than max_length
+    answer_p50: int
+    answer_p99: int
+
+    def line(self) -> str:
+        return (f"{self.count} examples: tokens mean {self.mean:.0f}, p50 {self.p50}, p90 {self.p90}, "
+                f"p99 {self.p99}, max {self.max}; answers p50 {self.answer_p50}, p99 {self.answer_p99}; "
+                f"{self.dropped} dropped over max_length")
+
+
+def answer_text(source: str) -> str:
+    """The reply SFT teaches: the solution module in one fenced python block (what `extract_code` finds)."""
+    return f"```python\n{source.strip()}\n```"
+
+
+def split_tasks(config: SftConfig) -> dict[str, list[GeneratedTask]]:
+    """'train' and 'val' tasks of the index under the family split, filtered and limited as configured."""
+    from cudaperf.agent.taskset import select
+
+    index = registry.build_index(config.dataset_seed)
+    assigned = splits.split_tasks(index, config.dataset_seed)
+    out: dict[str, list[GeneratedTask]] = {}
+    for name, limit in (("train", config.limit_tasks), ("val", config.val_limit_tasks)):
+        chosen = [g for g in index if assigned[g.task_id] == name]
+        out[name] = select(chosen, kinds=config.kinds, families=config.families, limit=limit)
+    return out
+
+
+def verified_impls(directory: str) -> dict[str, str]:
+    """impl_id -> the source hash it measured correct with on every configuration (last row per key)."""
+    from cudaperf.datasets.jsonl import read_records
+
+    records, _ = read_records([Path(directory)], "measurements")
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in records:
+        if r.get("record") == "row":
+            last[(r["impl_id"], r["config"])] = r
+    good: dict[str, str] = {}
+    bad: set[str] = set()
+    for (impl_id, _), row in last.items():
+        if row.get("status") != "ok" or good.get(impl_id, row.get("source_hash")) != row.get("source_hash"):
+            bad.add(impl_id)
+        good[impl_id] = row.get("source_hash")
+    return {k: v for k, v in good.items() if k not in bad and v}
+
+
+def task_impls(task: GeneratedTask, config: SftConfig,
+               verified: dict[str, str] | None) -> list[Implementation]:
+    from cudaperf.datasets.measure.results import impl_hash
+
+    impls = registry.implementations(task)
+    if config.strategies:
+        impls = [i for i in impls if i.strategy in config.strategies]
+    if verified is not None:
+        impls = [i for i in impls if verified.get(i.impl_id) == impl_hash(i.source)]
+    return impls
+
+
+def task_messages(task: GeneratedTask, fmt: str = "fast") -> list[dict[str, str]]:
+    """The agent's first prompt for a dataset task, as chat messages."""
+    from cudaperf.agent.prompting import render_task_prompt
+
+    prompt = render_task_prompt(task_record(task), fmt)
+    return [{"role": m.role, "content": m.content} for m in prompt.messages()]
+
+
+def task_record(generated: GeneratedTask) -> Any:
+    """The `Task` of an index entry (a PyTorch task runs its module; a C task gets its naive port)."""
+    from cudaperf.tasks import task_from_source
+    from cudaperf.tasks.ctask import from_json, to_task
+    from cudaperf.types import TaskKind
+
+    if generated.kind is TaskKind.PYTORCH:
+        return task_from_source(generated.text, generated.task_id)
+    naive = next((i.source for i in registry.implementations(generated) if i.baseline), None)
+    return to_task(from_json(generated.text), naive_cuda=naive)
+
+
+def build_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config: SftConfig,
+                   verified: dict[str, str] | None = None) -> tuple[list[SftExample], LengthStats]:
+    """Every (task prompt, implementation) example of `tasks` within `max_length`, and the lengths of all."""
+    examples: list[SftExample] = []
+    lengths: list[int] = []
+    answers: list[int] = []
+    for task in tasks:
+        impls = task_impls(task, config, verified)
+        if not impls:
+            continue
+        prompt = prompt_ids(tokenizer, task_messages(task, config.format))
+        for impl in impls:
+            answer = answer_ids(tokenizer, answer_text(impl.source))
+            lengths.append(len(prompt) + len(answer))
+            answers.append(len(answer))
+            if len(prompt) + len(answer) > config.max_length:
+                continue
+            examples.append(SftExample(impl.impl_id, task.task_id, task.family, task.kind.value,
+                                       tuple(prompt + answer), tuple([IGNORE] * len(prompt) + answer),
+                                       len(prompt), len(answer)))
+    return examples, length_stats(lengths, answers, config.max_length)
+
+
+def _quantile(values: Sequence[int], q: float) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)] if q > 0 else ordered[0]
+
+
+def length_stats(lengths: Sequence[int], answers: Sequence[int], max_length: int) -> LengthStats:
+    n = len(lengths)
+    return LengthStats(n, sum(lengths) / n if n else 0.0, _quantile(lengths, 0.5), _quantile(lengths, 0.9),
+                       _quantile(lengths, 0.99), max(lengths, default=0),
+                       sum(1 for x in lengths if x > max_length), _quantile(answers, 0.5),
+                       _quantile(answers, 0.99))
+
+
+def as_dataset(examples: Sequence[SftExample]) -> Any:
+    """A `datasets.Dataset` with input_ids and labels (what SFTTrainer takes as already tokenised)."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"input_ids": [list(e.input_ids) for e in examples],
+                              "labels": [list(e.labels) for e in examples]})
+
+
+__all__ = ["IGNORE", "LengthStats", "SftExample", "answer_text", "as_dataset", "build_examples",
+           "length_stats", "split_tasks", "task_messages", "verified_impls"]
