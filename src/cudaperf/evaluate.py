@@ -8,7 +8,9 @@ builds of the candidates that pass it are submitted to the CPU pool at once, so 
 GPU work; one thread per GPU worker drains the queue; each result is appended to the store as soon as it
 exists, so an interrupted batch loses nothing and resumes. One candidate never ends a batch: an exception
 while finishing, storing or showing its result becomes a HARNESS_ERROR row for it (`harness_row`), stored,
-and the batch goes on.
+and the batch goes on. `EvalConfig.mode="rl"` keeps every check and changes only the schedule (several
+workers per GPU, a check pass then a timed pass under a GPU gate, baselines cached per task and
+configuration): `cudaperf.eval_modes` says exactly what differs, and does it.
 
 Not covered here: the job sent to a worker and its payload (`cudaperf.jobs`), what runs inside the worker
 (`cudaperf.execute.dispatch` and the sessions), how builds work (`cudaperf.toolchain`), the sandbox
@@ -18,6 +20,7 @@ Not covered here: the job sent to a worker and its payload (`cudaperf.jobs`), wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import queue
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from cudaperf.anticheat.policy import Policy, is_violation
+from cudaperf.eval_modes import CachedBaselines, EvalMode, RlScheduler, RlSettings, fill_timings
 from cudaperf.jobs import EvalJob, EvalPayload, TimingConfig, job_message, read_payload
 from cudaperf.stats import geomean
 from cudaperf.types import (
@@ -49,8 +53,9 @@ from cudaperf.types import (
     Timing,
 )
 
-__all__ = ["EvalConfig", "Evaluator", "TimingConfig", "decide_outcome", "default_cache_dir", "harness_row",
-           "self_check_config", "self_check_solution"]
+__all__ = ["EvalConfig", "EvalMode", "Evaluator", "RlSettings", "TimingConfig", "decide_outcome",
+           "default_cache_dir", "harness_row", "self_check_config", "self_check_solution",
+           "with_cached_baselines"]
 
 
 def default_cache_dir() -> Path:
@@ -106,6 +111,12 @@ class EvalConfig:
     """Decide the static verdict before submitting the build, so a rejected candidate is never built.
     False: every build is submitted up front and the verdict waits for it (the order before issue 18),
     kept only so `benchmarks/build_saving.py` measures both in one run."""
+    mode: str = "default"
+    """'default' (the full protocol per candidate) or 'rl' (the same checks, scheduled for batches: several
+    workers per GPU, baselines cached per task and configuration, ranking budgets; `cudaperf.eval_modes`
+    says exactly what differs)."""
+    rl: RlSettings = field(default_factory=RlSettings)
+    """The RL mode's scheduling; ignored in the default mode."""
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cuda", "cpu", "none"):
@@ -114,6 +125,8 @@ class EvalConfig:
             raise ValueError(f"EvalConfig.seeds={self.seeds}: at least one seed is needed")
         if self.device == "cpu" and self.gpus:
             raise ValueError("EvalConfig.device='cpu' with gpus set: drop gpus or use device='cuda'")
+        if self.mode not in {m.value for m in EvalMode}:
+            raise ValueError(f"EvalConfig.mode={self.mode!r}: use 'default' or 'rl'")
 
 
 def _cuda_devices() -> list[int]:
@@ -145,6 +158,7 @@ class Evaluator:
         self.arch = self.config.arch or _device_arch(self.devices if self.mode == "cuda" else [])
         self._builds = None
         self._workers = None
+        self._rl: RlScheduler | None = None  # the RL mode's schedule (`eval_modes`), made on entering
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _resolve_devices(self) -> tuple[str, list[int]]:
@@ -173,8 +187,24 @@ class Evaluator:
             # its first job to widen its view. The baseline protocol's switch reaches the workers.
             limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary,
                             referee=self.config.referee, env_allow=(PROTOCOL_ENV,))
-            self._workers = WorkerPool(self.devices if self.mode == "cuda" else None, limits)
+            self._workers = WorkerPool(self._worker_devices(), limits)
+        if self.config.mode == EvalMode.RL.value:
+            self._rl = RlScheduler(self._finish_with, with_cached_baselines, self.config.timing,
+                                   self.config.rl)
         return self
+
+    def _worker_devices(self) -> list[int | None] | None:
+        """One worker per GPU (None: one CPU-mode worker); in the RL mode `RlSettings` says how many."""
+        rl = self.config.rl if self.config.mode == EvalMode.RL.value else None
+        if self.mode == "cuda":
+            return [d for d in self.devices for _ in range(rl.workers_per_gpu if rl else 1)]
+        return [None] * rl.cpu_workers if rl else None
+
+    @property
+    def mode_report(self) -> dict[str, Any]:
+        """What the evaluation mode's schedule did (the RL mode: passes, carriers, gate waits, baseline
+        drift); empty in the default mode."""
+        return self._rl.report() if self._rl is not None else {}
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -194,7 +224,8 @@ class Evaluator:
         start = self._static(task, solution)
         if start.rejection is not None and self.config.static_gate_first:
             return start.rejection
-        return self._finish(task, solution, start, self._submit_build(solution))
+        finish = self._rl.finish if self._rl is not None else self._finish
+        return finish(task, solution, start, self._submit_build(solution))
 
     def _require_open(self) -> None:
         if self._builds is None:
@@ -215,9 +246,11 @@ class Evaluator:
             return None
         return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
 
-    def _finish(self, task: Task, solution: Solution, start: _Start,
-                build_future: Future | None) -> EvalResult:
-        """The recipe once the static verdict is known and the build submitted: build, worker, features."""
+    def _finish(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
+                timing: TimingConfig | None = None, hold: Callable | None = None) -> EvalResult:
+        """The recipe once the static verdict is known and the build submitted: build, worker, features.
+        `timing` replaces the configuration's for this job; `hold()`, a context manager, is held around
+        the worker's run (both for an evaluation mode's schedule, `eval_modes`)."""
         if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
             build = self._wait_build(build_future, start.durations)
             return dataclasses.replace(start.rejection, build=build)
@@ -227,7 +260,16 @@ class Evaluator:
         if self._workers is None:
             skipped = start.result(Outcome.SKIPPED, "execute", self._skip_reason(), build=build)
             return self._with_features(task, solution, skipped)
-        return self._with_features(task, solution, self._run_in_worker(task, solution, build, start))
+        with hold() if hold is not None else contextlib.nullcontext():
+            ran = self._run_in_worker(task, solution, build, start, timing)
+        return self._with_features(task, solution, ran)
+
+    def _finish_with(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
+                     timing: TimingConfig, hold: Callable) -> EvalResult:
+        """`_finish` for an evaluation mode's schedule (`eval_modes.Finish`): on a copy of `start`'s
+        durations, so one evaluation may reach a worker more than once."""
+        start = dataclasses.replace(start, durations=dict(start.durations))
+        return self._finish(task, solution, start, build_future, timing, hold)
 
     def _skip_reason(self) -> str:
         why = "no CUDA GPU on this machine" if self.config.device != "none" else "EvalConfig.device='none'"
@@ -271,7 +313,7 @@ class Evaluator:
         durations["build"] = build.duration_s
         return build
 
-    def _job(self, task: Task, solution: Solution) -> EvalJob:
+    def _job(self, task: Task, solution: Solution, timing: TimingConfig | None = None) -> EvalJob:
         from cudaperf.toolchain.inline import extensions_dir_for
 
         inline = solution.format is SolutionFormat.INLINE
@@ -280,18 +322,18 @@ class Evaluator:
             # The same public seeds for every job of this Evaluator, so the worker can reuse reference
             # outputs per (task, config, seed); candidates still cannot predict inputs (secret mixed in).
             seeds=tuple(range(1, self.config.seeds + 1)),
-            policy=self.policy, timing=self.config.timing,
+            policy=self.policy, timing=timing or self.config.timing,
             coverage=self.config.coverage and self.mode == "cuda",
             max_output_bytes=self.config.max_output_bytes, cache_dir=str(self.cache_dir),
             torch_extensions_dir=str(extensions_dir_for(solution, self.cache_dir)) if inline else None,
         )
 
     def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,
-                       start: _Start) -> EvalResult:
+                       start: _Start, timing: TimingConfig | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
         timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
-        reply = self._workers.run(job_message(self._job(task, solution), self.secret), timeouts)
+        reply = self._workers.run(job_message(self._job(task, solution, timing), self.secret), timeouts)
         start.durations.update(reply.durations_s or {})
         return _from_worker(start, reply, read_payload(reply.payload), build)
 
@@ -312,7 +354,7 @@ class Evaluator:
             decided = self._queue_one(task, sol, jobs)
             if decided is not None:
                 results.put(decided)
-        n_threads = max(1, len(self.devices)) if self._workers is not None else 1
+        n_threads = self._workers.size if self._workers is not None else 1  # one per worker
         threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at), daemon=True)
                    for _ in range(n_threads)]
         for th in threads:
@@ -355,8 +397,9 @@ class Evaluator:
         """`_finish`, with a harness fault turned into the pair's HARNESS_ERROR row, and the wall time of
         the whole evaluation (build wait included) as `stage_durations_s["total"]`."""
         t0 = time.perf_counter()
+        finish = self._rl.finish if self._rl is not None else self._finish
         try:
-            result = self._finish(task, sol, start, fut)
+            result = finish(task, sol, start, fut)
         except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
             result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
         return _with_total(result, time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0))
@@ -512,6 +555,15 @@ def _from_worker(start: _Start, reply: Any, payload: EvalPayload, build: BuildRe
         speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings),
         coverage=payload.coverage, kernel_time_ms=payload.kernel_time_ms, environment=payload.environment,
     )
+
+
+def with_cached_baselines(result: EvalResult, cached: dict[str, CachedBaselines]) -> EvalResult:
+    """`result` with baselines timed earlier in its configurations' timings (the RL mode's cache,
+    `eval_modes.BaselineCache`) and its speedups computed again from them."""
+    timings = fill_timings(result.timings, cached)
+    return dataclasses.replace(
+        result, timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
+        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings))
 
 
 def _with_extra_baselines(timings: tuple[ConfigTiming, ...],

@@ -1,0 +1,396 @@
+"""Evaluation modes: "default" (the full protocol, one candidate at a time per GPU) and "rl" (the same
+checks, scheduled for batches of many candidates: agent turns and RL rollouts).
+
+What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
+1. Workers: `workers_per_gpu` sandboxed workers (each with its referee) share each GPU, `cpu_workers` in
+   CPU mode, instead of one; a batch is drained by one thread per worker.
+2. Two passes per candidate. The check pass is the default job with timing off: static policy, build,
+   correctness on every configuration and seed, the runtime guards, the referee's verdict and coverage, run
+   by several workers at once (each holds the GPU gate *shared*). Only a candidate the check pass finds
+   CORRECT, with timing on, gets the timed pass: the default job again, every check included, with timing
+   on, holding the gate *exclusively*, so nothing else runs on the GPUs while it runs (the timing stage's
+   own checks, re-checked outputs, timer consistency and stream changes, need the timed run). The timed
+   pass's verdict is the result; when it differs from the check pass's (a candidate that is not
+   deterministic), `environment["rl_check_outcome"]` keeps the first one.
+3. Baselines timed once per (task, configuration) per run, not per candidate. The first timed candidate
+   of a task is its carrier: its timed pass times the baselines interleaved with it, with the default
+   budget, exactly as the default mode does, and `BaselineCache` keeps them. Later candidates of the task
+   time only themselves, with the ranking budget (`budget_ms`, `warmup_ms`), and get the cached baselines
+   in their `ConfigTiming` (`environment["baselines"]` says "cached" or "timed"). Every `drift_every`-th
+   timed candidate of a task, and the first after `drift_max_age_s`, is a carrier again: the fresh baseline
+   medians replace the cached ones and their ratio to them is recorded (`BaselineCache.drift`).
+4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds). The 95% confidence
+   interval of a median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark
+   (`benchmarks/eval_modes.py`) reports its width per mode.
+Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
+correct is never timed, in either mode.
+
+Covers: `EvalMode`, `RlSettings`, the gate (`GpuGate`, a readers-writer lock with a turnstile so timing is
+never starved by a stream of checks), the cache of baselines and its drift records (`BaselineCache`), and
+the per-candidate schedule (`RlScheduler.finish`), which the evaluator calls in place of its own finish.
+
+Not covered: the evaluation itself (`cudaperf.evaluate`: the scheduler is handed its `finish` and the
+function that writes cached baselines into a result), what runs in a worker (`cudaperf.execute`). One
+gate serves every GPU of the evaluator (a timed pass on one GPU pauses the checks on the others: the pool
+does not say which GPU a job gets before it runs). Workers sharing a GPU each size their memory plan from
+the free memory they see, not from a share of it: a task whose footprint is near the GPU's size should be
+evaluated with `workers_per_gpu=1`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from cudaperf.jobs import TimingConfig
+from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, Timing
+
+__all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
+           "RlSettings", "TimingPlan", "median_ci95_rel"]
+
+
+class EvalMode(str, Enum):
+    """How a batch is scheduled (`EvalConfig.mode`); the checks are the same in both."""
+
+    DEFAULT = "default"
+    RL = "rl"
+
+
+@dataclass(frozen=True)
+class RlSettings:
+    """The RL mode's scheduling (`EvalConfig.rl`); ignored in the default mode."""
+
+    workers_per_gpu: int = 4
+    """Sandboxed workers per GPU. Checks overlap across them; timing never does (the gate)."""
+    cpu_workers: int = 2
+    """Workers in CPU mode (`EvalConfig.device='cpu'`)."""
+    budget_ms: float = 10.0
+    """Timing budget per configuration of a candidate timed alone (`TimingConfig.budget_ms`, never more
+    than the configuration's); sized for ranking candidates, not for a paper table. Carriers use the
+    configuration's own budget."""
+    warmup_ms: float = 5.0
+    """Warm-up budget per configuration of a candidate timed alone (never more than the configuration's)."""
+    drift_every: int = 16
+    """Every this many timed candidates of a task, one is a carrier again (baselines re-timed)."""
+    drift_max_age_s: float = 600.0
+    """Cached baselines older than this are re-timed by the next timed candidate of their task."""
+
+    def __post_init__(self) -> None:
+        if self.workers_per_gpu < 1 or self.cpu_workers < 1:
+            raise ValueError(f"RlSettings: workers_per_gpu={self.workers_per_gpu} and cpu_workers="
+                             f"{self.cpu_workers} must be at least 1")
+        if not (self.budget_ms > 0 and self.warmup_ms >= 0):
+            raise ValueError(f"RlSettings: budget_ms={self.budget_ms} must be > 0 and warmup_ms="
+                             f"{self.warmup_ms} >= 0")
+        if self.drift_every < 1 or not self.drift_max_age_s > 0:
+            raise ValueError(f"RlSettings: drift_every={self.drift_every} must be >= 1 and drift_max_age_s="
+                             f"{self.drift_max_age_s} > 0")
+
+
+def median_ci95_rel(timing: Timing | None) -> float | None:
+    """Half-width of the ~95% confidence interval of `timing`'s median, relative to it: 1.57 IQR/sqrt(n)
+    (McGill, Tukey and Larsen's notch), so a reader can see what a ranking budget resolves."""
+    if timing is None or timing.n_samples < 1 or not timing.median_ms > 0:
+        return None
+    return 1.57 * timing.iqr_ms / math.sqrt(timing.n_samples) / timing.median_ms
+
+
+# --------------------------------------------------------------------------------------------------
+# The gate
+
+
+class GpuGate:
+    """A readers-writer lock over the GPUs for the threads of one evaluator: checks hold it `shared`
+    (several at once), timed passes `exclusive` (alone). Both pass a turnstile first, which an exclusive
+    taker keeps while it waits for the shared holders to leave: otherwise new checks would keep slipping in
+    ahead of it and a timed pass could wait for ever. `wait_s` adds up the time spent waiting, per mode."""
+
+    def __init__(self) -> None:
+        self._turnstile = threading.Lock()
+        self._state = threading.Condition()
+        self._readers = 0
+        self.wait_s = {"shared": 0.0, "exclusive": 0.0}
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        start = time.perf_counter()
+        with self._turnstile, self._state:
+            self._readers += 1
+        self._waited("shared", start)
+        try:
+            yield
+        finally:
+            with self._state:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._state.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        start = time.perf_counter()
+        with self._turnstile:  # kept until this pass is over: no check starts meanwhile
+            with self._state:
+                self._state.wait_for(lambda: self._readers == 0)
+            self._waited("exclusive", start)
+            yield
+
+    @property
+    def readers(self) -> int:
+        return self._readers
+
+    def _waited(self, mode: str, start: float) -> None:
+        with self._state:
+            self.wait_s[mode] += time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------------------------------
+# The cache of baselines
+
+
+@dataclass(frozen=True)
+class CachedBaselines:
+    """The baselines of one configuration as a carrier timed them (`ConfigTiming`'s baseline fields)."""
+
+    eager: Timing | None = None
+    compiled: Timing | None = None
+    baselines: dict[str, Timing] = field(default_factory=dict)
+
+    def medians_ms(self) -> dict[str, float]:
+        named = {"eager": self.eager, "compile": self.compiled, **self.baselines}
+        return {k: t.median_ms for k, t in named.items() if t is not None}
+
+
+@dataclass(frozen=True)
+class BaselineDrift:
+    """One baseline re-timed by a later carrier: its cached median and the fresh one."""
+
+    task_id: str
+    config: str
+    baseline: str
+    cached_ms: float
+    fresh_ms: float
+    age_s: float  # how long the cached value had been in use
+
+    @property
+    def ratio(self) -> float:
+        return self.fresh_ms / self.cached_ms if self.cached_ms > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How one candidate's timed pass times: as a carrier (baselines interleaved, the configuration's budget)
+    or alone (no baselines, the ranking budget; the cache supplies them)."""
+
+    carrier: bool
+    timing: TimingConfig
+    why: str  # "first", "drift check", "age", "alone", "no baselines requested"
+
+
+@dataclass
+class _Entry:
+    by_config: dict[str, CachedBaselines]
+    timed_at: float
+    carrier_id: str
+    uses: int = 0
+
+
+class BaselineCache:
+    """Baselines per (task, configuration) for one evaluator run. Thread-safe.
+
+    `plan(task, timing)` decides whether the next timed candidate of `task` is a carrier; a carrier's
+    `settle(task, solution_id, result)` keeps its baselines (and returns the drift against the values they
+    replace), or, for a result without them, lets the next candidate carry; `lookup(task)` gives what a
+    candidate timed alone gets. While a carrier of a task is in flight, `plan` for that task waits for it
+    to settle (the timed passes are serialised anyway), so one task is never timed by two carriers at
+    once. Keyed by task id and a hash of the task's text, configurations and declaration, so two tasks
+    sharing an id never share baselines."""
+
+    def __init__(self, settings: RlSettings, clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._pending: set[tuple[str, str]] = set()  # tasks whose carrier is in flight
+        self.drift: list[BaselineDrift] = []
+
+    @staticmethod
+    def key(task: Task) -> tuple[str, str]:
+        text = json.dumps([task.source, repr(task.configs), task.spec], sort_keys=True, default=str)
+        return task.task_id, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def plan(self, task: Task, timing: TimingConfig) -> TimingPlan:
+        if not timing.baselines:  # nothing to cache: every candidate is timed alone, with its own budget
+            return TimingPlan(False, timing, "no baselines requested")
+        key = self.key(task)
+        with self._lock:
+            self._lock.wait_for(lambda: key not in self._pending)
+            entry = self._entries.get(key)
+            why = ("first" if entry is None
+                   else "drift check" if entry.uses >= self.settings.drift_every
+                   else "age" if self._clock() - entry.timed_at > self.settings.drift_max_age_s
+                   else "")
+            if why:
+                self._pending.add(key)
+                return TimingPlan(True, timing, why)
+            entry.uses += 1
+        alone = dataclasses.replace(timing, baselines=(),
+                                    budget_ms=min(self.settings.budget_ms, timing.budget_ms),
+                                    warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms))
+        return TimingPlan(False, alone, "alone")
+
+    def settle(self, task: Task, solution_id: str, result: EvalResult | None) -> list[BaselineDrift]:
+        """A carrier is done: keep its baselines (a correct result with baseline timings; None or anything
+        else keeps what was cached, and the next timed candidate carries) and return the drift of each
+        baseline it re-timed."""
+        key = self.key(task)
+        fresh = {t.config: CachedBaselines(t.eager, t.compiled, dict(t.baselines))
+                 for t in (result.timings if result is not None else ())}
+        usable = (result is not None and result.outcome is Outcome.CORRECT
+                  and any(c.medians_ms() for c in fresh.values()))
+        now = self._clock()
+        with self._lock:
+            self._pending.discard(key)
+            self._lock.notify_all()
+            if not usable:
+                return []
+            old = self._entries.get(key)
+            drift = _drift(task.task_id, old.by_config, fresh, now - old.timed_at) if old else []
+            self._entries[key] = _Entry(fresh, now, solution_id)
+            self.drift.extend(drift)
+        return drift
+
+    def lookup(self, task: Task) -> tuple[dict[str, CachedBaselines], str, float] | None:
+        """(baselines per configuration, the carrier's solution id, their age in seconds), or None."""
+        with self._lock:
+            entry = self._entries.get(self.key(task))
+            if entry is None:
+                return None
+            return dict(entry.by_config), entry.carrier_id, self._clock() - entry.timed_at
+
+
+def _drift(task_id: str, old: dict[str, CachedBaselines], fresh: dict[str, CachedBaselines],
+           age_s: float) -> list[BaselineDrift]:
+    out = []
+    for config, baselines in fresh.items():
+        before = old.get(config).medians_ms() if config in old else {}
+        for name, fresh_ms in sorted(baselines.medians_ms().items()):
+            if name in before:
+                out.append(BaselineDrift(task_id, config, name, before[name], fresh_ms, age_s))
+    return out
+
+
+def fill_timings(timings: tuple[ConfigTiming, ...],
+                 cached: dict[str, CachedBaselines]) -> tuple[ConfigTiming, ...]:
+    """The candidate's timings with the cached baselines of each configuration; a baseline the job timed
+    itself (a C task's inout restore) keeps its own value."""
+    out = []
+    for t in timings:
+        c = cached.get(t.config)
+        if c is None:
+            out.append(t)
+            continue
+        out.append(dataclasses.replace(t, eager=t.eager or c.eager, compiled=t.compiled or c.compiled,
+                                       baselines={**c.baselines, **t.baselines}))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# The schedule of one candidate
+
+Hold = Callable[[], contextlib.AbstractContextManager[Any]]
+Finish = Callable[[Task, Any, Any, Any, TimingConfig, Hold], EvalResult]
+"""`Evaluator._finish_with(task, solution, start, build_future, timing, hold)`: the default recipe from
+the static verdict on, with the job's timing replaced and the worker's run held by `hold()`."""
+Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
+"""`evaluate.with_cached_baselines`: a result with cached baselines written in and its speedups redone."""
+
+
+class RlScheduler:
+    """The RL mode's schedule of one candidate (module docstring, points 2 and 3). `finish` is called by
+    the evaluator's batch threads in place of its own finish, from as many threads as there are workers."""
+
+    def __init__(self, finish: Finish, fill: Fill, timing: TimingConfig, settings: RlSettings,
+                 clock: Callable[[], float] = time.monotonic):
+        self._finish, self._fill, self.timing, self.settings = finish, fill, timing, settings
+        self.gate = GpuGate()
+        self.baselines = BaselineCache(settings, clock)
+        self.counts = {"checked": 0, "timed": 0, "carriers": 0, "verdict_changed": 0}
+        self._count_lock = threading.Lock()
+
+    def finish(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+        waits: list[float] = []
+        t0 = time.perf_counter()
+        checked = self._finish(task, solution, start, build_future, dataclasses.replace(
+            self.timing, enabled=False), self._hold(self.gate.shared, waits))
+        self._count("checked")
+        if checked.outcome is not Outcome.CORRECT or not self.timing.enabled:
+            return _noted(checked, {"eval_mode": EvalMode.RL.value}, {"gate_wait": sum(waits)})
+        check_s = time.perf_counter() - t0
+        plan = self.baselines.plan(task, self.timing)
+        timed = None
+        try:
+            timed = self._finish(task, solution, start, build_future, plan.timing,
+                                 self._hold(self.gate.exclusive, waits))
+        finally:
+            drift = self.baselines.settle(task, solution.solution_id, timed) if plan.carrier else []
+        self._count("timed")
+        notes = {"eval_mode": EvalMode.RL.value}
+        if timed.outcome is not checked.outcome:
+            self._count("verdict_changed")
+            notes["rl_check_outcome"] = checked.outcome.value
+        timed = self._with_baselines(task, timed, plan, drift, notes)
+        durations = {"check_pass": check_s, "gate_wait": sum(waits),
+                     "build_wait": checked.stage_durations_s.get("build_wait", 0.0)}
+        return _noted(timed, notes, durations)
+
+    def _with_baselines(self, task: Task, timed: EvalResult, plan: TimingPlan, drift: list[BaselineDrift],
+                        notes: dict[str, str]) -> EvalResult:
+        if plan.carrier:
+            self._count("carriers")
+            notes["baselines"] = f"timed ({plan.why})"
+            if drift:
+                notes["baseline_drift"] = json.dumps({f"{d.config}/{d.baseline}": round(d.ratio, 4)
+                                                      for d in drift}, sort_keys=True)
+            return timed
+        found = self.baselines.lookup(task) if plan.why == "alone" else None
+        if found is None or not timed.timings:
+            return timed
+        cached, carrier, age_s = found
+        notes["baselines"] = f"cached from {carrier} ({age_s:.0f} s old)"
+        return self._fill(timed, cached)
+
+    def _hold(self, mode: Callable[[], contextlib.AbstractContextManager[None]], waits: list[float]) -> Hold:
+        @contextlib.contextmanager
+        def held() -> Iterator[None]:
+            start = time.perf_counter()
+            with mode():
+                waits.append(time.perf_counter() - start)
+                yield
+        return held
+
+    def _count(self, what: str) -> None:
+        with self._count_lock:
+            self.counts[what] += 1
+
+    def report(self) -> dict[str, Any]:
+        """What the schedule did so far: passes, carriers, gate waits, drift records."""
+        drift = self.baselines.drift
+        ratios = sorted(abs(d.ratio - 1) for d in drift)
+        return {**self.counts, "gate_wait_s": dict(self.gate.wait_s), "drift_checks": len(drift),
+                "drift_median_abs": ratios[len(ratios) // 2] if ratios else None,
+                "drift_max_abs": ratios[-1] if ratios else None,
+                "drift": [dataclasses.asdict(d) | {"ratio": d.ratio} for d in drift]}
+
+
+def _noted(result: EvalResult, notes: dict[str, str], durations: dict[str, float]) -> EvalResult:
+    return dataclasses.replace(result, environment={**result.environment, **notes},
+                               stage_durations_s={**result.stage_durations_s, **durations})
