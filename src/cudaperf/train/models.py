@@ -92,6 +92,15 @@ def lora_config(config: CommonConfig) -> Any:
                       target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
 
 
+def save_model(trainer: Any, tokenizer: Any, directory: Path) -> None:
+    """The trained model as a plain model directory (a LoRA adapter merged into its base weights)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
 def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
     """Token ids of a conversation with the assistant's turn opened (what the model continues)."""
     text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
@@ -119,4 +128,4 @@ def between_turns_ids(tokenizer: Any, user_message: str, reply_ended: bool) -> l
 
 
 __all__ = ["answer_ids", "between_turns_ids", "fix_special_tokens", "load_policy", "lora_config",
-           "model_directory", "prompt_ids", "resolve_device"]
+           "model_directory", "prompt_ids", "resolve_device", "save_model"]

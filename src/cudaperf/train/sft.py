@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
-from cudaperf.train.models import load_policy, lora_config, resolve_device
+from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, last_checkpoint, make_callback, record_batch
 from cudaperf.train.sft_data import LengthStats, as_dataset, build_examples, split_tasks, verified_impls
 
@@ -74,7 +74,7 @@ def run_sft(config: SftConfig) -> SftReport:
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
         final = Path(config.output_dir) / "final"
-        _save_final(trainer, tokenizer, final)
+        save_model(trainer, tokenizer, final)
         save_config(config, final)
     finally:
         writer.close()
@@ -120,15 +120,6 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
                                eval_dataset=as_dataset(val) if evaluate else None,
                                processing_class=tokenizer, peft_config=lora_config(config),
                                callbacks=[make_callback(config, writer)])
-
-
-def _save_final(trainer: Any, tokenizer: Any, directory: Path) -> None:
-    """The trained model as a plain model directory (a LoRA adapter merged into its base weights)."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
 
 
 __all__ = ["SftReport", "prepare_run", "run_sft"]

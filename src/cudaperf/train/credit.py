@@ -1,0 +1,69 @@
+"""How per-turn credit reaches TRL's loss, which takes exactly one reward per sample.
+
+The scheme ('turn' credit, Kevin, arXiv 2507.11948): every turn of a trajectory is its own GRPO sample
+(prompt = the agent's context for that turn, completion = the reply). Its reward is the turn's return
+
+    G_t = sum_{k>=t} gamma^(k-t) * s_k        (or max_{k>=t} gamma^(k-t) * s_k with mode 'max')
+
+where s_k is turn k's own unified-reward score. A task's K trajectories of T turns give K*T samples, and
+they are TRL's group (`num_generations` = K*T), so the group-relative advantage of a turn is its return
+against the mean (and std) of the returns of all turns of all trajectories of the task, as in Kevin.
+
+'trajectory' credit: one sample per trajectory (its completion holds every reply and, masked out by
+env_mask, the feedback between them); its reward is G_0, the return of the first turn. Every reply token
+of the trajectory then shares one advantage: there is no per-turn credit in this mode.
+
+A turn whose score is not applicable (a harness fault, SKIPPED: not the policy's doing) contributes 0 to
+the returns of earlier turns and its own sample gets no reward (None: TRL leaves it out of the group
+baseline and gives it advantage 0).
+
+Covers: the returns per sample (`sample_rewards`) and `TurnReturnReward`, the TRL reward function that
+hands them to GRPOTrainer and logs the reward's components. Not covered: the returns' formula itself
+(`cudaperf.reward.turn_returns`), rollouts (`rollout.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cudaperf.reward import turn_returns
+
+COMPONENT_COLUMNS = ("reward_gate", "reward_speedup_term", "reward_structural_term", "reward_ranker_term",
+                     "turn_correct")
+
+
+def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: str, gamma: float,
+                   mode: str = "sum") -> list[float | None]:
+    """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory."""
+    counted = [s if ok else 0.0 for s, ok in zip(scores, applicable, strict=True)]
+    returns = turn_returns(counted, gamma, mode)  # type: ignore[arg-type]
+    if credit == "turn":
+        return [g if ok else None for g, ok in zip(returns, applicable, strict=True)]
+    if credit == "trajectory":
+        return [returns[0] if any(applicable) else None]
+    raise ValueError(f"credit={credit!r}: use 'turn' or 'trajectory'")
+
+
+class TurnReturnReward:
+    """TRL reward function: the `turn_return` column the rollout computed (see the module docstring).
+    With TRL's `log_metric`, the batch means of the reward's components are logged under `reward/...`."""
+
+    __name__ = "cudaperf_turn_return"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 **kwargs: Any) -> list[float | None]:
+        values = kwargs.get("turn_return")
+        if values is None:
+            raise KeyError("no 'turn_return' column: TurnReturnReward needs cudaperf's multi-turn "
+                           "rollout_func")
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            for column in COMPONENT_COLUMNS:
+                numbers = [float(v) for v in kwargs.get(column) or () if v is not None]
+                if numbers:
+                    log_metric(f"reward/{column.removeprefix('reward_')}", sum(numbers) / len(numbers))
+        return [None if v is None else float(v) for v in values]
+
+
+__all__ = ["COMPONENT_COLUMNS", "TurnReturnReward", "sample_rewards"]

@@ -1,0 +1,149 @@
+"""`cudaperf train rl`: GRPO over multi-turn refinement trajectories with TRL's GRPOTrainer.
+
+Recipe: tasks (`agent.taskset` specs) -> a dataset of their first prompts -> GRPOTrainer with
+`MultiTurnRollout` as its `rollout_func` (trajectories through the agent environment, evaluation in the
+sandboxed workers of `agent.evaluation.LocalEvaluator`, feedback masked by `env_mask`) and
+`TurnReturnReward` as its reward (per-turn credit: `credit.py` says exactly how it reaches the loss).
+Defaults follow Kevin: KL off (beta 0, no reference model), clip-high (epsilon_high 0.28), constant
+length normalisation (dr_grpo), gradient clip 0.05. Each step's rollouts are summarised into
+metrics.jsonl / TensorBoard (kind "rollout") and every turn is appended to rollouts.jsonl (outcome,
+score, return, anti-cheat flags), checkpoints hold the configuration and resume like SFT's.
+
+Not covered: the rollouts (`rollout.py`), the reward (`cudaperf.reward`), verl (many nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudaperf.train.config import ConfigError, RlConfig, save_config
+from cudaperf.train.credit import TurnReturnReward
+from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
+from cudaperf.train.monitor import MetricsWriter, make_callback, record_batch
+from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, first_prompt, rollout_stats
+from cudaperf.train.sft import prepare_run
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
+@dataclass(frozen=True)
+class RlReport:
+    output_dir: str
+    final_dir: str
+    tasks: int
+    steps: int
+    resumed_from: str | None
+    last_rollout: dict[str, float]  # the last step's rollout summary
+    seconds: float
+
+
+def load_tasks(config: RlConfig) -> list[Any]:
+    from cudaperf.agent.taskset import resolve
+
+    found = resolve(config.tasks, kinds=config.kinds, families=config.families, limit=config.limit_tasks)
+    if not found.tasks:
+        raise ConfigError(f"tasks={config.tasks}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
+    return list(found.tasks)
+
+
+def make_evaluator(config: RlConfig) -> Any:
+    from cudaperf.agent.evaluation import LocalEvaluator
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.evaluate import EvalConfig, TimingConfig
+
+    gpus = tuple(range(config.eval_workers)) if config.eval_workers else None
+    return LocalEvaluator(EvalConfig(device=config.eval_device, gpus=gpus, seeds=config.eval_seeds,
+                                     policy=Policy(allow_torch_ops=config.allow_torch_ops),
+                                     timing=TimingConfig(budget_ms=config.timing_budget_ms),
+                                     build_workers=config.build_workers))
+
+
+def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
+    """Train as configured (see the module docstring); `evaluator` replaces the configured one."""
+    started = time.perf_counter()
+    checkpoint = prepare_run(config)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API
+    tasks = load_tasks(config)
+    model, tokenizer = load_policy(config)
+    own_evaluator = evaluator is None
+    evaluator = evaluator or make_evaluator(config)
+    writer = MetricsWriter(config.output_dir)
+    last: dict[str, float] = {}
+
+    def on_batch(batch: RolloutBatch, step: int) -> None:
+        stats = rollout_stats(batch)
+        last.clear()
+        last.update(stats.values)
+        writer.write("rollout", step, {**stats.values, "hack_kinds": sorted(stats.hack_flags)})
+        _append_turns(Path(config.output_dir) / ROLLOUTS_FILE, batch, step)
+
+    rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch)
+    trainer = _trainer(config, model, tokenizer, tasks, rollout, writer)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+        final = Path(config.output_dir) / "final"
+        save_model(trainer, tokenizer, final)
+        save_config(config, final)
+    finally:
+        writer.close()
+        if own_evaluator:
+            evaluator.close()
+    return RlReport(config.output_dir, str(final), len(tasks), trainer.state.global_step, checkpoint,
+                    dict(last), time.perf_counter() - started)
+
+
+def _append_turns(path: Path, batch: RolloutBatch, step: int) -> None:
+    """One line per turn: enough to follow outcomes and anti-cheat flags over training."""
+    with open(path, "a", encoding="utf-8") as f:
+        for records in batch.records:
+            for r in records:
+                f.write(json.dumps({
+                    "step": step, "task_id": r.task_id, "sample": r.sample, "turn": r.turn,
+                    "outcome": r.result.outcome.value, "score": r.reward, "speedup": r.speedup,
+                    "extraction": r.extraction, "completion_tokens": r.completion_tokens,
+                    "flags": sorted({fl.code for fl in r.result.flags})}) + "\n")
+
+
+def _dataset(tasks: list[Any], config: RlConfig) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": first_prompt(t, config), "task_id": t.task_id} for t in tasks])
+
+
+def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rollout: MultiTurnRollout,
+             writer: MetricsWriter) -> Any:
+    from trl import GRPOConfig, GRPOTrainer
+
+    class RecordingGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that appends the task ids of each training micro-batch to batches.jsonl."""
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            record_batch(self.args.output_dir, self.state.global_step + 1, inputs)
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    cuda = resolve_device(config.device) == "cuda"
+    group = config.num_generations
+    completion = config.max_new_tokens * (1 if config.credit == "turn" else config.max_turns)
+    args = GRPOConfig(
+        output_dir=config.output_dir, seed=config.seed, data_seed=config.seed,
+        learning_rate=config.learning_rate, max_steps=config.max_steps, max_grad_norm=config.max_grad_norm,
+        per_device_train_batch_size=group, gradient_accumulation_steps=config.tasks_per_step,
+        num_generations=group, max_completion_length=completion, temperature=config.temperature,
+        top_p=config.top_p, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
+        loss_type=config.loss_type, scale_rewards=config.scale_rewards, logging_steps=config.logging_steps,
+        save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+        report_to="none", bf16=cuda, use_cpu=not cuda, dataloader_num_workers=0, disable_tqdm=True,
+        lr_scheduler_type="constant",
+    )
+    return RecordingGRPOTrainer(model=model, reward_funcs=[TurnReturnReward()], args=args,
+                                train_dataset=_dataset(tasks, config), processing_class=tokenizer,
+                                peft_config=lora_config(config), rollout_func=rollout,
+                                callbacks=[make_callback(config, writer)])
+
+
+__all__ = ["ROLLOUTS_FILE", "RlReport", "load_tasks", "make_evaluator", "run_rl"]

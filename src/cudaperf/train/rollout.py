@@ -1,0 +1,395 @@
+"""Multi-turn rollouts through the agent environment, as TRL's `rollout_func`.
+
+`MultiTurnRollout(prompts, trainer)` receives the step's prompts (each task's first prompt, repeated
+`num_generations` times in a row: TRL's group), runs the task's trajectories turn by turn through
+`agent.environment.RefineEnv` (extraction, evaluation in the sandboxed workers, unified reward,
+feedback, the next context), and returns what GRPOTrainer needs: `prompt_ids`, `completion_ids`,
+`logprobs`, `env_mask` (1 on tokens the policy generated, 0 on feedback the environment wrote), plus
+columns for the reward function (`turn_return`, see `credit.py`) and the reward's components.
+
+Two layouts (`RlConfig.credit`):
+- 'turn': one sample per turn. The model answers the agent's own context for that turn (Kevin's short
+  history: `agent.context`), so a sample is exactly what the model saw and said; env_mask is all ones
+  (the feedback sits in the sample's prompt, which is never trained on).
+- 'trajectory': one sample per trajectory, the raw conversation: the model answers the first prompt
+  followed by its earlier replies and the feedback on them, token for token; the completion is
+  reply_0 + feedback_0 + reply_1 + ..., with env_mask 0 exactly on the feedback segments (the end of the
+  assistant turn the model did not emit, the user message, the opening of the next assistant turn).
+
+Covers: batched sampling with the trainer's current weights (`ModelGenerator`: left padding, the
+context length respected, each chosen token's log-probability at the sampling temperature, recorded
+during generation), the turn loop over all trajectories of the step at once (one evaluation batch per
+turn, `step_many`), the per-sample rewards, and a summary of the step (`RolloutStats`): reward and each
+component, correct rates, speedups, anti-cheat flags by kind, tokens per turn, the time split.
+
+Not covered: the optimisation (GRPOTrainer), what a turn's score is (`cudaperf.reward`), evaluation
+(`agent.evaluation`). The policy's generator is a seam (`TokenGenerator`) so a test can drive the real
+environment with scripted replies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cudaperf.agent.backends.base import Generation
+from cudaperf.agent.context import ContextConfig
+from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
+from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.trajectory import TurnRecord
+from cudaperf.train.config import RlConfig
+from cudaperf.train.credit import sample_rewards
+from cudaperf.train.models import between_turns_ids, prompt_ids
+from cudaperf.types import Outcome, Task
+
+
+@dataclass(frozen=True)
+class GeneratedTokens:
+    """One sampled reply as tokens: the ids (with the end-of-turn token when the model emitted it) and
+    each token's log-probability under the sampling distribution."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    ended: bool  # the model emitted its end-of-turn token (False: cut at the token limit)
+
+
+class TokenGenerator(Protocol):
+    """Samples one reply per prompt (token ids in, `GeneratedTokens` out, in order)."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]: ...
+
+
+class ModelGenerator:
+    """Sampling from a causal LM (`model.generate`), batched with left padding."""
+
+    def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 16,
+                 context_tokens: int | None = None) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.context_tokens = context_tokens or int(getattr(cfg, "max_position_embeddings", 1 << 30))
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[GeneratedTokens | None] = [None] * len(prompts)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling
+        try:
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start:start + self.batch_size]
+                for i, g in zip(rows, self._batch([prompts[i] for i in rows], max_new_tokens), strict=True):
+                    out[i] = g
+        finally:
+            self.model.train(was_training)
+        return [g for g in out if g is not None]
+
+    def _batch(self, prompts: list[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        limit = min(max_new_tokens, self.context_tokens - max(len(p) for p in prompts))
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        if limit < 1:  # no room left in the context: an empty, cut reply
+            return [GeneratedTokens((eos,), (0.0,), False) for _ in prompts]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        device = next(self.model.parameters()).device
+        recorder = _ChosenLogprobs(self.temperature)
+        sample = self.temperature > 0
+        kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": limit, "pad_token_id": pad,
+                                  "eos_token_id": eos, "logits_processor": LogitsProcessorList([recorder])}
+        kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0) if sample else kwargs.update(
+            temperature=None, top_p=None, top_k=None)
+        with torch.no_grad():
+            output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        new = output[:, width:].cpu()
+        logprobs = recorder.finish(new)
+        return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
+
+
+class _ChosenLogprobs:
+    """A logits processor that keeps each step's log-softmax(logits / T) until the next step shows which
+    token was chosen (the processor never sees the choice itself). Runs before the sampling warpers, so
+    the value is the tempered log-probability before nucleus truncation: the one TRL's loss computes."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.previous = None
+        self.chosen: list[Any] = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.previous is not None:
+            self.chosen.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens):
+        import torch
+
+        if self.previous is not None and new_tokens.shape[1] > len(self.chosen):
+            last = new_tokens[:, len(self.chosen):len(self.chosen) + 1].to(self.previous.device)
+            self.chosen.append(self.previous.gather(1, last).squeeze(1))
+        return torch.stack(self.chosen, dim=1).cpu() if self.chosen else torch.zeros(new_tokens.shape)
+
+
+def _trim(ids: list[int], logprobs: list[float], eos: int, pad: int) -> GeneratedTokens:
+    """A row of `generate`'s output up to and including the end-of-turn token (padding after it dropped)."""
+    if eos in ids:
+        end = ids.index(eos) + 1
+        return GeneratedTokens(tuple(ids[:end]), tuple(logprobs[:end]), True)
+    while ids and ids[-1] == pad and pad != eos:
+        ids, logprobs = ids[:-1], logprobs[:-1]
+    return GeneratedTokens(tuple(ids), tuple(logprobs), False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The rollout
+
+
+def prompt_key(messages: Any) -> str:
+    """The identity of a first prompt (TRL hands the rollout prompts, not dataset rows)."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+
+
+def env_config(config: RlConfig) -> EnvConfig:
+    from cudaperf.anticheat.policy import Policy
+
+    return EnvConfig(max_turns=config.max_turns, target_speedup=config.target_speedup or None,
+                     reward=config.reward, context=ContextConfig(max_prompt_tokens=config.max_prompt_tokens),
+                     policy=Policy(allow_torch_ops=config.allow_torch_ops))
+
+
+def first_prompt(task: Task, config: RlConfig) -> list[dict[str, str]]:
+    """The task's first prompt as the environment renders it (the dataset's `prompt` column)."""
+    return RefineEnv(env_config(config)).reset(task)
+
+
+@dataclass
+class _Trace:
+    """One trajectory's tokens as they accumulate."""
+
+    group: int
+    first_ids: list[int]
+    turns: list[tuple[list[int], GeneratedTokens, TurnRecord]] = field(default_factory=list)
+    completion: list[int] = field(default_factory=list)  # 'trajectory' layout
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """The samples of one step, in TRL's order, and the trajectories' turns they came from."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+    env_mask: list[list[int]]
+    columns: dict[str, list[Any]]  # per-sample extra columns (turn_return, components...)
+    records: list[list[TurnRecord]]  # per trajectory, its turns
+    seconds: dict[str, float]  # generate, evaluate, total
+
+    def trl_output(self) -> dict[str, Any]:
+        return {"prompt_ids": self.prompt_ids, "completion_ids": self.completion_ids,
+                "logprobs": self.logprobs, "env_mask": self.env_mask, **self.columns}
+
+
+class MultiTurnRollout:
+    """TRL's `rollout_func` over cudaperf's refinement environment (see the module docstring)."""
+
+    def __init__(self, config: RlConfig, tasks: Sequence[Task], evaluator: CandidateEvaluator, tokenizer: Any,
+                 on_batch: Any = None, generator: TokenGenerator | None = None) -> None:
+        self.config, self.evaluator, self.tokenizer = config, evaluator, tokenizer
+        self.env_config = env_config(config)
+        self.tasks = {prompt_key(first_prompt(t, config)): t for t in tasks}
+        self.on_batch, self.generator = on_batch, generator
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        generator = self.generator or ModelGenerator(model, self.tokenizer, self.config.temperature,
+                                                     self.config.top_p)
+        batch = self.run(prompts, generator)
+        if self.on_batch is not None:
+            self.on_batch(batch, trainer.state.global_step + 1)
+        return batch.trl_output()
+
+    def run(self, prompts: Sequence[Any], generator: TokenGenerator) -> RolloutBatch:
+        started = time.perf_counter()
+        groups = self._groups(prompts)
+        per_group = self.config.trajectories if self.config.credit == "turn" else self.config.num_generations
+        envs, traces = [], []
+        for g, task in enumerate(groups):
+            for k in range(per_group):
+                env = RefineEnv(self.env_config, evaluator=self.evaluator, sample=k,
+                                count_tokens=self._count_tokens)
+                traces.append(_Trace(g, prompt_ids(self.tokenizer, env.reset(task))))
+                envs.append(env)
+        seconds = {"generate": 0.0, "evaluate": 0.0}
+        for _ in range(self.config.max_turns):
+            active = [i for i, env in enumerate(envs) if not env.done]
+            if not active:
+                break
+            self._turn([envs[i] for i in active], [traces[i] for i in active], generator, seconds)
+        seconds["total"] = time.perf_counter() - started
+        return self._batch(traces, seconds)
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _groups(self, prompts: Sequence[Any]) -> list[Task]:
+        size = self.config.num_generations
+        if len(prompts) % size:
+            raise ValueError(f"{len(prompts)} prompts are not whole groups of num_generations={size}")
+        groups = []
+        for start in range(0, len(prompts), size):
+            keys = {prompt_key(p) for p in prompts[start:start + size]}
+            if len(keys) != 1 or next(iter(keys)) not in self.tasks:
+                raise ValueError("a GRPO group does not hold one known task's first prompt: the dataset must "
+                                 "come from cudaperf.train.rl (first_prompt) and num_generations match")
+            groups.append(self.tasks[keys.pop()])
+        return groups
+
+    def _turn(self, envs: list[RefineEnv], traces: list[_Trace], generator: TokenGenerator,
+              seconds: dict[str, float]) -> None:
+        turn_mode = self.config.credit == "turn"
+        inputs = [prompt_ids(self.tokenizer, env.prompt_messages()) if turn_mode
+                  else tr.first_ids + tr.completion for env, tr in zip(envs, traces, strict=True)]
+        t0 = time.perf_counter()
+        replies = generator.generate(inputs, self.config.max_new_tokens)
+        seconds["generate"] += time.perf_counter() - t0
+        share = (time.perf_counter() - t0) / max(1, len(replies))
+        generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
+        t1 = time.perf_counter()
+        steps = step_many(envs, generations, self.evaluator)
+        seconds["evaluate"] += time.perf_counter() - t1
+        for trace, prompt, reply, step in zip(traces, inputs, replies, steps, strict=True):
+            self._append(trace, prompt, reply, step)
+
+    def _generation(self, reply: GeneratedTokens, prompt_tokens: int, seconds: float) -> Generation:
+        text = self.tokenizer.decode(list(reply.ids), skip_special_tokens=True)
+        return Generation(text, prompt_tokens, len(reply.ids), "stop" if reply.ended else "length", seconds)
+
+    def _append(self, trace: _Trace, prompt: list[int], reply: GeneratedTokens, step: StepResult) -> None:
+        trace.turns.append((prompt, reply, step.record))
+        trace.completion += reply.ids
+        trace.logprobs += reply.logprobs
+        trace.env_mask += [1] * len(reply.ids)
+        if not step.done and self.config.credit == "trajectory":
+            between = between_turns_ids(self.tokenizer, step.feedback, reply.ended)
+            trace.completion += between
+            trace.logprobs += [0.0] * len(between)
+            trace.env_mask += [0] * len(between)
+
+    def _batch(self, traces: list[_Trace], seconds: dict[str, float]) -> RolloutBatch:
+        out = RolloutBatch([], [], [], [], {k: [] for k in SAMPLE_COLUMNS}, [], seconds)
+        for trace in traces:
+            records = [r for _, _, r in trace.turns]
+            out.records.append(records)
+            rewards = sample_rewards([r.reward for r in records], [_applicable(r) for r in records],
+                                     self.config.credit, self.config.gamma, self.config.turn_mode)
+            if self.config.credit == "turn":
+                for (prompt, reply, record), reward in zip(trace.turns, rewards, strict=True):
+                    _add(out, prompt, list(reply.ids), list(reply.logprobs), [1] * len(reply.ids), reward,
+                         [record])
+            else:
+                _add(out, trace.first_ids, trace.completion, trace.logprobs, trace.env_mask, rewards[0],
+                     records)
+        return out
+
+
+SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct", "outcome", "reward_gate",
+                  "reward_speedup_term", "reward_structural_term", "reward_ranker_term")
+
+
+def _applicable(record: TurnRecord) -> bool:
+    breakdown = record.reward_breakdown
+    return breakdown is None or breakdown.details.get("applicable", 1.0) != 0.0
+
+
+def _add(out: RolloutBatch, prompt: list[int], completion: list[int], logprobs: list[float], mask: list[int],
+         reward: float | None, records: list[TurnRecord]) -> None:
+    """One sample; its component columns are the mean over the turns it holds."""
+    out.prompt_ids.append(list(prompt))
+    out.completion_ids.append(completion)
+    out.logprobs.append(logprobs)
+    out.env_mask.append(mask)
+    parts = [r.reward_breakdown for r in records if r.reward_breakdown is not None]
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    row = {"task_id": records[0].task_id, "turn": records[0].turn if len(records) == 1 else -1,
+           "turn_return": reward, "turn_score": mean([r.reward for r in records]),
+           "turn_correct": mean([float(r.correct) for r in records]),
+           "outcome": records[-1].result.outcome.value, "reward_gate": mean([b.gate for b in parts]),
+           "reward_speedup_term": mean([b.speedup_term for b in parts]),
+           "reward_structural_term": mean([b.structural_term for b in parts]),
+           "reward_ranker_term": mean([b.ranker_term for b in parts])}
+    for key in SAMPLE_COLUMNS:
+        out.columns[key].append(row[key])
+
+
+# --------------------------------------------------------------------------------------------------
+# The step's summary
+
+
+@dataclass(frozen=True)
+class RolloutStats:
+    """What one step's rollouts did (every number is logged to metrics.jsonl and TensorBoard)."""
+
+    values: dict[str, float]
+    hack_flags: dict[str, int]  # anti-cheat violation code -> turns flagged with it
+
+
+def rollout_stats(batch: RolloutBatch) -> RolloutStats:
+    from cudaperf.anticheat.policy import is_violation
+
+    turns = [r for records in batch.records for r in records]
+    n = max(1, len(turns))
+    parts = [r.reward_breakdown for r in turns if r.reward_breakdown is not None]
+    speedups = [r.speedup for r in turns if r.correct and r.speedup and r.speedup > 0]
+    flags: dict[str, int] = {}
+    for r in turns:
+        for code in {f.code for f in r.result.flags if is_violation(f.code)}:
+            flags[code] = flags.get(code, 0) + 1
+    rewards = [x for x in batch.columns["turn_return"] if x is not None]
+    values = {
+        "trajectories": float(len(batch.records)), "turns": float(len(turns)),
+        "samples": float(len(batch.prompt_ids)),
+        "score_mean": sum(r.reward for r in turns) / n,
+        "sample_reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+        "gate_mean": _mean([b.gate for b in parts]),
+        "speedup_term_mean": _mean([b.speedup_term for b in parts]),
+        "structural_term_mean": _mean([b.structural_term for b in parts]),
+        "ranker_term_mean": _mean([b.ranker_term for b in parts]),
+        "correct_rate": sum(r.correct for r in turns) / n,
+        "first_turn_correct_rate": _mean([float(rs[0].correct) for rs in batch.records if rs]),
+        "best_of_turns_correct_rate": _mean([float(any(r.correct for r in rs)) for rs in batch.records]),
+        "speedup_geomean": math.exp(_mean([math.log(s) for s in speedups])) if speedups else 0.0,
+        "hack_rate": sum(r.result.outcome is Outcome.POLICY_VIOLATION for r in turns) / n,
+        "not_applicable_rate": sum(not _applicable(r) for r in turns) / n,
+        "no_code_rate": sum(r.code is None for r in turns) / n,
+        "truncated_rate": sum(r.finish_reason == "length" for r in turns) / n,
+        "prompt_tokens_per_turn": sum(r.prompt_tokens for r in turns) / n,
+        "completion_tokens_per_turn": sum(r.completion_tokens for r in turns) / n,
+        "generate_s": batch.seconds.get("generate", 0.0), "evaluate_s": batch.seconds.get("evaluate", 0.0),
+        "rollout_s": batch.seconds.get("total", 0.0),
+        "turns_per_min": 60.0 * len(turns) / batch.seconds["total"] if batch.seconds.get("total") else 0.0,
+    }
+    values.update({f"hack_{code}": float(count) for code, count in flags.items()})
+    return RolloutStats(values, flags)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+__all__ = ["GeneratedTokens", "ModelGenerator", "MultiTurnRollout", "RolloutBatch", "RolloutStats",
+           "SAMPLE_COLUMNS", "TokenGenerator", "env_config", "first_prompt", "prompt_key", "rollout_stats"]
