@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "optimize": ("cudaperf.commands.optimize_cmd", "a model writes, tests and rewrites kernels (refinement)"),
     "rank": ("cudaperf.commands.rank_cmd",
              "offline pairwise ranker: train, evaluate, score candidate kernels"),
+    "train": ("cudaperf.commands.train_cmd",
+              "train a policy: supervised warm start (sft), multi-turn RL (rl)"),
 }
 
 
