@@ -9,7 +9,9 @@ Covers: the contract, and `LocalEvaluator`, which puts `cudaperf.evaluate.Evalua
 and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
 `LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
 (each process then starts its own evaluator there). Threads may share one: `Evaluator.evaluate_many` takes
-concurrent batches (its worker pool hands each job a free worker).
+concurrent batches (its worker pool hands each job a free worker). `LocalEvaluator(config, mode="rl")` (or
+`EvalConfig(mode="rl")`) is the evaluation mode sized for agent and RL batches: the same checks, several
+workers per GPU, baselines cached per task and configuration, ranking budgets (`cudaperf.eval_modes`).
 
 Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.reward`).
 """
@@ -55,10 +57,15 @@ def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solu
 class LocalEvaluator:
     """`cudaperf.evaluate.Evaluator` behind the `CandidateEvaluator` seam (see the module docstring)."""
 
-    def __init__(self, config: Any = None):
+    def __init__(self, config: Any = None, mode: str | None = None):
+        """`mode` ('default' or 'rl'), when given, replaces `config.mode`."""
+        import dataclasses
+
         from cudaperf.evaluate import EvalConfig
 
         self.config = config or EvalConfig()
+        if mode is not None:
+            self.config = dataclasses.replace(self.config, mode=mode)
         self._evaluator: Any = None
         self._lock = threading.Lock()
 

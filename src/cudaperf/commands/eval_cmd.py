@@ -1,9 +1,12 @@
 """`cudaperf eval`: evaluate one solution file, every solution of a directory against a task directory, or
 each task's own reference as its candidate (the harness's self-check).
 
-  cudaperf eval TASK.py SOLUTION.py [--out FILE] [--device auto|cuda|cpu|none] [--json]
-  cudaperf eval --tasks DIR --solutions DIR --out FILE [--resume] [--max-seconds S]
+  cudaperf eval TASK.py SOLUTION.py [--out FILE] [--device auto|cuda|cpu|none] [--mode default|rl] [--json]
+  cudaperf eval --tasks DIR --solutions DIR --out FILE [--resume] [--max-seconds S] [--mode default|rl]
   cudaperf eval --self-check TASK_OR_DIR... --out FILE [--resume] [--max-seconds S]
+
+`--mode rl` schedules the same checks for a batch (several workers per GPU, baselines timed once per task
+and configuration and cached, ranking budgets); what differs exactly: `cudaperf.eval_modes`.
 
 Matching solutions to tasks (directory mode), first rule that applies wins:
   1. a first line `# cudaperf-task: <task_id>`;
@@ -69,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="batch and self-check: start no evaluation after this many seconds (the rest "
                              "is left for --resume)")
+    parser.add_argument("--mode", default="default", choices=("default", "rl"),
+                        help="rl: the same checks scheduled for batches (several workers per GPU, baselines "
+                        "timed once per task and configuration, ranking budgets; docs/evaluation.md)")
     parser.add_argument("--json", action="store_true", help="print results as JSON instead of tables")
 
 
@@ -149,9 +155,9 @@ def _config(args: argparse.Namespace):
         timing = replace(timing, budget_ms=args.timing_budget_ms,
                          warmup_ms=min(timing.warmup_ms, args.timing_budget_ms / 4))
     if args.self_check:
-        return self_check_config(device=args.device, seeds=args.seeds, timing=timing)
+        return self_check_config(device=args.device, seeds=args.seeds, timing=timing, mode=args.mode)
     policy = Policy(allow_torch_ops=True) if args.allow_torch_ops else None
-    return EvalConfig(device=args.device, seeds=args.seeds, timing=timing, policy=policy)
+    return EvalConfig(device=args.device, seeds=args.seeds, timing=timing, policy=policy, mode=args.mode)
 
 
 def _usage(message: str) -> int:

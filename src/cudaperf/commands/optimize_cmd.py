@@ -1,7 +1,8 @@
 """`cudaperf optimize`: a model writes kernels for tasks, reads the judge's feedback and rewrites them.
 
   cudaperf optimize TASK... [--turns N] [--samples K] [--model SPEC] [--target-speedup X] [--out DIR]
-                   [--resume] [--device auto|cuda|cpu|none] [--limit N] [more options: --help]
+                   [--resume] [--device auto|cuda|cpu|none] [--mode default|rl] [--limit N]
+                   [more options: --help]
 
 TASK is a task file, a directory, `examples`, `split:test` (the dataset's test split), `split:NAME:DIR` (a
 built dataset) or `kernelbench:PATH[:LEVELS]`. Over a task set this is how a model is benchmarked: a
@@ -67,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--families", default="", help="comma list of families (default all)")
     parser.add_argument("--seeds", type=int, default=3, help="correctness seeds per configuration")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--mode", default="default", choices=("default", "rl"),
+                        help="evaluation mode: rl schedules the same checks for batches (several workers "
+                        "per GPU, baselines cached per task and configuration, ranking budgets)")
     parser.add_argument("--allow-torch-ops", action="store_true",
                         help="accept torch compute ops in candidates (pure-PyTorch task sets, CPU runs)")
 
@@ -144,7 +148,7 @@ def _configs(args: argparse.Namespace):
     config = RefineConfig(turns=args.turns, samples=args.samples, target_speedup=args.target_speedup,
                           generation=generation, env=env, generate_batch=args.generate_batch)
     eval_config = EvalConfig(device=args.device, seeds=args.seeds, policy=policy,
-                             timing=TimingConfig(enabled=not args.no_timing))
+                             timing=TimingConfig(enabled=not args.no_timing), mode=args.mode)
     ranker = import_object(args.ranker) if args.ranker else None
     return config, eval_config, ranker
 
@@ -153,6 +157,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "samples": args.samples, "turns": args.turns, "format": args.format,
             "reward": args.reward, "baseline": args.baseline, "allow_torch_ops": args.allow_torch_ops,
             "target_speedup": args.target_speedup, "device": args.device, "tasks": list(args.tasks),
+            "mode": args.mode,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
 
 

@@ -1,0 +1,345 @@
+"""The RL evaluation mode's pure parts: the GPU gate, the cache of baselines (carriers, drift, age, a carrier
+in flight), filling cached baselines into a result, and the two-pass schedule of one candidate driven by a
+stand-in for the evaluator's finish (the real one runs in test_eval_modes_cpu.py and tests/gpu/)."""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import threading
+import time
+
+import pytest
+
+from cudaperf.eval_modes import (
+    BaselineCache,
+    CachedBaselines,
+    GpuGate,
+    RlScheduler,
+    RlSettings,
+    fill_timings,
+    median_ci95_rel,
+)
+from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, with_cached_baselines
+from cudaperf.types import ConfigTiming, EvalResult, InputConfig, Outcome, Task, TaskKind, Timing
+
+
+def _timing(ms: float, n: int = 40, iqr: float = 0.0) -> Timing:
+    return Timing(median_ms=ms, iqr_ms=iqr, min_ms=ms, mean_ms=ms, n_samples=n)
+
+
+def _task(task_id: str = "t", source: str = "class Model: pass") -> Task:
+    return Task(task_id, TaskKind.PYTORCH, source, (InputConfig("small"), InputConfig("large")))
+
+
+def _carried(eager_ms: float = 2.0, outcome: Outcome = Outcome.CORRECT) -> EvalResult:
+    timings = tuple(ConfigTiming(c, _timing(1.0), eager=_timing(eager_ms), compiled=_timing(eager_ms / 2))
+                    for c in ("small", "large"))
+    return EvalResult("t", "carrier", outcome, timings=timings)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+FULL = TimingConfig()
+
+
+# -- the gate ---------------------------------------------------------------------------------------
+
+def test_shared_holders_of_the_gate_overlap():
+    gate, inside, both = GpuGate(), threading.Barrier(2, timeout=5), []
+
+    def check() -> None:
+        with gate.shared():
+            inside.wait()  # returns only when the other holder is inside too
+            both.append(True)
+
+    threads = [threading.Thread(target=check) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert both == [True, True]
+
+
+def test_an_exclusive_holder_waits_for_the_shared_ones_to_leave():
+    gate, events = GpuGate(), []
+    release = threading.Event()
+
+    def check() -> None:
+        with gate.shared():
+            events.append("check in")
+            release.wait(5)
+            events.append("check out")
+
+    checker = threading.Thread(target=check)
+    checker.start()
+    while gate.readers == 0:
+        time.sleep(0.001)
+    timer = threading.Thread(target=lambda: gate.exclusive().__enter__() or events.append("timing"))
+    timer.start()
+    time.sleep(0.05)
+    release.set()
+    checker.join(5)
+    timer.join(5)
+    assert events == ["check in", "check out", "timing"]
+
+
+def test_a_waiting_exclusive_taker_keeps_new_shared_holders_out():
+    gate, order = GpuGate(), []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with gate.shared():
+            first_in.set()
+            release.wait(5)
+
+    def timing() -> None:
+        with gate.exclusive():
+            order.append("timing")
+
+    def late_check() -> None:
+        with gate.shared():
+            order.append("late check")
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    first_in.wait(5)
+    threads.append(threading.Thread(target=timing))
+    threads[1].start()
+    time.sleep(0.05)  # the timing thread now holds the turnstile and waits for the first check
+    threads.append(threading.Thread(target=late_check))
+    threads[2].start()
+    time.sleep(0.05)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["timing", "late check"]
+
+
+# -- the cache of baselines ---------------------------------------------------------------------------
+
+def test_the_first_timed_candidate_of_a_task_carries_the_baselines():
+    plan = BaselineCache(RlSettings()).plan(_task(), FULL)
+    assert plan.carrier and plan.timing == FULL and plan.why == "first"
+
+
+def test_later_candidates_are_timed_alone_with_the_ranking_budget():
+    cache = BaselineCache(RlSettings(budget_ms=7.0, warmup_ms=3.0))
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    plan = cache.plan(_task(), FULL)
+    assert not plan.carrier
+    assert (plan.timing.baselines, plan.timing.budget_ms, plan.timing.warmup_ms) == ((), 7.0, 3.0)
+
+
+def test_the_ranking_budget_never_exceeds_the_configured_one():
+    cache = BaselineCache(RlSettings(budget_ms=50.0))
+    small = TimingConfig(budget_ms=5.0, warmup_ms=1.0)
+    cache.plan(_task(), small)
+    cache.settle(_task(), "carrier", _carried())
+    assert cache.plan(_task(), small).timing.budget_ms == 5.0
+
+
+def test_every_nth_timed_candidate_carries_again_and_the_drift_is_recorded():
+    cache = BaselineCache(RlSettings(drift_every=2))
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried(eager_ms=2.0))
+    assert [cache.plan(_task(), FULL).carrier for _ in range(3)] == [False, False, True]
+    drift = cache.settle(_task(), "again", _carried(eager_ms=2.2))
+    eager = {(d.config, d.baseline): d.ratio for d in drift}[("small", "eager")]
+    assert eager == pytest.approx(1.1) and cache.drift == drift
+
+
+def test_cached_baselines_older_than_the_limit_are_timed_again():
+    clock = _Clock()
+    cache = BaselineCache(RlSettings(drift_max_age_s=60.0), clock=clock)
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    clock.now = 61.0
+    assert cache.plan(_task(), FULL).why == "age"
+
+
+def test_a_carrier_that_fails_leaves_the_next_candidate_to_carry():
+    cache = BaselineCache(RlSettings())
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried(outcome=Outcome.INCORRECT))
+    assert cache.plan(_task(), FULL).carrier and cache.lookup(_task()) is None
+
+
+def test_while_a_carrier_is_in_flight_the_next_plan_of_its_task_waits_for_it():
+    cache, plans = BaselineCache(RlSettings()), []
+    cache.plan(_task(), FULL)
+    waiter = threading.Thread(target=lambda: plans.append(cache.plan(_task(), FULL)))
+    waiter.start()
+    time.sleep(0.05)
+    assert plans == []
+    cache.settle(_task(), "carrier", _carried())
+    waiter.join(5)
+    assert len(plans) == 1 and not plans[0].carrier
+
+
+def test_tasks_sharing_an_id_but_not_a_source_do_not_share_baselines():
+    cache = BaselineCache(RlSettings())
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    assert cache.plan(_task(source="class Model: x = 1"), FULL).carrier
+
+
+def test_without_baselines_requested_no_candidate_carries():
+    cache = BaselineCache(RlSettings())
+    timing = TimingConfig(baselines=())
+    assert [cache.plan(_task(), timing).carrier for _ in range(2)] == [False, False]
+
+
+# -- cached baselines in a result ---------------------------------------------------------------------
+
+def test_cached_baselines_are_written_into_the_timings_and_the_speedups_follow():
+    alone = EvalResult("t", "s", Outcome.CORRECT, timings=(ConfigTiming("small", _timing(0.5)),))
+    cached = {"small": CachedBaselines(eager=_timing(2.0), compiled=_timing(1.0))}
+    result = with_cached_baselines(alone, cached)
+    assert (result.speedup_vs_eager, result.speedup_vs_compile) == (4.0, 2.0)
+    assert result.speedups == {"eager": 4.0, "compile": 2.0}
+
+
+def test_a_baseline_the_job_timed_itself_keeps_its_own_value():
+    own = ConfigTiming("small", _timing(1.0), baselines={"inout_restore": _timing(0.1)})
+    cached = {"small": CachedBaselines(baselines={"inout_restore": _timing(9.0), "serial_c": _timing(5.0)})}
+    (filled,) = fill_timings((own,), cached)
+    assert filled.baselines["inout_restore"].median_ms == 0.1
+    assert filled.baselines["serial_c"].median_ms == 5.0
+
+
+def test_the_confidence_interval_of_a_median_narrows_with_more_samples():
+    few, many = median_ci95_rel(_timing(1.0, n=16, iqr=0.04)), median_ci95_rel(_timing(1.0, n=64, iqr=0.04))
+    assert few == pytest.approx(1.57 * 0.04 / 4) and many == pytest.approx(few / 2)
+
+
+# -- the schedule of one candidate --------------------------------------------------------------------
+
+class _FakeFinish:
+    """Stands in for `Evaluator._finish_with`: records each pass (its timing and the gate mode it held)
+    and answers with the outcomes it was given, per pass."""
+
+    def __init__(self, gate_of, *outcomes: Outcome):
+        self.gate_of, self.outcomes, self.passes = gate_of, list(outcomes), []
+
+    def __call__(self, task, solution, start, build_future, timing, hold) -> EvalResult:
+        with hold():
+            gate = self.gate_of()
+            mode = "exclusive" if gate._turnstile.locked() and gate.readers == 0 else "shared"
+        self.passes.append((timing.enabled, timing.baselines, mode))
+        timings = ()
+        if timing.enabled:
+            timings = tuple(ConfigTiming(c, _timing(1.0), eager=_timing(3.0) if timing.baselines else None)
+                            for c in ("small", "large"))
+        return EvalResult(task.task_id, solution.solution_id, self.outcomes.pop(0), timings=timings)
+
+
+class _Sol:
+    def __init__(self, solution_id: str):
+        self.solution_id = solution_id
+
+
+def _scheduler(*outcomes: Outcome, timing: TimingConfig = FULL) -> tuple[RlScheduler, _FakeFinish]:
+    holder: list[RlScheduler] = []
+    fake = _FakeFinish(lambda: holder[0].gate, *outcomes)
+    holder.append(RlScheduler(fake, with_cached_baselines, timing, RlSettings()))
+    return holder[0], fake
+
+
+def test_an_incorrect_candidate_gets_only_the_check_pass():
+    scheduler, fake = _scheduler(Outcome.INCORRECT)
+    result = scheduler.finish(_task(), _Sol("s"), None, None)
+    assert result.outcome is Outcome.INCORRECT and fake.passes == [(False, FULL.baselines, "shared")]
+
+
+def test_a_correct_candidate_is_checked_shared_then_timed_exclusively():
+    scheduler, fake = _scheduler(Outcome.CORRECT, Outcome.CORRECT)
+    result = scheduler.finish(_task(), _Sol("s"), None, None)
+    assert [p[2] for p in fake.passes] == ["shared", "exclusive"]
+    assert fake.passes[1][:2] == (True, FULL.baselines) and result.environment["baselines"] == "timed (first)"
+
+
+def test_a_candidate_timed_alone_gets_the_carriers_baselines():
+    scheduler, fake = _scheduler(*[Outcome.CORRECT] * 4)
+    scheduler.finish(_task(), _Sol("first"), None, None)
+    result = scheduler.finish(_task(), _Sol("second"), None, None)
+    assert fake.passes[3][1] == () and result.speedup_vs_eager == pytest.approx(3.0)
+    assert result.environment["baselines"].startswith("cached from first")
+
+
+def test_with_timing_off_every_candidate_gets_one_pass():
+    scheduler, fake = _scheduler(Outcome.CORRECT, timing=TimingConfig(enabled=False))
+    assert scheduler.finish(_task(), _Sol("s"), None, None).outcome is Outcome.CORRECT
+    assert len(fake.passes) == 1
+
+
+def test_a_timed_pass_that_disagrees_decides_and_the_check_verdict_is_kept():
+    scheduler, _ = _scheduler(Outcome.CORRECT, Outcome.INCORRECT)
+    result = scheduler.finish(_task(), _Sol("s"), None, None)
+    assert result.outcome is Outcome.INCORRECT and result.environment["rl_check_outcome"] == "correct"
+    assert scheduler.counts["verdict_changed"] == 1
+
+
+def test_a_carrier_whose_pass_raises_lets_the_next_candidate_carry():
+    scheduler, fake = _scheduler(Outcome.CORRECT)  # the timed pass finds no outcome left: it raises
+    with pytest.raises(IndexError):
+        scheduler.finish(_task(), _Sol("s"), None, None)
+    assert scheduler.baselines.plan(_task(), FULL).carrier
+
+
+# -- configuration and entry points -------------------------------------------------------------------
+
+def test_an_unknown_mode_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="'default' or 'rl'"):
+        EvalConfig(mode="fast")
+
+
+@pytest.mark.parametrize("bad", [{"workers_per_gpu": 0}, {"budget_ms": 0.0}, {"drift_every": 0}])
+def test_impossible_rl_settings_are_refused(bad):
+    with pytest.raises(ValueError, match="RlSettings"):
+        RlSettings(**bad)
+
+
+def test_the_rl_mode_starts_several_workers_per_gpu():
+    ev = Evaluator(EvalConfig(device="cpu", mode="rl", rl=RlSettings(workers_per_gpu=3, cpu_workers=2)))
+    assert ev._worker_devices() == [None, None]
+    ev.mode, ev.devices = "cuda", [0, 1]
+    assert ev._worker_devices() == [0, 0, 0, 1, 1, 1]
+
+
+def test_the_default_mode_keeps_one_worker_per_gpu():
+    ev = Evaluator(EvalConfig(device="cpu"))
+    assert ev._worker_devices() is None
+    ev.mode, ev.devices = "cuda", [0, 1]
+    assert ev._worker_devices() == [0, 1]
+
+
+def test_the_agents_local_evaluator_takes_the_mode_and_keeps_it_when_pickled():
+    from cudaperf.agent.evaluation import LocalEvaluator
+
+    local = pickle.loads(pickle.dumps(LocalEvaluator(EvalConfig(device="none"), mode="rl")))
+    assert local.config.mode == "rl" and local.config.device == "none"
+
+
+def test_cudaperf_eval_passes_the_mode_to_the_evaluator():
+    from cudaperf.commands import eval_cmd
+
+    parser = argparse.ArgumentParser()
+    eval_cmd.add_arguments(parser)
+    assert eval_cmd._config(parser.parse_args(["t.py", "s.py", "--mode", "rl"])).mode == "rl"
+
+
+def test_cudaperf_optimize_passes_the_mode_to_the_evaluator():
+    from cudaperf.commands import optimize_cmd
+
+    parser = argparse.ArgumentParser()
+    optimize_cmd.add_arguments(parser)
+    _, eval_config, _ = optimize_cmd._configs(parser.parse_args(["examples", "--mode", "rl"]))
+    assert eval_config.mode == "rl"
