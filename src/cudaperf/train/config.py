@@ -205,6 +205,9 @@ class RlConfig(CommonConfig):
     eval_device: str = "auto"
     """Where candidates run: 'cuda', 'cpu' (the sandboxed CPU worker: pure-PyTorch answers only, needs
     `allow_torch_ops`), 'none' (build and static checks only) or 'auto'."""
+    eval_mode: str = "rl"
+    """The evaluator's schedule (`cudaperf.eval_modes`): 'rl' (several workers per GPU, timing only for
+    correct candidates, baselines cached per task and configuration: every check kept) or 'default'."""
     allow_torch_ops: bool = False
     """Accept torch compute ops in answers (only for CPU smoke runs: a CUDA kernel cannot run there)."""
     eval_seeds: int = 1
@@ -247,6 +250,8 @@ class RlConfig(CommonConfig):
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers (no GPU for kernels), so "
                               "every reward would be 'not applicable': set allow_torch_ops=True (a smoke "
                               "run) or eval_device='cuda'")
+        if self.eval_mode not in ("rl", "default"):
+            raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
             raise ConfigError(f"loss_type={self.loss_type!r}: use grpo, dr_grpo, dapo or bnpo")
         if self.scale_rewards not in ("group", "batch", "none"):

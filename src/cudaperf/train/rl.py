@@ -57,7 +57,8 @@ def make_evaluator(config: RlConfig) -> Any:
     from cudaperf.evaluate import EvalConfig, TimingConfig
 
     gpus = tuple(range(config.eval_workers)) if config.eval_workers else None
-    return LocalEvaluator(EvalConfig(device=config.eval_device, gpus=gpus, seeds=config.eval_seeds,
+    return LocalEvaluator(EvalConfig(device=config.eval_device, mode=config.eval_mode, gpus=gpus,
+                                     seeds=config.eval_seeds,
                                      policy=Policy(allow_torch_ops=config.allow_torch_ops),
                                      timing=TimingConfig(budget_ms=config.timing_budget_ms),
                                      build_workers=config.build_workers))

@@ -1,0 +1,82 @@
+"""The training configurations: documented fields, refused combinations, saving and the resume check."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cudaperf.train.config import (
+    ConfigError,
+    RlConfig,
+    SftConfig,
+    check_resume,
+    field_docs,
+    load_config,
+    save_config,
+)
+
+
+@pytest.mark.parametrize("cls", [SftConfig, RlConfig])
+def test_every_field_is_documented(cls):
+    docs = field_docs(cls)
+    assert [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)] == []
+
+
+def test_turn_credit_with_early_stop_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="target_speedup=0 or credit='trajectory'"):
+        RlConfig(credit="turn", target_speedup=1.5)
+
+
+def test_trajectory_credit_may_stop_early():
+    assert RlConfig(credit="trajectory", target_speedup=1.5).num_generations == 4
+
+
+def test_cpu_evaluation_without_torch_ops_is_refused():
+    with pytest.raises(ConfigError, match="allow_torch_ops=True"):
+        RlConfig(eval_device="cpu")
+
+
+def test_group_of_one_sample_is_refused():
+    with pytest.raises(ConfigError, match="no baseline"):
+        RlConfig(credit="trajectory", trajectories=1)
+
+
+def test_turn_credit_group_is_every_turn_of_every_trajectory():
+    assert RlConfig(trajectories=3, max_turns=4, credit="turn").num_generations == 12
+
+
+def test_clip_high_below_clip_low_is_refused():
+    with pytest.raises(ConfigError, match="epsilon_high"):
+        RlConfig(epsilon=0.3, epsilon_high=0.2)
+
+
+def test_lora_settings_without_lora_are_refused():
+    with pytest.raises(ConfigError, match="lora=True"):
+        SftConfig(lora_rank=8)
+
+
+def test_inline_prompts_for_fast_implementations_are_refused():
+    with pytest.raises(ConfigError, match="format='fast'"):
+        SftConfig(format="inline")
+
+
+def test_unknown_reward_preset_is_refused():
+    with pytest.raises(ConfigError, match="reward="):
+        RlConfig(reward="no-such-preset")
+
+
+@pytest.mark.parametrize("config", [SftConfig(kinds=("c",), families=("a", "b"), epochs=2.0),
+                                    RlConfig(tasks=("examples",), lora=True, lora_rank=4)])
+def test_saved_config_loads_back_equal(tmp_path, config):
+    save_config(config, tmp_path)
+    assert load_config(tmp_path) == config
+
+
+def test_resume_with_a_different_batch_size_is_refused():
+    with pytest.raises(ConfigError, match="batch_size: 8 -> 4"):
+        check_resume(SftConfig(), SftConfig(batch_size=4))
+
+
+def test_resume_may_run_longer():
+    check_resume(SftConfig(max_steps=10), SftConfig(max_steps=20))
