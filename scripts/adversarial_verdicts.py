@@ -7,6 +7,7 @@ were reached at another stage. Timing figures are left out: they differ between 
 
     python3 scripts/adversarial_verdicts.py --out verdicts.jsonl [--device cuda|none]
     python3 scripts/adversarial_verdicts.py --compare before.jsonl after.jsonl
+    python3 scripts/adversarial_verdicts.py --out verdicts.jsonl --resume   (judge only what the file lacks)
 
 With `--device none` (no GPU) the verdicts are those of the static gate and the build.
 """
@@ -42,7 +43,7 @@ def _verdict_of(result) -> dict:
             "errors": sorted({f.code for f in result.flags if f.severity is Severity.ERROR})}
 
 
-def run(out: Path, device: str) -> None:
+def run(out: Path, device: str, resume: bool = False) -> None:
     from cudaperf.anticheat.policy import Policy
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
     from cudaperf.solutions import solution_from_text
@@ -58,9 +59,13 @@ def run(out: Path, device: str) -> None:
                           timing=TimingConfig(baselines=("eager",)), coverage=device == "cuda")
 
     rows = []
-    out.write_text("")
+    done = _done(out) if resume else set()
+    if not resume:
+        out.write_text("")
     with Evaluator(config()) as ev:
         for path in paths:
+            if (path.stem, "default") in done:
+                continue
             meta = _constants(path)
             task = tasks[meta["TASK"]]
             result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
@@ -68,13 +73,20 @@ def run(out: Path, device: str) -> None:
             _emit(out, rows[-1])
     for path in paths:
         disabled = _constants(path).get("RUNTIME_DISABLE")
-        if not disabled:
+        if not disabled or (path.stem, "runtime_only") in done:
             continue
         with Evaluator(config(Policy(disabled_rules=tuple(disabled)))) as ev:
             task = tasks[_constants(path)["TASK"]]
             result = ev.evaluate(task, solution_from_text(path.read_text(), path.stem, str(path)))
         rows.append({"fixture": path.stem, "variant": "runtime_only", **_verdict_of(result)})
         _emit(out, rows[-1])
+
+
+def _done(out: Path) -> set[tuple[str, str]]:
+    """(fixture, variant) of the rows already in `out` (a run cut short, resumed)."""
+    if not out.exists():
+        return set()
+    return {(r["fixture"], r["variant"]) for r in map(json.loads, out.read_text().splitlines()) if r}
 
 
 def _emit(out: Path, row: dict) -> None:
@@ -116,12 +128,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--device", default="cuda", choices=("cuda", "none"))
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    parser.add_argument("--resume", action="store_true", help="keep the rows in --out; judge the rest")
     args = parser.parse_args()
     if args.compare:
         return compare(*args.compare)
     if args.out is None:
         parser.error("--out is needed unless --compare is given")
-    run(args.out, args.device)
+    run(args.out, args.device, args.resume)
     return 0
 
 

@@ -89,7 +89,7 @@ run_step() {
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
-    verdicts) step verdicts 240 python3 scripts/adversarial_verdicts.py --out "$OUT/verdicts.jsonl" ;;
+    verdicts) step verdicts 240 python3 scripts/adversarial_verdicts.py --out "$OUT/verdicts.jsonl" ${VERDICTS_ARGS:-} ;;
     boundary) step boundary 300 python3 benchmarks/boundary_throughput.py --repeats 3 --out "$OUT/boundary.json" ;;
     hostile) step hostile 180 python3 benchmarks/hostile_batch.py --out-dir "$OUT/hostile" ;;
     self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
