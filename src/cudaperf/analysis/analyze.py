@@ -26,6 +26,7 @@ from typing import Any
 from cudaperf.analysis.compiler import CompiledUnit, compile_unit
 from cudaperf.analysis.intensity import evaluate_log_terms
 from cudaperf.analysis.intervals import footprints
+from cudaperf.analysis.lanes import ideal_sectors
 from cudaperf.analysis.occupancy import theoretical_occupancy
 from cudaperf.analysis.roofline import ridge_flops_per_byte
 from cudaperf.analysis.sources import CudaSource, PythonLaunch, solution_sources
@@ -88,6 +89,11 @@ class KernelDetail:
     ridge_flops_per_byte: float | None = None
     unbound_symbols: tuple[str, ...] = ()  # give these in `sizes` to get numbers
     thread_dependent_conditions: tuple[int, ...] = ()  # lines where threads of a block may diverge
+    # per global access, in the order of `KernelFeatures.accesses` filtered to global: line, kind, sectors
+    # and ideal sectors per request (None: not computed), window (requests sharing sectors, 1 = none),
+    # window_sectors (distinct sectors per request over the window), requests (trip-count weight per thread)
+    global_accesses: tuple[dict[str, Any], ...] = ()
+    barriers_per_thread: float | None = None  # barrier executions per thread (loop trip counts bound)
 
 
 @dataclass(frozen=True)
@@ -320,14 +326,22 @@ class _KernelContext:
             self._work = self._evaluate_work()
         return self._work
 
+    def work_values(self) -> dict[str, float]:
+        w = self.kernel.work
+        values = dict(self.bindings)
+        if w is not None:
+            values.update(evaluate_log_terms(w.log_terms, values))
+        return values
+
     def _evaluate_work(self) -> dict[str, Any]:
         w = self.kernel.work
-        out: dict[str, Any] = {"flops": None, "requested": None, "footprint": None, "unbound": ()}
+        out: dict[str, Any] = {"flops": None, "requested": None, "footprint": None, "unbound": (),
+                               "barriers": None}
         if w is None:
             return out
-        values = dict(self.bindings)
-        values.update(evaluate_log_terms(w.log_terms, values))
+        values = self.work_values()
         out["flops"] = w.flops.evaluate(values)
+        out["barriers"] = w.barriers_per_thread.evaluate(values)
         out["requested"] = w.bytes_requested.evaluate(values)
         out["footprint"] = self._footprint(w, values)
         missing = set()
@@ -415,7 +429,18 @@ class _KernelContext:
             ridge_flops_per_byte=self.ridge(self.sass()),
             unbound_symbols=work["unbound"],
             thread_dependent_conditions=tuple(self.file_line(x) for x in k.thread_dependent_conditions),
+            global_accesses=tuple(self._global_access(a, i) for i, a in enumerate(k.accesses)
+                                  if a.space == "global"),
+            barriers_per_thread=work["barriers"],
         )
+
+    def _global_access(self, a, index: int) -> dict[str, Any]:
+        w = self.kernel.work
+        weight = w.access_requests[index] if w is not None and index < len(w.access_requests) else None
+        requests = weight.evaluate(self.work_values()) if weight is not None else None
+        return {"line": self.file_line(a.line), "kind": a.kind, "sectors": a.sectors,
+                "ideal_sectors": ideal_sectors(a.access_bytes), "window": a.window,
+                "window_sectors": a.window_sectors, "requests": requests}
 
 
 def _merge(caller: Launch | None, found: Launch) -> Launch:
@@ -443,6 +468,11 @@ def render_kernel_feedback(ctx: _KernelContext, f: KernelFeatures, d: KernelDeta
             out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_text} along "
                        f"threadIdx.x — uncoalesced: each lane needs its own 32-byte sector; let threadIdx.x "
                        f"index the contiguous dimension")
+        elif a.space == "global" and a.coalescing is CoalescingClass.STRIDED and a.window > 1:
+            out.append(f"line {line}: {a.kind} {prep} {a.array}: a per-thread window ({a.window} requests "
+                       f"strided by {a.stride_elements} elements that share their sectors, "
+                       f"{a.window_sectors:.1f} sectors per request over the window) — the repeats find "
+                       f"their sectors already fetched; vector accesses (float4) need fewer instructions")
         elif a.space == "global" and a.coalescing is CoalescingClass.STRIDED:
             out.append(f"line {line}: {a.kind} {prep} {a.array} strided by {a.stride_elements} elements "
                        f"along threadIdx.x — {min(a.stride_elements, 8)}x the memory transactions of a "

@@ -126,10 +126,24 @@ class Preprocessed:
 _MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
 
 
+_FUNCTION_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(", re.MULTILINE)
+
+
 def needs_preprocessing(source: str, found_kernels: int) -> bool:
-    """Macros may hide kernels: `__global__` appears in a #define, or appears but no kernel was found."""
+    """Macros may hide kernels (`__global__` appears in a #define, or appears but no kernel was found), or
+    hide memory accesses: a function-like macro invoked in the code (`#define IN(i) src[clamp(i)]`) parses
+    as a call, so the load inside it would not be seen, and a macro redefined after `#undef` has two
+    meanings that only the preprocessor tells apart."""
     in_define = re.search(r"#\s*define[^\n]*(?:\\\n[^\n]*)*__global__", source) is not None
-    return in_define or (found_kernels == 0 and "__global__" in source)
+    return in_define or (found_kernels == 0 and "__global__" in source) or _invokes_function_macro(source)
+
+
+def _invokes_function_macro(source: str) -> bool:
+    names = set(_FUNCTION_MACRO.findall(source))
+    if not names:
+        return False
+    code = "\n".join(ln for ln in source.split("\n") if not re.match(r"\s*#", ln))
+    return re.search(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\s*\(", code) is not None
 
 
 def preprocess(source: str, timeout_s: float = 20.0) -> Preprocessed | None:

@@ -9,6 +9,7 @@ Covers:
   guard `if (i < n)` / `if (i >= n) return;` on a global thread index. Symbols are bound from `sizes`
   (kernel parameters, macros) and the launch at the end, so a grid-stride loop's thread count cancels.
 - bytes requested: every global access x its trip counts x threads (what the LSU asks for, no cache);
+  per access its requests per thread (`access_requests`), and barrier executions per thread;
   the compulsory footprint that intensity prefers comes from `intervals.footprints`.
 - regime: intensity against the H200 ridge point, FP32 CUDA cores or tensor cores (from SASS).
 
@@ -29,6 +30,7 @@ from cudaperf.analysis import cst
 from cudaperf.analysis.memory import Access
 from cudaperf.analysis.scope import FLOAT_TYPES, TX, KernelScope, call_name, init_var, type_info
 from cudaperf.analysis.symbolic import Poly
+from cudaperf.analysis.sync import is_barrier_call
 
 _FMA = {"fmaf", "fma", "__fmaf_rn", "__fmaf_rz", "__fmaf_ru", "__fmaf_rd", "__fma_rn", "__hfma"}
 _ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_rn|__hadd|__hsub|__hmul|"
@@ -48,6 +50,8 @@ class WorkEstimate:
     flops: Poly  # total, symbolic
     bytes_requested: Poly
     requested_by_array: dict[str, Poly]
+    access_requests: tuple[Poly, ...] = ()  # per access of `accesses`: requests per thread (trip counts)
+    barriers_per_thread: Poly = field(default_factory=Poly)  # barrier executions per thread
     # "log2(..)" -> (ratio, halves to 0)
     log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)
     diagnostics: tuple[str, ...] = ()
@@ -68,12 +72,17 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
         requested[a.array] = (requested.get(a.array, Poly())
                               + Poly.const(a.access_bytes) * counter.multiplier(a.node))
     requested = {k: v * threads for k, v in requested.items()}
+    barriers = Poly()
+    for node in cst.walk(scope.body) if scope.body is not None else []:
+        if is_barrier_call(node):
+            barriers = barriers + counter.multiplier(node)
     total_req = Poly()
     for v in requested.values():
         total_req = total_req + v
     return WorkEstimate(
         flops_per_thread=flops, threads=threads, flops=flops * threads, bytes_requested=total_req,
         requested_by_array=requested, log_terms=counter.log_terms,
+        access_requests=tuple(counter.multiplier(a.node) for a in accesses), barriers_per_thread=barriers,
         diagnostics=tuple(counter.diagnostics) + guard_diag,
     )
 

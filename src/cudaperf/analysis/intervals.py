@@ -2,12 +2,15 @@
 
 Covers: `Interval` arithmetic and `IntervalEvaluator`, which walks the syntax like `KernelScope.value` with
 threadIdx in [0, blockDim-1], blockIdx in [0, gridDim-1], loop variables between their first value and
-their bound, sizes from the caller, `/` `%` `&` `>>` with integer semantics; then `footprints`, per global
+their bound, sizes from the caller, `/` `%` `&` `>>` with integer semantics (a remainder keeps the
+dividend's sign: the periodic wrap `(i % n + n) % n` stays in [0, n)), `__device__` index helpers as the
+union of what they return; then `footprints`, per global
 array the span max(offset + width) - min(offset) over its accesses: the compulsory DRAM traffic that
 intensity divides by. When the grid is unknown but a guard `i < N` bounds a dimension, the index of that
 dimension is taken to cover [0, N).
 
-Not covered: holes in the span (a strided access reads a span, not all of it), reuse between arrays.
+Not covered: holes in the span (a strided access reads a span, not all of it), reuse between arrays,
+accesses made inside helpers (`Access.via`: their array counts its bytes requested, no span).
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from cudaperf.analysis import cst
-from cudaperf.analysis.scope import BUILTIN_VECTORS, KernelScope, call_name, init_var
+from cudaperf.analysis.scope import (
+    BUILTIN_VECTORS,
+    MAX_INLINE_DEPTH,
+    InlineScope,
+    KernelScope,
+    call_name,
+    declared_vars,
+    init_var,
+)
 from cudaperf.analysis.symbolic import Poly, Unknown
 
 
@@ -86,6 +97,8 @@ class IntervalEvaluator:
             self.builtins[f"blockIdx.{d}"] = Interval(0, gd - 1) if gd is not None else None
         self._memo: dict[str, Interval | Unknown] = {}
         self._busy: set[str] = set()
+        self.bound: dict[str, Interval] = {}  # a helper's parameters (see `_inline`)
+        self.depth = 0
 
     def value(self, node: Node | None) -> Interval | Unknown:
         if node is None:
@@ -141,7 +154,30 @@ class IntervalEvaluator:
             return Interval(max(argv[0].lo, argv[1].lo), max(argv[0].hi, argv[1].hi))
         if name in ("__mul24", "__umul24") and len(argv) == 2:
             return argv[0] * argv[1]
+        helper = self.scope.file.device_functions.get(name)
+        if helper is not None and self.depth < MAX_INLINE_DEPTH:
+            return self._inline(helper, argv) or Unknown(False, name)
         return Unknown(False, name)
+
+    def _inline(self, fn: Node, argv: list[Interval]) -> Interval | None:
+        """The range a `__device__` helper returns (the union over its `return`s), its parameters bound to
+        the arguments' ranges: index helpers such as a clamp."""
+        params = [v for p in cst.function_params(fn) for v in declared_vars(p, frozenset(), is_param=True)]
+        if len(params) != len(argv) or any(p.pointer_depth or p.is_array for p in params):
+            return None
+        callee = IntervalEvaluator(InlineScope(fn, self.scope.file, {}, self.scope), self.sizes, {}, None)
+        callee.builtins, callee.depth = self.builtins, self.depth + 1
+        callee.bound = dict(zip((p.name for p in params), argv))
+        body = callee.scope.body
+        returned = [r.named_children[0] for r in cst.walk(body) if r.type == "return_statement"
+                    and r.named_children] if body is not None else []
+        out: Interval | None = None
+        for r in returned:
+            v = callee.value(r)
+            if not isinstance(v, Interval):
+                return None
+            out = v if out is None else out.union(v)
+        return out
 
     def _binary(self, node: Node) -> Interval | Unknown:
         op = cst.text(node.child_by_field_name("operator"))
@@ -162,12 +198,16 @@ class IntervalEvaluator:
             return a * Interval.point(2 ** int(b.lo))
         if op == "%" and b.lo == b.hi and b.lo > 0 and a.lo >= 0:
             return Interval(0, min(a.hi, b.lo - 1))
+        if op == "%" and b.lo == b.hi and b.lo > 0:  # C: the remainder keeps the dividend's sign
+            return Interval(max(a.lo, -(b.lo - 1)), min(max(a.hi, 0), b.lo - 1))
         if op == "&" and b.lo == b.hi and b.lo >= 0 and a.lo >= 0:
             return Interval(0, min(a.hi, b.lo))
         return Unknown(False, op)
 
     def _identifier(self, node: Node) -> Interval | Unknown:
         scope, name = self.scope, cst.text(node)
+        if name in self.bound:
+            return self.bound[name]
         if name in scope.template_bindings:
             return _iv(scope.template_bindings[name])
         if name in self.sizes:
@@ -251,6 +291,9 @@ def footprints(scope: KernelScope, accesses, sizes: dict[str, float], dims: dict
         if a.space != "global":
             continue
         if a.array in spans and spans[a.array] is None:
+            continue
+        if getattr(a, "via", ""):  # made inside a helper: its offset is not an expression of this scope
+            spans[a.array] = None
             continue
         offset = _offset(resolver, a.node)
         if not isinstance(offset, Interval):

@@ -2,7 +2,8 @@
 
 Covers: `Lanes`, a vector of 32 per-lane integers with C semantics (`/` truncates, `%` keeps the
 dividend's sign, shifts, masks, comparisons, `min`/`max`, `?:`), and `LaneEvaluator`, which walks the
-same syntax as `KernelScope.value` but computes numbers: threadIdx.x = lane (threadIdx.y = lane /
+same syntax as `KernelScope.value` (`__device__` index helpers inlined: `HelperLanes`) but computes numbers:
+threadIdx.x = lane (threadIdx.y = lane /
 blockDim.x when blockDim.x < 32), blockIdx = 1, launch dimensions from the caller or 256 threads, sizes
 from the caller or 1024 (a typical power-of-two extent), loop variables at their first value. From the
 lanes' byte addresses: 32-byte sectors per request (what ncu's sectors/request counts) and shared-memory
@@ -25,7 +26,15 @@ from fractions import Fraction
 from tree_sitter import Node
 
 from cudaperf.analysis import cst
-from cudaperf.analysis.scope import BUILTIN_VECTORS, KernelScope, call_name, type_info
+from cudaperf.analysis.scope import (
+    BUILTIN_VECTORS,
+    MAX_INLINE_DEPTH,
+    InlineScope,
+    KernelScope,
+    call_name,
+    declared_vars,
+    type_info,
+)
 from cudaperf.analysis.symbolic import Poly, Unknown
 
 WARP = 32
@@ -130,6 +139,8 @@ class LaneEvaluator:
         }
         self._memo: dict[str, Lanes | Unknown] = {}
         self._busy: set[str] = set()
+        self.bound: dict[str, Lanes] = {}  # a helper's parameters (see `_inline`)
+        self.depth = 0
 
     def value(self, node: Node | None) -> Lanes | Unknown:
         if node is None:
@@ -199,10 +210,39 @@ class LaneEvaluator:
         fn = _ELEMENTWISE.get(name)
         if fn is not None and argv and not any(isinstance(a, Unknown) for a in argv):
             return Lanes(tuple(fn(*vals) for vals in zip(*(a.vals for a in argv))))
+        helper = self.scope.file.device_functions.get(name)
+        if helper is not None and self.depth < MAX_INLINE_DEPTH:
+            inlined = self._inline(helper, argv)
+            if inlined is not None:
+                return inlined
         return self._generic(node)
+
+    def _inline(self, fn: Node, argv: list) -> Lanes | Unknown | None:
+        """A `__device__` helper's returned value, its parameters bound to the arguments' lanes; with
+        several `return`s, the one the lanes agree on or the only one that varies (as `scope.interior`)."""
+        params = [v for p in cst.function_params(fn) for v in declared_vars(p, frozenset(), is_param=True)]
+        if len(params) != len(argv) or any(p.pointer_depth or p.is_array for p in params):
+            return None
+        if any(isinstance(a, Unknown) for a in argv):
+            return _unknown(*argv)
+        symbolic = {p.name: Poly.const(a.vals[0]) if a.uniform else Unknown(True, "lanes")
+                    for p, a in zip(params, argv)}
+        callee = HelperLanes(InlineScope(fn, self.scope.file, symbolic, self.scope), self.env,
+                                  dict(zip((p.name for p in params), argv)), self.depth + 1)
+        body = callee.scope.body
+        returned = [r.named_children[0] for r in cst.walk(body) if r.type == "return_statement"
+                    and r.named_children] if body is not None else []
+        values = [callee.value(r) for r in returned]
+        if not values or any(isinstance(v, Unknown) for v in values):
+            return _unknown(*values) if values else None
+        distinct = list(dict.fromkeys(values))
+        varying = [v for v in distinct if not v.uniform]
+        return distinct[0] if len(distinct) == 1 else (varying[0] if len(varying) == 1 else None)
 
     def _identifier(self, node: Node) -> Lanes | Unknown:
         scope, name = self.scope, cst.text(node)
+        if name in self.bound:
+            return self.bound[name]
         if name in scope.template_bindings:
             return _lanes(scope.template_bindings[name])
         if name in self.env.sizes:
@@ -230,6 +270,14 @@ class LaneEvaluator:
         self._busy.discard(key)
         self._memo[key] = value
         return value
+
+
+class HelperLanes(LaneEvaluator):
+    """The lanes of a `__device__` helper's body, its parameters bound to the caller's lanes."""
+
+    def __init__(self, scope: KernelScope, env: LaneEnv, bound: dict[str, Lanes], depth: int):
+        super().__init__(scope, env)
+        self.bound, self.depth = bound, depth
 
 
 def _unknown(*values) -> Unknown:

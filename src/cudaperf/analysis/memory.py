@@ -7,23 +7,27 @@ such as `reinterpret_cast<float4*>`), the byte offset of each access as a `Poly`
   coalesced, constant c > 1 strided by c, symbolic (e.g. `n`) uncoalesced, indirect/non-linear unknown;
 - shared-memory bank-conflict degree by placing the 32 lanes' words on the 32 banks (for 4-byte words
   this is 32/gcd(stride, 32)), in wavefronts per request relative to the ideal;
-- vector width (float4 = 4 lanes, 16 bytes) and padding of 2-D shared arrays (`[T][T+1]`).
+- vector width (float4 = 4 lanes, 16 bytes) and padding of 2-D shared arrays (`[T][T+1]`);
+- per-thread windows (`mark_windows`): strided requests that together read whole sectors (thread t
+  reading base + t*W + k for k < W, unrolled or written out), a class of its own beside "strided";
+- accesses a `__device__` helper makes through pointer arguments (`helper_accesses`), placed at the call.
 
 Not covered: warps whose lanes differ in threadIdx.y (blockDim.x < 32), alignment of the first lane,
-accesses inside called device functions, texture/surface memory, TMA and cp.async (counted by SASS).
+loops inside helpers, texture/surface memory, TMA and cp.async (counted by SASS).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from tree_sitter import Node
 
 from cudaperf.analysis import cst
 from cudaperf.analysis.lanes import (
+    HelperLanes,
     LaneEnv,
     LaneEvaluator,
     Lanes,
@@ -32,7 +36,17 @@ from cudaperf.analysis.lanes import (
     ideal_sectors,
     sectors_per_request,
 )
-from cudaperf.analysis.scope import TX, KernelScope, TypeInfo, Var, call_name, type_info
+from cudaperf.analysis.scope import (
+    MAX_INLINE_DEPTH,
+    TX,
+    InlineScope,
+    KernelScope,
+    TypeInfo,
+    Var,
+    call_name,
+    declared_vars,
+    type_info,
+)
 from cudaperf.analysis.symbolic import Poly, Unknown, Value
 from cudaperf.types import CoalescingClass, MemoryAccess
 
@@ -69,6 +83,15 @@ class Access:
     stride_text: str | None  # the stride along threadIdx.x in access units, e.g. "n" or "32"
     bank_conflict_degree: int | None
     sectors: int | None = None  # 32-byte sectors per warp request, from the concrete lanes
+    lane_offsets: tuple[int, ...] | None = field(default=None, compare=False, repr=False)  # bytes, lane 0..31
+    window: int = 1  # requests of a per-thread window that share their sectors (see `mark_windows`)
+    window_sectors: float | None = None  # distinct sectors per request over that window
+    via: str = ""  # the `__device__` helper that makes this access (placed at its call site)
+
+    @property
+    def effective_sectors(self) -> float | None:
+        """Sectors a request costs once a window's sectors are fetched (L1 serves the rest)."""
+        return self.window_sectors if self.window > 1 else self.sectors
 
     def record(self) -> MemoryAccess:
         return MemoryAccess(
@@ -102,6 +125,7 @@ class PointerResolver:
 
     def __init__(self, scope: KernelScope, evaluator=None):
         self.scope = scope
+        self.evaluator = evaluator
         self.concrete = evaluator is not None
         self.value = evaluator.value if evaluator is not None else scope.value
         self._memo: dict[str, Pointer | None] = {}
@@ -337,13 +361,20 @@ def _pretty(p: Poly) -> str:
 
 
 def collect_accesses(scope: KernelScope, env: LaneEnv | None = None) -> list[Access]:
-    """Every load, store and atomic on global or shared memory in the kernel body, in source order."""
+    """Every load, store and atomic on global or shared memory in the kernel body, in source order,
+    including those a called `__device__` helper makes through pointer arguments (`helper_accesses`)."""
     if scope.body is None:
         return []
     env = env or LaneEnv({})
     resolver = PointerResolver(scope)
     concrete = PointerResolver(scope, LaneEvaluator(scope, env))
     narrow = env.block is not None and env.block[0] < 32  # a warp spans rows: trust the lanes
+    out = _scan(scope, resolver, concrete, narrow)
+    return mark_windows(scope, [a for a in out if a.space in ("global", "shared")])
+
+
+def _scan(scope: KernelScope, resolver: PointerResolver, concrete: PointerResolver, narrow: bool,
+          depth: int = 0) -> list[Access]:
     out: list[Access] = []
     for node in cst.walk(scope.body):
         t = node.type
@@ -356,11 +387,70 @@ def collect_accesses(scope: KernelScope, env: LaneEnv | None = None) -> list[Acc
             found = _pointee(resolver, concrete, node)
         elif t == "call_expression":
             out.extend(_call_access(node, resolver, concrete, narrow))
+            out.extend(helper_accesses(scope, node, resolver, concrete, narrow, depth))
             continue
         if found is not None:
             ptr, offset, elem, lanes = found
             out.extend(_accesses_at(node, ptr, offset, elem, lanes=lanes, narrow=narrow))
-    return [a for a in out if a.space in ("global", "shared")]
+    return out
+
+
+class _BoundPointers(PointerResolver):
+    """A helper's pointer parameters resolved to the caller's pointers (symbolic or concrete)."""
+
+    def __init__(self, scope: KernelScope, bound: dict[str, Pointer], evaluator=None):
+        super().__init__(scope, evaluator)
+        self.bound = bound
+
+    def _identifier(self, node: Node) -> Pointer | None:
+        name = cst.text(node)
+        var = self.scope.lookup(name, node)
+        if var is not None and var.is_param and name in self.bound:
+            return self.bound[name] if var.key not in self.scope.defs else None
+        return super()._identifier(node)
+
+
+def helper_accesses(scope: KernelScope, call: Node, resolver: PointerResolver, concrete: PointerResolver,
+                    narrow: bool, depth: int = 0) -> list[Access]:
+    """Accesses a `__device__` helper makes through the pointers it is passed (`load(src, i)` reading
+    `p[i]`), read in the helper's body with its parameters bound to the call's arguments, and placed at
+    the call: its line, loops and guards are the caller's. Marked `via` the helper (footprints skip them:
+    their offsets live in the helper's body). Not covered: loops inside the helper (counted once),
+    pointers the caller cannot resolve, helpers deeper than `MAX_INLINE_DEPTH`."""
+    fn = scope.file.device_functions.get(call_name(call))
+    args = call.child_by_field_name("arguments")
+    argv = [a for a in (args.named_children if args is not None else []) if a.type != "comment"]
+    if fn is None or depth >= MAX_INLINE_DEPTH:
+        return []
+    params = [v for p in cst.function_params(fn) for v in declared_vars(p, frozenset(), is_param=True)]
+    if len(params) != len(argv) or not any(p.pointer_depth or p.is_array for p in params):
+        return []
+    ptrs: dict[str, Pointer] = {}
+    lane_ptrs: dict[str, Pointer] = {}
+    ints: dict[str, Value] = {}
+    lanes: dict[str, Lanes] = {}
+    for p, a in zip(params, argv):
+        if p.pointer_depth or p.is_array:
+            ptr, lane_ptr = resolver.resolve(a), concrete.resolve(a)
+            if ptr is not None:
+                ptrs[p.name] = ptr
+            if lane_ptr is not None:
+                lane_ptrs[p.name] = lane_ptr
+        else:
+            ints[p.name] = scope.value(a)
+            lane_value = concrete.value(a)
+            if isinstance(lane_value, Lanes):
+                lanes[p.name] = lane_value
+    if not ptrs:
+        return []
+    callee = InlineScope(fn, scope.file, ints, scope)
+    env = concrete.evaluator.env if isinstance(concrete.evaluator, LaneEvaluator) else LaneEnv({})
+    inner = _scan(callee, _BoundPointers(callee, ptrs),
+                  _BoundPointers(callee, lane_ptrs, HelperLanes(callee, env, lanes, depth + 1)), narrow,
+                  depth + 1)
+    name = call_name(call)
+    return [replace(a, node=call, line=cst.line(call), via=name) for a in inner if a.array in
+            {p.base for p in ptrs.values()} and a.space in ("global", "shared")]
 
 
 def _element(resolver: PointerResolver, concrete: PointerResolver, node: Node):
@@ -441,6 +531,7 @@ def _accesses_at(node: Node, ptr: Pointer, offset: Value, elem: TypeInfo, kinds:
             space=ptr.space, kind=kind, offset_bytes=offset, access_bytes=elem.bytes, vector_width=elem.lanes,
             coalescing=coal if ptr.space == "global" else None, stride_elements=stride,
             stride_text=stride_text, bank_conflict_degree=bank, sectors=sectors,
+            lane_offsets=lanes.vals if isinstance(lanes, Lanes) else None,
         )
 
 
@@ -484,6 +575,99 @@ def _call_access(node: Node, resolver: PointerResolver, concrete: PointerResolve
         return []
     ptr, offset, elem, lanes = found
     return list(_accesses_at(node, ptr, offset, elem, kinds, lanes=lanes, narrow=narrow))
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-thread windows
+
+MAX_WINDOW_REQUESTS = 256
+
+
+def mark_windows(scope: KernelScope, accesses: list[Access]) -> list[Access]:
+    """Strided global accesses that together cover a contiguous run: thread t reading base + t*W + k for
+    k < W (an unrolled loop over k, or W statements). Each request touches W times the sectors of a
+    coalesced one (ncu's sectors/request says strided), but the W requests touch the same sectors, so once
+    the first brings them into L1 the others hit: DRAM sees coalesced traffic. Grouped by array, kind and
+    offset up to a constant; a constant-trip loop whose variable moves the offset by a constant adds its
+    iterations as shifts of the lanes. A group is a window when its distinct sectors per request are within
+    one of a coalesced request's; its accesses get `window` (requests) and `window_sectors`."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for i, a in enumerate(accesses):
+        if (a.space == "global" and a.coalescing is CoalescingClass.STRIDED and a.lane_offsets
+                and isinstance(a.offset_bytes, Poly)):
+            groups.setdefault((a.array, a.kind, str(_without_constant(a.offset_bytes))), []).append(i)
+    out = list(accesses)
+    for members in groups.values():
+        sectors: set[int] = set()
+        requests = 0
+        for i in members:
+            shifts = _loop_shifts(scope, accesses[i])
+            requests += len(shifts)
+            width = accesses[i].access_bytes
+            for shift in shifts:
+                for lane in accesses[i].lane_offsets:
+                    a0 = lane + shift
+                    sectors.update(range(a0 // 32, (a0 + width - 1) // 32 + 1))
+        per_request = len(sectors) / max(1, requests)
+        if requests > 1 and per_request <= ideal_sectors(accesses[members[0]].access_bytes) + 1:
+            for i in members:
+                out[i] = replace(out[i], window=requests, window_sectors=per_request)
+    return out
+
+
+def _without_constant(p: Poly) -> Poly:
+    return Poly(tuple((m, c) for m, c in p.terms if m))
+
+
+def _loop_shifts(scope: KernelScope, a: Access) -> list[int]:
+    """Byte shifts of the access over the iterations of enclosing constant-trip loops that move it by a
+    constant (the lanes are at the first iteration); [0] outside such loops."""
+    shifts = [0]
+    parent = a.node.parent
+    while parent is not None and parent.id != scope.fn.id:
+        if parent.type == "for_statement":
+            loop = _constant_loop(scope, parent)
+            if loop is not None:
+                sym, trip, step = loop
+                delta = a.offset_bytes.derivative(sym)
+                if delta.is_const and delta.value and not delta.depends_on(TX) and \
+                        len(shifts) * trip <= MAX_WINDOW_REQUESTS:
+                    d = int(delta.value * step)
+                    shifts = [s + k * d for s in shifts for k in range(trip)]
+        parent = parent.parent
+    return shifts
+
+
+def _constant_loop(scope: KernelScope, loop: Node) -> tuple[str, int, int] | None:
+    """(symbol, trip count, step) of `for (v = a; v < b; v += c)` with constant a, b, c; else None."""
+    key = scope.loop_key(loop)
+    cond, update = loop.child_by_field_name("condition"), loop.child_by_field_name("update")
+    if key is None or cond is None or update is None or cond.type != "binary_expression":
+        return None
+    name = key.split("@")[0]
+    op = cst.text(cond.child_by_field_name("operator"))
+    if op not in ("<", "<=") or cst.text(cond.child_by_field_name("left")) != name:
+        return None
+    init = loop.child_by_field_name("initializer")
+    start_node = next((d.child_by_field_name("value") for d in (init.children if init is not None else [])
+                       if d.type == "init_declarator"), None)
+    start, end = scope.value(start_node), scope.value(cond.child_by_field_name("right"))
+    step = _constant_step(scope, update, name)
+    constant = all(isinstance(v, Poly) and v.is_const for v in (start, end))
+    if not constant or not step:
+        return None
+    trip = math.ceil((end.value + (op == "<=") - start.value) / step)
+    return (scope.symbol(key), int(trip), step) if 1 < trip <= MAX_WINDOW_REQUESTS else None
+
+
+def _constant_step(scope: KernelScope, update: Node, name: str) -> int | None:
+    text = cst.text(update).replace(" ", "")
+    if text in (f"++{name}", f"{name}++"):
+        return 1
+    if update.type == "assignment_expression" and cst.text(update.child_by_field_name("operator")) == "+=":
+        v = scope.value(update.child_by_field_name("right"))
+        return int(v.value) if isinstance(v, Poly) and v.is_const and v.value >= 1 else None
+    return None
 
 
 def shared_arrays(scope: KernelScope) -> list[SharedArray]:

@@ -12,10 +12,13 @@ Covers:
   A local with several definitions keeps its `threadIdx.x` part when all definitions agree on it and the
   updates (`i += stride`) are uniform (grid-stride loops), and is otherwise `Unknown`. Inside a warp,
   `e / c` and `e % c` follow the lanes: `threadIdx.x / 32` is warp-uniform, `threadIdx.x % 32` keeps the
-  lane stride.
+  lane stride. A select (`c ? a : b`, `min`, `max`) is its common value, or the only branch that varies
+  along the warp (`interior`: the clamp's inside, which all but the boundary lanes take). A call to a
+  `__device__` helper is the value it returns with its parameters bound to the arguments (`InlineScope`,
+  up to `MAX_INLINE_DEPTH` nested calls): index helpers such as `clamp(i, 0, n - 1)` or `at(r, c)`.
 
-Not covered: pointers (memory.py resolves them), aliasing, device-function bodies (calls are opaque),
-C++ overloads and classes.
+Not covered: pointers (memory.py resolves them), aliasing, helpers that reassign their parameters (the
+argument's value is kept), recursion, C++ overloads and classes.
 """
 
 from __future__ import annotations
@@ -253,6 +256,7 @@ class KernelScope:
         self._memo: dict[str, Value] = {}
         self._busy: set[str] = set()
         self._fresh = 0
+        self._inline_depth = 0
 
     # collection ---------------------------------------------------------------------------------------
     def _collect(self, template_types: frozenset[str]) -> None:
@@ -451,6 +455,9 @@ class KernelScope:
             return Poly.const(type_info(cst.text(inner)).bytes)
         if t in ("true", "false"):
             return Poly.const(1 if t == "true" else 0)
+        if t == "conditional_expression":
+            branches = [node.child_by_field_name("consequence"), node.child_by_field_name("alternative")]
+            return interior([self._value(b) for b in branches]) or self._opaque(node, t)
         return self._opaque(node, t)
 
     def _field(self, node: Node) -> Value:
@@ -469,7 +476,29 @@ class KernelScope:
         if name in ("__mul24", "__umul24") and len(argv) == 2:
             a, b = self._value(argv[0]), self._value(argv[1])
             return a * b if isinstance(a, Poly) and isinstance(b, Poly) else self._opaque(node, name)
+        if name in _MIN_MAX and len(argv) == 2:
+            return interior([self._value(a) for a in argv]) or self._opaque(node, f"call {name}")
+        if name in self.file.device_functions and self._inline_depth < MAX_INLINE_DEPTH:
+            inlined = self._inline(self.file.device_functions[name], argv)
+            if inlined is not None:
+                return inlined
         return self._opaque(node, f"call {name}")
+
+    def _inline(self, fn: Node, argv: list[Node]) -> Value | None:
+        """The value a `__device__` helper returns, its parameters bound to the arguments' values (an index
+        helper such as `clamp(i, 0, n - 1)` or `idx(r, c)`); None when it cannot be read."""
+        params = [v for p in cst.function_params(fn) for v in declared_vars(p, frozenset(), is_param=True)]
+        if len(params) != len(argv) or any(p.pointer_depth or p.is_array for p in params):
+            return None
+        values = [self._value(a) for a in argv]
+        if any(isinstance(v, Unknown) for v in values):
+            return Unknown(any(isinstance(v, Unknown) and v.varying for v in values), "helper argument")
+        callee = InlineScope(fn, self.file, dict(zip((p.name for p in params), values)), self)
+        returned = [r.named_children[0] for r in cst.walk(callee.body) if r.type == "return_statement"
+                    and r.named_children] if callee.body is not None else []
+        if not returned:
+            return None
+        return interior([callee.value(r) for r in returned])
 
     def _binary(self, node: Node) -> Value:
         op = cst.text(node.child_by_field_name("operator"))
@@ -621,6 +650,56 @@ class KernelScope:
             return Unknown(True, f"{name} is not linear in threadIdx.x")
         base = Poly.sym(name) if key in self.loops else self.fresh(name)
         return slope * Poly.sym(TX) + base
+
+
+MAX_INLINE_DEPTH = 4  # helpers calling helpers; deeper (or recursive) calls stay opaque
+_MIN_MAX = {"min", "max", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax"}
+
+
+class InlineScope(KernelScope):
+    """A `__device__` helper's body read in place of a call: its parameters bound to the caller's values.
+    Fresh symbols come from the caller (one namespace), and a parameter bound to a value that varies
+    across the warp taints what the helper computes from it."""
+
+    def __init__(self, fn: Node, file: FileScope, bound: dict[str, Value], caller: KernelScope):
+        self._caller = caller
+        self._varying = {f"{n}@param" for n, v in bound.items() if _varies_along_warp(v)}
+        self._unknown = {n: v for n, v in bound.items() if isinstance(v, Unknown)}
+        super().__init__(fn, file, {n: v for n, v in bound.items() if isinstance(v, Poly)})
+        self._inline_depth = caller._inline_depth + 1
+
+    def _identifier(self, name: str, node: Node) -> Value:
+        if name in self._unknown and name in self.params and self.params[name].key not in self.defs:
+            return self._unknown[name]
+        return super()._identifier(name, node)
+
+    def fresh(self, hint: str) -> Poly:
+        return self._caller.fresh(hint)
+
+    def _reads(self, node: Node) -> tuple[set[str], bool]:
+        ids, seed = super()._reads(node)
+        return ids, seed or bool(ids & self._varying)
+
+
+def _varies_along_warp(v: Value) -> bool:
+    return (isinstance(v, Poly) and v.depends_on(TX)) or (isinstance(v, Unknown) and v.varying)
+
+
+def interior(values: list[Value]) -> Value | None:
+    """One value for a select between `values` (`c ? a : b`, `min`, `max`, a helper's returns): the common
+    value when they agree; else the only one that varies along threadIdx.x when the others are uniform —
+    the interior of a clamp (`min(i, n - 1)`, `i < 0 ? 0 : i`), which all but the boundary lanes take;
+    None when neither holds."""
+    if not values or any(not isinstance(v, Poly) for v in values):
+        return None
+    distinct = []
+    for v in values:
+        if all(v != d for d in distinct):
+            distinct.append(v)
+    if len(distinct) == 1:
+        return distinct[0]
+    varying = [v for v in distinct if v.depends_on(TX)]
+    return varying[0] if len(varying) == 1 else None
 
 
 def _strip_comments(text: str) -> str:

@@ -14,7 +14,9 @@ Feature keys and values:
 - `barriers` (count), `divergent_barrier`, `redundant_barrier`, `atomics`, `vectorized`, `local_memory`
   (booleans); `occupancy`: "high" (theoretical >= 50 %) or "low"; `regime`: "memory" or "compute";
 - `divergent_branches`: some branch or loop condition depends on the thread (a guard `i < n` counts);
-  a kernel without any cannot diverge, which is what makes its barriers checkable on the hardware.
+  a kernel without any cannot diverge, which is what makes its barriers checkable on the hardware;
+- `window`: some global access belongs to a per-thread window (strided requests that together cover
+  whole sectors, `memory.mark_windows`); its requests stay "strided" per instruction, as ncu counts them.
 
 Not covered: correctness of the kernels' results (they are measured, not checked), timing.
 """
@@ -29,10 +31,10 @@ from cudaperf.types import CoalescingClass, KernelFeatures
 DEFAULT_LABELS: dict[str, Any] = {
     "bank_conflict": None, "padded": None, "barriers": 0, "divergent_barrier": False,
     "redundant_barrier": False, "atomics": False, "vectorized": False, "local_memory": False,
-    "occupancy": "high", "divergent_branches": True,
+    "occupancy": "high", "divergent_branches": True, "window": False,
 }
 FEATURES = ("load", "store", "bank_conflict", "padded", "barriers", "divergent_barrier", "redundant_barrier",
-            "atomics", "vectorized", "local_memory", "occupancy", "regime", "divergent_branches")
+            "atomics", "vectorized", "local_memory", "occupancy", "regime", "divergent_branches", "window")
 _ORDER = {c: i for i, c in enumerate(("broadcast", "coalesced", "strided", "uncoalesced", "unknown"))}
 
 
@@ -107,6 +109,7 @@ def verdicts(f: KernelFeatures, detail: Any | None = None) -> dict[str, Any]:
         "occupancy": None if f.occupancy is None else ("high" if f.occupancy.occupancy >= 0.5 else "low"),
         "regime": f.roofline_regime,
         "divergent_branches": bool(detail.thread_dependent_conditions) if detail is not None else None,
+        "window": (any(g["window"] > 1 for g in detail.global_accesses) if detail is not None else None),
     }
 
 

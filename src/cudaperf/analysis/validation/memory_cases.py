@@ -100,8 +100,35 @@ CASES = (
     if (4 * i + 3 < n) {
         for (int k = 0; k < 4; ++k) out[4 * i + k] = in[4 * i + k] * 3.0f;
     }
-}""", {"load": "strided", "store": "strided", **MEM}, grid=(N // 4 // 256,), block=BLOCK,
-         args=("in:n", "out:n", "i32:n"), sizes={"n": N}),
+}""", {"load": "strided", "store": "strided", "window": True, **MEM}, grid=(N // 4 // 256,), block=BLOCK,
+         args=("in:n", "out:n", "i32:n"), sizes={"n": N},
+         note="a per-thread window: each request strided by 4, the 4 requests share their sectors"),
+
+    case("v_window_statements", """(const float* __restrict__ in, float* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;    // a window of 2 written out as two statements
+    if (2 * i + 1 < n) out[i] = in[2 * i] + in[2 * i + 1];
+}""", {"load": "strided", "store": "coalesced", "window": True, **MEM}, grid=(N // 2 // 256,), block=BLOCK,
+         args=("in:n", "out:n // 2", "i32:n"), sizes={"n": N}),
+
+    case("v_window_partial", """(const float* __restrict__ in, float* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;    // 2 of every 4 floats: half of each sector unused
+    if (4 * i + 1 < n) {
+        float s = 0.0f;
+        for (int k = 0; k < 2; ++k) s += in[4 * i + k];
+        out[i] = s;
+    }
+}""", {"load": "strided", "store": "coalesced", **MEM}, grid=(N // 4 // 256,), block=BLOCK,
+         args=("in:n", "out:n // 4", "i32:n"), sizes={"n": N},
+         note="not a window: the strided requests share sectors but leave half of each unused"),
+
+    case("v_stencil_clamp_helper", """(const float* __restrict__ in, float* __restrict__ out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;    // loads through a macro and a __device__ clamp
+    if (i < n) out[i] = AT(i - 1) + AT(i) + AT(i + 1);
+}""", {"load": "coalesced", "store": "coalesced", **MEM}, grid=GRID_N, block=BLOCK,
+         args=("in:n", "out:n", "i32:n"), sizes={"n": N},
+         prelude=("__device__ __forceinline__ int clampi(int v, int lo, int hi) "
+                  "{ return v < lo ? lo : (v > hi ? hi : v); }\n"
+                  "#define AT(j) in[clampi((j), 0, n - 1)]\n")),
 
     case("v_grid_stride_saxpy", """(const float* __restrict__ x, float* __restrict__ y, float a, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
