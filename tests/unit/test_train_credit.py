@@ -13,7 +13,8 @@ def test_turn_credit_gives_each_turn_its_discounted_return():
 
 
 def test_max_mode_takes_the_best_discounted_later_score():
-    assert sample_rewards([0.2, 1.0], [True, True], "turn", gamma=0.5, mode="max") == pytest.approx([0.5, 1.0])
+    rewards = sample_rewards([0.2, 1.0], [True, True], "turn", gamma=0.5, mode="max")
+    assert rewards == pytest.approx([0.5, 1.0])
 
 
 def test_not_applicable_turn_has_no_reward_and_adds_nothing_earlier():

@@ -22,8 +22,8 @@ from typing import Any
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
-RESUMABLE = frozenset({"resume", "max_steps", "epochs", "logging_steps", "save_steps", "eval_steps",
-                       "device", "save_total_limit", "eval_workers", "build_workers"})
+RESUMABLE = frozenset({"output_dir", "resume", "max_steps", "epochs", "logging_steps", "save_steps",
+                       "eval_steps", "device", "save_total_limit", "eval_workers", "build_workers"})
 
 
 class ConfigError(ValueError):
@@ -71,6 +71,9 @@ class CommonConfig:
     """Module names that get adapters (with `lora`); the Llama family's projection names by default."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about a third slower (TRL turns it on by
+    default; a 135M model needs no such saving on an H200)."""
     tiny_context_tokens: int = 8192
     """Context length of the 'tiny' model (the agent's prompts run to a few thousand of its tokens)."""
 

@@ -139,7 +139,7 @@ def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rol
         loss_type=config.loss_type, scale_rewards=config.scale_rewards, logging_steps=config.logging_steps,
         save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
         report_to="none", bf16=cuda, use_cpu=not cuda, dataloader_num_workers=0, disable_tqdm=True,
-        lr_scheduler_type="constant",
+        lr_scheduler_type="constant", gradient_checkpointing=config.gradient_checkpointing,
     )
     return RecordingGRPOTrainer(model=model, reward_funcs=[TurnReturnReward()], args=args,
                                 train_dataset=_dataset(tasks, config), processing_class=tokenizer,

@@ -115,6 +115,7 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
         max_length=None,  # examples are filtered to max_length already (never truncated)
         completion_only_loss=True, packing=False, bf16=cuda, use_cpu=not cuda,
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+        gradient_checkpointing=config.gradient_checkpointing,
     )
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,

@@ -1,0 +1,231 @@
+"""CPU smoke test of the training pipeline, SFT -> RL, with a tiny random Llama (a tokenizer trained locally)
+and the real trainers (TRL's SFTTrainer and GRPOTrainer), the real agent environment and the sandboxed CPU
+evaluation worker (pure-PyTorch answers allowed: kernels cannot run on this machine).
+
+The tiny policy writes noise, so the RL steps here exercise the plumbing (rollouts, masks, rewards,
+checkpoints, metrics), not learning; the credit test drives the real environment and evaluator with a
+scripted policy (a wrong answer, then a right one) to check the per-turn returns on known outcomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its OpenMP pool
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+import torch
+
+from cudaperf.agent.evaluation import LocalEvaluator
+from cudaperf.agent.extract import extract_code
+from cudaperf.agent.prompting import render_task_prompt
+from cudaperf.anticheat.policy import Policy
+from cudaperf.evaluate import EvalConfig, TimingConfig
+from cudaperf.tasks import task_from_source
+from cudaperf.train.config import CONFIG_FILE, RlConfig, SftConfig, load_config
+from cudaperf.train.models import between_turns_ids, load_policy
+from cudaperf.train.monitor import read_batches, read_metrics
+from cudaperf.train.rl import run_rl
+from cudaperf.train.rollout import GeneratedTokens, ModelGenerator, MultiTurnRollout, first_prompt
+from cudaperf.train.sft import run_sft
+from cudaperf.train.sft_data import IGNORE, answer_text, task_record
+
+torch.set_num_threads(1)
+
+TASK_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a * 2 + b
+
+
+def get_input_configs():
+    return [{"name": "small", "n": 64}, {"name": "odd", "n": 1001}]
+
+
+def get_inputs(n=64):
+    return [torch.randn(n), torch.randn(n)]
+'''
+TASK = task_from_source(TASK_SOURCE, "scale_add")
+ANSWER = ("```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
+          "        return a * 2 {} b\n```")
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    """Eight steps on a memorisable set: the naive ports of two C tasks, both in every batch."""
+    out = tmp_path_factory.mktemp("sft")
+    config = SftConfig(model="tiny", output_dir=str(out), kinds=("c",), limit_tasks=2, val_limit_tasks=1,
+                       strategies=("naive",), max_steps=8, batch_size=2, learning_rate=5e-3,
+                       warmup_ratio=0.0, save_steps=4, eval_steps=4, logging_steps=1, device="cpu")
+    return config, run_sft(config)
+
+
+@pytest.fixture(scope="module")
+def cpu_evaluator(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=Policy(allow_torch_ops=True),
+                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
+        with LocalEvaluator(config) as evaluator:
+            yield evaluator
+
+
+def rl_config(out, model, **changes) -> RlConfig:
+    values = dict(model=model, output_dir=str(out), tasks=("examples",), trajectories=2, max_turns=2,
+                  tasks_per_step=1, max_new_tokens=12, max_steps=2, save_steps=1, eval_device="cpu",
+                  allow_torch_ops=True, device="cpu", learning_rate=1e-3)
+    return RlConfig(**{**values, **changes})
+
+
+# -- SFT ------------------------------------------------------------------------------------------------
+
+
+def test_sft_loss_is_finite_and_decreases_on_a_memorisable_set(sft_run):
+    config, report = sft_run
+    losses = [r["loss"] for r in read_metrics(config.output_dir, "train") if "loss" in r]
+    assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
+    assert sum(losses[-2:]) < 0.85 * sum(losses[:2]), losses
+
+
+def test_sft_learns_only_the_answer_which_the_agent_extracts(sft_run):
+    config, _ = sft_run
+    from cudaperf.datasets import registry
+    from cudaperf.train.sft_data import build_examples, split_tasks
+
+    _, tokenizer = load_policy(config)
+    task = split_tasks(config)["train"][0]
+    (example,), _ = build_examples([task], tokenizer, config)
+    prompt = example.prompt_tokens
+    assert set(example.labels[:prompt]) == {IGNORE} and IGNORE not in example.labels[prompt:]
+    answer = tokenizer.decode(list(example.labels[prompt:]), skip_special_tokens=True)
+    naive = next(i for i in registry.implementations(task) if i.strategy == "naive")
+    assert answer == answer_text(naive.source)
+    prompt_of_task = render_task_prompt(task_record(task))
+    extracted = extract_code(answer, prompt_of_task.entry, prompt_of_task.entry_kind)
+    assert extracted.code.strip() == naive.source.strip()
+
+
+def test_sft_checkpoints_hold_the_configuration(sft_run):
+    config, report = sft_run
+    for step in (4, 8):
+        assert load_config(os.path.join(config.output_dir, f"checkpoint-{step}")) == config
+    assert os.path.isfile(os.path.join(report.final_dir, CONFIG_FILE))
+    assert report.train_lengths.count == 2 and report.eval_loss is not None
+
+
+def test_resume_from_a_checkpoint_gives_the_same_next_batches(sft_run, tmp_path):
+    config, _ = sft_run
+    copy = tmp_path / "resumed"
+    shutil.copytree(config.output_dir, copy, ignore=shutil.ignore_patterns("checkpoint-8", "final"))
+    lines = (copy / "batches.jsonl").read_text().splitlines()
+    (copy / "batches.jsonl").write_text("".join(f"{x}\n" for x in lines if json.loads(x)["step"] <= 4))
+    report = run_sft(dataclasses.replace(config, output_dir=str(copy)))
+    assert report.resumed_from == str(copy / "checkpoint-4")
+    original, resumed = read_batches(config.output_dir), read_batches(copy)
+    assert [b["step"] for b in resumed[4:]] == [5, 6, 7, 8]
+    assert [b["hash"] for b in resumed[4:]] == [b["hash"] for b in original[4:]]
+
+
+# -- RL -------------------------------------------------------------------------------------------------
+
+
+def test_rl_from_the_sft_model_logs_rewards_and_checkpoints(sft_run, cpu_evaluator, tmp_path):
+    _, sft_report = sft_run
+    config = rl_config(tmp_path / "rl", sft_report.final_dir, tasks=(_task_file(tmp_path),))
+    report = run_rl(config, evaluator=cpu_evaluator)
+    assert report.steps == 2
+    train = [r for r in read_metrics(config.output_dir, "train") if "loss" in r]
+    assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
+    assert {"reward/gate", "reward/speedup_term", "rewards/cudaperf_turn_return/mean"} <= set(train[0])
+    rollout = read_metrics(config.output_dir, "rollout")
+    assert [r["step"] for r in rollout] == [1, 2] and rollout[0]["turns"] == 4
+    for key in ("correct_rate", "speedup_geomean", "hack_rate", "completion_tokens_per_turn", "generate_s",
+                "evaluate_s"):
+        assert key in rollout[0]
+    assert load_config(tmp_path / "rl" / "checkpoint-2") == config
+
+
+def _task_file(tmp_path) -> str:
+    path = tmp_path / "scale_add.py"
+    path.write_text(TASK_SOURCE)
+    return str(path)
+
+
+class ScriptedPolicy:
+    """Replies by turn: the first wrong, the second right (a test double for the model only)."""
+
+    def __init__(self, tokenizer, replies):
+        self.tokenizer, self.replies, self.turn = tokenizer, replies, 0
+
+    def generate(self, prompts, max_new_tokens):
+        text = self.replies[self.turn]
+        self.turn += 1
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return [GeneratedTokens(tuple(ids), (0.0,) * len(ids), True) for _ in prompts]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    config = rl_config(tmp_path_factory.mktemp("tiny"), "tiny")
+    return load_policy(config)
+
+
+def test_turn_credit_rewards_each_turn_with_its_discounted_return(tiny, cpu_evaluator, tmp_path):
+    _, tokenizer = tiny
+    config = rl_config(tmp_path, "tiny", trajectories=1, gamma=0.4)
+    rollout = MultiTurnRollout(config, [TASK], cpu_evaluator, tokenizer,
+                               generator=ScriptedPolicy(tokenizer, [ANSWER.format("-"), ANSWER.format("+")]))
+    batch = rollout.run([first_prompt(TASK, config)] * config.num_generations, rollout.generator)
+    (wrong, right), = batch.records
+    assert not wrong.correct and right.correct and right.reward > wrong.reward
+    assert batch.columns["turn_return"] == pytest.approx([wrong.reward + 0.4 * right.reward, right.reward])
+    assert batch.env_mask == [[1] * len(c) for c in batch.completion_ids]
+
+
+def test_env_mask_is_zero_exactly_on_the_feedback_tokens(tiny, cpu_evaluator, tmp_path):
+    model, tokenizer = tiny
+    config = rl_config(tmp_path, "tiny", credit="trajectory", trajectories=2, max_new_tokens=10)
+    generator = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0)
+    rollout = MultiTurnRollout(config, [TASK], cpu_evaluator, tokenizer)
+    batch = rollout.run([first_prompt(TASK, config)] * 2, generator)
+    for completion, mask, records in zip(batch.completion_ids, batch.env_mask, batch.records, strict=True):
+        assert len(completion) == len(mask)
+        runs = _runs(completion, mask)
+        assert [bit for bit, _ in runs] == [1, 0, 1]  # reply, feedback, reply
+        first_reply, feedback, _ = (ids for _, ids in runs)
+        ended = first_reply[-1] == tokenizer.eos_token_id
+        assert feedback == between_turns_ids(tokenizer, records[0].feedback, ended)
+        assert records[0].feedback.strip() in tokenizer.decode(feedback)
+
+
+def _runs(ids, mask):
+    runs: list[tuple[int, list[int]]] = []
+    for token, bit in zip(ids, mask, strict=True):
+        if runs and runs[-1][0] == bit:
+            runs[-1][1].append(token)
+        else:
+            runs.append((bit, [token]))
+    return runs
+
+
+def test_sampling_logprobs_match_the_policy_forward_pass(tiny):
+    model, tokenizer = tiny
+    prompt = tokenizer("__global__ void k(float* x)", add_special_tokens=False)["input_ids"]
+    (reply,) = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0).generate([prompt], 8)
+    ids = torch.tensor([prompt + list(reply.ids)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1]
+    expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(reply.ids)[:, None]).squeeze(1)
+    assert torch.allclose(torch.tensor(reply.logprobs), expected, atol=1e-4)
