@@ -22,8 +22,9 @@ from typing import Any
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
-RESUMABLE = frozenset({"output_dir", "resume", "max_steps", "epochs", "logging_steps", "save_steps",
-                       "eval_steps", "device", "save_total_limit", "eval_workers", "build_workers"})
+RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
+                       "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
+                       "build_workers"})
 
 
 class ConfigError(ValueError):
@@ -55,6 +56,9 @@ class CommonConfig:
     """Write a checkpoint every this many steps (a killed run resumes from the last one)."""
     save_total_limit: int = 2
     """Checkpoints kept (older ones are deleted); at least 1."""
+    max_minutes: float = 0.0
+    """Stop after this many minutes of training with a checkpoint (0: no limit); starting the same run
+    again resumes it (how a long run fits machines lent for a few minutes at a time)."""
     resume: bool = True
     """Continue from the last checkpoint in `output_dir` when there is one (the saved configuration must
     match: see `check_resume`); False refuses to start over an existing run."""
@@ -84,6 +88,8 @@ class CommonConfig:
             raise ConfigError("save_total_limit must be >= 1: a run without a checkpoint cannot resume")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes={self.max_minutes}: 0 (no limit) or a positive number")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate={self.learning_rate}: must be positive")
         if self.lora and (self.lora_rank < 1 or not self.lora_targets):

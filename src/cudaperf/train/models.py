@@ -57,16 +57,16 @@ def resolve_device(device: str) -> str:
 
 
 def load_policy(config: CommonConfig) -> tuple[Any, Any]:
-    """(model, tokenizer): float32 on the CPU, bfloat16 on a GPU; the tokenizer padded with
-    `<|endoftext|>` and ending turns with `<|im_end|>` when the vocabulary has them."""
+    """(model, tokenizer): float32 weights (on a GPU the trainers compute in bfloat16 autocast, and the
+    optimiser keeps float32 updates); the tokenizer padded with `<|endoftext|>` and ending turns with
+    `<|im_end|>` when the vocabulary has them."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory = model_directory(config)
     device = resolve_device(config.device)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
     fix_special_tokens(model, tokenizer)
     return model.to(device), tokenizer
 

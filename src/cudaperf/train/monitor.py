@@ -111,19 +111,24 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
 
 
 def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
-    """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint and times steps."""
+    """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
+    stops the run with a checkpoint after `config.max_minutes`."""
     from transformers import TrainerCallback
 
     class RunCallback(TrainerCallback):
         def __init__(self) -> None:
-            self.step_started = time.perf_counter()
+            self.started = self.step_started = time.perf_counter()
             self.step_seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.step_started = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.step_seconds.append(time.perf_counter() - self.step_started)
+            now = time.perf_counter()
+            self.step_seconds.append(now - self.step_started)
+            if config.max_minutes and now - self.started > 60 * config.max_minutes:
+                control.should_save = True  # the time is up: checkpoint, stop; a rerun resumes
+                control.should_training_stop = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             values = dict(logs or {})

@@ -106,7 +106,8 @@ class ModelGenerator:
                                   "eos_token_id": eos, "logits_processor": LogitsProcessorList([recorder])}
         kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0) if sample else kwargs.update(
             temperature=None, top_p=None, top_k=None)
-        with torch.no_grad():
+        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+        with torch.no_grad(), bf16:
             output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         new = output[:, width:].cpu()
         logprobs = recorder.finish(new)

@@ -13,15 +13,24 @@ or `scripts/train_h200.py`).
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, last_checkpoint, make_callback, record_batch
-from cudaperf.train.sft_data import LengthStats, as_dataset, build_examples, split_tasks, verified_impls
+from cudaperf.train.sft_data import (
+    LengthStats,
+    SftExample,
+    as_dataset,
+    build_examples,
+    split_tasks,
+    verified_impls,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class SftReport:
     eval_loss: float | None  # the last validation loss, when computed
     resumed_from: str | None
     seconds: float
+    finished: bool  # False: stopped at max_minutes with a checkpoint (run it again to continue)
 
 
 def prepare_run(config: SftConfig | Any) -> str | None:
@@ -59,6 +69,37 @@ def run_sft(config: SftConfig) -> SftReport:
     started = time.perf_counter()
     checkpoint = prepare_run(config)
     model, tokenizer = load_policy(config)
+    train, val, lengths = _examples(config, tokenizer)
+    writer = MetricsWriter(config.output_dir)
+    writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val),
+                             **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
+    trainer = _trainer(config, model, tokenizer, train, val, writer)
+    final = Path(config.output_dir) / "final"
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+        finished = trainer.state.global_step >= trainer.state.max_steps
+        if finished:
+            save_model(trainer, tokenizer, final)
+            save_config(config, final)
+    finally:
+        writer.close()
+    logs = trainer.state.log_history
+    return SftReport(config.output_dir, str(final), len(train), len(val), lengths, trainer.state.global_step,
+                     _last(logs, "loss"), _last(logs, "eval_loss"), checkpoint,
+                     time.perf_counter() - started, finished)
+
+
+EXAMPLES_FILE = "examples.json.gz"
+
+
+def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list[SftExample], LengthStats]:
+    """The run's examples, built once and kept in the run directory (loading thousands of PyTorch tasks
+    takes minutes; a resumed run reads them back, and its configuration matches, so they are the same)."""
+    path = Path(config.output_dir) / EXAMPLES_FILE
+    if path.is_file():
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        return ([_example(e) for e in data["train"]], [_example(e) for e in data["val"]],
+                LengthStats(**data["lengths"]))
     tasks = split_tasks(config)
     verified = verified_impls(config.measurements) if config.measurements else None
     train, lengths = build_examples(tasks["train"], tokenizer, config, verified)
@@ -66,22 +107,18 @@ def run_sft(config: SftConfig) -> SftReport:
     if not train:
         raise ConfigError("no training example: check kinds, families, strategies, measurements and "
                           f"max_length ({lengths.line()})")
-    writer = MetricsWriter(config.output_dir)
-    writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val),
-                             "train_tasks": len(tasks["train"]), "val_tasks": len(tasks["val"]),
-                             **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
-    trainer = _trainer(config, model, tokenizer, train, val, writer)
-    try:
-        trainer.train(resume_from_checkpoint=checkpoint)
-        final = Path(config.output_dir) / "final"
-        save_model(trainer, tokenizer, final)
-        save_config(config, final)
-    finally:
-        writer.close()
-    logs = trainer.state.log_history
-    return SftReport(config.output_dir, str(final), len(train), len(val), lengths, trainer.state.global_step,
-                     _last(logs, "loss"), _last(logs, "eval_loss"), checkpoint,
-                     time.perf_counter() - started)
+    data = {"train": [astuple(e) for e in train], "val": [astuple(e) for e in val],
+            "lengths": asdict(lengths)}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(data).encode()))
+    tmp.replace(path)
+    return train, val, lengths
+
+
+def _example(row: list[Any]) -> SftExample:
+    example_id, task_id, family, kind, input_ids, labels, prompt_tokens, answer_tokens = row
+    return SftExample(example_id, task_id, family, kind, tuple(input_ids), tuple(labels), prompt_tokens,
+                      answer_tokens)
 
 
 def _last(logs: list[dict[str, Any]], key: str) -> float | None:
