@@ -13,12 +13,16 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    pass's verdict is the result; when it differs from the check pass's (a candidate that is not
    deterministic), `environment["rl_check_outcome"]` keeps the first one.
 3. Baselines timed once per (task, configuration) per run, not per candidate. The first timed candidate
-   of a task is its carrier: its timed pass times the baselines interleaved with it, with the default
+   of a task is its carrier: its timed pass times every baseline interleaved with it, with the default
    budget, exactly as the default mode does, and `BaselineCache` keeps them. Later candidates of the task
-   time only themselves, with the ranking budget (`budget_ms`, `warmup_ms`), and get the cached baselines
-   in their `ConfigTiming` (`environment["baselines"]` says "cached" or "timed"). Every `drift_every`-th
-   timed candidate of a task, and the first after `drift_max_age_s`, is a carrier again: the fresh baseline
-   medians replace the cached ones and their ratio to them is recorded (`BaselineCache.drift`).
+   are anchored: they time themselves and the cheap baseline, the anchor (eager; the naive CUDA port for
+   C tasks), interleaved, with the ranking budget (`budget_ms`, `warmup_ms`); the costly baselines
+   (torch.compile, serial C) come from the cache into their `ConfigTiming` (`environment["baselines"]`
+   says which were live and which cached). So the speedup against the anchor is measured live, as in the
+   default mode, and the anchor's drift from its cached median is watched on every candidate: past
+   `drift_tolerance` the task's next timed candidate is a carrier again, as is every `drift_every`-th
+   one and the first after `drift_max_age_s`; a carrier's fresh medians replace the cached ones and
+   their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
 4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds). The 95% confidence
    interval of a median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark
    (`benchmarks/eval_modes.py`) reports its width per mode.
@@ -39,6 +43,7 @@ evaluated with `workers_per_gpu=1`.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -52,7 +57,7 @@ from enum import Enum
 from typing import Any
 
 from cudaperf.jobs import TimingConfig
-from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, Timing
+from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
 
 __all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
            "RlSettings", "TimingPlan", "median_ci95_rel"]
@@ -83,6 +88,13 @@ class RlSettings:
     """Every this many timed candidates of a task, one is a carrier again (baselines re-timed)."""
     drift_max_age_s: float = 600.0
     """Cached baselines older than this are re-timed by the next timed candidate of their task."""
+    live_anchor: bool = True
+    """Time the cheap baseline (eager; the naive CUDA port for C tasks) live with every candidate, with
+    the ranking budget: its speedup is then measured interleaved, as in the default mode, and its drift
+    from the cached value is watched on every candidate."""
+    drift_tolerance: float = 0.10
+    """A live anchor this far from its cached median (relative, either way) makes the task's next timed
+    candidate a carrier, so the cached baselines are timed again."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -91,9 +103,9 @@ class RlSettings:
         if not (self.budget_ms > 0 and self.warmup_ms >= 0):
             raise ValueError(f"RlSettings: budget_ms={self.budget_ms} must be > 0 and warmup_ms="
                              f"{self.warmup_ms} >= 0")
-        if self.drift_every < 1 or not self.drift_max_age_s > 0:
-            raise ValueError(f"RlSettings: drift_every={self.drift_every} must be >= 1 and drift_max_age_s="
-                             f"{self.drift_max_age_s} > 0")
+        if self.drift_every < 1 or not self.drift_max_age_s > 0 or not self.drift_tolerance > 0:
+            raise ValueError(f"RlSettings: drift_every={self.drift_every} must be >= 1, drift_max_age_s="
+                             f"{self.drift_max_age_s} and drift_tolerance={self.drift_tolerance} > 0")
 
 
 def median_ci95_rel(timing: Timing | None) -> float | None:
@@ -171,7 +183,8 @@ class CachedBaselines:
 
 @dataclass(frozen=True)
 class BaselineDrift:
-    """One baseline re-timed by a later carrier: its cached median and the fresh one."""
+    """One baseline timed again while cached: by a later carrier (`live` False), or as the live anchor of
+    a candidate timed with the ranking budget (`live` True); its cached median and the fresh one."""
 
     task_id: str
     config: str
@@ -179,6 +192,7 @@ class BaselineDrift:
     cached_ms: float
     fresh_ms: float
     age_s: float  # how long the cached value had been in use
+    live: bool = False
 
     @property
     def ratio(self) -> float:
@@ -187,12 +201,30 @@ class BaselineDrift:
 
 @dataclass(frozen=True)
 class TimingPlan:
-    """How one candidate's timed pass times: as a carrier (baselines interleaved, the configuration's budget)
-    or alone (no baselines, the ranking budget; the cache supplies them)."""
+    """How one candidate's timed pass times: as a carrier (every baseline interleaved, the configuration's
+    budget) or anchored (only the cheap `anchor` baseline interleaved, the ranking budget; the cache
+    supplies the others)."""
 
     carrier: bool
     timing: TimingConfig
-    why: str  # "first", "drift check", "age", "alone", "no baselines requested"
+    why: str  # "first", "drift", "drift check", "age", "anchored", "live only", "no baselines requested"
+    anchor: str | None = None
+
+
+# The baselines a job times, by task kind. C tasks: the names among these two, both when the list names
+# neither (the PyTorch default) and none when it is empty: `execute.c_session.wanted_baselines`, which
+# imports torch, so its rule is restated here for a module that must not.
+TORCH_BASELINES = ("eager", "compile")
+C_BASELINES = ("serial_c", "naive_cuda")
+ANCHORS = {TaskKind.PYTORCH: "eager", TaskKind.C: "naive_cuda"}  # cheap to time: no compile, on the GPU
+
+
+def timed_baselines(task: Task, listed: tuple[str, ...]) -> tuple[str, ...]:
+    """The baselines a job of `task` with `TimingConfig.baselines == listed` times."""
+    if task.kind is TaskKind.C:
+        named = tuple(b for b in C_BASELINES if b in listed)
+        return named or (C_BASELINES if listed else ())
+    return tuple(b for b in TORCH_BASELINES if b in listed)
 
 
 @dataclass
@@ -201,6 +233,7 @@ class _Entry:
     timed_at: float
     carrier_id: str
     uses: int = 0
+    stale: bool = False  # a live anchor drifted past the tolerance: the next timed candidate carries
 
 
 class BaselineCache:
@@ -208,11 +241,15 @@ class BaselineCache:
 
     `plan(task, timing)` decides whether the next timed candidate of `task` is a carrier; a carrier's
     `settle(task, solution_id, result)` keeps its baselines (and returns the drift against the values they
-    replace), or, for a result without them, lets the next candidate carry; `lookup(task)` gives what a
-    candidate timed alone gets. While a carrier of a task is in flight, `plan` for that task waits for it
-    to settle (the timed passes are serialised anyway), so one task is never timed by two carriers at
-    once. Keyed by task id and a hash of the task's text, configurations and declaration, so two tasks
-    sharing an id never share baselines."""
+    replace), or, for a result without them, lets the next candidate carry. An anchored candidate's
+    `observe(task, result, anchor)` compares its live anchor with the cached one (drift past
+    `drift_tolerance` makes the next timed candidate a carrier); `lookup(task)` gives the cached
+    baselines. While a carrier of a task is in flight, `plan` for that task waits for it to settle (the
+    timed passes are serialised anyway), so one task is never timed by two carriers at once. Keyed by task
+    id and a hash of the task's text, configurations and declaration, so two tasks sharing an id never
+    share baselines. `drift` keeps the carriers' records and the last `LIVE_DRIFT_KEPT` live ones."""
+
+    LIVE_DRIFT_KEPT = 10_000
 
     def __init__(self, settings: RlSettings, clock: Callable[[], float] = time.monotonic):
         self.settings = settings
@@ -221,6 +258,7 @@ class BaselineCache:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._pending: set[tuple[str, str]] = set()  # tasks whose carrier is in flight
         self.drift: list[BaselineDrift] = []
+        self.live_drift: collections.deque[BaselineDrift] = collections.deque(maxlen=self.LIVE_DRIFT_KEPT)
 
     @staticmethod
     def key(task: Task) -> tuple[str, str]:
@@ -228,13 +266,20 @@ class BaselineCache:
         return task.task_id, hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def plan(self, task: Task, timing: TimingConfig) -> TimingPlan:
-        if not timing.baselines:  # nothing to cache: every candidate is timed alone, with its own budget
-            return TimingPlan(False, timing, "no baselines requested")
+        wanted = timed_baselines(task, timing.baselines)
+        anchor = ANCHORS.get(task.kind) if self.settings.live_anchor else None
+        anchor = anchor if anchor in wanted else None
+        ranking = dataclasses.replace(timing, baselines=(anchor,) if anchor else (),
+                                      budget_ms=min(self.settings.budget_ms, timing.budget_ms),
+                                      warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms))
+        if not wanted or set(wanted) == {anchor}:  # nothing to cache: every candidate times what it needs
+            return TimingPlan(False, ranking, "live only" if wanted else "no baselines requested", anchor)
         key = self.key(task)
         with self._lock:
             self._lock.wait_for(lambda: key not in self._pending)
             entry = self._entries.get(key)
             why = ("first" if entry is None
+                   else "drift" if entry.stale
                    else "drift check" if entry.uses >= self.settings.drift_every
                    else "age" if self._clock() - entry.timed_at > self.settings.drift_max_age_s
                    else "")
@@ -242,18 +287,14 @@ class BaselineCache:
                 self._pending.add(key)
                 return TimingPlan(True, timing, why)
             entry.uses += 1
-        alone = dataclasses.replace(timing, baselines=(),
-                                    budget_ms=min(self.settings.budget_ms, timing.budget_ms),
-                                    warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms))
-        return TimingPlan(False, alone, "alone")
+        return TimingPlan(False, ranking, "anchored", anchor)
 
     def settle(self, task: Task, solution_id: str, result: EvalResult | None) -> list[BaselineDrift]:
         """A carrier is done: keep its baselines (a correct result with baseline timings; None or anything
         else keeps what was cached, and the next timed candidate carries) and return the drift of each
         baseline it re-timed."""
         key = self.key(task)
-        fresh = {t.config: CachedBaselines(t.eager, t.compiled, dict(t.baselines))
-                 for t in (result.timings if result is not None else ())}
+        fresh = _baselines_of(result.timings if result is not None else ())
         usable = (result is not None and result.outcome is Outcome.CORRECT
                   and any(c.medians_ms() for c in fresh.values()))
         now = self._clock()
@@ -268,6 +309,23 @@ class BaselineCache:
             self.drift.extend(drift)
         return drift
 
+    def observe(self, task: Task, result: EvalResult, anchor: str | None) -> list[BaselineDrift]:
+        """An anchored candidate's live anchor against the cached one, per configuration; past
+        `drift_tolerance` either way, the task's next timed candidate carries."""
+        if anchor is None or result.outcome is not Outcome.CORRECT:
+            return []
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get(self.key(task))
+            if entry is None:
+                return []
+            drift = [d for d in _drift(task.task_id, entry.by_config, _baselines_of(result.timings),
+                                       now - entry.timed_at, live=True) if d.baseline == anchor]
+            self.live_drift.extend(drift)
+            if any(abs(d.ratio - 1) > self.settings.drift_tolerance for d in drift):
+                entry.stale = True
+        return drift
+
     def lookup(self, task: Task) -> tuple[dict[str, CachedBaselines], str, float] | None:
         """(baselines per configuration, the carrier's solution id, their age in seconds), or None."""
         with self._lock:
@@ -277,14 +335,18 @@ class BaselineCache:
             return dict(entry.by_config), entry.carrier_id, self._clock() - entry.timed_at
 
 
+def _baselines_of(timings: tuple[ConfigTiming, ...]) -> dict[str, CachedBaselines]:
+    return {t.config: CachedBaselines(t.eager, t.compiled, dict(t.baselines)) for t in timings}
+
+
 def _drift(task_id: str, old: dict[str, CachedBaselines], fresh: dict[str, CachedBaselines],
-           age_s: float) -> list[BaselineDrift]:
+           age_s: float, live: bool = False) -> list[BaselineDrift]:
     out = []
     for config, baselines in fresh.items():
-        before = old.get(config).medians_ms() if config in old else {}
+        before = old[config].medians_ms() if config in old else {}
         for name, fresh_ms in sorted(baselines.medians_ms().items()):
             if name in before:
-                out.append(BaselineDrift(task_id, config, name, before[name], fresh_ms, age_s))
+                out.append(BaselineDrift(task_id, config, name, before[name], fresh_ms, age_s, live))
     return out
 
 
@@ -348,6 +410,7 @@ class RlScheduler:
             self._count("verdict_changed")
             notes["rl_check_outcome"] = checked.outcome.value
         timed = self._with_baselines(task, timed, plan, drift, notes)
+        notes["timing"] = f"{plan.timing.budget_ms:g} ms budget, baselines {','.join(plan.timing.baselines)}"
         durations = {"check_pass": check_s, "gate_wait": sum(waits),
                      "build_wait": checked.stage_durations_s.get("build_wait", 0.0)}
         return _noted(timed, notes, durations)
@@ -361,11 +424,18 @@ class RlScheduler:
                 notes["baseline_drift"] = json.dumps({f"{d.config}/{d.baseline}": round(d.ratio, 4)
                                                       for d in drift}, sort_keys=True)
             return timed
-        found = self.baselines.lookup(task) if plan.why == "alone" else None
+        if plan.anchor is not None:
+            live = self.baselines.observe(task, timed, plan.anchor)
+            if live:
+                ratios = {d.config: round(d.ratio, 4) for d in live}
+                notes["anchor_drift"] = json.dumps(ratios, sort_keys=True)
+        found = self.baselines.lookup(task) if plan.why == "anchored" else None
         if found is None or not timed.timings:
+            notes["baselines"] = plan.why
             return timed
         cached, carrier, age_s = found
-        notes["baselines"] = f"cached from {carrier} ({age_s:.0f} s old)"
+        live_text = f"{plan.anchor} live, " if plan.anchor else ""
+        notes["baselines"] = f"{live_text}cached from {carrier} ({age_s:.0f} s old)"
         return self._fill(timed, cached)
 
     def _hold(self, mode: Callable[[], contextlib.AbstractContextManager[None]], waits: list[float]) -> Hold:
@@ -382,13 +452,16 @@ class RlScheduler:
             self.counts[what] += 1
 
     def report(self) -> dict[str, Any]:
-        """What the schedule did so far: passes, carriers, gate waits, drift records."""
-        drift = self.baselines.drift
-        ratios = sorted(abs(d.ratio - 1) for d in drift)
-        return {**self.counts, "gate_wait_s": dict(self.gate.wait_s), "drift_checks": len(drift),
-                "drift_median_abs": ratios[len(ratios) // 2] if ratios else None,
-                "drift_max_abs": ratios[-1] if ratios else None,
-                "drift": [dataclasses.asdict(d) | {"ratio": d.ratio} for d in drift]}
+        """What the schedule did so far: passes, carriers, gate waits, drift (carriers' re-timings and the
+        live anchors', each as a count, the median and largest |ratio - 1|, and the records)."""
+        out = {**self.counts, "gate_wait_s": dict(self.gate.wait_s)}
+        cache = self.baselines
+        for name, records in (("drift", list(cache.drift)), ("live_drift", list(cache.live_drift))):
+            ratios = sorted(abs(d.ratio - 1) for d in records)
+            out[name] = {"n": len(ratios), "median_abs": ratios[len(ratios) // 2] if ratios else None,
+                         "max_abs": ratios[-1] if ratios else None,
+                         "records": [dataclasses.asdict(d) | {"ratio": d.ratio} for d in records]}
+        return out
 
 
 def _noted(result: EvalResult, notes: dict[str, str], durations: dict[str, float]) -> EvalResult:

@@ -5,6 +5,7 @@ stand-in for the evaluator's finish (the real one runs in test_eval_modes_cpu.py
 from __future__ import annotations
 
 import argparse
+import json
 import pickle
 import threading
 import time
@@ -19,6 +20,7 @@ from cudaperf.eval_modes import (
     RlSettings,
     fill_timings,
     median_ci95_rel,
+    timed_baselines,
 )
 from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, with_cached_baselines
 from cudaperf.types import ConfigTiming, EvalResult, InputConfig, Outcome, Task, TaskKind, Timing
@@ -129,13 +131,44 @@ def test_the_first_timed_candidate_of_a_task_carries_the_baselines():
     assert plan.carrier and plan.timing == FULL and plan.why == "first"
 
 
-def test_later_candidates_are_timed_alone_with_the_ranking_budget():
+def test_later_candidates_time_only_the_anchor_with_the_ranking_budget():
     cache = BaselineCache(RlSettings(budget_ms=7.0, warmup_ms=3.0))
     cache.plan(_task(), FULL)
     cache.settle(_task(), "carrier", _carried())
     plan = cache.plan(_task(), FULL)
-    assert not plan.carrier
-    assert (plan.timing.baselines, plan.timing.budget_ms, plan.timing.warmup_ms) == ((), 7.0, 3.0)
+    assert not plan.carrier and plan.anchor == "eager"
+    assert (plan.timing.baselines, plan.timing.budget_ms, plan.timing.warmup_ms) == (("eager",), 7.0, 3.0)
+
+
+def test_without_the_live_anchor_later_candidates_time_no_baseline():
+    cache = BaselineCache(RlSettings(live_anchor=False))
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    assert cache.plan(_task(), FULL).timing.baselines == ()
+
+
+def test_the_anchor_of_a_c_task_is_its_naive_port():
+    c_task = Task("c", TaskKind.C, "", (InputConfig("n"),))
+    assert timed_baselines(c_task, FULL.baselines) == ("serial_c", "naive_cuda")
+    assert BaselineCache(RlSettings()).plan(c_task, FULL).why == "first"
+    assert timed_baselines(c_task, ("serial_c",)) == ("serial_c",) and timed_baselines(c_task, ()) == ()
+
+
+def test_when_the_anchor_is_the_only_baseline_nothing_is_cached():
+    cache = BaselineCache(RlSettings())
+    plans = [cache.plan(_task(), TimingConfig(baselines=("eager",))) for _ in range(2)]
+    assert [(p.carrier, p.why, p.timing.baselines) for p in plans] == [(False, "live only", ("eager",))] * 2
+
+
+def test_a_live_anchor_past_the_tolerance_makes_the_next_candidate_carry():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+    cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried(eager_ms=2.0))
+    plan = cache.plan(_task(), FULL)
+    near = cache.observe(_task(), _carried(eager_ms=2.1), plan.anchor)
+    assert not cache.plan(_task(), FULL).carrier and {d.baseline for d in near} == {"eager"}
+    cache.observe(_task(), _carried(eager_ms=2.5), plan.anchor)
+    assert cache.plan(_task(), FULL).why == "drift" and len(cache.live_drift) == 4
 
 
 def test_the_ranking_budget_never_exceeds_the_configured_one():
@@ -194,7 +227,8 @@ def test_tasks_sharing_an_id_but_not_a_source_do_not_share_baselines():
 def test_without_baselines_requested_no_candidate_carries():
     cache = BaselineCache(RlSettings())
     timing = TimingConfig(baselines=())
-    assert [cache.plan(_task(), timing).carrier for _ in range(2)] == [False, False]
+    plans = [cache.plan(_task(), timing) for _ in range(2)]
+    assert [(p.carrier, p.timing.baselines) for p in plans] == [(False, ())] * 2
 
 
 # -- cached baselines in a result ---------------------------------------------------------------------
@@ -236,7 +270,9 @@ class _FakeFinish:
         self.passes.append((timing.enabled, timing.baselines, mode))
         timings = ()
         if timing.enabled:
-            timings = tuple(ConfigTiming(c, _timing(1.0), eager=_timing(3.0) if timing.baselines else None)
+            live = set(timing.baselines)
+            timings = tuple(ConfigTiming(c, _timing(1.0), eager=_timing(3.0) if "eager" in live else None,
+                                         compiled=_timing(2.0) if "compile" in live else None)
                             for c in ("small", "large"))
         return EvalResult(task.task_id, solution.solution_id, self.outcomes.pop(0), timings=timings)
 
@@ -266,12 +302,13 @@ def test_a_correct_candidate_is_checked_shared_then_timed_exclusively():
     assert fake.passes[1][:2] == (True, FULL.baselines) and result.environment["baselines"] == "timed (first)"
 
 
-def test_a_candidate_timed_alone_gets_the_carriers_baselines():
+def test_an_anchored_candidate_gets_the_carriers_costly_baselines_and_its_own_anchor():
     scheduler, fake = _scheduler(*[Outcome.CORRECT] * 4)
     scheduler.finish(_task(), _Sol("first"), None, None)
     result = scheduler.finish(_task(), _Sol("second"), None, None)
-    assert fake.passes[3][1] == () and result.speedup_vs_eager == pytest.approx(3.0)
-    assert result.environment["baselines"].startswith("cached from first")
+    assert fake.passes[3][1] == ("eager",) and result.speedup_vs_compile == pytest.approx(2.0)
+    assert result.environment["baselines"].startswith("eager live, cached from first")
+    assert json.loads(result.environment["anchor_drift"]) == {"small": 1.0, "large": 1.0}
 
 
 def test_with_timing_off_every_candidate_gets_one_pass():
@@ -301,7 +338,8 @@ def test_an_unknown_mode_is_refused_with_the_choices():
         EvalConfig(mode="fast")
 
 
-@pytest.mark.parametrize("bad", [{"workers_per_gpu": 0}, {"budget_ms": 0.0}, {"drift_every": 0}])
+@pytest.mark.parametrize("bad", [{"workers_per_gpu": 0}, {"budget_ms": 0.0}, {"drift_every": 0},
+                                 {"drift_tolerance": 0.0}])
 def test_impossible_rl_settings_are_refused(bad):
     with pytest.raises(ValueError, match="RlSettings"):
         RlSettings(**bad)

@@ -1,7 +1,8 @@
 """The RL mode end to end on real CPU-mode workers (sandboxed processes, referees, the build pool): the same
 verdicts as the default mode on one batch of right, wrong, failing and rejected candidates, baselines
 timed by one carrier and cached for the rest. Pure-PyTorch candidates (torch ops allowed), as CPU mode
-runs; the GPU twin is tests/gpu/test_eval_modes_gpu.py."""
+runs; the GPU twin is tests/gpu/test_eval_modes_gpu.py. The live anchor is off here: eager is the only
+baseline a CPU run can afford, and with it live nothing would be cached (the unit tests cover that)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ CANDIDATES = {
 
 def _results(mode: str, tmp_path) -> dict:
     config = EvalConfig(device="cpu", mode=mode, cache_dir=str(tmp_path), analyze=False, build_workers=1,
-                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=2),
+                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=2, live_anchor=False),
                         timing=TimingConfig(baselines=("eager",), budget_ms=5.0, warmup_ms=1.0))
     task = task_from_source(TASK, "relu2")
     pairs = [(task, solution_from_text(src, sid)) for sid, src in CANDIDATES.items()]

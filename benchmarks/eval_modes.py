@@ -1,0 +1,305 @@
+"""The two evaluation modes side by side, same candidates, one run: evaluations per minute, repeatability of
+the speedups, the width of the timing's confidence interval, and whether the verdicts agree.
+
+Candidates (GPU form): dataset tasks of both kinds (PyTorch→CUDA and C→CUDA, round-robin over their
+families, from the task index at seed 0) with every implementation the dataset generates for them (fast
+format; the C naive port is the baseline, not a candidate), and failures mixed in: per task a wrong
+kernel (thread 0 of block 0 returns before writing, in a kernel with no barrier or shuffle, so it cannot
+hang), and on every third task a CUDA build error, a candidate that raises on import and a Python syntax
+error. `--cpu` (the small form, for a machine without a GPU): CPU-mode workers, dataset PyTorch tasks
+cut to their `small` configuration, pure-PyTorch candidates (the task's own model as `ModelNew`, a slower
+copy that computes twice, a wrong one, one that raises, a syntax error; torch ops allowed), the eager
+baseline only.
+
+Each repeat runs both modes, in rotating order, each on a fresh Evaluator with its own copy of the
+candidates (a comment in the CUDA text differs per run, so every build is cold and overlaps with the
+evaluation). A run is an untimed warm pass (the workers' start, and one correct candidate per task: in the
+RL mode it carries the task's baselines, in the default mode it warms the worker's torch.compile and
+reference caches), then the timed pass over every candidate. Printed: per mode the median evaluations per
+minute, the median |Δ| of each candidate's speedups between repeats (Δ = s_r / s_0 - 1), the median 95%
+confidence half-width of the candidates' medians (`eval_modes.median_ci95_rel`), the RL mode's schedule
+(passes, carriers, gate waits, baseline drift), and every candidate whose outcome differs between runs
+(there should be none). JSON with everything goes to `--out`.
+
+    python benchmarks/eval_modes.py --cpu --repeats 2 --torch-tasks 4 --out FILE.json     # CPU machine
+    python benchmarks/eval_modes.py --repeats 2 --out FILE.json                           # H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import write_result
+
+MODES = ("default", "rl")
+WRONG_GUARD = "if (blockIdx.x == 0 && threadIdx.x == 0) return;  // benchmark: a wrong kernel"
+BARRIERS = re.compile(r"__syncthreads|_sync\s*\(|__syncwarp|cooperative_groups|grid\.sync")
+
+
+# -- candidates -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    task_index: int
+    solution_id: str
+    source: str
+    kind: str  # "right", "slow", "wrong", "build_error", "raises", "syntax"
+
+
+def dataset_tasks(n_torch: int, n_c: int, small_only: bool = False) -> list:
+    """`n_torch` PyTorch and `n_c` C tasks of the index (seed 0), round-robin over their families."""
+    from cudaperf.datasets import registry
+    from cudaperf.types import TaskKind
+
+    chosen = []
+    for kind, n in ((TaskKind.PYTORCH, n_torch), (TaskKind.C, n_c)):
+        by_family: dict[str, list] = {}
+        for g in registry.build_index(0, kinds=(kind,)):
+            by_family.setdefault(g.family, []).append(g)
+        rows = list(by_family.values())
+        picked = [rows[i % len(rows)][i // len(rows)] for i in range(n)
+                  if i // len(rows) < len(rows[i % len(rows)])]
+        chosen += [(g, _task_record(g, small_only)) for g in picked]
+    return chosen
+
+
+def _task_record(generated, small_only: bool):
+    from cudaperf.datasets import registry
+    from cudaperf.tasks import task_from_source
+    from cudaperf.tasks.ctask import from_json, to_task
+    from cudaperf.types import TaskKind
+
+    if generated.kind is TaskKind.PYTORCH:
+        task = task_from_source(generated.text, generated.task_id)
+        if small_only:  # the CPU form: the smallest declared configuration only
+            task = dataclasses.replace(task, configs=task.configs[:1])
+        return task
+    naive = next((i.source for i in registry.implementations(generated) if i.baseline), None)
+    return to_task(from_json(generated.text), naive_cuda=naive)
+
+
+def gpu_candidates(tasks: list) -> list[Candidate]:
+    from cudaperf.datasets import registry
+
+    out = []
+    for ti, (generated, task) in enumerate(tasks):
+        impls = [i for i in registry.implementations(generated) if not i.baseline]
+        out += [Candidate(ti, f"{task.task_id}/{i.strategy}", i.source, "right") for i in impls]
+        plain = next((i for i in impls if not BARRIERS.search(i.source)), None)
+        if plain is not None:
+            out.append(Candidate(ti, f"{task.task_id}/wrong", _in_kernel(plain.source, WRONG_GUARD), "wrong"))
+        if ti % 3 == 0 and impls:
+            base = impls[0].source
+            out += [Candidate(ti, f"{task.task_id}/build_error", _in_kernel(base, "int broken = ;"),
+                              "build_error"),
+                    Candidate(ti, f"{task.task_id}/raises",
+                              base + "\nraise RuntimeError('benchmark: fails on import')\n", "raises"),
+                    Candidate(ti, f"{task.task_id}/syntax", base.replace("def ", "def (", 1), "syntax")]
+    return out
+
+
+def _in_kernel(source: str, line: str) -> str:
+    """`line` as the first statement of the first `__global__` function's body."""
+    at = source.find("__global__")
+    brace = source.find("{", at)
+    return source[:brace + 1] + f"\n    {line}\n" + source[brace + 1:]
+
+
+def cpu_candidates(tasks: list) -> list[Candidate]:
+    out = []
+    for ti, (_, task) in enumerate(tasks):
+        own = task.source.replace("class Model(", "class ModelNew(")
+        slow = own.replace("    def forward(self", "    def forward(self, *args):\n"
+                           "        self._forward(*args)\n        return self._forward(*args)\n\n"
+                           "    def _forward(self", 1)
+        wrong = own.replace("    def forward(self", "    def forward(self, *args):\n"
+                            "        return self._forward(*args) * 1.01 + 0.01\n\n    def _forward(self", 1)
+        raises = own.replace("    def forward(self", "    def forward(self, *args):\n"
+                             "        raise RuntimeError('benchmark: fails')\n\n    def _forward(self", 1)
+        out += [Candidate(ti, f"{task.task_id}/own", own, "right"),
+                Candidate(ti, f"{task.task_id}/slow", slow, "slow"),
+                Candidate(ti, f"{task.task_id}/wrong", wrong, "wrong"),
+                Candidate(ti, f"{task.task_id}/raises", raises, "raises")]
+        if ti % 2 == 0:
+            out.append(Candidate(ti, f"{task.task_id}/syntax", own.replace("def ", "def (", 1), "syntax"))
+    return out
+
+
+def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
+    """(Task, Solution) per candidate, the text made distinct for this run (cold builds), ids unchanged."""
+    from cudaperf.solutions import solution_from_text
+
+    def distinct(source: str) -> str:
+        at = source.find("__global__")
+        if at < 0:
+            return source + f"\n# eval_modes run {label}\n"
+        line = source.rfind("\n", 0, at) + 1
+        return source[:line] + f"// eval_modes run {label}\n" + source[line:]
+
+    return [(tasks[c.task_index][1], solution_from_text(distinct(c.source), c.solution_id))
+            for c in candidates]
+
+
+# -- one run ----------------------------------------------------------------------------------------
+
+def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.eval_modes import median_ci95_rel
+    from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
+
+    baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines else (
+        ("eager",) if args.cpu else TimingConfig().baselines)
+    config = EvalConfig(device="cpu" if args.cpu else "cuda", mode=mode, cache_dir=args.cache_dir,
+                        timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
+                        policy=Policy(allow_torch_ops=True) if args.cpu else None,
+                        rl=RlSettings(workers_per_gpu=args.workers_per_gpu, cpu_workers=args.cpu_workers,
+                                      drift_every=args.drift_every))
+    pairs = pairs_for_run(tasks, candidates, label)
+    warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
+                for ti in range(len(tasks))}
+    started = time.perf_counter()
+    with Evaluator(config) as ev:
+        if ev._workers is not None:
+            ev._workers.warm_up()
+        warm = [p for p in pairs_for_run(tasks, candidates, label + "-warm") if p[1].solution_id in warm_ids]
+        list(ev.evaluate_many(warm))
+        warm_s = time.perf_counter() - started
+        t0 = time.perf_counter()
+        results = []
+        for r in ev.evaluate_many(pairs):
+            results.append(r)
+            if args.verbose:
+                print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value}", flush=True)
+        wall_s = time.perf_counter() - t0
+        report = ev.mode_report
+    cis = [median_ci95_rel(t.candidate) for r in results for t in r.timings]
+    return {"mode": mode, "label": label, "n": len(results), "wall_s": wall_s, "warm_pass_s": warm_s,
+            "evals_per_min": 60.0 * len(results) / wall_s,
+            "outcomes": {r.solution_id: r.outcome.value for r in results},
+            "messages": {r.solution_id: r.message[:200] for r in results if r.outcome.value != "correct"},
+            "speedups": {r.solution_id: r.speedups for r in results if r.speedups},
+            "ci95_rel_median": _median([c for c in cis if c is not None]),
+            "samples_median": _median([t.candidate.n_samples for r in results for t in r.timings]),
+            "timing_s_median": _median([r.stage_durations_s.get("timing") for r in results
+                                        if "timing" in r.stage_durations_s]),
+            "schedule": report}
+
+
+# -- summary ----------------------------------------------------------------------------------------
+
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def repeatability(rows: list[dict]) -> dict:
+    """Median |s_r / s_0 - 1| over candidates and baselines, r >= 1 (s_0: the first repeat's speedup)."""
+    first, deltas, per_baseline = rows[0]["speedups"], [], {}
+    for row in rows[1:]:
+        for sid, speedups in row["speedups"].items():
+            for name, value in speedups.items():
+                before = first.get(sid, {}).get(name)
+                if before:
+                    d = abs(value / before - 1)
+                    deltas.append(d)
+                    per_baseline.setdefault(name, []).append(d)
+    return {"median_abs_delta": _median(deltas), "pairs": len(deltas),
+            "per_baseline": {k: _median(v) for k, v in sorted(per_baseline.items())}}
+
+
+def summarise(rows: list[dict]) -> dict:
+    out = {}
+    for mode in MODES:
+        mine = [r for r in rows if r["mode"] == mode]
+        out[mode] = {"evals_per_min": _median([r["evals_per_min"] for r in mine]),
+                     "repeatability": repeatability(mine),
+                     "ci95_rel_median": _median([r["ci95_rel_median"] for r in mine]),
+                     "samples_median": _median([r["samples_median"] for r in mine]),
+                     "timing_s_median": _median([r["timing_s_median"] for r in mine])}
+    out["rl_vs_default"] = out["rl"]["evals_per_min"] / out["default"]["evals_per_min"]
+    ids = rows[0]["outcomes"]
+    out["differing"] = {sid: [r["outcomes"].get(sid) for r in rows] for sid in ids
+                        if len({r["outcomes"].get(sid) for r in rows}) > 1}
+    return out
+
+
+def table(summary: dict, n: int) -> str:
+    lines = [f"{n} candidates per run", "| mode | evals/min | median abs Δ speedup (pairs) | CI95 half-width "
+             "| samples | timing s |", "|---|---|---|---|---|---|"]
+    for mode in MODES:
+        s = summary[mode]
+        rep = s["repeatability"]
+        lines.append(f"| {mode} | {s['evals_per_min']:.1f} | {_pct(rep['median_abs_delta'])} ({rep['pairs']}) "
+                     f"| {_pct(s['ci95_rel_median'])} | {s['samples_median']} | {_num(s['timing_s_median'])} |")
+    lines.append(f"rl / default = {summary['rl_vs_default']:.2f}x; verdicts differing between runs: "
+                 f"{len(summary['differing'])}")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}%"
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="the small form: CPU-mode workers, PyTorch tasks")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--torch-tasks", type=int, default=None, help="default 12 (GPU), 4 (--cpu)")
+    parser.add_argument("--c-tasks", type=int, default=None, help="default 8 (GPU), 0 (--cpu)")
+    parser.add_argument("--baselines", default=None, help="comma-separated; default eager,compile (GPU; C "
+                        "tasks time serial_c and naive_cuda), eager (--cpu)")
+    parser.add_argument("--workers-per-gpu", type=int, default=4)
+    parser.add_argument("--cpu-workers", type=int, default=2)
+    parser.add_argument("--drift-every", type=int, default=4,
+                        help="RL mode: every Nth timed candidate of a task re-times its baselines (so a run "
+                        "this short records drift; the library's default is 16)")
+    parser.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temp dir)")
+    parser.add_argument("--verbose", action="store_true", help="one line per result")
+    parser.add_argument("--out", default=None, help="write everything as JSON here")
+    args = parser.parse_args(argv)
+    n_torch = args.torch_tasks if args.torch_tasks is not None else (4 if args.cpu else 12)
+    n_c = 0 if args.cpu else (args.c_tasks if args.c_tasks is not None else 8)
+    args.cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-eval-modes-")
+    tasks = dataset_tasks(n_torch, n_c, small_only=args.cpu)
+    candidates = cpu_candidates(tasks) if args.cpu else gpu_candidates(tasks)
+    kinds = {k: sum(c.kind == k for c in candidates) for k in sorted({c.kind for c in candidates})}
+    print(f"{len(tasks)} tasks, {len(candidates)} candidates: {kinds}", flush=True)
+    rows = []
+    for rep in range(args.repeats):
+        for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
+            row = one_run(mode, f"{mode}-{rep}", tasks, candidates, args)
+            rows.append({"repeat": rep, **row})
+            print(f"repeat {rep} {mode:7s}: {row['evals_per_min']:.1f} evals/min ({row['n']} in "
+                  f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
+            write_result(args.out, {"rows": rows, "candidates": kinds, "tasks": [t.task_id for _, t in tasks]})
+    summary = summarise(rows)
+    print(table(summary, len(candidates)))
+    rl = [r["schedule"] for r in rows if r["mode"] == "rl"]
+    print("rl schedule per run: " + "; ".join(
+        f"checked {s['checked']}, timed {s['timed']}, carriers {s['carriers']}, verdict changed "
+        f"{s['verdict_changed']}, gate wait {s['gate_wait_s']['shared']:.1f} s shared / "
+        f"{s['gate_wait_s']['exclusive']:.1f} s exclusive, "
+        f"drift checks {s['drift_checks']} (median |drift| {_pct(s['drift_median_abs'])}, max "
+        f"{_pct(s['drift_max_abs'])})" for s in rl))
+    for sid, outs in summary["differing"].items():
+        print(f"  differs: {sid}: {outs}")
+    write_result(args.out, {"rows": rows, "summary": summary, "candidates": kinds,
+                            "tasks": [t.task_id for _, t in tasks]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
