@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from cudaperf.correctness import COMPARE_CHUNK_BYTES
 from cudaperf.execute.memory_plan import (
     MIN_OUTPUT_CAP_BYTES,
     Footprint,
     Wanted,
     peak_bytes,
     plan_memory,
+    stage_peaks,
 )
 
 GB = 10**9
@@ -20,6 +22,8 @@ MIB = 1 << 20
 H200_FREE = 139 * GB
 RELU_19 = Footprint(input_bytes=6_442_450_944, output_bytes=6_442_450_944)  # 4096 x 393216 fp32
 AVG_POOL_45 = Footprint(input_bytes=17_179_869_184, output_bytes=141_705_216)
+SUM_47 = Footprint(input_bytes=8_587_837_440, output_bytes=2_096_640)  # 128 x 4096 x 4095 fp32, dim 1
+C = COMPARE_CHUNK_BYTES
 SMALL = Footprint(input_bytes=8 * MIB, output_bytes=8 * MIB, param_bytes=MIB)
 
 
@@ -113,3 +117,69 @@ def test_the_cross_job_cache_gets_only_what_the_job_leaves():
 def test_more_input_sets_never_need_less_memory(sets):
     w = _wanted(RELU_19)
     assert peak_bytes(RELU_19, w, False, sets, GB) <= peak_bytes(RELU_19, w, False, sets + 1, GB)
+
+
+# -- what the stages hold --------------------------------------------------------------------------------
+
+
+def _self_check(fp: Footprint, *, refereed: bool = True, seeds: int = 1) -> Wanted:
+    """What tests/gpu/test_full_size_gpu.py asks: the declared configuration and two derived ones at 0.36
+    and 0.12 of its size, one seed (three timing input sets), the lead-sized flush of an H200."""
+    references = (seeds + 2 + 0.36 + 0.12) * fp.reference_bytes
+    return Wanted(all_references_bytes=int(references), seeds=seeds, input_sets=3, flush_bytes=502 * MIB,
+                  min_flush_bytes=120 * MIB, cache_bytes=35 * GB, refereed=refereed)
+
+
+def test_the_comparison_counts_its_chunk_bound_not_output_sizes():
+    small = stage_peaks(RELU_19, _wanted(RELU_19), False, 1, 0)
+    larger_output = Footprint(RELU_19.input_bytes, RELU_19.output_bytes + GB)
+    large = stage_peaks(larger_output, _wanted(larger_output), False, 1, 0)
+    # one more GB of output: the kept reference, the first run's output, the poison block and the output
+    assert large["correctness"] - small["correctness"] == 4 * GB
+    i = o = 6_442_450_944
+    assert small["correctness"] == (i + o) + o + i + 2 * o + C  # not seven outputs' worth of temporaries
+
+
+def test_a_refereed_worker_ships_instead_of_comparing():
+    peaks = stage_peaks(RELU_19, _self_check(RELU_19), False, 1, 0)
+    assert "correctness" not in peaks and "claim" not in peaks and "shipping" in peaks
+
+
+def test_a_refereed_worker_compares_its_claim_only_when_references_are_kept():
+    assert "claim" in stage_peaks(SMALL, _self_check(SMALL), True, 3, 0)
+    assert "claim" not in stage_peaks(SMALL, _self_check(SMALL), False, 3, 0)
+
+
+def test_shipping_counts_the_referees_item_beside_the_workers_runs():
+    i = o = 6_442_450_944
+    # worker: the reference's inputs, run 1's output, run 2's clone, poison block, output, contiguous copy;
+    # referee: the assembled output and inputs after the call, and its comparison
+    expected = i + o + i + 3 * o + (i + o + C)
+    assert stage_peaks(RELU_19, _self_check(RELU_19), False, 1, 0)["shipping"] == expected
+
+
+def test_a_full_size_relu_fits_beside_a_referee_with_100_gb_free():
+    plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19))
+    assert plan.fits and plan.input_sets == 3 and plan.needed_bytes <= 90 * GB
+    assert plan.max_output_bytes >= RELU_19.output_bytes
+
+
+def test_a_full_size_relu_with_three_seeds_fits_beside_a_referee_with_100_gb_free():
+    plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19, seeds=3))
+    assert plan.fits and plan.needed_bytes <= 90 * GB
+
+
+def test_a_full_size_relu_was_refused_only_because_43_gb_were_free():
+    assert not plan_memory(int(43.3 * GB), RELU_19, _self_check(RELU_19)).fits
+
+
+@pytest.mark.parametrize("fp, free_gb", [(AVG_POOL_45, 97), (SUM_47, 80)])
+def test_the_other_full_size_problems_fit_in_what_was_free_beside_the_referee(fp, free_gb):
+    plan = plan_memory(free_gb * GB, fp, _self_check(fp))
+    assert plan.fits and plan.needed_bytes <= 0.9 * free_gb * GB
+
+
+def test_the_summary_names_the_stage_of_the_peak():
+    plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19))
+    assert plan.peak_stage in ("reference", "shipping", "claim", "timing")
+    assert f"({plan.peak_stage})" in plan.summary()

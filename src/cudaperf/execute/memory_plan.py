@@ -3,9 +3,20 @@
 Covers the pure sizing function `plan_memory(free_bytes, footprint, wanted) -> MemoryPlan` and its peak
 estimate `peak_bytes`. A job holds, besides the candidate: the reference of each (configuration, seed) it
 checks (inputs, outputs, weights), the clones each call gets, the allocator poison block (one output's
-size), the comparison's temporaries, the timing input sets (clones, each with its expected output), the L2
-flush buffer of the lead (`cudaperf.timing`) and references kept for later jobs of the same task. Fixed
-limits broke on full-size KernelBench problems (a 6.4 GB ReLU output over a 4 GiB cap; 17 GB pooling
+size), the comparison's temporaries (bounded: `correctness.COMPARE_CHUNK_BYTES`, whatever the output's
+size), the timing input sets (clones, each with its expected output), the L2 flush buffer of the lead
+(`cudaperf.timing`) and references kept for later jobs of the same task.
+
+With a referee on the same device (`Wanted.refereed`, the sandbox's default) the worker does not compare
+during correctness: it runs the candidate on references that hold inputs only and ships each output
+(`execute.outputs.Shipper`, which copies a strided output to make it contiguous); only when references are
+kept does it compare its kept outputs afterwards, as its claim. The referee's references are on the device
+before the worker plans (it waits for them), so they are in `free_bytes` already; what the plan adds for
+the referee is what it allocates while the worker ships: one assembled output with the inputs after the
+call (`referee.RefereeJob._limit`), its comparison, or its speed-of-light run (inputs, output, forward).
+The referee returns that memory to the driver after each message (`referee.Referee._release`).
+
+Fixed limits broke on full-size KernelBench problems (a 6.4 GB ReLU output over a 4 GiB cap; 17 GB pooling
 inputs times three seeds, three input sets and their clones over an H200's 141 GB). The plan keeps the
 full protocol when it fits, and otherwise degrades, in this order, before it refuses:
 
@@ -31,10 +42,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-# The comparison's temporaries, in output sizes, counted from `correctness._compare_float` on an fp32
-# output: the bound, its clamped copy, the difference, the ratio, two transients of the same size while
-# they are computed, and the boolean masks (a quarter each).
-COMPARE_TEMPORARIES = 7
+from cudaperf.correctness import COMPARE_CHUNK_BYTES
+
+# What one comparison (or mutation check) allocates at most, whatever the output's size: it works block by
+# block (`correctness._blocks`).
+COMPARE_BYTES = COMPARE_CHUNK_BYTES
 # The plan uses this share of the free bytes: the allocator's rounding and fragmentation and the CUDA
 # libraries' workspaces (cuBLAS, cuDNN) need the rest.
 HEADROOM = 0.9
@@ -81,6 +93,8 @@ class Wanted:
     """Bytes the cross-job reference cache may hold at most."""
     max_output_bytes: int | None = None
     """The caller's output cap (`EvalJob.max_output_bytes`); None: sized here only."""
+    refereed: bool = False
+    """A referee on the same device judges the outputs (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,8 @@ class MemoryPlan:
     free_bytes: int
     degraded: tuple[str, ...] = ()
     refused: str = ""
+    peak_stage: str = ""
+    """The stage whose estimate is the peak (`stage_peaks`)."""
 
     @property
     def fits(self) -> bool:
@@ -107,7 +123,8 @@ class MemoryPlan:
     def summary(self) -> str:
         """One line for the result's environment."""
         kept = "all" if self.keep_references else "one at a time"
-        head = (f"peak {self.needed_bytes / GB:.2f} of {self.free_bytes / GB:.2f} GB free; "
+        head = (f"peak {self.needed_bytes / GB:.2f} GB ({self.peak_stage}) of {self.free_bytes / GB:.2f} GB "
+                f"free; "
                 f"references {kept}, input sets {self.input_sets}, flush {self.flush_bytes >> 20} MiB, "
                 f"cache {self.cache_bytes / GB:.2f} GB, output cap {self.max_output_bytes / GB:.2f} GB")
         return head + (f"; refused: {self.refused}" if self.refused else "")
@@ -115,20 +132,44 @@ class MemoryPlan:
 
 def peak_bytes(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets: int,
                flush_bytes: int) -> int:
-    """The estimated peak of a job over its stages (each term is one thing alive at that moment)."""
-    i, o, f = fp.input_bytes, fp.output_bytes, fp.forward_bytes
+    """The estimated peak of a job over its stages (`stage_peaks`)."""
+    return max(stage_peaks(fp, wanted, keep_references, input_sets, flush_bytes).values())
+
+
+def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets: int,
+                flush_bytes: int) -> dict[str, int]:
+    """Bytes on the device at the worst moment of each stage; each term is one thing alive then."""
+    i, o, f, c = fp.input_bytes, fp.output_bytes, fp.forward_bytes, COMPARE_BYTES
     kept = max(wanted.all_references_bytes, fp.reference_bytes) if keep_references else fp.reference_bytes
-    earlier = (wanted.seeds - 1) * o if keep_references else 0  # earlier seeds' first outputs
-    reference_stage = kept + i + f  # the last reference's forward on a clone of its inputs
-    # the first candidate output alive, the reference's re-run (clone, output), then the second call:
-    # a clone of the inputs, the poison block, its output, its forward, the comparison
-    correctness = kept + earlier + 2 * i + 4 * o + f + COMPARE_TEMPORARIES * o
-    timing = 0
+    peaks = {"reference": kept + i + f}  # the last reference's forward on a clone of its inputs
+    if wanted.refereed:
+        peaks.update(_refereed_correctness(fp, wanted, kept, keep_references))
+    else:
+        earlier = (wanted.seeds - 1) * o if keep_references else 0  # earlier seeds' first outputs
+        # the first run's output alive, then the second run: a clone of the inputs, the poison block, its
+        # output, its forward, the comparison (the reference's re-run in between is freed before it)
+        peaks["correctness"] = kept + earlier + o + i + 2 * o + f + c
     if input_sets:
         sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
         # the checked round's backup clone, the live outputs of two calls, the re-check's comparison
-        timing = kept + sets + flush_bytes + i + 2 * o + f + COMPARE_TEMPORARIES * o
-    return max(reference_stage, correctness, timing)
+        peaks["timing"] = kept + sets + flush_bytes + i + 2 * o + f + c
+    return peaks
+
+
+def _refereed_correctness(fp: Footprint, wanted: Wanted, kept: int, keep_references: bool) -> dict[str, int]:
+    """The worker ships (references hold inputs and weights only), the referee assembles and judges one
+    output beside it; then, only when references are kept, the worker's claim compares its kept outputs."""
+    i, o, f, c, seeds = fp.input_bytes, fp.output_bytes, fp.forward_bytes, COMPARE_BYTES, wanted.seeds
+    inputs_only = kept * (i + fp.param_bytes) // max(1, fp.reference_bytes)
+    earlier = 2 * (seeds - 1) * o if keep_references else 0  # kept for the claim
+    # the first run's output, then the second run: a clone of the inputs, the poison block, its output,
+    # its forward and the shipper's contiguous copy; the referee's item (output and inputs after) or its
+    # speed-of-light run, and its comparison
+    referee = i + o + max(c, f)
+    peaks = {"shipping": inputs_only + earlier + o + i + 3 * o + f + referee}
+    if keep_references:  # the references complete again, the kept outputs, one reference forward
+        peaks["claim"] = kept + 2 * seeds * o + i + f + c
+    return peaks
 
 
 def plan_memory(free_bytes: int, footprint: Footprint, wanted: Wanted) -> MemoryPlan:
@@ -142,7 +183,9 @@ def plan_memory(free_bytes: int, footprint: Footprint, wanted: Wanted) -> Memory
         if _peak(footprint, wanted, plan) <= usable:
             break
         plan = step(plan, footprint, wanted, usable)
-    plan = replace(plan, needed_bytes=_peak(footprint, wanted, plan))
+    peaks = stage_peaks(footprint, wanted, plan.keep_references, plan.input_sets, plan.flush_bytes)
+    stage = max(peaks, key=peaks.__getitem__)
+    plan = replace(plan, needed_bytes=peaks[stage], peak_stage=stage)
     if plan.needed_bytes > usable:
         return replace(plan, cache_bytes=0, max_output_bytes=0, refused=_refusal(footprint, plan, usable))
     plan = _with_cache(plan, wanted, usable)
