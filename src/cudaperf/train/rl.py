@@ -40,6 +40,7 @@ class RlReport:
     resumed_from: str | None
     last_rollout: dict[str, float]  # the last step's rollout summary
     seconds: float
+    finished: bool  # False: stopped at max_minutes with a checkpoint (run it again to continue)
 
 
 def load_tasks(config: RlConfig) -> list[Any]:
@@ -85,17 +86,19 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
 
     rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer)
+    final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
-        final = Path(config.output_dir) / "final"
-        save_model(trainer, tokenizer, final)
-        save_config(config, final)
+        finished = trainer.state.global_step >= config.max_steps
+        if finished:
+            save_model(trainer, tokenizer, final)
+            save_config(config, final)
     finally:
         writer.close()
         if own_evaluator:
             evaluator.close()
     return RlReport(config.output_dir, str(final), len(tasks), trainer.state.global_step, checkpoint,
-                    dict(last), time.perf_counter() - started)
+                    dict(last), time.perf_counter() - started, finished)
 
 
 def _append_turns(path: Path, batch: RolloutBatch, step: int) -> None:

@@ -1,0 +1,203 @@
+"""The training run the lead runs on the H200 (issue 23, item 6): SmolLM2-135M-Instruct -> SFT on the
+dataset's verified implementations -> a few GRPO steps over multi-turn refinement with real kernel
+evaluation. Prints a table and writes it (and the metrics) under --out.
+
+    python3 scripts/train_h200.py --out "$OUT/train"            # call again until it prints "done"
+
+One call stops starting work after --max-minutes (default 8.5, so a 10-minute call holds it); every stage
+checkpoints under --work (default /tmp/cudaperf_train, which survives between back-to-back calls on the same
+warm machine: a 135M checkpoint is too large to come back through $OUT) and the next call resumes where
+the last one stopped: SFT from its last checkpoint, RL from its last checkpoint once SFT is final.
+
+Needs on the machine: trl 1.16 and datasets (wheels carried, see shared/docs/gpu-machine.md), the
+SmolLM2 GGUF and `gguf` (as for `cudaperf optimize --model smollm2`). Everything is a field of
+`cudaperf.train.config.SftConfig` / `RlConfig`; the options below set the ones a lead tunes per call.
+
+Prints: per stage its steps and minutes; SFT's examples, token lengths, last train and eval loss; per RL
+step the mean turn score and sample reward, each reward component, correct rate (all turns, first turn,
+best of turns), geometric-mean speedup of correct turns, anti-cheat flags by kind, tokens per turn, and the
+time split (generation, evaluation, optimiser) with turns per minute.
+
+Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
+(`cudaperf optimize` with each model directory does that evaluation), verl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
+    p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
+    p.add_argument("--max-minutes", type=float, default=8.5, help="start no work after this")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--sft-epochs", type=float, default=2.0)
+    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-lr", type=float, default=1e-4)
+    p.add_argument("--sft-limit-tasks", type=int, default=0, help="train tasks (0: all)")
+    p.add_argument("--measurements", default="benchmarks/dataset_measure",
+                   help="keep implementations measured correct here ('' for all)")
+    p.add_argument("--rl-steps", type=int, default=4)
+    p.add_argument("--rl-tasks", nargs="+", default=["split:train"])
+    p.add_argument("--rl-limit-tasks", type=int, default=32)
+    p.add_argument("--rl-turns", type=int, default=2)
+    p.add_argument("--rl-trajectories", type=int, default=4)
+    p.add_argument("--rl-tasks-per-step", type=int, default=4)
+    p.add_argument("--rl-max-new-tokens", type=int, default=1536)
+    p.add_argument("--rl-lr", type=float, default=2e-6)
+    p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
+    p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
+    p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="run here on the CPU (use with --model tiny and small limits): training on the CPU, "
+                   "pure-PyTorch answers judged by the CPU worker")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
+    missing = [m for m in ("trl", "datasets", "peft") if _missing(m)]
+    if missing:
+        print(f"missing on this machine: {', '.join(missing)} (carry their wheels)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, object] = {"environment": _environment()}
+
+    def left() -> float:
+        return args.max_minutes - (time.monotonic() - started) / 60
+
+    sft = _sft(args, left())
+    rows["sft"] = sft
+    if sft.get("finished") and left() > 1.5:
+        rows["rl"] = _rl(args, sft["final_dir"], left())
+    _write(args.out, rows)
+    _print_table(rows)
+    done = bool(sft.get("finished")) and bool(rows.get("rl", {}).get("finished"))  # type: ignore[union-attr]
+    print("done" if done else "not finished: call the same command again (it resumes from /tmp)")
+    return 0
+
+
+def _missing(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is None
+
+
+def _environment() -> dict[str, str]:
+    import torch
+
+    env = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    for module in ("transformers", "trl", "peft"):
+        env[module] = __import__(module).__version__
+    return env
+
+
+def _sft(args: argparse.Namespace, minutes: float) -> dict:
+    from cudaperf.train.config import SftConfig
+    from cudaperf.train.sft import run_sft
+
+    out = args.work / "sft"
+    if (out / "final" / "config.json").is_file():
+        return {"finished": True, "final_dir": str(out / "final"), "note": "already trained"}
+    measurements = args.measurements if args.measurements and Path(args.measurements).is_dir() else ""
+    config = SftConfig(model=args.model, output_dir=str(out), seed=args.seed, epochs=args.sft_epochs,
+                       batch_size=args.sft_batch, learning_rate=args.sft_lr, limit_tasks=args.sft_limit_tasks,
+                       measurements=measurements, max_length=4096, save_steps=100, eval_steps=200,
+                       logging_steps=10, max_minutes=max(0.5, minutes - 0.5), lora=args.lora,
+                       device="cpu" if args.cpu_smoke else "cuda")
+    t0 = time.monotonic()
+    report = run_sft(config)
+    return {"finished": report.finished, "final_dir": report.final_dir, "steps": report.steps,
+            "train_examples": report.train_examples, "val_examples": report.val_examples,
+            "tokens": report.train_lengths.line(), "train_loss": report.train_loss,
+            "eval_loss": report.eval_loss, "minutes": (time.monotonic() - t0) / 60,
+            "resumed_from": report.resumed_from}
+
+
+def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
+    from cudaperf.train.config import RlConfig
+    from cudaperf.train.monitor import read_metrics
+    from cudaperf.train.rl import run_rl
+
+    config = RlConfig(model=model_dir, output_dir=str(args.work / "rl"), seed=args.seed,
+                      tasks=tuple(args.rl_tasks), limit_tasks=args.rl_limit_tasks, max_turns=args.rl_turns,
+                      trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
+                      max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
+                      max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
+                      max_minutes=max(0.5, minutes - 0.5), lora=args.lora,
+                      device="cpu" if args.cpu_smoke else "cuda",
+                      eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
+    t0 = time.monotonic()
+    report = run_rl(config)
+    steps = _rl_steps(read_metrics(config.output_dir))
+    return {"finished": report.finished, "steps": report.steps, "tasks": report.tasks,
+            "minutes": (time.monotonic() - t0) / 60, "per_step": steps, "resumed_from": report.resumed_from}
+
+
+def _rl_steps(records: list[dict]) -> list[dict]:
+    """Per step: the rollout summary joined with the trainer's step time (optimiser = step - rollout)."""
+    rollouts = {r["step"]: r for r in records if r["kind"] == "rollout"}
+    train = {r["step"]: r for r in records if r["kind"] == "train" and "loss" in r}
+    out = []
+    for step in sorted(rollouts):
+        row = dict(rollouts[step])
+        step_s = train.get(step, {}).get("step_s")
+        row["loss"] = train.get(step, {}).get("loss")
+        row["optimizer_s"] = step_s - row["rollout_s"] if step_s else None
+        out.append(row)
+    return out
+
+
+def _write(out: Path, rows: dict) -> None:
+    path = out / f"train_h200_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(rows, indent=2, default=str))
+
+
+COLUMNS = (("step", "{:>4}"), ("score_mean", "{:>7.3f}"), ("sample_reward_mean", "{:>7.3f}"),
+           ("correct_rate", "{:>6.2f}"), ("first_turn_correct_rate", "{:>6.2f}"),
+           ("best_of_turns_correct_rate", "{:>6.2f}"), ("speedup_geomean", "{:>6.2f}"),
+           ("speedup_term_mean", "{:>6.3f}"), ("structural_term_mean", "{:>6.3f}"),
+           ("ranker_term_mean", "{:>6.3f}"), ("hack_rate", "{:>5.2f}"), ("no_code_rate", "{:>5.2f}"),
+           ("completion_tokens_per_turn", "{:>6.0f}"), ("generate_s", "{:>6.1f}"), ("evaluate_s", "{:>6.1f}"),
+           ("optimizer_s", "{:>6.1f}"), ("turns_per_min", "{:>6.1f}"))
+
+
+def _print_table(rows: dict) -> None:
+    print(json.dumps(rows.get("environment")))
+    sft = rows.get("sft", {})
+    print("SFT:", json.dumps({k: v for k, v in sft.items() if k != "final_dir"}, default=str))  # type: ignore
+    rl = rows.get("rl")
+    if not rl:
+        return
+    print("RL:", json.dumps({k: v for k, v in rl.items() if k != "per_step"}, default=str))  # type: ignore
+    print(" | ".join(name for name, _ in COLUMNS))
+    for row in rl["per_step"]:  # type: ignore[index]
+        print(" | ".join(_cell(fmt, row.get(name)) for name, fmt in COLUMNS))
+        flags = [k for k in row if k.startswith("hack_") and k != "hack_rate" and k != "hack_kinds"]
+        if flags:
+            print("      anti-cheat flags:", ", ".join(f"{k[5:]}={row[k]:.0f}" for k in flags))
+
+
+def _cell(fmt: str, value: object) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
