@@ -19,6 +19,8 @@ Covers:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
   (the worker skips timing otherwise). PyTorch references are kept across jobs (a quarter of the device's
   memory), C ones in host memory. Idle from the last output on, so it never runs during the worker's timing.
+  Device memory it cached for a job's references, assembled outputs or comparisons goes back to the driver
+  after each message (`Referee._release`): the worker plans its memory from what the driver reports free.
 - `finish`: the parent sends what the worker reported (its claim per configuration, its timings, the
   timing stage's wall time as the parent measured it) and gets the verdict back: the correctness, the
   judging flags, the speed-of-light figures and flags of PyTorch tasks (from the referee's own reference
@@ -56,6 +58,9 @@ from cudaperf.execute.framing import HEADER, encode_message, read_message, write
 
 SOL_CODES = ("impossible_speed", "below_compute_floor", "sol_floor_unreliable")
 MISMATCH = "verdict_mismatch"
+# Cached device memory the referee may keep between messages of a job: below it, giving the blocks back
+# (cudaFree, which synchronises) would cost more than the worker could gain; above, the worker needs it.
+RELEASE_ABOVE_BYTES = 256 << 20
 WALL_SLACK = 1.05  # timed calls may add up to this share of the timing stage's wall time (clock skew)
 _PIPE_BYTES = 1 << 20  # job messages (a task's source) fit the pipe without blocking the parent
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -435,13 +440,20 @@ class Referee:
         finally:
             if kind in ("job", "failed", "done"):  # where the task's own code ran on the device
                 self._check_context()
+            if kind in ("job", "output", "failed", "done") and not self.poisoned:
+                self._release(above_bytes=RELEASE_ABOVE_BYTES)
 
-    def _release(self) -> None:
-        """Give the device memory this job's outputs used back to the driver (the worker beside us plans
-        its memory from what is free); the cached references stay."""
+    def _release(self, above_bytes: int = 0) -> None:
+        """Give the allocator's cached blocks back to the driver when they exceed `above_bytes` (the
+        worker beside us plans its memory from what the driver reports free, and a block cached here is
+        lost to it); the stored references stay. After the references of a job (their clones, the
+        determinism re-run and evicted entries are cached otherwise), after each judged output (the
+        assembled tensors and the comparison's blocks) and at the end of the job."""
         import torch
 
-        if self.device.type == "cuda":
+        if self.device.type != "cuda":
+            return
+        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > above_bytes:
             torch.cuda.empty_cache()
 
     def _check_context(self) -> None:

@@ -78,13 +78,13 @@ from cudaperf.execute.session import (
     summarize_correctness,
     synchronize,
 )
-from cudaperf.execute.torch_judge import cache_budget, construct, scrub
+from cudaperf.execute.torch_judge import byte_sum, cache_budget, construct, scrub
 from cudaperf.jobs import EvalPayload
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
 from cudaperf.timing import BenchReport, compile_baseline, default_l2_flush_bytes, lead_sized_flush_bytes
 from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, InputConfig, Outcome, Severity
 
-FINGERPRINT_CHUNK_BYTES = 256 << 20  # summed per chunk: a uint8 -> int64 sum materialises an 8x copy
+FINGERPRINT_CHUNK_BYTES = 256 << 20  # the fingerprint's chunks (`torch_judge.byte_sum`)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -162,13 +162,7 @@ def _fingerprint(entry: Reference) -> tuple[int, ...]:
 
 
 def _byte_sum(t: torch.Tensor) -> int:
-    """The sum of a tensor's bytes, by chunks: `sum(dtype=int64)` of uint8 casts its input first, so one
-    pass over a 8.6 GB input asked for 64 GiB (KernelBench level 1, problem 47)."""
-    if not t.numel():
-        return 0
-    raw = t.contiguous().reshape(-1).view(torch.uint8)
-    return sum(int(raw[i:i + FINGERPRINT_CHUNK_BYTES].sum(dtype=torch.int64))
-               for i in range(0, raw.numel(), FINGERPRINT_CHUNK_BYTES))
+    return byte_sum(t, FINGERPRINT_CHUNK_BYTES)
 
 
 def free_device_bytes(device: torch.device) -> int:
@@ -184,6 +178,17 @@ def free_device_bytes(device: torch.device) -> int:
         return int(fields["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def describe_free_bytes(device: torch.device) -> str:
+    """Where `free_device_bytes` comes from, for the result's environment (what the other processes on the
+    device, the referee among them, hold is what the driver does not report free)."""
+    if device.type != "cuda":
+        return f"host MemAvailable {free_device_bytes(device) / 1e9:.2f} GB"
+    free, total = torch.cuda.mem_get_info(device)
+    idle = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return (f"driver free {free / 1e9:.2f} of {total / 1e9:.2f} GB, this worker's idle cache "
+            f"{idle / 1e9:.2f} GB, its references kept across jobs {REFERENCES.nbytes() / 1e9:.2f} GB")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -310,6 +315,7 @@ class TorchSession(Session):
         largest configuration, measured on its first real reference (a `meta` forward would give the
         output shapes too, but takes tens of seconds on recurrent models). Refused: SKIPPED, why."""
         free = free_device_bytes(self.device)
+        self.environment["memory_free"] = describe_free_bytes(self.device)
         largest = max((c for c in self.configs if c.timed),
                       key=lambda c: self.input_bytes.get(c.name, 0), default=self.configs[0])
         if 2 * self.input_bytes.get(largest.name, 0) > free:  # the inputs and one clone: before allocating
@@ -338,7 +344,8 @@ class TorchSession(Session):
             input_sets=self.job.timing.input_sets if timing else 0,
             flush_bytes=lead_sized_flush_bytes(str(self.device)) if cuda and timing else 0,
             min_flush_bytes=default_l2_flush_bytes(self.device) if cuda and timing else 0,
-            cache_bytes=cache_budget(self.device), max_output_bytes=self.job.max_output_bytes)
+            cache_bytes=cache_budget(self.device), max_output_bytes=self.job.max_output_bytes,
+            refereed=self.shipper is not None)
 
     def apply_plan(self) -> None:
         plan = self.plan
@@ -636,7 +643,8 @@ class TorchSession(Session):
 
         # Kept for the claim only on timed configurations: their references are computed anyway for
         # timing (a claim on a derived one would cost references nothing else needs).
-        keep = (self.plan is None or self.plan.keep_references) and config.name in self.timed_names
+        all_kept = self.plan is None or self.plan.keep_references
+        keep = all_kept and config.name in self.timed_names
         for i, seed in enumerate(self.seeds):
             entry = self.reference(config, seed)
             try:
@@ -647,7 +655,12 @@ class TorchSession(Session):
                     self.shipper.ship(Key(config.name, i, run), {"output": out, "inputs_after": moved})
                     if keep:
                         self.kept[(config.name, i, run)] = (out, moved)
+                    del out, given, moved
                 del model
+                if not keep:  # shipped and not kept: the outputs go now (inside the scope), not at the end
+                    self.release()
+                if not all_kept:  # the memory plan holds one reference at a time
+                    self.forget(config, seed)
             except Stop as stop:
                 if stop.poisoned or not is_derived(config):
                     raise
@@ -791,6 +804,24 @@ class TorchSession(Session):
 
     def drop_handles(self) -> None:
         self.model_new = None
+
+    def cleanup(self) -> None:
+        """`Session.cleanup`, then this job's hold on references, inputs and outputs dropped and the
+        allocator's cache given back: freed only after the shared cleanup emptied the cache, they would
+        stay reserved by this process between jobs, where the referee beside it (same device) cannot use
+        them for the next job's references. The cross-job cache (`REFERENCES`) keeps its entries."""
+        super().cleanup()
+        self.verified.clear()
+        self.timing_outputs.clear()
+        self.kept.clear()
+        self.built.clear()
+        if self.device.type == "cuda" and not self.poisoned:
+            try:
+                torch.cuda.empty_cache()
+            except Exception as exc:  # noqa: BLE001 - the verdict is already decided: keep it
+                why = f"{type(exc).__name__}: {exc}"[:500]
+                self.flags.append(Flag("cleanup_failed", why, Severity.WARNING))
+                self.poisoned = True
 
 
 # --------------------------------------------------------------------------------------------------
