@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result
 
 MODES = ("default", "rl")
+STAGES = ("build_wait", "setup", "reference", "correctness", "timing", "coverage", "check_pass", "gate_wait",
+          "total")  # medians of these per run go to the JSON
 WRONG_GUARD = "if (blockIdx.x == 0 && threadIdx.x == 0) return;  // benchmark: a wrong kernel"
 BARRIERS = re.compile(r"__syncthreads|_sync\s*\(|__syncwarp|cooperative_groups|grid\.sync")
 
@@ -162,7 +164,7 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,
                         rl=RlSettings(workers_per_gpu=args.workers_per_gpu, cpu_workers=args.cpu_workers,
-                                      drift_every=args.drift_every))
+                                      drift_every=args.drift_every, live_anchor=args.live_anchor))
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
@@ -191,6 +193,7 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
             "samples_median": _median([t.candidate.n_samples for r in results for t in r.timings]),
             "timing_s_median": _median([r.stage_durations_s.get("timing") for r in results
                                         if "timing" in r.stage_durations_s]),
+            "stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in results]) for k in STAGES},
             "schedule": report}
 
 
@@ -238,8 +241,9 @@ def table(summary: dict, n: int) -> str:
     for mode in MODES:
         s = summary[mode]
         rep = s["repeatability"]
-        lines.append(f"| {mode} | {s['evals_per_min']:.1f} | {_pct(rep['median_abs_delta'])} ({rep['pairs']}) "
-                     f"| {_pct(s['ci95_rel_median'])} | {s['samples_median']} | {_num(s['timing_s_median'])} |")
+        lines.append(f"| {mode} | {s['evals_per_min']:.1f} | {_pct(rep['median_abs_delta'])} "
+                     f"({rep['pairs']}) | {_pct(s['ci95_rel_median'])} | {s['samples_median']} "
+                     f"| {_num(s['timing_s_median'])} |")
     lines.append(f"rl / default = {summary['rl_vs_default']:.2f}x; verdicts differing between runs: "
                  f"{len(summary['differing'])}")
     return "\n".join(lines)
@@ -266,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drift-every", type=int, default=4,
                         help="RL mode: every Nth timed candidate of a task re-times its baselines (so a run "
                         "this short records drift; the library's default is 16)")
+    parser.add_argument("--no-live-anchor", dest="live_anchor", action="store_false",
+                        help="RL mode: time no baseline with anchored candidates (every baseline cached)")
     parser.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temp dir)")
     parser.add_argument("--verbose", action="store_true", help="one line per result")
     parser.add_argument("--out", default=None, help="write everything as JSON here")
@@ -284,16 +290,17 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"repeat": rep, **row})
             print(f"repeat {rep} {mode:7s}: {row['evals_per_min']:.1f} evals/min ({row['n']} in "
                   f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
-            write_result(args.out, {"rows": rows, "candidates": kinds, "tasks": [t.task_id for _, t in tasks]})
+            write_result(args.out, {"rows": rows, "candidates": kinds,
+                                    "tasks": [t.task_id for _, t in tasks]})
     summary = summarise(rows)
     print(table(summary, len(candidates)))
     rl = [r["schedule"] for r in rows if r["mode"] == "rl"]
-    print("rl schedule per run: " + "; ".join(
-        f"checked {s['checked']}, timed {s['timed']}, carriers {s['carriers']}, verdict changed "
-        f"{s['verdict_changed']}, gate wait {s['gate_wait_s']['shared']:.1f} s shared / "
-        f"{s['gate_wait_s']['exclusive']:.1f} s exclusive, "
-        f"drift checks {s['drift_checks']} (median |drift| {_pct(s['drift_median_abs'])}, max "
-        f"{_pct(s['drift_max_abs'])})" for s in rl))
+    for s in rl:
+        print(f"rl schedule: checked {s['checked']}, timed {s['timed']}, carriers {s['carriers']}, verdict "
+              f"changed {s['verdict_changed']}, gate wait {s['gate_wait_s']['shared']:.1f} s shared / "
+              f"{s['gate_wait_s']['exclusive']:.1f} s exclusive; " + ", ".join(
+                  f"{name} {d['n']} (median |ratio-1| {_pct(d['median_abs'])}, max {_pct(d['max_abs'])})"
+                  for name, d in (("carrier drift", s["drift"]), ("live anchor drift", s["live_drift"]))))
     for sid, outs in summary["differing"].items():
         print(f"  differs: {sid}: {outs}")
     write_result(args.out, {"rows": rows, "summary": summary, "candidates": kinds,

@@ -36,7 +36,10 @@ the per-candidate schedule (`RlScheduler.finish`), which the evaluator calls in 
 Not covered: the evaluation itself (`cudaperf.evaluate`: the scheduler is handed its `finish` and the
 function that writes cached baselines into a result), what runs in a worker (`cudaperf.execute`). One
 gate serves every GPU of the evaluator (a timed pass on one GPU pauses the checks on the others: the pool
-does not say which GPU a job gets before it runs). Workers sharing a GPU each size their memory plan from
+does not say which GPU a job gets before it runs), and it is the evaluator's own: another process
+evaluating on the same GPU is not held off. The timed pass repeats the checks because a worker cannot
+wait for the gate between its correctness and timing stages (that needs a gate frame in the sandbox's
+channel, answered by the parent). Workers sharing a GPU each size their memory plan from
 the free memory they see, not from a share of it: a task whose footprint is near the GPU's size should be
 evaluated with `workers_per_gpu=1`.
 """
