@@ -46,6 +46,7 @@ a job (`dispatch.py`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
@@ -233,6 +234,7 @@ class TorchSession(Session):
         self.phase = "plan"
         self.kept: dict[tuple[str, int, int], tuple[Any, Any]] = {}
         self.output_bytes_seen: dict[str, int] = {}  # per configuration, the candidate's last output size
+        self.peak_allocated_bytes = 0  # the most this process allocated during the job (CUDA only)
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -240,6 +242,8 @@ class TorchSession(Session):
         from cudaperf.tasks.runtime import describe_config
 
         self.task_key = (self.job.task.task_id, hashlib.sha256(self.job.task.source.encode()).hexdigest())
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)  # the job's peak, not an earlier job's
         self.configs = list(self.job.task.configs)
         self.timed_names = timed_configs(self.job.task)
         declared = self.module_for(self.configs[0])  # a broken task fails here, at setup
@@ -358,9 +362,19 @@ class TorchSession(Session):
         if plan.flush_bytes and plan.flush_bytes < lead_sized_flush_bytes(str(self.device)):
             self.l2_flush_bytes = plan.flush_bytes
         REFERENCES.trim(plan.cache_bytes)
+        if self.shipper is not None and self.device.type == "cuda":
+            torch.cuda.empty_cache()  # what the trim freed goes to the driver: the referee's items need it
 
     def cache_budget(self) -> int:
         return self.plan.cache_bytes if self.plan is not None else cache_budget(self.device)
+
+    def note_peak(self) -> None:
+        """Fold the allocator's peak since its last reset into the job's (the reference forwards reset
+        it to measure themselves)."""
+        if self.device.type == "cuda" and not self.poisoned:
+            with contextlib.suppress(RuntimeError):
+                self.peak_allocated_bytes = max(self.peak_allocated_bytes,
+                                                torch.cuda.max_memory_allocated(self.device))
 
     # -- the reference ---------------------------------------------------------------------------
     def reference_key(self, config: InputConfig, seed: int) -> tuple:
@@ -393,6 +407,7 @@ class TorchSession(Session):
         if config.randomize_parameters:  # before its first forward (the candidate's twins follow)
             randomize_constant_parameters(model, None, seed)
         work = clone_inputs(inputs)
+        self.note_peak()  # before the forward's own measurement resets the allocator's peak
         before = _start_peak(self.device)
         with torch.no_grad():
             outputs = model(*work)
@@ -810,6 +825,11 @@ class TorchSession(Session):
         allocator's cache given back: freed only after the shared cleanup emptied the cache, they would
         stay reserved by this process between jobs, where the referee beside it (same device) cannot use
         them for the next job's references. The cross-job cache (`REFERENCES`) keeps its entries."""
+        self.note_peak()
+        if self.plan is not None and self.peak_allocated_bytes:
+            self.environment["memory_peak"] = (
+                f"this worker allocated at most {self.peak_allocated_bytes / 1e9:.2f} GB; the plan's "
+                f"estimate {self.plan.needed_bytes / 1e9:.2f} GB includes the referee's share if any")
         super().cleanup()
         self.verified.clear()
         self.timing_outputs.clear()
