@@ -350,7 +350,7 @@ def _compare_exact(output: torch.Tensor, reference: torch.Tensor, path: str, lev
     """Integers and bool: equal, or within `levels` units when the task allows it (`Tolerance.int_atol`)."""
     # int64 (or fp64) copies of both, their difference and its absolute value, two masks, the block copies
     limit = _chunk_elements(4 * 8 + 2 + 2 * reference.element_size())
-    count = sum(int(_exact_differ(o, r, levels).sum()) for o, r in _blocks(limit, output, reference))
+    count = int(sum(_exact_differ(o, r, levels).sum() for o, r in _blocks(limit, output, reference)))
     if count == 0 and levels <= 0:  # equal: nothing to measure
         return Comparison(ok=True, max_abs_error=0.0, max_rel_error=0.0, mismatch_fraction=0.0)
     error = max(float((o.to(torch.float64) - r.to(torch.float64)).abs().max())
@@ -398,20 +398,23 @@ def _rms(square_sum: float, count: int) -> float:
     return math.sqrt(square_sum / count) if count else 0.0
 
 
-def _square_sum(values: torch.Tensor) -> float:
-    """The sum of squares in fp64 (exact squares of fp32 values; an fp32 sum would depend on the order)."""
-    return float(values.to(torch.float64).square().sum())
+def _square_sum(values: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of squares of the finite values in fp64, their count), as tensors on the values' device (no
+    synchronisation per block). fp64: exact squares of fp32 values, and a sum that hardly depends on
+    the order the blocks add up in."""
+    wide = torch.where(finite, values.to(torch.float64), 0.0)
+    return wide.square().sum(), finite.sum()
 
 
 def _scale_of(reference: torch.Tensor, limit: int) -> float:
     """rms of the reference's finite real lanes, by blocks; at least the dtype's smallest normal number."""
-    square_sum, count = 0.0, 0
+    square_sum: Any = 0.0
+    count: Any = 0
     for (ref,) in _blocks(limit, reference):
         values = _flat_real(ref)
-        values = values[torch.isfinite(values)]
-        square_sum += _square_sum(values)
-        count += values.numel()
-    return max(_rms(square_sum, count), torch.finfo(_wide(reference.dtype)).tiny)
+        block_sum, block_count = _square_sum(values, torch.isfinite(values))
+        square_sum, count = block_sum + square_sum, block_count + count
+    return max(_rms(float(square_sum), int(count)), torch.finfo(_wide(reference.dtype)).tiny)
 
 
 def _bound(ref: torch.Tensor, tol: Tolerance, finite: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -427,8 +430,8 @@ def _bound(ref: torch.Tensor, tol: Tolerance, finite: torch.Tensor) -> tuple[tor
     Whole-tensor form (`ref` a real view, `finite` its finite mask); `_compare_float` uses the same
     scale and formula block by block.
     """
-    values = ref[finite]
-    scale = max(_rms(_square_sum(values), values.numel()), torch.finfo(ref.dtype).tiny)
+    square_sum, count = _square_sum(ref, finite)
+    scale = max(_rms(float(square_sum), int(count)), torch.finfo(ref.dtype).tiny)
     return tol.atol * scale + tol.rtol * ref.abs(), scale
 
 
