@@ -63,7 +63,7 @@ from cudaperf.jobs import TimingConfig
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
 
 __all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
-           "RlSettings", "TimingPlan", "median_ci95_rel"]
+           "RlSettings", "TimingPlan", "fill_timings", "median_ci95_rel", "timed_baselines"]
 
 
 class EvalMode(str, Enum):
