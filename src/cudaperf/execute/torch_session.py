@@ -28,12 +28,12 @@ With a referee (the sandbox's default; `REFEREED_STAGES`), the order changes so 
 exists in this process while candidate code runs: reference (the memory plan's one measured reference,
 then its outputs overwritten and the allocator poisoned), import, construct, correctness (every
 configuration and seed run twice with references holding only inputs and models, the outputs shipped to
-the referee in batches, `run_and_ship`; a derived configuration the candidate fails on is dropped when
-the referee finds its reference failing too), reference again (the outputs computed now, and the worker's
-own comparisons on the timed configurations as its claim, which the referee's verdict replaces), timing
-and coverage when the referee said everything was correct. At the end every reference output, kept
-candidate output and free block of the allocator is overwritten (`scrub`): the cross-job cache keeps
-models, inputs and compiled baselines.
+the referee in batches, `run_and_ship`, and released once shipped unless kept for the claim; a derived
+configuration the candidate fails on is dropped when the referee finds its reference failing too),
+reference again (the outputs computed now, and the worker's own comparisons on the timed configurations as
+its claim, which the referee's verdict replaces), timing and coverage when the referee said everything was
+correct. At the end every reference output, kept candidate output and free block of the allocator is
+overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
 
