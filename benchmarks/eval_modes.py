@@ -164,7 +164,8 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,
                         rl=RlSettings(workers_per_gpu=args.workers_per_gpu, cpu_workers=args.cpu_workers,
-                                      drift_every=args.drift_every, live_anchor=args.live_anchor))
+                                      drift_every=args.drift_every or RlSettings().drift_every,
+                                      live_anchor=args.live_anchor))
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
@@ -267,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                         "tasks time serial_c and naive_cuda), eager (--cpu)")
     parser.add_argument("--workers-per-gpu", type=int, default=4)
     parser.add_argument("--cpu-workers", type=int, default=2)
-    parser.add_argument("--drift-every", type=int, default=4,
-                        help="RL mode: every Nth timed candidate of a task re-times its baselines (so a run "
-                        "this short records drift; the library's default is 16)")
+    parser.add_argument("--drift-every", type=int, default=None,
+                        help="RL mode: every Nth timed candidate of a task re-times every baseline (default: "
+                        "the library's, RlSettings.drift_every)")
     parser.add_argument("--no-live-anchor", dest="live_anchor", action="store_false",
                         help="RL mode: time no baseline with anchored candidates (every baseline cached)")
     parser.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temp dir)")

@@ -87,8 +87,10 @@ class RlSettings:
     configuration's own budget."""
     warmup_ms: float = 5.0
     """Warm-up budget per configuration of a candidate timed alone (never more than the configuration's)."""
-    drift_every: int = 16
-    """Every this many timed candidates of a task, one is a carrier again (baselines re-timed)."""
+    drift_every: int = 64
+    """Every this many timed candidates of a task, one is a carrier again (every baseline re-timed). Rare:
+    the live anchor watches drift on every candidate, and a carrier in another worker than the last one
+    compiles the torch.compile baseline again (seconds)."""
     drift_max_age_s: float = 600.0
     """Cached baselines older than this are re-timed by the next timed candidate of their task."""
     live_anchor: bool = True
