@@ -641,7 +641,7 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    limit = _chunk_elements(3 * a.element_size())  # two contiguous copies and the byte-wise mask
+    limit = _chunk_elements(4 * a.element_size())  # two contiguous copies, the byte-wise mask, slack
     return all(torch.equal(_raw_bytes(x), _raw_bytes(y)) for x, y in _blocks(limit, a, b))
 
 
