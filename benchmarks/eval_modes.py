@@ -22,13 +22,15 @@ confidence half-width of the candidates' medians (`eval_modes.median_ci95_rel`),
 (there should be none). JSON with everything goes to `--out`.
 
     python benchmarks/eval_modes.py --cpu --repeats 2 --torch-tasks 4 --out FILE.json     # CPU machine
-    python benchmarks/eval_modes.py --repeats 2 --out FILE.json                           # H200
+    python benchmarks/eval_modes.py --repeats 1 --out FILE.json --cache-dir DIR           # H200, call 1
+    python benchmarks/eval_modes.py --repeats 1 --out FILE.json --cache-dir DIR --append  # H200, call 2
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import re
 import statistics
 import sys
@@ -258,12 +260,18 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def earlier_rows(path: str | None) -> list[dict]:
+    if not path or not Path(path).exists():
+        return []
+    return json.loads(Path(path).read_text()).get("rows", [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="the small form: CPU-mode workers, PyTorch tasks")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--torch-tasks", type=int, default=None, help="default 12 (GPU), 4 (--cpu)")
-    parser.add_argument("--c-tasks", type=int, default=None, help="default 8 (GPU), 0 (--cpu)")
+    parser.add_argument("--torch-tasks", type=int, default=None, help="default 10 (GPU), 4 (--cpu)")
+    parser.add_argument("--c-tasks", type=int, default=None, help="default 6 (GPU), 0 (--cpu)")
     parser.add_argument("--baselines", default=None, help="comma-separated; default eager,compile (GPU; C "
                         "tasks time serial_c and naive_cuda), eager (--cpu)")
     parser.add_argument("--workers-per-gpu", type=int, default=4)
@@ -276,16 +284,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temp dir)")
     parser.add_argument("--verbose", action="store_true", help="one line per result")
     parser.add_argument("--out", default=None, help="write everything as JSON here")
+    parser.add_argument("--append", action="store_true", help="continue the runs already in --out (the same "
+                        "options), so the repeats can be spread over several calls; the summary covers all")
     args = parser.parse_args(argv)
-    n_torch = args.torch_tasks if args.torch_tasks is not None else (4 if args.cpu else 12)
-    n_c = 0 if args.cpu else (args.c_tasks if args.c_tasks is not None else 8)
+    n_torch = args.torch_tasks if args.torch_tasks is not None else (4 if args.cpu else 10)
+    n_c = 0 if args.cpu else (args.c_tasks if args.c_tasks is not None else 6)
     args.cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-eval-modes-")
     tasks = dataset_tasks(n_torch, n_c, small_only=args.cpu)
     candidates = cpu_candidates(tasks) if args.cpu else gpu_candidates(tasks)
     kinds = {k: sum(c.kind == k for c in candidates) for k in sorted({c.kind for c in candidates})}
     print(f"{len(tasks)} tasks, {len(candidates)} candidates: {kinds}", flush=True)
-    rows = []
-    for rep in range(args.repeats):
+    rows = earlier_rows(args.out) if args.append else []
+    first = 1 + max((r["repeat"] for r in rows), default=-1)
+    for rep in range(first, first + args.repeats):
         for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
             row = one_run(mode, f"{mode}-{rep}", tasks, candidates, args)
             rows.append({"repeat": rep, **row})

@@ -1,0 +1,50 @@
+"""benchmarks/eval_modes.py: the candidate mix and the summary (the runs themselves: the benchmark, on the
+GPU machine or with --cpu)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from eval_modes import BARRIERS, _in_kernel, gpu_candidates, repeatability, summarise
+
+KERNEL = 'SRC = r"""\nextern "C" __global__ void k(float* o) {\n    o[0] = 1.0f;\n}\n"""\n'
+
+
+def test_a_line_is_put_first_in_the_first_kernels_body():
+    assert _in_kernel(KERNEL, "return;").splitlines()[1:3] == ['extern "C" __global__ void k(float* o) {',
+                                                               "    return;"]
+
+
+def test_kernels_with_barriers_or_shuffles_are_recognised():
+    assert BARRIERS.search("__syncthreads();") and BARRIERS.search("__shfl_down_sync(m, v, 1)")
+    assert not BARRIERS.search("o[i] = a[i] + b[i];")
+
+
+def test_the_gpu_mix_has_right_wrong_and_failing_candidates_of_both_kinds():
+    from eval_modes import dataset_tasks
+
+    tasks = dataset_tasks(2, 2)
+    kinds = {c.kind for c in gpu_candidates(tasks)}
+    assert kinds == {"right", "wrong", "build_error", "raises", "syntax"}
+    assert {t.kind.value for _, t in tasks} == {"pytorch", "c"}
+
+
+def _row(mode: str, speedup: float, outcome: str = "correct") -> dict:
+    return {"mode": mode, "evals_per_min": 100.0 if mode == "rl" else 25.0,
+            "speedups": {"s": {"eager": speedup}}, "outcomes": {"s": outcome}, "ci95_rel_median": 0.01,
+            "samples_median": 40, "timing_s_median": 0.1}
+
+
+def test_repeatability_is_the_median_relative_change_from_the_first_repeat():
+    rows = [_row("rl", 2.0), _row("rl", 2.2), _row("rl", 1.9)]
+    assert repeatability(rows)["median_abs_delta"] == pytest.approx(0.075)
+
+
+def test_the_summary_names_candidates_whose_verdicts_differ_between_runs():
+    summary = summarise([_row("default", 2.0), _row("rl", 2.0, "incorrect")])
+    assert summary["differing"] == {"s": ["correct", "incorrect"]} and summary["rl_vs_default"] == 4.0
