@@ -5,9 +5,12 @@ Three arms: "full" (the operating-system boundary and the referee, the default),
 alone: the worker judges its own candidate) and "off" (neither). The issue's target is full against off:
 under 5% slower. The candidates are the example solutions (fast format; with `--inline` also the
 load_inline ones, whose builds are done once, untimed, into the shared cache every arm uses). Each repeat
-runs every arm, in rotating order, each on a fresh Evaluator: one untimed pass to start the worker (and
-the referee) and warm their caches (references, the eager baseline), then a timed pass over every
-candidate. Printed: per arm, the median evaluations per minute over the repeats, the ratios, and any
+times every arm once, in rotating order. Each arm has its own Evaluator, opened once before the first
+repeat with one untimed pass (the worker and the referee start, their caches warm: references, the eager
+baseline) and kept open, idle while the other arms run; a repeat is one timed pass over every candidate.
+Printed: per pass, the median milliseconds of each stage (the correctness stage includes waiting for the
+referee's judgement; the wall time per evaluation beyond `total` is the parent's: the referee's final
+verdict among it); per arm, the median evaluations per minute over the repeats, the ratios, and any
 candidate whose outcome differs between the arms (there should be none).
 
 The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
@@ -31,6 +34,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -123,7 +127,9 @@ def arm_switch(parts: dict[str, bool]):
         sandbox.WorkerPool = original
 
 
-def one_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...], cpu: bool = False) -> dict:
+def open_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...], cpu: bool = False):
+    """An Evaluator for `arm`, after its untimed warm pass (worker and referee start, references, first
+    eager timings); (evaluator, warm pass seconds)."""
     from cudaperf.anticheat.policy import Policy
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
@@ -134,17 +140,24 @@ def one_arm(pairs, arm: str, cache_dir: str, baselines: tuple[str, ...], cpu: bo
     with arm_switch(ARMS[arm]):
         ev = Evaluator(config).__enter__()
     try:
-        list(ev.evaluate_many(pairs))  # untimed: worker start, references, first eager timings
-        start_s = time.perf_counter() - started
-        t0 = time.perf_counter()
-        results = list(ev.evaluate_many(pairs))
-        wall_s = time.perf_counter() - t0
-        state = ev._workers.workers[0].boundary_state
-    finally:
+        list(ev.evaluate_many(pairs))
+    except BaseException:
         ev.close()
+        raise
+    return ev, time.perf_counter() - started
+
+
+def timed_pass(ev, pairs, arm: str) -> dict:
+    """One timed pass of every candidate on an open arm: evaluations per minute and the median seconds
+    per stage (the correctness stage includes waiting for the referee)."""
+    t0 = time.perf_counter()
+    results = list(ev.evaluate_many(pairs))
+    wall_s = time.perf_counter() - t0
+    stages = sorted({k for r in results for k in r.stage_durations_s})
+    stage_s = {k: statistics.median(r.stage_durations_s.get(k, 0.0) for r in results) for k in stages}
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
-            "warm_pass_s": start_s, "outcomes": {r.solution_id: r.outcome.value for r in results},
-            "state": state}  # fmt: skip
+            "stage_median_s": stage_s, "outcomes": {r.solution_id: r.outcome.value for r in results},
+            "state": ev._workers.workers[0].boundary_state}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,12 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     baselines = tuple(b for b in args.baselines.split(",") if b)
     rows = []
     names = list(ARMS)
-    for rep in range(args.repeats):
-        for arm in names[rep % len(names):] + names[:rep % len(names)]:
-            row = one_arm(pairs, arm, cache_dir, baselines, args.cpu)
-            rows.append({"repeat": rep, **row})
-            print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
-                  f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
+    open_arms: dict[str, Any] = {}
+    try:
+        for arm in names:
+            open_arms[arm], warm_s = open_arm(pairs, arm, cache_dir, baselines, args.cpu)
+            print(f"{arm:10s}: warm pass {warm_s:.1f} s", flush=True)
+        for rep in range(args.repeats):
+            for arm in names[rep % len(names):] + names[:rep % len(names)]:
+                row = timed_pass(open_arms[arm], pairs, arm)
+                rows.append({"repeat": rep, **row})
+                stages = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in row["stage_median_s"].items())
+                print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
+                      f"{row['wall_s']:.1f} s); median ms per stage: {stages}", flush=True)
+    finally:
+        for ev in open_arms.values():
+            ev.close()
     summary = summarise(rows)
     print("median evals/min: " + ", ".join(f"{a} {summary[a]:.1f}" for a in ARMS))
     print(f"full/off = {summary['full_vs_off']:.3f} ({100 * (1 - summary['full_vs_off']):+.1f}% slower with "
