@@ -1,0 +1,66 @@
+"""What runs inside one Ray actor of the evaluation pool: an `Evaluator` (its CPU build pool and its
+sandboxed worker, with the referee) on the actor's GPU, or CPU-only.
+
+Each call evaluates one candidate through `Evaluator.evaluate_many`, so a harness fault becomes the pair's
+HARNESS_ERROR row exactly as in a local batch; Ray runs up to `max_concurrency` calls at once on threads,
+and the evaluator's worker pool hands each a free worker. Ray sets the actor's CUDA_VISIBLE_DEVICES to
+the GPU it was given, so inside the actor that GPU is device 0.
+
+Not covered: placement, retries and replacement (`cudaperf.scale.pool`). This class is plain Python; the
+pool wraps it with `ray.remote` when it creates an actor, so importing it needs no Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import Any
+
+from cudaperf.evaluate import EvalConfig, EvalMode, Evaluator
+from cudaperf.scale.config import PoolConfig
+from cudaperf.types import EvalResult, Solution, Task
+
+
+def actor_eval_config(config: EvalConfig, pool: PoolConfig) -> EvalConfig:
+    """The configuration an actor's evaluator gets: `config` with every visible GPU used (an actor sees only
+    its own) and, when `build_workers` is 0, a build pool the size of the actor's CPU share, so several
+    actors on one node do not each start one build process per core."""
+    return dataclasses.replace(config, gpus=None,
+                               build_workers=config.build_workers or max(1, int(pool.cpus_per_actor)))
+
+
+def workers_per_actor(config: EvalConfig, gpu: bool) -> int:
+    """Sandboxed workers in one actor's evaluator (`Evaluator._worker_devices` for one GPU)."""
+    if config.mode != EvalMode.RL.value:
+        return 1
+    return config.rl.workers_per_gpu if gpu else config.rl.cpu_workers
+
+
+class EvalActor:
+    """One evaluator in a Ray worker process (see the module docstring)."""
+
+    def __init__(self, config: EvalConfig):
+        self.evaluator = Evaluator(config).__enter__()
+
+    def describe(self) -> dict[str, Any]:
+        """Where the actor runs and what its evaluator resolved: node, GPU ids Ray gave it, arch, mode."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "arch": self.evaluator.arch, "mode": self.evaluator.mode,
+                "devices": list(self.evaluator.devices)}
+
+    def evaluate(self, task: Task, solution: Solution) -> EvalResult:
+        (result,) = list(self.evaluator.evaluate_many([(task, solution)]))
+        return result
+
+    def mode_report(self) -> dict[str, Any]:
+        return self.evaluator.mode_report
+
+    def close(self) -> bool:
+        self.evaluator.close()
+        return True
