@@ -73,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "per GPU, baselines cached per task and configuration, ranking budgets)")
     parser.add_argument("--allow-torch-ops", action="store_true",
                         help="accept torch compute ops in candidates (pure-PyTorch task sets, CPU runs)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                        help="evaluate on a Ray pool, one actor per GPU (cudaperf.scale; docs/scale.md): "
+                        "auto, HOST:PORT, ray://HOST:PORT, or local (a Ray instance started here)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +100,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int:
     from cudaperf.agent.backends.base import BackendSpecError, load_backend
-    from cudaperf.agent.evaluation import LocalEvaluator
     from cudaperf.agent.loop import refine
     from cudaperf.agent.summary import summary_dict, write_best_kernels, write_summary
     from cudaperf.agent.trajectory import TrajectoryStore
@@ -112,7 +114,7 @@ def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int
     store = TrajectoryStore(args.out / "trajectories.jsonl")
     try:
         total = len(tasks) * args.samples * args.turns
-        with LocalEvaluator(eval_config) as evaluator, _Progress(total) as bar:
+        with _evaluator(args.ray_address, eval_config) as evaluator, _Progress(total) as bar:
             deadline_s = args.max_minutes * 60 if args.max_minutes is not None else None
             result = refine(tasks, backend, evaluator, config, store, ranker=ranker, on_turn=bar.advance,
                             deadline_s=deadline_s)
@@ -126,6 +128,17 @@ def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int
         print(f"stopped by --max-minutes with {result.unfinished} trajectories unfinished: add --resume to "
               "continue")
     return 0
+
+
+def _evaluator(ray_address: str | None, eval_config: Any) -> Any:
+    """The local evaluator, or the Ray evaluation pool when --ray-address is given."""
+    if ray_address:
+        from cudaperf.scale import RayEvaluator
+
+        return RayEvaluator.at(ray_address, eval_config)
+    from cudaperf.agent.evaluation import LocalEvaluator
+
+    return LocalEvaluator(eval_config)
 
 
 def _configs(args: argparse.Namespace):

@@ -17,16 +17,17 @@ import os
 import socket
 from typing import Any
 
-from cudaperf.evaluate import EvalConfig, EvalMode, Evaluator
+from cudaperf.evaluate import EvalConfig, EvalMode, Evaluator, default_cache_dir
 from cudaperf.scale.config import PoolConfig
 from cudaperf.types import EvalResult, Solution, Task
 
 
 def actor_eval_config(config: EvalConfig, pool: PoolConfig) -> EvalConfig:
     """The configuration an actor's evaluator gets: `config` with every visible GPU used (an actor sees only
-    its own) and, when `build_workers` is 0, a build pool the size of the actor's CPU share, so several
-    actors on one node do not each start one build process per core."""
-    return dataclasses.replace(config, gpus=None,
+    its own); when `build_workers` is 0, a build pool the size of the actor's CPU share, so several actors
+    on one node do not each start one build process per core; the build cache the driver would use (Ray
+    workers do not see environment variables set in the driver after Ray started)."""
+    return dataclasses.replace(config, gpus=None, cache_dir=config.cache_dir or str(default_cache_dir()),
                                build_workers=config.build_workers or max(1, int(pool.cpus_per_actor)))
 
 

@@ -52,8 +52,8 @@ class PoolConfig:
     a CUDA context). A replacement that does not start in time is given up, its bundle left empty."""
     max_attempts: int = 3
     """Evaluations of one candidate cut short by lost actors before it becomes a HARNESS_ERROR result."""
-    max_replacements: int = 0
-    """Lost actors replaced during the pool's life; 0: four per actor."""
+    max_replacements: int | None = None
+    """Lost actors replaced during the pool's life; None: four per actor; 0: none (the pool shrinks)."""
 
     def __post_init__(self) -> None:
         if self.actors < 0 or self.cpu_actors < 1:
@@ -62,7 +62,7 @@ class PoolConfig:
         if not (self.gpus_per_actor > 0 and self.cpus_per_actor > 0):
             raise ValueError(f"PoolConfig: gpus_per_actor={self.gpus_per_actor} and cpus_per_actor="
                              f"{self.cpus_per_actor} must be > 0")
-        if self.in_flight_per_actor < 0 or self.max_attempts < 1 or self.max_replacements < 0:
+        if self.in_flight_per_actor < 0 or self.max_attempts < 1 or (self.max_replacements or 0) < 0:
             raise ValueError("PoolConfig: in_flight_per_actor and max_replacements must be >= 0 and "
                              "max_attempts >= 1")
         if self.strategy not in STRATEGIES:
@@ -71,4 +71,4 @@ class PoolConfig:
             raise ValueError(f"PoolConfig.start_timeout_s={self.start_timeout_s}: must be > 0")
 
     def replacements_allowed(self, actors: int) -> int:
-        return self.max_replacements or 4 * actors
+        return 4 * actors if self.max_replacements is None else self.max_replacements

@@ -24,7 +24,7 @@ KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "build_workers"})
+                       "build_workers", "ray_address"})
 
 
 class ConfigError(ValueError):
@@ -227,6 +227,9 @@ class RlConfig(CommonConfig):
     """GPU evaluation workers; 0: one per visible GPU."""
     build_workers: int = 0
     """CPU build processes; 0: the evaluator's default."""
+    ray_address: str = ""
+    """Evaluate on a Ray pool, one actor per free GPU (`cudaperf.scale`, docs/scale.md): 'auto', HOST:PORT,
+    ray://HOST:PORT, or 'local' (a Ray instance started here). Empty: the local evaluator."""
     target_speedup: float = 0.0
     """End a trajectory early once a correct answer reaches this speedup (0: never). Only with
     credit='trajectory': 'turn' credit needs every trajectory to have `max_turns` turns."""
