@@ -4,14 +4,16 @@ checks, scheduled for batches of many candidates: agent turns and RL rollouts).
 What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
 1. Workers: `workers_per_gpu` sandboxed workers (each with its referee) share each GPU, `cpu_workers` in
    CPU mode, instead of one; a batch is drained by one thread per worker.
-2. Two passes per candidate. The check pass is the default job with timing off: static policy, build,
-   correctness on every configuration and seed, the runtime guards, the referee's verdict and coverage, run
-   by several workers at once (each holds the GPU gate *shared*). Only a candidate the check pass finds
-   CORRECT, with timing on, gets the timed pass: the default job again, every check included, with timing
-   on, holding the gate *exclusively*, so nothing else runs on the GPUs while it runs (the timing stage's
-   own checks, re-checked outputs, timer consistency and stream changes, need the timed run). The timed
-   pass's verdict is the result; when it differs from the check pass's (a candidate that is not
-   deterministic), `environment["rl_check_outcome"]` keeps the first one.
+2. One job per candidate, its GPU use gated. Correctness (static policy, build, correctness on every
+   configuration and seed, the runtime guards, the referee's verdict, coverage) runs in several workers
+   at once, each job holding the GPU gate *shared*; the referee's "all correct" answer, which the worker
+   waits for before its timing stage, is held back by the parent until the job holds the gate
+   *exclusively* (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
+   GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). A candidate
+   that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is no
+   go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
+   (shared), then, if correct, the whole job again with timing on (exclusive); its verdict is the result
+   and `environment["rl_check_outcome"]` keeps a differing first one.
 3. Baselines timed once per (task, configuration) per run, not per candidate. The first timed candidate
    of a task is its carrier: its timed pass times every baseline interleaved with it, with the default
    budget, exactly as the default mode does, and `BaselineCache` keeps them. Later candidates of the task
@@ -37,9 +39,7 @@ Not covered: the evaluation itself (`cudaperf.evaluate`: the scheduler is handed
 function that writes cached baselines into a result), what runs in a worker (`cudaperf.execute`). One
 gate serves every GPU of the evaluator (a timed pass on one GPU pauses the checks on the others: the pool
 does not say which GPU a job gets before it runs), and it is the evaluator's own: another process
-evaluating on the same GPU is not held off. The timed pass repeats the checks because a worker cannot
-wait for the gate between its correctness and timing stages (that needs a gate frame in the sandbox's
-channel, answered by the parent). Workers sharing a GPU each size their memory plan from
+evaluating on the same GPU is not held off. Workers sharing a GPU each size their memory plan from
 the free memory they see, not from a share of it: a task whose footprint is near the GPU's size should be
 evaluated with `workers_per_gpu=1`.
 """
@@ -160,6 +160,10 @@ class GpuGate:
             self._waited("exclusive", start)
             yield
 
+    def turn(self) -> "GateTurn":
+        """A job's hold that starts shared and may turn exclusive once (`GateTurn`)."""
+        return GateTurn(self)
+
     @property
     def readers(self) -> int:
         return self._readers
@@ -167,6 +171,43 @@ class GpuGate:
     def _waited(self, mode: str, start: float) -> None:
         with self._state:
             self.wait_s[mode] += time.perf_counter() - start
+
+
+class GateTurn:
+    """One job's hold on a `GpuGate`: `hold()` takes it shared for the job's run; `upgrade()`, called
+    from inside the run when the worker is about to time (`execute.sandbox.Worker.run`'s `on_proceed`),
+    leaves the shared side and waits for the exclusive one; leaving `hold()` leaves whichever side is held.
+    The shared side is left before the exclusive one is awaited, so two upgrading jobs never wait on each
+    other."""
+
+    def __init__(self, gate: GpuGate):
+        self.gate = gate
+        self.waited_s = 0.0
+        self._held: contextlib.ExitStack | None = None
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            start = time.perf_counter()
+            stack.enter_context(self.gate.shared())
+            self.waited_s += time.perf_counter() - start
+            self._held = stack.pop_all()
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held is not None:
+                held.close()
+
+    def upgrade(self) -> None:
+        if self._held is None:
+            raise RuntimeError("GateTurn.upgrade outside hold()")
+        self._held.close()
+        start = time.perf_counter()
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.gate.exclusive())
+        self._held = stack
+        self.waited_s += time.perf_counter() - start
 
 
 # --------------------------------------------------------------------------------------------------
@@ -374,9 +415,10 @@ def fill_timings(timings: tuple[ConfigTiming, ...],
 # The schedule of one candidate
 
 Hold = Callable[[], contextlib.AbstractContextManager[Any]]
-Finish = Callable[[Task, Any, Any, Any, TimingConfig, Hold], EvalResult]
-"""`Evaluator._finish_with(task, solution, start, build_future, timing, hold)`: the default recipe from
-the static verdict on, with the job's timing replaced and the worker's run held by `hold()`."""
+Finish = Callable[..., EvalResult]
+"""`Evaluator._finish_with(task, solution, start, build_future, timing, hold, on_proceed=None)`: the
+default recipe from the static verdict on, with the job's timing replaced, the worker's run held by
+`hold()` and `on_proceed()` called before the candidate can be timed."""
 Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
 """`evaluate.with_cached_baselines`: a result with cached baselines written in and its speedups redone."""
 
@@ -386,14 +428,45 @@ class RlScheduler:
     the evaluator's batch threads in place of its own finish, from as many threads as there are workers."""
 
     def __init__(self, finish: Finish, fill: Fill, timing: TimingConfig, settings: RlSettings,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, *, one_pass: bool = False):
         self._finish, self._fill, self.timing, self.settings = finish, fill, timing, settings
+        self.one_pass = one_pass  # the referee's go-ahead gates the timing stage (module docstring, 2)
         self.gate = GpuGate()
         self.baselines = BaselineCache(settings, clock)
         self.counts = {"checked": 0, "timed": 0, "carriers": 0, "verdict_changed": 0}
         self._count_lock = threading.Lock()
 
     def finish(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+        if self.one_pass and self.timing.enabled:
+            return self._finish_once(task, solution, start, build_future)
+        return self._finish_twice(task, solution, start, build_future)
+
+    def _finish_once(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+        """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead)
+        with it exclusive; the baselines' plan is made before the job, so a carrier that turns out wrong
+        times nothing and the task's next timed candidate carries."""
+        t0 = time.perf_counter()
+        plan = self.baselines.plan(task, self.timing)  # waits while a carrier of the task is in flight
+        plan_wait_s = time.perf_counter() - t0
+        turn = self.gate.turn()
+        result = None
+        try:
+            result = self._finish(task, solution, start, build_future, plan.timing, turn.hold, turn.upgrade)
+        finally:
+            drift = self.baselines.settle(task, solution.solution_id, result) if plan.carrier else []
+        self._count("checked")
+        waits = {"gate_wait": turn.waited_s, "plan_wait": plan_wait_s}
+        if result.outcome is not Outcome.CORRECT or not result.timings:
+            return _noted(result, {"eval_mode": EvalMode.RL.value}, waits)
+        self._count("timed")
+        notes = {"eval_mode": EvalMode.RL.value, "passes": "one"}
+        result = self._with_baselines(task, result, plan, drift, notes)
+        notes["timing"] = f"{plan.timing.budget_ms:g} ms budget, baselines {','.join(plan.timing.baselines)}"
+        return _noted(result, notes, waits)
+
+    def _finish_twice(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+        """A check pass with timing off (gate shared), then, for a correct candidate, the timed pass (gate
+        exclusive): for evaluators without a referee, whose workers give no go-ahead to wait for."""
         waits: list[float] = []
         t0 = time.perf_counter()
         checked = self._finish(task, solution, start, build_future, dataclasses.replace(

@@ -190,7 +190,7 @@ class Evaluator:
             self._workers = WorkerPool(self._worker_devices(), limits)
         if self.config.mode == EvalMode.RL.value:
             self._rl = RlScheduler(self._finish_with, with_cached_baselines, self.config.timing,
-                                   self.config.rl)
+                                   self.config.rl, one_pass=self.config.referee)
         return self
 
     def _worker_devices(self) -> list[int | None] | None:
@@ -247,10 +247,12 @@ class Evaluator:
         return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
 
     def _finish(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
-                timing: TimingConfig | None = None, hold: Callable | None = None) -> EvalResult:
+                timing: TimingConfig | None = None, hold: Callable | None = None,
+                on_proceed: Callable[[], None] | None = None) -> EvalResult:
         """The recipe once the static verdict is known and the build submitted: build, worker, features.
         `timing` replaces the configuration's for this job; `hold()`, a context manager, is held around
-        the worker's run (both for an evaluation mode's schedule, `eval_modes`)."""
+        the worker's run; `on_proceed()` is called before the candidate can be timed
+        (`execute.sandbox.Worker.run`); all three for an evaluation mode's schedule, `eval_modes`."""
         if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
             build = self._wait_build(build_future, start.durations)
             return dataclasses.replace(start.rejection, build=build)
@@ -261,15 +263,16 @@ class Evaluator:
             skipped = start.result(Outcome.SKIPPED, "execute", self._skip_reason(), build=build)
             return self._with_features(task, solution, skipped)
         with hold() if hold is not None else contextlib.nullcontext():
-            ran = self._run_in_worker(task, solution, build, start, timing)
+            ran = self._run_in_worker(task, solution, build, start, timing, on_proceed)
         return self._with_features(task, solution, ran)
 
     def _finish_with(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
-                     timing: TimingConfig, hold: Callable) -> EvalResult:
+                     timing: TimingConfig, hold: Callable,
+                     on_proceed: Callable[[], None] | None = None) -> EvalResult:
         """`_finish` for an evaluation mode's schedule (`eval_modes.Finish`): on a copy of `start`'s
         durations, so one evaluation may reach a worker more than once."""
         start = dataclasses.replace(start, durations=dict(start.durations))
-        return self._finish(task, solution, start, build_future, timing, hold)
+        return self._finish(task, solution, start, build_future, timing, hold, on_proceed)
 
     def _skip_reason(self) -> str:
         why = "no CUDA GPU on this machine" if self.config.device != "none" else "EvalConfig.device='none'"
@@ -329,11 +332,13 @@ class Evaluator:
         )
 
     def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,
-                       start: _Start, timing: TimingConfig | None = None) -> EvalResult:
+                       start: _Start, timing: TimingConfig | None = None,
+                       on_proceed: Callable[[], None] | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
         timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
-        reply = self._workers.run(job_message(self._job(task, solution, timing), self.secret), timeouts)
+        reply = self._workers.run(job_message(self._job(task, solution, timing), self.secret), timeouts,
+                                  on_proceed)
         start.durations.update(reply.durations_s or {})
         return _from_worker(start, reply, read_payload(reply.payload), build)
 

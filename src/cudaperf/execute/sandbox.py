@@ -60,6 +60,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
@@ -311,6 +312,7 @@ class Worker:
             if limits.referee else None)
         self._engaged = False  # the current job is judged by the referee
         self.referee_s = 0.0  # this job's time spent waiting for the referee
+        self._on_proceed: Callable[[], None] | None = None  # this job's (run)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -487,9 +489,17 @@ class Worker:
 
     # -- one job -----------------------------------------------------------------------------------
 
-    def run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
-        """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR."""
+    def run(self, job: dict[str, Any], timeouts: StageTimeouts,
+            on_proceed: Callable[[], None] | None = None) -> WorkerReply:
+        """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR.
+
+        `on_proceed`, when given, is called before the candidate can be timed and may block (a scheduler
+        taking the GPU for itself, `eval_modes`): when the referee judges the job, as its "all correct"
+        answer reaches the worker (the worker waits for that answer before its timing stage; the time
+        waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the job
+        is sent. It is not called for a job that fails before that point."""
         self._busy = True
+        self._on_proceed = on_proceed
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -499,6 +509,7 @@ class Worker:
                                worker_replaced=True)  # fmt: skip
         finally:
             self._busy = False
+            self._on_proceed = None
 
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
@@ -517,6 +528,9 @@ class Worker:
             if failure is not None:
                 return failure
         note = self._prepare_views(job)
+        if self._on_proceed is not None and not self._engaged:
+            self._on_proceed()  # no answer to wait for before timing: the whole job is gated
+            self._on_proceed = None
         if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
             # Died between the readiness check and the job: not the candidate's doing; retry once.
             self._replace()
@@ -570,13 +584,14 @@ class Worker:
         return WorkerReply(Outcome.HARNESS_ERROR, "start", f"referee: {error}"[:4000], logs=link.log_tail())
 
     def _forward(self, message: Any, deadline: float, stage: str, durations: dict,
-                 stage_start: float) -> WorkerReply | None:
+                 stage_start: float) -> tuple[WorkerReply | None, float]:
         """A shipping message of the worker to the referee, and the referee's answer back to the worker.
-        None when done; a reply when the job must end here (a malformed message, a failed referee)."""
+        (None, seconds waited in `on_proceed`) when done; (a reply, 0) when the job must end here (a
+        malformed message, a failed referee)."""
         body = referee.forwardable(message)
         if body is None:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
-            return self._forged(stage, durations, "a shipping message of an unknown kind")
+            return self._forged(stage, durations, "a shipping message of an unknown kind"), 0.0
         link = self.referee
         link.used_bytes = max(link.used_bytes, min(referee.region_used(body), link.region_bytes))
         started = time.monotonic()
@@ -588,11 +603,17 @@ class Worker:
             self.referee.close_process()
             self._replace()
             return WorkerReply(Outcome.HARNESS_ERROR, stage, f"referee: {error}"[:4000], logs=logs,
-                               durations_s=durations, worker_replaced=True)
+                               durations_s=durations, worker_replaced=True), 0.0
         ack = {k: v for k, v in answer.items() if k != "type"}
-        if not self._send(encode_message({"type": "ack", **ack}), deadline):
+        waited_s = 0.0
+        if body["type"] == "done" and ack.get("proceed") and self._on_proceed is not None:
+            started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
+            proceed()
+            waited_s = time.monotonic() - started
+            durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
+        if not self._send(encode_message({"type": "ack", **ack}), deadline + waited_s):
             pass  # the worker is gone: the next event reports how
-        return None
+        return None, waited_s
 
     def _referee_end(self, reply: WorkerReply, timeouts: StageTimeouts) -> WorkerReply:
         """The referee's verdict into a finished job's reply (see referee.apply_verdict); a job that ended
@@ -723,10 +744,12 @@ class Worker:
                 durations[stage] = durations.get(stage, 0.0) + now - stage_start
                 return self._forged(stage, durations, "a message with a wrong nonce or type")
             if message["type"] == "referee":
-                fault = self._forward(message.get("message"), min(deadline, job_deadline), stage, durations,
-                                      stage_start)
+                fault, waited_s = self._forward(message.get("message"), min(deadline, job_deadline), stage,
+                                                durations, stage_start)
                 if fault is not None:
                     return fault
+                deadline, job_deadline = deadline + waited_s, job_deadline + waited_s
+                stage_start += waited_s  # the stage's duration leaves the gate's wait out
                 continue
             durations[stage] = durations.get(stage, 0.0) + now - stage_start
             if message["type"] == "result":
@@ -960,10 +983,12 @@ class WorkerPool:
     def size(self) -> int:
         return len(self.workers)
 
-    def run(self, job: dict[str, Any], timeouts: StageTimeouts | None = None) -> WorkerReply:
+    def run(self, job: dict[str, Any], timeouts: StageTimeouts | None = None,
+            on_proceed: Callable[[], None] | None = None) -> WorkerReply:
+        """One job on the next idle worker (`Worker.run`; `on_proceed` as there)."""
         worker = self._idle.get()
         try:
-            return worker.run(job, timeouts or self.timeouts)
+            return worker.run(job, timeouts or self.timeouts, on_proceed)
         finally:
             self._idle.put(worker)
 

@@ -1,0 +1,105 @@
+"""The go-ahead hook of a worker's job (`Worker.run(..., on_proceed)`) and the gate turn the RL mode builds
+on it (`eval_modes.GateTurn`): real CPU-mode workers with and without the referee, the small PyTorch task
+of the session tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cudaperf.eval_modes import GpuGate
+from cudaperf.execute import Limits, StageTimeouts, WorkerPool
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_referee import _job  # a job of the small task with two seeds and eager timing
+from test_session import CORRECT, WRONG
+
+TIMEOUTS = StageTimeouts(default_s=120.0, start_s=180.0)
+LIMITS = Limits(address_space_bytes=8 << 30)
+HELD_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def refereed():
+    with WorkerPool(None, LIMITS, timeouts=TIMEOUTS) as pool:
+        pool.warm_up()
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def unrefereed():
+    with WorkerPool(None, dataclasses.replace(LIMITS, referee=False), timeouts=TIMEOUTS) as pool:
+        pool.warm_up()
+        yield pool
+
+
+def _run(pool, source: str) -> tuple[object, list[float]]:
+    calls: list[float] = []
+
+    def on_proceed() -> None:
+        calls.append(time.monotonic())
+        time.sleep(HELD_S)
+
+    return pool.run(_job(source), on_proceed=on_proceed), calls
+
+
+def test_a_correct_candidate_waits_for_the_go_ahead_before_timing(refereed):
+    reply, calls = _run(refereed, CORRECT)
+    assert reply.outcome is None, (reply.message, reply.logs[-2000:])
+    assert len(calls) == 1 and reply.payload["timings"]
+    assert reply.durations_s["gate_wait"] >= HELD_S
+
+
+def test_a_wait_for_the_go_ahead_longer_than_the_stage_limit_is_not_a_timeout(refereed):
+    short = StageTimeouts(default_s=5.0, start_s=180.0)
+    calls: list[float] = []
+    reply = refereed.run(_job(CORRECT), short, on_proceed=lambda: (calls.append(1), time.sleep(6.0)))
+    assert reply.outcome is None, (reply.outcome, reply.message)
+    assert calls and reply.payload["timings"] and reply.durations_s["gate_wait"] >= 6.0
+
+
+def test_a_wrong_candidate_never_asks_for_the_go_ahead(refereed):
+    reply, calls = _run(refereed, WRONG)
+    assert calls == [] and not reply.payload.get("timings")
+
+
+def test_without_the_referee_the_whole_job_waits_for_the_go_ahead(unrefereed):
+    reply, calls = _run(unrefereed, WRONG)
+    assert len(calls) == 1
+
+
+def test_a_turn_upgraded_to_exclusive_waits_for_the_shared_holders_and_keeps_new_ones_out():
+    gate, log = GpuGate(), []
+    turn = gate.turn()
+    other_inside, release_other = threading.Event(), threading.Event()
+
+    def other_job() -> None:
+        with gate.shared():
+            other_inside.set()
+            release_other.wait(5)
+            log.append("other leaves")
+
+    def late_job() -> None:
+        with gate.shared():
+            log.append("late enters")
+
+    with turn.hold():
+        first = threading.Thread(target=other_job)
+        first.start()
+        assert other_inside.wait(5)
+        threading.Timer(0.2, release_other.set).start()
+        turn.upgrade()
+        log.append("exclusive")
+        late = threading.Thread(target=late_job)
+        late.start()
+        time.sleep(0.1)
+        log.append("turn leaves")
+    late.join(5)
+    first.join(5)
+    assert log == ["other leaves", "exclusive", "turn leaves", "late enters"]
+    assert gate.readers == 0
