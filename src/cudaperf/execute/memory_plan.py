@@ -4,7 +4,7 @@ Covers the pure sizing function `plan_memory(free_bytes, footprint, wanted) -> M
 estimate `peak_bytes`. A job holds, besides the candidate: the reference of each (configuration, seed) it
 checks (inputs, outputs, weights), the clones each call gets, the allocator poison block (one output's
 size), the comparison's temporaries (bounded: `correctness.COMPARE_CHUNK_BYTES`, whatever the output's
-size), the timing input sets (clones, each with its expected output), the L2 flush buffer of the lead
+size), the timing input sets (each with its expected output), the L2 flush buffer of the lead
 (`cudaperf.timing`) and references kept for later jobs of the same task.
 
 With a referee on the same device (`Wanted.refereed`, the sandbox's default) the worker does not compare
@@ -32,6 +32,14 @@ environment entry); `refused` says why not even the smallest plan fits. The outp
 twice the reference's output (a bigger output has the wrong shape anyway), at least `MIN_OUTPUT_CAP_BYTES`,
 at most what the plan leaves free.
 
+Memory held for later jobs gives way to a job that needs it (`room_bytes`, `to_evict`): before a job is
+planned, the worker's cross-job reference cache and the referee's store give back entries of other tasks,
+least recently used first, until the device's free bytes cover what the job would need with its full
+protocol (estimated from its inputs' sizes on the meta device, outputs taken as large as the inputs,
+since no reference has run yet); entries of the job's own task stay. What is still missing after that is
+the plan's to degrade, and an out-of-memory error of the harness's own steps is retried with less
+(`after_oom`).
+
 Not covered: measuring anything (the worker passes the device's free bytes and the footprint it measured:
 input sizes on the `meta` device, outputs, weights and the forward's own peak from the first real
 reference), C->CUDA tasks (host arrays, sized by their declaration), the candidate's own allocations
@@ -40,6 +48,7 @@ beyond one output (a candidate that needs more memory than the reference gets OU
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 
 from cudaperf.correctness import COMPARE_CHUNK_BYTES
@@ -151,6 +160,9 @@ def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets
         peaks["correctness"] = kept + earlier + o + i + 2 * o + f + c
     if input_sets:
         sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
+        # building the sets (each drawn afresh, not cloned from a reference): the last one's expected
+        # output comes from a forward on a clone of it
+        peaks["timing inputs"] = kept + sets + i + f
         # the checked round's backup clone, the live outputs of two calls, the re-check's comparison
         peaks["timing"] = kept + sets + flush_bytes + i + 2 * o + f + c
     return peaks
@@ -247,3 +259,50 @@ def _refusal(fp: Footprint, plan: MemoryPlan, usable: int) -> str:
             f"(inputs {fp.input_bytes / GB:.2f} GB, outputs {fp.output_bytes / GB:.2f} GB, weights "
             f"{fp.param_bytes / GB:.2f} GB, forward {fp.forward_bytes / GB:.2f} GB), "
             f"{usable / GB:.2f} GB are usable")
+
+
+def after_oom(plan: MemoryPlan, fp: Footprint, wanted: Wanted, what: str) -> MemoryPlan | None:
+    """The plan to retry with after the harness's own step `what` ran out of memory although the plan fit:
+    references one at a time, one input set and the floor flush (every degradation at once: the estimate
+    was wrong, so a step-by-step descent would guess again); None when the plan was that small already."""
+    smallest = (not plan.keep_references and plan.input_sets <= 1
+                and plan.flush_bytes <= wanted.min_flush_bytes)
+    if smallest:
+        return None
+    sets = min(plan.input_sets, 1)
+    flush = min(plan.flush_bytes, wanted.min_flush_bytes)
+    peaks = stage_peaks(fp, wanted, False, sets, flush)
+    stage = max(peaks, key=peaks.__getitem__)
+    why = (f"{what} ran out of device memory with the plan's estimate {plan.needed_bytes / GB:.2f} GB; "
+           f"retried with references one at a time, {sets} input set(s) and a {flush >> 20} MiB flush")
+    return replace(plan, keep_references=False, input_sets=sets, flush_bytes=flush, cache_bytes=0,
+                   needed_bytes=peaks[stage], peak_stage=stage, degraded=plan.degraded + (why,))
+
+
+def room_bytes(input_bytes: Sequence[int], seeds: int, input_sets: int, flush_bytes: int,
+               refereed: bool) -> int:
+    """Free device bytes a job would need for its full protocol, before any of its references exists:
+    `input_bytes` per configuration (meta device), outputs taken as large as the inputs; with a referee,
+    its references of every (configuration, seed) too. What other tasks' cached references give way to."""
+    largest = max(input_bytes, default=0)
+    fp = Footprint(input_bytes=largest, output_bytes=largest)
+    references = sum(seeds * 2 * b for b in input_bytes)
+    extra_sets = max(0, input_sets - seeds) * 2 * largest
+    wanted = Wanted(all_references_bytes=references + extra_sets, seeds=seeds, input_sets=input_sets,
+                    flush_bytes=flush_bytes, min_flush_bytes=flush_bytes, cache_bytes=0, refereed=refereed)
+    worker = peak_bytes(fp, wanted, True, input_sets, flush_bytes)
+    return int(worker / HEADROOM) + (references if refereed else 0)
+
+
+def to_evict(entries: Sequence[tuple[Hashable, int, bool]], free_bytes: int, needed_bytes: int) -> list:
+    """Keys of cached entries to give back so that `free_bytes` reaches `needed_bytes`: `entries` are
+    (key, bytes, of the job's own task), least recently used first; only other tasks' entries go, oldest
+    first, and only as many as needed (all of them when even that is not enough)."""
+    evict, free = [], free_bytes
+    for key, nbytes, own in entries:
+        if free >= needed_bytes:
+            break
+        if not own:
+            evict.append(key)
+            free += nbytes
+    return evict

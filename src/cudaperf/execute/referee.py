@@ -296,6 +296,10 @@ def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str,
         if out.get("outcome") is None:
             out.update(outcome="harness_error", message=f"referee: {verdict['error']}"[:4000])
         return out
+    if verdict.get("skipped"):  # the device's memory, not the candidate's nor the task's fault
+        if out.get("outcome") is None:
+            out.update(outcome="skipped", message=f"referee: {verdict['skipped']}"[:4000], correctness=[])
+        return out
     if "correctness" in verdict:
         out["correctness"] = verdict["correctness"]
     sol = verdict.get("sol") or {}
@@ -412,6 +416,8 @@ class Referee:
         kind = message.get("type")
         try:
             if kind == "job":
+                self.job = None
+                self._release()  # whatever an earlier job left cached, before this one allocates
                 self.job = RefereeJob(self, message.get("job") or {})
                 return None
             if kind == "end":
@@ -427,6 +433,7 @@ class Referee:
             if kind == "done":
                 return {"type": "ack", **self.job.done()}
             if kind == "sync":  # answered once the job's references exist (see Shipper.sync)
+                self.job.prepare_references()
                 return {"type": "ack"}
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
@@ -438,9 +445,9 @@ class Referee:
             self.job = None
             return {"type": "verdict" if kind == "finish" else "error", "error": _describe(exc)}
         finally:
-            if kind in ("job", "failed", "done"):  # where the task's own code ran on the device
+            if kind in ("job", "sync", "failed", "done"):  # where the task's own code ran on the device
                 self._check_context()
-            if kind in ("job", "output", "failed", "done") and not self.poisoned:
+            if kind in ("job", "sync", "output", "failed", "done") and not self.poisoned:
                 self._release(above_bytes=RELEASE_ABOVE_BYTES)
 
     def _release(self, above_bytes: int = 0) -> None:
@@ -455,6 +462,25 @@ class Referee:
             return
         if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > above_bytes:
             torch.cuda.empty_cache()
+
+    def make_room(self, needed_bytes: int, own: Callable[[Any], bool]) -> int:
+        """Give back stored references of other tasks (`own(key)` False), least recently used first,
+        until the driver's free bytes reach `needed_bytes` (`memory_plan.to_evict`), and the cache with
+        them; the bytes given back. References kept for later jobs give way to the job at hand."""
+        import torch
+
+        from cudaperf.execute.memory_plan import to_evict
+
+        if self.device.type != "cuda":
+            return 0
+        self._release()
+        free, _ = torch.cuda.mem_get_info(self.device)
+        entries = self.torch_store._entries  # judge.ReferenceStore has no eviction by key of its own
+        keys = to_evict([(k, e.nbytes, own(k)) for k, e in entries.items()], free, needed_bytes)
+        given = sum(entries.pop(k).nbytes for k in keys)
+        if keys:
+            self._release()
+        return given
 
     def _check_context(self) -> None:
         from cudaperf.execute.device_state import context_alive
@@ -477,11 +503,33 @@ class RefereeJob:
         self.verdict = None
         self.judge = None
         self.timed: tuple[str, ...] = ()
+        self.memory = ""  # why the job's references do not fit on the device (SKIPPED, not HARNESS_ERROR)
+        self.prepared = False
         try:
             self.judge = self._make_judge(wire_job)
-            self.judge.prepare()
+            if not self.on_device:
+                self.prepare_references()
         except Exception as exc:  # noqa: BLE001 - the task, its reference or the job failed: not the candidate
             self.harness = _describe(exc)
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the references live on the shared device (PyTorch tasks; C ones are host arrays)."""
+        from cudaperf.execute.torch_judge import TorchJudge
+
+        return isinstance(self.judge, TorchJudge)
+
+    def prepare_references(self) -> None:
+        """Every reference of the job, once: for PyTorch tasks when the worker's sync arrives (the worker
+        has given back its own cache for other tasks by then), after room is made for the job in the
+        store (`TorchJudge.room_bytes`); C tasks at once. A reference out of device memory even after
+        that: SKIPPED with why; any other failure of a declared configuration: HARNESS_ERROR."""
+        if self.prepared or self.judge is None or self.harness:
+            return
+        self.prepared = True
+        if self.on_device and self.referee.device.type == "cuda":
+            self.referee.make_room(self.judge.room_bytes(), self.judge.own_key)
+        self._guarded(self.judge.prepare)
 
     def _make_judge(self, wire_job: dict[str, Any]) -> Any:
         from cudaperf.correctness import derive_seed
@@ -510,14 +558,22 @@ class RefereeJob:
         set_precision(job.task.allow_tf32)
         torch.set_grad_enabled(False)
         self.timed = timed_configs(job.task) if job.timing.enabled else ()  # whose floors are needed
-        return TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True)
+        judge: Any = None
+
+        def make_room() -> None:  # a reference ran out of memory: every other task's references go
+            referee.make_room(1 << 62, judge.own_key)
+
+        judge = TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True,
+                           after_compute=lambda: referee._release(above_bytes=RELEASE_ABOVE_BYTES),
+                           make_room=make_room)
+        return judge
 
     def output(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """One announcement: outputs (or chunks of one) in the region, each judged once whole."""
         from cudaperf.execute.outputs import Key
 
         for part in parts:
-            if self.harness or self.forged:
+            if self.harness or self.forged or self.memory:
                 break
             self._guarded(lambda part=part: self._take(Key.parse(part.get("key")), part))
         return {}
@@ -534,7 +590,7 @@ class RefereeJob:
             ok, why = self.judge.reference_ok(parsed.config)
             answer.update(reference_ok=ok, why=why[:2000])
 
-        if not self.harness:
+        if not self.harness and not self.memory:
             self._guarded(ask)
         return answer
 
@@ -542,11 +598,14 @@ class RefereeJob:
         """Run `step`, filing what goes wrong under the party at fault."""
         from cudaperf.execute.judge import ReferenceFailed
         from cudaperf.execute.outputs import Malformed
+        from cudaperf.execute.torch_judge import ReferenceOutOfMemory
 
         try:
             step()
         except Malformed as bad:
             self.forged.append(str(bad)[:500])
+        except ReferenceOutOfMemory as oom:
+            self.memory = str(oom)[:4000]
         except ReferenceFailed as failed:
             self.harness = str(failed)[:4000]
         except Exception as exc:  # noqa: BLE001 - our own fault while judging: the verdict cannot stand
@@ -587,14 +646,15 @@ class RefereeJob:
         """Every output is shipped: the speed-of-light figures (now, with the worker waiting and the GPU
         otherwise idle) and the verdict; `proceed` tells the worker whether timing is worth it."""
         self.shipped_done = True
-        if not self.harness:
+        if not self.harness and not self.memory:
             try:
                 if self.timed and hasattr(self.judge, "prepare_sol"):
                     self.judge.prepare_sol(self.timed)
                 self.verdict = self.judge.verdict()
             except Exception as exc:  # noqa: BLE001 - ours or the task's: the verdict cannot stand
                 self.harness = _describe(exc)
-        ok = not self.harness and not self.forged and self.verdict is not None and self.verdict.all_correct
+        ok = (not self.harness and not self.memory and not self.forged and self.verdict is not None
+              and self.verdict.all_correct)
         return {"proceed": ok}
 
     def finish(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -603,6 +663,8 @@ class RefereeJob:
 
         if self.harness:
             return {"error": self.harness}
+        if self.memory:
+            return {"skipped": f"the references do not fit on the device: {self.memory}"}
         if self.verdict is None:
             if message.get("outcome") is not None:
                 return {}  # the worker stopped on a fault before correctness decided: nothing to judge

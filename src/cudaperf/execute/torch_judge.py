@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -47,6 +48,11 @@ REFERENCE_CACHE_FRACTION = 0.25  # of device memory held by a referee's cached r
 CPU_REFERENCE_CACHE_BYTES = 2 << 30
 SCRUB_VALUE = float("nan")  # what a worker writes over its references before dropping them
 FINGERPRINT_CHUNK_BYTES = 256 << 20  # summed per chunk: a uint8 -> int64 sum materialises an 8x copy
+
+
+class ReferenceOutOfMemory(ReferenceFailed):
+    """A reference ran out of device memory (after room was made, where the caller can make it): what
+    the device holds, not a fault of the task (the referee reports the job SKIPPED, with why)."""
 
 
 @dataclass
@@ -131,10 +137,16 @@ class TorchJudge(Judge):
     """Judging for one PyTorch job; references through `store` (kept across jobs by the caller)."""
 
     def __init__(self, job: EvalJob, seeds: tuple[int, ...], device: torch.device, store: ReferenceStore, *,
-                 check_determinism: bool):
+                 check_determinism: bool, after_compute: Callable[[], None] | None = None,
+                 make_room: Callable[[], None] | None = None):
+        """`after_compute`: called after each reference is computed and stored (the referee gives its
+        cached blocks back there, before the next reference's tensors could be carved from them);
+        `make_room`: called once when computing a reference runs out of device memory, before the one
+        retry (the referee gives back other tasks' references)."""
         super().__init__(seeds, job.seeds)
         self.job, self.task, self.device, self.store = job, job.task, device, store
         self.check_determinism = check_determinism
+        self.after_compute, self.make_room = after_compute, make_room
         self.configs = {c.name: c for c in self.task.configs}
         self.task_key = (self.task.task_id, hashlib.sha256(self.task.source.encode()).hexdigest(),
                          str(device), self.task.allow_tf32)
@@ -164,6 +176,30 @@ class TorchJudge(Judge):
             randomize_constant_parameters(model, None, seed)
         return model, init_inputs
 
+    def own_key(self, key: Any) -> bool:
+        """Whether a store key is of this job's task (its references stay when room is made)."""
+        return isinstance(key, tuple) and key[:len(self.task_key)] == self.task_key
+
+    def room_bytes(self) -> int:
+        """Free bytes the job would need with its full protocol, worker and referee together
+        (`memory_plan.room_bytes`), from its configurations' input sizes on the meta device."""
+        from cudaperf.execute.memory_plan import room_bytes
+        from cudaperf.tasks.runtime import describe_config
+        from cudaperf.timing import default_l2_flush_bytes
+
+        sizes = []
+        for config in self.configs.values():
+            try:
+                info = describe_config(self.module(config), config, run_reference=False)
+                sizes.append(0 if info.error else info.input_bytes)
+            except Exception:  # noqa: BLE001 - a derived configuration's source may fail: its size unknown
+                sizes.append(0)
+        timing = self.job.timing
+        # the flush's floor (2x L2): the lead-sized one is timed on the device, work the referee avoids
+        flush = default_l2_flush_bytes(self.device) if timing.enabled and self.device.type == "cuda" else 0
+        return room_bytes(sizes, len(self.seeds), timing.input_sets if timing.enabled else 0, flush,
+                          refereed=True)
+
     def key(self, config: InputConfig, seed: int) -> tuple:
         return (*self.task_key, config.name, repr(sorted(config.params.items())),
                 repr(sorted(config.module_values.items())), config.randomize_parameters, seed)
@@ -175,13 +211,38 @@ class TorchJudge(Judge):
         if entry is not None and entry.computed:
             return entry
         try:
-            entry = self._compute(cfg, seed, entry)
+            entry = self._compute_with_room(cfg, seed, entry)
+        except ReferenceOutOfMemory:
+            raise
         except Exception as exc:
             from cudaperf.execute.session import describe
 
             raise ReferenceFailed(config, describe(exc)) from exc
         self.store.put(key, entry)
+        if self.after_compute is not None:
+            self.after_compute()
         return entry
+
+    def _compute_with_room(self, config: InputConfig, seed: int,
+                           entry: TorchReference | None) -> TorchReference:
+        """`_compute`, retried once after `make_room` when it runs out of device memory; out of memory
+        again: `ReferenceOutOfMemory` (the device's limit, not the task's fault)."""
+        from cudaperf.execute.session import describe
+
+        try:
+            return self._compute(config, seed, entry)
+        except torch.cuda.OutOfMemoryError as exc:
+            first = describe(exc)
+        # Out of the handler: the failed forward's tensors went with its traceback.
+        if self.make_room is None:
+            raise ReferenceOutOfMemory(config.name, first)
+        self.make_room()
+        try:
+            return self._compute(config, seed, entry)
+        except torch.cuda.OutOfMemoryError as exc:
+            again = describe(exc)
+        raise ReferenceOutOfMemory(config.name, f"out of device memory after other tasks' references were "
+                                   f"given back: {again}")
 
     def _compute(self, config: InputConfig, seed: int, entry: TorchReference | None) -> TorchReference:
         from cudaperf.tasks.runtime import make_inputs

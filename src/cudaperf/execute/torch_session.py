@@ -70,7 +70,16 @@ from cudaperf.correctness import (
     poison_allocator,
     tensor_bytes,
 )
-from cudaperf.execute.memory_plan import SAMPLE_ELEMENTS, Footprint, MemoryPlan, Wanted, plan_memory
+from cudaperf.execute.memory_plan import (
+    SAMPLE_ELEMENTS,
+    Footprint,
+    MemoryPlan,
+    Wanted,
+    after_oom,
+    plan_memory,
+    room_bytes,
+    to_evict,
+)
 from cudaperf.execute.session import (
     CANDIDATE,
     Session,
@@ -146,6 +155,14 @@ class ReferenceCache:
 
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self._entries.values())
+
+    def items(self) -> list[tuple[tuple, Reference]]:
+        """(key, entry), least recently used first."""
+        return list(self._entries.items())
+
+    def evict(self, keys: list) -> int:
+        """Drop these entries; the bytes they held."""
+        return sum(self._entries.pop(k).nbytes for k in keys if k in self._entries)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -226,6 +243,7 @@ class TorchSession(Session):
         self.modules: dict[str, types.ModuleType] = {}  # the task's module per source (derived sizes)
         self.input_bytes: dict[str, int] = {}  # per configuration, from the meta device (0: unknown)
         self.plan: MemoryPlan | None = None
+        self.plan_inputs: tuple[Footprint, Wanted] | None = None  # what the plan was made from
         self.built: dict[tuple[str, int], torch.nn.Module] = {}
         self.verified: dict[tuple, Reference] = {}  # references fingerprint-checked during this job
         self.timing_outputs: dict[tuple[str, int], Any] = {}  # seed-0 model on other seeds' inputs
@@ -270,9 +288,13 @@ class TorchSession(Session):
         return self.modules[source]
 
     def compute_references(self) -> None:
-        """The memory plan, then the references it allows to keep (all of them, or the derived
-        configurations' first seeds only, to learn early which of those run here)."""
+        """Room for the job, the memory plan, then the references it allows to keep (all of them, or the
+        derived configurations' first seeds only, to learn early which of those run here)."""
+        self.make_room()
         self.plan_memory()
+        self.retry_on_oom("the references", self.keep_references)
+
+    def keep_references(self) -> None:
         for config in list(self.configs):
             seeds = self.seeds if self.plan.keep_references else self.seeds[:1]
             for seed in seeds:
@@ -300,9 +322,13 @@ class TorchSession(Session):
     def time_configs(self) -> None:
         by_name = {c.name: c for c in self.configs}
         for name in self.timed_names:
-            self.timings.append(self.time_config(by_name[name]))
-            self.timing_outputs.clear()
-            self.release()
+            self.retry_on_oom(f"timing ({name})", lambda name=name: self.timings.append(
+                self.time_config(by_name[name])), between=self.drop_timing_state)
+            self.drop_timing_state()
+
+    def drop_timing_state(self) -> None:
+        self.timing_outputs.clear()
+        self.release()
 
     def measure_coverage(self) -> None:
         """Coverage on the first timed configuration (`Session.coverage_of`)."""
@@ -314,6 +340,84 @@ class TorchSession(Session):
             lambda: self.forward(model, inputs, None, False), "forward", config.name), config.name)
 
     # -- memory ----------------------------------------------------------------------------------
+    def make_room(self) -> None:
+        """References kept across jobs for other tasks give way to this job before anything of it is
+        allocated (`memory_plan.room_bytes` from its inputs' sizes, `memory_plan.to_evict`), and the
+        memory they held goes back to the driver: the referee beside this worker computes the job's
+        references next (after the sync) and trims its own store the same way."""
+        if self.device.type != "cuda":
+            return
+        timing = self.job.timing
+        sizes = [self.input_bytes.get(c.name, 0) for c in self.configs]
+        needed = room_bytes(sizes, len(self.seeds), timing.input_sets if timing.enabled else 0,
+                            lead_sized_flush_bytes(str(self.device)) if timing.enabled else 0,
+                            refereed=self.shipper is not None)
+        free, _ = torch.cuda.mem_get_info(self.device)
+        idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        entries = [(k, e.nbytes, k[:2] == self.task_key) for k, e in REFERENCES.items()]
+        evicted = REFERENCES.evict(to_evict(entries, free + idle, needed))
+        if evicted or idle > 0:
+            torch.cuda.empty_cache()
+        if evicted:
+            self.environment["memory_room"] = (
+                f"gave back {evicted / 1e9:.2f} GB of references kept for other tasks (the job's full "
+                f"protocol needs about {needed / 1e9:.2f} GB; {free / 1e9:.2f} GB were free)")
+
+    def give_back(self) -> None:
+        """After the harness's own step ran out of device memory: every reference kept for later jobs and
+        this job's hold on references and timing outputs go, and the cache with them, before a retry."""
+        REFERENCES.clear()
+        self.verified.clear()
+        self.timing_outputs.clear()
+        self.release()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def retry_on_oom(self, what: str, step: Callable[[], None],
+                     between: Callable[[], None] | None = None) -> None:
+        """`step`, the harness's own work under the memory plan; out of device memory: everything kept
+        for later given back (`give_back`), the plan degraded at once (`memory_plan.after_oom`) and `step`
+        once more. Out of memory again, or no smaller plan: SKIPPED with why (the device's memory, not
+        the task's fault). A candidate's own out-of-memory error is a Stop, never caught here."""
+        try:
+            step()
+            return
+        except torch.cuda.OutOfMemoryError as exc:
+            first = _short(exc)
+        # Out of the handler: the failed step's tensors went with its traceback.
+        if between is not None:
+            between()
+        smaller = after_oom(self.plan, *self.plan_inputs, what) if self.plan is not None else None
+        self.give_back()
+        if smaller is None:
+            raise Stop(Outcome.SKIPPED, f"{what}: out of device memory with the smallest plan "
+                       f"({describe_free_bytes(self.device)}): {first}")
+        self.plan = smaller
+        self.apply_plan()
+        try:
+            step()
+            return
+        except torch.cuda.OutOfMemoryError as exc:
+            again = _short(exc)
+        raise Stop(Outcome.SKIPPED, f"{what}: out of device memory again after the plan was degraded and "
+                   f"every cached reference given back ({describe_free_bytes(self.device)}): {again}")
+
+    def measured_reference(self, config: InputConfig) -> Reference:
+        """The plan's measured reference; out of device memory: every cached reference given back and
+        one retry, then SKIPPED with why."""
+        try:
+            return self.reference(config, self.seeds[0])
+        except torch.cuda.OutOfMemoryError as exc:
+            first = _short(exc)
+        self.give_back()
+        try:
+            return self.reference(config, self.seeds[0])
+        except torch.cuda.OutOfMemoryError as exc:
+            again = _short(exc)
+        raise Stop(Outcome.SKIPPED, f"reference ({config.name}): out of device memory for one reference "
+                   f"even after every cached reference was given back ({describe_free_bytes(self.device)}): "
+                   f"{again} (first: {first[:300]})")
+
     def plan_memory(self) -> None:
         """Size the job (`execute.memory_plan`) from the device's free bytes and the footprint of the
         largest configuration, measured on its first real reference (a `meta` forward would give the
@@ -326,10 +430,12 @@ class TorchSession(Session):
             raise Stop(Outcome.SKIPPED, f"reference ({largest.name}): its inputs alone "
                        f"({self.input_bytes[largest.name] / 1e9:.2f} GB, twice) exceed the "
                        f"{free / 1e9:.2f} GB free on {self.device}")
-        entry = self.reference(largest, self.seeds[0])
+        entry = self.measured_reference(largest)
         footprint = Footprint(tensor_bytes(entry.inputs), tensor_bytes(entry.outputs),
                               tensor_bytes(_weights(entry.model)), entry.extra.get("forward_bytes", 0))
-        self.plan = plan_memory(free, footprint, self.wanted(footprint, largest))
+        wanted = self.wanted(footprint, largest)
+        self.plan_inputs = (footprint, wanted)
+        self.plan = plan_memory(free, footprint, wanted)
         self.apply_plan()
 
     def wanted(self, footprint: Footprint, largest: InputConfig) -> Wanted:
@@ -592,6 +698,7 @@ class TorchSession(Session):
         """The memory plan (its one measured reference included), then that reference's outputs
         overwritten and the allocator poisoned, before any candidate code is imported. The plan waits for
         the referee's references first: they share the device."""
+        self.make_room()
         self.shipper.sync()
         self.plan_memory()
         self.forget_outputs()
@@ -691,11 +798,16 @@ class TorchSession(Session):
         references computed now."""
         for config in list(self.configs):
             if any(k[0] == config.name for k in self.kept):
-                claim = self.claim_for(config)
-                if claim is not None:
-                    self.correctness.append(claim)
+                self.retry_on_oom(f"reference ({config.name}, the claim)",
+                                  lambda config=config: self.claim_config(config))
             self.release()
         self.kept.clear()
+
+    def claim_config(self, config: InputConfig) -> None:
+        claim = self.claim_for(config)
+        if claim is not None:
+            self.correctness.append(claim)
+        self.kept = {k: v for k, v in self.kept.items() if k[0] != config.name}
 
     def claim_for(self, config: InputConfig) -> ConfigCorrectness | None:
         results: list[tuple[str, Comparison]] = []
@@ -705,14 +817,18 @@ class TorchSession(Session):
                 return None
             entry = self.reference(config, seed)
             for run in (1, 2):
-                out, moved = self.kept.pop((config.name, i, run))
+                out, moved = self.kept[(config.name, i, run)]
                 mutated = self._mutation(entry, moved if moved is not None else entry.inputs)
                 label = f"seed {self.job.seeds[i]}, {'first' if run == 1 else 'second'} run"
                 results += self._judge(out, entry, mutated, label, config.name)
                 if run == 1:
                     outputs.append(out)
-            references.append(entry.outputs)
+            references.append(entry.outputs if self.plan is None or self.plan.keep_references
+                              else _sample(entry.outputs))
             inputs.append(entry.inputs)
+            if self.plan is not None and not self.plan.keep_references:  # degraded after running out
+                outputs[-1] = _sample(outputs[-1])
+                self.forget(config, seed)
         differ = any(inputs_mutated(inputs[0], other) for other in inputs[1:])
         self.flags += degenerate_flags(outputs, references, differ, config=config.name)
         return summarize_correctness(config.name, results, len(self.seeds))
@@ -728,10 +844,8 @@ class TorchSession(Session):
         entry = self.reference(config, seeds[0])
         input_sets, expected = [], []
         for seed in seeds:
-            input_sets.append(clone_inputs(self.reference(config, seed).inputs))
-            expected.append(self.timing_expected(entry, config, seed))
-            if seed != seeds[0] and self.plan is not None and not self.plan.keep_references:
-                self.forget(config, seed)
+            input_sets.append(self.timing_inputs(config, seed))
+            expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
         model = self.construct(config, seeds[0])
         fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs), **self.baselines(entry, config)}
         checked = entry.inputs_after is None  # a reference working in place changes the inputs each call
@@ -745,14 +859,26 @@ class TorchSession(Session):
         bench = self.bench(fns, input_sets, check if checked else None, config.name)
         return self.summarize_timing(config, entry, bench)
 
-    def timing_expected(self, entry: Reference, config: InputConfig, seed: int) -> Any:
-        """The seed-0 reference model's output on another seed's inputs (timing uses one model)."""
+    def timing_inputs(self, config: InputConfig, seed: int) -> list:
+        """One timing input set: a clone of the seed's reference inputs where the reference is held anyway
+        (the first seed, or every seed while the plan keeps references); otherwise the same inputs drawn
+        afresh (`make_inputs` is deterministic), so that no other seed's whole reference (its inputs, and
+        its clone during its forward) sits beside the sets: the memory plan's "timing inputs" stage."""
+        from cudaperf.tasks.runtime import make_inputs
+
+        if seed == self.timing_seeds[0] or self.plan is None or self.plan.keep_references:
+            return clone_inputs(self.reference(config, seed).inputs)
+        return make_inputs(self.module_for(config), config, seed, self.device)
+
+    def timing_expected(self, entry: Reference, inputs: list, config: InputConfig, seed: int) -> Any:
+        """The seed-0 reference model's output on another seed's inputs `inputs` (timing uses one model),
+        computed on a clone: the set stays as drawn."""
         if seed == self.timing_seeds[0]:
             return entry.outputs
         key = (config.name, seed)
         if key not in self.timing_outputs:
             with torch.no_grad():
-                self.timing_outputs[key] = entry.model(*clone_inputs(self.reference(config, seed).inputs))
+                self.timing_outputs[key] = entry.model(*clone_inputs(inputs))
         return self.timing_outputs[key]
 
     def _scoped_call(self, model: torch.nn.Module, inputs: list) -> Any:
@@ -827,9 +953,14 @@ class TorchSession(Session):
         them for the next job's references. The cross-job cache (`REFERENCES`) keeps its entries."""
         self.note_peak()
         if self.plan is not None and self.peak_allocated_bytes:
+            # The cross-job cache is sized apart from the job's peak (it gets what the job leaves), so
+            # what it holds is named beside the estimate, not inside it.
             self.environment["memory_peak"] = (
                 f"this worker allocated at most {self.peak_allocated_bytes / 1e9:.2f} GB; the plan's "
-                f"estimate {self.plan.needed_bytes / 1e9:.2f} GB includes the referee's share if any")
+                f"estimate {self.plan.needed_bytes / 1e9:.2f} GB ({self.plan.peak_stage}, the referee's "
+                f"share included if any) plus references kept for later jobs, "
+                f"{REFERENCES.nbytes() / 1e9:.2f} GB at the end (at most "
+                f"{self.plan.cache_bytes / 1e9:.2f} GB)")
         super().cleanup()
         self.verified.clear()
         self.timing_outputs.clear()
@@ -878,6 +1009,11 @@ def _sample(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_sample(v) for v in value)
     return value
+
+
+def _short(exc: BaseException) -> str:
+    """An out-of-memory error's first line (its traceback would hold the failed step's tensors)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:600]
 
 
 def _check_constructor(cls: type, init_inputs: list) -> None:
