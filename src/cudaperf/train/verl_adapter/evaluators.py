@@ -7,6 +7,7 @@ call of a process shares one evaluator per (factory, kwargs) (`shared_evaluator`
 
 Factories here:
 - `local`: `LocalEvaluator`, the sandboxed workers on this node's GPUs (or the CPU), RL mode by default;
+- `ray_pool`: the Ray evaluation pool of `cudaperf.scale` (`RayEvalPool`, `PoolConfig` from `pool`);
 - `from_pool`: any object with the evaluation pool's interface, `submit(task, solution) -> Future` of an
   `EvalResult`, `arch` and `close()` (the Ray pool of `cudaperf.scale` is one: it runs the evaluators on
   their own GPUs, away from the trainer's), named by `pool: "package.module:callable"` returning an
@@ -36,6 +37,26 @@ _LOCK = threading.Lock()
 def local(device: str = "auto", mode: str = "rl", allow_torch_ops: bool = False, **eval_fields: Any) -> Any:
     """A `LocalEvaluator` over `cudaperf.evaluate.EvalConfig(device=..., **eval_fields)`."""
     from cudaperf.agent.evaluation import LocalEvaluator
+
+    return LocalEvaluator(eval_config(device, allow_torch_ops, **eval_fields), mode=mode)
+
+
+def ray_pool(pool: Mapping[str, Any] | None = None, device: str = "cuda", mode: str = "rl",
+             allow_torch_ops: bool = False, **eval_fields: Any) -> PoolEvaluator:
+    """The Ray evaluation pool of `cudaperf.scale` (`RayEvalPool(EvalConfig, PoolConfig(**pool))`, opened):
+    its actors evaluate on GPUs of their own, away from the trainer's."""
+    import dataclasses
+
+    from cudaperf.scale.config import PoolConfig
+    from cudaperf.scale.pool import RayEvalPool
+
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in (pool or {}).items()}
+    config = dataclasses.replace(eval_config(device, allow_torch_ops, **eval_fields), mode=mode)
+    return PoolEvaluator(RayEvalPool(config, PoolConfig(**fields)).open())
+
+
+def eval_config(device: str = "auto", allow_torch_ops: bool = False, **eval_fields: Any) -> Any:
+    """`EvalConfig` from plain values (a YAML mapping for `timing` becomes its record)."""
     from cudaperf.anticheat.policy import Policy
     from cudaperf.evaluate import EvalConfig
 
@@ -48,8 +69,7 @@ def local(device: str = "auto", mode: str = "rl", allow_torch_ops: bool = False,
 
         eval_fields["timing"] = TimingConfig(**{k: tuple(v) if isinstance(v, list) else v
                                                 for k, v in eval_fields["timing"].items()})
-    config = EvalConfig(device=device, policy=Policy(allow_torch_ops=allow_torch_ops), **eval_fields)
-    return LocalEvaluator(config, mode=mode)
+    return EvalConfig(device=device, policy=Policy(allow_torch_ops=allow_torch_ops), **eval_fields)
 
 
 class PoolEvaluator:
@@ -96,4 +116,5 @@ def close_shared() -> None:
         _SHARED.clear()
 
 
-__all__ = ["DEFAULT_FACTORY", "PoolEvaluator", "close_shared", "from_pool", "local", "shared_evaluator"]
+__all__ = ["DEFAULT_FACTORY", "PoolEvaluator", "close_shared", "eval_config", "from_pool", "local",
+           "ray_pool", "shared_evaluator"]
