@@ -13,8 +13,13 @@ Covers:
   (`RefereeLink`), on the same GPU, outside the worker's boundary (the evaluator's uid, its own session:
   the worker can neither see nor signal it, having another uid and pid namespace); it never imports
   candidate code. Per job it receives, from the parent only: the job (task, configurations, seeds, the
-  secret, tolerances), computes the references at once (`Judge.prepare`, overlapping the worker's import
-  and construction), then takes each output announcement the parent forwards from the worker (the bytes
+  secret, tolerances), computes the references (`Judge.prepare`: C tasks at once; PyTorch ones when the
+  worker's `sync` arrives, after the worker has given back its own cache for other tasks: then this
+  store's references of other tasks give way too, as far as the job needs (`Referee.make_room`,
+  `memory_plan.room_bytes`), and the cache goes back to the driver after each reference computed, so no
+  kept reference is carved from a freed temporary's block that `empty_cache` could then not return; a
+  reference out of device memory even then makes the job SKIPPED, not HARNESS_ERROR), then takes each
+  output announcement the parent forwards from the worker (the bytes
   are in the shared region, `outputs.Region`), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
   (the worker skips timing otherwise). PyTorch references are kept across jobs (a quarter of the device's

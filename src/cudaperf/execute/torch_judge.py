@@ -16,6 +16,9 @@ deterministic (WARNING `task_nondeterministic`). In the referee, `prepare_sol` a
 figures of every timed configuration and the reference's own time (so a forged baseline time cannot switch
 the floor off).
 
+A reference that runs out of device memory is retried once after the caller's `make_room` (the referee
+gives back other tasks' references), then raised as `ReferenceOutOfMemory` (the device's limit: SKIPPED).
+
 Not covered: the bookkeeping both kinds share (`judge.py`), C tasks (`c_judge.py`), the candidate itself.
 """
 

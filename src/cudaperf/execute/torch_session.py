@@ -4,7 +4,8 @@ Stages (heartbeats), after the shared setup of `execute.session`:
 - setup (`load_task`): the task module loaded (trusted code), one per distinct source: a derived
   configuration (`tasks.derived_configs`) re-runs the source with its own module-level sizes
   (`tasks.runtime.load_module(task, config)`), which give its inputs and constructor arguments;
-- reference: the memory plan first (`execute.memory_plan`: the first reference of the largest
+- reference: room first (references kept across jobs for other tasks give way, `make_room`), then the
+  memory plan (`execute.memory_plan`: the first reference of the largest
   configuration is measured, then references, input sets, the flush, the reference cache and the output
   cap are sized from the device's free memory); then inputs per configuration x seed, created on the
   device (an input made on the host and copied would time the copy's placement, not the kernel's), the
@@ -36,6 +37,11 @@ correct. At the end every reference output, kept candidate output and free block
 overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
+
+An out-of-memory error of the harness's own steps (the plan's measured reference, the references, the
+claim, timing) is retried once after every cached reference is given back, with the smallest plan
+(`retry_on_oom`, `memory_plan.after_oom`); out of memory again, the job is SKIPPED with why (the device's
+memory, not the task's fault). A candidate's own out-of-memory error stays OUT_OF_MEMORY.
 
 Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
 
