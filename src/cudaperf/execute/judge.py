@@ -291,6 +291,14 @@ class ReferenceStore:
     def entries(self) -> Iterable[Any]:
         return list(self._entries.values())
 
+    def sizes(self) -> list[tuple[tuple, int]]:
+        """(key, bytes) of every entry, least recently used first (for `memory_plan.to_evict`)."""
+        return [(k, e.nbytes) for k, e in self._entries.items()]
+
+    def evict(self, keys: Iterable[tuple]) -> int:
+        """Drop the entries of `keys` (those present); the bytes they held."""
+        return sum(self._entries.pop(k).nbytes for k in keys if k in self._entries)
+
     def end_job(self) -> None:
         """Unless outputs are kept: scrub (overwrite) and drop every entry's outputs and inputs."""
         if self.keep_outputs:

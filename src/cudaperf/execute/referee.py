@@ -480,9 +480,9 @@ class Referee:
             return 0
         self._release()
         free, _ = torch.cuda.mem_get_info(self.device)
-        entries = self.torch_store._entries  # judge.ReferenceStore has no eviction by key of its own
-        keys = to_evict([(k, e.nbytes, own(k)) for k, e in entries.items()], free, needed_bytes)
-        given = sum(entries.pop(k).nbytes for k in keys)
+        sizes = self.torch_store.sizes()
+        keys = to_evict([(k, nbytes, own(k)) for k, nbytes in sizes], free, needed_bytes)
+        given = self.torch_store.evict(keys)
         if keys:
             self._release()
         return given
