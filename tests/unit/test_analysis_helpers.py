@@ -150,3 +150,25 @@ def test_helper_loads_count_in_the_bytes_requested():
     d = analyze_source(src, kind="cuda", compile=False, sass=False, sizes={"n": 1 << 20},
                        launch={"grid": (4096,), "block": (256,)}).details[0]
     assert d.bytes_requested == (1 << 20) * 4 * 2
+
+
+def _details(body: str, sizes: dict, grid: int):
+    src = f'extern "C" __global__ void k(const float* a, float* out, int n, int w) {{\n{body}\n}}\n'
+    return analyze_source(src, kind="cuda", compile=False, sass=False, sizes=sizes,
+                          launch={"grid": (grid,), "block": (256,)}).details[0]
+
+
+def test_divisions_by_a_runtime_divisor_are_counted_per_thread():
+    d = _details(f"{GID} if (i < n) out[i] = a[i / w] + a[i % w];", {"n": 1024, "w": 7}, 4)
+    assert d.divisions_per_thread == 2
+
+
+def test_divisions_by_constants_and_float_divisions_are_not_counted():
+    d = _details(f"{GID} if (i < n) out[i] = a[i / 32] / 3.0f + a[i % 7];", {"n": 1024, "w": 7}, 4)
+    assert d.divisions_per_thread == 0
+
+
+def test_divisions_in_a_loop_count_its_trips():
+    d = _details(f"{GID} float s = 0.0f;\nfor (int k = 0; k < 8; ++k) s += a[(i + k) % n];\nout[i] = s;",
+                 {"n": 1024, "w": 7}, 4)
+    assert d.divisions_per_thread == 8

@@ -94,6 +94,8 @@ class KernelDetail:
     # window_sectors (distinct sectors per request over the window), requests (trip-count weight per thread)
     global_accesses: tuple[dict[str, Any], ...] = ()
     barriers_per_thread: float | None = None  # barrier executions per thread (loop trip counts bound)
+    divisions_per_thread: float | None = None  # integer `/` `%` by runtime divisors per thread
+    threads: float | None = None  # threads the work estimate counts (the launch's, or a guard's bound)
 
 
 @dataclass(frozen=True)
@@ -336,12 +338,14 @@ class _KernelContext:
     def _evaluate_work(self) -> dict[str, Any]:
         w = self.kernel.work
         out: dict[str, Any] = {"flops": None, "requested": None, "footprint": None, "unbound": (),
-                               "barriers": None}
+                               "barriers": None, "divisions": None, "threads": None}
         if w is None:
             return out
         values = self.work_values()
         out["flops"] = w.flops.evaluate(values)
         out["barriers"] = w.barriers_per_thread.evaluate(values)
+        out["divisions"] = w.divisions_per_thread.evaluate(values)
+        out["threads"] = w.threads.evaluate(values)
         out["requested"] = w.bytes_requested.evaluate(values)
         out["footprint"] = self._footprint(w, values)
         missing = set()
@@ -432,6 +436,8 @@ class _KernelContext:
             global_accesses=tuple(self._global_access(a, i) for i, a in enumerate(k.accesses)
                                   if a.space == "global"),
             barriers_per_thread=work["barriers"],
+            divisions_per_thread=work["divisions"],
+            threads=work["threads"],
         )
 
     def _global_access(self, a, index: int) -> dict[str, Any]:

@@ -9,7 +9,8 @@ Covers:
   guard `if (i < n)` / `if (i >= n) return;` on a global thread index. Symbols are bound from `sizes`
   (kernel parameters, macros) and the launch at the end, so a grid-stride loop's thread count cancels.
 - bytes requested: every global access x its trip counts x threads (what the LSU asks for, no cache);
-  per access its requests per thread (`access_requests`), and barrier executions per thread;
+  per access its requests per thread (`access_requests`), barrier executions per thread, and integer
+  divisions by a runtime divisor per thread (index arithmetic such as `e / OW`, `(i % n + n) % n`);
   the compulsory footprint that intensity prefers comes from `intervals.footprints`.
 - regime: intensity against the H200 ridge point, FP32 CUDA cores or tensor cores (from SASS).
 
@@ -52,6 +53,7 @@ class WorkEstimate:
     requested_by_array: dict[str, Poly]
     access_requests: tuple[Poly, ...] = ()  # per access of `accesses`: requests per thread (trip counts)
     barriers_per_thread: Poly = field(default_factory=Poly)  # barrier executions per thread
+    divisions_per_thread: Poly = field(default_factory=Poly)  # integer `/` `%` by a runtime divisor
     # "log2(..)" -> (ratio, halves to 0)
     log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)
     diagnostics: tuple[str, ...] = ()
@@ -72,10 +74,12 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
         requested[a.array] = (requested.get(a.array, Poly())
                               + Poly.const(a.access_bytes) * counter.multiplier(a.node))
     requested = {k: v * threads for k, v in requested.items()}
-    barriers = Poly()
+    barriers = divisions = Poly()
     for node in cst.walk(scope.body) if scope.body is not None else []:
         if is_barrier_call(node):
             barriers = barriers + counter.multiplier(node)
+        elif counter.is_runtime_division(node):
+            divisions = divisions + counter.multiplier(node)
     total_req = Poly()
     for v in requested.values():
         total_req = total_req + v
@@ -83,6 +87,7 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
         flops_per_thread=flops, threads=threads, flops=flops * threads, bytes_requested=total_req,
         requested_by_array=requested, log_terms=counter.log_terms,
         access_requests=tuple(counter.multiplier(a.node) for a in accesses), barriers_per_thread=barriers,
+        divisions_per_thread=divisions,
         diagnostics=tuple(counter.diagnostics) + guard_diag,
     )
 
@@ -199,6 +204,23 @@ class _Counter:
             m = _MMA_PTX.search(cst.text(node))
             return 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) // 32 if m else 0
         return 0
+
+    def is_runtime_division(self, node: Node) -> bool:
+        """An integer `/` or `%` (or `/=`, `%=`) whose divisor is not a compile-time constant: the GPU has
+        no integer divide, so each is a sequence of some 20 (32-bit) to 70 (64-bit) instructions, where a
+        constant divisor compiles to a multiply and shift."""
+        if node.type == "binary_expression":
+            op, left = cst.text(node.child_by_field_name("operator")), node.child_by_field_name("left")
+            divisor = node.child_by_field_name("right")
+        elif node.type == "assignment_expression":
+            op, left = cst.text(node.child_by_field_name("operator"))[:-1], node.child_by_field_name("left")
+            divisor = node.child_by_field_name("right")
+        else:
+            return False
+        if op not in ("/", "%") or self.is_float(left) or self.is_float(divisor):
+            return False
+        v = self.scope.value(divisor)
+        return not (isinstance(v, Poly) and v.is_const)
 
     def is_float(self, node: Node | None) -> bool:
         if node is None:
