@@ -262,6 +262,11 @@ class RayEvalPool:
                 return slot.info["arch"]
         return self.config.arch or "sm_90"
 
+    @property
+    def placement_group(self) -> Any:
+        """The Ray placement group holding one bundle per actor (None before `open`)."""
+        return self._pg
+
     def live_actors(self) -> dict[str, Any]:
         """The ready actors' handles by name ("bundle.generation"), e.g. for `ray.kill` in a test."""
         return {s.name: s.handle for s in list(self._slots) if s.state == "ready"}
@@ -328,10 +333,9 @@ class RayEvalPool:
 
     def _may_start(self, item: _Item) -> bool:
         """Mark a first dispatch as running; a candidate past its deadline (or cancelled) is dropped."""
-        late = item.not_after is not None and time.monotonic() > item.not_after
-        if late:
+        if item.not_after is not None and time.monotonic() > item.not_after:
             item.future.cancel()
-        if late or not item.future.set_running_or_notify_cancel():
+        if not item.future.set_running_or_notify_cancel():  # also wakes as_completed for a cancelled one
             self._forget(item)
             return False
         return True
