@@ -80,6 +80,10 @@ class CommonConfig:
     default; a 135M model needs no such saving on an H200)."""
     tiny_context_tokens: int = 8192
     """Context length of the 'tiny' model (the agent's prompts run to a few thousand of its tokens)."""
+    holdout_fraction: float = 0.05
+    """Share of each train family's tasks that no training run sees (the same tasks in every run:
+    `train/heldout.py`), kept for the before/after evaluation's 'held-out tasks of training families'
+    (`cudaperf train eval`, task spec `heldout:train`). 0: train on every task of the train families."""
 
     def check_common(self) -> None:
         if self.save_steps < 1 or self.logging_steps < 1:
@@ -90,6 +94,8 @@ class CommonConfig:
             raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
         if self.max_minutes < 0:
             raise ConfigError(f"max_minutes={self.max_minutes}: 0 (no limit) or a positive number")
+        if not 0 <= self.holdout_fraction < 0.5:
+            raise ConfigError(f"holdout_fraction={self.holdout_fraction}: in [0, 0.5) (0: hold nothing out)")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate={self.learning_rate}: must be positive")
         if self.lora and (self.lora_rank < 1 or not self.lora_targets):

@@ -44,9 +44,10 @@ class RlReport:
 
 
 def load_tasks(config: RlConfig) -> list[Any]:
-    from cudaperf.agent.taskset import resolve
+    from cudaperf.train.heldout import resolve_tasks
 
-    found = resolve(config.tasks, kinds=config.kinds, families=config.families, limit=config.limit_tasks)
+    found = resolve_tasks(config.tasks, kinds=config.kinds, families=config.families,
+                          limit=config.limit_tasks, holdout_fraction=config.holdout_fraction)
     if not found.tasks:
         raise ConfigError(f"tasks={config.tasks}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
     return list(found.tasks)

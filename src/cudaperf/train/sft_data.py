@@ -68,14 +68,17 @@ def answer_text(source: str) -> str:
 
 
 def split_tasks(config: SftConfig) -> dict[str, list[GeneratedTask]]:
-    """'train' and 'val' tasks of the index under the family split, filtered and limited as configured."""
+    """'train' and 'val' tasks of the index under the family split, filtered and limited as configured;
+    the held-out tasks of the train families (`heldout.py`) are never among them."""
     from cudaperf.agent.taskset import select
+    from cudaperf.train.heldout import heldout_ids
 
     index = registry.build_index(config.dataset_seed)
     assigned = splits.split_tasks(index, config.dataset_seed)
+    held = heldout_ids(index, assigned, config.holdout_fraction, config.dataset_seed)
     out: dict[str, list[GeneratedTask]] = {}
     for name, limit in (("train", config.limit_tasks), ("val", config.val_limit_tasks)):
-        chosen = [g for g in index if assigned[g.task_id] == name]
+        chosen = [g for g in index if assigned[g.task_id] == name and g.task_id not in held]
         out[name] = select(chosen, kinds=config.kinds, families=config.families, limit=limit)
     return out
 

@@ -1,0 +1,465 @@
+"""Before/after evaluation of policies (issue 23 item 6): base, SFT and RL models on held-out tasks,
+through the agent loop, over several sampling seeds, with the spread of every figure.
+
+Recipe: for every model (`name=SPEC`: a backend spec of `cudaperf.agent.backends`, or a model directory,
+e.g. a training run's `final/`), every task set (`heldout`: held-out tasks of the training families,
+`train/heldout.py`; `val` / `test`: the dataset's held-out families; or `NAME=TASK_SPEC`) and every seed,
+`agent.loop.refine` runs `samples` trajectories of `turns` turns per task against one evaluator
+(`agent.evaluation.LocalEvaluator`, `eval_mode='rl'` by default), with the environment the RL rollouts use
+(reward preset, context budget, anti-cheat policy). Each (model, set, seed) is one run directory
+`<output_dir>/<model>/<set>/seed<k>/` holding `trajectories.jsonl` (one line per turn, written as it
+finishes) and, once complete, `figures.json`; a second call skips complete runs and continues partial ones
+from their last turn (`TrajectoryStore`), so the comparison survives calls of a few minutes each.
+
+Figures per run (`RunFigures`): first-turn correct rate (over trajectories), best-of-turns correct rate
+(a trajectory with any correct turn), fast_1 (share of tasks whose best kernel is correct and faster than
+the baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `baseline='auto'`),
+geometric-mean speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted
+1.0: it keeps its baseline), mean structural score of the correct turns (`structural_score` of the
+unified reward), and the anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max
+(`Spread`); `table_markdown` and `comparison.json` show them per model and set.
+
+Not covered: training (`sft.py`, `rl.py`), the evaluator's own checks (`cudaperf.evaluate`), drawing
+(`cudaperf report --html` reads each run's trajectories.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cudaperf.train.config import ConfigError
+
+RUN_FILE = "trajectories.jsonl"
+FIGURES_FILE = "figures.json"
+COMPARISON_JSON = "comparison.json"
+COMPARISON_MD = "comparison.md"
+SETS = {"heldout": "heldout:train", "val": "split:val", "test": "split:test", "train": "split:train"}
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """`cudaperf train eval`: which models, on which tasks, how many seeds and turns."""
+
+    models: tuple[str, ...] = ("base=smollm2",)
+    """Models as NAME=SPEC: a backend spec ('smollm2', 'hf:DIR', 'openai:URL', 'replay:FILE') or a model
+    directory (a run's final/, loaded as hf:DIR). NAME names the table row and the run directory."""
+    sets: tuple[str, ...] = ("heldout", "test")
+    """Task sets: 'heldout' (held-out tasks of the training families), 'val' or 'test' (held-out
+    families of the dataset's split), 'train', or NAME=TASK_SPEC (any spec `cudaperf optimize` takes)."""
+    output_dir: str = "runs/compare"
+    """One directory per model/set/seed with trajectories.jsonl and figures.json; comparison.json and
+    comparison.md at the top."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Sampling seeds (each a full run; the spread over them is reported)."""
+    turns: int = 4
+    """Turns per trajectory (best-of-turns is over these)."""
+    samples: int = 1
+    """Trajectories per task and seed."""
+    limit_tasks: int = 16
+    """At most this many tasks per set, round-robin across families (0: all)."""
+    kinds: tuple[str, ...] = ()
+    """Task kinds ('pytorch', 'c'; empty: both)."""
+    families: tuple[str, ...] = ()
+    """Only these families (empty: all)."""
+    holdout_fraction: float = 0.05
+    """The training runs' `holdout_fraction` (the 'heldout' set is the tasks it held out)."""
+    max_new_tokens: int = 2048
+    """New tokens per reply."""
+    temperature: float = 0.7
+    """Sampling temperature (0: greedy, then every seed gives the same replies)."""
+    top_p: float = 0.95
+    """Nucleus sampling."""
+    max_prompt_tokens: int = 6144
+    """The agent's context is shrunk to fit this many tokens (as in the RL rollouts)."""
+    reward: str = "cudaperf"
+    """Reward preset the turns are scored with (the structural score comes from it)."""
+    baseline: str = "auto"
+    """The speedup that counts: 'auto' (eager for PyTorch tasks, the naive CUDA port for C tasks),
+    'eager', 'compile', 'serial_c' or 'naive_cuda'."""
+    device: str = "auto"
+    """Where the models generate: 'auto', 'cpu' or 'cuda'."""
+    generate_batch: int = 0
+    """Conversations per backend call (0: all of a round at once)."""
+    eval_device: str = "auto"
+    """Where candidates run: 'cuda', 'cpu' (pure-PyTorch answers only, needs allow_torch_ops), 'none' or
+    'auto'."""
+    eval_mode: str = "rl"
+    """The evaluator's schedule: 'rl' (batched, every check kept) or 'default'."""
+    allow_torch_ops: bool = False
+    """Accept torch compute ops in answers (CPU smoke runs only)."""
+    eval_seeds: int = 1
+    """Input seeds per correctness check."""
+    timing_budget_ms: float = 50.0
+    """Timing budget per candidate and configuration."""
+    max_minutes: float = 0.0
+    """Start no round after this many minutes (0: no limit); calling again continues."""
+
+    def __post_init__(self) -> None:
+        if not self.models or not self.sets or not self.seeds:
+            raise ConfigError("models, sets and seeds must each name at least one")
+        names = [model_name(m) for m in self.models]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"models={self.models}: two share a name; write them as NAME=SPEC")
+        if self.turns < 1 or self.samples < 1:
+            raise ConfigError("turns and samples must be >= 1")
+        if self.eval_device == "cpu" and not self.allow_torch_ops:
+            raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers: set allow_torch_ops=True "
+                              "(a smoke run) or eval_device='cuda'")
+        if self.eval_mode not in ("rl", "default"):
+            raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"device={self.device!r}: use 'auto', 'cpu' or 'cuda'")
+        for s in self.sets:
+            if "=" not in s and s not in SETS:
+                raise ConfigError(f"sets: {s!r} is none of {sorted(SETS)}; write other task specs as "
+                                  "NAME=SPEC")
+
+
+def model_name(entry: str) -> str:
+    return entry.split("=", 1)[0] if "=" in entry else Path(entry.split(":", 1)[-1]).name or entry
+
+
+def model_spec(entry: str) -> str:
+    """The backend spec of a models entry (a bare directory with a config.json becomes hf:DIR)."""
+    spec = entry.split("=", 1)[1] if "=" in entry else entry
+    return f"hf:{spec}" if (Path(spec).expanduser() / "config.json").is_file() else spec
+
+
+def set_spec(entry: str) -> tuple[str, str]:
+    """(name, task spec) of a sets entry."""
+    if "=" in entry:
+        name, spec = entry.split("=", 1)
+        return name, spec
+    return entry, SETS[entry]
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What one (model, set, seed) run scored (see the module docstring)."""
+
+    tasks: int
+    trajectories: int
+    turns: int
+    first_turn_correct: float
+    best_of_turns_correct: float
+    correct_rate: float  # over all turns
+    fast_1: float
+    speedup_geomean: float | None  # best kernels of solved tasks
+    speedup_geomean_all: float  # every task, unsolved = 1.0
+    structural_mean: float | None  # correct turns with a structural score
+    flagged_rate: float  # turns with an anti-cheat violation
+    no_code_rate: float
+    mean_reward: float
+    completion_tokens_per_turn: float
+
+
+FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "speedup_geomean", "speedup_geomean_all",
+           "structural_mean", "correct_rate", "flagged_rate", "no_code_rate", "mean_reward")
+
+
+def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = None) -> RunFigures:
+    """The figures of one run's trajectories (`agent.trajectory.Trajectory`); `task_ids`: the run's
+    tasks (a task without any trajectory counts as unsolved)."""
+    from cudaperf.agent.summary import best_per_task
+    from cudaperf.anticheat.policy import is_violation
+
+    turns = [r for tr in trajectories for r in tr.turns]
+    ids = sorted(set(task_ids or ()) | {tr.task_id for tr in trajectories})
+    best = best_per_task(trajectories)
+    solved = [b.speedup for b in best.values() if b.correct and b.speedup is not None and b.speedup > 0]
+    structural = [r.reward_breakdown.details["structural_score"] for r in turns if r.correct
+                  and r.reward_breakdown is not None and "structural_score" in r.reward_breakdown.details]
+    all_tasks = [math.log(best[t].speedup) if t in best and best[t].correct and best[t].speedup
+                 and best[t].speedup > 0 else 0.0 for t in ids]
+    return RunFigures(
+        tasks=len(ids), trajectories=len(trajectories), turns=len(turns),
+        first_turn_correct=_mean([float(tr.turns[0].correct) for tr in trajectories if tr.turns]),
+        best_of_turns_correct=_mean([float(any(r.correct for r in tr.turns)) for tr in trajectories]),
+        correct_rate=_mean([float(r.correct) for r in turns]),
+        fast_1=sum(1 for s in solved if s > 1.0) / max(1, len(ids)),
+        speedup_geomean=math.exp(_mean([math.log(s) for s in solved])) if solved else None,
+        speedup_geomean_all=math.exp(_mean(all_tasks)) if all_tasks else 1.0,
+        structural_mean=_mean(structural) if structural else None,
+        flagged_rate=_mean([float(any(is_violation(f.code) for f in r.result.flags)) for r in turns]),
+        no_code_rate=_mean([float(r.code is None) for r in turns]),
+        mean_reward=_mean([r.reward for r in turns]),
+        completion_tokens_per_turn=_mean([float(r.completion_tokens) for r in turns]))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure over seeds: mean, sample standard deviation (0 for one seed), min, max, how many."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    n: int
+
+    def cell(self, pct: bool) -> str:
+        if self.mean is None:
+            return "-"
+        show = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
+        if self.n < 2:
+            return show(self.mean)
+        return f"{show(self.mean)} ± {show(self.std)} ({show(self.min)}–{show(self.max)})"
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    known = [v for v in values if v is not None]
+    if not known:
+        return Spread(None, None, None, None, 0)
+    std = statistics.stdev(known) if len(known) > 1 else 0.0
+    return Spread(statistics.fmean(known), std, min(known), max(known), len(known))
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    output_dir: str
+    runs_done: int  # complete runs, this call's and earlier ones
+    runs_skipped: int  # complete before this call
+    runs_unfinished: int  # stopped by max_minutes (call again)
+    table: dict[str, dict[str, dict[str, Any]]]  # model -> set -> figure -> Spread as a dict
+    seconds: float
+
+    @property
+    def finished(self) -> bool:
+        return self.runs_unfinished == 0
+
+
+BackendFactory = Callable[[str], Any]
+
+
+def run_compare(config: CompareConfig, evaluator: Any = None,
+                backend_factory: BackendFactory | None = None) -> CompareReport:
+    """Every (model, set, seed) run not yet complete, then the table over what is complete.
+    `evaluator` replaces the configured one; `backend_factory(spec)` replaces `load_backend`."""
+    started = time.perf_counter()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare_config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
+    check_runs(config)
+    task_sets = {name: _tasks(spec, config) for name, spec in map(set_spec, config.sets)}
+    deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
+    own = evaluator is None
+    evaluator = evaluator or make_evaluator(config)
+    done = skipped = unfinished = 0
+    try:
+        for entry in config.models:
+            pending = [(s, k) for s in task_sets for k in config.seeds
+                       if not (_run_dir(out, entry, s, k) / FIGURES_FILE).is_file()]
+            done += len(config.sets) * len(config.seeds) - len(pending)
+            skipped += len(config.sets) * len(config.seeds) - len(pending)
+            if not pending:
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                unfinished += len(pending)
+                continue
+            backend = (backend_factory or _load_backend(config))(model_spec(entry))
+            try:
+                for set_name, seed in pending:
+                    complete = _one_run(config, entry, set_name, seed, task_sets[set_name], backend,
+                                        evaluator, deadline)
+                    done, unfinished = done + complete, unfinished + (not complete)
+            finally:
+                backend.close()
+    finally:
+        if own:
+            evaluator.close()
+    table = comparison_table(config)
+    write_comparison(config, table)
+    return CompareReport(str(out), done, skipped, unfinished, table, time.perf_counter() - started)
+
+
+def _tasks(spec: str, config: CompareConfig) -> list[Any]:
+    from cudaperf.train.heldout import resolve_tasks
+
+    found = resolve_tasks([spec], kinds=config.kinds, families=config.families, limit=config.limit_tasks,
+                          holdout_fraction=config.holdout_fraction if spec.startswith("heldout:") else 0.0)
+    if not found.tasks:
+        raise ConfigError(f"task set {spec!r}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
+    return list(found.tasks)
+
+
+def make_evaluator(config: CompareConfig) -> Any:
+    from cudaperf.agent.evaluation import LocalEvaluator
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.evaluate import EvalConfig, TimingConfig
+
+    return LocalEvaluator(EvalConfig(device=config.eval_device, mode=config.eval_mode,
+                                     seeds=config.eval_seeds,
+                                     policy=Policy(allow_torch_ops=config.allow_torch_ops),
+                                     timing=TimingConfig(budget_ms=config.timing_budget_ms)))
+
+
+def _load_backend(config: CompareConfig) -> BackendFactory:
+    from cudaperf.agent.backends.base import load_backend
+
+    def load(spec: str) -> Any:
+        if spec.startswith(("hf:", "smollm2")):
+            return load_backend(spec, device=config.device)
+        return load_backend(spec)
+
+    return load
+
+
+def _run_dir(out: Path, entry: str, set_name: str, seed: int) -> Path:
+    return out / model_name(entry) / set_name / f"seed{seed}"
+
+
+RUN_SETTINGS = ("turns", "samples", "max_new_tokens", "temperature", "top_p", "max_prompt_tokens", "reward",
+                "baseline", "allow_torch_ops", "eval_mode", "limit_tasks", "kinds", "families",
+                "holdout_fraction")
+SETTINGS_FILE = "run.json"
+
+
+def run_settings(config: CompareConfig, entry: str, set_name: str, seed: int) -> dict[str, Any]:
+    """What a run's trajectories depend on; a later call must match it to continue or reuse the run."""
+    values = {k: getattr(config, k) for k in RUN_SETTINGS}
+    values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    return {"spec": model_spec(entry), "set": dict(map(set_spec, config.sets))[set_name], "seed": seed,
+            **values}
+
+
+def check_runs(config: CompareConfig) -> None:
+    """Refuse to continue or reuse runs made with other settings (their figures would not compare)."""
+    out = Path(config.output_dir)
+    for entry in config.models:
+        for set_name, _ in map(set_spec, config.sets):
+            for seed in config.seeds:
+                path = _run_dir(out, entry, set_name, seed) / SETTINGS_FILE
+                if not path.is_file():
+                    continue
+                saved, now = json.loads(path.read_text()), run_settings(config, entry, set_name, seed)
+                changed = sorted(k for k in now if saved.get(k) != now[k])
+                if changed:
+                    diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in changed)
+                    raise ConfigError(f"{path.parent} was run with other settings ({diffs}): use the same "
+                                      "settings or another output_dir")
+
+
+def _one_run(config: CompareConfig, entry: str, set_name: str, seed: int, tasks: list[Any], backend: Any,
+             evaluator: Any, deadline: float | None) -> bool:
+    """Run (or continue) one model on one set with one seed; True when it is complete."""
+    from cudaperf.agent.loop import refine
+    from cudaperf.agent.trajectory import TrajectoryStore
+
+    directory = _run_dir(Path(config.output_dir), entry, set_name, seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SETTINGS_FILE).write_text(json.dumps(run_settings(config, entry, set_name, seed)) + "\n")
+    store = TrajectoryStore(directory / RUN_FILE)
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    result = refine(tasks, backend, evaluator, refine_config(config, seed), store, deadline_s=left)
+    if result.unfinished:
+        return False
+    figures = run_figures(result.trajectories, [t.task_id for t in tasks])
+    timing = {"rounds": len(result.rounds), "generate_s": sum(r.generate_s for r in result.rounds),
+              "evaluate_s": sum(r.evaluate_s for r in result.rounds),
+              "wall_s": sum(r.wall_s for r in result.rounds)}
+    record = {"model": model_name(entry), "spec": model_spec(entry), "set": set_name, "seed": seed,
+              "figures": asdict(figures), "timing": timing, "tasks": [t.task_id for t in tasks]}
+    (directory / FIGURES_FILE).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    return True
+
+
+def refine_config(config: CompareConfig, seed: int) -> Any:
+    """The agent loop's configuration: the RL rollouts' environment, this seed's sampling."""
+    from cudaperf.agent.backends.base import GenerationConfig
+    from cudaperf.agent.context import ContextConfig
+    from cudaperf.agent.environment import EnvConfig
+    from cudaperf.agent.loop import RefineConfig
+    from cudaperf.anticheat.policy import Policy
+
+    env = EnvConfig(reward=config.reward, baseline=config.baseline,
+                    context=ContextConfig(max_prompt_tokens=config.max_prompt_tokens),
+                    policy=Policy(allow_torch_ops=config.allow_torch_ops))
+    generation = GenerationConfig(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                  top_p=config.top_p, seed=seed)
+    return RefineConfig(turns=config.turns, samples=config.samples, generation=generation, env=env,
+                        generate_batch=config.generate_batch)
+
+
+# --------------------------------------------------------------------------------------------------
+# The table
+
+
+def comparison_table(config: CompareConfig) -> dict[str, dict[str, dict[str, Any]]]:
+    """model -> set -> figure -> spread over the complete seeds (`figures.json` files), plus 'seeds'."""
+    out = Path(config.output_dir)
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for entry in config.models:
+        for set_name, _ in map(set_spec, config.sets):
+            runs = [json.loads(p.read_text()) for k in config.seeds
+                    if (p := _run_dir(out, entry, set_name, k) / FIGURES_FILE).is_file()]
+            if not runs:
+                continue
+            row: dict[str, Any] = {"seeds": [r["seed"] for r in runs], "tasks": runs[0]["figures"]["tasks"]}
+            for name in FIGURES:
+                row[name] = asdict(spread([r["figures"][name] for r in runs]))
+            table.setdefault(model_name(entry), {})[set_name] = row
+    return table
+
+
+PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "correct_rate", "flagged_rate",
+       "no_code_rate"}
+COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct", "best-of-turns correct"),
+           ("fast_1", "fast_1"), ("speedup_geomean", "geomean x (solved)"),
+           ("speedup_geomean_all", "geomean x (all, unsolved=1)"), ("structural_mean", "structural"),
+           ("flagged_rate", "anti-cheat flagged"))
+
+
+def table_markdown(table: dict[str, dict[str, dict[str, Any]]], turns: int) -> str:
+    """One row per model and set: mean ± std (min–max) over seeds."""
+    head = ["set", "model", "seeds", "tasks", *[label for _, label in COLUMNS]]
+    lines = [_row(head), _row(["---"] * len(head))]
+    sets = sorted({s for by_set in table.values() for s in by_set})
+    for set_name in sets:
+        for model, by_set in table.items():
+            row = by_set.get(set_name)
+            if row is None:
+                continue
+            cells = [Spread(**row[name]).cell(name in PCT) for name, _ in COLUMNS]
+            lines.append(_row([set_name, model, len(row["seeds"]), row["tasks"], *cells]))
+    note = (f"\nBest of {turns} turns; cells: mean ± sample std (min–max) over seeds. fast_1 and geomean: "
+            "the best kernel of each task against its baseline (eager for PyTorch tasks, the naive CUDA "
+            "port for C tasks unless --baseline says otherwise).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def _row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def write_comparison(config: CompareConfig, table: dict[str, dict[str, dict[str, Any]]]) -> None:
+    out = Path(config.output_dir)
+    (out / COMPARISON_JSON).write_text(json.dumps({"config": asdict(config), "table": table}, indent=1,
+                                                  allow_nan=False) + "\n")
+    (out / COMPARISON_MD).write_text(table_markdown(table, config.turns))
+
+
+def config_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(CompareConfig))
+
+
+__all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "FIGURES", "RunFigures",
+           "Spread", "comparison_table", "make_evaluator", "model_name", "model_spec", "refine_config",
+           "run_compare", "run_figures", "set_spec", "spread", "table_markdown"]

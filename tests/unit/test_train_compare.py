@@ -1,0 +1,209 @@
+"""The before/after evaluation (`cudaperf train eval`, `cudaperf.train.compare`) on the CPU: the agent
+loop, the sandboxed CPU evaluation worker (pure-PyTorch answers allowed) and a real tiny model from a
+config; a scripted policy (wrong first, right after feedback) stands in for a model where the test needs
+known outcomes. Also the held-out tasks of the training families (`cudaperf.train.heldout`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its OpenMP pool
+
+import pytest
+
+from cudaperf.agent.backends._common import rough_token_count
+from cudaperf.agent.backends.base import Generation
+from cudaperf.agent.evaluation import LocalEvaluator
+from cudaperf.anticheat.policy import Policy
+from cudaperf.evaluate import EvalConfig, TimingConfig
+from cudaperf.train.compare import (
+    COMPARISON_JSON,
+    FIGURES_FILE,
+    RUN_FILE,
+    CompareConfig,
+    run_compare,
+    spread,
+)
+from cudaperf.train.config import ConfigError
+
+TASK_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a * 2 + b
+
+
+def get_input_configs():
+    return [{"name": "small", "n": 64}]
+
+
+def get_inputs(n=64):
+    return [torch.randn(n), torch.randn(n)]
+'''
+ANSWER = ("```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
+          "        return a * 2 {} b\n```")
+
+
+class ScriptedPolicy:
+    """Wrong on the first turn, right once it has seen feedback (a stand-in for a model only)."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.replies = 0
+
+    def generate(self, conversations, config):
+        self.replies += len(conversations)
+        out = []
+        for conv in conversations:
+            text = ANSWER.format("+" if any(m.role == "assistant" for m in conv) else "-")
+            out.append(Generation(text, 100, 40, "stop", 0.0))
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        return rough_token_count(text)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def cpu_evaluator(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=Policy(allow_torch_ops=True),
+                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
+        with LocalEvaluator(config) as evaluator:
+            yield evaluator
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tasks") / "scale_add.py"
+    path.write_text(TASK_SOURCE)
+    return str(path)
+
+
+def compare_config(out, task_file, **changes) -> CompareConfig:
+    values = dict(models=("scripted=scripted",), sets=(f"toy={task_file}",), output_dir=str(out),
+                  seeds=(0, 1), turns=2, max_new_tokens=8, eval_device="cpu", allow_torch_ops=True,
+                  device="cpu", eval_seeds=1, timing_budget_ms=5)
+    return CompareConfig(**{**values, **changes})
+
+
+def scripted_factory(policies: list):
+    def make(spec):
+        policies.append(ScriptedPolicy())
+        return policies[-1]
+    return make
+
+
+def test_refinement_shows_in_best_of_turns_and_not_in_first_turn(tmp_path, task_file, cpu_evaluator):
+    config = compare_config(tmp_path, task_file)
+    report = run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    row = report.table["scripted"]["toy"]
+    assert report.finished and row["seeds"] == [0, 1]
+    assert row["first_turn_correct"]["mean"] == 0.0 and row["best_of_turns_correct"]["mean"] == 1.0
+    assert row["best_of_turns_correct"]["std"] == 0.0 and row["first_turn_correct"]["n"] == 2
+    assert row["speedup_geomean"]["mean"] > 0 and row["structural_mean"]["mean"] == 0.0  # torch ops only
+
+
+def test_every_turn_is_written_and_the_table_lands_in_json_and_markdown(tmp_path, task_file, cpu_evaluator):
+    config = compare_config(tmp_path, task_file, seeds=(0,))
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    lines = (tmp_path / "scripted" / "toy" / "seed0" / RUN_FILE).read_text().splitlines()
+    assert [json.loads(x)["turn"] for x in lines] == [0, 1]
+    saved = json.loads((tmp_path / COMPARISON_JSON).read_text())
+    assert saved["table"]["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0
+    assert "| toy | scripted | 1 | 1 | 0.0% | 100.0% |" in (tmp_path / "comparison.md").read_text()
+
+
+def test_a_second_call_skips_complete_runs_and_continues_a_partial_one(tmp_path, task_file, cpu_evaluator):
+    config = compare_config(tmp_path, task_file)
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    partial = tmp_path / "scripted" / "toy" / "seed1"
+    (partial / FIGURES_FILE).unlink()
+    first_turn = (partial / RUN_FILE).read_text().splitlines()[:1]
+    (partial / RUN_FILE).write_text(first_turn[0] + "\n")
+    policies: list = []
+    report = run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory(policies))
+    assert (report.runs_skipped, report.runs_done) == (1, 2)
+    assert [p.replies for p in policies] == [1]  # only the missing second turn was generated
+    assert report.table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0
+
+
+def test_continuing_with_other_settings_is_refused(tmp_path, task_file, cpu_evaluator):
+    run_compare(compare_config(tmp_path, task_file, seeds=(0,)), evaluator=cpu_evaluator,
+                backend_factory=scripted_factory([]))
+    with pytest.raises(ConfigError, match="temperature"):
+        run_compare(compare_config(tmp_path, task_file, seeds=(0,), temperature=0.2),
+                    evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+
+
+def test_spread_is_mean_sample_std_and_range_over_seeds():
+    s = spread([0.25, 0.5, None, 0.75])
+    assert (s.mean, s.std, s.min, s.max, s.n) == (0.5, 0.25, 0.25, 0.75, 3)
+    assert s.cell(pct=True) == "50.0% ± 25.0% (25.0%–75.0%)"
+
+
+def test_a_bad_set_name_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="NAME=SPEC"):
+        CompareConfig(sets=("holdout",))
+
+
+def test_tiny_model_from_a_config_runs_through_the_command(tmp_path, task_file, cpu_evaluator, monkeypatch,
+                                                           capsys):
+    """The CPU smoke path of the command: a real random Llama (a locally trained tokenizer), one seed."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from cudaperf.agent.backends.tiny import build_tiny_chat_model
+    from cudaperf.commands import train_cmd
+
+    torch.set_num_threads(1)
+    model = build_tiny_chat_model(tmp_path / "tiny", hidden_size=32, layers=1, context_tokens=4096)
+    monkeypatch.setattr("cudaperf.train.compare.make_evaluator", lambda config: _Unclosed(cpu_evaluator))
+    parser = __import__("argparse").ArgumentParser()
+    train_cmd.add_arguments(parser)
+    args = parser.parse_args(["eval", "--models", f"base={model}", "--sets", f"toy={task_file}", "--seeds",
+                              "0", "--turns", "1", "--max-new-tokens", "6", "--eval-device", "cpu",
+                              "--allow-torch-ops", "--device", "cpu", "--output-dir", str(tmp_path / "out")])
+    assert train_cmd.run(args) == 0
+    printed = capsys.readouterr().out
+    assert "| toy | base | 1 | 1 |" in printed and "1 runs complete" in printed
+    figures = json.loads((tmp_path / "out" / "base" / "toy" / "seed0" / FIGURES_FILE).read_text())
+    assert figures["spec"] == f"hf:{model}" and figures["figures"]["turns"] == 1
+
+
+class _Unclosed:
+    """The module's evaluator, left open for the other tests when the command closes its own."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def close(self):
+        pass
+
+
+# -- held-out tasks of the training families ------------------------------------------------------------
+
+
+def test_heldout_tasks_cover_every_train_family_and_are_never_trained_on():
+    from cudaperf.train.config import SftConfig
+    from cudaperf.train.heldout import index_heldout
+    from cudaperf.train.sft_data import split_tasks
+
+    index, assigned, held = index_heldout(0.05)
+    train_families = {(g.kind, g.family) for g in index if assigned[g.task_id] == "train"}
+    assert {(g.kind, g.family) for g in index if g.task_id in held} == train_families
+    assert all(assigned[i] == "train" for i in held)
+    trained = split_tasks(SftConfig(model="tiny", holdout_fraction=0.05, val_limit_tasks=1))["train"]
+    assert not held & {g.task_id for g in trained}
+    assert len(trained) + len(held) == sum(1 for v in assigned.values() if v == "train")
