@@ -1,0 +1,100 @@
+"""The before/after comparison the lead runs on the H200 after `scripts/train_h200.py` (issue 23, item 6):
+the base SmolLM2-135M-Instruct, the SFT model and the RL model on held-out tasks of the training families
+and on the held-out (test) families, through the agent loop with real kernel evaluation, over three seeds.
+
+    python3 scripts/train_h200.py --out "$OUT/train"              # until it prints "done"
+    python3 scripts/train_compare_h200.py --out "$OUT/compare"    # until it prints "done"
+
+Models default to `--work`'s `sft/final` and `rl/final` (what train_h200.py leaves under /tmp on the
+same warm machine) and `smollm2`; a model directory that is missing is left out with a note. One call
+starts no round after --max-minutes (default 8.5, so a 10-minute call holds it); runs and their
+trajectories stay under --work/compare between calls, complete (model, set, seed) runs are skipped and
+a partial one continues from its last turn. Each call copies comparison.md / comparison.json and every
+run's figures.json to --out and prints the table (mean ± std (min–max) over the seeds done so far).
+
+Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1, geometric-mean
+speedup (solved tasks; all tasks with unsolved = 1), mean structural score, anti-cheat flagged share.
+
+Not covered: training (train_h200.py), plots (`cudaperf report --html` over a run's trajectories.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "compare")
+    p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
+    p.add_argument("--max-minutes", type=float, default=8.5, help="start no round after this")
+    p.add_argument("--models", nargs="*", default=None,
+                   help="NAME=SPEC entries (default: base=smollm2, sft=WORK/sft/final, rl=WORK/rl/final)")
+    p.add_argument("--sets", nargs="+", default=["heldout", "test"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--turns", type=int, default=2)
+    p.add_argument("--limit-tasks", type=int, default=8, help="tasks per set, round-robin over families")
+    p.add_argument("--max-new-tokens", type=int, default=1536)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
+    p.add_argument("--cpu-smoke", action="store_true",
+                   help="run here on the CPU (models from train_h200.py --cpu-smoke; pure-PyTorch answers "
+                   "judged by the CPU worker)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
+    from cudaperf.train.compare import COMPARISON_MD, CompareConfig, run_compare
+
+    models = args.models if args.models is not None else _default_models(args)
+    if not models:
+        print("no model to compare (train first: scripts/train_h200.py)", file=sys.stderr)
+        return 2
+    config = CompareConfig(
+        models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / "compare"),
+        seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
+        max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
+        eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
+    report = run_compare(config)
+    _copy_out(Path(config.output_dir), args.out)
+    print((Path(config.output_dir) / COMPARISON_MD).read_text(), end="")
+    print(f"{report.runs_done} runs complete ({report.runs_skipped} from earlier calls), "
+          f"{report.runs_unfinished} unfinished; {(time.monotonic() - started) / 60:.1f} min this call")
+    print("done" if report.finished else "not finished: call the same command again (it resumes from /tmp)")
+    return 0
+
+
+def _default_models(args: argparse.Namespace) -> list[str]:
+    base = "hf:" + str(args.work / "sft" / "tiny-init") if args.cpu_smoke else "smollm2"
+    models = [f"base={base}"]
+    for name in ("sft", "rl"):
+        final = args.work / name / "final"
+        if (final / "config.json").is_file():
+            models.append(f"{name}={final}")
+        else:
+            print(f"note: {final} is missing: {name} left out", file=sys.stderr)
+    return models
+
+
+def _copy_out(work: Path, out: Path) -> None:
+    """The table and each run's figures (small) to --out; trajectories stay under --work."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("comparison.md", "comparison.json", "compare_config.json"):
+        if (work / name).is_file():
+            shutil.copy(work / name, out / name)
+    runs = {str(p.parent.relative_to(work)): json.loads(p.read_text()) for p in work.glob("*/*/*/figures.json")}
+    (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
