@@ -92,7 +92,8 @@ def _copy_out(work: Path, out: Path) -> None:
     for name in ("comparison.md", "comparison.json", "compare_config.json"):
         if (work / name).is_file():
             shutil.copy(work / name, out / name)
-    runs = {str(p.parent.relative_to(work)): json.loads(p.read_text()) for p in work.glob("*/*/*/figures.json")}
+    runs = {str(p.parent.relative_to(work)): json.loads(p.read_text())
+            for p in work.glob("*/*/*/figures.json")}
     (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
 
 
