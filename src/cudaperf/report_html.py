@@ -10,10 +10,18 @@ offline, from disk, with nothing fetched. The script only sorts tables, filters 
 the page reads fully without it. It marks `<html data-report-ready="1">` once it ran, and records any
 script error in `data-js-error`, so a headless browser can check it.
 
+Training runs (`cudaperf train sft|rl` output directories, or their `metrics.jsonl`) get training curves
+over optimiser steps: the rollouts' reward and each unified-reward component, correct rates (all turns,
+first turn, best of turns), the geometric-mean speedup, the share of turns flagged by anti-cheat in all
+and per flagged kind (every kind named in a table), tokens per turn, the time split of each step into
+generation, evaluation and the optimiser (the trainer's step time less the rollout), and the trainer's
+loss (SFT's eval loss too). The keys read are those `cudaperf.train` writes (`ROLLOUT_KEYS`).
+
 A trajectory line is a JSON object with the keys `task_id`, `sample`, `turn` and `response` (plus `prompt`,
 `code`, `result` (an `EvalResult` dict), `reward`, `feedback`, and optionally `speedup`, `baseline`,
 `finish_reason`, `prompt_tokens`, `completion_tokens`, `durations_s`); any other line is read as an
-`EvalResult`. Lines that are neither are counted and named on the page, never fatal.
+`EvalResult`. Lines that are neither are counted and named on the page, never fatal. A directory (or a
+file named metrics.jsonl) is a training run: one JSON record per line with `kind` and `step`.
 
 Not covered: computing fast_p and tables (`cudaperf.report`), writing trajectories (`cudaperf.agent`),
 images (a PNG needs a browser or matplotlib; the page is the artefact).
@@ -95,11 +103,52 @@ def _rank(t: TurnView) -> tuple:
 
 
 @dataclass(frozen=True)
+class TrainingRun:
+    """The metric records of one training run (metrics.jsonl), in file order."""
+
+    name: str
+    records: tuple[dict, ...]
+
+    def of_kind(self, kind: str) -> dict[int, dict]:
+        """step -> the last record of `kind` at that step (a resumed run rewrites steps: the last wins)."""
+        out: dict[int, dict] = {}
+        for r in self.records:
+            if r.get("kind") == kind and isinstance(r.get("step"), int):
+                out[r["step"]] = {**out.get(r["step"], {}), **r}
+        return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
 class ReportInputs:
     results: tuple[EvalResult, ...] = ()
     turns: tuple[TurnView, ...] = ()
     bad_lines: tuple[str, ...] = ()  # "file:line" of lines that were neither
     sources: tuple[str, ...] = ()
+    training: tuple[TrainingRun, ...] = ()
+
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_training_run(path: str | Path) -> tuple[TrainingRun, list[str]]:
+    """A training run from its directory or its metrics.jsonl; also the unreadable lines ("file:line")."""
+    path = Path(path)
+    file = path / METRICS_FILE if path.is_dir() else path
+    name = (file.parent.name if file.name == METRICS_FILE else file.stem) or str(file)
+    records, bad = [], []
+    lines = file.read_bytes().split(b"\n") if file.is_file() else []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "kind" in record:
+            records.append(record)
+        else:
+            bad.append(f"{file.name}:{number}")
+    return TrainingRun(name, tuple(records)), bad
 
 
 def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
@@ -107,8 +156,14 @@ def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
     turns: list[TurnView] = []
     bad: list[str] = []
     sources = []
+    training: list[TrainingRun] = []
     for path in map(Path, paths):
         sources.append(str(path))
+        if path.is_dir() or path.name == METRICS_FILE:
+            run, unreadable = read_training_run(path)
+            training.append(run)
+            bad += unreadable
+            continue
         for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
             if not raw.strip():
                 continue
@@ -119,7 +174,7 @@ def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
                 results.append(item)
             else:
                 bad.append(f"{path.name}:{number}")
-    return ReportInputs(tuple(results), tuple(turns), tuple(bad), tuple(sources))
+    return ReportInputs(tuple(results), tuple(turns), tuple(bad), tuple(sources), tuple(training))
 
 
 def parse_line(raw: bytes | str) -> TurnView | EvalResult | None:
@@ -213,7 +268,7 @@ def mean_reward_per_turn(trajectories: Sequence[TrajectoryView]) -> list[float |
 
 # -- SVG charts --------------------------------------------------------------------------------------
 
-PALETTE = ("#3b6fb6", "#e07b39", "#4a9a5b", "#b04a8c", "#7a6a3a")
+PALETTE = ("#3b6fb6", "#e07b39", "#4a9a5b", "#b04a8c", "#7a6a3a", "#c0392b", "#16a0a0", "#7f7f7f")
 W, H, LEFT, BOTTOM, TOP = 560, 240, 48, 36, 28  # px; the plot area is inside these margins
 
 
@@ -251,7 +306,8 @@ def _y(value: float, y_range: tuple[float, float]) -> float:
 
 
 def _legend(names: Sequence[str]) -> list[str]:
-    return [f'<rect x="{LEFT + 8 + 120 * i}" y="{TOP - 6}" width="10" height="10" fill="{PALETTE[i]}"/>'
+    return [f'<rect x="{LEFT + 8 + 120 * i}" y="{TOP - 6}" width="10" height="10" '
+            f'fill="{PALETTE[i % len(PALETTE)]}"/>'
             f'<text x="{LEFT + 22 + 120 * i}" y="{TOP + 3}">{_e(n)}</text>' for i, n in enumerate(names)]
 
 
@@ -279,14 +335,18 @@ def bar_chart(title: str, categories: Sequence[str], series: Sequence[tuple[str,
 
 
 def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]],
-               y_max: float | None = None, y_label=lambda v: f"{v:g}") -> str:
-    """Lines with a dot per point; each dot carries `data-series`, `data-x` and `data-value`."""
+               y_max: float | None = None, y_label=lambda v: f"{v:g}", max_labels: int = 12) -> str:
+    """Lines with a dot per point; each dot carries `data-series`, `data-x` and `data-value`. At most
+    about `max_labels` x labels are written (every k-th), so long runs stay legible."""
     y_range = nice_range((v for _, vs in series for v in vs if v is not None), y_max)
     parts = _frame(title, y_range, y_label) + _legend([n for n, _ in series])
     step = (W - LEFT - 60) / max(1, len(x_labels) - 1)  # room for the last label's half
     xs = [LEFT + 20 + step * i for i in range(len(x_labels))]
+    every = max(1, math.ceil(len(x_labels) / max_labels))
     for i, label in enumerate(x_labels):
-        parts.append(f'<text x="{xs[i]:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">{_e(label)}</text>')
+        if i % every == 0 or i == len(x_labels) - 1:
+            parts.append(f'<text x="{xs[i]:.1f}" y="{H - BOTTOM + 14}" text-anchor="middle">'
+                         f'{_e(label)}</text>')
     for s, (name, values) in enumerate(series):
         color = PALETTE[s % len(PALETTE)]
         points = [(xs[i], _y(v, y_range), v) for i, v in enumerate(values) if v is not None]
@@ -457,6 +517,130 @@ def diff_html(before: str | None, after: str | None) -> str:
     return f'<pre class="diff">{"".join(spans)}</pre>'  # spans are blocks: no newlines
 
 
+# -- training curves ---------------------------------------------------------------------------------
+
+# Keys of the "rollout" records `cudaperf.train` writes per RL step (`train.rollout.rollout_stats`).
+ROLLOUT_KEYS = ("score_mean", "sample_reward_mean", "gate_mean", "speedup_term_mean",
+                "structural_term_mean", "ranker_term_mean", "correct_rate", "first_turn_correct_rate",
+                "best_of_turns_correct_rate", "speedup_geomean", "hack_rate", "turns",
+                "prompt_tokens_per_turn", "completion_tokens_per_turn", "generate_s", "evaluate_s",
+                "rollout_s", "turns_per_min")
+FLAG_KINDS_SHOWN = 4  # per-kind flag curves drawn (the largest); the table names every kind
+
+
+def flag_kinds(rollouts: dict[int, dict]) -> dict[str, int]:
+    """Anti-cheat violation code -> turns flagged with it over the run (`hack_<code>` counts per step)."""
+    totals: dict[str, int] = {}
+    for r in rollouts.values():
+        for key, value in r.items():
+            counted = key not in ("hack_rate", "hack_kinds") and _number(value) is not None
+            if key.startswith("hack_") and counted:
+                totals[key[5:]] = totals.get(key[5:], 0) + int(value)
+    return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def optimizer_seconds(rollouts: dict[int, dict], train: dict[int, dict]) -> list[float | None]:
+    """Per rollout step: the trainer's step time less the rollout's (None when either is missing)."""
+    out: list[float | None] = []
+    for step, r in rollouts.items():
+        step_s, rollout_s = _number(train.get(step, {}).get("step_s")), _number(r.get("rollout_s"))
+        out.append(max(0.0, step_s - rollout_s) if step_s is not None and rollout_s is not None else None)
+    return out
+
+
+def _series(rows: dict[int, dict], key: str, scale: float = 1.0) -> list[float | None]:
+    return [None if (v := _number(r.get(key))) is None else v * scale for r in rows.values()]
+
+
+def training_section(run: TrainingRun, index: int = 0) -> str:
+    """Training curves of one run over optimiser steps (see the module docstring)."""
+    rollouts, train = run.of_kind("rollout"), run.of_kind("train")
+    losses = {k: v for k, v in train.items() if "loss" in v or "eval_loss" in v}
+    charts: list[str] = []
+    if losses:
+        x = [str(k) for k in losses]
+        charts.append(line_chart("training loss per step", x, [
+            (name, _series(losses, name)) for name in ("loss", "eval_loss")
+            if any(_number(r.get(name)) is not None for r in losses.values())]))
+    if rollouts:
+        charts += _rollout_charts(rollouts, train)
+    if not charts:
+        charts.append('<p class="note">No step was logged yet.</p>')
+    kinds = flag_kinds(rollouts)
+    table = _flag_table(kinds, rollouts) + (_rollout_table(rollouts, train) if rollouts else "")
+    return (f'<section class="training" id="training-{index}" data-run="{_e(run.name)}">'
+            f'<h2>Training run {_e(run.name)} ({len(rollouts) or len(losses)} steps)</h2>'
+            f'<div class="charts">{"".join(charts)}</div>{table}</section>')
+
+
+def _rollout_charts(rollouts: dict[int, dict], train: dict[int, dict]) -> list[str]:
+    x = [str(k) for k in rollouts]
+    kinds = flag_kinds(rollouts)
+    turns = [_number(r.get("turns")) or 0.0 for r in rollouts.values()]
+    per_kind = [(kind, [(_number(r.get(f"hack_{kind}")) or 0.0) / n if n else None
+                        for r, n in zip(rollouts.values(), turns, strict=True)])
+                for kind in list(kinds)[:FLAG_KINDS_SHOWN]]
+    return [
+        line_chart("reward per step (mean over turns / samples)", x,
+                   [("turn score", _series(rollouts, "score_mean")),
+                    ("sample reward", _series(rollouts, "sample_reward_mean"))],
+                   y_label=lambda v: f"{v:.2f}"),
+        line_chart("reward components per step (mean over turns)", x,
+                   [(name, _series(rollouts, f"{name}_mean")) for name in
+                    ("gate", "speedup_term", "structural_term", "ranker_term")],
+                   y_label=lambda v: f"{v:.2f}"),
+        line_chart("correct rate per step", x,
+                   [("all turns", _series(rollouts, "correct_rate")),
+                    ("first turn", _series(rollouts, "first_turn_correct_rate")),
+                    ("best of turns", _series(rollouts, "best_of_turns_correct_rate"))], 1.0, _pct),
+        line_chart("geomean speedup of correct turns", x, [("speedup", _series(rollouts, "speedup_geomean"))],
+                   y_label=lambda v: f"{v:.2f}x"),
+        line_chart("anti-cheat: share of turns flagged", x,
+                   [("any violation", _series(rollouts, "hack_rate")), *per_kind], None, _pct),
+        line_chart("tokens per turn", x, [("prompt", _series(rollouts, "prompt_tokens_per_turn")),
+                                          ("reply", _series(rollouts, "completion_tokens_per_turn"))],
+                   y_label=lambda v: f"{v:.0f}"),
+        line_chart("time per step", x, [("generation", _series(rollouts, "generate_s")),
+                                        ("evaluation", _series(rollouts, "evaluate_s")),
+                                        ("optimiser", optimizer_seconds(rollouts, train))], y_label=_seconds),
+        line_chart("rollout throughput", x, [("turns/min", _series(rollouts, "turns_per_min"))],
+                   y_label=lambda v: f"{v:.0f}"),
+    ]
+
+
+def _seconds(v: float) -> str:
+    return f"{v:.1f} s"
+
+
+def _flag_table(kinds: dict[str, int], rollouts: dict[int, dict]) -> str:
+    if not rollouts:
+        return ""
+    turns = sum(_number(r.get("turns")) or 0.0 for r in rollouts.values())
+    rows = [[kind, count, f"{100 * count / turns:.1f}%" if turns else "-"] for kind, count in kinds.items()]
+    if not rows:
+        return f'<p class="note flags">No turn was flagged by anti-cheat in {turns:.0f} turns.</p>'
+    return table_html(Table("anti-cheat flags over the run, by kind", ("kind", "turns flagged", "share"),
+                            tuple(tuple(map(str, r)) for r in rows)))
+
+
+def _rollout_table(rollouts: dict[int, dict], train: dict[int, dict]) -> str:
+    optimiser = optimizer_seconds(rollouts, train)
+    rows = []
+    for (step, r), opt in zip(rollouts.items(), optimiser, strict=True):
+        def num(key, fmt="{:.3f}", scale=1.0):
+            v = _number(r.get(key))
+            return "-" if v is None else fmt.format(v * scale)
+        rows.append((str(step), num("score_mean"), num("correct_rate", "{:.1f}%", 100),
+                     num("first_turn_correct_rate", "{:.1f}%", 100),
+                     num("best_of_turns_correct_rate", "{:.1f}%", 100), num("speedup_geomean", "{:.2f}x"),
+                     num("hack_rate", "{:.1f}%", 100), num("completion_tokens_per_turn", "{:.0f}"),
+                     num("generate_s", "{:.1f}"), num("evaluate_s", "{:.1f}"),
+                     "-" if opt is None else f"{opt:.1f}", num("turns_per_min", "{:.1f}")))
+    head = ("step", "score", "correct", "first turn", "best of turns", "geomean x", "flagged", "reply tok",
+            "generate s", "evaluate s", "optimiser s", "turns/min")
+    return table_html(Table("per step", head, tuple(rows)))
+
+
 # -- the page ----------------------------------------------------------------------------------------
 
 CSS = """
@@ -507,6 +691,7 @@ var o=document.getElementById('open-all'),c=document.getElementById('close-all')
 if(o){o.addEventListener('click',function(){fold(true);});}
 if(c){c.addEventListener('click',function(){fold(false);});}
 root.setAttribute('data-trajectories',String(document.querySelectorAll('details.trajectory').length));
+root.setAttribute('data-training-runs',String(document.querySelectorAll('section.training').length));
 root.setAttribute('data-report-ready','1');
 })();
 """
@@ -515,9 +700,10 @@ root.setAttribute('data-report-ready','1');
 def render_html(inputs: ReportInputs, title: str = "cudaperf report",
                 max_trajectories: int = MAX_TRAJECTORIES) -> str:
     trajectories = group_turns(inputs.turns)
-    body = results_section(inputs.results) + trajectories_section(trajectories, max_trajectories)
+    body = ("".join(training_section(run, i) for i, run in enumerate(inputs.training))
+            + results_section(inputs.results) + trajectories_section(trajectories, max_trajectories))
     if not body:
-        body = '<p class="note">No results and no trajectories in the input.</p>'
+        body = '<p class="note">No results and no trajectories in the input, and no training run.</p>'
     bad = (f'<p class="bad">Skipped {len(inputs.bad_lines)} unreadable lines: '
            f"{_e(', '.join(inputs.bad_lines[:20]))}</p>" if inputs.bad_lines else "")
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,6 +1,7 @@
 """`cudaperf report FILE... [--markdown | --html OUT.html]`: fast_p, outcome counts, speedup histograms and
 the best solution per task, from results JSONL written by `cudaperf eval --out`; with `--html`, one
-self-contained page for results and refinement trajectories (`cudaperf optimize` output) together.
+self-contained page for results and refinement trajectories (`cudaperf optimize` output) together, and
+training curves of `cudaperf train sft|rl` runs (give the run directory, or its metrics.jsonl).
 
 Rich tables on the terminal by default; `--markdown` prints the same report as markdown, to commit
 next to the results; `--html` writes a page that opens offline (charts, per-task tables, each trajectory
@@ -20,7 +21,8 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="results JSONL (`cudaperf eval --out`); with --html also trajectory JSONL")
+                        help="results JSONL (`cudaperf eval --out`); with --html also trajectory JSONL and "
+                        "training run directories (metrics.jsonl)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--markdown", action="store_true", help="print markdown instead of rich tables")
     mode.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML page to OUT.html")
@@ -31,12 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     paths = [Path(f) for f in args.files]
-    missing = [p for p in paths if not p.is_file()]
+    missing = [p for p in paths if not p.exists()]
     if missing:
         print(f"cudaperf report: {missing[0]}: no such file", file=sys.stderr)
         return 2
     if args.html:
         return _html(args, paths)
+    runs = [p for p in paths if p.is_dir() or p.name == "metrics.jsonl"]
+    if runs:
+        print(f"cudaperf report: {runs[0]} is a training run: its curves need --html OUT.html",
+              file=sys.stderr)
+        return 2
     results = []
     for path in paths:
         results += _read_results(path)
@@ -83,5 +90,5 @@ def _html(args: argparse.Namespace, paths: list[Path]) -> int:
                      max_trajectories=args.max_trajectories)
     n_trajectories = len({(t.task_id, t.sample) for t in inputs.turns})
     print(f"wrote {out} ({len(inputs.results)} results, {n_trajectories} trajectories, "
-          f"{out.stat().st_size / 1024:.0f} KiB)")
+          f"{len(inputs.training)} training runs, {out.stat().st_size / 1024:.0f} KiB)")
     return 0
