@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_report_html import _chromium, _parse, _run_chromium, png_size_and_distinct_bytes
 
 from cudaperf.report_html import (
     ROLLOUT_KEYS,
@@ -26,7 +27,6 @@ from cudaperf.report_html import (
     write_html,
 )
 from cudaperf.train.monitor import MetricsWriter
-from test_report_html import _chromium, _parse, _run_chromium, png_size_and_distinct_bytes
 
 STEPS = 8
 
