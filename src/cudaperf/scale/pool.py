@@ -58,7 +58,7 @@ class PoolReport:
     reruns: int  # candidates put back in the queue by a lost actor
     done: int  # results delivered
     done_per_actor: dict[str, int] = field(default_factory=dict)  # "bundle.generation" -> results
-    placement: tuple[dict[str, Any], ...] = ()  # each ready actor's `EvalActor.describe()`
+    placement: dict[str, dict[str, Any]] = field(default_factory=dict)  # ready actor -> its describe()
 
 
 @dataclass(eq=False)
@@ -161,7 +161,8 @@ class RayEvalPool:
             ray.init(address=self.pool.address)
             return
         with _hidden_gpus(self.pool.trainer_gpus):
-            ray.init(num_cpus=self.pool.local_cpus, include_dashboard=False)
+            # "local": a new instance even when another Ray runs on this machine (plain init would join it)
+            ray.init(address="local", num_cpus=self.pool.local_cpus, include_dashboard=False)
         self._started_ray = True
 
     def _placement_group(self, ray: Any, count: int) -> Any:
@@ -280,7 +281,7 @@ class RayEvalPool:
         c = self._counts
         return PoolReport(self.kind, len(slots), sum(s.state == "ready" for s in slots), c["started"],
                           c["lost"], c["replaced"], c["reruns"], c["done"], dict(self._done_per_actor),
-                          tuple(s.info for s in slots if s.state == "ready"))
+                          {s.name: s.info for s in slots if s.state == "ready"})
 
     def mode_reports(self) -> dict[str, dict[str, Any]]:
         """Each ready actor's `Evaluator.mode_report` (the RL mode's schedule)."""
