@@ -28,8 +28,8 @@ ARGS = ["--model", "tiny", "--tasks", "examples", "--limit-tasks", "0", "--traje
 
 
 def start(out: Path, cache: Path) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false",
-           "CUDAPERF_CACHE_DIR": str(cache)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
+           "TOKENIZERS_PARALLELISM": "false", "CUDAPERF_CACHE_DIR": str(cache)}
     return subprocess.Popen([sys.executable, "-m", "cudaperf.cli", "train", "rl", "--output-dir", str(out),
                              *ARGS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
