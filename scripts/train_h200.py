@@ -19,7 +19,7 @@ best of turns), geometric-mean speedup of correct turns, anti-cheat flags by kin
 time split (generation, evaluation, optimiser) with turns per minute.
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
-(`cudaperf optimize` with each model directory does that evaluation), verl.
+(`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
 """
 
 from __future__ import annotations
