@@ -84,9 +84,20 @@ def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: 
     return TaskSet(tuple(select(unique, kinds=kinds, families=families, limit=limit)), tuple(errors))
 
 
-def _load(generated: Sequence[Any]) -> tuple[list[Any], list[str]]:
-    from cudaperf.train.sft_data import task_record
+def task_record(generated: Any) -> Any:
+    """The `Task` of an index entry (a PyTorch task runs its module; a C task gets its naive port)."""
+    from cudaperf.datasets import registry
+    from cudaperf.tasks import task_from_source
+    from cudaperf.tasks.ctask import from_json, to_task
+    from cudaperf.types import TaskKind
 
+    if generated.kind is TaskKind.PYTORCH:
+        return task_from_source(generated.text, generated.task_id)
+    naive = next((i.source for i in registry.implementations(generated) if i.baseline), None)
+    return to_task(from_json(generated.text), naive_cuda=naive)
+
+
+def _load(generated: Sequence[Any]) -> tuple[list[Any], list[str]]:
     tasks, errors = [], []
     for g in generated:
         try:
@@ -96,4 +107,4 @@ def _load(generated: Sequence[Any]) -> tuple[list[Any], list[str]]:
     return tasks, errors
 
 
-__all__ = ["HELDOUT_SPEC", "heldout_ids", "index_heldout", "resolve_tasks"]
+__all__ = ["HELDOUT_SPEC", "heldout_ids", "index_heldout", "resolve_tasks", "task_record"]

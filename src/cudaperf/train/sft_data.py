@@ -23,6 +23,7 @@ from typing import Any
 from cudaperf.datasets import registry, splits
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.train.config import SftConfig
+from cudaperf.train.heldout import heldout_ids, task_record
 from cudaperf.train.models import answer_ids, prompt_ids
 
 IGNORE = -100  # the label the loss skips (prompt tokens)
@@ -71,7 +72,6 @@ def split_tasks(config: SftConfig) -> dict[str, list[GeneratedTask]]:
     """'train' and 'val' tasks of the index under the family split, filtered and limited as configured;
     the held-out tasks of the train families (`heldout.py`) are never among them."""
     from cudaperf.agent.taskset import select
-    from cudaperf.train.heldout import heldout_ids
 
     index = registry.build_index(config.dataset_seed)
     assigned = splits.split_tasks(index, config.dataset_seed)
@@ -121,18 +121,6 @@ def task_messages(task: GeneratedTask, fmt: str = "fast") -> list[dict[str, str]
     return [{"role": m.role, "content": m.content} for m in prompt.messages()]
 
 
-def task_record(generated: GeneratedTask) -> Any:
-    """The `Task` of an index entry (a PyTorch task runs its module; a C task gets its naive port)."""
-    from cudaperf.tasks import task_from_source
-    from cudaperf.tasks.ctask import from_json, to_task
-    from cudaperf.types import TaskKind
-
-    if generated.kind is TaskKind.PYTORCH:
-        return task_from_source(generated.text, generated.task_id)
-    naive = next((i.source for i in registry.implementations(generated) if i.baseline), None)
-    return to_task(from_json(generated.text), naive_cuda=naive)
-
-
 def build_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config: SftConfig,
                    verified: dict[str, str] | None = None) -> tuple[list[SftExample], LengthStats]:
     """Every (task prompt, implementation) example of `tasks` within `max_length`, and the lengths of all."""
@@ -180,4 +168,4 @@ def as_dataset(examples: Sequence[SftExample]) -> Any:
 
 
 __all__ = ["IGNORE", "LengthStats", "SftExample", "answer_text", "as_dataset", "build_examples",
-           "length_stats", "split_tasks", "task_messages", "verified_impls"]
+           "length_stats", "split_tasks", "task_messages", "task_record", "verified_impls"]
