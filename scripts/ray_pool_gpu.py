@@ -1,8 +1,9 @@
 """The Ray evaluation pool on GPUs (issue 22): checks on the GPU machine, and evaluation throughput on N GPUs
 against 1 GPU for the same candidates in one invocation.
 
-    # GPU machine, Ray carried as wheels and installed into /tmp/site (docs/scale.md, "On the GPU machine"):
-    PYTHONPATH=/tmp/site python3 scripts/ray_pool_gpu.py --out "$OUT/ray_pool.json"
+    # GPU machine, Ray carried as wheels, the split parts copied to /tmp/rw (docs/scale.md, "On the GPU
+    # machine"); --wheels joins the parts, checks SHA256SUMS, installs what is missing into /tmp/site:
+    python3 scripts/ray_pool_gpu.py --wheels /tmp/rw --out "$OUT/ray_pool.json"
     # CPU machine, the small form (CPU-only actors, pure-PyTorch candidates, eager baseline):
     python3 scripts/ray_pool_gpu.py --cpu --torch-tasks 2 --out /tmp/ray_pool.json
 
@@ -30,8 +31,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,8 +51,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--torch-tasks", type=int, default=8, help="dataset PyTorch tasks")
-    p.add_argument("--c-tasks", type=int, default=4, help="dataset C tasks")
+    p.add_argument("--wheels", type=Path, default=None, help="carried Ray wheels to install first")
+    p.add_argument("--site", type=Path, default=Path("/tmp/site"), help="where --wheels installs")
+    p.add_argument("--torch-tasks", type=int, default=12, help="dataset PyTorch tasks")
+    p.add_argument("--c-tasks", type=int, default=0, help="dataset C tasks (their serial-C timing shares "
+                   "one machine-wide lock, so they scale less with GPUs)")
     p.add_argument("--min-candidates", type=int, default=40)
     p.add_argument("--baselines", default="eager", help="timed baselines, comma list (default eager)")
     p.add_argument("--mode", default="default", choices=("default", "rl"), help="evaluation mode")
@@ -60,6 +67,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="JSON file with everything")
     p.add_argument("--verbose", action="store_true")
     return p.parse_args(argv)
+
+
+# -- Ray from carried wheels ------------------------------------------------------------------------
+
+# The import name of each dependency Ray needs (wheel name -> module), to install only what is missing.
+RAY_DEPENDENCIES = {"attrs": "attr", "certifi": "certifi", "charset_normalizer": "charset_normalizer",
+                    "click": "click", "filelock": "filelock", "idna": "idna", "jsonschema": "jsonschema",
+                    "jsonschema_specifications": "jsonschema_specifications", "msgpack": "msgpack",
+                    "packaging": "packaging", "protobuf": "google.protobuf", "pyyaml": "yaml",
+                    "referencing": "referencing", "requests": "requests", "rpds_py": "rpds",
+                    "typing_extensions": "typing_extensions", "urllib3": "urllib3"}
+
+
+def install_ray(wheels: Path, site: Path) -> None:
+    """Join split wheel parts (NAME.part1, NAME.part2...), check them against SHA256SUMS, install Ray and
+    the dependencies this Python cannot import into `site` (no network, no index), and put `site` on the
+    paths of this process and of the Ray workers it starts."""
+    for first in wheels.glob("*.whl.part1"):
+        whole = wheels / first.name.removesuffix(".part1")
+        parts = sorted(wheels.glob(whole.name + ".part*"), key=lambda p: int(p.suffix.removeprefix(".part")))
+        whole.write_bytes(b"".join(p.read_bytes() for p in parts))
+    for line in (wheels / "SHA256SUMS").read_text().splitlines() if (wheels / "SHA256SUMS").exists() else []:
+        digest, name = line.split()
+        if hashlib.sha256((wheels / name).read_bytes()).hexdigest() != digest:
+            raise SystemExit(f"{name}: SHA-256 differs from SHA256SUMS (a part is missing or damaged)")
+    chosen = [w for w in wheels.glob("*.whl") if w.name.startswith("ray-")
+              or importlib.util.find_spec(RAY_DEPENDENCIES.get(w.name.split("-")[0], "?")) is None]
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                    str(site), *map(str, chosen)], check=True)
+    print(f"installed into {site}: {', '.join(sorted(w.name.split('-')[0] for w in chosen))}", flush=True)
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), os.environ["PYTHONPATH"]])
 
 
 # -- candidates and configurations ------------------------------------------------------------------
@@ -262,6 +301,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.wheels is not None:
+        install_ray(args.wheels, args.site)
     if args.cache_dir is None:
         import tempfile
 

@@ -250,3 +250,9 @@ def test_rl_rollouts_get_their_turn_returns_from_the_pool(cpu_pool, tmp_path):
     (wrong, right), = batch.records
     assert not wrong.correct and right.correct and right.result.environment["scale_actor"]
     assert batch.columns["turn_return"] == pytest.approx([wrong.reward + 0.4 * right.reward, right.reward])
+
+
+def test_progress_shows_the_actors_losses_and_reruns(cpu_pool, capsys):
+    list(cpu_pool.evaluate_many(rights("shown", 2), progress=True))
+    shown = capsys.readouterr().out
+    assert "2/2" in shown and "actors (cpu)" in shown and "re-run" in shown
