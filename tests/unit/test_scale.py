@@ -256,3 +256,20 @@ def test_progress_shows_the_actors_losses_and_reruns(cpu_pool, capsys):
     list(cpu_pool.evaluate_many(rights("shown", 2), progress=True))
     shown = capsys.readouterr().out
     assert "2/2" in shown and "actors (cpu)" in shown and "re-run" in shown
+
+
+def test_train_rl_takes_a_ray_address_option(tmp_path):
+    import argparse
+
+    from cudaperf.commands.train_cmd import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["rl", "--output-dir", str(tmp_path), "--ray-address", "auto"])
+    assert config_from_args(args).ray_address == "auto"
+
+
+def test_a_resumed_rl_run_may_move_to_another_ray_cluster(tmp_path):
+    from cudaperf.train.config import RlConfig, check_resume
+
+    check_resume(RlConfig(output_dir=str(tmp_path)), RlConfig(output_dir=str(tmp_path), ray_address="auto"))
