@@ -117,6 +117,11 @@ def test_actors_hold_one_bundle_each_in_one_placement_group(cpu_pool):
     assert list(table["bundles"].values()) == [{"CPU": 1.0}, {"CPU": 1.0}]
 
 
+def test_actors_run_at_the_priority_of_a_local_evaluator(cpu_pool):
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {p["niceness"] for p in cpu_pool.report().placement.values()} == {ours}
+
+
 def test_stream_gives_every_index_a_result_and_evaluates_a_repeated_pair_once(cpu_pool):
     a, b = rights("twice", 2)
     before = cpu_pool.report().done

@@ -2,7 +2,8 @@
 (`ray.cluster_utils.Cluster`: a head without CPUs and one raylet per worker node), CPU-only evaluation in
 sandboxed workers. A node holding in-flight candidates is removed mid-batch and a fresh node joins: the
 placement group moves the lost bundle there, the replacement actor starts on it, and every candidate has
-exactly one result. Slow (three raylets on two cores): about a minute.
+exactly one result. The node goes while its actor evaluates its first candidate (which starts the actor's
+sandboxed worker: seconds), so that candidate is in flight. Slow (three raylets on two cores): about a minute.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import json
 import textwrap
+import threading
 import time
 
 import pytest
@@ -73,22 +75,32 @@ def test_a_node_lost_mid_batch_is_replaced_and_nothing_is_lost(cluster, tmp_path
                         timing=TimingConfig(baselines=("eager",), budget_ms=5.0, warmup_ms=1.0))
     store = ResultStore(tmp_path / "results.jsonl")
     pairs = [(TASK, solution_from_text(RIGHT.format(k=k), f"node-{k}")) for k in range(8)]
-    removed = None
     ids = [n.node_id for n in nodes]
     with RayEvaluator(config, PoolConfig(cpu_actors=2, strategy="SPREAD")) as evaluator:
-        for _ in evaluator.evaluate_many(pairs, store=store):
-            if removed is None:
-                busy = next(name for name, n in evaluator.pool.in_flight().items() if n)
-                node_id = evaluator.report().placement[busy]["node_id"]
-                removed = next(n for n in nodes if n.node_id == node_id)
-                cluster.remove_node(removed, allow_graceful=False)
-                fresh = cluster.add_node(num_cpus=1)
+        batch = threading.Thread(target=lambda: list(evaluator.evaluate_many(pairs, store=store)))
+        batch.start()
+        busy = _busy_actor(evaluator)  # its first candidate starts the sandboxed worker: seconds
+        node_id = evaluator.report().placement[busy]["node_id"]
+        removed = next(n for n in nodes if n.node_id == node_id)
+        cluster.remove_node(removed, allow_graceful=False)
+        fresh = cluster.add_node(num_cpus=1)
+        batch.join()
         report = _when_live(evaluator, 2)
     lines = [json.loads(x) for x in store.path.read_text().splitlines()]
     assert sorted(x["solution_id"] for x in lines) == sorted(s.solution_id for _, s in pairs)
     assert [(x["outcome"], x["message"]) for x in lines if x["outcome"] != "correct"] == []
     assert report.lost >= 1 and report.replaced >= 1 and report.live == 2
     assert {p["node_id"] for p in report.placement.values()} == {fresh.node_id} | set(ids) - {removed.node_id}
+
+
+def _busy_actor(evaluator: RayEvaluator, timeout_s: float = 60.0) -> str:
+    stop = time.monotonic() + timeout_s
+    while time.monotonic() < stop:
+        busy = [name for name, n in evaluator.pool.in_flight().items() if n]
+        if busy:
+            return busy[0]
+        time.sleep(0.05)
+    raise AssertionError("no actor took a candidate")
 
 
 def _when_live(evaluator: RayEvaluator, actors: int, timeout_s: float = 60.0):

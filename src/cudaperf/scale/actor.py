@@ -4,7 +4,8 @@ sandboxed worker, with the referee) on the actor's GPU, or CPU-only.
 Each call evaluates one candidate through `Evaluator.evaluate_many`, so a harness fault becomes the pair's
 HARNESS_ERROR row exactly as in a local batch; Ray runs up to `max_concurrency` calls at once on threads,
 and the evaluator's worker pool hands each a free worker. Ray sets the actor's CUDA_VISIBLE_DEVICES to
-the GPU it was given, so inside the actor that GPU is device 0.
+the GPU it was given, so inside the actor that GPU is device 0. The actor runs at normal priority, as a
+local evaluator does (`_normal_priority`).
 
 Not covered: placement, retries and replacement (`cudaperf.scale.pool`). This class is plain Python; the
 pool wraps it with `ray.remote` when it creates an actor, so importing it needs no Ray.
@@ -42,6 +43,7 @@ class EvalActor:
     """One evaluator in a Ray worker process (see the module docstring)."""
 
     def __init__(self, config: EvalConfig):
+        self.niceness = _normal_priority()
         self.evaluator = Evaluator(config).__enter__()
 
     def describe(self) -> dict[str, Any]:
@@ -52,7 +54,7 @@ class EvalActor:
         return {"node_id": context.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                "arch": self.evaluator.arch, "mode": self.evaluator.mode,
+                "arch": self.evaluator.arch, "mode": self.evaluator.mode, "niceness": self.niceness,
                 "devices": list(self.evaluator.devices)}
 
     def evaluate(self, task: Task, solution: Solution) -> EvalResult:
@@ -65,3 +67,17 @@ class EvalActor:
     def close(self) -> bool:
         self.evaluator.close()
         return True
+
+
+def _normal_priority() -> int:
+    """Run at the priority a local evaluator has (niceness 0) and return the niceness in effect. Ray starts
+    its workers at niceness 15 so that its own daemons stay responsive; an evaluator at 15 loses the CPU
+    to any other load, which slows its timing and delays the parent's reading of the worker's stage
+    messages (the referee compares the timing stage's length, as the parent saw it, with the timed calls).
+    The sandboxed workers and referees started afterwards inherit it. Lowering niceness needs privilege
+    (root or CAP_SYS_NICE); without it the actor keeps Ray's and says so in `describe()`."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except OSError:
+        pass
+    return os.getpriority(os.PRIO_PROCESS, 0)
