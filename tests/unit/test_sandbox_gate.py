@@ -103,3 +103,26 @@ def test_a_turn_upgraded_to_exclusive_waits_for_the_shared_holders_and_keeps_new
     first.join(5)
     assert log == ["other leaves", "exclusive", "turn leaves", "late enters"]
     assert gate.readers == 0
+
+
+def test_a_parent_slow_to_read_the_timing_stage_does_not_make_an_honest_candidate_a_cheat(refereed,
+                                                                                           monkeypatch):
+    """The parent reads the worker's "timing" stage message only after the timing is over (as on a loaded
+    CPU): the window the referee checks the timed calls against still starts at the go-ahead."""
+    from cudaperf.execute import sandbox
+
+    worker = refereed.workers[0]
+    real = sandbox.Worker._next_event
+
+    def slow(self, deadline):
+        event = real(self, deadline)
+        if event.kind == "message" and event.message.get("type") == "stage" and \
+                event.message.get("name") == "timing":
+            time.sleep(3.0)  # the worker times meanwhile; its result is waiting when we read again
+        return event
+
+    monkeypatch.setattr(sandbox.Worker, "_next_event", slow)
+    reply = worker.run(_job(CORRECT), TIMEOUTS)
+    assert reply.outcome is None, (reply.message, reply.logs[-2000:])
+    assert reply.durations_s["timing"] < 0.5 and reply.payload["timings"]
+    assert "verdict_mismatch" not in {f["code"] for f in reply.payload.get("flags", [])}

@@ -27,14 +27,15 @@ Covers:
   Device memory it cached for a job's references, assembled outputs or comparisons goes back to the driver
   after each message (`Referee._release`): the worker plans its memory from what the driver reports free.
 - `finish`: the parent sends what the worker reported (its claim per configuration, its timings, the
-  timing stage's wall time as the parent measured it) and gets the verdict back: the correctness, the
+  time from its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only
+  widens) and gets the verdict back: the correctness, the
   judging flags, the speed-of-light figures and flags of PyTorch tasks (from the referee's own reference
   time, so a forged baseline cannot switch the floor off), and `verdict_mismatch` (ERROR, a violation:
   `anticheat.policy`) where the worker's report contradicts what the referee established: a configuration
   claimed correct that is not (WARNING instead when the reference is not deterministic or the failure is
   within twice the tolerance's bound, since two processes may then differ honestly), a verdict claimed
   with outputs never shipped, an announcement no honest worker sends, a payload that does not parse,
-  timed calls adding up to more than the timing stage lasted.
+  timed calls adding up to more than the timing stage can have lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
@@ -710,7 +711,7 @@ class RefereeJob:
         timed_ms = _timed_ms(_dicts(message.get("timings")))
         if timed_ms > WALL_SLACK * wall_ms + 1.0:
             mismatch(f"the timed calls add up to {timed_ms:.1f} ms, more than the {wall_ms:.1f} ms the "
-                     "timing stage lasted")
+                     "timing stage can have lasted (from the go-ahead to the result)")
         return flags
 
     def _speed_flags(self, message: dict[str, Any]) -> list[Any]:

@@ -313,6 +313,8 @@ class Worker:
         self._engaged = False  # the current job is judged by the referee
         self.referee_s = 0.0  # this job's time spent waiting for the referee
         self._on_proceed: Callable[[], None] | None = None  # this job's (run)
+        self._go_ahead_at: float | None = None  # when this job's "all correct" answer was sent on
+        self._result_at: float | None = None  # when this job's result was read
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -500,6 +502,7 @@ class Worker:
         is sent. It is not called for a job that fails before that point."""
         self._busy = True
         self._on_proceed = on_proceed
+        self._go_ahead_at = self._result_at = None
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -611,6 +614,8 @@ class Worker:
             proceed()
             waited_s = time.monotonic() - started
             durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
+        if body["type"] == "done":
+            self._go_ahead_at = time.monotonic()  # the worker's timing stage cannot start before this
         if not self._send(encode_message({"type": "ack", **ack}), deadline + waited_s):
             pass  # the worker is gone: the next event reports how
         return None, waited_s
@@ -629,7 +634,7 @@ class Worker:
         started = time.monotonic()
         verdict, error = link.request({
             "type": "finish", "outcome": payload.get("outcome"), "claim": payload.get("correctness") or [],
-            "timings": payload.get("timings") or [], "timing_wall_s": reply.durations_s.get("timing", 0.0),
+            "timings": payload.get("timings") or [], "timing_wall_s": self._timing_window_s(reply),
         }, deadline)
         self.referee_s += time.monotonic() - started
         link.zero_region()
@@ -648,6 +653,16 @@ class Worker:
         self.referee_s = 0.0
         return dataclasses.replace(reply, outcome=outcome, message=message, stage=stage, payload=payload,
                                    worker_replaced=replaced, sandbox=sandbox)
+
+    def _timing_window_s(self, reply: WorkerReply) -> float:
+        """The most time the worker's timing stage can have had: from the go-ahead this process sent
+        (the worker waits for it before timing) to the moment its result was read. A parent slow to read
+        the worker's messages (a loaded CPU) only widens it, where the stage as the parent saw it (its
+        `stage` messages, read late) could be shorter than the timing really took. The stage's duration
+        when no go-ahead was sent (a job that ended before it)."""
+        if self._go_ahead_at is None or self._result_at is None or self._result_at < self._go_ahead_at:
+            return reply.durations_s.get("timing", 0.0)
+        return self._result_at - self._go_ahead_at
 
     def _job_message(self, job: dict[str, Any]) -> tuple[bytes, str]:
         nonce = secrets.token_hex(16)
@@ -753,6 +768,7 @@ class Worker:
                 continue
             durations[stage] = durations.get(stage, 0.0) + now - stage_start
             if message["type"] == "result":
+                self._result_at = now
                 return self._result(message, stage, durations, now - started)
             stage, stage_start = str(message.get("name", "?"))[:64], now
             deadline = now + timeouts.for_stage(stage)
