@@ -278,3 +278,15 @@ def test_a_resumed_rl_run_may_move_to_another_ray_cluster(tmp_path):
     from cudaperf.train.config import RlConfig, check_resume
 
     check_resume(RlConfig(output_dir=str(tmp_path)), RlConfig(output_dir=str(tmp_path), ray_address="auto"))
+
+
+def test_the_rl_trainer_given_a_ray_address_evaluates_on_the_pool(tmp_path):
+    from cudaperf.train.config import RlConfig
+    from cudaperf.train.rl import make_evaluator
+
+    config = RlConfig(model="tiny", output_dir=str(tmp_path), eval_device="cpu", device="cpu",
+                      allow_torch_ops=True, ray_address="local", eval_workers=2)
+    evaluator = make_evaluator(config)  # the pool itself opens on first use
+    assert isinstance(evaluator, RayEvaluator)
+    assert (evaluator.pool_config.address, evaluator.pool_config.actors) == (None, 2)
+    assert evaluator.config.device == "cpu" and evaluator.config.gpus is None

@@ -58,12 +58,20 @@ def make_evaluator(config: RlConfig) -> Any:
     from cudaperf.anticheat.policy import Policy
     from cudaperf.evaluate import EvalConfig, TimingConfig
 
-    gpus = tuple(range(config.eval_workers)) if config.eval_workers else None
-    return LocalEvaluator(EvalConfig(device=config.eval_device, mode=config.eval_mode, gpus=gpus,
-                                     seeds=config.eval_seeds,
-                                     policy=Policy(allow_torch_ops=config.allow_torch_ops),
-                                     timing=TimingConfig(budget_ms=config.timing_budget_ms),
-                                     build_workers=config.build_workers))
+    gpus = tuple(range(config.eval_workers)) if config.eval_workers and not config.ray_address else None
+    eval_config = EvalConfig(device=config.eval_device, mode=config.eval_mode, gpus=gpus,
+                             seeds=config.eval_seeds, policy=Policy(allow_torch_ops=config.allow_torch_ops),
+                             timing=TimingConfig(budget_ms=config.timing_budget_ms),
+                             build_workers=config.build_workers)
+    if config.ray_address:  # the Ray evaluation pool (cudaperf.scale), off the policy's GPU
+        import torch
+
+        from cudaperf.scale import RayEvaluator
+
+        many = resolve_device(config.device) == "cuda" and torch.cuda.device_count() > 1
+        return RayEvaluator.at(config.ray_address, eval_config, actors=config.eval_workers,
+                               trainer_gpus=(0,) if many else ())
+    return LocalEvaluator(eval_config)
 
 
 def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
