@@ -73,3 +73,48 @@ def test_unreadable_candidate_gets_unknown_values_not_an_exception(tasks):
 def test_source_counts_see_warp_shuffles():
     text = 'SOURCE = r"""__global__ void k(float* x) { x[0] = __shfl_down_sync(0xffffffff, x[0], 1); }"""'
     assert source_values(text)["s_shuffles"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def window_tasks():
+    index = registry.build_index(0, families=["pooling", "stencil1d"])
+    return {f: next(t for t in index if t.family == f) for f in ("pooling", "stencil1d")}
+
+
+def _impl_features(task, strategy, config="large"):
+    source = next(i.source for i in registry.implementations(task) if i.strategy == strategy)
+    return config_features(source, Problem.of(task), config, facts=FACTS).as_dict()
+
+
+def test_coarsened_pooling_reads_a_per_thread_window_not_strided_loads(window_tasks):
+    f = _impl_features(window_tasks["pooling"], "coarsened")
+    assert f["a_window_share"] > 0 and f["a_strided_share"] == 0 and f["a_log_sector_excess"] <= 0.5
+
+
+def test_stencil_loads_through_a_macro_and_clamp_helper_are_counted(window_tasks):
+    naive = _impl_features(window_tasks["stencil1d"], "naive")
+    tiled = _impl_features(window_tasks["stencil1d"], "smem_tiled")
+    assert naive["a_log_reuse"] > 0.5 and naive["a_log_requested_per_out"] > tiled["a_log_requested_per_out"]
+
+
+def test_barriers_per_thread_are_zero_without_barriers(tasks):
+    f = _features(tasks["map"], "naive")
+    assert f["a_log_barriers_per_thread"] == 0 and math.isnan(f["a_log_flops_per_barrier"])
+
+
+def test_a_window_counts_as_coalesced_traffic(window_tasks):
+    f = _impl_features(window_tasks["pooling"], "coarsened")
+    assert f["a_coalesced_share"] == 1 - f["a_uncoalesced_share"] - f["a_broadcast_share"]
+
+
+def test_coarsening_pays_index_divisions_once_for_several_outputs(window_tasks):
+    naive = _impl_features(window_tasks["pooling"], "naive")
+    coarse = _impl_features(window_tasks["pooling"], "coarsened")
+    assert naive["a_log_divisions_per_out"] > coarse["a_log_divisions_per_out"] > 0
+
+
+def test_structural_feature_sees_windows_but_the_baseline_keeps_the_rewards_score(window_tasks):
+    task = window_tasks["pooling"]
+    source = next(i.source for i in registry.implementations(task) if i.strategy == "coarsened")
+    f = config_features(source, Problem.of(task), "large", facts=FACTS)
+    assert f.as_dict()["a_structural"] > f.structural_score

@@ -14,7 +14,11 @@ computed from the code and the task, never from a measurement:
   what shared-memory tiling and register windows remove), intensity, registers, spills, shared memory,
   occupancy, barriers, global and shared atomics and their contention (threads per atomic target),
   coalescing classes, bank conflicts, vector accesses, and the existing structural score
-  (`cudaperf.reward.structural_score`);
+  (`cudaperf.reward.structural_score`, with per-thread windows shown as coalesced); per-thread windows
+  (strided requests that share their sectors: their share, and the sectors a request costs over the
+  ideal, weighted by requests), bytes requested per
+  SM a launch can use (a one-block pass stands out), barrier executions per thread and FLOPs per barrier,
+  integer divisions by runtime divisors per output element;
 - what the CUDA text says about the algorithm (`s_*`): warp shuffles, tensor-core fragments, unrolled
   loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits.
 
@@ -45,7 +49,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 2  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 5  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -105,6 +109,12 @@ ANALYSIS = (
     "a_shared",
     "a_bank_conflict_max",
     "a_structural",
+    "a_window_share",
+    "a_log_sector_excess",
+    "a_log_sm_bytes_per_out",
+    "a_log_barriers_per_thread",
+    "a_log_flops_per_barrier",
+    "a_log_divisions_per_out",
 )
 SOURCE = (
     "s_shuffles",
@@ -130,7 +140,7 @@ class ConfigFeatures:
 
     values: tuple[float, ...]
     source_chars: int  # baselines only: never a feature
-    structural_score: float  # the reward's structural score (also feature a_structural)
+    structural_score: float  # the reward's structural score, for the baseline (a_structural: see _analysis)
     notes: tuple[str, ...] = field(default_factory=tuple)  # why some values are unknown
 
     def as_dict(self) -> dict[str, float]:
@@ -200,8 +210,8 @@ def config_features(
         notes.append(f"trace: {trace.error}")
     values: dict[str, float] = {}
     values.update(problem_values(sizes, problem))
-    report, score = _analysis(source, trace, facts, notes)
-    values.update(analysis_values(report, trace, sizes, score))
+    report, score, window_score = _analysis(source, trace, facts, notes)
+    values.update(analysis_values(report, trace, sizes, window_score))
     values.update(launch_values(trace, sizes, _blocks_per_sm(report)))
     values.update(source_values(source))
     return ConfigFeatures(
@@ -292,8 +302,29 @@ def _analysis(source: str, trace: TraceResult, facts: CompilerFacts | None, note
         report = dataclasses.replace(
             report, kernels=tuple(_with_facts(k, facts, launch) for k in report.kernels)
         )
-    score = structural_score(report.kernels)[0] if report.kernels else NAN
-    return report, score
+    if not report.kernels:
+        return report, NAN, NAN
+    score = structural_score(report.kernels)[0]
+    return report, score, structural_score(_windows_as_coalesced(report))[0]
+
+
+def _windows_as_coalesced(report) -> tuple:
+    """The kernels with their per-thread windows' accesses shown as coalesced, for feature a_structural:
+    the reward's score reads coalescing per request and would charge a window as strided traffic, which
+    it is not (its requests share their sectors; see `_coalescing_shares`). The baseline keeps the
+    reward's own score."""
+    from cudaperf.types import CoalescingClass
+
+    out = []
+    for k, d in zip(report.kernels, report.details, strict=False):
+        windows = iter(g["window"] > 1 for g in d.global_accesses)
+        accesses = tuple(
+            dataclasses.replace(a, coalescing=CoalescingClass.COALESCED, stride_elements=1)
+            if a.space == "global" and next(windows, False) else a
+            for a in k.accesses
+        )
+        out.append(dataclasses.replace(k, accesses=accesses))
+    return tuple(out)
 
 
 def _with_facts(k, facts: CompilerFacts, launch: Mapping[str, Mapping[str, Any]]):
@@ -403,8 +434,65 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
         "a_bank_conflict_max": float(max((a.bank_conflict_degree or 1 for a in shared), default=0)),
         "a_structural": score,
     }
-    out.update(_coalescing_shares(glob))
+    windows = sum(g["window"] > 1 for d in report.details for g in d.global_accesses)
+    out.update(_coalescing_shares(glob, windows))
+    out.update(_sector_values(report))
+    out.update(_balance_values(report, trace, s, flops))
     return out
+
+
+def _sector_values(report) -> dict[str, float]:
+    """Per-thread windows and sectors: the share of global accesses that form a window (strided requests
+    that share their sectors, `analysis.memory.mark_windows`), and log2 of the mean sectors a request
+    costs over the ideal, weighted by requests per thread (a window's requests at its shared rate)."""
+    rows = [g for d in report.details for g in d.global_accesses]
+    if not rows:
+        return {"a_window_share": NAN, "a_log_sector_excess": NAN}
+    share = sum(g["window"] > 1 for g in rows) / len(rows)
+    num = den = 0.0
+    for g in rows:
+        sectors = g["window_sectors"] if g["window"] > 1 else g["sectors"]
+        if sectors is None:
+            continue
+        weight = g["requests"] if g["requests"] and g["requests"] > 0 else 1.0
+        num += weight * sectors / g["ideal_sectors"]
+        den += weight
+    return {"a_window_share": share, "a_log_sector_excess": math.log2(num / den) if den else NAN}
+
+
+def _balance_values(report, trace: TraceResult, s: ProblemSizes, flops: float | None) -> dict[str, float]:
+    """How the work spreads over SMs and barriers:
+    - a_log_sm_bytes_per_out: bytes requested per SM a launch can use (a launch of b blocks uses
+      min(b, 132) SMs), summed over the launches, against the output's bytes spread over all SMs: a
+      one-block pass over the whole input (a serial scan between two parallel passes) shows here;
+    - a_log_barriers_per_thread: block barriers each thread executes (loop trip counts bound);
+    - a_log_flops_per_barrier: FLOPs between two barriers (a shared-memory tile that feeds only a few
+      FLOPs per barrier costs more in synchronisation than it saves); NaN without barriers;
+    - a_log_divisions_per_out: integer divisions by runtime divisors (index arithmetic such as
+      `e / OW % OH`, a periodic wrap `(i % n + n) % n`) per output element, over the launches: each is
+      a long instruction sequence, and coarsening or a tile pays it once for many elements."""
+    details = {d.kernel: d for d in report.details}
+    sm_bytes = 0.0
+    known = False
+    barrier_execs = per_thread = divisions = 0.0
+    for x in trace.launches:
+        d = details.get(x.kernel)
+        if d is None:
+            continue
+        divisions += (d.divisions_per_thread or 0.0) * x.blocks * x.threads_per_block
+        if d.bytes_requested is not None:
+            sm_bytes += d.bytes_requested / max(1, min(x.blocks, H200_SMS))
+            known = True
+        if d.barriers_per_thread:
+            per_thread = max(per_thread, d.barriers_per_thread)
+            barrier_execs += d.barriers_per_thread * x.blocks * x.threads_per_block
+    out_bytes = s.out_elems * s.elem_bytes / H200_SMS
+    return {
+        "a_log_sm_bytes_per_out": _ratio_l2(sm_bytes, out_bytes) if known else NAN,
+        "a_log_barriers_per_thread": _l2(per_thread),
+        "a_log_flops_per_barrier": _ratio_l2(flops, barrier_execs) if barrier_execs else NAN,
+        "a_log_divisions_per_out": _l2(divisions / s.out_elems) if trace.launches and s.out_elems else NAN,
+    }
 
 
 def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:
@@ -417,12 +505,20 @@ def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:
     return _ratio_l2(threads, targets) if threads and targets else NAN
 
 
-def _coalescing_shares(glob) -> dict[str, float]:
+def _coalescing_shares(glob, windows: int = 0) -> dict[str, float]:
+    """Shares of the coalescing classes over global accesses, by the sectors memory serves: `windows` of
+    the strided ones form per-thread windows, whose requests share their sectors (as many per request as
+    a coalesced access over the window), so they count as coalesced here, not strided; `a_window_share`
+    keeps them apart (see `_sector_values`)."""
     names = ("coalesced", "strided", "uncoalesced", "broadcast")
     if not glob:
         return {f"a_{n}_share": NAN for n in names}
     classes = [getattr(a.coalescing, "value", a.coalescing) for a in glob]
-    return {f"a_{n}_share": classes.count(n) / len(classes) for n in names}
+    out = {f"a_{n}_share": classes.count(n) / len(classes) for n in names}
+    windows = min(windows, classes.count("strided"))
+    out["a_strided_share"] = (classes.count("strided") - windows) / len(classes)
+    out["a_coalesced_share"] = (classes.count("coalesced") + windows) / len(classes)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
