@@ -368,7 +368,7 @@ class Evaluator:
             for _ in range(len(todo)):
                 result = results.get()
                 if result is not None:  # None: a pair left unstarted at the deadline
-                    yield self._deliver(result, store, advance)
+                    yield deliver(result, store, advance)
         for th in threads:
             th.join()
 
@@ -409,19 +409,20 @@ class Evaluator:
             result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
         return _with_total(result, time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0))
 
-    @staticmethod
-    def _deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
-        """Store one result and advance the progress bar; a failure of either becomes the pair's
-        HARNESS_ERROR row, stored in its place (a resume evaluates it again)."""
-        for what, step in (("storing", store.append if store is not None else None), ("progress", advance)):
-            if step is None:
-                continue
-            try:
-                step(result)
-            except Exception as exc:  # noqa: BLE001 - one result must not end the batch
-                result = harness_row(result, what, exc)
-                store_quietly(store, result)
-        return result
+
+def deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
+    """Store one result and advance the progress bar; a failure of either becomes the pair's HARNESS_ERROR
+    row, stored in its place (a resume evaluates it again). For every batch entry point (this module's
+    `Evaluator.evaluate_many`, the Ray pool's)."""
+    for what, step in (("storing", store.append if store is not None else None), ("progress", advance)):
+        if step is None:
+            continue
+        try:
+            step(result)
+        except Exception as exc:  # noqa: BLE001 - one result must not end the batch
+            result = harness_row(result, what, exc)
+            store_quietly(store, result)
+    return result
 
 
 def harness_row(result: EvalResult, during: str, exc: BaseException) -> EvalResult:

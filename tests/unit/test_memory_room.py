@@ -10,10 +10,13 @@ and the referee in this process. The device side is tests/gpu/test_full_size_gpu
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).parent))
 
 from cudaperf.anticheat.policy import Policy
 from cudaperf.execute import torch_session
@@ -168,44 +171,9 @@ def test_the_room_of_a_full_size_task_asks_for_nearly_the_whole_device():
 
 # -- the worker: a real PyTorch job on the CPU --------------------------------------------------------
 
-TASK = '''
-import torch
-import torch.nn as nn
-
-CUDAPERF_TASK = {"no_derived_configs": "a unit test of out-of-memory retries"}
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-def get_init_inputs():
-    return []
-'''
-
-CORRECT = '''
-import torch
-import torch.nn as nn
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2
-'''
-
-
-@pytest.fixture(autouse=True)
-def _worker_like_process(tmp_path_factory):
-    from cudaperf.execute import guards
-    from cudaperf.execute.child import warm_up_cuda
-
-    warm_up_cuda()
-    if not guards._installed.is_set():
-        guards.install_audit_hook(temp_root=str(tmp_path_factory.getbasetemp()))
-    torch_session.REFERENCES.clear()
-    yield
-    torch_session.REFERENCES.clear()
+# The small task, its correct candidate and the worker-like process of the release tests (the fixture
+# is autouse here too: the pure tests above do not mind a warm, guarded process).
+from test_memory_release import CORRECT, TASK, _worker_like_process  # noqa: E402, F401
 
 
 def _run(seeds=(1, 2)) -> object:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, as_completed
 from typing import Any, Self
 
-from cudaperf.evaluate import EvalConfig, harness_row, store_quietly
+from cudaperf.evaluate import EvalConfig, deliver, harness_row
 from cudaperf.scale.config import PoolConfig
 from cudaperf.scale.pool import PoolReport, RayEvalPool
 from cudaperf.types import EvalResult, Outcome, Solution, Task
@@ -85,7 +85,7 @@ class RayEvaluator:
                 todo.setdefault(key, (task, solution))
         with _Progress(progress, len(todo), self.pool) as advance:
             for _, result in self._results(list(todo.values()), deadline_s):
-                yield _deliver(result, store, advance)
+                yield deliver(result, store, advance)
 
     def _results(self, pairs: list[tuple[Task, Solution]],
                  deadline_s: float | None = None) -> Iterator[tuple[tuple[str, str], EvalResult]]:
@@ -123,20 +123,6 @@ class RayEvaluator:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"], state["pool"])
-
-
-def _deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
-    """Store one result and show it; a failure of either becomes the pair's HARNESS_ERROR row, stored in
-    its place (a resume evaluates it again), as `Evaluator.evaluate_many` does."""
-    for what, step in (("storing", store.append if store is not None else None), ("progress", advance)):
-        if step is None:
-            continue
-        try:
-            step(result)
-        except Exception as exc:  # noqa: BLE001 - one result must not end the batch
-            result = harness_row(result, what, exc)
-            store_quietly(store, result)
-    return result
 
 
 class _Progress:
