@@ -275,6 +275,7 @@ class MemoryAccess:
     stride_elements: int | None = None
     bank_conflict_degree: int | None = None  # shared memory only: 1 = none, 32 = worst
     vector_width: int = 1
+    window: int = 1  # a per-thread window's requests that share their sectors (L1 serves them); 1 = none
 
 
 @dataclass(frozen=True)

@@ -257,3 +257,14 @@ def test_reward_never_raises_on_malformed_feature_records(dicts, times):
     b = compute_reward(EvalResult("t", "s", Outcome.CORRECT, speedup_vs_eager=2.0), features,
                        kernel_time_ms=times)
     assert 0.0 <= b.details.get("structural_score", 0.0) <= 1.0
+
+
+def test_a_per_thread_window_scores_as_coalesced_not_as_its_stride():
+    def kernel(window: int) -> KernelFeatures:
+        access = MemoryAccess(line=3, text="x[t * 4 + k]", space="global", kind="load",
+                              coalescing=CoalescingClass.STRIDED, stride_elements=4, window=window)
+        return KernelFeatures(kernel="k", accesses=(access,))
+
+    coalesced = KernelFeatures(kernel="k", accesses=(MemoryAccess(
+        line=3, text="x[t]", space="global", kind="load", coalescing=CoalescingClass.COALESCED),))
+    assert score(kernel(4)) == score(coalesced) > score(kernel(1))

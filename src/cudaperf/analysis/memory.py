@@ -97,7 +97,7 @@ class Access:
         return MemoryAccess(
             line=self.line, text=self.text, space=self.space, kind=self.kind, coalescing=self.coalescing,
             stride_elements=self.stride_elements, bank_conflict_degree=self.bank_conflict_degree,
-            vector_width=self.vector_width,
+            vector_width=self.vector_width, window=self.window,
         )
 
     @property

@@ -137,13 +137,16 @@ def _coalescing(f: KernelFeatures, w: StructuralWeights) -> _Value:
     accesses = _global_accesses(f)
     if not accesses:
         return _Absent.MISSING
-    return (sum(_access_efficiency(a.coalescing, a.stride_elements, w.neutral) for a in accesses)
+    return (sum(_access_efficiency(a.coalescing, a.stride_elements, w.neutral, a.window) for a in accesses)
             / len(accesses))
 
 
-def _access_efficiency(cls: CoalescingClass | None, stride: int | None, neutral: float) -> float:
-    """Useful share of the bytes a warp's access moves, by coalescing class."""
-    if cls in (CoalescingClass.COALESCED, CoalescingClass.BROADCAST):
+def _access_efficiency(cls: CoalescingClass | None, stride: int | None, neutral: float,
+                       window: int = 1) -> float:
+    """Useful share of the bytes a warp's access moves, by coalescing class. A strided request of a
+    per-thread window (`window` > 1: thread t reads base + t*W + k for k < W) moves sectors that the
+    window's other requests use from L1, so the window as a whole wastes nothing: as coalesced."""
+    if cls in (CoalescingClass.COALESCED, CoalescingClass.BROADCAST) or window > 1:
         return 1.0
     if cls is CoalescingClass.UNCOALESCED:
         return 0.0
