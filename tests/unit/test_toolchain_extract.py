@@ -297,6 +297,13 @@ def test_detect_format_plain_cuda_file():
 
 
 def test_deeply_nested_expression_is_unresolved_not_a_crash():
+    import sys
+
     terms = " + ".join(['"a"'] * 900)
-    (u,) = extract_units(f"from cudaperf import cuda\nk = cuda.compile({terms}, 'k')\n")
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # Python's default: a library used by an earlier test may have raised it
+    try:
+        (u,) = extract_units(f"from cudaperf import cuda\nk = cuda.compile({terms}, 'k')\n")
+    finally:
+        sys.setrecursionlimit(before)
     assert not u.resolved and "deeply" in u.message
