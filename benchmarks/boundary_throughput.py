@@ -155,6 +155,9 @@ def timed_pass(ev, pairs, arm: str) -> dict:
     wall_s = time.perf_counter() - t0
     stages = sorted({k for r in results for k in r.stage_durations_s})
     stage_s = {k: statistics.median(r.stage_durations_s.get(k, 0.0) for r in results) for k in stages}
+    waits = [float(r.environment["referee_wait_s"]) for r in results if "referee_wait_s" in r.environment]
+    if waits:  # inside the stages above, not beside them: the parent waiting for the referee's answers
+        stage_s["(referee wait)"] = statistics.median(waits)
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
             "stage_median_s": stage_s, "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": ev._workers.workers[0].boundary_state}  # fmt: skip

@@ -551,7 +551,10 @@ class Worker:
                    "network": info.get("network"), "worker_start_s": start_s, "boundary": state}  # fmt: skip
         if note:
             sandbox["views"] = note
-        return dataclasses.replace(reply, sandbox=sandbox, payload=_with_boundary(reply.payload, state))
+        waited = reply.sandbox.get("referee_s")
+        extra = {"referee_wait_s": f"{waited:.4f}"} if waited is not None else {}
+        payload = _with_boundary(reply.payload, state, extra)
+        return dataclasses.replace(reply, sandbox=sandbox, payload=payload)
 
     def _follow_cache(self, job: dict[str, Any]) -> None:
         """A job on another build cache than the one this worker's views cover: restart it on that one
@@ -926,12 +929,14 @@ class Worker:
         return _Event("message", message=message)
 
 
-def _with_boundary(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def _with_boundary(payload: dict[str, Any], state: dict[str, Any],
+                   extra: dict[str, str] | None = None) -> dict[str, Any]:
     """The payload with `environment["sandbox"]` set to the parent's observation of the boundary (a JSON
-    string: `EvalResult.environment` holds strings), so every result says what held for it."""
+    string: `EvalResult.environment` holds strings), so every result says what held for it, and `extra`
+    (`referee_wait_s`: the seconds this process waited for the referee's answers during the job)."""
     if not state or not isinstance(payload.get("environment"), dict):
         return payload
-    environment = {**payload["environment"], "sandbox": json.dumps(state, sort_keys=True)}
+    environment = {**payload["environment"], "sandbox": json.dumps(state, sort_keys=True), **(extra or {})}
     return {**payload, "environment": environment}
 
 
