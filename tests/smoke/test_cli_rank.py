@@ -75,7 +75,7 @@ def test_rank_score_names_an_unknown_task(capsys):
 @pytest.mark.slow
 def test_rank_train_writes_a_model_that_loads(tmp_path, capsys):
     """Train on the committed shards restricted to one small family (scan), then load the model back."""
-    from cudaperf.datasets.measure.runner import read_records
+    from cudaperf.datasets.jsonl import read_records
     from cudaperf.ranker.store import load_model
 
     src = Path("benchmarks/dataset_measure")

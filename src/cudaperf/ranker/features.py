@@ -14,7 +14,7 @@ computed from the code and the task, never from a measurement:
   what shared-memory tiling and register windows remove), intensity, registers, spills, shared memory,
   occupancy, barriers, global and shared atomics and their contention (threads per atomic target),
   coalescing classes, bank conflicts, vector accesses, and the existing structural score
-  (`cudaperf.reward.structural_score`, with per-thread windows shown as coalesced); per-thread windows
+  (`cudaperf.reward.structural_score`, which counts a per-thread window as coalesced); per-thread windows
   (strided requests that share their sectors: their share, and the sectors a request costs over the
   ideal, weighted by requests), bytes requested per
   SM a launch can use (a one-block pass stands out), barrier executions per thread and FLOPs per barrier,
@@ -210,8 +210,8 @@ def config_features(
         notes.append(f"trace: {trace.error}")
     values: dict[str, float] = {}
     values.update(problem_values(sizes, problem))
-    report, score, window_score = _analysis(source, trace, facts, notes)
-    values.update(analysis_values(report, trace, sizes, window_score))
+    report, score = _analysis(source, trace, facts, notes)
+    values.update(analysis_values(report, trace, sizes, score))
     values.update(launch_values(trace, sizes, _blocks_per_sm(report)))
     values.update(source_values(source))
     return ConfigFeatures(
@@ -303,28 +303,8 @@ def _analysis(source: str, trace: TraceResult, facts: CompilerFacts | None, note
             report, kernels=tuple(_with_facts(k, facts, launch) for k in report.kernels)
         )
     if not report.kernels:
-        return report, NAN, NAN
-    score = structural_score(report.kernels)[0]
-    return report, score, structural_score(_windows_as_coalesced(report))[0]
-
-
-def _windows_as_coalesced(report) -> tuple:
-    """The kernels with their per-thread windows' accesses shown as coalesced, for feature a_structural:
-    the reward's score reads coalescing per request and would charge a window as strided traffic, which
-    it is not (its requests share their sectors; see `_coalescing_shares`). The baseline keeps the
-    reward's own score."""
-    from cudaperf.types import CoalescingClass
-
-    out = []
-    for k, d in zip(report.kernels, report.details, strict=False):
-        windows = iter(g["window"] > 1 for g in d.global_accesses)
-        accesses = tuple(
-            dataclasses.replace(a, coalescing=CoalescingClass.COALESCED, stride_elements=1)
-            if a.space == "global" and next(windows, False) else a
-            for a in k.accesses
-        )
-        out.append(dataclasses.replace(k, accesses=accesses))
-    return tuple(out)
+        return report, NAN
+    return report, structural_score(report.kernels)[0]
 
 
 def _with_facts(k, facts: CompilerFacts, launch: Mapping[str, Mapping[str, Any]]):
