@@ -11,6 +11,9 @@
 #   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost) hostile
 #   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
+#   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
+#   eval-modes (the default and RL evaluation modes side by side; EVAL_MODES_ARGS=--append for a 2nd call)
+#   eval-modes-tests (their GPU tests)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -95,6 +98,11 @@ run_step() {
     self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
       --out "$OUT/kb-self-check" --budget-s "${SELF_CHECK_BUDGET_S:-110}" ;;
     build-saving) step build-saving 300 python3 benchmarks/build_saving.py --out "$OUT/build_saving.json" ;;
+    full-size) step full-size 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_full_size_gpu.py ;;
+    sandbox) step sandbox 420 "${PYTEST[@]}" -v -s -m gpu tests/gpu/test_sandbox_gpu.py ;;
+    eval-modes) step eval-modes 420 python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
+      --out "$OUT/eval_modes.json" ${EVAL_MODES_ARGS:-} ;;
+    eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
     baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-40}" BUDGET_S="${BASELINES_BUDGET_S:-75}" \
       bash scripts/baseline_repeatability.sh ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
