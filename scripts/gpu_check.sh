@@ -100,8 +100,9 @@ run_step() {
     build-saving) step build-saving 300 python3 benchmarks/build_saving.py --out "$OUT/build_saving.json" ;;
     full-size) step full-size 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_full_size_gpu.py ;;
     sandbox) step sandbox 420 "${PYTEST[@]}" -v -s -m gpu tests/gpu/test_sandbox_gpu.py ;;
-    eval-modes) step eval-modes 420 python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
-      --out "$OUT/eval_modes.json" ${EVAL_MODES_ARGS:-} ;;
+    # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out
+    eval-modes) step eval-modes 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
+      --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}; rc=\$?; cp /tmp/eval_modes.json '$OUT/'; exit \$rc" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
     baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-40}" BUDGET_S="${BASELINES_BUDGET_S:-75}" \
       bash scripts/baseline_repeatability.sh ;;
