@@ -27,6 +27,7 @@ import torch
 from cudaperf.agent.evaluation import LocalEvaluator
 from cudaperf.agent.extract import extract_code
 from cudaperf.agent.prompting import render_task_prompt
+from cudaperf.agent.taskset import task_from_generated
 from cudaperf.anticheat.policy import Policy
 from cudaperf.evaluate import EvalConfig, TimingConfig
 from cudaperf.tasks import task_from_source
@@ -36,7 +37,7 @@ from cudaperf.train.monitor import read_batches, read_metrics
 from cudaperf.train.rl import run_rl
 from cudaperf.train.rollout import GeneratedTokens, ModelGenerator, MultiTurnRollout, first_prompt
 from cudaperf.train.sft import run_sft
-from cudaperf.train.sft_data import IGNORE, answer_text, task_record
+from cudaperf.train.sft_data import IGNORE, answer_text
 
 torch.set_num_threads(1)
 
@@ -112,7 +113,7 @@ def test_sft_learns_only_the_answer_which_the_agent_extracts(sft_run):
     answer = tokenizer.decode(list(example.labels[prompt:]), skip_special_tokens=True)
     naive = next(i for i in registry.implementations(task) if i.strategy == "naive")
     assert answer == answer_text(naive.source)
-    prompt_of_task = render_task_prompt(task_record(task))
+    prompt_of_task = render_task_prompt(task_from_generated(task))
     extracted = extract_code(answer, prompt_of_task.entry, prompt_of_task.entry_kind)
     assert extracted.code.strip() == naive.source.strip()
 

@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cudaperf.types import Task, TaskKind
 
@@ -152,16 +152,23 @@ def _index_split(split: str, wanted: _Selection) -> tuple[list[Task], list[str]]
     assigned = splits.split_tasks(index, 0)
     chosen = select([g for g in index if assigned[g.task_id] == split], kinds=wanted.kinds,
                     families=wanted.families, limit=wanted.limit)
+    return tasks_from_generated(chosen)
+
+
+def tasks_from_generated(generated: Iterable[Any]) -> tuple[list[Task], list[str]]:
+    """The `Task` of each index entry (`task_from_generated`), and for each that fails to load, a line
+    naming it and why."""
     tasks, errors = [], []
-    for generated in chosen:
+    for g in generated:
         try:
-            tasks.append(_from_generated(generated))
+            tasks.append(task_from_generated(g))
         except Exception as exc:  # noqa: BLE001 - a generator fault names its task and the run goes on
-            errors.append(f"{generated.task_id}: {type(exc).__name__}: {exc}")
+            errors.append(f"{g.task_id}: {type(exc).__name__}: {exc}")
     return tasks, errors
 
 
-def _from_generated(generated) -> Task:
+def task_from_generated(generated: Any) -> Task:
+    """The `Task` of a task-index entry: a PyTorch task runs its module; a C task gets its naive port."""
     from cudaperf.tasks import task_from_source
 
     if generated.kind is TaskKind.PYTORCH:

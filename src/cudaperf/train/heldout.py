@@ -61,7 +61,7 @@ def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: 
     """The `TaskSet` of `specs` as `agent.taskset.resolve` gives it, without the held-out tasks (when
     `holdout_fraction` > 0); `heldout:train` gives exactly the held-out tasks, and `split:NAME` (no
     directory) is read from the index with the held-out tasks removed before `limit` is applied."""
-    from cudaperf.agent.taskset import TaskSet, TaskSpecError, resolve, select
+    from cudaperf.agent.taskset import TaskSet, TaskSpecError, resolve, select, tasks_from_generated
 
     needs_index = any(s == HELDOUT_SPEC or (s.startswith("split:") and s.count(":") == 1) for s in specs)
     if HELDOUT_SPEC in specs and holdout_fraction <= 0:
@@ -74,7 +74,7 @@ def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: 
             name = spec.split(":", 1)[1]
             chosen = [g for g in index if (g.task_id in held if spec == HELDOUT_SPEC
                                            else assigned[g.task_id] == name and g.task_id not in held)]
-            found, bad = _load(select(chosen, kinds=kinds, families=families, limit=limit))
+            found, bad = tasks_from_generated(select(chosen, kinds=kinds, families=families, limit=limit))
         else:
             other = resolve([spec], kinds=kinds, families=families)
             found, bad = [t for t in other.tasks if t.task_id not in held], list(other.errors)
@@ -84,27 +84,4 @@ def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: 
     return TaskSet(tuple(select(unique, kinds=kinds, families=families, limit=limit)), tuple(errors))
 
 
-def task_record(generated: Any) -> Any:
-    """The `Task` of an index entry (a PyTorch task runs its module; a C task gets its naive port)."""
-    from cudaperf.datasets import registry
-    from cudaperf.tasks import task_from_source
-    from cudaperf.tasks.ctask import from_json, to_task
-    from cudaperf.types import TaskKind
-
-    if generated.kind is TaskKind.PYTORCH:
-        return task_from_source(generated.text, generated.task_id)
-    naive = next((i.source for i in registry.implementations(generated) if i.baseline), None)
-    return to_task(from_json(generated.text), naive_cuda=naive)
-
-
-def _load(generated: Sequence[Any]) -> tuple[list[Any], list[str]]:
-    tasks, errors = [], []
-    for g in generated:
-        try:
-            tasks.append(task_record(g))
-        except Exception as exc:  # noqa: BLE001 - a generator fault names its task and the rest goes on
-            errors.append(f"{g.task_id}: {type(exc).__name__}: {exc}")
-    return tasks, errors
-
-
-__all__ = ["HELDOUT_SPEC", "heldout_ids", "index_heldout", "resolve_tasks", "task_record"]
+__all__ = ["HELDOUT_SPEC", "heldout_ids", "index_heldout", "resolve_tasks"]

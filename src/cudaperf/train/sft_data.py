@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaperf.agent.taskset import task_from_generated
 from cudaperf.datasets import registry, splits
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.train.config import SftConfig
-from cudaperf.train.heldout import heldout_ids, task_record
+from cudaperf.train.heldout import heldout_ids
 from cudaperf.train.models import answer_ids, prompt_ids
 
 IGNORE = -100  # the label the loss skips (prompt tokens)
@@ -117,7 +118,7 @@ def task_messages(task: GeneratedTask, fmt: str = "fast") -> list[dict[str, str]
     """The agent's first prompt for a dataset task, as chat messages."""
     from cudaperf.agent.prompting import render_task_prompt
 
-    prompt = render_task_prompt(task_record(task), fmt)
+    prompt = render_task_prompt(task_from_generated(task), fmt)
     return [{"role": m.role, "content": m.content} for m in prompt.messages()]
 
 
@@ -168,4 +169,4 @@ def as_dataset(examples: Sequence[SftExample]) -> Any:
 
 
 __all__ = ["IGNORE", "LengthStats", "SftExample", "answer_text", "as_dataset", "build_examples",
-           "length_stats", "split_tasks", "task_messages", "task_record", "verified_impls"]
+           "length_stats", "split_tasks", "task_messages", "verified_impls"]
