@@ -364,7 +364,7 @@ class Evaluator:
                    for _ in range(n_threads)]
         for th in threads:
             th.start()
-        with _progress(progress, len(todo)) as advance:
+        with ProgressBar(progress, len(todo)) as advance:
             for _ in range(len(todo)):
                 result = results.get()
                 if result is not None:  # None: a pair left unstarted at the deadline
@@ -593,24 +593,27 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-class _progress:
-    """A rich progress bar (or nothing), advanced once per finished result."""
+class ProgressBar:
+    """A rich progress bar (or nothing), advanced once per finished result: `with ProgressBar(...) as
+    advance: advance(result)`. `describe(result)` is the text beside the bar (default: the pair and its
+    outcome); `label` names the batch."""
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled, self.total, self._bar = enabled, total, None
+    def __init__(self, enabled: bool, total: int, label: str = "eval",
+                 describe: Callable[[EvalResult], str] | None = None):
+        self.enabled, self.total, self.label, self._bar = enabled, total, label, None
+        self.describe = describe or (lambda r: f"{r.task_id}/{r.solution_id}: {r.outcome.value}")
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[EvalResult], None]:
         if not self.enabled:
             return lambda result: None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._bar = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(),
+        self._bar = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
                              TimeRemainingColumn(), TextColumn("{task.description}"))
         self._bar.start()
         tid = self._bar.add_task("", total=self.total)
-        return lambda result: self._bar.update(
-            tid, advance=1, description=f"{result.task_id}/{result.solution_id}: {result.outcome.value}")
+        return lambda result: self._bar.update(tid, advance=1, description=self.describe(result))
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()

@@ -153,7 +153,7 @@ def test_a_failing_progress_bar_does_not_end_the_batch(evaluator, tmp_path, monk
         def __exit__(self, *exc):
             return None
 
-    monkeypatch.setattr(evaluate, "_progress", Broken)
+    monkeypatch.setattr(evaluate, "ProgressBar", Broken)
     store = ResultStore(tmp_path / "r.jsonl")
     results = list(evaluator.evaluate_many(_pairs(*BATCH), store=store, progress=True))
     assert len(results) == len(BATCH) and {r.outcome for r in results} == {Outcome.HARNESS_ERROR}

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, as_completed
 from typing import Any, Self
 
-from cudaperf.evaluate import EvalConfig, deliver, harness_row
+from cudaperf.evaluate import EvalConfig, ProgressBar, deliver, harness_row
 from cudaperf.scale.config import PoolConfig
 from cudaperf.scale.pool import PoolReport, RayEvalPool
 from cudaperf.types import EvalResult, Outcome, Solution, Task
@@ -83,7 +83,7 @@ class RayEvaluator:
             key = (task.task_id, solution.solution_id)
             if key not in done:
                 todo.setdefault(key, (task, solution))
-        with _Progress(progress, len(todo), self.pool) as advance:
+        with ProgressBar(progress, len(todo), "ray eval", self._describe) as advance:
             for _, result in self._results(list(todo.values()), deadline_s):
                 yield deliver(result, store, advance)
 
@@ -105,6 +105,12 @@ class RayEvaluator:
                 result = harness_row(EvalResult(key[0], key[1], Outcome.HARNESS_ERROR), "pooling", exc)
             yield key, result
 
+    def _describe(self, result: EvalResult) -> str:
+        """The progress bar's text: the pool's actors, losses and re-runs, and the pair just finished."""
+        r = self.pool.report()
+        return (f"{r.live} actors ({r.kind}), {r.lost} lost, {r.reruns} re-run · "
+                f"{result.task_id}/{result.solution_id}: {result.outcome.value}")
+
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
@@ -123,34 +129,6 @@ class RayEvaluator:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["config"], state["pool"])
-
-
-class _Progress:
-    """A rich progress bar (or nothing) over a batch, with the pool's actors, losses and re-runs."""
-
-    def __init__(self, enabled: bool, total: int, pool: RayEvalPool):
-        self.enabled, self.total, self.pool, self._bar = enabled, total, pool, None
-
-    def __enter__(self) -> Callable[[EvalResult], None]:
-        if not self.enabled:
-            return lambda result: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self._bar = Progress(TextColumn("[bold]ray eval"), BarColumn(), MofNCompleteColumn(),
-                             TimeRemainingColumn(), TextColumn("{task.description}"))
-        self._bar.start()
-        tid = self._bar.add_task("", total=self.total)
-
-        def advance(result: EvalResult) -> None:
-            r = self.pool.report()
-            self._bar.update(tid, advance=1, description=(
-                f"{r.live} actors ({r.kind}), {r.lost} lost, {r.reruns} re-run · "
-                f"{result.task_id}/{result.solution_id}: {result.outcome.value}"))
-        return advance
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 __all__ = ["RayEvaluator"]
