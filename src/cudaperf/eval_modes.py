@@ -183,31 +183,29 @@ class GateTurn:
     def __init__(self, gate: GpuGate):
         self.gate = gate
         self.waited_s = 0.0
-        self._held: contextlib.ExitStack | None = None
+        self._leave: Callable[[], None] | None = None  # leaves the side held now
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            start = time.perf_counter()
-            stack.enter_context(self.gate.shared())
-            self.waited_s += time.perf_counter() - start
-            self._held = stack.pop_all()
+        self._leave = self._take(self.gate.shared)
         try:
             yield
         finally:
-            held, self._held = self._held, None
-            if held is not None:
-                held.close()
+            leave, self._leave = self._leave, None
+            leave()
 
     def upgrade(self) -> None:
-        if self._held is None:
+        if self._leave is None:
             raise RuntimeError("GateTurn.upgrade outside hold()")
-        self._held.close()
+        self._leave()
+        self._leave = self._take(self.gate.exclusive)
+
+    def _take(self, side: Callable[[], contextlib.AbstractContextManager[None]]) -> Callable[[], None]:
         start = time.perf_counter()
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.gate.exclusive())
-        self._held = stack
+        held = side()
+        held.__enter__()
         self.waited_s += time.perf_counter() - start
+        return lambda: held.__exit__(None, None, None)
 
 
 # --------------------------------------------------------------------------------------------------

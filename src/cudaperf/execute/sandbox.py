@@ -612,12 +612,12 @@ class Worker:
                                durations_s=durations, worker_replaced=True), 0.0
         ack = {k: v for k, v in answer.items() if k != "type"}
         waited_s = 0.0
-        if body["type"] == "done" and ack.get("proceed") and self._on_proceed is not None:
-            started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
-            proceed()
-            waited_s = time.monotonic() - started
-            durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
         if body["type"] == "done":
+            if ack.get("proceed") and self._on_proceed is not None:
+                started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
+                proceed()
+                waited_s = time.monotonic() - started
+                durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
             self._go_ahead_at = time.monotonic()  # the worker's timing stage cannot start before this
         if not self._send(encode_message({"type": "ack", **ack}), deadline + waited_s):
             pass  # the worker is gone: the next event reports how
