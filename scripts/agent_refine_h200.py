@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2")
     p.add_argument("--max-new-tokens", type=int, default=768)
     p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--batch-size", type=int, default=128,
+                   help="rows per generate call of a local model (decoding is overhead-bound: few big calls)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu", "none"))
     p.add_argument("--format", default="fast", choices=("fast", "inline"))
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{store.path} exists: pass --resume or another --out", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    backend = load_backend(args.model)
+    local = args.model.startswith(("smollm2", "hf:"))
+    backend = load_backend(args.model, **({"batch_size": args.batch_size} if local else {}))
     load_s = time.perf_counter() - t0
     print(f"model {backend.name} loaded in {load_s:.1f} s", flush=True)
     config = RefineConfig(turns=args.turns, samples=args.samples,
@@ -96,7 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     for m in summary["turns"]:
         print(f"turn {m['turn'] + 1}: extraction {m['extraction']}; outcomes {m['outcomes']}")
     _print_overhead(result.rounds)
+    _print_result(summary, result)
     return 0
+
+
+def _print_result(summary: dict, result) -> None:
+    """One line to grep: per turn correct rate, fast_1 and best speedup; unfinished trajectories."""
+    turns = [{"turn": m["turn"] + 1, "correct": m["correct_rate"], "solved": m["solved"],
+              "fast_1": m["fast_p"].get("1"), "best_x": m["best_speedup"]}
+             for m in summary["turns"]]
+    print("RESULT agent_refine " + json.dumps({"tasks": summary.get("tasks"), "turns": turns,
+                                               "unfinished": result.unfinished}, default=str), flush=True)
 
 
 def _print_turn(record) -> None:

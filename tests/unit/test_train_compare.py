@@ -55,9 +55,11 @@ class ScriptedPolicy:
 
     def __init__(self) -> None:
         self.replies = 0
+        self.calls: list[int] = []
 
     def generate(self, conversations, config):
         self.replies += len(conversations)
+        self.calls.append(len(conversations))
         out = []
         for conv in conversations:
             text = ANSWER.format("+" if any(m.role == "assistant" for m in conv) else "-")
@@ -134,6 +136,19 @@ def test_a_second_call_skips_complete_runs_and_continues_a_partial_one(tmp_path,
     assert (report.runs_skipped, report.runs_done) == (1, 2)
     assert [p.replies for p in policies] == [1]  # only the missing second turn was generated
     assert report.table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0
+
+
+def test_batched_seeds_generate_each_round_in_one_call_and_give_per_seed_runs(tmp_path, task_file,
+                                                                              cpu_evaluator):
+    policies: list = []
+    config = compare_config(tmp_path, task_file, batch_seeds=True)
+    report = run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory(policies))
+    row = report.table["scripted"]["toy"]
+    assert report.finished and row["seeds"] == [0, 1] and row["best_of_turns_correct"]["mean"] == 1.0
+    assert policies[0].calls == [2, 2]  # both seeds' trajectories in each round's one call
+    for seed in (0, 1):
+        lines = (tmp_path / "scripted" / "toy" / f"seed{seed}" / RUN_FILE).read_text().splitlines()
+        assert [json.loads(x)["turn"] for x in lines] == [0, 1]
 
 
 def test_continuing_with_other_settings_is_refused(tmp_path, task_file, cpu_evaluator):
