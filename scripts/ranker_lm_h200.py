@@ -4,6 +4,8 @@ families, score every row of the test families, and write the scores and figures
     python3 scripts/ranker_lm_h200.py --out $OUT --gguf /tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 scripts/ranker_lm_h200.py --out $OUT --model /tmp/smollm2-f32      # an already converted dir
     python3 scripts/ranker_lm_h200.py --out $OUT --tiny --device cpu --steps 50  # a dry run anywhere
+    python3 scripts/ranker_lm_h200.py --out $OUT --model DIR --device cpu --steps 2 --batch-pairs 2 \
+        --max-tokens 128 --families elementwise sort               # SmolLM2 on the CPU, two families
 
 Writes `lm_scores.json` ({"task|config|impl": reward} for the test rows: `cudaperf rank eval --lm-scores
 FILE` puts them beside the feature ranker on the same pairs) and `lm_summary.json` (the LM ranker's
@@ -38,6 +40,11 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", help="autocast dtype (float32 for none)")
+    ap.add_argument("--families", nargs="*", default=None,
+                    help="only these families' rows (a smoke run: name train and test families)")
+    ap.add_argument("--max-train-pairs", type=int, default=50_000)
+    ap.add_argument("--train-max-minutes", type=float, default=0.0,
+                    help="stop training after this long even before --steps (0: no limit), then score")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -49,7 +56,7 @@ def main() -> int:
     from cudaperf.ranker.pairs import make_pairs
     from cudaperf.ranker.table import build_table
 
-    table = build_table(features=False)
+    table = build_table(features=False, families=args.families)
     pairs = make_pairs(table)
     print(f"table {len(table)} rows, {len(pairs)} pairs ({time.time() - t0:.0f} s)", flush=True)
     cfg = LMRankerConfig(
@@ -59,6 +66,7 @@ def main() -> int:
         learning_rate=args.lr if not args.tiny else 3e-4,
         device=args.device,
         dtype=args.dtype if args.device.startswith("cuda") else "float32",
+        max_seconds=60 * args.train_max_minutes,
     )
     model_dir = _model_dir(args)
 
@@ -66,7 +74,9 @@ def main() -> int:
         model, tok = tiny_model(texts, max_tokens=cfg.max_tokens) if args.tiny else load_pretrained(model_dir)
         return LMRanker(model.to(cfg.device), tok, cfg)
 
-    held = evaluation.lm_split_scores(table, make, pairs, progress=lambda m: print(m, flush=True))
+    held = evaluation.lm_split_scores(table, make, pairs, max_train_pairs=args.max_train_pairs,
+                                      progress=lambda m: print(m, flush=True))
+    print(f"trained and scored in {time.time() - t0:.0f} s", flush=True)
     losses = list(held.losses)
     scores = {
         "|".join(table.keys[i]): float(held.scores[i])
@@ -102,6 +112,9 @@ def main() -> int:
             for n, v in per.items()
         )
         print(f"{bucket}: {line}", flush=True)
+    overall = {b: {n: v["all"]["macro"] for n, v in per.items()} for b, per in fig["buckets"].items()}
+    print("RESULT ranker_lm " + json.dumps({"seconds": round(time.time() - t0), "macro": overall}),
+          flush=True)
     print(f"done in {time.time() - t0:.0f} s; wrote {args.out}/lm_scores.json and lm_summary.json")
     return 0
 

@@ -47,6 +47,14 @@ def test_trained_lm_ranker_orders_unseen_pairs(trained):
     assert (ranker.rewards(fast) > ranker.rewards(slow)).mean() > 0.9
 
 
+def test_training_stops_at_max_seconds_before_its_steps():
+    fast, slow = _pairs(16, 1)
+    model, tok = tiny_model(fast + slow, vocab_size=300, hidden_size=32, max_tokens=64)
+    config = LMRankerConfig(max_tokens=64, batch_pairs=4, steps=10_000, max_seconds=0.5)
+    losses = LMRanker(model, tok, config).train(fast, slow)
+    assert 0 < len(losses) < 10_000
+
+
 def test_fitted_scale_makes_compare_a_probability(trained):
     ranker, _ = trained
     fast, slow = _pairs(32, 2)

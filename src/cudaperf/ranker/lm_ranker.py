@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ class LMRankerConfig:
     dtype: str = "float32"
     """Compute dtype: "bfloat16" runs forward and backward under autocast (weights stay float32), for
     SmolLM2 on the H200."""
+    max_seconds: float = 0.0
+    """Stop training after this many seconds even before `steps` (0: no limit): a run lent a machine for
+    minutes still scores with what it learnt; the losses' length says how many steps ran."""
 
 
 _COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/|"""(?:.|\n)*?"""|#[^\n]*(?=\n)', re.DOTALL)
@@ -195,7 +199,10 @@ class LMRanker:
         self.model.train()
         opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         losses = []
+        stop_at = time.monotonic() + cfg.max_seconds if cfg.max_seconds > 0 else None
         for step in range(cfg.steps):
+            if stop_at is not None and time.monotonic() > stop_at:
+                break
             pick = rng.integers(0, len(faster), size=cfg.batch_pairs)
             enc = self._encode([faster[i] for i in pick] + [slower[i] for i in pick])
             with self._autocast():
