@@ -1,5 +1,5 @@
 """SmolLM2-135M-Instruct through the `hf_local` backend on the H200: load times and batched generation
-throughput (tokens/s at batch 1, 16 and 64).
+throughput (tokens/s at batch 1, 16, 64 and 128).
 
 The GPU machine has no network and a 64 MiB carry per call, so the 98 MB GGUF travels in two parts:
 
@@ -16,7 +16,10 @@ The GPU machine has no network and a 64 MiB carry per call, so the 98 MB GGUF tr
 `run` joins the stashed part 1 with part 2 (checking the md5 written by `split`), converts the GGUF once to
 a bf16 safetensors directory under /tmp (timed: the cold load), loads it again (the cached load), then
 generates with sampling (temperature 0.7, top_p 0.95, a fixed seed) `--max-new-tokens` tokens for batches
-of `--batches` kernel-writing prompts, after one warm-up batch, and prints one JSON line per measurement.
+of `--batches` kernel-writing prompts, after one warm-up batch, and prints (and appends to --out) one JSON
+line per measurement as it is made. With --keep-cache an existing converted copy is kept (the first load
+is then labelled `load_first_s`, not a cold conversion); the GGUF is $CUDAPERF_SMOLLM2_GGUF when no parts
+are given (scripts/model_day.sh D).
 tokens/s counts the completion tokens actually generated (a row that ends early counts what it produced).
 Runs on the CPU too, for a dry run: `run --device cpu --batches 1,2 --max-new-tokens 8`.
 """
@@ -107,31 +110,39 @@ def run(args: argparse.Namespace) -> int:
 
     gguf = _join(args.parts) if args.parts or STASH.is_dir() else None
     cache = Path(args.cache_dir)
-    if not args.keep_cache and cache.exists():
+    cold = not (args.keep_cache and cache.exists())
+    if cold and cache.exists():
         shutil.rmtree(cache)
     batches = [int(b) for b in args.batches.split(",")]
     options = SmolLM2Options(gguf=str(gguf) if gguf else None, cache_dir=str(cache), device=args.device,
                              batch_size=max(batches))
-    rows = [{"what": "environment", "python": platform.python_version(), "torch": torch.__version__,
-             "transformers": transformers.__version__,
-             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"}]
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.write_text("")
+
+    def emit(row: dict) -> None:  # printed and written as measured: a kill keeps what was done
+        print(json.dumps(row), flush=True)
+        if out is not None:
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    emit({"what": "environment", "python": platform.python_version(), "torch": torch.__version__,
+          "transformers": transformers.__version__,
+          "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"})
     start = time.perf_counter()
     load_smollm2(options).close()
-    rows.append({"what": "load_cold_convert_s", "value": round(time.perf_counter() - start, 2)})
+    emit({"what": "load_cold_convert_s" if cold else "load_first_s (converted copy kept)",
+          "value": round(time.perf_counter() - start, 2)})
     start = time.perf_counter()
     backend = load_smollm2(options)
-    rows.append({"what": "load_cached_s", "value": round(time.perf_counter() - start, 2),
-                 "device": str(backend.model.device), "dtype": str(backend.model.dtype)})
+    emit({"what": "load_cached_s", "value": round(time.perf_counter() - start, 2),
+          "device": str(backend.model.device), "dtype": str(backend.model.dtype)})
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0.7, top_p=0.95, seed=0)
     backend.generate(_prompts(min(4, max(batches))), GenerationConfig(max_new_tokens=16, seed=0))  # warm-up
     for batch in batches:
-        rows.append(_throughput(backend, batch, config))
+        emit(_throughput(backend, batch, config))
     example = backend.generate(_prompts(1), GenerationConfig(max_new_tokens=160, temperature=0.0))[0]
-    rows.append({"what": "greedy_example", "reply": example.text, "finish": example.finish_reason})
-    for row in rows:
-        print(json.dumps(row))
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    emit({"what": "greedy_example", "reply": example.text, "finish": example.finish_reason})
     return 0
 
 
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", default="/tmp/cudaperf-cache")
     p.add_argument("--keep-cache", action="store_true", help="keep an earlier conversion (no cold load)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--batches", default="1,16,64")
+    p.add_argument("--batches", default="1,16,64,128")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--out", default=None)
     args = parser.parse_args(argv)

@@ -6,11 +6,13 @@ and on the held-out (test) families, through the agent loop with real kernel eva
     python3 scripts/train_compare_h200.py --out "$OUT/compare"    # until it prints "done"
 
 Models default to `--work`'s `sft/final` and `rl/final` (what train_h200.py leaves under /tmp on the
-same warm machine) and `smollm2`; a model directory that is missing is left out with a note. One call
+same warm machine) and `--base` (smollm2); a model directory that is missing is left out with a note. One call
 starts no round after --max-minutes (default 8.5, so a 10-minute call holds it); runs and their
 trajectories stay under --work/compare between calls, complete (model, set, seed) runs are skipped and
-a partial one continues from its last turn. Each call copies comparison.md / comparison.json and every
-run's figures.json to --out and prints the table (mean ± std (min–max) over the seeds done so far).
+a partial one continues from its last turn. By default every (set, seed) run of a model goes through one
+agent loop side by side (`CompareConfig.batch_seeds`): one generate call per round for all of them.
+Each call copies comparison.md / comparison.json and every run's figures.json to --out and prints the table
+(mean ± std (min–max) over the seeds done so far) and a `RESULT compare` line.
 
 Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1, geometric-mean
 speedup (solved tasks; all tasks with unsolved = 1), mean structural score, anti-cheat flagged share.
@@ -43,6 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
+    p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model)")
+    p.add_argument("--separate-seeds", action="store_true",
+                   help="one agent loop per (set, seed) run instead of all of a model's runs side by side "
+                   "(CompareConfig.batch_seeds; batching is what makes the default fit one call)")
     p.add_argument("--cpu-smoke", action="store_true",
                    help="run here on the CPU (models from train_h200.py --cpu-smoke; pure-PyTorch answers "
                    "judged by the CPU worker)")
@@ -64,19 +70,25 @@ def main(argv: list[str] | None = None) -> int:
         seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
         max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
+        batch_seeds=not args.separate_seeds,
         eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     report = run_compare(config)
     _copy_out(Path(config.output_dir), args.out)
     print((Path(config.output_dir) / COMPARISON_MD).read_text(), end="")
     print(f"{report.runs_done} runs complete ({report.runs_skipped} from earlier calls), "
           f"{report.runs_unfinished} unfinished; {(time.monotonic() - started) / 60:.1f} min this call")
+    print("RESULT compare " + json.dumps({
+        "runs_done": report.runs_done, "runs_unfinished": report.runs_unfinished,
+        "table": {f"{m}/{s}": {k: (row[k]["mean"], row[k]["std"]) for k in ("first_turn_correct",
+                                                                            "best_of_turns_correct",
+                                                                            "fast_1", "speedup_geomean_all")}
+                  for m, by_set in report.table.items() for s, row in by_set.items()}}), flush=True)
     print("done" if report.finished else "not finished: call the same command again (it resumes from /tmp)")
     return 0
 
 
 def _default_models(args: argparse.Namespace) -> list[str]:
-    base = "hf:" + str(args.work / "sft" / "tiny-init") if args.cpu_smoke else "smollm2"
-    models = [f"base={base}"]
+    models = [f"base={args.base}"]
     for name in ("sft", "rl"):
         final = args.work / name / "final"
         if (final / "config.json").is_file():

@@ -4,10 +4,12 @@ evaluation. Prints a table and writes it (and the metrics) under --out.
 
     python3 scripts/train_h200.py --out "$OUT/train"            # call again until it prints "done"
 
-One call stops starting work after --max-minutes (default 8.5, so a 10-minute call holds it); every stage
-checkpoints under --work (default /tmp/cudaperf_train, which survives between back-to-back calls on the same
-warm machine: a 135M checkpoint is too large to come back through $OUT) and the next call resumes where
-the last one stopped: SFT from its last checkpoint, RL from its last checkpoint once SFT is final.
+One call stops starting work after --max-minutes (default 8.5, so a 10-minute call holds it; each stage's
+own budget is what is left less --margin-minutes, which covers loading before the trainer's clock starts,
+the step running when it stops and the final save); every stage checkpoints under --work (default
+/tmp/cudaperf_train, which survives between back-to-back calls on the same warm machine: a 135M checkpoint
+is too large to come back through $OUT) and the next call resumes where the last one stopped: SFT from its
+last checkpoint, RL from its last checkpoint once SFT is final.
 
 Needs on the machine: trl 1.16 and datasets (wheels carried, see shared/docs/gpu-machine.md), the
 SmolLM2 GGUF and `gguf` (as for `cudaperf optimize --model smollm2`). Everything is a field of
@@ -16,7 +18,10 @@ SmolLM2 GGUF and `gguf` (as for `cudaperf optimize --model smollm2`). Everything
 Prints: per stage its steps and minutes; SFT's examples, token lengths, last train and eval loss; per RL
 step the mean turn score and sample reward, each reward component, correct rate (all turns, first turn,
 best of turns), geometric-mean speedup of correct turns, anti-cheat flags by kind, tokens per turn, and the
-time split (generation, evaluation, optimiser) with turns per minute.
+time split (generation, evaluation, optimiser) with turns per minute. One `RESULT sft ...` / `RESULT rl ...`
+line per stage as it ends; --out gets the JSON and each stage's metrics.jsonl after each stage (a call
+killed later keeps them). With --final-on-limit a stage stopped by its budget still leaves a `final/`
+model: its last checkpoint, marked by `stopped_early.json` (the next stage and the comparison use it).
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,6 +43,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
     p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
     p.add_argument("--max-minutes", type=float, default=8.5, help="start no work after this")
+    p.add_argument("--margin-minutes", type=float, default=1.0,
+                   help="kept free at the end of each stage's budget (loading, the last step, saving)")
+    p.add_argument("--sft-max-minutes", type=float, default=0.0, help="SFT's own budget (0: what is left)")
+    p.add_argument("--rl-max-minutes", type=float, default=0.0, help="RL's own budget (0: what is left)")
+    p.add_argument("--final-on-limit", action="store_true",
+                   help="a stage stopped by its budget promotes its last checkpoint to final/")
+    p.add_argument("--sft-max-steps", type=int, default=-1, help="SFT optimiser steps (-1: the epochs')")
+    p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
     p.add_argument("--model", default="smollm2")
     p.add_argument("--sft-epochs", type=float, default=2.0)
     p.add_argument("--sft-batch", type=int, default=16)
@@ -76,15 +90,61 @@ def main(argv: list[str] | None = None) -> int:
     def left() -> float:
         return args.max_minutes - (time.monotonic() - started) / 60
 
-    sft = _sft(args, left())
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    sft = _sft(args, _budget(args.sft_max_minutes, left() - args.margin_minutes))
     rows["sft"] = sft
-    if sft.get("finished") and left() > 1.5:
-        rows["rl"] = _rl(args, sft["final_dir"], left())
-    _write(args.out, rows)
+    _stage_out(args, rows, stamp, "sft")
+    print("RESULT sft " + json.dumps({k: v for k, v in sft.items() if k != "final_dir"}, default=str),
+          flush=True)
+    if sft.get("usable") and left() > args.margin_minutes + 0.5:
+        rows["rl"] = _rl(args, sft["final_dir"], _budget(args.rl_max_minutes, left() - args.margin_minutes))
+        _stage_out(args, rows, stamp, "rl")
+        print("RESULT rl " + json.dumps({k: v for k, v in rows["rl"].items() if k != "per_step"},
+                                        default=str), flush=True)
     _print_table(rows)
-    done = bool(sft.get("finished")) and bool(rows.get("rl", {}).get("finished"))  # type: ignore[union-attr]
+    rl = rows.get("rl", {})
+    done = bool(sft.get("usable")) and bool(rl.get("finished") or rl.get("stopped_early"))  # type: ignore
     print("done" if done else "not finished: call the same command again (it resumes from /tmp)")
     return 0
+
+
+def _budget(explicit: float, left: float) -> float:
+    """A stage's minutes: its own budget when given, never more than what is left (at least 0.5)."""
+    return max(0.5, min(explicit, left) if explicit > 0 else left)
+
+
+def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> None:
+    """The JSON so far and the stage's metrics to --out, at once (a later kill keeps them)."""
+    _write(args.out, rows, stamp)
+    metrics = args.work / stage / "metrics.jsonl"
+    if metrics.is_file():
+        shutil.copy(metrics, args.out / f"{stage}_metrics.jsonl")
+    rollouts = args.work / stage / "rollouts.jsonl"
+    if rollouts.is_file():
+        shutil.copy(rollouts, args.out / f"{stage}_rollouts.jsonl")
+
+
+FINAL_SKIP = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state")
+
+
+def _promote(out: Path, steps: int, max_steps: int | None) -> bool:
+    """Copy the last checkpoint's model (not its optimiser state) to out/final, marked stopped early. False
+    when there is none or it holds a LoRA adapter only (it would need merging)."""
+    from cudaperf.train.monitor import last_checkpoint
+
+    checkpoint = last_checkpoint(out)
+    if checkpoint is None or not (Path(checkpoint) / "config.json").is_file():
+        return False
+    final = out / "final"
+    scratch = out / "final.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(checkpoint, scratch,
+                    ignore=lambda _d, names: [n for n in names if n.startswith(FINAL_SKIP)])
+    (scratch / "stopped_early.json").write_text(json.dumps(
+        {"checkpoint": Path(checkpoint).name, "steps": steps, "max_steps": max_steps}) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    scratch.rename(final)
+    return True
 
 
 def _missing(module: str) -> bool:
@@ -110,16 +170,20 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
 
     out = args.work / "sft"
     if (out / "final" / "config.json").is_file():
-        return {"finished": True, "final_dir": str(out / "final"), "note": "already trained"}
+        early = (out / "final" / "stopped_early.json").is_file()
+        return {"finished": not early, "usable": True, "final_dir": str(out / "final"),
+                "note": "already trained" + (" (stopped early)" if early else "")}
     measurements = args.measurements if args.measurements and Path(args.measurements).is_dir() else ""
     config = SftConfig(model=args.model, output_dir=str(out), seed=args.seed, epochs=args.sft_epochs,
                        batch_size=args.sft_batch, learning_rate=args.sft_lr, limit_tasks=args.sft_limit_tasks,
-                       measurements=measurements, max_length=4096, save_steps=100, eval_steps=200,
-                       logging_steps=10, max_minutes=max(0.5, minutes - 0.5), lora=args.lora,
-                       device="cpu" if args.cpu_smoke else "cuda")
+                       measurements=measurements, max_length=args.sft_max_length, save_steps=100,
+                       eval_steps=200, logging_steps=10, max_minutes=minutes, lora=args.lora,
+                       max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
     t0 = time.monotonic()
     report = run_sft(config)
-    return {"finished": report.finished, "final_dir": report.final_dir, "steps": report.steps,
+    promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None)
+    return {"finished": report.finished, "usable": report.finished or promoted,
+            "stopped_early": bool(promoted), "final_dir": report.final_dir, "steps": report.steps,
             "train_examples": report.train_examples, "val_examples": report.val_examples,
             "tokens": report.train_lengths.line(), "train_loss": report.train_loss,
             "eval_loss": report.eval_loss, "minutes": (time.monotonic() - t0) / 60,
@@ -136,13 +200,16 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
-                      max_minutes=max(0.5, minutes - 0.5), lora=args.lora,
+                      max_minutes=minutes, lora=args.lora,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     t0 = time.monotonic()
     report = run_rl(config)
     steps = _rl_steps(read_metrics(config.output_dir))
-    return {"finished": report.finished, "steps": report.steps, "tasks": report.tasks,
+    promoted = not report.finished and args.final_on_limit and _promote(
+        args.work / "rl", report.steps, config.max_steps)
+    return {"finished": report.finished, "stopped_early": bool(promoted), "steps": report.steps,
+            "tasks": report.tasks,
             "minutes": (time.monotonic() - t0) / 60, "per_step": steps, "resumed_from": report.resumed_from}
 
 
@@ -160,8 +227,8 @@ def _rl_steps(records: list[dict]) -> list[dict]:
     return out
 
 
-def _write(out: Path, rows: dict) -> None:
-    path = out / f"train_h200_{time.strftime('%Y%m%dT%H%M%S')}.json"
+def _write(out: Path, rows: dict, stamp: str) -> None:
+    path = out / f"train_h200_{stamp}.json"
     path.write_text(json.dumps(rows, indent=2, default=str))
 
 

@@ -57,8 +57,9 @@ class CommonConfig:
     save_total_limit: int = 2
     """Checkpoints kept (older ones are deleted); at least 1."""
     max_minutes: float = 0.0
-    """Stop after this many minutes of training with a checkpoint (0: no limit); starting the same run
-    again resumes it (how a long run fits machines lent for a few minutes at a time)."""
+    """Stop with a checkpoint once the next step (taken to last as long as the last one) would end past
+    this many minutes of training (0: no limit); starting the same run again resumes it (how a long run
+    fits machines lent for a few minutes at a time)."""
     resume: bool = True
     """Continue from the last checkpoint in `output_dir` when there is one (the saved configuration must
     match: see `check_resume`); False refuses to start over an existing run."""

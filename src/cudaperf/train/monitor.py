@@ -112,7 +112,8 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
 
 def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
     """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
-    stops the run with a checkpoint after `config.max_minutes`."""
+    stops the run with a checkpoint at the end of the last step that fits `config.max_minutes` (the next
+    step is taken to last as long as the one just ended)."""
     from transformers import TrainerCallback
 
     class RunCallback(TrainerCallback):
@@ -126,7 +127,10 @@ def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
         def on_step_end(self, args, state, control, **kwargs):
             now = time.perf_counter()
             self.step_seconds.append(now - self.step_started)
-            if config.max_minutes and now - self.started > 60 * config.max_minutes:
+            # Stop when the next step, as long as this one, would end past the limit: an RL step takes
+            # minutes, and a run lent a machine for a few must not start one it cannot finish.
+            next_end_s = now - self.started + (now - self.step_started)
+            if config.max_minutes and next_end_s > 60 * config.max_minutes:
                 control.should_save = True  # the time is up: checkpoint, stop; a rerun resumes
                 control.should_training_stop = True
 
