@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a stage stopped by its budget promotes its last checkpoint to final/")
     p.add_argument("--sft-max-steps", type=int, default=-1, help="SFT optimiser steps (-1: the epochs')")
     p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
+    p.add_argument("--promote-only", action="store_true",
+                   help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
     p.add_argument("--model", default="smollm2")
     p.add_argument("--sft-epochs", type=float, default=2.0)
     p.add_argument("--sft-batch", type=int, default=16)
@@ -78,6 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.promote_only:
+        done = {stage: (args.work / stage / "final" / "config.json").is_file()
+                or _promote(args.work / stage, -1, None) for stage in ("sft", "rl")}
+        print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
+        return 0
     started = time.monotonic()
     os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
     missing = [m for m in ("trl", "datasets", "peft") if _missing(m)]
@@ -141,7 +148,8 @@ def _promote(out: Path, steps: int, max_steps: int | None) -> bool:
     shutil.copytree(checkpoint, scratch,
                     ignore=lambda _d, names: [n for n in names if n.startswith(FINAL_SKIP)])
     (scratch / "stopped_early.json").write_text(json.dumps(
-        {"checkpoint": Path(checkpoint).name, "steps": steps, "max_steps": max_steps}) + "\n")
+        {"checkpoint": Path(checkpoint).name, "max_steps": max_steps,
+         "steps": steps if steps >= 0 else int(Path(checkpoint).name.rsplit("-", 1)[-1])}) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     scratch.rename(final)
     return True
