@@ -17,7 +17,8 @@ again with the same `--out` resumes: stored problems are not run again (HARNESS_
 are). Finally the per-level table is printed and written to `OUT/table.md`: problems, evaluated,
 evaluable (CORRECT), failures by outcome, not reached in the budget, the median and p90 seconds per
 problem (an evaluation's wall time in the evaluator, build wait included), and below it every problem
-that is not CORRECT with its reason.
+that is not CORRECT with its reason and the task property that explains it, if any (`task_property`: a
+reference that disagrees with its own re-run fails its own self-check, and no candidate can do better).
 
     python3 scripts/kernelbench_self_check.py --kernelbench DIR [--mirror GITDIR] --out OUT
         [--levels 1 2 3] [--budget-s 160] [--seeds 1] [--timing-budget-ms 5]
@@ -124,10 +125,24 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def task_property(result: EvalResult) -> str:
+    """What the task itself does that no candidate can change, when that explains a failed self-check:
+    "reference nondeterministic" (the reference disagrees with its own re-run on a configuration the
+    self-check failed: flag `task_nondeterministic`), else ""."""
+    failed = {c.config for c in result.correctness if not c.correct}
+    if any(f.code == "task_nondeterministic" and f.config in failed for f in result.flags):
+        return "reference nondeterministic"
+    return ""
+
+
 def level_row(level: int, problems: int, results: list[EvalResult]) -> list[str]:
     seconds = [r.stage_durations_s["total"] for r in results if "total" in r.stage_durations_s]
     failures = Counter(r.outcome.value for r in results if r.outcome is not Outcome.CORRECT)
     failed = ", ".join(f"{k} {v}" for k, v in failures.most_common()) or "-"
+    explained = Counter(task_property(r) for r in results if r.outcome is not Outcome.CORRECT)
+    explained.pop("", None)
+    if explained:
+        failed += " (" + ", ".join(f"{v} {k}" for k, v in explained.most_common()) + ")"
     median = statistics.median(seconds) if seconds else None
     p90 = _quantile(seconds, 0.9)
     return [str(level), str(problems), str(len(results)), str(sum(r.correct for r in results)), failed,
@@ -151,10 +166,12 @@ def table(kernelbench: Path | None, out: Path, levels: list[int], args: argparse
               f"{args.timing_budget_ms:g} ms per function, {args.input_sets} input set(s); derived "
               "configurations included; seconds are each evaluation's wall time in the evaluator.")]
     if failures:
-        lines += ["", "| level | problem | outcome | stage | reason |", "|---|---|---|---|---|"]
+        lines += ["", "| level | problem | outcome | task property | stage | reason |", "|---" * 6 + "|"]
         for level, r in failures:
             reason = " ".join((r.message or "").split())[:REASON_CHARS].replace("|", "\\|")
-            lines.append(f"| {level} | {r.task_id} | {r.outcome.value} | {r.stage} | {reason} |")
+            explained = task_property(r) or "-"
+            cells = [str(level), r.task_id, r.outcome.value, explained, r.stage, reason]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
