@@ -27,8 +27,21 @@ interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-ro
 rounds the contents of another input set are copied into the tensors about to be used, so a result cached
 by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); a per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
-violation (hack #7). The lead's own duration is recorded per function (`BenchReport.lead_median_ms`), a
-diagnostic: a lead shorter than a function's host path leaves the GPU idle inside its samples.
+violation (hack #7).
+
+How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
+the GPU idle inside its samples (the sample then holds host time, and a slower CPU makes the function look
+slower: torch.compile's wrapper, dynamo guards and launches came to ~0.1 ms more than the lead in one of
+two H200 runs and the compile baseline's cross-run figure was 35%, eager's 5%; dev/LOG.md). So the
+untimed warm-up measures each function's host path (the host clock from just before `fn(inputs)` to its
+return), and each timed call of that function queues as many lead launches as cover 1.5x its p90
+(`LEAD_MARGIN`), at most `MAX_LEAD_LAUNCHES`; a timed sample whose host path still outlasted its lead
+(a "host-bound sample") raises that function's count for the rest of the run. The same rule for every
+function, candidate and baselines alike: each sample starts with the function's work queued, never
+with the GPU waiting for the host; the launches, the host paths (median, p90), the host-bound samples
+and the lead's GPU time are in the report. The garbage collector is collected before the timed rounds
+and paused during them (as `timeit` does), so a collection cannot land inside a host path. The legacy
+baseline protocol (`host_timing`, A/B runs only) keeps one launch and the collector on.
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
@@ -45,12 +58,14 @@ profiler's stream check, which counts kernels and copies on any stream but the c
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -69,6 +84,8 @@ DEFAULT_L2_BYTES = 50 * 1024 * 1024  # when the device reports no L2 size (an H2
 DEFAULT_LEAD_US = 200.0  # how long the pre-call write keeps the GPU busy (module docstring, step 1)
 LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the device's memory than this
 ESTIMATE_ROUNDS = 3
+LEAD_MARGIN = 1.5  # the leads cover this many times a function's p90 host path
+MAX_LEAD_LAUNCHES = 8  # at most this many lead launches before one call (8 x 200 µs on an H200)
 
 Fn = Callable[[list], object]
 Check = Callable[[str, int, object], bool]
@@ -103,6 +120,13 @@ class BenchReport:
     lead_us: float = 0.0  # what the flush was sized to last (0: sized by hand, or no flush)
     lead_kind: str = ""  # "persistent" (cudaperf.lead), "memset" (its fallback) or "" (no flush, CPU)
     lead_median_ms: dict[str, float] = field(default_factory=dict)  # the lead's own median per function
+    # How long each function's lead was and whether it covered the host path (module docstring):
+    lead_launches: dict[str, int] = field(default_factory=dict)  # per call, at the end of the run
+    lead_launch_ms: float = 0.0  # one launch's median GPU time in the warm-up (0: no lead)
+    warmup_host_path_p90_ms: dict[str, float] = field(default_factory=dict)  # what set the launches
+    host_path_median_ms: dict[str, float] = field(default_factory=dict)  # fn(inputs) on the host clock
+    host_path_p90_ms: dict[str, float] = field(default_factory=dict)
+    host_bound_samples: dict[str, int] = field(default_factory=dict)  # host path > the sample's lead
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -302,19 +326,38 @@ def lead_sized_flush_bytes(device: str, lead_us: float = DEFAULT_LEAD_US) -> int
     return lead_flush_bytes(base, statistics.median(times_us), lead_us, int(total * LEAD_MEMORY_FRACTION))
 
 
+def lead_launches(host_path_p90_ms: float, launch_ms: float, margin: float = LEAD_MARGIN,
+                  cap: int = MAX_LEAD_LAUNCHES) -> int:
+    """Lead launches to queue before one call so the lead outlasts the call's host path: enough launches
+    of `launch_ms` (one launch's GPU time) to cover `margin` x `host_path_p90_ms`, at least 1, at most
+    `cap`; 0 when there is no lead (`launch_ms` <= 0)."""
+    if launch_ms <= 0:
+        return 0
+    wanted = math.ceil(margin * max(host_path_p90_ms, 0.0) / launch_ms)
+    return max(1, min(cap, wanted))
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile of `values` (nearest rank, the higher one; `values` not empty)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 # --------------------------------------------------------------------------------------------------
 # Clocks: one timed call each
 
 
 class _Call(NamedTuple):
     """One timed call: the output, the sample (start to end event), the host clock around it all, the
-    lead's own duration (its events), and whether the call left another stream current."""
+    lead's own duration (its events; every launch of it), whether the call left another stream current,
+    and the function's host path (the host clock from just before `fn(inputs)` to its return)."""
 
     out: object
     event_ms: float
     host_ms: float
     lead_ms: float
     stream_changed: bool
+    fn_host_ms: float
 
 
 class _CpuClock:
@@ -325,11 +368,11 @@ class _CpuClock:
     lead_us = 0.0
     lead_kind = ""
 
-    def time_call(self, fn: Fn, inputs: list) -> _Call:
+    def time_call(self, fn: Fn, inputs: list, leads: int = 1) -> _Call:
         start = _now_ns()
         out = fn(inputs)
         elapsed_ms = (_now_ns() - start) / 1e6
-        return _Call(out, elapsed_ms, elapsed_ms, 0.0, False)
+        return _Call(out, elapsed_ms, elapsed_ms, 0.0, False, elapsed_ms)
 
 
 class _CudaClock:
@@ -344,14 +387,17 @@ class _CudaClock:
         self.flush_bytes = self.lead.flush_bytes if self.lead else 0  # whole chunks
         self.lead_kind = self.lead.kind if self.lead else ""
 
-    def time_call(self, fn: Fn, inputs: list) -> _Call:
+    def time_call(self, fn: Fn, inputs: list, leads: int = 1) -> _Call:
         lead, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         host_start = _now_ns()
         lead.record(self.stream)
         if self.lead is not None:
-            self.lead()  # queued ahead of the start event (module docstring, step 1; cudaperf.lead)
+            for _ in range(max(leads, 1)):
+                self.lead()  # queued ahead of the start event (module docstring, step 1; cudaperf.lead)
         start.record(self.stream)
+        fn_start = _now_ns()
         out = fn(inputs)
+        fn_host_ms = (_now_ns() - fn_start) / 1e6
         torch.cuda.synchronize(self.stream.device)  # every stream of the device, not just ours (hack #4)
         end.record(self.stream)
         end.synchronize()
@@ -359,7 +405,8 @@ class _CudaClock:
         stream_changed = torch.cuda.current_stream(self.stream.device) != self.stream
         if stream_changed:
             torch.cuda.set_stream(self.stream)
-        return _Call(out, start.elapsed_time(end), host_ms, lead.elapsed_time(start), stream_changed)
+        return _Call(out, start.elapsed_time(end), host_ms, lead.elapsed_time(start), stream_changed,
+                     fn_host_ms)
 
 
 def _make_clock(device: torch.device, flush_bytes: int | None, lead_us: float) -> _CpuClock | _CudaClock:
@@ -422,12 +469,14 @@ def bench_interleaved_report(
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
-               random.Random(seed), measure_overhead)
-    per_fn_ms = run.estimate_round_ms() / len(fns)
-    warmup_rounds = _clamp(math.ceil(warmup_ms / per_fn_ms), 1, max_reps)
-    rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
+               random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY)
+    round_ms = run.estimate_round_ms()
+    warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
     run.warm_up(warmup_rounds)
-    run.timed(rounds, _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set())
+    per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
+    rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
+    with run.collector_paused():
+        run.timed(rounds, _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set())
     return run.report(rounds, warmup_rounds)
 
 
@@ -446,25 +495,62 @@ def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random)
 class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
-    def __init__(self, fns, input_sets, check, clock, rng, measure_overhead):
+    def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True):
         self.fns = dict(fns)
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
+        self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # a lead to lengthen, and allowed to
         self.samples = {name: [] for name in self.fns}
         self.host = {name: [] for name in self.fns}
         self.leads = {name: [] for name in self.fns}
+        self.fn_host = {name: [] for name in self.fns}  # timed samples' host paths
+        self.warm_fn_host = {name: [] for name in self.fns}  # untimed calls' host paths
+        self.warm_leads: list[float] = []  # untimed calls' lead GPU times (one launch each)
+        self.launches = dict.fromkeys(self.fns, 1)
+        self.launch_ms = 0.0
         self.counts = {key: dict.fromkeys(self.fns, 0) for key in
-                       ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes")}
+                       ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes",
+                        "host_bound_samples")}
         self.host_total_ms = 0.0
 
     def call(self, name: str, inputs: list) -> _Call:
         try:
-            timed = self.clock.time_call(self.fns[name], inputs)
+            timed = self.clock.time_call(self.fns[name], inputs, self.launches[name])
         except Exception as error:  # re-raised with the function's name, for classification
             raise FunctionFailed(name, error) from error
         self.counts["stream_changes"][name] += timed.stream_changed
         return timed
+
+    def untimed(self, name: str, inputs: list) -> None:
+        """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`."""
+        timed = self.call(name, inputs)
+        self.warm_fn_host[name].append(timed.fn_host_ms)
+        self.warm_leads.append(timed.lead_ms / max(self.launches[name], 1))
+
+    def set_lead_launches(self) -> float:
+        """Each function's lead launches from its warm-up host paths (`lead_launches`); returns what the
+        added launches cost per round (ms), for sizing the timed rounds."""
+        if not self.adapt_leads or not self.warm_leads:
+            return 0.0
+        self.launch_ms = statistics.median(self.warm_leads)
+        for name, host in self.warm_fn_host.items():
+            if host:
+                self.launches[name] = lead_launches(quantile(host, 0.9), self.launch_ms)
+        return sum(n - 1 for n in self.launches.values()) * self.launch_ms
+
+    @contextlib.contextmanager
+    def collector_paused(self) -> Iterator[None]:
+        """The timed rounds without garbage collections inside them (collected first); legacy: as is."""
+        if not self.adapt_leads or not gc.isenabled():
+            yield
+            return
+        gc.collect()
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
 
     def estimate_round_ms(self) -> float:
         """One untimed call per function (first-call effects), then the median of a few host-timed rounds."""
@@ -474,14 +560,14 @@ class _Run:
         for r in range(ESTIMATE_ROUNDS):
             start = _now_ns()
             for name in self.fns:
-                self.call(name, self.input_sets[r % len(self.input_sets)])
+                self.untimed(name, self.input_sets[r % len(self.input_sets)])
             per_round.append((_now_ns() - start) / 1e6)
         return max(statistics.median(per_round), 1e-3)
 
     def warm_up(self, rounds: int) -> None:
         for r in range(rounds):
             for name in self.rng.sample(list(self.fns), len(self.fns)):
-                self.call(name, self.input_sets[r % len(self.input_sets)])
+                self.untimed(name, self.input_sets[r % len(self.input_sets)])
 
     def timed(self, rounds: int, check_rounds: set[int]) -> None:
         start = _now_ns()
@@ -497,8 +583,14 @@ class _Run:
         self.samples[name].append(timed.event_ms)
         self.host[name].append(timed.host_ms)
         self.leads[name].append(timed.lead_ms)
+        self.fn_host[name].append(timed.fn_host_ms)
         # 0.01 ms of slack: event and host clocks have different resolutions
         self.counts["clock_violations"][name] += timed.event_ms > timed.host_ms + 0.01
+        if self.clock.lead_kind and timed.fn_host_ms > timed.lead_ms:
+            self.counts["host_bound_samples"][name] += 1
+            if self.adapt_leads and self.launch_ms > 0:  # the lead fell short: longer from now on
+                wanted = lead_launches(timed.fn_host_ms, self.launch_ms)
+                self.launches[name] = max(self.launches[name], wanted)
 
     def plain_round(self, index: int) -> None:
         for name in self.rng.sample(list(self.fns), len(self.fns)):
@@ -544,6 +636,11 @@ class _Run:
             host_total_ms=self.host_total_ms, event_total_ms=sum(sum(s) for s in self.samples.values()),
             lead_kind=self.clock.lead_kind,
             lead_median_ms={name: statistics.median(v) for name, v in self.leads.items() if v},
+            lead_launches=dict(self.launches) if self.clock.lead_kind else dict.fromkeys(self.fns, 0),
+            lead_launch_ms=self.launch_ms or (statistics.median(self.warm_leads) if self.warm_leads else 0.0),
+            warmup_host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.warm_fn_host.items() if v},
+            host_path_median_ms={n: statistics.median(v) for n, v in self.fn_host.items() if v},
+            host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.fn_host.items() if v},
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 
