@@ -10,8 +10,10 @@ repeat with one untimed pass (the worker and the referee start, their caches war
 baseline) and kept open, idle while the other arms run; a repeat is one timed pass over every candidate.
 Printed: per pass, the median milliseconds of each stage (the correctness stage includes waiting for the
 referee's judgement; the wall time per evaluation beyond `total` is the parent's: the referee's final
-verdict among it); per arm, the median evaluations per minute over the repeats, the ratios, and any
-candidate whose outcome differs between the arms (there should be none).
+verdict among it) and, for the arm with a referee, the median milliseconds of the referee's own work per
+job (`environment["referee_ms"]`: per message kind, per part inside them, the parent's wait per kind);
+per arm, the median evaluations per minute over the repeats, the ratios, and any candidate whose outcome
+differs between the arms (there should be none).
 
 The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
 and `referee` replaced by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
@@ -159,8 +161,20 @@ def timed_pass(ev, pairs, arm: str) -> dict:
     if waits:  # inside the stages above, not beside them: the parent waiting for the referee's answers
         stage_s["(referee wait)"] = statistics.median(waits)
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
-            "stage_median_s": stage_s, "outcomes": {r.solution_id: r.outcome.value for r in results},
+            "stage_median_s": stage_s, "referee_median_ms": referee_medians(results),
+            "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": ev._workers.workers[0].boundary_state}  # fmt: skip
+
+
+def referee_medians(results: list) -> dict[str, float]:
+    """Per part of the referee's work (`environment["referee_ms"]`: its time per message kind, per part
+    inside them, and the parent's wait per kind, `wait_*`), the median milliseconds over the results (a
+    part a result lacks counts 0)."""
+    import json
+
+    spent = [json.loads(r.environment["referee_ms"]) for r in results if "referee_ms" in r.environment]
+    names = sorted({k for s in spent for k in s})
+    return {k: statistics.median(s.get(k, 0.0) for s in spent) for k in names}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                 stages = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in row["stage_median_s"].items())
                 print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
                       f"{row['wall_s']:.1f} s); median ms per stage: {stages}", flush=True)
+                if row["referee_median_ms"]:
+                    parts = ", ".join(f"{k} {v:.1f}" for k, v in row["referee_median_ms"].items())
+                    print(f"    referee, median ms per job: {parts}", flush=True)
     finally:
         for ev in open_arms.values():
             ev.close()

@@ -55,7 +55,8 @@ class CJudge(Judge):
         entry = self.store.get(key)
         if entry is None:
             try:
-                entry = compute_reference(self.ctask, self.ctask.config(config), seed, self.job.cache_dir)
+                with self.spent("reference"):
+                    entry = compute_reference(self.ctask, self.ctask.config(config), seed, self.job.cache_dir)
             except Exception as exc:
                 raise ReferenceFailed(config, f"{type(exc).__name__}: {exc}"[:2000]) from exc
             self.store.put(key, entry)

@@ -17,9 +17,11 @@ Not covered: getting outputs here (`outputs.py`, the referee's loop in `referee.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,12 +62,36 @@ class Verdict:
             f.severity is Severity.ERROR for f in self.flags)
 
 
+class Spent:
+    """Milliseconds spent per named part of the work (the referee's, per job: returned with its verdict
+    as `referee_ms`, instrumentation only). `with spent("compare"): ...` adds the block's wall time."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.ms[name] = self.ms.get(name, 0.0) + 1e3 * seconds
+
+    def rounded(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.ms.items()}
+
+
 class Judge:
     """One job's judging; subclasses give `configs`, `is_derived`, `reference_for`, `compare_item` and
-    `degenerate`. `seeds` are the job's seeds with the secret mixed in, `public_seeds` their labels."""
+    `degenerate`. `seeds` are the job's seeds with the secret mixed in, `public_seeds` their labels.
+    `spent` (a `Spent`) times references computed, comparisons and degenerate checks."""
 
     def __init__(self, seeds: tuple[int, ...], public_seeds: tuple[int, ...]):
         self.seeds, self.public_seeds = seeds, public_seeds
+        self.spent = Spent()
         self.results: dict[str, list[tuple[str, Comparison]]] = {}
         self.firsts: dict[str, dict[int, Any]] = {}
         self.received: set[Key] = set()
@@ -162,7 +188,8 @@ class Judge:
         if key.config in self.dropped:
             return
         try:
-            result = self.compare_item(key.config, key.seed_index, key.run, item)
+            with self.spent("compare"):
+                result = self.compare_item(key.config, key.seed_index, key.run, item)
         except ReferenceFailed:
             if self.is_derived(key.config):
                 return
@@ -183,7 +210,8 @@ class Judge:
         self.finished.add(config)
         firsts = self.firsts.pop(config, {})
         if len(firsts) == len(self.seeds) and config not in self.dropped:
-            self.flags += self.degenerate(config, [firsts[i] for i in range(len(self.seeds))])
+            with self.spent("degenerate"):
+                self.flags += self.degenerate(config, [firsts[i] for i in range(len(self.seeds))])
 
     def verdict(self) -> Verdict:
         """The verdict on what arrived; a key that never arrived fails its configuration."""

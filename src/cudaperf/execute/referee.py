@@ -392,7 +392,7 @@ class Referee:
     """The referee's state: the region, the reference stores (kept across jobs) and the current job."""
 
     def __init__(self, region: Any, device: Any):
-        from cudaperf.execute.judge import ReferenceStore
+        from cudaperf.execute.judge import ReferenceStore, Spent
         from cudaperf.execute.torch_judge import cache_budget
 
         self.region, self.device = region, device
@@ -400,6 +400,7 @@ class Referee:
         self.c_store = ReferenceStore(lambda: 4 << 30, fingerprinted=False)
         self.job: RefereeJob | None = None
         self.poisoned = False
+        self.spent = Spent()  # this job's time per message kind and per part (`referee_ms` at finish)
 
     @classmethod
     def start(cls, region_fd: int, region_bytes: int) -> Referee:
@@ -418,8 +419,21 @@ class Referee:
         return cls(Region(region_fd, region_bytes), device)
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        """One message from the parent to its reply (None: no reply). Never raises."""
+        """One message from the parent to its reply (None: no reply). Never raises. The time it takes
+        goes to `spent` under its kind; the `finish` reply carries the job's (`referee_ms`)."""
+        from cudaperf.execute.judge import Spent
+
         kind = message.get("type")
+        if kind == "job":
+            self.spent = Spent()
+        start = time.perf_counter()
+        reply = self._handle(kind, message)
+        self.spent.add(str(kind)[:32], time.perf_counter() - start)
+        if isinstance(reply, dict) and reply.get("type") == "verdict":
+            reply["referee_ms"] = self.spent.rounded()
+        return reply
+
+    def _handle(self, kind: Any, message: dict[str, Any]) -> dict[str, Any] | None:
         try:
             if kind == "job":
                 self.job = None
@@ -466,8 +480,10 @@ class Referee:
 
         if self.device.type != "cuda":
             return
-        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > above_bytes:
-            torch.cuda.empty_cache()
+        with self.spent("release"):
+            idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+            if idle > above_bytes:
+                torch.cuda.empty_cache()
 
     def make_room(self, needed_bytes: int, own: Callable[[Any], bool]) -> int:
         """Give back stored references of other tasks (`own(key)` False), least recently used first,
@@ -491,8 +507,10 @@ class Referee:
     def _check_context(self) -> None:
         from cudaperf.execute.device_state import context_alive
 
-        if self.device.type == "cuda" and not context_alive(self.device):
-            self.poisoned = True
+        if self.device.type != "cuda":
+            return
+        with self.spent("context"):
+            self.poisoned = self.poisoned or not context_alive(self.device)
 
 
 class RefereeJob:
@@ -513,6 +531,7 @@ class RefereeJob:
         self.prepared = False
         try:
             self.judge = self._make_judge(wire_job)
+            self.judge.spent = referee.spent
             if not self.on_device:
                 self.prepare_references()
         except Exception as exc:  # noqa: BLE001 - the task, its reference or the job failed: not the candidate
@@ -534,7 +553,8 @@ class RefereeJob:
             return
         self.prepared = True
         if self.on_device and self.referee.device.type == "cuda":
-            self.referee.make_room(self.judge.room_bytes(), self.judge.own_key)
+            with self.referee.spent("room"):
+                self.referee.make_room(self.judge.room_bytes(), self.judge.own_key)
         self._guarded(self.judge.prepare)
 
     def _make_judge(self, wire_job: dict[str, Any]) -> Any:
@@ -629,8 +649,10 @@ class RefereeJob:
             self.assembling[key] = Assembler(spec, self.referee.device, self._limit(key))
             self.meta[key] = str(message.get("mutated") or "")
         assembler = self.assembling[key]
-        if assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
-                          message.get("offset", 0)):
+        with self.referee.spent("assemble"):
+            whole = assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
+                                   message.get("offset", 0))
+        if whole:
             output, inputs_after = assembler.value()
             del self.assembling[key]
             item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}

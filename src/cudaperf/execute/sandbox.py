@@ -312,6 +312,7 @@ class Worker:
             if limits.referee else None)
         self._engaged = False  # the current job is judged by the referee
         self.referee_s = 0.0  # this job's time spent waiting for the referee
+        self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
         self._on_proceed: Callable[[], None] | None = None  # this job's (run)
         self._go_ahead_at: float | None = None  # when this job's "all correct" answer was sent on
         self._result_at: float | None = None  # when this job's result was read
@@ -553,6 +554,8 @@ class Worker:
             sandbox["views"] = note
         waited = reply.sandbox.get("referee_s")
         extra = {"referee_wait_s": f"{waited:.4f}"} if waited is not None else {}
+        if reply.sandbox.get("referee_ms"):
+            extra["referee_ms"] = json.dumps(reply.sandbox["referee_ms"], sort_keys=True)
         payload = _with_boundary(reply.payload, state, extra)
         return dataclasses.replace(reply, sandbox=sandbox, payload=payload)
 
@@ -602,7 +605,7 @@ class Worker:
         link.used_bytes = max(link.used_bytes, min(referee.region_used(body), link.region_bytes))
         started = time.monotonic()
         answer, error = self.referee.request(body, deadline)
-        self.referee_s += time.monotonic() - started
+        self._waited(body["type"], time.monotonic() - started)
         if error:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
             logs = self.referee.log_tail()
@@ -632,6 +635,7 @@ class Worker:
             if link.alive:
                 link.send({"type": "end"}, deadline)
             link.zero_region()
+            self.referee_s, self.referee_wait_ms = 0.0, {}  # not this job's to carry into the next
             return reply
         payload = reply.payload
         started = time.monotonic()
@@ -639,7 +643,7 @@ class Worker:
             "type": "finish", "outcome": payload.get("outcome"), "claim": payload.get("correctness") or [],
             "timings": payload.get("timings") or [], "timing_wall_s": self._timing_window_s(reply),
         }, deadline)
-        self.referee_s += time.monotonic() - started
+        self._waited("finish", time.monotonic() - started)
         link.zero_region()
         if error:
             link.close_process()
@@ -652,10 +656,18 @@ class Worker:
         if referee.mismatched(verdict) and not replaced:  # the worker's process is not to be trusted again
             self._replace()
             replaced = True
-        sandbox = {**reply.sandbox, "referee_s": self.referee_s, "referee_starts": link.starts}
-        self.referee_s = 0.0
+        spent = verdict.get("referee_ms") if isinstance(verdict.get("referee_ms"), dict) else {}
+        waits = {f"wait_{k}": round(v, 3) for k, v in self.referee_wait_ms.items()}
+        sandbox = {**reply.sandbox, "referee_s": self.referee_s, "referee_starts": link.starts,
+                   "referee_ms": {**spent, **waits}}
+        self.referee_s, self.referee_wait_ms = 0.0, {}
         return dataclasses.replace(reply, outcome=outcome, message=message, stage=stage, payload=payload,
                                    worker_replaced=replaced, sandbox=sandbox)
+
+    def _waited(self, kind: str, seconds: float) -> None:
+        """This job's wait for the referee's answers, in all and per message kind."""
+        self.referee_s += seconds
+        self.referee_wait_ms[kind] = self.referee_wait_ms.get(kind, 0.0) + 1e3 * seconds
 
     def _timing_window_s(self, reply: WorkerReply) -> float:
         """The most time the worker's timing stage can have had: from the go-ahead this process sent

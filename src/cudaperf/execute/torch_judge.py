@@ -214,7 +214,8 @@ class TorchJudge(Judge):
         if entry is not None and entry.computed:
             return entry
         try:
-            entry = self._compute_with_room(cfg, seed, entry)
+            with self.spent("reference"):
+                entry = self._compute_with_room(cfg, seed, entry)
         except ReferenceOutOfMemory:
             raise
         except Exception as exc:
@@ -326,7 +327,8 @@ class TorchJudge(Judge):
                 continue
             entry = self.reference(config, 0)
             if "sol" not in entry.extra:
-                entry.extra["sol"] = self._sol(entry)
+                with self.spent("sol"):
+                    entry.extra["sol"] = self._sol(entry)
             self.sol[config] = entry.extra["sol"]
 
     def _sol(self, entry: TorchReference) -> dict[str, float | None]:
