@@ -18,9 +18,13 @@ same 67 tasks differed by a median 33.8% between two measurements, 30.8% even fo
 `CUDAPERF_BASELINE_PROTOCOL=legacy` switches this off (and `timing.compile_baseline`'s deterministic,
 static-shape settings): the earlier protocol, kept for A/B measurements (scripts/baseline_repeatability.sh).
 
+`steal_ticks()` reads how much time the hypervisor gave the CPUs to someone else (/proc/stat's `steal`),
+a diagnostic beside the serial-C baseline (a VM neighbour shifts a whole run's serial times).
+
 Not covered: CPU frequency (boost clocks fall as more cores are busy), memory-bandwidth contention from
 the other CPUs, processes outside cudaperf, machines where the OS refuses affinity changes (then the lock
-alone applies; `TimingSlot` says so).
+alone applies; `TimingSlot` says so). Those show in a calibration workload timed beside the baseline
+(`cudaperf.datasets.measure.serial`), not here.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,3 +178,27 @@ def pinned(cpus: frozenset[int]) -> Iterator[frozenset[int]]:
         yield cpus
     finally:
         os.sched_setaffinity(0, before)
+
+
+PROC_STAT = Path("/proc/stat")
+STEAL_FIELD = 7  # user nice system idle iowait irq softirq steal: the 8th count of a `cpu` line
+
+
+def steal_ticks(cpus: Iterable[int] | None = None, stat_text: str | None = None) -> tuple[int, int]:
+    """(steal, total) clock ticks so far of `cpus` (all CPUs when None) from /proc/stat (`stat_text`:
+    its contents, for tests); (0, 0) where it cannot be read (not Linux, a sandbox without /proc)."""
+    if stat_text is None:
+        try:
+            stat_text = PROC_STAT.read_text()
+        except OSError:
+            return 0, 0
+    wanted = None if cpus is None else {f"cpu{c}" for c in cpus}
+    steal = total = 0
+    for line in stat_text.splitlines():
+        name, *counts = line.split()
+        if not name.startswith("cpu") or (name != "cpu" if wanted is None else name not in wanted):
+            continue
+        numbers = [int(c) for c in counts[: STEAL_FIELD + 1]]
+        steal += numbers[STEAL_FIELD] if len(numbers) > STEAL_FIELD else 0
+        total += sum(numbers)
+    return steal, total

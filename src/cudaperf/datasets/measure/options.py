@@ -7,8 +7,10 @@ Not covered: the CLI flags themselves (`cudaperf.commands.dataset_cmd`), what th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 # `MeasureOptions.runner` by name; any other value is a dotted path "module:Class" to a class with the
 # `pool.Runner` protocol (the CPU tests inject a fake runner that way).
@@ -40,6 +42,10 @@ class MeasureOptions:
     seeds: tuple[int, ...] = (0, 1)  # correctness seeds per configuration (timing rotates their inputs)
     l2_flush: bool = True  # write 2x L2 before every timed call
     compile_baseline: bool = True  # time torch.compile(reference) on PyTorch tasks
+    # At most this many implementations per task, the baseline one first (0: all). For baseline A/B runs
+    # (scripts/baseline_repeatability.sh): more tasks in the same minutes. A task measured so is recorded
+    # with those implementations only, so a later full run measures the rest.
+    impls_per_task: int = 0
     serial_budget_ms: float = 300.0  # serial-C timing: repeat until this much time is spent (1 to 5 calls)
     retry_failed: bool = False  # measure again keys whose child died or timed out
     retry_incorrect: bool = False  # measure again keys whose implementation was found wrong
@@ -67,9 +73,25 @@ class MeasureOptions:
             raise ValueError("seeds: at least one correctness seed")
         if self.per_gpu < 1 or self.max_attempts < 1:
             raise ValueError("per_gpu and max_attempts must be >= 1")
+        if self.impls_per_task < 0:
+            raise ValueError("impls_per_task: 0 (all) or a positive number")
 
     @property
     def hooks(self) -> dict[str, str]:
         return dict(self.test_hooks)
 
 
+
+
+Impl = TypeVar("Impl")
+
+
+def measured_implementations(impls: Sequence[Impl], limit: int) -> list[Impl]:
+    """The implementations a run measures of a task's `impls` (`MeasureOptions.impls_per_task`): all
+    when `limit` is 0, else the baseline one (`.baseline`, the naive port) and the first others, `limit`
+    in all, in the registry's order."""
+    if limit <= 0:
+        return list(impls)
+    ordered = [i for i in impls if getattr(i, "baseline", False)] + \
+              [i for i in impls if not getattr(i, "baseline", False)]
+    return ordered[:limit]

@@ -46,7 +46,7 @@ from typing import Any, Self
 from cudaperf.datasets import registry
 from cudaperf.datasets.jsonl import ResultsWriter
 from cudaperf.datasets.measure.features import FeatureThread, add_missing, feature_ids
-from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.options import MeasureOptions, measured_implementations
 from cudaperf.datasets.measure.pool import EXIT_BUDGET, EXIT_DONE, Job, Pool, RunSummary
 from cudaperf.datasets.measure.results import (
     FEATURES_FILE,
@@ -150,7 +150,8 @@ def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], R
         if task.task_id in flagged:
             filtered += 1  # the CPU filter left it out (see the module docstring)
             continue
-        hashes = {i.impl_id: impl_hash(i.source) for i in registry.implementations(task)}
+        impls = measured_implementations(registry.implementations(task), options.impls_per_task)
+        hashes = {i.impl_id: impl_hash(i.source) for i in impls}
         if not hashes:
             no_impls += 1  # nothing to measure (yet): not recorded, so a later run picks it up
             continue

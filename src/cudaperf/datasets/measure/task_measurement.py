@@ -4,8 +4,10 @@ timed together with the baselines.
 
 Per configuration:
 1. prepare (CPU, outside the GPU lock): C tasks draw inputs per seed and run the serial C reference
-   (`cref`, once per (configuration, seed)) and time it (the serial-C baseline); implementations are
-   executed as modules and built through `cudaperf.cuda` (NVRTC, cached) once per task;
+   (`cref`, once per (configuration, seed)) and time its first round (the serial-C baseline, in rounds
+   spread over the configuration with a calibration beside each: `serial.py`; the later rounds come after
+   step 3 and after step 4); implementations are executed as modules and built through `cudaperf.cuda`
+   (NVRTC, cached) once per task;
 2. references on the GPU (PyTorch tasks: `Model` built after `torch.manual_seed(seed)`, inputs drawn on
    the device, once per (configuration, seed)); steps 2 and 3 hold the GPU lock shared (children sharing
    a GPU overlap them), torch.compile's first run (Triton benchmarks its candidate configurations there)
@@ -16,7 +18,9 @@ Per configuration:
 4. one `bench_interleaved_report` run with every correct implementation and the baselines (PyTorch:
    eager and torch.compile of the reference; C: the naive CUDA port), L2 flushed before every call, the
    seeds' inputs rotated and outputs re-checked on a sample of rounds;
-5. one row per (configuration, implementation) sent to the parent.
+5. one row per (configuration, implementation) sent to the parent, with each timed function's host-path
+   diagnostics (`_host_fields`: host path median and p90, the lead's GPU time and launches, host-bound
+   samples; `cudaperf.timing`) and the serial-C rounds' calibration (`serial.SerialBaseline.fields`).
 
 With `MeasureOptions.raise_priority`, the serial-C calls of step 1 and the timed run of step 4 run with
 their thread's priority raised (`raised_priority`, nice -15 where permitted; rows say so in
@@ -47,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import statistics
 import threading
 import time
 import types
@@ -67,9 +70,15 @@ from cudaperf.correctness import (
     tensor_bytes,
 )
 from cudaperf.datasets import registry
-from cudaperf.datasets.measure.options import MeasureOptions
+from cudaperf.datasets.measure.options import MeasureOptions, measured_implementations
 from cudaperf.datasets.measure.pool import ContextLost, GpuLock, task_from_job
 from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
+from cudaperf.datasets.measure.serial import (
+    SERIAL_MAX_REPS,  # noqa: F401 - imported from here by benchmarks/serial_priority.py
+    SerialBaseline,
+    time_serial,  # noqa: F401 - likewise
+    timed_round,
+)
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.execute.device_state import context_alive, synchronize
 from cudaperf.host_timing import isolated_host_timing
@@ -88,7 +97,6 @@ SOURCE = r"""extern "C" __global__ void boom(float* p) { p[threadIdx.x] = 1.0f; 
 def ENTRY(**kwargs):
     cuda.load(SOURCE).boom((1,), (32,), None)  # None: a NULL pointer
 '''
-SERIAL_MAX_REPS = 5
 TORCH_BASELINES = ("eager", "compile")
 NAIVE = "naive"  # the C->CUDA baseline's name among the timed functions when it is not measured itself
 Emit = Callable[..., None]
@@ -205,7 +213,7 @@ class TaskMeasure:
         job_flags = job_flags or {}
         self.task, self.options, self.device, self.emit, self.lock, self.skip = (
             task, options, device, emit, lock, skip)
-        self.impls = registry.implementations(task)
+        self.impls = measured_implementations(registry.implementations(task), options.impls_per_task)
         self.built: dict[str, Built] = {}
         self.durations: dict[str, float] = {}
         self.config: str | None = None  # the configuration being measured
@@ -362,6 +370,7 @@ class TaskMeasure:
                 "correct": status == "ok", "max_abs_error": result.max_abs_error,
                 "max_rel_error": result.max_rel_error, "message": message[:MESSAGE_CHARS],
                 "build_ms": built.build_ms if built else None, **_timing_fields("", timing),
+                **_host_fields("", report, impl.impl_id),
                 **baselines, **_report_fields(report, impl.impl_id), "timing_checked": timed.checked,
                 "timing_nice": self.timing_nice, "baseline_notes": timed.notes, "t": time.time()})
 
@@ -376,19 +385,33 @@ def _timing_fields(prefix: str, t: Timing | None) -> dict[str, Any]:
 
 def _baseline(report: BenchReport | None, name: str, label: str) -> dict[str, Any]:
     t = report.timings.get(name) if report else None
-    return {f"{label}_ms": t.median_ms if t else None, f"{label}_iqr_ms": t.iqr_ms if t else None}
+    return {f"{label}_ms": t.median_ms if t else None, f"{label}_iqr_ms": t.iqr_ms if t else None,
+            **_host_fields(f"{label}_", report, name)}
+
+
+HOST_FIELDS = ("host_path_ms", "host_path_p90_ms", "lead_ms", "lead_launches", "host_bound_samples")
+
+
+def _host_fields(prefix: str, report: BenchReport | None, name: str) -> dict[str, Any]:
+    """One timed function's host-path diagnostics (`cudaperf.timing`, module docstring): its host path's
+    median and p90, its lead's median GPU time (every launch) and launches, its host-bound samples."""
+    if report is None or name not in report.timings:
+        return {f"{prefix}{f}": None for f in HOST_FIELDS}
+    values = (report.host_path_median_ms.get(name), report.host_path_p90_ms.get(name),
+              report.lead_median_ms.get(name), report.lead_launches.get(name),
+              report.host_bound_samples.get(name))
+    return {f"{prefix}{f}": v for f, v in zip(HOST_FIELDS, values, strict=True)}
 
 
 def _report_fields(report: BenchReport | None, name: str) -> dict[str, Any]:
     if report is None:
         return {"overhead_ms": None, "timing_flags": [], "rounds": None, "l2_flush_bytes": None,
-                "lead_us": None,
-                "lead_kind": None}
+                "lead_us": None, "lead_kind": None, "lead_launch_ms": None}
     return {"overhead_ms": report.overhead_ms,
             "timing_flags": [f.code for f in report.flags_for(name)] + (
                 [] if report.clock_consistent else ["timer_inconsistent_run"]),
             "rounds": report.rounds, "l2_flush_bytes": report.l2_flush_bytes, "lead_us": report.lead_us,
-            "lead_kind": report.lead_kind}
+            "lead_kind": report.lead_kind, "lead_launch_ms": report.lead_launch_ms}
 
 
 TIMING_NICE = -15  # the nice of a thread while it times (the GPU's interleaved run, the serial-C calls)
@@ -486,7 +509,7 @@ class TorchTaskMeasure(TaskMeasure):
         timed = self.run_plan(config, plan)
         baselines = {**_baseline(timed.report, "eager", "eager"),
                      **_baseline(timed.report, "compile", "compile"),
-                     "naive_ms": None, "naive_iqr_ms": None, "serial_c_ms": None, "serial_c_reps": None}
+                     **_baseline(None, NAIVE, "naive"), **SerialBaseline(0.0).fields()}
         self.rows(config, todo, results, timed, baselines)
 
     def check(self, impl: Implementation, config: str, refs: list[_TorchRef], instances: dict) -> CheckResult:
@@ -646,8 +669,9 @@ class CTaskMeasure(TaskMeasure):
             return impl.source
         return ILLEGAL_ADDRESS.replace("ENTRY", self.ctask.entry)
 
-    def prepare(self, config: str) -> tuple[list[_CSeed], list[float]] | str:
-        """Inputs and serial references per seed, and serial-C samples on the first seed; or why not."""
+    def prepare(self, config: str) -> list[_CSeed] | str:
+        """Inputs and serial references per seed, and the serial-C baseline's first round on the first
+        seed; or why not."""
         cfg = self.ctask.config(config)
         build = cref.build_reference(self.ctask)
         if not build.ok:
@@ -659,17 +683,25 @@ class CTaskMeasure(TaskMeasure):
             if not run.ok:
                 return run.message
             seeds.append(_CSeed(seed, values, run.outputs))
-        return seeds, self.serial_samples(build, seeds[0].values)
+        self.serial = SerialBaseline(self.options.serial_budget_ms)
+        self.serial_call = (lambda fresh: cref.call(self.ctask, build, fresh), seeds[0].values)
+        self.serial_round()
+        return seeds
 
-    def serial_samples(self, build: Any, values: dict[str, Any]) -> list[float]:
-        """The serial-C baseline: calls on fresh copies until `serial_budget_ms` is spent (1 to 5 calls),
+    def serial_round(self, config: str | None = None) -> None:
+        """One round of the serial-C baseline if one is due (`serial.SerialBaseline.wants_round`): the
+        calibration, then calls on fresh copies until the round's share of `serial_budget_ms` is spent,
         on a CPU the other children keep off, one serial timing at a time machine-wide
         (`host_timing.isolated_host_timing`; the children call `keep_off_timing_cpus` at start)."""
-        with self.timing_priority() as nice, isolated_host_timing():
-            samples = time_serial(lambda fresh: cref.call(self.ctask, build, fresh), values,
-                                  self.options.serial_budget_ms)
+        if not self.serial.wants_round():
+            return
+        if config is not None:
+            self.phase("serial_c", config)
+        call, values = self.serial_call
+        with self.timed_section("serial_c"), self.timing_priority() as nice, \
+                isolated_host_timing() as slot:
+            self.serial.rounds.append(timed_round(call, values, self.serial.round_budget_ms, slot.cpus))
         self.timing_nice = nice
-        return samples
 
     def upload(self, seed: _CSeed) -> _CDevice:
         def dev(a: np.ndarray) -> torch.Tensor:
@@ -689,7 +721,7 @@ class CTaskMeasure(TaskMeasure):
             failed = CheckResult("reference_failed", message=prepared[:MESSAGE_CHARS])
             self.rows(config, todo, dict.fromkeys([i.impl_id for i in todo], failed), Timed(None, False), {})
             return
-        seeds, serial = prepared
+        seeds = prepared
         self.scalars = {p.name: seeds[0].values[p.name] for p in self.ctask.params if not p.is_array}
         naive = next((i for i in self.impls if i.baseline), None)
         checked = todo + ([naive] if naive and naive not in todo else [])
@@ -702,11 +734,12 @@ class CTaskMeasure(TaskMeasure):
                 results = {i.impl_id: self.check(i, config, devs) for i in checked}
             plan = self.plan_timing(config, [i for i in todo if results[i.impl_id].ok], naive, results, devs)
             synchronize(self.device)  # nothing of ours left running when a timed run takes the GPU
+        self.serial_round(config)  # the rounds spread over the configuration (serial.py)
         timed = self.run_plan(config, plan)
+        self.serial_round(config)
         naive_name = naive.impl_id if naive in todo else NAIVE
-        baselines = {"eager_ms": None, "eager_iqr_ms": None, "compile_ms": None, "compile_iqr_ms": None,
-                     **_baseline(timed.report, naive_name, "naive"),
-                     "serial_c_ms": statistics.median(serial), "serial_c_reps": len(serial)}
+        baselines = {**_baseline(None, "eager", "eager"), **_baseline(None, "compile", "compile"),
+                     **_baseline(timed.report, naive_name, "naive"), **self.serial.fields()}
         self.rows(config, todo, results, timed, baselines)
 
     def entry(self, impl: Implementation) -> Callable:
@@ -765,20 +798,6 @@ class CTaskMeasure(TaskMeasure):
 
         return TimingPlan(tuple(i.impl_id for i in timed_impls), fns, input_sets,
                           None if has_inout else check)
-
-
-def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any],
-                budget_ms: float) -> list[float]:
-    """Wall-clock samples (ms) of `call` on fresh copies of `values` until `budget_ms` is spent (1 to
-    SERIAL_MAX_REPS calls): how the serial-C baseline is timed (benchmarks/serial_priority.py times the
-    same loop)."""
-    samples: list[float] = []
-    while len(samples) < SERIAL_MAX_REPS and (not samples or sum(samples) < budget_ms):
-        fresh = cref.copy_values(values)
-        start = time.perf_counter()
-        call(fresh)
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
