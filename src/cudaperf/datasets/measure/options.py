@@ -81,8 +81,6 @@ class MeasureOptions:
         return dict(self.test_hooks)
 
 
-
-
 Impl = TypeVar("Impl")
 
 
