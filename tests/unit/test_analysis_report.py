@@ -86,6 +86,17 @@ def test_grid_stride_work_does_not_depend_on_the_launch():
     assert k1.flops_estimate == k2.flops_estimate == 4096
 
 
+def test_tail_guard_after_a_grid_stride_loop_does_not_bound_the_loops_threads():
+    src = ('extern "C" __global__ void k(const float4* a, float4* b, const float* c, float* d, int n) {\n'
+           '  int nq = n / 4, tid = blockIdx.x * blockDim.x + threadIdx.x;\n'
+           '  for (int q = tid; q < nq; q += blockDim.x * gridDim.x) b[q] = a[q];\n'
+           '  int i = nq * 4 + tid;\n'
+           '  if (i < n) d[i] = c[i];\n}')
+    report = analyze_source(src, kind="cuda", sizes={"n": 1 << 20}, launch=((64,), (256,)), compile=False)
+    # the loop moves n/4 float4 each way; the tail at most one float each way per launched thread
+    assert report.details[0].bytes_requested <= 2 * 4 * (1 << 20) + 2 * 4 * 64 * 256
+
+
 def test_naive_matmul_is_compute_bound_with_compulsory_bytes():
     src = ('extern "C" __global__ void mm(const float* A, const float* B, float* C, int N) {\n'
            '  int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;\n'

@@ -66,7 +66,7 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
         cost = counter.flop_cost(node)
         if cost:
             flops = flops + Poly.const(cost) * counter.multiplier(node)
-    threads, guard_diag = _threads(scope, uses_dims)
+    threads, guard_diag = _threads(scope, uses_dims, accesses)
     requested: dict[str, Poly] = {}
     for a in accesses:
         if a.space != "global":
@@ -339,8 +339,8 @@ def _step(scope: KernelScope, update: Node, var: str) -> tuple[str | None, Poly]
 DIMS = ("x", "y", "z")
 
 
-def _threads(scope: KernelScope, uses_dims: set[str]) -> tuple[Poly, tuple[str, ...]]:
-    bounds = guard_bounds(scope)
+def _threads(scope: KernelScope, uses_dims: set[str], accesses=None) -> tuple[Poly, tuple[str, ...]]:
+    bounds = guard_bounds(scope, accesses)
     total = Poly.const(1)
     for d in DIMS:
         if d in bounds:
@@ -350,11 +350,16 @@ def _threads(scope: KernelScope, uses_dims: set[str]) -> tuple[Poly, tuple[str, 
     return total, ()
 
 
-def guard_bounds(scope: KernelScope) -> dict[str, Poly]:
-    """Per dimension, N from a top-level guard `i < N` (or `if (i >= N) return;`) on a global index."""
+def guard_bounds(scope: KernelScope, accesses=None) -> dict[str, Poly]:
+    """Per dimension, N from a top-level guard `i < N` (or `if (i >= N) return;`) on a global index.
+
+    An early exit bounds every thread that goes on. A guard that does not exit bounds only the threads
+    working inside it, so it stands for the kernel only when it holds all the kernel's global accesses
+    (given `accesses`): the tail `if (i < n)` after a grid-stride loop does not bound the loop's threads."""
     out: dict[str, Poly] = {}
     if scope.body is None:
         return out
+    glob = [a.node for a in accesses or () if a.space == "global"]
     for stmt in scope.body.named_children:
         if stmt.type != "if_statement":
             continue
@@ -363,6 +368,8 @@ def guard_bounds(scope: KernelScope) -> dict[str, Poly]:
         exits = body is not None and (body.type == "return_statement" or (
             body.type == "compound_statement" and len(body.named_children) == 1
             and body.named_children[0].type == "return_statement"))
+        if not exits and not all(stmt.start_byte <= n.start_byte < stmt.end_byte for n in glob):
+            continue
         for term in _conjuncts(cond, "||" if exits else "&&"):
             found = _index_bound(scope, term, negated=exits)
             if found is not None:
