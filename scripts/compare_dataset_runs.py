@@ -10,6 +10,17 @@ sources (compare `source_hash`); rows of a key that differ in source are skipped
 --only-keys-in, only the keys every named run also timed are compared (so that two pairs of runs are compared
 on the same keys).
 
+Then the diagnostics, where the rows carry them (`diagnostics`; rows measured before them print a line
+saying so), to tell the hypotheses apart:
+- per GPU-timed function (implementations, eager, torch.compile, the naive port): the cross-run figure
+  beside each run's share of host-bound samples (the function's host path outlasted the lead: the sample
+  holds host time, `cudaperf.timing`), its median lead launches, and the figure on the keys host-bound in
+  neither run (under 10% of the samples). A figure that falls on those keys says the host was the cause;
+- serial C: the cross-run figure beside the calibration's ratio B/A (the fixed C workload timed before each
+  round on the same CPU, `datasets/measure/serial.py`), the baseline normalised by it (a diagnostic: the
+  rows keep the raw time), the share of keys that moved the same way as the calibration, and each run's
+  steal share (time the hypervisor gave to others).
+
 Not covered: which run is right (neither is a reference), significance tests.
 """
 
@@ -75,6 +86,112 @@ def report(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
     return lines
 
 
+HOST_BOUND_SHARE = 0.1  # a key is host-bound in a run when more than this share of its samples were
+GPU_TIMED = (("median_ms", ""), ("eager_ms", "eager_"), ("compile_ms", "compile_"), ("naive_ms", "naive_"))
+
+
+def pairs(a: dict[tuple, dict], b: dict[tuple, dict], field: str) -> list[tuple[dict, dict]]:
+    """The (A row, B row) pairs of `field` over the keys both timed with the same source; a baseline once
+    per task and configuration (as in `differences`)."""
+    seen: set[tuple] = set()
+    out = []
+    for k in sorted(a.keys() & b.keys()):
+        if field != "median_ms" and k[:2] in seen:
+            continue
+        if a[k].get("source_hash") == b[k].get("source_hash") and a[k].get(field) and b[k].get(field):
+            seen.add(k[:2])
+            out.append((a[k], b[k]))
+    return out
+
+
+def host_bound_share(row: dict, prefix: str) -> float | None:
+    """The share of a function's samples that were host-bound in this row (None: not recorded)."""
+    bound, rounds = row.get(f"{prefix}host_bound_samples"), row.get("rounds")
+    return bound / rounds if bound is not None and rounds else None
+
+
+def _median(values: list[float]) -> str:
+    return f"{_quantile(values, 0.5):.1%}" if values else "-"
+
+
+def _share(rows: list[dict], prefix: str) -> str:
+    shares = [x for x in (host_bound_share(r, prefix) for r in rows) if x is not None]
+    return f"{sum(shares) / len(shares):.1%}" if shares else "-"
+
+
+def _launches(rows: list[dict], prefix: str) -> str:
+    values = [r[f"{prefix}lead_launches"] for r in rows if r.get(f"{prefix}lead_launches") is not None]
+    return f"{_quantile(values, 0.5)}" if values else "-"
+
+
+def host_bound_lines(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
+    """Per GPU-timed function: the cross-run figure, each run's host-bound share and median launches, and
+    the figure on the keys host-bound in neither run."""
+    lines = ["| field | keys | median abs diff | host-bound samples A | B | lead launches A | B "
+             "| keys host-bound in neither | their median abs diff |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for field, prefix in GPU_TIMED:
+        both = pairs(a, b, field)
+        if not both:
+            continue
+        diffs = [abs(rb[field] / ra[field] - 1) for ra, rb in both]
+        calm = [abs(rb[field] / ra[field] - 1) for ra, rb in both
+                if all((host_bound_share(r, prefix) or 0.0) <= HOST_BOUND_SHARE for r in (ra, rb))]
+        rows_a, rows_b = [ra for ra, _ in both], [rb for _, rb in both]
+        lines.append(f"| {field} | {len(both)} | {_median(diffs)} | {_share(rows_a, prefix)} "
+                     f"| {_share(rows_b, prefix)} | {_launches(rows_a, prefix)} "
+                     f"| {_launches(rows_b, prefix)} | {len(calm)} | {_median(calm)} |")
+    return lines
+
+
+def _ratio_range(ratios: list[float]) -> str:
+    if not ratios:
+        return "-"
+    return f"{_quantile(ratios, 0.5):.3f} ({_quantile(ratios, 0.1):.3f}-{_quantile(ratios, 0.9):.3f})"
+
+
+def _ratio(ra: dict, rb: dict, field: str) -> float | None:
+    return rb[field] / ra[field] if ra.get(field) and rb.get(field) else None
+
+
+def serial_lines(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
+    """Serial C: raw and calibration-normalised cross-run figures, the calibration ratio B/A, the share of
+    keys that moved the same way as the compute calibration, the steal shares."""
+    both = [(ra, rb) for ra, rb in pairs(a, b, "serial_c_ms")
+            if ra.get("serial_c_calibration_ms") and rb.get("serial_c_calibration_ms")]
+    if not both:
+        return ["serial C: no calibration in these rows"]
+    raw = [abs(rb["serial_c_ms"] / ra["serial_c_ms"] - 1) for ra, rb in both]
+    ratios, normalised = {}, {}
+    for part, field in (("compute", "serial_c_calibration_ms"), ("memory", "serial_c_calibration_mem_ms")):
+        by_key = [(ra["serial_c_ms"], rb["serial_c_ms"], _ratio(ra, rb, field)) for ra, rb in both]
+        ratios[part] = [r for _, _, r in by_key if r]
+        normalised[part] = [abs(sb / sa / r - 1) for sa, sb, r in by_key if r]
+    same_way = sum((rb["serial_c_ms"] > ra["serial_c_ms"]) == (_ratio(ra, rb, "serial_c_calibration_ms") > 1)
+                   for ra, rb in both)
+    steal = [[r["serial_c_steal_share"] for r in rows if r.get("serial_c_steal_share") is not None]
+             for rows in ([ra for ra, _ in both], [rb for _, rb in both])]
+    rounds = [rb.get("serial_c_rounds") or 1 for _, rb in both]
+    return ["| serial C | keys | median abs diff | calibration B/A compute (p10-p90) | memory "
+            "| normalised by compute | by memory | keys moving with the calibration | steal A | steal B "
+            "| rounds (median) |", "|---|---|---|---|---|---|---|---|---|---|---|",
+            f"| serial_c_ms | {len(both)} | {_median(raw)} | {_ratio_range(ratios['compute'])} "
+            f"| {_ratio_range(ratios['memory'])} | {_median(normalised['compute'])} "
+            f"| {_median(normalised['memory'])} | {same_way}/{len(both)} "
+            f"| {_mean(steal[0])} | {_mean(steal[1])} | {_quantile(rounds, 0.5)} |"]
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.2%}" if values else "-"
+
+
+def diagnostics(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
+    """The host-bound and calibration tables (module docstring), or a line saying the rows lack them."""
+    if not any("host_bound_samples" in r for r in a.values()):
+        return ["no host-path diagnostics in these rows (measured before they were recorded)"]
+    return [*host_bound_lines(a, b), "", *serial_lines(a, b)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_a", type=Path)
@@ -84,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     others = [timed_rows(p) for p in args.only_keys_in]
     a, b = (only_keys_in(timed_rows(p), others) for p in (args.run_a, args.run_b))
-    print("\n".join(report(a, b)))
+    print("\n".join([*report(a, b), "", *diagnostics(a, b)]))
     return 0
 
 
