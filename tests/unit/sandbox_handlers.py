@@ -559,12 +559,14 @@ def helper_source(salt: str) -> str:
 
 
 def forge_claim(job, report):
-    """Every configuration claimed correct, whatever the outputs were."""
+    """Every configuration claimed correct, whatever the outputs were (a refereed worker's own payload
+    carries no correctness: the claims are written in)."""
     from cudaperf.execute import dispatch
 
     payload = dispatch.run_eval_job(job, report)
-    for claim in payload["correctness"]:
-        claim.update(correct=True, message="")
+    seeds = len(job["seeds"])
+    payload["correctness"] = [{"config": c["name"], "correct": True, "seeds": seeds, "message": ""}
+                              for c in job["task"]["configs"]]
     return payload
 
 

@@ -76,7 +76,7 @@ def _session_after(job: dict) -> tuple[torch_session.TorchSession, object]:
 def test_a_finished_job_holds_no_reference_beyond_the_cross_job_cache():
     session, payload = _session_after(_job())
     assert payload.outcome is None and all(c.correct for c in payload.correctness)
-    assert (session.verified, session.built, session.kept, session.timing_outputs) == ({}, {}, {}, {})
+    assert (session.verified, session.built, session.timing_outputs) == ({}, {}, {})
 
 
 def test_references_the_cache_does_not_keep_are_freed_when_the_job_ends(monkeypatch):

@@ -17,6 +17,12 @@ Covers:
   whole output on the host: a multi-gigabyte output costs one device->host and one host->device copy.
 - `Assembler` (referee side): the announced chunks into tensors on the referee's device, with every
   announcement checked (sizes, order, the job's keys): a malformed one raises `Malformed`.
+- `TimedOutputs` (worker side, timing stage): the outputs the bench re-checks (`timing.bench_interleaved`'s
+  `check`): the first one of each function on each input set is kept (a copy) and, after the
+  configuration's bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by
+  `TimedKey`), which judges it against its own reference outputs; later ones are compared here with the
+  eager baseline's first output on the same input set (the reference model's own output, computed after
+  every correctness output was shipped), or with the function's own first one when no eager baseline runs.
 
 Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
 forwarding and its deadlines (`sandbox.py`).
@@ -43,6 +49,26 @@ MAX_LEAVES = 4096  # tensors and values in one output
 
 class Malformed(ValueError):
     """An announcement the worker's own code would never send: the referee counts it as a forgery."""
+
+
+@dataclass(frozen=True)
+class TimedKey:
+    """Which re-checked timing output: configuration name, index of the input set in the job's timing
+    seeds, and the timed function ("candidate" or a baseline's name)."""
+
+    config: str
+    input_set: int
+    function: str
+
+    def wire(self) -> list:
+        return [self.config, self.input_set, self.function]
+
+    @classmethod
+    def parse(cls, value: Any) -> TimedKey:
+        if (not isinstance(value, list) or len(value) != 3 or type(value[0]) is not str
+                or type(value[1]) is not int or type(value[2]) is not str):
+            raise Malformed(f"a timed output key must be [config, input set, function]: {str(value)[:200]}")
+        return cls(*value)
 
 
 @dataclass(frozen=True)
@@ -230,9 +256,13 @@ class Shipper:
         self.batch = True
         self.queue: list[_Pending] = []
         self.queued_bytes = 0
+        self.kind = "output"  # the message type of what is queued ("timed": re-checked timing outputs)
 
-    def ship(self, key: Key, item: dict[str, Any]) -> None:
+    def ship(self, key: Key | TimedKey, item: dict[str, Any], kind: str = "output") -> None:
         """Send (or queue) one item (`{"output": value, "inputs_after": value or None, "mutated": str}`)."""
+        if kind != self.kind:
+            self.flush()
+            self.kind = kind
         spec, tensors = describe((item.get("output"), item.get("inputs_after")))
         flats = [t.reshape(-1).view(torch.uint8) for t in tensors]
         meta = {"key": key.wire(), "spec": spec, "mutated": str(item.get("mutated") or "")[:2000]}
@@ -259,7 +289,7 @@ class Shipper:
             offset += pending.total
         self.queue.clear()
         self.queued_bytes = 0
-        self.exchange({"type": "output", "parts": parts})
+        self.exchange({"type": self.kind, "parts": parts})
 
     def _stream(self, pending: _Pending) -> None:
         start, meta = 0, pending.meta
@@ -267,7 +297,7 @@ class Shipper:
             size = min(self.region.size_bytes, pending.total - start)
             self._fill(pending.flats, start, size, 0)
             part = {**meta, "start": start, "nbytes": size, "offset": 0}
-            self.exchange({"type": "output", "parts": [part]})
+            self.exchange({"type": self.kind, "parts": [part]})
             meta = {"key": meta["key"]}
             start += size
 
@@ -288,15 +318,51 @@ class Shipper:
         self.flush()
         return self.exchange({"type": "failed", "key": key.wire()})
 
-    def sync(self) -> None:
+    def sync(self) -> dict:
         """Wait until the referee holds this job's references (it answers once they exist): the worker's
-        memory plan then sees the memory they take on the shared device."""
-        self.exchange({"type": "sync"})
+        memory plan then sees the memory they take on the shared device. The answer gives, per
+        configuration, the sizes of its first seed's reference and whether it works in place
+        (`referee.RefereeJob.reference_sizes`), so that the worker needs no reference output to plan."""
+        return self.exchange({"type": "sync"})
+
+    def ship_timed(self, config: str, outputs: dict[tuple[str, int], Any]) -> None:
+        """The re-checked timing outputs of one configuration (`TimedOutputs.first`), in as few messages
+        as the region allows."""
+        for (function, input_set), value in sorted(outputs.items()):
+            self.ship(TimedKey(config, input_set, function), {"output": value, "inputs_after": None}, "timed")
+        self.flush()
+        self.kind = "output"
 
     def done(self) -> dict:
         """Every output is shipped; the reply says whether the referee found them all correct."""
         self.flush()
         return self.exchange({"type": "done"})
+
+
+class TimedOutputs:
+    """The timing stage's `check` with a referee (see the module docstring): keeps the first output of
+    each (function, input set), a copy, for the referee, and compares the others here. `compare(out,
+    expected) -> bool` is the session's comparison under the task's tolerances; `anchor` the function
+    whose first outputs the others are compared with ("eager": the reference model itself)."""
+
+    def __init__(self, compare: Callable[[Any, Any], bool], anchor: str | None):
+        self.compare, self.anchor = compare, anchor
+        self.first: dict[tuple[str, int], Any] = {}
+
+    def check(self, name: str, input_set: int, out: Any) -> bool:
+        key = (name, input_set)
+        if key not in self.first:
+            self.first[key] = snapshot(out)
+            return True  # the referee judges it
+        expected = self.first.get((self.anchor, input_set)) if self.anchor else None
+        return self.compare(out, self.first[key] if expected is None else expected)
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of an output, read without running candidate code (`describe`, then a clone of each plain
+    tensor; anything else becomes its stand-in): later calls may overwrite what the candidate returned."""
+    spec, tensors = describe(value)
+    return rebuild(spec, [t.clone() for t in tensors])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -64,6 +64,8 @@ from cudaperf.execute.framing import HEADER, encode_message, read_message, write
 
 SOL_CODES = ("impossible_speed", "below_compute_floor", "sol_floor_unreliable")
 MISMATCH = "verdict_mismatch"
+CANDIDATE = "candidate"  # the candidate's name among the timed functions (session.CANDIDATE)
+TIMED_FUNCTIONS = (CANDIDATE, "eager", "compile")  # whose re-checked timing outputs the worker ships
 # Cached device memory the referee may keep between messages of a job: below it, giving the blocks back
 # (cudaFree, which synchronises) would cost more than the worker could gain; above, the worker needs it.
 RELEASE_ABOVE_BYTES = 256 << 20
@@ -278,11 +280,11 @@ def forwardable(message: Any) -> dict[str, Any] | None:
         return {"type": kind}
     if kind == "failed":
         return {"type": "failed", "key": message.get("key")}
-    parts = message.get("parts") if kind == "output" else None
+    parts = message.get("parts") if kind in ("output", "timed") else None
     if not isinstance(parts, list) or not parts or len(parts) > MAX_PARTS or not all(
             isinstance(p, dict) for p in parts):
         return None
-    return {"type": "output", "parts": [{k: p[k] for k in _PART_FIELDS if k in p} for p in parts]}
+    return {"type": kind, "parts": [{k: p[k] for k in _PART_FIELDS if k in p} for p in parts]}
 
 
 def region_used(message: dict[str, Any]) -> int:
@@ -448,13 +450,15 @@ class Referee:
                 return {"type": "error", "error": f"a {kind!r} message outside a job"}
             if kind == "output":
                 return {"type": "ack", **self.job.output(message.get("parts") or [])}
+            if kind == "timed":  # after a configuration's bench, the worker waiting: never during one
+                return {"type": "ack", **self.job.timed_outputs(message.get("parts") or [])}
             if kind == "failed":
                 return {"type": "ack", **self.job.failed(message.get("key"))}
             if kind == "done":
                 return {"type": "ack", **self.job.done()}
             if kind == "sync":  # answered once the job's references exist (see Shipper.sync)
                 self.job.prepare_references()
-                return {"type": "ack"}
+                return {"type": "ack", "references": self.job.reference_sizes()}
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
                 self.job = None
@@ -465,9 +469,9 @@ class Referee:
             self.job = None
             return {"type": "verdict" if kind == "finish" else "error", "error": _describe(exc)}
         finally:
-            if kind in ("job", "sync", "failed", "done"):  # where the task's own code ran on the device
+            if kind in ("job", "sync", "timed", "failed", "done"):  # where the task's code ran on the device
                 self._check_context()
-            if kind in ("job", "sync", "output", "failed", "done") and not self.poisoned:
+            if kind in ("job", "sync", "output", "timed", "failed", "done") and not self.poisoned:
                 self._release(above_bytes=RELEASE_ABOVE_BYTES)
 
     def _release(self, above_bytes: int = 0) -> None:
@@ -526,7 +530,11 @@ class RefereeJob:
         self.shipped_done = False
         self.verdict = None
         self.judge = None
+        self.policy: Any = None
         self.timed: tuple[str, ...] = ()
+        # timing's re-checked outputs: per (configuration, function), [(input set, comparison)]
+        self.timed_results: dict[tuple[str, str], list[tuple[int, Any]]] = {}
+        self.timed_received: set[Any] = set()
         self.memory = ""  # why the job's references do not fit on the device (SKIPPED, not HARNESS_ERROR)
         self.prepared = False
         try:
@@ -564,8 +572,10 @@ class RefereeJob:
 
         job, secret = read_job(dict(wire_job))
         seeds = tuple(derive_seed(s, secret) for s in job.seeds)
+        timing_seeds = tuple(derive_seed(s, secret) for s in job.timing_seeds())
         del secret
         referee = self.referee
+        self.policy = job.policy
         if job.task.kind is TaskKind.C:
             from cudaperf.execute.c_judge import CJudge
             from cudaperf.tasks.ctask import from_task, validate
@@ -591,8 +601,15 @@ class RefereeJob:
 
         judge = TorchJudge(job, seeds, referee.device, referee.torch_store, check_determinism=True,
                            after_compute=lambda: referee._release(above_bytes=RELEASE_ABOVE_BYTES),
-                           make_room=make_room)
+                           make_room=make_room, timing_seeds=timing_seeds)
         return judge
+
+    def reference_sizes(self) -> dict[str, Any]:
+        """What the worker plans its memory from (`TorchJudge.reference_sizes`); {} for C tasks or when
+        the references failed (the worker then measures one itself, and the verdict says why)."""
+        if not self.on_device or self.harness or self.memory:
+            return {}
+        return self.judge.reference_sizes()
 
     def output(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
         """One announcement: outputs (or chunks of one) in the region, each judged once whole."""
@@ -602,6 +619,17 @@ class RefereeJob:
             if self.harness or self.forged or self.memory:
                 break
             self._guarded(lambda part=part: self._take(Key.parse(part.get("key")), part))
+        return {}
+
+    def timed_outputs(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """Outputs the worker's timing stage re-checked (`outputs.TimedOutputs`), each judged once whole
+        against the first seed's model on its input set (`TorchJudge.check_timed`)."""
+        from cudaperf.execute.outputs import TimedKey
+
+        for part in parts:
+            if self.harness or self.forged or self.memory:
+                break
+            self._guarded(lambda part=part: self._take(TimedKey.parse(part.get("key")), part))
         return {}
 
     def failed(self, key: Any) -> dict[str, Any]:
@@ -638,15 +666,17 @@ class RefereeJob:
             self.harness = _describe(exc)
 
     def _take(self, key: Any, message: dict[str, Any]) -> None:
-        from cudaperf.execute.outputs import Assembler, Malformed
+        from cudaperf.execute.outputs import Assembler, Key, Malformed, TimedKey
 
+        timed = isinstance(key, TimedKey)
         if key not in self.assembling:
-            self.judge.check_key(key)
+            self.check_timed_key(key) if timed else self.judge.check_key(key)
             spec = message.get("spec")
             pair = isinstance(spec, dict) and spec.get("t") == "tuple" and len(spec.get("items") or ()) == 2
             if not pair:
                 raise Malformed(f"an output item that is not (output, inputs after): {str(spec)[:200]}")
-            self.assembling[key] = Assembler(spec, self.referee.device, self._limit(key))
+            limit = self._limit(Key(key.config, 0, 1) if timed else key)
+            self.assembling[key] = Assembler(spec, self.referee.device, limit)
             self.meta[key] = str(message.get("mutated") or "")
         assembler = self.assembling[key]
         with self.referee.spent("assemble"):
@@ -656,7 +686,24 @@ class RefereeJob:
             output, inputs_after = assembler.value()
             del self.assembling[key]
             item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}
-            self.judge.add(key, item)
+            if timed:
+                result = self.judge.check_timed(key.config, key.input_set, output)
+                self.timed_results.setdefault((key.config, key.function), []).append((key.input_set, result))
+            else:
+                self.judge.add(key, item)
+
+    def check_timed_key(self, key: Any) -> None:
+        """A re-checked timing output the worker's code can send: after `done` on a job that times, of a
+        timed configuration that was not dropped, an input set of the job, once."""
+        from cudaperf.execute.outputs import Malformed
+
+        if not self.shipped_done or key.config not in self.timed or key.function not in TIMED_FUNCTIONS:
+            raise Malformed(f"a timed output the job does not have: {str(key)[:200]}")
+        if not 0 <= key.input_set < len(self.judge.timing_seeds) or key in self.timed_received:
+            raise Malformed(f"a timed output outside the job's input sets, or sent twice: {str(key)[:200]}")
+        if key.config in self.judge.dropped:
+            raise Malformed(f"a timed output of a dropped configuration: {key.config[:100]!r}")
+        self.timed_received.add(key)
 
     def _limit(self, key: Any) -> int:
         """The most bytes an output of `key` can hold and still be right (the reference's outputs and
@@ -697,7 +744,8 @@ class RefereeJob:
             if message.get("outcome") is not None:
                 return {}  # the worker stopped on a fault before correctness decided: nothing to judge
             self.verdict = self.judge.verdict()
-        flags = list(self.verdict.flags) + self._mismatches(message) + self._speed_flags(message)
+        flags = (list(self.verdict.flags) + self._timed_flags() + self._mismatches(message)
+                 + self._speed_flags(message))
         return {"correctness": [to_dict(c) for c in self.verdict.correctness],
                 "flags": [to_dict(f) for f in flags], "sol": self.verdict.sol,
                 "dropped": list(self.verdict.dropped)}
@@ -715,25 +763,52 @@ class RefereeJob:
         if not self.shipped_done and message.get("outcome") is None:
             mismatch("the worker reports a correctness verdict, but never shipped all its outputs to the "
                      "referee")
-        verdicts = {c.config: c for c in self.verdict.correctness}
-        for claim in _dicts(message.get("claim")):
-            config = claim.get("config")
-            if not isinstance(config, str) or config not in verdicts:
-                continue
-            if bool(claim.get("correct")) == verdicts[config].correct:
-                continue
-            if claim.get("correct"):
-                noise = _honest_noise(verdicts[config], self.verdict.deterministic.get(config))
-                mismatch(f"the worker judged {config} correct, the referee did not: "
-                         f"{verdicts[config].message}", config, Severity.WARNING if noise else Severity.ERROR)
-            else:
-                mismatch(f"the worker judged {config} incorrect, the referee correct", config,
-                         Severity.WARNING)
+        claims = message.get("claim")
+        if claims:  # the worker's code judges nothing when refereed: any claim was written by other code
+            mismatch(f"the worker's payload carries a correctness verdict of its own ({str(claims)[:300]}); "
+                     "its code never writes one when a referee judges")
+        shipped = {c for c, f in self.timed_results if f == CANDIDATE}
+        checked = self.timed_checked()
+        for timing in _dicts(message.get("timings")):
+            config = timing.get("config")
+            if isinstance(config, str) and config in checked and config not in shipped:
+                mismatch(f"the worker reports timings of {str(config)[:100]} but never shipped the outputs "
+                         "its timing stage re-checked", str(config)[:100])
         wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
         timed_ms = _timed_ms(_dicts(message.get("timings")))
         if timed_ms > WALL_SLACK * wall_ms + 1.0:
             mismatch(f"the timed calls add up to {timed_ms:.1f} ms, more than the {wall_ms:.1f} ms the "
                      "timing stage can have lasted (from the go-ahead to the result)")
+        return flags
+
+    def timed_checked(self) -> set[str]:
+        """Timed configurations whose outputs the worker's timing stage re-checks (and so ships): those
+        whose reference leaves its inputs alone (PyTorch tasks; C ones re-check in the worker)."""
+        if not self.on_device or self.judge is None:
+            return set()
+        sizes = self.judge.reference_sizes()
+        return {c for c in self.timed if c in sizes and not sizes[c]["in_place"]}
+
+    def _timed_flags(self) -> list[Any]:
+        """`timed_output_mismatch` (ERROR, under the job's policy) for a candidate whose re-checked timing
+        outputs the referee found wrong; `baseline_output_mismatch` (WARNING) for a baseline's."""
+        from cudaperf.anticheat.policy import RULES
+        from cudaperf.types import Flag, Severity
+
+        flags = []
+        for (config, function), results in sorted(self.timed_results.items()):
+            wrong = [(i, r) for i, r in results if not r.ok]
+            if not wrong:
+                continue
+            where = f"input set {wrong[0][0]}: {wrong[0][1].message}"[:600]
+            if function == CANDIDATE:
+                code = "timed_output_mismatch"
+                if code not in RULES or self.policy.active(code):
+                    flags.append(Flag(code, f"{function}: {len(wrong)} of the re-checked outputs the referee "
+                                      f"judged were wrong during timing ({where})", Severity.ERROR, config))
+            else:
+                text = f"the {function} baseline's outputs failed the referee's re-check {len(wrong)} times"
+                flags.append(Flag("baseline_output_mismatch", f"{text} ({where})", Severity.WARNING, config))
         return flags
 
     def _speed_flags(self, message: dict[str, Any]) -> list[Any]:
@@ -753,18 +828,6 @@ class RefereeJob:
             flags += speed_flags(float(candidate), figures.get("reference_ms"), estimate,
                                  config=timing["config"])
         return flags
-
-
-MARGINAL_ERROR = 2.0  # a failure within twice the tolerance's bound may be two processes' rounding
-
-
-def _honest_noise(verdict: Any, deterministic: bool | None) -> bool:
-    """Whether the referee failing what the worker passed can be honest: the reference is not
-    deterministic, or the referee's largest error is within `MARGINAL_ERROR` times the tolerance's bound
-    (the two processes' libraries may pick different kernels, so a borderline output can land on either
-    side). Either way the referee's verdict stands; only the accusation is withheld."""
-    error = verdict.max_rel_error
-    return deterministic is False or (error is not None and 1.0 < error <= MARGINAL_ERROR)
 
 
 def _dicts(value: Any) -> list[dict]:

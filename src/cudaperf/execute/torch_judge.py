@@ -14,7 +14,10 @@ works in place, against the reference's own inputs afterwards (ERROR `input_muta
 a configuration's outputs are in: degenerate outputs (hack #12) and, where checked, a reference that is not
 deterministic (WARNING `task_nondeterministic`). In the referee, `prepare_sol` adds the speed-of-light
 figures of every timed configuration and the reference's own time (so a forged baseline time cannot switch
-the floor off).
+the floor off); `reference_sizes` tells the worker what it needs to plan its memory without computing a
+reference (inputs, outputs, weights, the forward's own peak, whether it works in place); `check_timed`
+judges an output the worker's timing stage re-checked: the first seed's model (timing uses one model) on
+the input set's inputs, drawn from its timing seed, kept with that reference across jobs.
 
 A reference that runs out of device memory is retried once after the caller's `make_room` (the referee
 gives back other tasks' references), then raised as `ReferenceOutOfMemory` (the device's limit: SKIPPED).
@@ -122,6 +125,21 @@ def sample(value: Any) -> Any:
     return value
 
 
+def _start_peak(device: torch.device) -> int:
+    """Reset the allocator's peak before a forward; the bytes allocated now (0 on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def _forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
+    """Transient bytes a forward used beyond its outputs: the allocator's peak since `_start_peak`."""
+    if device.type != "cuda":
+        return 0
+    return max(0, torch.cuda.max_memory_allocated(device) - before - tensor_bytes(outputs))
+
+
 def cache_budget(device: torch.device) -> int:
     if device.type == "cuda":
         return int(REFERENCE_CACHE_FRACTION * torch.cuda.get_device_properties(device).total_memory)
@@ -141,12 +159,14 @@ class TorchJudge(Judge):
 
     def __init__(self, job: EvalJob, seeds: tuple[int, ...], device: torch.device, store: ReferenceStore, *,
                  check_determinism: bool, after_compute: Callable[[], None] | None = None,
-                 make_room: Callable[[], None] | None = None):
+                 make_room: Callable[[], None] | None = None, timing_seeds: tuple[int, ...] = ()):
         """`after_compute`: called after each reference is computed and stored (the referee gives its
         cached blocks back there, before the next reference's tensors could be carved from them);
         `make_room`: called once when computing a reference runs out of device memory, before the one
-        retry (the referee gives back other tasks' references)."""
+        retry (the referee gives back other tasks' references); `timing_seeds`: the job's timing seeds,
+        secret mixed in (`check_timed`)."""
         super().__init__(seeds, job.seeds)
+        self.timing_seeds = timing_seeds
         self.job, self.task, self.device, self.store = job, job.task, device, store
         self.check_determinism = check_determinism
         self.after_compute, self.make_room = after_compute, make_room
@@ -255,9 +275,11 @@ class TorchJudge(Judge):
             entry = TorchReference(*self.model(config, seed))
         inputs = make_inputs(self.module(config), config, seed, self.device)
         work = clone_inputs(inputs)
+        before = _start_peak(self.device)
         with torch.no_grad():
             outputs = entry.model(*work)
         synchronize(self.device)
+        entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
         entry.inputs, entry.outputs, entry.computed = inputs, outputs, True
         entry.inputs_after = work if inputs_mutated(inputs, work) else None
         if self.check_determinism and entry.deterministic is None:
@@ -318,6 +340,49 @@ class TorchJudge(Judge):
             flags.append(Flag("task_nondeterministic", "the reference gives different outputs for the same "
                               f"inputs ({odd.determinism_message})", Severity.WARNING, config))
         return flags
+
+    # -- what the worker needs instead of references (referee) -------------------------------------
+    def reference_sizes(self) -> dict[str, dict[str, int | bool]]:
+        """Per configuration whose first seed's reference exists: its bytes (`memory_plan.Footprint`'s
+        terms) and whether it works in place (then timing cannot re-check outputs)."""
+        sizes: dict[str, dict[str, int | bool]] = {}
+        for name, config in self.configs.items():
+            entry = self.store.get(self.key(config, self.seeds[0])) if self.seeds else None
+            if entry is None or not entry.computed or name in self.dropped:
+                continue
+            weights = list(entry.model.parameters()) + list(entry.model.buffers())
+            sizes[name] = {"input_bytes": tensor_bytes(entry.inputs),
+                           "output_bytes": tensor_bytes(entry.outputs), "param_bytes": tensor_bytes(weights),
+                           "forward_bytes": int(entry.extra.get("forward_bytes", 0)),
+                           "in_place": entry.inputs_after is not None}
+        return sizes
+
+    # -- timing's re-checked outputs (referee) -------------------------------------------------------
+    def check_timed(self, config: str, input_set: int, output: Any) -> Comparison:
+        """An output the worker's timing stage re-checked on `input_set`, against the first seed's model
+        on that set's inputs, under the task's tolerances."""
+        with self.spent("timed"):
+            expected = self.timed_expected(config, input_set)
+            return compare(output, expected, None, overrides=self.task.tolerances)
+
+    def timed_expected(self, config: str, input_set: int) -> Any:
+        """The first seed's model on the inputs of timing seed `input_set` (its own reference's outputs for
+        the first set), kept with the first seed's reference (`extra`, counted in its bytes)."""
+        entry = self.reference(config, 0)
+        if input_set == 0:
+            return entry.outputs
+        key = ("timed", self.timing_seeds[input_set])
+        if key not in entry.extra:
+            from cudaperf.tasks.runtime import make_inputs
+
+            inputs = (self.reference(config, input_set).inputs if input_set < len(self.seeds)
+                      else make_inputs(self.module(self.configs[config]), self.configs[config],
+                                       self.timing_seeds[input_set], self.device))
+            with torch.no_grad():
+                entry.extra[key] = entry.model(*clone_inputs(inputs))
+            synchronize(self.device)
+            entry.nbytes += tensor_bytes(entry.extra[key])
+        return entry.extra[key]
 
     # -- speed of light (referee) ------------------------------------------------------------------
     def prepare_sol(self, timed: tuple[str, ...]) -> None:

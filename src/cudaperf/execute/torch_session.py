@@ -25,21 +25,25 @@ Stages (heartbeats), after the shared setup of `execute.session`:
   one never is);
 - coverage: share of GPU time in the candidate's own kernels (`Session.coverage_of`).
 
-With a referee (the sandbox's default; `REFEREED_STAGES`), the order changes so that no reference output
-exists in this process while candidate code runs: reference (the memory plan's one measured reference,
-then its outputs overwritten and the allocator poisoned), import, construct, correctness (every
+With a referee (the sandbox's default; `REFEREED_STAGES`) this process computes no reference output and
+judges nothing: reference (room, then the memory plan from the sizes the referee reports for its own
+references at the sync, `Shipper.sync`; only when it reports none, a reference measured here, its
+outputs overwritten and the allocator poisoned before the import), import, construct, correctness (every
 configuration and seed run twice with references holding only inputs and models, the outputs shipped to
-the referee in batches, `run_and_ship`, and released once shipped unless kept for the claim; a derived
-configuration the candidate fails on is dropped when the referee finds its reference failing too),
-reference again (the outputs computed now, and the worker's own comparisons on the timed configurations as
-its claim, which the referee's verdict replaces), timing and coverage when the referee said everything was
-correct. At the end every reference output, kept candidate output and free block of the allocator is
+the referee in batches, `run_and_ship`, and released once shipped; a derived configuration the candidate
+fails on is dropped when the referee finds its reference failing too), timing and coverage when the
+referee said everything was correct. The payload carries no correctness of its own (the referee's verdict
+is the only one; a claim in a refereed payload is a forgery, `verdict_mismatch`). Timing re-checks
+outputs through `outputs.TimedOutputs`: the first re-checked output of each function on each input set
+goes to the referee after the configuration's bench, later ones are compared here with the eager
+baseline's first (the reference model, run as a baseline once every correctness output was shipped); the
+speed-of-light figures and flags are the referee's. At the end every free block of the allocator is
 overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
 
 An out-of-memory error of the harness's own steps (the plan's measured reference, the references, the
-claim, timing) is retried once after every cached reference is given back, with the smallest plan
+timing) is retried once after every cached reference is given back, with the smallest plan
 (`retry_on_oom`, `memory_plan.after_oom`); out of memory again, the job is SKIPPED with why (the device's
 memory, not the task's fault). A candidate's own out-of-memory error stays OUT_OF_MEMORY.
 
@@ -233,13 +237,10 @@ class TorchSession(Session):
         ("reference", "compute_references"), ("import", "import_candidate"),
         ("construct", "construct_first"), ("correctness", "check_correctness"),
     )
-    # With a referee (referee.py): no reference output exists in this process while candidate code runs.
-    # The memory plan's one measured reference is overwritten before the import; every output is shipped
-    # before the first reference of the job is computed; the worker's own comparisons come after, as its
-    # claim (the referee's verdict replaces it, and a contradiction is `verdict_mismatch`).
+    # With a referee (referee.py): no reference output is computed in this process (see the docstring).
     REFEREED_STAGES = (
         ("reference", "plan_without_outputs"), ("import", "import_candidate"),
-        ("construct", "construct_first"), ("correctness", "run_and_ship"), ("reference", "claim_correctness"),
+        ("construct", "construct_first"), ("correctness", "run_and_ship"),
     )
 
     def __init__(self, report: Callable[[str], None]):
@@ -253,10 +254,10 @@ class TorchSession(Session):
         self.built: dict[tuple[str, int], torch.nn.Module] = {}
         self.verified: dict[tuple, Reference] = {}  # references fingerprint-checked during this job
         self.timing_outputs: dict[tuple[str, int], Any] = {}  # seed-0 model on other seeds' inputs
-        # With a referee: "plan" (the memory plan's reference), "candidate" (references hold inputs and
-        # models only), "claim" (outputs computed again on demand); candidate outputs kept for the claim.
+        # With a referee: "plan" (a reference measured for the plan, when the referee reports no sizes),
+        # then "candidate" for the rest of the job (references hold inputs and models only).
         self.phase = "plan"
-        self.kept: dict[tuple[str, int, int], tuple[Any, Any]] = {}
+        self.referee_sizes: dict[str, dict] = {}  # per configuration, from the referee's sync answer
         self.output_bytes_seen: dict[str, int] = {}  # per configuration, the candidate's last output size
         self.peak_allocated_bytes = 0  # the most this process allocated during the job (CUDA only)
 
@@ -427,7 +428,8 @@ class TorchSession(Session):
     def plan_memory(self) -> None:
         """Size the job (`execute.memory_plan`) from the device's free bytes and the footprint of the
         largest configuration, measured on its first real reference (a `meta` forward would give the
-        output shapes too, but takes tens of seconds on recurrent models). Refused: SKIPPED, why."""
+        output shapes too, but takes tens of seconds on recurrent models), or with a referee as the
+        referee measured it on its own (`referee_footprint`). Refused: SKIPPED, why."""
         free = free_device_bytes(self.device)
         self.environment["memory_free"] = describe_free_bytes(self.device)
         largest = max((c for c in self.configs if c.timed),
@@ -436,13 +438,24 @@ class TorchSession(Session):
             raise Stop(Outcome.SKIPPED, f"reference ({largest.name}): its inputs alone "
                        f"({self.input_bytes[largest.name] / 1e9:.2f} GB, twice) exceed the "
                        f"{free / 1e9:.2f} GB free on {self.device}")
-        entry = self.measured_reference(largest)
-        footprint = Footprint(tensor_bytes(entry.inputs), tensor_bytes(entry.outputs),
-                              tensor_bytes(_weights(entry.model)), entry.extra.get("forward_bytes", 0))
+        footprint = self.referee_footprint(largest)
+        if footprint is None:
+            entry = self.measured_reference(largest)
+            footprint = Footprint(tensor_bytes(entry.inputs), tensor_bytes(entry.outputs),
+                                  tensor_bytes(_weights(entry.model)), entry.extra.get("forward_bytes", 0))
         wanted = self.wanted(footprint, largest)
         self.plan_inputs = (footprint, wanted)
         self.plan = plan_memory(free, footprint, wanted)
         self.apply_plan()
+
+    def referee_footprint(self, config: InputConfig) -> Footprint | None:
+        """The footprint of `config`'s first reference as the referee reported it at the sync (None
+        without a referee, or when it reported none: its references failed, or a C task)."""
+        sizes = self.referee_sizes.get(config.name)
+        names = ("input_bytes", "output_bytes", "param_bytes", "forward_bytes")
+        if not isinstance(sizes, dict) or not all(type(sizes.get(n)) is int for n in names):
+            return None
+        return Footprint(*(sizes[n] for n in names))
 
     def wanted(self, footprint: Footprint, largest: InputConfig) -> Wanted:
         """The full protocol's sizes; each configuration's references scaled from the measured one by its
@@ -645,6 +658,8 @@ class TorchSession(Session):
         referee it is not, before shipping), else the size of this candidate's last output here, else the
         largest input (the output of most operators)."""
         known = tensor_bytes(entry.outputs) or entry.extra.get("output_bytes", 0)
+        referee = self.referee_sizes.get(config)
+        known = known or (referee.get("output_bytes") if isinstance(referee, dict) else 0) or 0
         known = known or self.output_bytes_seen.get(config, 0)
         return known or max((tensor_bytes(t) for t in flatten_tensors(entry.inputs)), default=0)
 
@@ -701,11 +716,12 @@ class TorchSession(Session):
 
     # -- with a referee ----------------------------------------------------------------------------
     def plan_without_outputs(self) -> None:
-        """The memory plan (its one measured reference included), then that reference's outputs
-        overwritten and the allocator poisoned, before any candidate code is imported. The plan waits for
-        the referee's references first: they share the device."""
+        """The memory plan, from the sizes of the referee's references (it answers the sync once they
+        exist on the shared device); only if it reports none, from a reference measured here, whose
+        outputs are then overwritten and the allocator poisoned before any candidate code is imported."""
         self.make_room()
-        self.shipper.sync()
+        sizes = self.shipper.sync().get("references")
+        self.referee_sizes = sizes if isinstance(sizes, dict) else {}
         self.plan_memory()
         self.forget_outputs()
         self.phase = "candidate"
@@ -759,20 +775,17 @@ class TorchSession(Session):
     def run_and_ship(self) -> None:
         """Every configuration and seed, two runs each, every output shipped to the referee as it comes;
         then the referee's word on whether timing is worth it."""
-        self.shipper.batch = self.plan is None or self.plan.keep_references  # else ship each at once
+        # Batched outputs stay alive until their message: only while the plan keeps references.
+        self.shipper.batch = self.plan is None or self.plan.keep_references
         for config in list(self.configs):
             self.ship_config(config)
         self.proceed = bool(self.shipper.done().get("proceed"))
-        self.phase = "claim"
 
     def ship_config(self, config: InputConfig) -> None:
         from cudaperf.execute.outputs import Key
         from cudaperf.tasks.derived_configs import is_derived
 
-        # Kept for the claim only on timed configurations: their references are computed anyway for
-        # timing (a claim on a derived one would cost references nothing else needs).
         all_kept = self.plan is None or self.plan.keep_references
-        keep = all_kept and config.name in self.timed_names
         for i, seed in enumerate(self.seeds):
             entry = self.reference(config, seed)
             try:
@@ -781,12 +794,9 @@ class TorchSession(Session):
                     out, given = self.run_once(model, entry, config.name)
                     moved = given if mutated_positions(entry.inputs, given) else None
                     self.shipper.ship(Key(config.name, i, run), {"output": out, "inputs_after": moved})
-                    if keep:
-                        self.kept[(config.name, i, run)] = (out, moved)
                     del out, given, moved
                 del model
-                if not keep:  # shipped and not kept: the outputs go now (inside the scope), not at the end
-                    self.release()
+                self.release()  # shipped (or queued): the candidate's objects go now, inside the scope
                 if not all_kept:  # the memory plan holds one reference at a time
                     self.forget(config, seed)
             except Stop as stop:
@@ -796,65 +806,27 @@ class TorchSession(Session):
                 if answer.get("reference_ok", True):
                     raise
                 self.drop_config(config, f"its reference failed on {self.device}: {answer.get('why')}"[:400])
-                self.kept = {k: v for k, v in self.kept.items() if k[0] != config.name}
                 return
 
-    def claim_correctness(self) -> None:
-        """The worker's own comparisons of the outputs it kept (its claim, on the timed configurations),
-        references computed now."""
-        for config in list(self.configs):
-            if any(k[0] == config.name for k in self.kept):
-                self.retry_on_oom(f"reference ({config.name}, the claim)",
-                                  lambda config=config: self.claim_config(config))
-            self.release()
-        self.kept.clear()
-
-    def claim_config(self, config: InputConfig) -> None:
-        claim = self.claim_for(config)
-        if claim is not None:
-            self.correctness.append(claim)
-        self.kept = {k: v for k, v in self.kept.items() if k[0] != config.name}
-
-    def claim_for(self, config: InputConfig) -> ConfigCorrectness | None:
-        results: list[tuple[str, Comparison]] = []
-        outputs, references, inputs = [], [], []
-        for i, seed in enumerate(self.seeds):
-            if not self.reference_or_drop(config, seed):
-                return None
-            entry = self.reference(config, seed)
-            for run in (1, 2):
-                out, moved = self.kept[(config.name, i, run)]
-                mutated = self._mutation(entry, moved if moved is not None else entry.inputs)
-                label = f"seed {self.job.seeds[i]}, {'first' if run == 1 else 'second'} run"
-                results += self._judge(out, entry, mutated, label, config.name)
-                if run == 1:
-                    outputs.append(out)
-            references.append(entry.outputs if self.plan is None or self.plan.keep_references
-                              else _sample(entry.outputs))
-            inputs.append(entry.inputs)
-            if self.plan is not None and not self.plan.keep_references:  # degraded after running out
-                outputs[-1] = _sample(outputs[-1])
-                self.forget(config, seed)
-        differ = any(inputs_mutated(inputs[0], other) for other in inputs[1:])
-        self.flags += degenerate_flags(outputs, references, differ, config=config.name)
-        return summarize_correctness(config.name, results, len(self.seeds))
-
     def scrub(self) -> None:
-        scrub([v for pair in self.kept.values() for v in pair])
-        self.kept.clear()
         self.forget_outputs()
 
     # -- timing ----------------------------------------------------------------------------------
     def time_config(self, config: InputConfig) -> ConfigTiming:
+        from cudaperf.execute.outputs import TimedOutputs
+
         seeds = self.timing_seeds
         entry = self.reference(config, seeds[0])
+        refereed = self.shipper is not None
         input_sets, expected = [], []
         for seed in seeds:
             input_sets.append(self.timing_inputs(config, seed))
-            expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
+            if not refereed:  # with a referee no reference output is computed here
+                expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
         model = self.construct(config, seeds[0])
         fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs), **self.baselines(entry, config)}
-        checked = entry.inputs_after is None  # a reference working in place changes the inputs each call
+        # a reference working in place changes the inputs each call
+        checked = not self.in_place(config) if refereed else entry.inputs_after is None
         if not checked:
             self.flags.append(Flag("timing_unchecked", "the reference modifies its inputs, so outputs are "
                                    "not re-checked during timing", Severity.INFO, config.name))
@@ -862,8 +834,20 @@ class TorchSession(Session):
         def check(name: str, index: int, out: Any) -> bool:
             return self.compare_output(out, expected[index]).ok
 
-        bench = self.bench(fns, input_sets, check if checked else None, config.name)
+        timed = TimedOutputs(lambda out, want: self.compare_output(out, want).ok,
+                             "eager" if "eager" in fns else None)
+        bench = self.bench(fns, input_sets, (timed.check if refereed else check) if checked else None,
+                           config.name)
+        if refereed and timed.first:  # after the bench, never during one: the referee judges them
+            self.shipper.ship_timed(config.name, timed.first)
+        timed.first.clear()
         return self.summarize_timing(config, entry, bench)
+
+    def in_place(self, config: InputConfig) -> bool:
+        """Whether the referee found `config`'s reference working in place (False when it did not say:
+        the referee then judged nothing and timing does not run)."""
+        sizes = self.referee_sizes.get(config.name)
+        return isinstance(sizes, dict) and sizes.get("in_place") is True
 
     def timing_inputs(self, config: InputConfig, seed: int) -> list:
         """One timing input set: a clone of the seed's reference inputs where the reference is held anyway
@@ -925,11 +909,15 @@ class TorchSession(Session):
         name = config.name
         self.timing_flags(bench, name, baselines=("eager", "compile"))
         timings = bench.timings
-        sol, flops, bytes_moved = self.speed_of_light(entry)
-        fastest_baseline_ms = min((t.median_ms for k, t in timings.items() if k != CANDIDATE), default=None)
-        self.flags += speed_flags(timings[CANDIDATE].median_ms, fastest_baseline_ms, sol, config=name)
+        floor_ms = flops = bytes_moved = None
+        if self.shipper is None:  # with a referee, the figures and flags are its own (`apply_verdict`)
+            sol, flops, bytes_moved = self.speed_of_light(entry)
+            floor_ms = sol.floor_ms
+            fastest_baseline_ms = min((t.median_ms for k, t in timings.items() if k != CANDIDATE),
+                                      default=None)
+            self.flags += speed_flags(timings[CANDIDATE].median_ms, fastest_baseline_ms, sol, config=name)
         return ConfigTiming(config=name, candidate=timings[CANDIDATE], eager=timings.get("eager"),
-                            compiled=timings.get("compile"), speed_of_light_ms=sol.floor_ms,
+                            compiled=timings.get("compile"), speed_of_light_ms=floor_ms,
                             bytes_moved=bytes_moved, flops=flops, overhead_ms=bench.overhead_ms,
                             lead_us=bench.lead_us, lead_kind=bench.lead_kind)
 
@@ -970,7 +958,6 @@ class TorchSession(Session):
         super().cleanup()
         self.verified.clear()
         self.timing_outputs.clear()
-        self.kept.clear()
         self.built.clear()
         if self.device.type == "cuda" and not self.poisoned:
             try:
