@@ -19,7 +19,8 @@ saying so), to tell the hypotheses apart:
 - serial C: the cross-run figure beside the calibration's ratio B/A (the fixed C workload timed before each
   round on the same CPU, `datasets/measure/serial.py`), the baseline normalised by it (a diagnostic: the
   rows keep the raw time), the share of keys that moved the same way as the calibration, and each run's
-  steal share (time the hypervisor gave to others).
+  steal share (time the hypervisor gave to others); per run, the calibration's medians and its time on the
+  reserved CPU over the time just before on an unpinned one (is the reserved CPU the slow one?).
 
 Not covered: which run is right (neither is a reference), significance tests.
 """
@@ -181,6 +182,30 @@ def serial_lines(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
             f"| {_mean(steal[0])} | {_mean(steal[1])} | {_quantile(rounds, 0.5)} |"]
 
 
+def serial_run_lines(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
+    """Per run: the calibration's median (compute, memory), its time on the reserved CPU over the time just
+    before on an unpinned one (> 1: the reserved CPU is the slower), the CPUs the rounds ran on."""
+    lines = ["| run | C keys | calibration compute ms | memory ms | reserved / unpinned | CPUs |",
+             "|---|---|---|---|---|---|"]
+    for name, rows in (("A", a), ("B", b)):
+        serial = [r for r in {k[:2]: r for k, r in rows.items()}.values() if r.get("serial_c_calibration_ms")]
+        if not serial:
+            continue
+        med = {f: _quantile([r[f] for r in serial if r.get(f)], 0.5) if any(r.get(f) for r in serial)
+               else None for f in ("serial_c_calibration_ms", "serial_c_calibration_mem_ms")}
+        free = [r["serial_c_calibration_ms"] / r["serial_c_calibration_free_ms"] for r in serial
+                if r.get("serial_c_calibration_free_ms")]
+        cpus = sorted({c for r in serial for c in r.get("serial_c_cpus") or ()})
+        lines.append(f"| {name} | {len(serial)} | {_num(med['serial_c_calibration_ms'])} "
+                     f"| {_num(med['serial_c_calibration_mem_ms'])} "
+                     f"| {_ratio_range(free)} | {','.join(map(str, cpus)) or 'not pinned'} |")
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"
+
+
 def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.2%}" if values else "-"
 
@@ -189,7 +214,7 @@ def diagnostics(a: dict[tuple, dict], b: dict[tuple, dict]) -> list[str]:
     """The host-bound and calibration tables (module docstring), or a line saying the rows lack them."""
     if not any("host_bound_samples" in r for r in a.values()):
         return ["no host-path diagnostics in these rows (measured before they were recorded)"]
-    return [*host_bound_lines(a, b), "", *serial_lines(a, b)]
+    return [*host_bound_lines(a, b), "", *serial_lines(a, b), "", *serial_run_lines(a, b)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,3 +64,10 @@ def test_serial_c_normalised_by_the_calibration_removes_a_shift_of_the_whole_cpu
 def test_rows_without_the_diagnostics_say_so():
     a = {("T", "small", "T/x"): _row("T/x", 1.0, 2.0)}
     assert _script().diagnostics(a, a)[0].startswith("no host-path diagnostics")
+
+
+def test_each_run_says_whether_its_reserved_cpu_was_slower_than_an_unpinned_one():
+    row = {**_diag(1.0, 1.0, 0, serial_ms=10.0, calibration_ms=1.5), "serial_c_calibration_free_ms": 1.0,
+           "serial_c_cpus": [15]}
+    line = _script().serial_run_lines({("C", "small", "C/x"): row}, {})[-1]
+    assert line == "| A | 1 | 1.500 | 1.500 | 1.500 (1.500-1.500) | 15 |"

@@ -51,6 +51,7 @@ def test_the_serial_baseline_is_the_median_round(c_row):
 
 def test_every_row_carries_the_calibration_beside_the_serial_baseline(c_row):
     assert c_row["serial_c_calibration_ms"] > 0 and c_row["serial_c_calibration_mem_ms"] > 0
+    assert c_row["serial_c_calibration_free_ms"] > 0  # the compute part off the reserved CPU
     assert c_row["serial_c_steal_share"] is None or 0 <= c_row["serial_c_steal_share"] <= 1
 
 

@@ -9,10 +9,11 @@ them, after the GPU timing; `CTaskMeasure.serial_round` at each), the baseline i
 rounds' medians, and every round first times a calibration workload: the same compiled C (built like
 every serial reference, `cref.build_reference`, so the same binary wherever the compiler is the same)
 on the same reserved CPU, inside the same `isolated_host_timing` block. Its time, the CPUs the rounds ran
-on and the hypervisor's steal share (`host_timing.steal_ticks`) are stored beside the baseline
-(`SerialBaseline.fields`): two runs whose calibration differs by 30% ran on CPUs 30% apart, whatever the
-baseline did. The rows keep the raw time as the baseline (the comparison script shows a
-calibration-normalised figure beside it, as a diagnostic only).
+on, the hypervisor's steal share (`host_timing.steal_ticks`) and the calibration's compute part timed
+just before the block, unpinned (`free_calibration_ms`: is the reserved CPU the slow one?) are stored
+beside the baseline (`SerialBaseline.fields`): two runs whose calibration differs by 30% ran on CPUs 30%
+apart, whatever the baseline did. The rows keep the raw time as the baseline (the comparison script shows
+a calibration-normalised figure beside it, as a diagnostic only).
 
 The calibration has two parts: `compute` (a dependent multiply-add chain over an L1-resident array: the
 core's clock) and `memory` (a streaming scaled copy of 32 MiB arrays: the memory path, which other
@@ -75,6 +76,7 @@ class SerialRound:
     cpus: tuple[int, ...]  # the reserved CPUs it ran on (empty: not pinned)
     steal_ticks: int
     total_ticks: int
+    calibration_free_ms: float | None = None  # the compute part just before, where the scheduler put it
 
     @property
     def median_ms(self) -> float:
@@ -118,6 +120,7 @@ class SerialBaseline:
             "serial_c_rounds": len(self.rounds), "serial_c_round_ms": [r.median_ms for r in self.rounds],
             "serial_c_calibration_ms": _median([r.calibration_ms for r in self.rounds]),
             "serial_c_calibration_mem_ms": _median([r.calibration_mem_ms for r in self.rounds]),
+            "serial_c_calibration_free_ms": _median([r.calibration_free_ms for r in self.rounds]),
             "serial_c_cpus": sorted({c for r in self.rounds for c in r.cpus}),
             "serial_c_steal_share": steal / total if total else None,
         }
@@ -129,7 +132,8 @@ def _median(values: list[float | None]) -> float | None:
 
 
 DIAGNOSTIC_FIELDS = ("serial_c_rounds", "serial_c_round_ms", "serial_c_calibration_ms",
-                     "serial_c_calibration_mem_ms", "serial_c_cpus", "serial_c_steal_share")
+                     "serial_c_calibration_mem_ms", "serial_c_calibration_free_ms", "serial_c_cpus",
+                     "serial_c_steal_share")
 
 
 def time_serial(call: Callable[[dict[str, Any]], None], values: dict[str, Any],
@@ -183,13 +187,23 @@ def calibration() -> Calibration | None:
     return Calibration(build) if build.ok else None
 
 
+def free_calibration_ms() -> float | None:
+    """The calibration's compute part on whatever CPU the scheduler gives the caller: called just before a
+    round's `isolated_host_timing` block, it says whether the reserved CPU is slower than the others
+    (on the H200's VM, serial C pinned to the highest vCPU ran a median 1.28x the unpinned time)."""
+    calibrated = calibration()
+    return calibrated.run()[0] if calibrated is not None else None
+
+
 def timed_round(call: Callable[[dict[str, Any]], None], values: dict[str, Any], budget_ms: float,
-                cpus: tuple[int, ...]) -> SerialRound:
+                cpus: tuple[int, ...], free_ms: float | None = None) -> SerialRound:
     """One round inside the caller's `isolated_host_timing` block (on `cpus`): the calibration, then the
-    baseline's calls, with the steal ticks of those CPUs (all CPUs when not pinned) around both."""
+    baseline's calls, with the steal ticks of those CPUs (all CPUs when not pinned) around both.
+    `free_ms`: `free_calibration_ms()` from just before the block, kept beside them."""
     steal0, total0 = steal_ticks(cpus or None)
     calibrated = calibration()
     compute_ms, memory_ms = calibrated.run() if calibrated is not None else (None, None)
     samples = time_serial(call, values, budget_ms)
     steal1, total1 = steal_ticks(cpus or None)
-    return SerialRound(compute_ms, memory_ms, tuple(samples), cpus, steal1 - steal0, total1 - total0)
+    return SerialRound(compute_ms, memory_ms, tuple(samples), cpus, steal1 - steal0, total1 - total0,
+                       free_ms)

@@ -76,6 +76,7 @@ from cudaperf.datasets.measure.results import ROW_VERSION, impl_hash
 from cudaperf.datasets.measure.serial import (
     SERIAL_MAX_REPS,  # noqa: F401 - imported from here by benchmarks/serial_priority.py
     SerialBaseline,
+    free_calibration_ms,
     time_serial,  # noqa: F401 - likewise
     timed_round,
 )
@@ -698,9 +699,11 @@ class CTaskMeasure(TaskMeasure):
         if config is not None:
             self.phase("serial_c", config)
         call, values = self.serial_call
-        with self.timed_section("serial_c"), self.timing_priority() as nice, \
-                isolated_host_timing() as slot:
-            self.serial.rounds.append(timed_round(call, values, self.serial.round_budget_ms, slot.cpus))
+        with self.timed_section("serial_c"), self.timing_priority() as nice:
+            free_ms = free_calibration_ms()  # before the reserved CPU: is that one slower? (serial.py)
+            with isolated_host_timing() as slot:
+                self.serial.rounds.append(timed_round(call, values, self.serial.round_budget_ms, slot.cpus,
+                                                      free_ms))
         self.timing_nice = nice
 
     def upload(self, seed: _CSeed) -> _CDevice:
