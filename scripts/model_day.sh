@@ -9,13 +9,14 @@
 #                                                             (+ A_EXTRA_S seconds of eval-modes, default 0)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
-#   C     (none)             bash scripts/model_day.sh C      RL (GRPO, resumes SFT if unfinished), then the
-#                                                             base/SFT/RL comparison (issue 23), resumable
+#   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
+#                                                             then the base/SFT/RL comparison (issue 23)
 #   D     (none)             bash scripts/model_day.sh D      the comparison's rest, the 20-task refinement
 #                                                             run and the backends' throughput (issue 21)
 # Every call: timeout_s 600; its outputs come back as $OUT/<call>.tgz (re-packed after every step, so a kill
 # keeps what was done), $OUT/<call>-summary.txt (the RESULT lines) and stdout (the summary again). Each
-# step runs under `timeout` within the call's budget (BUDGET_S, default 570 s from the script's start).
+# step runs under `timeout` within the call's budget (BUDGET_S: default A 570, B 540, C 540, D 480 s from
+# the script's start; the device call's timeout_s stays 600).
 #
 # Time arithmetic (H200 figures from shared/docs/rl.md and gpu-machine.md; CPU figures measured here on
 # 2 loaded cores, 2026-12-04, with the real SmolLM2; see the report of session 15):
@@ -26,35 +27,66 @@
 #     generates therefore puts all its rows in one call (128 rows a call, compare --batch-seeds).
 #   - SFT: 74 s an epoch over 4.7 M tokens measured there (~63 k tok/s, batch 16). The measured examples of
 #     the train families (holdout removed) are ~9.1 k x 1,744 tokens = 16 M tokens: ~255 s an epoch. B has
-#     570 - 10 (join) - 31 (convert) - ~45 (load, examples, trainer) - 60 (margin: the step running at the
-#     limit, checkpoint + final) = ~425 s of training: ~1.6 epochs alone, ~1.3 with the LM ranker beside it.
+#     540 - 10 (join) - 31 (convert) - ~45 (load, examples, trainer) - 60 (margin: the step running at the
+#     limit, checkpoint + final) = ~395 s of training: ~1.5 epochs alone, ~1.2 with the LM ranker beside it.
 #     So --sft-epochs 2 with --final-on-limit: the model at the limit is final (stopped_early.json says so).
 #   - LM ranker (beside SFT): the table of 47,127 rows and their sources ~70 s (69 s here), training stopped
 #     after RANKER_TRAIN_MIN=4 min (1,000 steps of 16 pairs x 512 tokens at 0.1-0.2 s alone), scoring
 #     11,094 test rows + 4 k calibration texts (~470 batches of 32) ~1 min: ~6.5 min, ends before SFT.
 #   - RL step (4 tasks x 4 trajectories x 2 turns, 1024 new tokens): 2 rounds x (1024 x ~40 ms + ~10 s
-#     evaluation) + ~3 s optimiser ~ 100 s; C: ~30 s start (tasks, policy, evaluator) + 3 steps = ~330 s.
-#   - comparison (8 tasks of each of 2 sets x 3 seeds = 48 rows a round, 2 turns, 1024 tokens): per model
-#     2 x (1024 x ~60 ms + ~15 s) ~ 150 s; 3 models ~ 450 s: ~200 s in C, the rest in D.
-#   - refinement run (20 test tasks x 2 samples x 3 turns, 768 tokens, default evaluator): 3 rounds x
-#     (768 x ~50 ms + ~20 s) ~ 180 s. Backends: 4 batches x 256 tokens x ~60 ms + loads ~ 80 s.
-#   Total ~ A 30 + B 570 + C 570 + D 450 = 1,620 s of the session's 1,800 device-seconds, plus machine start
-#   and transfers, all within the 30-minute hold: no room for more. What to cut, in this order, if the
-#   lease is shorter: A's eval-modes (already off: A_EXTRA_S=0; it needs no model, so another session can
-#   run it), the backends' throughput (gpu-machine.md already has batch 64/256 figures), the refinement
-#   run's second sample (REFINE_SAMPLES=1), the comparison's third seed (COMPARE_SEEDS="0 1"); never SFT,
-#   which everything after it needs.
+#     evaluation) + ~3 s optimiser ~ 100 s; C: RL_S=270 s = ~30 s start (tasks, policy, evaluator) +
+#     RL_STEPS=2 steps + the final save; a step that would end past the budget is not started. At this
+#     size RL is the pipeline's check on the H200, not a training run: 2 GRPO steps at lr 2e-6 will not
+#     move the comparison; a third step would cost the comparison a round it needs.
+#   - comparison (8 tasks of each of 2 sets x 3 seeds = 48 rows a round, 2 turns, 1024 tokens): a round
+#     ~1024 x ~60 ms + ~15 s evaluation ~ 75 s, 6 rounds (3 models x 2 turns) ~ 450 s + loads: 2-3 rounds
+#     in C (~240 s; no round starts in its last ROUND_S=120 s), 3 in D (~295 s). Models in the order base,
+#     SFT, RL: what a short day loses is RL's row, the one least changed by 2 steps.
+#   - refinement run (20 test tasks x 2 samples x 3 turns, 512 tokens, default evaluator): 3 rounds x
+#     (512 x ~50 ms + ~20 s) + load ~ 150 s (REFINE_S=170). Backends: 4 batches x 256 tokens x ~60 ms +
+#     loads ~ 80 s (BACKENDS_S=90; off by default, see below).
+#   Total: A ~30 + B 540 + C 540 + D 480 = ~1,590 s, plus the machine's start (1-2 min) and ~15 s of
+#   transfer a call: ~1,770 s of the 1,800 device-seconds and of the 30-minute hold, so the calls must follow
+#   each other at once. Rows are nearly free (decoding is per-step overhead), rounds and tokens are not: so
+#   the comparison keeps 3 seeds and 2 sets, the refinement run 2 samples. Already cut, and why: A's
+#   eval-modes (A_EXTRA_S=0: it needs no model, any later call can run it), the backends' throughput
+#   (BACKENDS_S=0: gpu-machine.md has batch 64/256 figures and the refinement run's rounds give tokens/s
+#   at its batch), RL's third step. Next to cut if the lease is shorter: RL_STEPS=1 (~100 s), then the
+#   refinement run's third turn; never SFT, which everything after it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 CALL=${1:?usage: bash scripts/model_day.sh A|B|C|D}
-BUDGET_S=${BUDGET_S:-570}
-OUT=${OUT:-/tmp/model_day_out}
-STAGE=/tmp/model_day/$CALL  # everything is written here and packed into $OUT/$CALL.tgz after each step
-WORK=/tmp/cudaperf_train
-GGUF=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+declare -A BUDGETS=([A]=570 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
+BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
+# SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
+# the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
+# commands and the plumbing, not the H200's times. The wheels are not installed then (this machine has
+# them; they are built for the H200's Python 3.12).
+SMOKE=${SMOKE:-0}
+export MODEL_DAY_TMP=${MODEL_DAY_TMP:-/tmp}
+T=$MODEL_DAY_TMP
+OUT=${OUT:-$T/model_day_out}
+STAGE=$T/model_day/$CALL  # everything is written here and packed into $OUT/$CALL.tgz after each step
+WORK=$T/cudaperf_train
+GGUF=$T/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p "$OUT" "$STAGE"
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD/src
-export CUDAPERF_CACHE_DIR=/tmp/cudaperf-cache  # evaluator builds and the converted SmolLM2, shared by all
+export PYTHONUNBUFFERED=1 PYTHONPATH=$T/site:$PWD/src
+export CUDAPERF_CACHE_DIR=$T/cudaperf-cache  # evaluator builds and the converted SmolLM2, shared by all
+# The evaluator's sandbox boundary: bubblewrap unpacked by call A where the machine has none.
+if ! command -v bwrap > /dev/null && [[ -z ${CUDAPERF_BWRAP:-} && -x $T/bwrap-pkg/usr/bin/bwrap ]]; then
+  export CUDAPERF_BWRAP=$T/bwrap-pkg/usr/bin/bwrap
+fi
+X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=()
+if [[ $SMOKE == 1 ]]; then
+  X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2)
+  X_RL=(--cpu-smoke --rl-steps 1 --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
+        --rl-max-new-tokens 16)
+  X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
+  X_REFINE=(--device cpu --limit 2 --samples 1 --turns 2 --max-new-tokens 16)
+  X_BACKENDS=(--device cpu --batches "1,2" --max-new-tokens 8)
+  X_RANKER=(--device cpu --steps 2 --batch-pairs 2 --max-tokens 128 --families elementwise sort
+            --max-train-pairs 200)
+fi
 [[ -f $GGUF ]] && export CUDAPERF_SMOLLM2_GGUF=$GGUF
 SUMMARY=$STAGE/summary.txt
 touch "$SUMMARY"
@@ -93,35 +125,55 @@ mins() {  # a script's own --max-minutes inside a step of $1 seconds, keeping $2
   python3 -c "print(round(max(0.5, ($1 - $2) / 60), 2))"  # after its clock stops (a round, a save)
 }
 
-env_check() {
-  python3 - <<'PY'
+# The versions a call runs with, and what is missing (a function cannot run under `timeout`: a string).
+ENV_PY='
 import importlib, json, platform
 info = {"python": platform.python_version()}
 for name in ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "gguf",
-             "tree_sitter", "tree_sitter_cuda"):
+             "tree_sitter", "tree_sitter_cuda", "pyseccomp"):
     try:
         info[name] = getattr(importlib.import_module(name), "__version__", "present")
-    except Exception as exc:  # noqa: BLE001 - report whatever is missing, do not stop
+    except Exception as exc:  # report whatever is missing, do not stop
         info[name] = f"MISSING ({type(exc).__name__}: {exc})"[:160]
 import torch
 info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+import os
+info["bwrap"] = os.environ.get("CUDAPERF_BWRAP", "on PATH or none")
 print("RESULT env " + json.dumps(info))
-PY
+'
+
+install() {  # the wheels of carry folder $1 into $T/site (not under SMOKE: this machine has its own)
+  local rc=0
+  if [[ $SMOKE == 1 ]]; then
+    echo "install of $1 skipped (SMOKE)" >> "$STAGE/install.log"
+  else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$T/site" \
+      "$1"/wheels/*.whl >> "$STAGE/install.log" 2>&1 || rc=$?
+  fi
+  echo "| install $1 | rc=$rc | wheels into $T/site |" | tee -a "$SUMMARY"
+  return "$rc"
+}
+
+eval_deps() {  # .carry/model-3 when carried: the evaluator's tree-sitter, pyseccomp and bubblewrap
+  [[ -d .carry/model-3 ]] || return 0
+  install .carry/model-3
+  if ! command -v bwrap > /dev/null && compgen -G ".carry/model-3/bubblewrap_*.deb" > /dev/null; then
+    dpkg -x .carry/model-3/bubblewrap_*.deb "$T/bwrap-pkg" && export CUDAPERF_BWRAP=$T/bwrap-pkg/usr/bin/bwrap
+  fi
 }
 
 call_A() {
   [[ -d .carry/model-1/wheels ]] || { echo "carry .carry/model-1 (fetch_model_carry.sh)" >&2; exit 2; }
-  mkdir -p /tmp/carry
-  cp .carry/model-1/*.part0 /tmp/carry/
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    .carry/model-1/wheels/*.whl > "$STAGE/install.log" 2>&1 && touch /tmp/carry/done-A
-  echo "| install | rc=$? | wheels into /tmp/site, part 0 in /tmp/carry |" | tee -a "$SUMMARY"
-  step env 60 env_check
-  if (( ${A_EXTRA_S:-0} > 0 )); then  # a GPU step that needs no model (issue 21's evaluation modes)
+  mkdir -p "$T/carry"
+  cp .carry/model-1/*.part0 "$T/carry/"
+  install .carry/model-1 && touch "$T/carry/done-A"
+  eval_deps
+  step env 60 python3 -c "$ENV_PY"
+  if (( ${A_EXTRA_S:-0} > 0 )); then  # a GPU step that needs no model (issue 21's evaluation modes; it
+    # needs .carry/model-3 in this call's carry too)
     step eval-modes "$A_EXTRA_S" env OUT="$STAGE/eval-modes" LIMIT_eval_modes=$((A_EXTRA_S - 20)) \
       bash scripts/gpu_check.sh eval-modes
   fi
-  pack
 }
 
 call_B() {
@@ -130,7 +182,7 @@ call_B() {
   exports=$(bash scripts/join_model_carry.sh 2> "$STAGE/join.log") || { cat "$STAGE/join.log"; exit 1; }
   eval "$exports"
   echo "| join | $exports | $SECONDS s |" | tee -a "$SUMMARY"
-  step env 60 env_check
+  step env 60 python3 -c "$ENV_PY"
   step convert 120 python3 -c "
 import time; t = time.perf_counter()
 from cudaperf.agent.backends.smollm2 import SmolLM2Options, convert, converted_dir, find_gguf
@@ -138,19 +190,27 @@ o = SmolLM2Options(); g = find_gguf(); d = converted_dir(g, o)
 convert(g, d, o.cache_dtype) if not (d / 'config.json').is_file() else None
 print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t:.1f}}}')"
   local model
-  model=$(find "$CUDAPERF_CACHE_DIR/models" -maxdepth 1 -name 'smollm2-135m-instruct-bfloat16-*' | head -n 1)
+  # the converted SmolLM2 (not the scratch copy of a conversion cut short, whose name has a dot)
+  model=$(find "$CUDAPERF_CACHE_DIR/models" -maxdepth 1 -name 'smollm2-135m-instruct-*' ! -name '*.*' \
+    | head -n 1)
   # The LM ranker beside SFT: both train, neither times kernels. Its own limit; training stops after
   # RANKER_TRAIN_MIN minutes, then it scores the test rows.
   ( timeout -k 10 "$(cap $(( $(left) - 30 )))" python3 scripts/ranker_lm_h200.py --out "$STAGE/ranker" \
-      --model "$model" --device cuda --train-max-minutes "${RANKER_TRAIN_MIN:-4}" > "$STAGE/ranker.log" 2>&1
+      --model "$model" --device cuda --train-max-minutes "${RANKER_TRAIN_MIN:-4}" "${X_RANKER[@]}" \
+      > "$STAGE/ranker.log" 2>&1
     echo "| ranker | rc=$? |" >> "$STAGE/ranker.log" ) &
   local ranker_pid=$! s
   s=$(cap 9999)
-  step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" --work "$WORK" \
-    --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0 --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit
+  step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
+    --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
   wait "$ranker_pid"
   { tail -n 1 "$STAGE/ranker.log"; grep -a '^RESULT' "$STAGE/ranker.log" || true; } | tee -a "$SUMMARY"
 }
+
+# train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
+TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
+            --rl-tasks-per-step 4 --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
+            "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
   local s seeds
@@ -158,32 +218,35 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 \
-    --max-minutes "$(mins "$s" "${ROUND_S:-120}")"
+    --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
 }
 
 call_C() {
   [[ -f $GGUF ]] || { echo "no $GGUF: calls A and B must run first on this warm machine" >&2; exit 2; }
-  step env 60 env_check
+  [[ -d .carry/model-3 || -f $T/site/tree_sitter/__init__.py || $SMOKE == 1 ]] \
+    || { echo "carry .carry/model-3 (the evaluator's tree-sitter, pyseccomp, bubblewrap)" >&2; exit 2; }
+  eval_deps
+  step env 60 python3 -c "$ENV_PY"
   local s
-  s=$(cap "${RL_S:-330}")
-  step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" --work "$WORK" \
-    --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8 --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit \
-    --rl-steps "${RL_STEPS:-3}" --rl-tasks-per-step 4 --rl-trajectories 4 --rl-turns 2 \
-    --rl-max-new-tokens 1024
+  s=$(cap "${RL_S:-270}")
+  step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+    --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8
   step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only  # after a kill, if any
   compare 9999
 }
 
 call_D() {
   [[ -f $GGUF ]] || { echo "no $GGUF: calls A and B must run first on this warm machine" >&2; exit 2; }
-  compare $(( $(left) - ${REFINE_S:-200} - ${BACKENDS_S:-90} - 15 ))
+  compare $(( $(left) - ${REFINE_S:-170} - ${BACKENDS_S:-0} - 15 ))
   local s
-  s=$(cap "${REFINE_S:-200}")
+  s=$(cap "${REFINE_S:-170}")
   step agent-refine "$s" python3 scripts/agent_refine_h200.py --out "$STAGE/agent_refine" --tasks split:test \
-    --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 768 --resume \
-    --max-minutes "$(mins "$s" 70)"
-  step backends "${BACKENDS_S:-90}" python3 scripts/backends_h200.py run --keep-cache \
-    --cache-dir "$CUDAPERF_CACHE_DIR" --out "$STAGE/backends_h200.jsonl"
+    --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 512 --resume \
+    --max-minutes "$(mins "$s" 70)" "${X_REFINE[@]}"
+  if (( ${BACKENDS_S:-0} > 0 )); then
+    step backends "$BACKENDS_S" python3 scripts/backends_h200.py run --keep-cache \
+      --cache-dir "$CUDAPERF_CACHE_DIR" --out "$STAGE/backends_h200.jsonl" "${X_BACKENDS[@]}"
+  fi
 }
 
 case $CALL in

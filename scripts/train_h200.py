@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a stage stopped by its budget promotes its last checkpoint to final/")
     p.add_argument("--sft-max-steps", type=int, default=-1, help="SFT optimiser steps (-1: the epochs')")
     p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
+    p.add_argument("--sft-only", action="store_true", help="stop after SFT (RL in a later call)")
     p.add_argument("--promote-only", action="store_true",
                    help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
     p.add_argument("--model", default="smollm2")
@@ -103,14 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     _stage_out(args, rows, stamp, "sft")
     print("RESULT sft " + json.dumps({k: v for k, v in sft.items() if k != "final_dir"}, default=str),
           flush=True)
-    if sft.get("usable") and left() > args.margin_minutes + 0.5:
+    if sft.get("usable") and not args.sft_only and left() > args.margin_minutes + 0.5:
         rows["rl"] = _rl(args, sft["final_dir"], _budget(args.rl_max_minutes, left() - args.margin_minutes))
         _stage_out(args, rows, stamp, "rl")
         print("RESULT rl " + json.dumps({k: v for k, v in rows["rl"].items() if k != "per_step"},
                                         default=str), flush=True)
     _print_table(rows)
     rl = rows.get("rl", {})
-    done = bool(sft.get("usable")) and bool(rl.get("finished") or rl.get("stopped_early"))  # type: ignore
+    done = bool(sft.get("usable")) and (args.sft_only or bool(rl.get("finished") or rl.get("stopped_early")))
     print("done" if done else "not finished: call the same command again (it resumes from /tmp)")
     return 0
 
