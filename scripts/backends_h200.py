@@ -139,8 +139,12 @@ def run(args: argparse.Namespace) -> int:
           "device": str(backend.model.device), "dtype": str(backend.model.dtype)})
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=0.7, top_p=0.95, seed=0)
     backend.generate(_prompts(min(4, max(batches))), GenerationConfig(max_new_tokens=16, seed=0))  # warm-up
+    rates = {}
     for batch in batches:
-        emit(_throughput(backend, batch, config))
+        row = _throughput(backend, batch, config)
+        rates[batch] = row["tokens_per_s"]
+        emit(row)
+        print("RESULT backends " + json.dumps({"tokens_per_s_by_batch": rates}), flush=True)
     example = backend.generate(_prompts(1), GenerationConfig(max_new_tokens=160, temperature=0.0))[0]
     emit({"what": "greedy_example", "reply": example.text, "finish": example.finish_reason})
     return 0
