@@ -24,9 +24,9 @@ from test_session import CORRECT
 
 HANDLERS = str(Path(__file__).with_name("referee_handlers.py"))
 
-# Honest for its first calls (the correctness stage), then returns the output it computed for the same
-# input tensor (by pointer): during timing, a round whose tensors hold another set's contents gets a stale
-# answer (hack #3's pointer cache, kept out of correctness by a call count).
+# Returns the output it computed for the same input tensors (by pointer): correct in the correctness stage
+# (each seed has a model of its own, each call fresh inputs of that seed); during timing, a round whose
+# tensors hold another set's contents gets a stale answer (hack #3's pointer cache).
 STALE = '''
 import torch
 import torch.nn as nn
@@ -35,12 +35,11 @@ class ModelNew(nn.Module):
     def __init__(self, n):
         super().__init__()
         self.linear = nn.Linear(n, n)
-        self.calls, self.cache = 0, {}
+        self.cache = {}
 
     def forward(self, x, z):
-        self.calls += 1
         key = (x.data_ptr(), z.data_ptr())
-        if self.calls > 12 and key in self.cache:
+        if key in self.cache:
             return self.cache[key]
         out = torch.relu(self.linear(x)) * 2 + z
         self.cache[key] = out

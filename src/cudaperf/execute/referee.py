@@ -4,9 +4,9 @@ Why: native code of a candidate (a `load_inline` extension's static initialiser,
 inside the worker with the worker's memory and channel, so it can forge the worker's reply or copy a
 reference output it finds there; a plain CUDA kernel can scan its context's device memory for one. So the
 correctness verdict is computed here, in a process the candidate never runs in, from reference outputs that
-never exist in the candidate's process: the worker runs the candidate on every (configuration, seed) and
-ships each output before it computes any reference in that job (`outputs.Shipper`), and keeps none across
-jobs (`judge.ReferenceStore.end_job`).
+never exist in the candidate's process: a refereed PyTorch worker computes none at all (it runs the
+candidate on every (configuration, seed) and ships each output, `outputs.Shipper`; C workers compute a
+reference only for timing, after shipping, its outputs zeroed at once).
 
 Covers:
 - the process, `python -m cudaperf.execute.referee` (`main`): started by `sandbox.Worker` beside its worker
@@ -14,34 +14,41 @@ Covers:
   the worker can neither see nor signal it, having another uid and pid namespace); it never imports
   candidate code. Per job it receives, from the parent only: the job (task, configurations, seeds, the
   secret, tolerances), computes the references (`Judge.prepare`: C tasks at once; PyTorch ones when the
-  worker's `sync` arrives, after the worker has given back its own cache for other tasks: then this
-  store's references of other tasks give way too, as far as the job needs (`Referee.make_room`,
-  `memory_plan.room_bytes`), and the cache goes back to the driver after each reference computed, so no
-  kept reference is carved from a freed temporary's block that `empty_cache` could then not return; a
-  reference out of device memory even then makes the job SKIPPED, not HARNESS_ERROR), then takes each
-  output announcement the parent forwards from the worker (the bytes
-  are in the shared region, `outputs.Region`), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
+  worker's `sync` arrives, after the worker has given back its own cache for other tasks: then, when the
+  driver has too little free, this store's references of other tasks give way too, as far as the job
+  needs (`Referee.make_room`, `memory_plan.room_bytes`), and the cache goes back to the driver after each
+  reference computed, so no kept reference is carved from a freed temporary's block that `empty_cache`
+  could then not return; a reference out of device memory even then makes the job SKIPPED, not
+  HARNESS_ERROR) and answers the sync with their sizes (`RefereeJob.reference_sizes`: the worker's memory
+  plan), then takes each output announcement the parent forwards from the worker (the bytes are in the
+  shared region, `outputs.Region`), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
-  (the worker skips timing otherwise). PyTorch references are kept across jobs (a quarter of the device's
-  memory), C ones in host memory. Idle from the last output on, so it never runs during the worker's timing.
-  Device memory it cached for a job's references, assembled outputs or comparisons goes back to the driver
-  after each message (`Referee._release`): the worker plans its memory from what the driver reports free.
-- `finish`: the parent sends what the worker reported (its claim per configuration, its timings, the
-  time from its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only
-  widens) and gets the verdict back: the correctness, the
-  judging flags, the speed-of-light figures and flags of PyTorch tasks (from the referee's own reference
-  time, so a forged baseline cannot switch the floor off), and `verdict_mismatch` (ERROR, a violation:
-  `anticheat.policy`) where the worker's report contradicts what the referee established: a configuration
-  claimed correct that is not (WARNING instead when the reference is not deterministic or the failure is
-  within twice the tolerance's bound, since two processes may then differ honestly), a verdict claimed
-  with outputs never shipped, an announcement no honest worker sends, a payload that does not parse,
-  timed calls adding up to more than the timing stage can have lasted.
+  (the worker skips timing otherwise). After each configuration's bench, with the worker waiting (never
+  during a bench), it judges the outputs the timing stage re-checked (`timed` messages,
+  `outputs.TimedOutputs`: the first of each timed function on each input set) against the first seed's
+  model on that set (`TorchJudge.check_timed`). PyTorch references are kept across jobs (a quarter of the
+  device's memory), C ones in host memory. Device memory it cached beyond `RELEASE_ABOVE_BYTES` goes back
+  to the driver after each message (`Referee._release`): the worker plans its memory from what the driver
+  reports free.
+- `finish`: the parent sends what the worker reported (any claim of its own, its timings, the time from
+  its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only widens)
+  and gets the verdict back: the correctness, the judging flags, `timed_output_mismatch` (ERROR) or
+  `baseline_output_mismatch` (WARNING) for re-checked timing outputs it found wrong, the speed-of-light
+  figures and flags of PyTorch tasks (from the referee's own reference time, so a forged baseline cannot
+  switch the floor off), its time per message kind and per part (`referee_ms`, instrumentation), and
+  `verdict_mismatch` (ERROR, a violation: `anticheat.policy`) where the worker's report is not what its
+  own code sends: a correctness verdict of its own (a refereed worker writes none), a verdict with outputs
+  never shipped, timings of a configuration whose re-checked outputs never came, an announcement no
+  honest worker sends, a payload that does not parse, timed calls adding up to more than the timing stage
+  can have lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
 Not covered: what stays forgeable because only the worker sees it (timings, coverage, the torch-op
-monitor, input mutation: guards.py, "Not covered"), the sandbox's own deadlines and replacement
-(`sandbox.py`), judging itself (`judge.py` and the kinds).
+monitor, input mutation, the timing stage's re-checks after the first of each function and input set, and
+outputs a candidate copies during timing from the eager baseline's, which runs in the worker: guards.py,
+"Not covered"), the sandbox's own deadlines and replacement (`sandbox.py`), judging itself (`judge.py`
+and the kinds).
 """
 
 from __future__ import annotations
@@ -437,14 +444,13 @@ class Referee:
 
     def _handle(self, kind: Any, message: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            if kind == "job":
+            if kind == "job":  # the last job's finish or end left at most RELEASE_ABOVE_BYTES cached
                 self.job = None
-                self._release()  # whatever an earlier job left cached, before this one allocates
                 self.job = RefereeJob(self, message.get("job") or {})
                 return None
             if kind == "end":
                 self.job = None
-                self._release()
+                self._release(above_bytes=RELEASE_ABOVE_BYTES)
                 return None
             if self.job is None:
                 return {"type": "error", "error": f"a {kind!r} message outside a job"}
@@ -462,7 +468,7 @@ class Referee:
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
                 self.job = None
-                self._release()
+                self._release(above_bytes=RELEASE_ABOVE_BYTES)
                 return reply
             return {"type": "error", "error": f"an unknown message type {kind!r}"}
         except Exception as exc:  # noqa: BLE001 - ours: a HARNESS_ERROR for this job, the loop goes on
@@ -492,12 +498,16 @@ class Referee:
     def make_room(self, needed_bytes: int, own: Callable[[Any], bool]) -> int:
         """Give back stored references of other tasks (`own(key)` False), least recently used first,
         until the driver's free bytes reach `needed_bytes` (`memory_plan.to_evict`), and the cache with
-        them; the bytes given back. References kept for later jobs give way to the job at hand."""
+        them; the bytes given back. References kept for later jobs give way to the job at hand; nothing
+        is given back when the driver has the bytes free already."""
         import torch
 
         from cudaperf.execute.memory_plan import to_evict
 
         if self.device.type != "cuda":
+            return 0
+        free, _ = torch.cuda.mem_get_info(self.device)
+        if free >= needed_bytes:  # the job fits already: no synchronising cudaFree, no fresh allocations
             return 0
         self._release()
         free, _ = torch.cuda.mem_get_info(self.device)
