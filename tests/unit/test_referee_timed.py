@@ -98,10 +98,19 @@ def test_every_result_carries_the_referee_s_time_per_message_kind(pool):
 # -- the pieces ---------------------------------------------------------------------------------------
 
 
-def test_timed_outputs_keep_the_first_of_each_function_and_input_set():
+def test_the_candidate_s_first_output_on_each_input_set_goes_to_the_referee():
     timed = TimedOutputs(lambda out, want: torch.equal(out, want), "eager")
     assert timed.check("candidate", 0, torch.ones(3)) and timed.check("eager", 0, torch.ones(3))
-    assert sorted(timed.first) == [("candidate", 0), ("eager", 0)]
+    assert timed.check("candidate", 1, torch.ones(3))
+    assert sorted(timed.first) == [("candidate", 0), ("candidate", 1)] and sorted(timed.anchors) == [0]
+
+
+def test_a_baseline_is_compared_with_the_eager_output_here_once_there_is_one():
+    timed = TimedOutputs(lambda out, want: torch.equal(out, want), "eager")
+    assert timed.check("compile", 0, torch.zeros(3))  # no eager output yet: the referee's to judge
+    timed.check("eager", 0, torch.ones(3))
+    assert not timed.check("compile", 0, torch.zeros(3)) and timed.check("compile", 0, torch.ones(3))
+    assert sorted(timed.first) == [("compile", 0)]
 
 
 def test_later_timed_outputs_are_compared_with_the_eager_baseline_s_first():

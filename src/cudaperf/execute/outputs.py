@@ -18,11 +18,12 @@ Covers:
 - `Assembler` (referee side): the announced chunks into tensors on the referee's device, with every
   announcement checked (sizes, order, the job's keys): a malformed one raises `Malformed`.
 - `TimedOutputs` (worker side, timing stage): the outputs the bench re-checks (`timing.bench_interleaved`'s
-  `check`): the first one of each function on each input set is kept (a copy) and, after the
-  configuration's bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by
-  `TimedKey`), which judges it against its own reference outputs; later ones are compared here with the
-  eager baseline's first output on the same input set (the reference model's own output, computed after
-  every correctness output was shipped), or with the function's own first one when no eager baseline runs.
+  `check`): the candidate's first one on each input set is kept (a copy) and, after the configuration's
+  bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by `TimedKey`),
+  which judges it against its own reference outputs; the others are compared here with the eager
+  baseline's first output on the same input set (the reference model's own output, computed after every
+  correctness output was shipped), or, before that exists or without an eager baseline, with the
+  function's own first one, which then goes to the referee too.
 
 Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
 forwarding and its deadlines (`sandbox.py`).
@@ -340,22 +341,32 @@ class Shipper:
 
 
 class TimedOutputs:
-    """The timing stage's `check` with a referee (see the module docstring): keeps the first output of
-    each (function, input set), a copy, for the referee, and compares the others here. `compare(out,
-    expected) -> bool` is the session's comparison under the task's tolerances; `anchor` the function
-    whose first outputs the others are compared with ("eager": the reference model itself)."""
+    """The timing stage's `check` with a referee (see the module docstring): keeps, a copy each, the
+    outputs for the referee (`first`: the candidate's first on each input set, and a baseline's first
+    when no anchor output exists yet to compare it with) and the anchor's first on each input set
+    (`anchors`), and compares the others here. `compare(out, expected) -> bool` is the session's
+    comparison under the task's tolerances; `anchor` the function whose first outputs the others are
+    compared with ("eager": the reference model itself), `candidate` the candidate's name."""
 
-    def __init__(self, compare: Callable[[Any, Any], bool], anchor: str | None):
-        self.compare, self.anchor = compare, anchor
+    def __init__(self, compare: Callable[[Any, Any], bool], anchor: str | None, candidate: str = "candidate"):
+        self.compare, self.anchor, self.candidate = compare, anchor, candidate
         self.first: dict[tuple[str, int], Any] = {}
+        self.anchors: dict[int, Any] = {}
 
     def check(self, name: str, input_set: int, out: Any) -> bool:
+        if name == self.anchor:
+            if input_set not in self.anchors:
+                self.anchors[input_set] = snapshot(out)
+                return True
+            return self.compare(out, self.anchors[input_set])
+        anchor = self.anchors.get(input_set)
+        if name != self.candidate and anchor is not None:  # a baseline, with the reference's output here
+            return self.compare(out, anchor)
         key = (name, input_set)
         if key not in self.first:
             self.first[key] = snapshot(out)
             return True  # the referee judges it
-        expected = self.first.get((self.anchor, input_set)) if self.anchor else None
-        return self.compare(out, self.first[key] if expected is None else expected)
+        return self.compare(out, self.first[key] if anchor is None else anchor)
 
 
 def snapshot(value: Any) -> Any:
