@@ -39,9 +39,9 @@ return), and each timed call of that function queues as many lead launches as co
 (a "host-bound sample") raises that function's count for the rest of the run. The same rule for every
 function, candidate and baselines alike: each sample starts with the function's work queued, never
 with the GPU waiting for the host; the launches, the host paths (median, p90), the host-bound samples
-and the lead's GPU time are in the report. The garbage collector is collected before the timed rounds
-and paused during them (as `timeit` does), so a collection cannot land inside a host path. The legacy
-baseline protocol (`host_timing`, A/B runs only) keeps one launch and the collector on.
+and the lead's GPU time are in the report. The garbage collector is paused during the timed rounds (as
+`timeit` does), so a collection cannot land inside a host path. The legacy baseline protocol
+(`host_timing`, A/B runs only) keeps one launch and the collector on.
 
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
@@ -500,7 +500,8 @@ class _Run:
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
-        self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # a lead to lengthen, and allowed to
+        self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
+        self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # ... where there is a lead to lengthen
         self.samples = {name: [] for name in self.fns}
         self.host = {name: [] for name in self.fns}
         self.leads = {name: [] for name in self.fns}
@@ -541,11 +542,11 @@ class _Run:
 
     @contextlib.contextmanager
     def collector_paused(self) -> Iterator[None]:
-        """The timed rounds without garbage collections inside them (collected first); legacy: as is."""
-        if not self.adapt_leads or not gc.isenabled():
+        """The timed rounds without garbage collections inside them (their garbage waits for the end: a
+        full collection first would cost tens of ms with Inductor's objects on the heap); legacy: as is."""
+        if not self.stable or not gc.isenabled():
             yield
             return
-        gc.collect()
         gc.disable()
         try:
             yield

@@ -145,6 +145,7 @@ def test_a_host_bound_timed_sample_lengthens_the_lead_for_the_rest_of_the_run(le
             time.sleep(0.0006)
         return inputs[0]
 
+    # max_reps=30 caps the warm-up at 30 rounds: with the estimate's 4 calls, call 41 comes in the timed run
     report = bench_interleaved_report({"late": late}, _sets(), budget_ms=1, warmup_ms=0.5, min_reps=30,
                                       max_reps=30, measure_overhead=False)
     assert report.warmup_host_path_p90_ms["late"] < 0.6
@@ -161,4 +162,11 @@ def test_the_legacy_protocol_keeps_one_launch(lead_clock, monkeypatch):
 def test_no_garbage_collection_runs_inside_the_timed_rounds(lead_clock):
     enabled = []
     report = _bench({"probe": lambda inputs: enabled.append(gc.isenabled())})
+    assert enabled[-report.rounds:] == [False] * report.rounds and gc.isenabled()
+
+
+def test_no_garbage_collection_runs_inside_the_timed_rounds_of_the_cpu_clock_either():
+    enabled = []
+    report = bench_interleaved_report({"probe": lambda inputs: enabled.append(gc.isenabled())}, _sets(),
+                                      budget_ms=1, warmup_ms=0.5, l2_flush_bytes=0, min_reps=5, max_reps=5)
     assert enabled[-report.rounds:] == [False] * report.rounds and gc.isenabled()
