@@ -302,6 +302,9 @@ def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", "--families", dest="families", default="", help="comma list of families")
     p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
     p.add_argument("--max-tasks", type=int, default=0, help="at most this many tasks in this run (0: all)")
+    p.add_argument("--impls-per-task", type=int, default=0,
+                   help="at most this many implementations per task, the baseline one first (0: all); for "
+                        "baseline A/B runs, a later full run measures the rest")
     p.add_argument("--shard", default="0/1", help="i/n: measure the tasks whose id hashes to i mod n")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="end the run within this many seconds")
     p.add_argument("--task-timeout-s", type=float, default=420.0, help="kill a task running longer")
@@ -346,7 +349,8 @@ def measure_options(args: argparse.Namespace) -> Any:
         out_dir=args.out_dir or args.out, seed=args.seed,
         kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()),
         families=tuple(f.strip() for f in args.families.split(",") if f.strip()), limit=args.limit,
-        max_tasks=args.max_tasks, shard=(shard[0], shard[1]), time_budget_s=args.time_budget_s,
+        max_tasks=args.max_tasks, impls_per_task=args.impls_per_task, shard=(shard[0], shard[1]),
+        time_budget_s=args.time_budget_s,
         task_timeout_s=args.task_timeout_s, workers=args.workers, per_gpu=args.per_gpu,
         budget_ms=args.budget_ms, warmup_ms=args.warmup_ms, min_reps=args.min_reps, max_reps=args.max_reps,
         l2_flush=not args.no_l2_flush, compile_baseline=not args.no_compile_baseline,
