@@ -4,13 +4,14 @@ Covers the pure sizing function `plan_memory(free_bytes, footprint, wanted) -> M
 estimate `peak_bytes`. A job holds, besides the candidate: the reference of each (configuration, seed) it
 checks (inputs, outputs, weights), the clones each call gets, the allocator poison block (one output's
 size), the comparison's temporaries (bounded: `correctness.COMPARE_CHUNK_BYTES`, whatever the output's
-size), the timing input sets (each with its expected output), the L2 flush buffer of the lead
-(`cudaperf.timing`) and references kept for later jobs of the same task.
+size), the timing input sets (each with its expected output; with a referee, two output copies: the
+candidate's first output on the set, kept for the referee, and the eager anchor's, `outputs.TimedOutputs`),
+the L2 flush buffer of the lead (`cudaperf.timing`) and references kept for later jobs of the same task.
 
 With a referee on the same device (`Wanted.refereed`, the sandbox's default) the worker does not compare
 during correctness: it runs the candidate on references that hold inputs only and ships each output
-(`execute.outputs.Shipper`, which copies a strided output to make it contiguous); only when references are
-kept does it compare its kept outputs afterwards, as its claim. The referee's references are on the device
+(`execute.outputs.Shipper`, which copies a strided output to make it contiguous), keeping none once
+shipped. The referee's references are on the device
 before the worker plans (it waits for them), so they are in `free_bytes` already; what the plan adds for
 the referee is what it allocates while the worker ships: one assembled output with the inputs after the
 call (`referee.RefereeJob._limit`), its comparison, or its speed-of-light run (inputs, output, forward).
@@ -152,14 +153,17 @@ def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets
     kept = max(wanted.all_references_bytes, fp.reference_bytes) if keep_references else fp.reference_bytes
     peaks = {"reference": kept + i + f}  # the last reference's forward on a clone of its inputs
     if wanted.refereed:
-        peaks.update(_refereed_correctness(fp, wanted, kept, keep_references))
+        peaks.update(_refereed_correctness(fp, wanted, kept))
     else:
         earlier = (wanted.seeds - 1) * o if keep_references else 0  # earlier seeds' first outputs
         # the first run's output alive, then the second run: a clone of the inputs, the poison block, its
         # output, its forward, the comparison (the reference's re-run in between is freed before it)
         peaks["correctness"] = kept + earlier + o + i + 2 * o + f + c
     if input_sets:
-        sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
+        if wanted.refereed:  # clones, and per set a copy of the candidate's first output (for the
+            sets = input_sets * (i + 2 * o)  # referee) and of the eager anchor's (`outputs.TimedOutputs`)
+        else:
+            sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
         # building the sets (each drawn afresh, not cloned from a reference): the last one's expected
         # output comes from a forward on a clone of it
         peaks["timing inputs"] = kept + sets + i + f
@@ -168,20 +172,16 @@ def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets
     return peaks
 
 
-def _refereed_correctness(fp: Footprint, wanted: Wanted, kept: int, keep_references: bool) -> dict[str, int]:
-    """The worker ships (references hold inputs and weights only), the referee assembles and judges one
-    output beside it; then, only when references are kept, the worker's claim compares its kept outputs."""
-    i, o, f, c, seeds = fp.input_bytes, fp.output_bytes, fp.forward_bytes, COMPARE_BYTES, wanted.seeds
+def _refereed_correctness(fp: Footprint, wanted: Wanted, kept: int) -> dict[str, int]:
+    """The worker ships (references hold inputs and weights only, no output is kept once shipped), the
+    referee assembles and judges one output beside it."""
+    i, o, f, c = fp.input_bytes, fp.output_bytes, fp.forward_bytes, COMPARE_BYTES
     inputs_only = kept * (i + fp.param_bytes) // max(1, fp.reference_bytes)
-    earlier = 2 * (seeds - 1) * o if keep_references else 0  # kept for the claim
     # the first run's output, then the second run: a clone of the inputs, the poison block, its output,
     # its forward and the shipper's contiguous copy; the referee's item (output and inputs after) or its
     # speed-of-light run, and its comparison
     referee = i + o + max(c, f)
-    peaks = {"shipping": inputs_only + earlier + o + i + 3 * o + f + referee}
-    if keep_references:  # the references complete again, the kept outputs, one reference forward
-        peaks["claim"] = kept + 2 * seeds * o + i + f + c
-    return peaks
+    return {"shipping": inputs_only + o + i + 3 * o + f + referee}
 
 
 def plan_memory(free_bytes: int, footprint: Footprint, wanted: Wanted) -> MemoryPlan:
