@@ -78,7 +78,8 @@ if ! command -v bwrap > /dev/null && [[ -z ${CUDAPERF_BWRAP:-} && -x $T/bwrap-pk
 fi
 X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=()
 if [[ $SMOKE == 1 ]]; then
-  X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2)
+  X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2
+         --sft-val-limit-tasks 1)
   X_RL=(--cpu-smoke --rl-steps 1 --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
         --rl-max-new-tokens 16)
   X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
@@ -196,17 +197,22 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   model=$(find "$CUDAPERF_CACHE_DIR/models" -maxdepth 1 -name 'smollm2-135m-instruct-*' ! -name '*.*' \
     | head -n 1)
   # The LM ranker beside SFT: both train, neither times kernels. Its own limit; training stops after
-  # RANKER_TRAIN_MIN minutes, then it scores the test rows.
-  ( timeout -k 10 "$(cap $(( $(left) - 30 )))" python3 scripts/ranker_lm_h200.py --out "$STAGE/ranker" \
-      --model "$model" --device cuda --train-max-minutes "${RANKER_TRAIN_MIN:-4}" "${X_RANKER[@]}" \
-      > "$STAGE/ranker.log" 2>&1
-    echo "| ranker | rc=$? |" >> "$STAGE/ranker.log" ) &
-  local ranker_pid=$! s
+  # RANKER_TRAIN_MIN minutes, then it scores the test rows. RANKER=0 leaves it out.
+  local ranker_pid="" s
+  if (( ${RANKER:-1} )); then
+    ( timeout -k 10 "$(cap $(( $(left) - 30 )))" python3 scripts/ranker_lm_h200.py --out "$STAGE/ranker" \
+        --model "$model" --device cuda --train-max-minutes "${RANKER_TRAIN_MIN:-4}" "${X_RANKER[@]}" \
+        > "$STAGE/ranker.log" 2>&1
+      echo "| ranker | rc=$? |" >> "$STAGE/ranker.log" ) &
+    ranker_pid=$!
+  fi
   s=$(cap 9999)
   step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
     --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
-  wait "$ranker_pid"
-  { tail -n 1 "$STAGE/ranker.log"; grep -a '^RESULT' "$STAGE/ranker.log" || true; } | tee -a "$SUMMARY"
+  if [[ -n $ranker_pid ]]; then
+    wait "$ranker_pid"
+    { tail -n 1 "$STAGE/ranker.log"; grep -a '^RESULT' "$STAGE/ranker.log" || true; } | tee -a "$SUMMARY"
+  fi
 }
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)

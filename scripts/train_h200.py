@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a stage stopped by its budget promotes its last checkpoint to final/")
     p.add_argument("--sft-max-steps", type=int, default=-1, help="SFT optimiser steps (-1: the epochs')")
     p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
+    p.add_argument("--sft-val-limit-tasks", type=int, default=64,
+                   help="validation tasks for the eval loss (every 200 steps and at the end)")
     p.add_argument("--sft-only", action="store_true", help="stop after SFT (RL in a later call)")
     p.add_argument("--promote-only", action="store_true",
                    help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
@@ -185,6 +187,7 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
     measurements = args.measurements if args.measurements and Path(args.measurements).is_dir() else ""
     config = SftConfig(model=args.model, output_dir=str(out), seed=args.seed, epochs=args.sft_epochs,
                        batch_size=args.sft_batch, learning_rate=args.sft_lr, limit_tasks=args.sft_limit_tasks,
+                       val_limit_tasks=args.sft_val_limit_tasks,
                        measurements=measurements, max_length=args.sft_max_length, save_steps=100,
                        eval_steps=200, logging_steps=10, max_minutes=minutes, lora=args.lora,
                        max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
