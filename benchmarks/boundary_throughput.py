@@ -13,7 +13,10 @@ referee's judgement; the wall time per evaluation beyond `total` is the parent's
 verdict among it) and, for the arm with a referee, the median milliseconds of the referee's own work per
 job (`environment["referee_ms"]`: per message kind, per part inside them, the parent's wait per kind);
 per arm, the median evaluations per minute over the repeats, the ratios, and any candidate whose outcome
-differs between the arms (there should be none).
+differs between the arms (there should be none). Below the referee's milliseconds, the bytes moved per job
+and their rates (medians of `referee_ms`'s `*_bytes`, `*_ms`, `*_gbps`: assembled out of the region,
+judged, the timed outputs judged, and the worker's own account of filling the region) and whether each
+side's mapping of the region is pinned (`environment["region"]`).
 
 The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
 and `referee` replaced by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
@@ -162,8 +165,29 @@ def timed_pass(ev, pairs, arm: str) -> dict:
         stage_s["(referee wait)"] = statistics.median(waits)
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
             "stage_median_s": stage_s, "referee_median_ms": referee_medians(results),
+            "region": region_notes(results),
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": ev._workers.workers[0].boundary_state}  # fmt: skip
+
+
+MOVED_SUFFIXES = ("_bytes", "_gbps", "_pinned")
+MOVED_PARTS = (("assemble", "assembled"), ("compare", "judged"), ("timed_compare", "timed judged"),
+               ("worker_fill", "worker filled"))
+
+
+def moved_line(medians: dict[str, float]) -> str:
+    """The bytes moved and judged per job and their rates (`RefereeJob.figures`), from the medians."""
+    def one(name: str, label: str) -> str:
+        got = {k: medians.get(f"{name}_{k}", 0.0) for k in ("bytes", "ms", "gbps")}
+        return f"{label} {got['bytes'] / 1e6:.2f} MB in {got['ms']:.1f} ms ({got['gbps']:.3g} GB/s)"
+
+    return "; ".join(one(name, label) for name, label in MOVED_PARTS)
+
+
+def region_notes(results: list) -> str:
+    """Each side's pinning (`environment["region"]`), as the results say it, once per distinct value."""
+    notes = sorted({r.environment["region"] for r in results if "region" in r.environment})
+    return " | ".join(notes) or "not recorded"
 
 
 def referee_medians(results: list) -> dict[str, float]:
@@ -204,8 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
                       f"{row['wall_s']:.1f} s); median ms per stage: {stages}", flush=True)
                 if row["referee_median_ms"]:
-                    parts = ", ".join(f"{k} {v:.1f}" for k, v in row["referee_median_ms"].items())
+                    parts = ", ".join(f"{k} {v:.1f}" for k, v in row["referee_median_ms"].items()
+                                      if not k.endswith(MOVED_SUFFIXES))
                     print(f"    referee, median ms per job: {parts}", flush=True)
+                    print(f"    moved per job (medians): {moved_line(row['referee_median_ms'])}; region "
+                          f"{row['region']}", flush=True)
     finally:
         for ev in open_arms.values():
             ev.close()

@@ -21,7 +21,8 @@ Covers:
   could then not return; a reference out of device memory even then makes the job SKIPPED, not
   HARNESS_ERROR) and answers the sync with their sizes (`RefereeJob.reference_sizes`: the worker's memory
   plan), then takes each output announcement the parent forwards from the worker (the bytes are in the
-  shared region, `outputs.Region`), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
+  shared region, `outputs.Region`, pinned for its context where the driver allows: all of a message's
+  copies first, one synchronise, then the judging), judges it (`torch_judge.TorchJudge`, `c_judge.CJudge`:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
   (the worker skips timing otherwise). After each configuration's bench, with the worker waiting (never
   during a bench), it judges the outputs the timing stage re-checked (`timed` messages,
@@ -35,7 +36,9 @@ Covers:
   and gets the verdict back: the correctness, the judging flags, `timed_output_mismatch` (ERROR) or
   `baseline_output_mismatch` (WARNING) for re-checked timing outputs it found wrong, the speed-of-light
   figures and flags of PyTorch tasks (from the referee's own reference time, so a forged baseline cannot
-  switch the floor off), its time per message kind and per part (`referee_ms`, instrumentation), and
+  switch the floor off), its time per message kind and per part (`referee_ms`, instrumentation, with the
+  bytes assembled and judged and their rates, and the worker's own account of filling the region:
+  `RefereeJob.figures`), whether each side's mapping of the region is pinned (`region`), and
   `verdict_mismatch` (ERROR, a violation: `anticheat.policy`) where the worker's report is not what its
   own code sends: a correctness verdict of its own (a refereed worker writes none), a verdict with outputs
   never shipped, timings of a configuration whose re-checked outputs never came, an announcement no
@@ -277,6 +280,8 @@ def engages(job: dict[str, Any]) -> bool:
 
 MAX_PARTS = 4096  # outputs (or chunks) in one shipping message
 _PART_FIELDS = ("key", "spec", "mutated", "start", "nbytes", "offset")
+# The worker's account of filling the region, passed on as instrumentation (`Shipper._filled`).
+_FILL_FIELDS = {"fill_bytes": (int,), "fill_ms": (int, float), "pin": (str,)}
 
 
 def forwardable(message: Any) -> dict[str, Any] | None:
@@ -291,7 +296,11 @@ def forwardable(message: Any) -> dict[str, Any] | None:
     if not isinstance(parts, list) or not parts or len(parts) > MAX_PARTS or not all(
             isinstance(p, dict) for p in parts):
         return None
-    return {"type": kind, "parts": [{k: p[k] for k in _PART_FIELDS if k in p} for p in parts]}
+    body = {"type": kind, "parts": [{k: p[k] for k in _PART_FIELDS if k in p} for p in parts]}
+    fill = {k: message[k] for k in _FILL_FIELDS if type(message.get(k)) in _FILL_FIELDS[k]}
+    if "pin" in fill:
+        fill["pin"] = fill["pin"][:300]
+    return {**body, **fill}
 
 
 def region_used(message: dict[str, Any]) -> int:
@@ -410,6 +419,7 @@ class Referee:
         self.job: RefereeJob | None = None
         self.poisoned = False
         self.spent = Spent()  # this job's time per message kind and per part (`referee_ms` at finish)
+        self.figures: dict[str, float] = {}  # this job's bytes moved and rates (`RefereeJob.figures`)
 
     @classmethod
     def start(cls, region_fd: int, region_bytes: int) -> Referee:
@@ -425,7 +435,12 @@ class Referee:
             torch.ones(1, device=device).add_(1)
             torch.cuda.synchronize()
         preload_lazy_modules()
-        return cls(Region(region_fd, region_bytes), device)
+        region = Region(region_fd, region_bytes)
+        if device.type == "cuda":
+            region.pin()  # or pageable copies, with why in `pin_note` (each verdict's "region")
+        else:
+            region.pin_note = "a CPU referee: its copies are memcpy"
+        return cls(region, device)
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """One message from the parent to its reply (None: no reply). Never raises. The time it takes
@@ -434,12 +449,12 @@ class Referee:
 
         kind = message.get("type")
         if kind == "job":
-            self.spent = Spent()
+            self.spent, self.figures = Spent(), {}
         start = time.perf_counter()
         reply = self._handle(kind, message)
         self.spent.add(str(kind)[:32], time.perf_counter() - start)
         if isinstance(reply, dict) and reply.get("type") == "verdict":
-            reply["referee_ms"] = self.spent.rounded()
+            reply["referee_ms"] = {**self.spent.rounded(), **self.figures}
         return reply
 
     def _handle(self, kind: Any, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -455,9 +470,9 @@ class Referee:
             if self.job is None:
                 return {"type": "error", "error": f"a {kind!r} message outside a job"}
             if kind == "output":
-                return {"type": "ack", **self.job.output(message.get("parts") or [])}
+                return {"type": "ack", **self.job.output(message.get("parts") or [], message)}
             if kind == "timed":  # after a configuration's bench, the worker waiting: never during one
-                return {"type": "ack", **self.job.timed_outputs(message.get("parts") or [])}
+                return {"type": "ack", **self.job.timed_outputs(message.get("parts") or [], message)}
             if kind == "failed":
                 return {"type": "ack", **self.job.failed(message.get("key"))}
             if kind == "done":
@@ -467,6 +482,9 @@ class Referee:
                 return {"type": "ack", "references": self.job.reference_sizes()}
             if kind == "finish":
                 reply = {"type": "verdict", **self.job.finish(message)}
+                self.figures = self.job.figures()
+                reply["region"] = {"referee": self.region.pin_note,
+                                   "worker": self.job.worker_pin or "not said"}
                 self.job = None
                 self._release(above_bytes=RELEASE_ABOVE_BYTES)
                 return reply
@@ -547,6 +565,10 @@ class RefereeJob:
         self.timed_received: set[Any] = set()
         self.memory = ""  # why the job's references do not fit on the device (SKIPPED, not HARNESS_ERROR)
         self.prepared = False
+        from cudaperf.execute.outputs import Moved
+
+        self.assembled, self.judged, self.timed_judged, self.filled = Moved(), Moved(), Moved(), Moved()
+        self.worker_pin = ""  # the worker's region: "pinned" or why not (its word)
         try:
             self.judge = self._make_judge(wire_job)
             self.judge.spent = referee.spent
@@ -621,26 +643,61 @@ class RefereeJob:
             return {}
         return self.judge.reference_sizes()
 
-    def output(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    def output(self, parts: list[dict[str, Any]], message: Any = None) -> dict[str, Any]:
         """One announcement: outputs (or chunks of one) in the region, each judged once whole."""
         from cudaperf.execute.outputs import Key
 
-        for part in parts:
-            if self.harness or self.forged or self.memory:
-                break
-            self._guarded(lambda part=part: self._take(Key.parse(part.get("key")), part))
-        return {}
+        return self._announced(Key.parse, parts, message or {})
 
-    def timed_outputs(self, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    def timed_outputs(self, parts: list[dict[str, Any]], message: Any = None) -> dict[str, Any]:
         """Outputs the worker's timing stage re-checked (`outputs.TimedOutputs`), each judged once whole
         against the first seed's model on its input set (`TorchJudge.check_timed`)."""
         from cudaperf.execute.outputs import TimedKey
 
-        for part in parts:
-            if self.harness or self.forged or self.memory:
+        return self._announced(TimedKey.parse, parts, message or {})
+
+    def _announced(self, parse: Callable[[Any], Any], parts: list[dict[str, Any]],
+                   message: dict[str, Any]) -> dict[str, Any]:
+        """Every part's bytes out of the region first (asynchronous copies from a pinned region), one
+        synchronise, then the outputs made whole judged: the answer, which lets the worker overwrite the
+        region, leaves only after every copy has landed."""
+        from cudaperf.execute.outputs import settle_device
+
+        self._worker_filled(message)
+        whole: list[tuple[Any, Any]] = []
+        copied = [0]
+        began = time.perf_counter()
+        with self.referee.spent("assemble"):
+            for part in parts:
+                if self.harness or self.forged or self.memory:
+                    break
+                self._guarded(lambda part=part: self._take(parse(part.get("key")), part, whole, copied))
+            self._guarded(lambda: settle_device(self.referee.device))
+        self.assembled.add(copied[0], time.perf_counter() - began)
+        for key, assembler in whole:
+            if self.harness or self.memory:
                 break
-            self._guarded(lambda part=part: self._take(TimedKey.parse(part.get("key")), part))
+            self._guarded(lambda key=key, assembler=assembler: self._judge(key, assembler))
         return {}
+
+    def _worker_filled(self, message: dict[str, Any]) -> None:
+        """The worker's own account of filling the region (its word, instrumentation only)."""
+        nbytes, ms = message.get("fill_bytes"), message.get("fill_ms")
+        if type(nbytes) is int and type(ms) in (int, float) and nbytes >= 0 and 0 <= ms < 1e9:
+            self.filled.add(nbytes, ms / 1e3)
+        if isinstance(message.get("pin"), str):
+            self.worker_pin = message["pin"][:300]
+
+    def figures(self) -> dict[str, float]:
+        """Bytes moved and judged per job and their rates (`referee_ms`, beside the milliseconds):
+        `assemble_*` (region to the referee's tensors, both message kinds), `compare_*` (correctness
+        outputs: their bytes, output and inputs after, over the time judging them), `timed_compare_*`
+        (re-checked timing outputs), `worker_fill_*` (the worker's account of filling the region), and
+        whether each side's mapping is pinned (1 or 0)."""
+        return {**self.assembled.figures("assemble"), **self.judged.figures("compare"),
+                **self.timed_judged.figures("timed_compare"), **self.filled.figures("worker_fill"),
+                "referee_pinned": float(self.referee.region.pinned), "worker_pinned":
+                float(self.worker_pin == "pinned")}
 
     def failed(self, key: Any) -> dict[str, Any]:
         """The candidate raised on `key`: whether the reference runs there (a derived configuration whose
@@ -675,7 +732,10 @@ class RefereeJob:
         except Exception as exc:  # noqa: BLE001 - our own fault while judging: the verdict cannot stand
             self.harness = _describe(exc)
 
-    def _take(self, key: Any, message: dict[str, Any]) -> None:
+    def _take(self, key: Any, message: dict[str, Any], whole: list[tuple[Any, Any]],
+              copied: list[int]) -> None:
+        """A part's bytes into its output's tensors (their count added to `copied[0]`); (key, assembler)
+        appended to `whole` when the output is complete."""
         from cudaperf.execute.outputs import Assembler, Key, Malformed, TimedKey
 
         timed = isinstance(key, TimedKey)
@@ -689,18 +749,33 @@ class RefereeJob:
             self.assembling[key] = Assembler(spec, self.referee.device, limit)
             self.meta[key] = str(message.get("mutated") or "")
         assembler = self.assembling[key]
-        with self.referee.spent("assemble"):
-            whole = assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
-                                   message.get("offset", 0))
-        if whole:
-            output, inputs_after = assembler.value()
+        before = assembler.copied
+        complete = assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
+                                  message.get("offset", 0))
+        copied[0] += assembler.copied - before
+        if complete:
             del self.assembling[key]
-            item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}
-            if timed:
+            whole.append((key, assembler))
+
+    def _judge(self, key: Any, assembler: Any) -> None:
+        """A whole output (its copies settled) judged: against the references, or a timed one against
+        the first seed's model on its input set."""
+        from cudaperf.execute.outputs import TimedKey
+
+        output, inputs_after = assembler.value()
+        item = {"output": output, "inputs_after": inputs_after, "mutated": self.meta.pop(key)}
+        began = time.perf_counter()
+        if isinstance(key, TimedKey):
+            try:
                 result = self.judge.check_timed(key.config, key.input_set, output)
-                self.timed_results.setdefault((key.config, key.function), []).append((key.input_set, result))
-            else:
+            finally:
+                self.timed_judged.add(assembler.total, time.perf_counter() - began)
+            self.timed_results.setdefault((key.config, key.function), []).append((key.input_set, result))
+        else:
+            try:
                 self.judge.add(key, item)
+            finally:
+                self.judged.add(assembler.total, time.perf_counter() - began)
 
     def check_timed_key(self, key: Any) -> None:
         """A re-checked timing output the worker's code can send: after `done` on a job that times, of a

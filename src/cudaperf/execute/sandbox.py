@@ -556,6 +556,8 @@ class Worker:
         extra = {"referee_wait_s": f"{waited:.4f}"} if waited is not None else {}
         if reply.sandbox.get("referee_ms"):
             extra["referee_ms"] = json.dumps(reply.sandbox["referee_ms"], sort_keys=True)
+        if isinstance(reply.sandbox.get("region"), dict):  # whether each side's mapping is pinned, or why not
+            extra["region"] = json.dumps(reply.sandbox["region"], sort_keys=True)
         payload = _with_boundary(reply.payload, state, extra)
         return dataclasses.replace(reply, sandbox=sandbox, payload=payload)
 
@@ -660,6 +662,8 @@ class Worker:
         waits = {f"wait_{k}": round(v, 3) for k, v in self.referee_wait_ms.items()}
         sandbox = {**reply.sandbox, "referee_s": self.referee_s, "referee_starts": link.starts,
                    "referee_ms": {**spent, **waits}}
+        if isinstance(verdict.get("region"), dict):
+            sandbox["region"] = {k: str(v)[:300] for k, v in verdict["region"].items()}
         self.referee_s, self.referee_wait_ms = 0.0, {}
         return dataclasses.replace(reply, outcome=outcome, message=message, stage=stage, payload=payload,
                                    worker_replaced=replaced, sandbox=sandbox)
