@@ -227,6 +227,12 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
+  local f  # every turn of every model (the runs' own copies stay under $WORK)
+  mkdir -p "$STAGE/compare"
+  for f in "$WORK"/compare/*/batched_trajectories.jsonl; do
+    [[ -f $f ]] && cp "$f" "$STAGE/compare/$(basename "$(dirname "$f")")-trajectories.jsonl"
+  done
+  pack
 }
 
 call_C() {
