@@ -6,13 +6,15 @@
 #
 #   call  carry              command                          what
 #   A     .carry/model-1     bash scripts/model_day.sh A      wheels -> /tmp/site, GGUF part 0 -> /tmp/carry
-#                                                             (+ A_EXTRA_S seconds of eval-modes, default 0)
+#                                                             (+ A_EXTRA_S s of eval-modes, default 0; it
+#                                                             needs .carry/model-3 carried too)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
 #                                                             then the base/SFT/RL comparison (issue 23)
 #   D     (none)             bash scripts/model_day.sh D      the comparison's rest, the 20-task refinement
-#                                                             run and the backends' throughput (issue 21)
+#                                                             run (issue 21; backends' throughput if
+#                                                             BACKENDS_S > 0)
 # Every call: timeout_s 600; its outputs come back as $OUT/<call>.tgz (re-packed after every step, so a kill
 # keeps what was done), $OUT/<call>-summary.txt (the RESULT lines) and stdout (the summary again). Each
 # step runs under `timeout` within the call's budget (BUDGET_S: default A 570, B 540, C 540, D 480 s from
