@@ -665,15 +665,15 @@ class RefereeJob:
 
         self._worker_filled(message)
         whole: list[tuple[Any, Any]] = []
-        copied = [0]
+        copied = [0, 0.0]  # bytes out of the region, seconds copying them (settling included)
+        for part in parts:
+            if self.harness or self.forged or self.memory:
+                break
+            self._guarded(lambda part=part: self._take(parse(part.get("key")), part, whole, copied))
         began = time.perf_counter()
         with self.referee.spent("assemble"):
-            for part in parts:
-                if self.harness or self.forged or self.memory:
-                    break
-                self._guarded(lambda part=part: self._take(parse(part.get("key")), part, whole, copied))
             self._guarded(lambda: settle_device(self.referee.device))
-        self.assembled.add(copied[0], time.perf_counter() - began)
+        self.assembled.add(int(copied[0]), copied[1] + time.perf_counter() - began)
         for key, assembler in whole:
             if self.harness or self.memory:
                 break
@@ -690,10 +690,11 @@ class RefereeJob:
 
     def figures(self) -> dict[str, float]:
         """Bytes moved and judged per job and their rates (`referee_ms`, beside the milliseconds):
-        `assemble_*` (region to the referee's tensors, both message kinds), `compare_*` (correctness
-        outputs: their bytes, output and inputs after, over the time judging them), `timed_compare_*`
-        (re-checked timing outputs), `worker_fill_*` (the worker's account of filling the region), and
-        whether each side's mapping is pinned (1 or 0)."""
+        `assemble_*` (region to the referee's tensors, both message kinds: the copies and their settling,
+        as `assemble`), `compare_*` (correctness outputs, output and inputs after, over the time judging
+        them: the comparison, the input check and, at a configuration's last output, the degenerate
+        checks), `timed_compare_*` (re-checked timing outputs against the model's), `worker_fill_*` (the
+        worker's account of filling the region), and whether each side's mapping is pinned (1 or 0)."""
         return {**self.assembled.figures("assemble"), **self.judged.figures("compare"),
                 **self.timed_judged.figures("timed_compare"), **self.filled.figures("worker_fill"),
                 "referee_pinned": float(self.referee.region.pinned), "worker_pinned":
@@ -733,9 +734,9 @@ class RefereeJob:
             self.harness = _describe(exc)
 
     def _take(self, key: Any, message: dict[str, Any], whole: list[tuple[Any, Any]],
-              copied: list[int]) -> None:
-        """A part's bytes into its output's tensors (their count added to `copied[0]`); (key, assembler)
-        appended to `whole` when the output is complete."""
+              copied: list) -> None:
+        """A part's bytes into its output's tensors (their count and the seconds copying them added to
+        `copied`); (key, assembler) appended to `whole` when the output is complete."""
         from cudaperf.execute.outputs import Assembler, Key, Malformed, TimedKey
 
         timed = isinstance(key, TimedKey)
@@ -749,10 +750,12 @@ class RefereeJob:
             self.assembling[key] = Assembler(spec, self.referee.device, limit)
             self.meta[key] = str(message.get("mutated") or "")
         assembler = self.assembling[key]
-        before = assembler.copied
-        complete = assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
-                                  message.get("offset", 0))
+        before, began = assembler.copied, time.perf_counter()
+        with self.referee.spent("assemble"):
+            complete = assembler.take(self.referee.region, message.get("start"), message.get("nbytes"),
+                                      message.get("offset", 0))
         copied[0] += assembler.copied - before
+        copied[1] += time.perf_counter() - began
         if complete:
             del self.assembling[key]
             whole.append((key, assembler))
