@@ -120,3 +120,26 @@ def test_structural_feature_is_the_rewards_score_which_counts_a_window_as_coales
     naive = next(i.source for i in registry.implementations(task) if i.strategy == "naive")
     g = config_features(naive, Problem.of(task), "large", facts=FACTS)
     assert f.as_dict()["a_structural"] == f.structural_score >= g.structural_score
+
+
+def test_cost_model_estimates_differ_between_configurations(window_tasks):
+    small = _impl_features(window_tasks["stencil1d"], "naive", "small")
+    large = _impl_features(window_tasks["stencil1d"], "naive", "large")
+    assert math.isfinite(small["c_log_est"]) and small["c_log_est"] != large["c_log_est"]
+
+
+def test_a_tiny_problem_is_launch_bound_in_the_cost_model(window_tasks):
+    f = _impl_features(window_tasks["stencil1d"], "naive", "small")
+    assert f["c_log_launch"] >= max(f["c_log_dram"], f["c_log_l1"], f["c_log_compute"])
+
+
+def test_runtime_divisions_count_as_compute_in_the_cost_model():
+    from cudaperf.ranker.features import CostInputs, cost_values
+    from cudaperf.ranker.problem import ProblemSizes
+
+    sizes = ProblemSizes(1 << 24, 1 << 24, 4, 1)
+    base = dict(launches=1, flops=1e8, footprint_bytes=2**27, requested_bytes=2**27, sector_excess=1.0,
+                sm_bytes=2**27 / 132, barrier_warp_execs=0.0, tensor=False, sizes=sizes)
+    plain = cost_values(CostInputs(divisions=0.0, **base))
+    wrapped = cost_values(CostInputs(divisions=26.0 * (1 << 24), **base))
+    assert wrapped["c_log_compute"] > plain["c_log_compute"] and wrapped["c_log_est"] > plain["c_log_est"]

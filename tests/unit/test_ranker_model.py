@@ -131,6 +131,43 @@ def test_explain_names_the_feature_that_decides(table, model):
     assert top[0][0] == "l_log_threads_per_out"
 
 
+def _with_estimate(table: Table, seed: int = 1) -> Table:
+    """The synthetic table with c_log_est = log2 of the row's time (plus noise): a perfect cost model."""
+    import dataclasses
+
+    x = table.x.copy()
+    noise = np.random.default_rng(seed).normal(scale=0.1, size=len(x))
+    x[:, FEATURE_NAMES.index("c_log_est")] = np.log2(table.time_ms) + noise
+    return dataclasses.replace(table, x=x)
+
+
+def test_cost_prior_weight_is_fitted_on_the_estimate(table):
+    m = FeatureRanker.fit(_with_estimate(table), FAST, calibration_folds=0)
+    assert 0.8 < m.prior.weight < 1.2
+
+
+def test_cost_prior_is_off_when_configured(table):
+    import dataclasses
+
+    off = dataclasses.replace(FAST, cost_prior=False)
+    assert FeatureRanker.fit(_with_estimate(table), off, calibration_folds=0).prior.weight == 0.0
+
+
+def test_explain_pair_names_the_cost_prior(table):
+    t = _with_estimate(table)
+    m = FeatureRanker.fit(t, FAST, calibration_folds=0)
+    names = [n for n, _ in m.explain_pair(t.x[0], t.x[1], top=len(FEATURE_NAMES) + 1)]
+    assert "cost_model_prior" in names
+
+
+def test_stored_model_keeps_its_cost_prior(tmp_path, table):
+    t = _with_estimate(table)
+    m = FeatureRanker.fit(t, FAST, calibration_folds=0)
+    back = load_model(save_model(m, tmp_path / "m.json.gz")).backend.model
+    assert back.prior == m.prior
+    assert np.allclose(back.score_rows(t.x[:20]), m.score_rows(t.x[:20]))
+
+
 def test_stored_model_scores_the_same(tmp_path, table, model):
     path = save_model(model, tmp_path / "m.json.gz")
     loaded = load_model(path)

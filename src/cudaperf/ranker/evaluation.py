@@ -72,10 +72,17 @@ def split_scores(table: Table, config: FeatureRankerConfig | None = None) -> Hel
 
 
 def baseline_scores(table: Table, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random, "the longer source wins", the reward's structural score, and the roofline cost model alone
+    (faster = lower estimated time; rows without an estimate tie at the median)."""
+    from cudaperf.ranker.features import FEATURE_NAMES
+
+    est = table.x[:, FEATURE_NAMES.index("c_log_est")] if len(table) else np.zeros(0)
+    fill = float(np.nanmedian(est)) if np.isfinite(est).any() else 0.0
     return {
         "random": metrics.random_scores(len(table), seed),
         "longer_source": table.source_chars.astype(float),
         "structural": np.nan_to_num(table.structural, nan=0.0),
+        "cost_model": -np.where(np.isfinite(est), est, fill),
     }
 
 

@@ -13,8 +13,16 @@ are not tuned per fold, so leave-one-family-out figures are not tuned on the fam
 Rows are weighted so each family weighs in proportion to the square root of its row count: the large
 families (C maps, stencils) do not drown the small ones, nor do the small ones dominate.
 
-`explain(x)` reports which features drove a decision: LightGBM's exact per-prediction contributions
-(TreeSHAP, `pred_contrib`) of each feature to each score, and for a comparison their difference.
+A cost-model prior (`FeatureRankerConfig.cost_prior`): the score is `w * -ln(2) * c_log_est` (the
+roofline estimate of `features.cost_values`, in natural-log time) plus the trees, which learn what the
+estimate misses. `w` is a weighted least-squares fit of the target on the estimate within each task and
+configuration of the training rows, and the trees start from that prior (LightGBM's `init_score`). A
+family no training family resembles then falls back to the roofline's ordering instead of to whatever
+the trees learned on unrelated families. Rows without an estimate get the training rows' median.
+
+`explain(x)` reports which features drove a decision (the prior as `cost_model_prior`): LightGBM's exact
+per-prediction contributions (TreeSHAP, `pred_contrib`) of each feature to each score, and for a
+comparison their difference.
 
 Not covered: features (features.py), pairs and metrics (pairs.py, metrics.py), saving (store.py).
 """
@@ -26,6 +34,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from cudaperf.ranker.features import FEATURE_NAMES
+
+PRIOR_FEATURE = "c_log_est"
 from cudaperf.ranker.table import Table
 
 
@@ -45,6 +55,8 @@ class FeatureRankerConfig:
     seed: int = 0
     num_threads: int = 2
     """The CPU machine has 2 cores."""
+    cost_prior: bool = True
+    """Start the trees from the fitted cost-model prior (module docstring); False: trees alone."""
 
     def lgb_params(self) -> dict:
         return {
@@ -83,14 +95,58 @@ def family_weights(table: Table) -> np.ndarray:
     return w * len(w) / w.sum()
 
 
+def _group_centred(v: np.ndarray, table: Table) -> np.ndarray:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (task, config, _) in enumerate(table.keys):
+        groups.setdefault((task, config), []).append(i)
+    out = np.empty_like(v)
+    for rows in groups.values():
+        out[rows] = v[rows] - v[rows].mean()
+    return out
+
+
+@dataclass(frozen=True)
+class Prior:
+    """score += weight * -ln(2) * c_log_est (NaN read as `fill`)."""
+
+    weight: float = 0.0
+    fill: float = 0.0
+
+    def of(self, x: np.ndarray, feature_names=FEATURE_NAMES) -> np.ndarray:
+        if not self.weight or PRIOR_FEATURE not in feature_names:
+            return np.zeros(len(x))
+        est = x[:, list(feature_names).index(PRIOR_FEATURE)]
+        return self.weight * -np.log(2.0) * np.where(np.isfinite(est), est, self.fill)
+
+
+def fit_prior(table: Table, y: np.ndarray, w: np.ndarray) -> Prior:
+    """Weighted least squares of the target on the estimate, both centred per task and configuration."""
+    est = table.x[:, FEATURE_NAMES.index(PRIOR_FEATURE)]
+    finite = np.isfinite(est)
+    if not finite.any():
+        return Prior()
+    fill = float(np.median(est[finite]))
+    c = _group_centred(-np.log(2.0) * np.where(finite, est, fill), table)
+    den = float(np.sum(w * c * c))
+    return Prior(float(np.sum(w * c * y) / den), fill) if den > 0 else Prior()
+
+
 class FeatureRanker:
     """A trained model: `score_rows(x)` for feature rows, `compare_scores` for P(a faster)."""
 
-    def __init__(self, booster, scale: float, config: FeatureRankerConfig, feature_names=FEATURE_NAMES):
+    def __init__(
+        self,
+        booster,
+        scale: float,
+        config: FeatureRankerConfig,
+        feature_names=FEATURE_NAMES,
+        prior: Prior | None = None,
+    ):
         self.booster = booster
         self.scale = float(scale)  # logistic slope on score differences (calibration)
         self.config = config
         self.feature_names = tuple(feature_names)
+        self.prior = prior or Prior()
 
     @classmethod
     def fit(
@@ -100,57 +156,67 @@ class FeatureRanker:
         scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation; a table of
         one split group is calibrated on its own, overconfident, training scores)."""
         config = config or FeatureRankerConfig()
-        booster = _train(table, config)
+        model = _train(table, config)
         if calibration_folds <= 0:
-            return cls(booster, 1.0, config)
-        if (
-            len(set(table.group)) < 2
-        ):  # nothing to hold out: in-sample scores (overconfident) are all there is
-            return cls(
-                booster, fit_scale(booster.predict(table.x, num_threads=config.num_threads), table), config
-            )
-        return cls(booster, fit_scale(out_of_group_scores(table, config, calibration_folds), table), config)
+            return model
+        if len(set(table.group)) < 2:  # nothing to hold out: in-sample (overconfident) scores it is
+            model.scale = fit_scale(model.score_rows(table.x), table)
+        else:
+            model.scale = fit_scale(out_of_group_scores(table, config, calibration_folds), table)
+        return model
 
     def score_rows(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
-        return self.booster.predict(x, num_threads=self.config.num_threads)
+        return self.booster.predict(x, num_threads=self.config.num_threads) + self.prior.of(
+            x, self.feature_names
+        )
 
     def compare_scores(self, score_a: np.ndarray | float, score_b: np.ndarray | float) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.scale * (np.asarray(score_a) - np.asarray(score_b))))
 
+    def _contributions(self, x: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Per row, each feature's TreeSHAP contribution and the prior's, with their names."""
+        x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
+        contrib = self.booster.predict(x, pred_contrib=True)[:, :-1]  # the last column: expected value
+        prior = self.prior.of(x, self.feature_names)[:, None]
+        return np.hstack([contrib, prior]), (*self.feature_names, "cost_model_prior")
+
     def explain(self, x: np.ndarray, top: int = 5) -> list[list[tuple[str, float]]]:
-        """Per row: the `top` features by absolute contribution to its score (TreeSHAP)."""
-        contrib = self.booster.predict(
-            np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names)), pred_contrib=True
-        )[:, :-1]  # the last column is the expected value
+        """Per row: the `top` features by absolute contribution to its score (TreeSHAP, and the prior)."""
+        contrib, names = self._contributions(x)
         out = []
         for row in contrib:
             order = np.argsort(-np.abs(row))[:top]
-            out.append([(self.feature_names[i], float(row[i])) for i in order])
+            out.append([(names[i], float(row[i])) for i in order])
         return out
 
     def explain_pair(self, xa: np.ndarray, xb: np.ndarray, top: int = 5) -> list[tuple[str, float]]:
         """The features whose contributions differ most between a and b (positive: favours a)."""
-        c = self.booster.predict(np.vstack([xa, xb]).astype(np.float64), pred_contrib=True)[:, :-1]
+        c, names = self._contributions(np.vstack([xa, xb]))
         diff = c[0] - c[1]
         order = np.argsort(-np.abs(diff))[:top]
-        return [(self.feature_names[i], float(diff[i])) for i in order]
+        return [(names[i], float(diff[i])) for i in order]
 
     def config_dict(self) -> dict:
         return asdict(self.config)
 
 
-def _train(table: Table, config: FeatureRankerConfig):
+def _train(table: Table, config: FeatureRankerConfig) -> FeatureRanker:
+    """Trees (and the prior they start from) on every row of `table`; calibration scale 1."""
     import lightgbm as lgb
 
+    y, w = relative_log_speed(table), family_weights(table)
+    prior = fit_prior(table, y, w) if config.cost_prior else Prior()
     data = lgb.Dataset(
         table.x,
-        relative_log_speed(table),
-        weight=family_weights(table),
+        y,
+        weight=w,
+        init_score=_group_centred(prior.of(table.x), table),
         feature_name=list(FEATURE_NAMES),
         free_raw_data=False,
     )
-    return lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
+    booster = lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
+    return FeatureRanker(booster, 1.0, config, FEATURE_NAMES, prior)
 
 
 def out_of_group_scores(table: Table, config: FeatureRankerConfig, folds: int) -> np.ndarray:
@@ -162,8 +228,7 @@ def out_of_group_scores(table: Table, config: FeatureRankerConfig, folds: int) -
     scores = np.full(len(table), np.nan)
     for k in range(min(folds, len(groups))):
         held = fold == k
-        booster = _train(table.subset(~held), config)
-        scores[held] = booster.predict(table.x[held], num_threads=config.num_threads)
+        scores[held] = _train(table.subset(~held), config).score_rows(table.x[held])
     return scores
 
 

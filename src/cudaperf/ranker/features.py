@@ -20,7 +20,12 @@ computed from the code and the task, never from a measurement:
   SM a launch can use (a one-block pass stands out), barrier executions per thread and FLOPs per barrier,
   integer divisions by runtime divisors per output element;
 - what the CUDA text says about the algorithm (`s_*`): warp shuffles, tensor-core fragments, unrolled
-  loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits.
+  loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits;
+- a roofline cost model of this configuration (`c_*`, `cost_values`): launches x a launch's fixed cost
+  + max(compulsory bytes through HBM, requested sectors through L1, bytes per usable SM, FLOPs and
+  runtime integer divisions) + barrier waits, each against the problem's ideal time (its bytes once
+  through HBM plus one launch), so values compare across tasks; the ranker uses the whole estimate as
+  its prior (`feature_ranker`).
 
 Deliberately absent: the source's length, token counts, the strategy name or tags. The generated dataset
 has the naive template always shortest, so length predicts its winners without saying anything about
@@ -49,7 +54,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 5  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 6  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -130,7 +135,16 @@ SOURCE = (
     "s_kernels",
     "s_device_functions",
 )
-FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE
+COST = (
+    "c_log_est",
+    "c_log_dram",
+    "c_log_l1",
+    "c_log_sm",
+    "c_log_compute",
+    "c_log_launch",
+    "c_log_barrier",
+)
+FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE + COST
 NAN = float("nan")
 
 
@@ -211,9 +225,10 @@ def config_features(
     values: dict[str, float] = {}
     values.update(problem_values(sizes, problem))
     report, score = _analysis(source, trace, facts, notes)
-    values.update(analysis_values(report, trace, sizes, score))
+    text = source_values(source)
+    values.update(analysis_values(report, trace, sizes, score, tensor=text["s_wmma"] > 0))
     values.update(launch_values(trace, sizes, _blocks_per_sm(report)))
-    values.update(source_values(source))
+    values.update(text)
     return ConfigFeatures(
         tuple(float(values.get(n, NAN)) for n in FEATURE_NAMES), len(source), score, tuple(notes)
     )
@@ -371,7 +386,27 @@ def _work(report, trace: TraceResult) -> tuple[float | None, float | None]:
     return (flops if known else None), (bytes_ if known or bytes_ else None)
 
 
-def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -> dict[str, float]:
+def _dram_bytes(report, trace: TraceResult, s: ProblemSizes, footprint: float | None) -> float | None:
+    """Compulsory bytes over the launches: each launch's footprint, capped by the bytes of the tensors it
+    was passed (elements x the problem's element width): a launch cannot have to move more than its
+    arguments hold, even where the analysis cannot bound an index (`e / OW % OH`) and falls back to the
+    bytes requested. The analysis' footprint when the trace saw no tensors."""
+    sizes = {k.kernel: k.bytes_estimate for k in report.kernels}
+    if not trace.launches or not any(x.tensor_elems for x in trace.launches):
+        return footprint
+    total = 0.0
+    for x in trace.launches:
+        cap = sum(x.tensor_elems) * s.elem_bytes if x.tensor_elems else None
+        own = sizes.get(x.kernel)
+        known = [v for v in (own, cap) if v is not None]
+        total += min(known) if known else 0.0
+    return total
+
+
+def analysis_values(
+    report, trace: TraceResult, s: ProblemSizes, score: float, tensor: bool = False
+) -> dict[str, float]:
+    """The `a_*` and `c_*` features; `tensor`: the source runs its FLOPs on tensor cores."""
     ks = report.kernels
     if not ks:
         return {"a_ok": 0.0, "a_structural": score}
@@ -417,7 +452,15 @@ def analysis_values(report, trace: TraceResult, s: ProblemSizes, score: float) -
     windows = sum(g["window"] > 1 for d in report.details for g in d.global_accesses)
     out.update(_coalescing_shares(glob, windows))
     out.update(_sector_values(report))
-    out.update(_balance_values(report, trace, s, flops))
+    balance, work = _balance_values(report, trace, s, flops)
+    out.update(balance)
+    out.update(cost_values(CostInputs(
+        launches=len(trace.launches) or 1, flops=flops, footprint_bytes=_dram_bytes(report, trace, s, bytes_),
+        requested_bytes=requested,
+        sector_excess=2.0 ** out["a_log_sector_excess"] if math.isfinite(out["a_log_sector_excess"]) else 1.0,
+        sm_bytes=work["sm_bytes"], divisions=work["divisions"], barrier_warp_execs=work["barrier_execs"] / 32,
+        tensor=tensor, sizes=s,
+    )))
     return out
 
 
@@ -440,7 +483,7 @@ def _sector_values(report) -> dict[str, float]:
     return {"a_window_share": share, "a_log_sector_excess": math.log2(num / den) if den else NAN}
 
 
-def _balance_values(report, trace: TraceResult, s: ProblemSizes, flops: float | None) -> dict[str, float]:
+def _balance_values(report, trace: TraceResult, s: ProblemSizes, flops: float | None):
     """How the work spreads over SMs and barriers:
     - a_log_sm_bytes_per_out: bytes requested per SM a launch can use (a launch of b blocks uses
       min(b, 132) SMs), summed over the launches, against the output's bytes spread over all SMs: a
@@ -450,7 +493,8 @@ def _balance_values(report, trace: TraceResult, s: ProblemSizes, flops: float | 
       FLOPs per barrier costs more in synchronisation than it saves); NaN without barriers;
     - a_log_divisions_per_out: integer divisions by runtime divisors (index arithmetic such as
       `e / OW % OH`, a periodic wrap `(i % n + n) % n`) per output element, over the launches: each is
-      a long instruction sequence, and coarsening or a tile pays it once for many elements."""
+      a long instruction sequence, and coarsening or a tile pays it once for many elements.
+    Also returns the raw sums (bytes per usable SM, divisions, barrier executions) for `cost_values`."""
     details = {d.kernel: d for d in report.details}
     sm_bytes = 0.0
     known = False
@@ -472,7 +516,67 @@ def _balance_values(report, trace: TraceResult, s: ProblemSizes, flops: float | 
         "a_log_barriers_per_thread": _l2(per_thread),
         "a_log_flops_per_barrier": _ratio_l2(flops, barrier_execs) if barrier_execs else NAN,
         "a_log_divisions_per_out": _l2(divisions / s.out_elems) if trace.launches and s.out_elems else NAN,
+    }, {"sm_bytes": sm_bytes if known else None, "divisions": divisions, "barrier_execs": barrier_execs}
+
+
+# --------------------------------------------------------------------------------------------------
+# A roofline cost model of the configuration
+
+
+# Rates of the H200 (132 SMs at 1.98 GHz boost; spec-sheet arithmetic, not measured here) and the fixed
+# cost of a launch. They set how the terms below weigh against each other, so the model can say that 26
+# runtime divisions per output cost more than the bytes a tile saves, or that four launches of a tiny
+# problem cost more than one: facts no single family teaches the trees.
+LAUNCH_S = 2.5e-6  # a launch's fixed cost on the H200 (driver + the shortest kernel), order of magnitude
+L1_BYTES_PER_S = H200_SMS * 128 * 1.98e9  # 128 bytes per clock per SM from L1/shared memory
+FP64_FLOPS = 33.5e12  # H200 FP64 on CUDA cores (half the FP32 rate)
+DIVISION_INSTRUCTIONS = 30  # a 32-bit integer division by a runtime divisor compiles to ~20-40 instructions
+INT_OPS_PER_S = H200_SMS * 64 * 1.98e9  # 64 integer lanes per SM per clock
+BARRIER_CLOCKS = 24  # a warp's wait at a block barrier when no warp lags, per scheduler
+SCHEDULERS_PER_S = H200_SMS * 4 * 1.98e9
+
+
+@dataclass(frozen=True)
+class CostInputs:
+    """What the cost model reads of one solution on one configuration, summed over its launches."""
+
+    launches: int
+    flops: float | None
+    footprint_bytes: float | None  # compulsory bytes (DRAM)
+    requested_bytes: float | None  # bytes the threads request (L1 traffic, no cache)
+    sector_excess: float  # sectors a request costs over the ideal (1 = perfectly coalesced)
+    sm_bytes: float | None  # bytes requested per SM a launch can use, summed over launches
+    divisions: float  # integer divisions by runtime divisors, all threads
+    barrier_warp_execs: float  # block-barrier executions, counted per warp
+    tensor: bool  # the FLOPs run on tensor cores (wmma / mma in the source)
+    sizes: ProblemSizes
+
+
+def cost_values(c: CostInputs) -> dict[str, float]:
+    """log2 of estimated times against the problem's ideal time (its input and output bytes once through
+    HBM, plus one launch): the whole estimate, launches + max(DRAM, L1, per-SM, compute) + barriers, and
+    each term. A per-configuration roofline: it weighs sizes against the launch shape, so it changes with
+    the configuration where a winner does. NaN when the analysis gave no bytes."""
+    from cudaperf.analysis.roofline import H200_BANDWIDTH_BYTES_PER_S, H200_FP32_FLOPS, H200_TENSOR_FLOPS
+
+    s = c.sizes
+    if c.footprint_bytes is None and c.requested_bytes is None:
+        return {n: NAN for n in COST}
+    ideal = (s.in_elems + s.out_elems) * s.elem_bytes / H200_BANDWIDTH_BYTES_PER_S + LAUNCH_S
+    peak = H200_TENSOR_FLOPS if c.tensor else (FP64_FLOPS if s.elem_bytes >= 8 else H200_FP32_FLOPS)
+    terms = {
+        "c_log_dram": (c.footprint_bytes or 0.0) / H200_BANDWIDTH_BYTES_PER_S,
+        "c_log_l1": (c.requested_bytes or 0.0) * c.sector_excess / L1_BYTES_PER_S,
+        "c_log_sm": (c.sm_bytes or 0.0) * H200_SMS / L1_BYTES_PER_S,
+        "c_log_compute": (c.flops or 0.0) / peak + c.divisions * DIVISION_INSTRUCTIONS / INT_OPS_PER_S,
+        "c_log_launch": c.launches * LAUNCH_S,
+        "c_log_barrier": c.barrier_warp_execs * BARRIER_CLOCKS / SCHEDULERS_PER_S,
     }
+    body = max(terms["c_log_dram"], terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"])
+    est = terms["c_log_launch"] + body + terms["c_log_barrier"]
+    out = {n: math.log2((t + 1e-9) / ideal) for n, t in terms.items()}  # 1 ns: a term of 0 stays finite
+    out["c_log_est"] = math.log2(est / ideal)
+    return out
 
 
 def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:

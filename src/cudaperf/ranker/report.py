@@ -218,10 +218,12 @@ def _summary(fig: dict, names: list[str]) -> list[str]:
 
 
 def render_markdown(r: dict) -> str:
-    lofo_names = ["feature_ranker", "longer_source", "structural", "random"]
+    lofo_names = ["feature_ranker", "longer_source", "structural", "cost_model", "random"]
     test_names = [
         n
-        for n in ("feature_ranker", "lm_ranker", "lm_file", "longer_source", "structural", "random")
+        for n in (
+            "feature_ranker", "lm_ranker", "lm_file", "longer_source", "structural", "cost_model", "random"
+        )
         if n in r["test_split"]["buckets"][">=1.5x"]
     ]
     parts = [

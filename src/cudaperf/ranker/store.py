@@ -2,8 +2,9 @@
 
 A model file is gzipped JSON: `format` ("cudaperf-ranker/1"), `backend` ("feature"), `schema_version` and
 `feature_names` (what `features.py` computed when it was trained), `versions` (cudaperf, lightgbm, numpy
-and Python at training time), the calibration `scale`, the training configuration, a free `trained_on`
-description (data, rows, pairs), and the LightGBM model as text (LightGBM's own portable format).
+and Python at training time), the calibration `scale`, the cost-model `prior` (weight and fill), the
+training configuration, a free `trained_on` description (data, rows, pairs), and the LightGBM model as
+text (LightGBM's own portable format).
 
 `load_model(path)` returns a `Loaded` record: the backend, or `None` with a message that says what is wrong
 and how to fix it — a model computed on another feature schema is refused (its trees would read the wrong
@@ -25,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cudaperf.ranker.feature_ranker import FeatureBackend, FeatureRanker, FeatureRankerConfig
+from cudaperf.ranker.feature_ranker import FeatureBackend, FeatureRanker, FeatureRankerConfig, Prior
 from cudaperf.ranker.features import FEATURE_NAMES, SCHEMA_VERSION
 
 FORMAT = "cudaperf-ranker/1"
@@ -63,6 +64,7 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
         "feature_names": list(model.feature_names),
         "versions": versions(),
         "scale": model.scale,
+        "prior": {"weight": model.prior.weight, "fill": model.prior.fill},
         "config": model.config_dict(),
         "trained_on": trained_on or {},
         "model": model.booster.model_to_string(),
@@ -90,7 +92,8 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
 
     booster = lgb.Booster(model_str=doc["model"])
     config = FeatureRankerConfig(**doc.get("config", {}))
-    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]))
+    prior = Prior(**doc.get("prior", {}))
+    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]), prior)
     meta = {k: doc.get(k) for k in ("schema_version", "versions", "trained_on", "scale")}
     return Loaded(FeatureBackend(model, compile=compile, pool=pool), "", _version_warnings(doc), meta)
 

@@ -45,14 +45,51 @@ def main() -> int:
     acc = metrics.accuracy(scores, pairs)
     base = metrics.accuracy(table.source_chars.astype(float), pairs)
     for f in sorted(acc.per_family):
-        print(f"{f:18s} {acc.pairs_per_family[f]:5d} {acc.per_family[f]:6.1%}  longer {base.per_family[f]:6.1%}")
+        n, a, b = acc.pairs_per_family[f], acc.per_family[f], base.per_family[f]
+        print(f"{f:18s} {n:5d} {a:6.1%}  longer {b:6.1%}")
     print(f"macro {acc.macro:.1%} pooled {acc.pooled:.1%}  (longer: {base.macro:.1%} / {base.pooled:.1%})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"per_family": acc.per_family, "macro": acc.macro, "pooled": acc.pooled}, fh, indent=1)
+    swaps(table, pairs, scores)
     for family in filter(None, args.explain.split(",")):
         explain(table, pairs, scores, models[family], family, args.show)
     return 0
+
+
+def swaps(table, pairs, scores):
+    """Pairs of the same two implementations whose winner changes between configurations of a task: the
+    ranker's accuracy on them, and how often the features and the cost model change between configs."""
+    from cudaperf.ranker.features import FEATURE_NAMES
+
+    est = table.x[:, FEATURE_NAMES.index("c_log_est")] if "c_log_est" in FEATURE_NAMES else None
+    winners = collections.defaultdict(set)
+    for i in range(len(pairs)):
+        fa, sa = (pairs.a[i], pairs.b[i]) if pairs.a_faster[i] else (pairs.b[i], pairs.a[i])
+        key = (table.keys[fa][0], *sorted((table.keys[fa][2], table.keys[sa][2])))
+        winners[key].add(table.keys[fa][2])
+    swap = np.asarray([
+        len(winners[(table.keys[a][0], *sorted((table.keys[a][2], table.keys[b][2])))]) > 1
+        for a, b in zip(pairs.a, pairs.b, strict=True)
+    ])
+    ok = metrics.correct(scores, pairs)
+    print(f"\nswapping pairs: {swap.sum()} of {len(pairs)} ({swap.mean():.1%}); ranker right on "
+          f"{ok[swap].mean():.1%} of them, {ok[~swap].mean():.1%} of the others")
+    if est is not None:
+        e = metrics.correct(-np.nan_to_num(est, nan=0.0), pairs)
+        print(f"cost model alone right on {e[swap].mean():.1%} of swapping pairs, "
+              f"{e[~swap].mean():.1%} of the others")
+    by_impl = collections.defaultdict(list)
+    for i, (task, _, impl) in enumerate(table.keys):
+        by_impl[impl].append(i)
+    rows = [r for r in by_impl.values() if len(r) > 1]
+    varies = np.mean([
+        np.any(np.nan_to_num(table.x[r], nan=-1e9) != np.nan_to_num(table.x[r[0]], nan=-1e9), axis=0)
+        for r in rows
+    ], axis=0)
+    names = [n for n, v in zip(FEATURE_NAMES, varies, strict=True) if v > 0.5]
+    print(f"features that differ between an implementation's configurations in most implementations: "
+          f"{len(names)} of {len(FEATURE_NAMES)}: {', '.join(names)}")
 
 
 def explain(table, pairs, scores, model, family, show):
