@@ -1,14 +1,19 @@
 """The state of a device, for the code that runs candidate or generated kernels.
 
-Covers: `synchronize(device)` (a no-op on the CPU), and `context_alive(device)`, used after an error to tell
+Covers: `synchronize(device)` (a no-op on the CPU), `context_alive(device)`, used after an error to tell
 a sticky CUDA error (the context is gone and the process must be replaced) from one that left the context
-usable. Not covered: what to do about it
+usable, and a forward's transient memory (`start_peak`, `forward_bytes`: the worker's and the referee's
+references both measure it for the memory plan). Not covered: what to do about it
 (the worker session and the dataset measurement decide).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from cudaperf.correctness import tensor_bytes
 
 
 def synchronize(device: torch.device) -> None:
@@ -26,3 +31,18 @@ def context_alive(device: torch.device) -> bool:
         return float(torch.ones(1, device=device).add_(1).item()) == 2.0
     except Exception:  # noqa: BLE001 - any failure here means the context cannot be used
         return False
+
+
+def start_peak(device: torch.device) -> int:
+    """Reset the allocator's peak before a forward; the bytes allocated now (0 on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
+    """Transient bytes a forward used beyond its outputs: the allocator's peak since `start_peak`."""
+    if device.type != "cuda":
+        return 0
+    return max(0, torch.cuda.max_memory_allocated(device) - before - tensor_bytes(outputs))

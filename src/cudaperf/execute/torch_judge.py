@@ -45,7 +45,7 @@ from cudaperf.correctness import (
     mutated_positions,
     tensor_bytes,
 )
-from cudaperf.execute.device_state import synchronize
+from cudaperf.execute.device_state import forward_bytes, start_peak, synchronize
 from cudaperf.execute.judge import Judge, ReferenceFailed, ReferenceStore
 from cudaperf.jobs import EvalJob
 from cudaperf.types import Flag, InputConfig, Severity
@@ -125,19 +125,6 @@ def sample(value: Any) -> Any:
     return value
 
 
-def _start_peak(device: torch.device) -> int:
-    """Reset the allocator's peak before a forward; the bytes allocated now (0 on the CPU)."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
-def _forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
-    """Transient bytes a forward used beyond its outputs: the allocator's peak since `_start_peak`."""
-    if device.type != "cuda":
-        return 0
-    return max(0, torch.cuda.max_memory_allocated(device) - before - tensor_bytes(outputs))
 
 
 def cache_budget(device: torch.device) -> int:
@@ -275,11 +262,11 @@ class TorchJudge(Judge):
             entry = TorchReference(*self.model(config, seed))
         inputs = make_inputs(self.module(config), config, seed, self.device)
         work = clone_inputs(inputs)
-        before = _start_peak(self.device)
+        before = start_peak(self.device)
         with torch.no_grad():
             outputs = entry.model(*work)
         synchronize(self.device)
-        entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
+        entry.extra["forward_bytes"] = forward_bytes(self.device, before, outputs)
         entry.inputs, entry.outputs, entry.computed = inputs, outputs, True
         entry.inputs_after = work if inputs_mutated(inputs, work) else None
         if self.check_determinism and entry.deterministic is None:

@@ -80,6 +80,7 @@ from cudaperf.correctness import (
     poison_allocator,
     tensor_bytes,
 )
+from cudaperf.execute.device_state import forward_bytes, start_peak
 from cudaperf.execute.memory_plan import (
     SAMPLE_ELEMENTS,
     Footprint,
@@ -533,14 +534,14 @@ class TorchSession(Session):
             randomize_constant_parameters(model, None, seed)
         work = clone_inputs(inputs)
         self.note_peak()  # before the forward's own measurement resets the allocator's peak
-        before = _start_peak(self.device)
+        before = start_peak(self.device)
         with torch.no_grad():
             outputs = model(*work)
         synchronize(self.device)
         after = work if inputs_mutated(inputs, work) else None
         entry = Reference(inputs, init_inputs, model, outputs, after,
                           nbytes=tensor_bytes(inputs, outputs, after, _weights(model)))
-        entry.extra["forward_bytes"] = _forward_bytes(self.device, before, outputs)
+        entry.extra["forward_bytes"] = forward_bytes(self.device, before, outputs)
         entry.extra["output_bytes"] = tensor_bytes(outputs)  # sizes the poisoned block when outputs are gone
         return entry
 
@@ -976,19 +977,6 @@ def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
 
 
-def _start_peak(device: torch.device) -> int:
-    """Reset the allocator's peak before a forward; the bytes allocated now (0 on the CPU)."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.reset_peak_memory_stats(device)
-    return torch.cuda.memory_allocated(device)
-
-
-def _forward_bytes(device: torch.device, before: int, outputs: Any) -> int:
-    """Transient bytes the forward used beyond its outputs: the allocator's peak since `_start_peak`."""
-    if device.type != "cuda":
-        return 0
-    return max(0, torch.cuda.max_memory_allocated(device) - before - tensor_bytes(outputs))
 
 
 def _sample(value: Any) -> Any:
