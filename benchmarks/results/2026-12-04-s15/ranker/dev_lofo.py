@@ -109,7 +109,7 @@ def explain(table, pairs, scores, model, family, show):
         print(f"\n faster {table.keys[fa]} vs slower {table.keys[sa]}, ratio {wrong.ratio[i]:.2f}")
         print(f"  scores {scores[fa]:.3f} vs {scores[sa]:.3f}")
         for name, d in model.explain_pair(table.x[fa], table.x[sa], top=10):
-            j = FEATURE_NAMES.index(name)
+            j = FEATURE_NAMES.index(name) if name in FEATURE_NAMES else FEATURE_NAMES.index("c_log_est")
             print(f"   {name:28s} {d:+.3f}   {table.x[fa, j]:.3g} vs {table.x[sa, j]:.3g}")
 
 
