@@ -258,7 +258,10 @@ class Region:
             _unregister(self.tensor.data_ptr())
             self.pinned, self.pin_note = False, "closed"
         del self.tensor
-        self._map.close()
+        try:
+            self._map.close()
+        except BufferError:  # a view of it is still alive somewhere: the mapping goes with the process
+            pass
 
 
 def _register(address: int, size_bytes: int) -> str:
