@@ -104,8 +104,8 @@ run_step() {
     eval-modes) step eval-modes 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
       --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}; rc=\$?; cp /tmp/eval_modes.json '$OUT/'; exit \$rc" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
-    baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-40}" BUDGET_S="${BASELINES_BUDGET_S:-75}" \
-      bash scripts/baseline_repeatability.sh ;;
+    baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-60}" BUDGET_S="${BASELINES_BUDGET_S:-70}" \
+      IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
   esac
 }
