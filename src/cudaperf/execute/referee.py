@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import math
 import os
 import selectors
 import signal
@@ -865,8 +866,9 @@ class RefereeJob:
         wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
         timed_ms = _timed_ms(_dicts(message.get("timings")))
         if timed_ms > WALL_SLACK * wall_ms + 1.0:
-            mismatch(f"the timed calls add up to {timed_ms:.1f} ms, more than the {wall_ms:.1f} ms the "
-                     "timing stage can have lasted (from the go-ahead to the result)")
+            mismatch(f"the timed calls add up to {timed_ms:.1f} ms (by their counts, means, minimums, "
+                     f"medians and samples), more than the {wall_ms:.1f} ms the timing stage can have "
+                     "lasted (from the go-ahead to the result)")
         return flags
 
     def timed_checked(self) -> set[str]:
@@ -924,7 +926,8 @@ def _dicts(value: Any) -> list[dict]:
 
 
 def _timed_ms(timings: list[Any]) -> float:
-    """Event-timed milliseconds the worker reports for all its timed calls (samples x mean)."""
+    """Event-timed milliseconds the worker's figures imply its timed calls took, at the least (`_least_ms`
+    of each function's); infinite where a figure is no finite, non-negative number."""
     total = 0.0
     for timing in timings:
         if not isinstance(timing, dict):
@@ -932,11 +935,22 @@ def _timed_ms(timings: list[Any]) -> float:
         baselines = timing.get("baselines")
         named = [timing.get("candidate"), timing.get("eager"), timing.get("compiled"),
                  *(baselines.values() if isinstance(baselines, dict) else ())]
-        for t in named:
-            if isinstance(t, dict):
-                with contextlib.suppress(TypeError, ValueError):
-                    total += float(t.get("n_samples") or 0) * float(t.get("mean_ms") or 0.0)
+        total += sum(_least_ms(t) for t in named if isinstance(t, dict))
     return total
+
+
+def _least_ms(timing: dict) -> float:
+    """The least time one function's samples can add up to, from each of its figures: n x mean, n x min,
+    their sum, and half of them (rounded up) at or above the median; samples are never negative. Why
+    each: a forged median (the speedups are ratios of medians) or a negative count must not pass the
+    bound that the mean alone would."""
+    samples = timing.get("samples_ms")
+    figures = [timing.get(k) or 0 for k in ("n_samples", "mean_ms", "median_ms", "min_ms")]
+    figures += list(samples) if isinstance(samples, (list, tuple)) else []
+    if not all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in figures):
+        return math.inf
+    n, mean, median, least = figures[:4]
+    return max(n * mean, n * least, math.ceil(n / 2) * median, math.fsum(figures[4:]))
 
 
 def _describe(exc: BaseException) -> str:

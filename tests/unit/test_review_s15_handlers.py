@@ -1,0 +1,59 @@
+"""Job handlers for tests/unit/test_review_s15_*.py (no tests here): the real evaluation
+(`dispatch.run_eval_job`), then its payload's timings changed the way native code in the worker could
+change them before the reply goes out."""
+
+from __future__ import annotations
+
+
+def _forged(job, report, forge):
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    for timing in payload.get("timings") or []:
+        forge(timing)
+    return payload
+
+
+def inflate_eager_median(job, report):
+    """The eager baseline's median multiplied by a million, its mean and samples left as measured (the
+    candidate's speedup over eager is median / median)."""
+    def forge(timing):
+        timing["eager"]["median_ms"] *= 1e6
+    return _forged(job, report, forge)
+
+
+def inflate_eager_with_negative_baseline(job, report):
+    """The eager baseline's mean and median multiplied by a million, and an extra baseline whose negative
+    sample count cancels the added time."""
+    def forge(timing):
+        eager = timing["eager"]
+        added = eager["n_samples"] * eager["mean_ms"] * (1e6 - 1)
+        eager["median_ms"] *= 1e6
+        eager["mean_ms"] *= 1e6
+        timing.setdefault("baselines", {})["ghost"] = {**eager, "n_samples": -1, "mean_ms": added}
+    return _forged(job, report, forge)
+
+
+def inflate_eager_with_nan_mean(job, report):
+    """The eager baseline's median multiplied by a million, its mean not a number."""
+    def forge(timing):
+        timing["eager"]["median_ms"] *= 1e6
+        timing["eager"]["mean_ms"] = float("nan")
+    return _forged(job, report, forge)
+
+
+def claim_correct_without_running(job, report):
+    """No candidate run, nothing shipped: a payload whose outcome says "correct" (the worker's own code
+    leaves the outcome None whenever correctness decides)."""
+    return {"outcome": "correct", "stage": "timing", "message": "", "correctness": [], "timings": [],
+            "flags": []}
+
+
+def claim_correct_after_running(job, report):
+    """The real evaluation (every output shipped, judged by the referee), its payload's outcome then set
+    to "correct"."""
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    payload["outcome"] = "correct"
+    return payload
