@@ -57,3 +57,13 @@ def claim_correct_after_running(job, report):
     payload = dispatch.run_eval_job(job, report)
     payload["outcome"] = "correct"
     return payload
+
+
+def claim_harness_error_after_running(job, report):
+    """The real evaluation (every output shipped, judged by the referee), its payload's outcome then set
+    to "harness_error" (a wrong candidate escaping INCORRECT)."""
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    payload.update(outcome="harness_error", message="a fault of the harness, it says")
+    return payload

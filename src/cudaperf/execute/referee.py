@@ -76,6 +76,8 @@ from cudaperf.execute.framing import HEADER, encode_message, read_message, write
 SOL_CODES = ("impossible_speed", "below_compute_floor", "sol_floor_unreliable")
 MISMATCH = "verdict_mismatch"
 CANDIDATE = "candidate"  # the candidate's name among the timed functions (session.CANDIDATE)
+# Outcomes the worker's own code never writes: it leaves the outcome None whenever correctness decides.
+RAN_OUTCOMES = ("correct", "incorrect")
 TIMED_FUNCTIONS = (CANDIDATE, "eager", "compile")  # whose re-checked timing outputs the worker ships
 # Cached device memory the referee may keep between messages of a job: below it, giving the blocks back
 # (cudaFree, which synchronises) would cost more than the worker could gain; above, the worker needs it.
@@ -315,8 +317,16 @@ def apply_verdict(payload: dict[str, Any], verdict: dict[str, Any]) -> dict[str,
     """The worker's payload with the referee's verdict in it: its correctness replaces the worker's
     claim, its flags join the worker's (the worker's speed-of-light flags and dropped configurations give
     way to the referee's), the timings take its speed-of-light figures; a referee that failed makes a
-    payload that let correctness decide a HARNESS_ERROR."""
+    payload that let correctness decide a HARNESS_ERROR. The payload's own outcome is set aside (None:
+    the referee's correctness decides) where it is "correct" or "incorrect" (never the worker's code) or
+    a harness error or skip beside an output the referee judged wrong."""
     out = dict(payload)
+    if out.get("outcome") in RAN_OUTCOMES:  # never the worker's own code (RefereeJob.finish's mismatch)
+        out["outcome"] = None  # the referee's correctness decides
+    judged = verdict.get("correctness") or []
+    judged_wrong = any(isinstance(c, dict) and c.get("correct") is False for c in judged)
+    if out.get("outcome") in ("harness_error", "skipped") and judged_wrong:
+        out["outcome"] = None  # the referee judged every output and found one wrong: the candidate's doing
     if verdict.get("error"):
         if out.get("outcome") is None:
             out.update(outcome="harness_error", message=f"referee: {verdict['error']}"[:4000])
@@ -830,7 +840,7 @@ class RefereeJob:
         if self.memory:
             return {"skipped": f"the references do not fit on the device: {self.memory}"}
         if self.verdict is None:
-            if message.get("outcome") is not None:
+            if message.get("outcome") is not None and message.get("outcome") not in RAN_OUTCOMES:
                 return {}  # the worker stopped on a fault before correctness decided: nothing to judge
             self.verdict = self.judge.verdict()
         flags = (list(self.verdict.flags) + self._timed_flags() + self._mismatches(message)
@@ -849,7 +859,11 @@ class RefereeJob:
 
         if self.forged:
             mismatch(f"the worker's announcements were not what its own code sends: {self.forged[0]}")
-        if not self.shipped_done and message.get("outcome") is None:
+        outcome = message.get("outcome")
+        if outcome in RAN_OUTCOMES:
+            mismatch(f"the worker's payload decides its own outcome ({outcome!r}); its code leaves it to the "
+                     "correctness verdict")
+        if not self.shipped_done and (outcome is None or outcome in RAN_OUTCOMES):
             mismatch("the worker reports a correctness verdict, but never shipped all its outputs to the "
                      "referee")
         claims = message.get("claim")

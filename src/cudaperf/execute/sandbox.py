@@ -652,7 +652,10 @@ class Worker:
             verdict = {"error": error}
         payload = referee.readable(referee.apply_verdict(payload, verdict), verdict, reply.stage)
         outcome, message, stage = reply.outcome, reply.message, reply.stage
-        if outcome is None:
+        # the payload's word (a ran outcome, or a fault beside a wrong output), which the referee set aside
+        cleared = outcome is not None and payload.get("outcome") is None and (
+            outcome.value == (reply.payload or {}).get("outcome"))
+        if outcome is None or cleared:
             outcome, message, stage = _payload_verdict(payload, reply.stage)
         replaced = reply.worker_replaced
         if referee.mismatched(verdict) and not replaced:  # the worker's process is not to be trusted again
