@@ -37,3 +37,11 @@ def test_a_negative_sample_count_cannot_cancel_a_forged_baseline(pool):  # noqa:
 
 def test_a_mean_that_is_not_a_number_cannot_hide_a_forged_baseline(pool):  # noqa: F811
     assert "verdict_mismatch" in _codes(_forged(pool, "inflate_eager_with_nan_mean"), "error")
+
+
+def test_timings_of_a_configuration_the_job_does_not_time_are_a_verdict_mismatch(pool):  # noqa: F811
+    assert "verdict_mismatch" in _codes(_forged(pool, "rename_timed_configs"), "error")
+
+
+def test_a_configuration_timed_twice_is_a_verdict_mismatch(pool):  # noqa: F811
+    assert "verdict_mismatch" in _codes(_forged(pool, "duplicate_timings"), "error")

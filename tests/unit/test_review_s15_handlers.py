@@ -67,3 +67,39 @@ def claim_harness_error_after_running(job, report):
     payload = dispatch.run_eval_job(job, report)
     payload.update(outcome="harness_error", message="a fault of the harness, it says")
     return payload
+
+
+def rename_timed_configs(job, report):
+    """The real evaluation with the re-checked timing outputs never shipped, and each timing's
+    configuration renamed (a trailing space) and its candidate median made a million times smaller."""
+    from cudaperf.execute import dispatch
+    from cudaperf.execute.outputs import Shipper
+
+    original = Shipper.ship_timed
+    Shipper.ship_timed = lambda self, config, outputs: None
+    try:
+        payload = dispatch.run_eval_job(job, report)
+    finally:
+        Shipper.ship_timed = original
+    for timing in payload.get("timings") or []:
+        timing["config"] += " "
+        timing["candidate"]["median_ms"] /= 1e6
+    return payload
+
+
+def duplicate_timings(job, report):
+    """The real evaluation, each configuration's timing reported twice, the copy's candidate median made a
+    million times smaller."""
+    import copy
+
+    def forge(timing):
+        pass
+
+    payload = _forged(job, report, forge)
+    extra = []
+    for timing in payload.get("timings") or []:
+        twin = copy.deepcopy(timing)
+        twin["candidate"]["median_ms"] /= 1e6
+        extra.append(twin)
+    payload["timings"] = extra + list(payload.get("timings") or [])
+    return payload

@@ -41,9 +41,10 @@ Covers:
   `RefereeJob.figures`), whether each side's mapping of the region is pinned (`region`), and
   `verdict_mismatch` (ERROR, a violation: `anticheat.policy`) where the worker's report is not what its
   own code sends: a correctness verdict of its own (a refereed worker writes none), a verdict with outputs
-  never shipped, timings of a configuration whose re-checked outputs never came, an announcement no
-  honest worker sends, a payload that does not parse, timed calls adding up to more than the timing stage
-  can have lasted.
+  never shipped, an outcome of "correct" or "incorrect" (its code leaves the outcome to correctness),
+  timings of a configuration whose re-checked outputs never came, of one the job does not time or twice
+  of one, an announcement no honest worker sends, a payload that does not parse, timed calls adding up
+  (by every figure of theirs: `_least_ms`) to more than the timing stage can have lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
@@ -872,9 +873,15 @@ class RefereeJob:
                      "its code never writes one when a referee judges")
         shipped = {c for c, f in self.timed_results if f == CANDIDATE}
         checked = self.timed_checked()
+        reported: set[str] = set()
         for timing in _dicts(message.get("timings")):
             config = timing.get("config")
-            if isinstance(config, str) and config in checked and config not in shipped:
+            if not isinstance(config, str) or config not in self.timed or config in reported:
+                mismatch(f"the worker reports timings of {str(config)[:100]!r}, a configuration the job does "
+                         "not time or one it reported already")  # out of the speed-of-light check's sight
+                continue
+            reported.add(config)
+            if config in checked and config not in shipped:
                 mismatch(f"the worker reports timings of {str(config)[:100]} but never shipped the outputs "
                          "its timing stage re-checked", str(config)[:100])
         wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
