@@ -45,3 +45,7 @@ def test_timings_of_a_configuration_the_job_does_not_time_are_a_verdict_mismatch
 
 def test_a_configuration_timed_twice_is_a_verdict_mismatch(pool):  # noqa: F811
     assert "verdict_mismatch" in _codes(_forged(pool, "duplicate_timings"), "error")
+
+
+def test_a_candidate_median_written_as_text_is_a_verdict_mismatch(pool):  # noqa: F811
+    assert "verdict_mismatch" in _codes(_forged(pool, "candidate_median_as_text"), "error")

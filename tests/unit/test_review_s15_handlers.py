@@ -103,3 +103,11 @@ def duplicate_timings(job, report):
         extra.append(twin)
     payload["timings"] = extra + list(payload.get("timings") or [])
     return payload
+
+
+def candidate_median_as_text(job, report):
+    """The real evaluation, the candidate's median written as text a million times smaller (the
+    speed-of-light check reads numbers only)."""
+    def forge(timing):
+        timing["candidate"]["median_ms"] = repr(timing["candidate"]["median_ms"] / 1e6)
+    return _forged(job, report, forge)
