@@ -6,6 +6,7 @@ a candidate that is wrong (it adds one)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -14,10 +15,11 @@ import pytest
 pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_referee import _codes, _job  # the same task and job
+from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
 from test_referee_timed import pool  # noqa: F401 - the same worker pool (a fixture)
 from test_session import WRONG
 
+from cudaperf.execute import WorkerPool
 from cudaperf.types import Outcome
 
 HANDLERS = str(Path(__file__).with_name("test_review_s15_handlers.py"))
@@ -51,3 +53,19 @@ def test_an_outcome_the_worker_never_writes_is_a_verdict_mismatch(pool):  # noqa
 def test_a_wrong_candidate_judged_by_the_referee_cannot_turn_itself_into_a_harness_error(pool):  # noqa: F811
     reply = _run(pool, "claim_harness_error_after_running")
     assert reply.outcome is not Outcome.HARNESS_ERROR, (reply.outcome, reply.message)
+
+
+@pytest.fixture(scope="module")
+def unbounded_pool():
+    """Workers without the sandbox boundary (`Limits.boundary=False`): there, the worker can see and kill
+    the referee, as native code could where bubblewrap is missing."""
+    limits = dataclasses.replace(LIMITS, output_region_bytes=1 << 20, boundary=False)
+    with WorkerPool(None, limits, timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        yield p
+
+
+def test_a_payload_whose_referee_is_gone_is_never_taken_on_the_workers_word(unbounded_pool):
+    reply = _run(unbounded_pool, "kill_referee_then_claim_correct")
+    assert reply.payload.get("killed_referee"), "the worker could not find the referee to kill"
+    assert reply.outcome is Outcome.HARNESS_ERROR, (reply.outcome, reply.message)

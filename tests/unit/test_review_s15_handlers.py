@@ -111,3 +111,33 @@ def candidate_median_as_text(job, report):
     def forge(timing):
         timing["candidate"]["median_ms"] = repr(timing["candidate"]["median_ms"] / 1e6)
     return _forged(job, report, forge)
+
+
+def kill_referee_then_claim_correct(job, report):
+    """The real evaluation, then the referee killed (where the worker can see it: the sandbox's pid
+    namespace hides it) and every configuration claimed correct: a verdict on the worker's word alone.
+    `killed_referee` in the payload says whether the kill happened."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    from cudaperf.execute import dispatch
+
+    payload = dispatch.run_eval_job(job, report)
+    killed = False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"cudaperf.execute.referee" in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed = True
+        except OSError:
+            continue
+    if killed:
+        time.sleep(1.0)  # gone for good before the reply (a referee still dying fails the request anyway)
+    for c in payload.get("correctness") or []:
+        c["correct"] = True
+    payload.update(outcome=None, killed_referee=killed)
+    return payload

@@ -633,19 +633,23 @@ class Worker:
         on a fault of the worker only tells the referee it is over."""
         link = self.referee
         deadline = time.monotonic() + timeouts.for_stage("cleanup")
-        if not reply.payload or not link.alive:
+        if not reply.payload:
             if link.alive:
                 link.send({"type": "end"}, deadline)
             link.zero_region()
             self.referee_s, self.referee_wait_ms = 0.0, {}  # not this job's to carry into the next
             return reply
         payload = reply.payload
-        started = time.monotonic()
-        verdict, error = link.request({
-            "type": "finish", "outcome": payload.get("outcome"), "claim": payload.get("correctness") or [],
-            "timings": payload.get("timings") or [], "timing_wall_s": self._timing_window_s(reply),
-        }, deadline)
-        self._waited("finish", time.monotonic() - started)
+        if link.alive:
+            started = time.monotonic()
+            verdict, error = link.request({
+                "type": "finish", "outcome": payload.get("outcome"),
+                "claim": payload.get("correctness") or [], "timings": payload.get("timings") or [],
+                "timing_wall_s": self._timing_window_s(reply),
+            }, deadline)
+            self._waited("finish", time.monotonic() - started)
+        else:  # a payload is never taken on the worker's word alone: no verdict, no correctness
+            error = "the referee was gone before its verdict"
         link.zero_region()
         if error:
             link.close_process()
