@@ -86,6 +86,9 @@ LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the devic
 ESTIMATE_ROUNDS = 3
 LEAD_MARGIN = 1.5  # the leads cover this many times a function's p90 host path
 MAX_LEAD_LAUNCHES = 8  # at most this many lead launches before one call (8 x 200 µs on an H200)
+# A function whose host path per call exceeds its measured (GPU) time this many times over, behind a lead
+# lengthened for it, is flagged: work its host does inside the lead is in no sample (`host_path_hidden`).
+HOST_HIDDEN_RATIO = 2.0
 
 Fn = Callable[[list], object]
 Check = Callable[[str, int, object], bool]
@@ -136,8 +139,25 @@ class BenchReport:
             ("timer_inconsistent", self.clock_violations, "event time exceeded the host clock"),
             ("stream_changed", self.stream_changes, "calls left a different CUDA stream current"),
         ]
-        return tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
-                     for code, counts, text in found if counts.get(name))
+        errors = tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
+                       for code, counts, text in found if counts.get(name))
+        hidden = self.host_path_hidden(name, config)
+        return errors + ((hidden,) if hidden else ())
+
+    def host_path_hidden(self, name: str, config: str | None = None) -> Flag | None:
+        """A WARNING when `name`'s host path per call is over `HOST_HIDDEN_RATIO` times its measured time
+        and its lead was lengthened to cover it: the samples are GPU time, so host-side work done inside
+        the lead (Python, a CPU computation) is in none of them; said plainly, not penalised."""
+        host, timing = self.host_path_median_ms.get(name), self.timings.get(name)
+        if host is None or timing is None or self.lead_launches.get(name, 0) < 2:
+            return None
+        measured = max(timing.median_ms, 1e-9)
+        if host <= HOST_HIDDEN_RATIO * measured:
+            return None
+        return Flag("host_path_hidden", f"{name}: its host path takes {host:.3f} ms per call (median), "
+                    f"{host / measured:.1f}x its measured time of {timing.median_ms:.3f} ms; the time is the "
+                    f"GPU's, behind a lead of {self.lead_launches[name]} launches, so work on the host "
+                    "inside that lead is not in it", Severity.WARNING, config)
 
     @property
     def overhead_ms(self) -> float | None:
