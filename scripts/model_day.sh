@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The model day on the H200: every model run the project lacks, in four back-to-back device calls on one
+# The model day on the H200: every model run the project lacks, in five back-to-back device calls on one
 # warm machine (/tmp survives between them; a fresh machine starts bare, so the calls must follow each other
 # at once and finish inside the machine's 30-minute hold). Prepare once here:
 #   bash scripts/fetch_model_carry.sh
@@ -8,6 +8,9 @@
 #   A     .carry/model-1     bash scripts/model_day.sh A      wheels -> /tmp/site, GGUF part 0 -> /tmp/carry
 #                                                             (+ A_EXTRA_S s of eval-modes, default 0; it
 #                                                             needs .carry/model-3 carried too)
+#   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
+#                                                             travels in three parts so that every call keeps
+#                                                             ~17 MB under the 64 MiB carry limit)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
@@ -47,7 +50,7 @@
 #   - refinement run (20 test tasks x 2 samples x 3 turns, 512 tokens, default evaluator): 3 rounds x
 #     (512 x ~50 ms + ~20 s) + load ~ 150 s (REFINE_S=170). Backends: 4 batches x 256 tokens x ~60 ms +
 #     loads ~ 80 s (BACKENDS_S=90; off by default, see below).
-#   Total: A ~30 + B 540 + C 540 + D 480 = ~1,590 s, plus the machine's start (1-2 min) and ~15 s of
+#   Total: A ~30 + A2 ~5 + B 540 + C 540 + D 480 = ~1,595 s, plus the machine's start (1-2 min) and ~15 s of
 #   transfer a call: ~1,770 s of the 1,800 device-seconds and of the 30-minute hold, so the calls must follow
 #   each other at once. Rows are nearly free (decoding is per-step overhead), rounds and tokens are not: so
 #   the comparison keeps 3 seeds and 2 sets, the refinement run 2 samples. Already cut, and why: A's
@@ -57,8 +60,8 @@
 #   refinement run's third turn; never SFT, which everything after it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-CALL=${1:?usage: bash scripts/model_day.sh A|B|C|D}
-declare -A BUDGETS=([A]=570 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
+CALL=${1:?usage: bash scripts/model_day.sh A|A2|B|C|D}
+declare -A BUDGETS=([A]=570 [A2]=60 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
 BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
 # SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
 # the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
@@ -181,6 +184,13 @@ call_A() {
   fi
 }
 
+call_A2() {
+  [[ -d .carry/model-1b ]] || { echo "carry .carry/model-1b (fetch_model_carry.sh)" >&2; exit 2; }
+  [[ -f $T/carry/done-A ]] || { echo "no $T/carry from call A: a fresh machine? run A first" >&2; exit 2; }
+  cp .carry/model-1b/*.part1 "$T/carry/" && touch "$T/carry/done-A2"
+  echo "| A2 | rc=$? | GGUF part 1 into $T/carry |" | tee -a "$SUMMARY"
+}
+
 call_B() {
   [[ -d .carry/model-2 ]] || { echo "carry .carry/model-2 (scripts/fetch_model_carry.sh)" >&2; exit 2; }
   local exports
@@ -267,10 +277,11 @@ call_D() {
 
 case $CALL in
   A) call_A ;;
+  A2) call_A2 ;;
   B) call_B ;;
   C) call_C ;;
   D) call_D ;;
-  *) echo "usage: bash scripts/model_day.sh A|B|C|D" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/model_day.sh A|A2|B|C|D" >&2; exit 2 ;;
 esac
 pack
 echo
