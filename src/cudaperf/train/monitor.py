@@ -6,7 +6,8 @@ Covers: `MetricsWriter` (one JSON line per record, flushed at once, so a killed 
 line being written; the same scalars to TensorBoard under `<output_dir>/tensorboard`), `RunCallback` (a
 `transformers.TrainerCallback`: the trainer's logs to the writer, the configuration into each
 `checkpoint-<step>/`, the wall time of each optimiser step), `record_batch` (the fingerprint line of one
-micro-batch in `batches.jsonl`), and `last_checkpoint`.
+micro-batch in `batches.jsonl`; `RecordsBatches`, the trainer mix-in that calls it every training step),
+and `last_checkpoint`.
 
 Not covered: what the metrics mean (the rollout computes its own, `rollout.py`), plotting.
 """
@@ -93,6 +94,15 @@ def record_batch(output_dir: str | Path, step: int, inputs: Any) -> None:
         f.write(json.dumps({"step": step, **fingerprint(inputs)}) + "\n")
 
 
+class RecordsBatches:
+    """Mix-in before a `transformers.Trainer` subclass (TRL's SFT and GRPO trainers): every training
+    micro-batch's fingerprint goes to `batches.jsonl` (`record_batch`) before the step runs."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        record_batch(self.args.output_dir, self.state.global_step + 1, inputs)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
 def read_batches(output_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(output_dir) / BATCHES_FILE
     if not path.is_file():
@@ -148,4 +158,4 @@ def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
 
 
 __all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "fingerprint", "last_checkpoint",
-           "make_callback", "read_batches", "read_metrics", "record_batch"]
+           "make_callback", "read_batches", "read_metrics", "record_batch", "RecordsBatches"]

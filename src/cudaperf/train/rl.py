@@ -24,7 +24,7 @@ from typing import Any
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
-from cudaperf.train.monitor import MetricsWriter, make_callback, record_batch
+from cudaperf.train.monitor import MetricsWriter, RecordsBatches, make_callback
 from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, first_prompt, rollout_stats
 from cudaperf.train.sft import prepare_run
 
@@ -132,12 +132,8 @@ def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rol
              writer: MetricsWriter) -> Any:
     from trl import GRPOConfig, GRPOTrainer
 
-    class RecordingGRPOTrainer(GRPOTrainer):
+    class RecordingGRPOTrainer(RecordsBatches, GRPOTrainer):
         """GRPOTrainer that appends the task ids of each training micro-batch to batches.jsonl."""
-
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            record_batch(self.args.output_dir, self.state.global_step + 1, inputs)
-            return super().training_step(model, inputs, num_items_in_batch)
 
     cuda = resolve_device(config.device) == "cuda"
     group = config.num_generations

@@ -22,7 +22,7 @@ from typing import Any
 
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
-from cudaperf.train.monitor import MetricsWriter, last_checkpoint, make_callback, record_batch
+from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
 from cudaperf.train.sft_data import (
     LengthStats,
     SftExample,
@@ -131,12 +131,8 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
     from trl import SFTConfig as TrlSFTConfig
     from trl import SFTTrainer
 
-    class RecordingSFTTrainer(SFTTrainer):
+    class RecordingSFTTrainer(RecordsBatches, SFTTrainer):
         """SFTTrainer that appends a fingerprint of each training batch to batches.jsonl."""
-
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            record_batch(self.args.output_dir, self.state.global_step + 1, inputs)
-            return super().training_step(model, inputs, num_items_in_batch)
 
     cuda = resolve_device(config.device) == "cuda"
     evaluate = bool(val) and config.eval_steps > 0
