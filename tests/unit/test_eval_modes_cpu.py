@@ -6,9 +6,8 @@ baseline a CPU run can afford, and with it live nothing would be cached (the uni
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
+from relu2_task import RIGHT, relu2_source
 
 from cudaperf.anticheat.policy import Policy
 from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
@@ -16,33 +15,7 @@ from cudaperf.solutions import solution_from_text
 from cudaperf.tasks import task_from_source
 from cudaperf.types import Outcome
 
-TASK = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-    CUDAPERF_TASK = {"no_derived_configs": "a test of the evaluation modes"}
-
-    class Model(nn.Module):
-        def forward(self, x, z):
-            return torch.relu(x) * 2 + z
-
-    def get_input_configs():
-        return [{"name": "small", "n": 16}, {"name": "odd", "n": 23}]
-
-    def get_inputs(n=16):
-        return [torch.randn(8, n), torch.randn(8, n)]
-
-    def get_init_inputs(n=16):
-        return []
-""")
-RIGHT = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-    class ModelNew(nn.Module):
-        def forward(self, x, z):
-            return torch.relu(x) * 2 + z  # {k}
-""")
+TASK = relu2_source("a test of the evaluation modes")
 CANDIDATES = {
     "right-0": RIGHT.format(k=0), "right-1": RIGHT.format(k=1), "right-2": RIGHT.format(k=2),
     "wrong": RIGHT.format(k=0).replace("* 2", "* 2.01"),

@@ -13,11 +13,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its O
 
 import json
 import pickle
-import textwrap
 
 import pytest
 
 ray = pytest.importorskip("ray")
+
+from relu2_task import RIGHT, relu2_source
 
 from cudaperf.anticheat.policy import Policy
 from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
@@ -28,33 +29,7 @@ from cudaperf.solutions import solution_from_text
 from cudaperf.tasks import task_from_source
 from cudaperf.types import Outcome
 
-TASK = task_from_source(textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-    CUDAPERF_TASK = {"no_derived_configs": "a test of the Ray pool"}
-
-    class Model(nn.Module):
-        def forward(self, x, z):
-            return torch.relu(x) * 2 + z
-
-    def get_input_configs():
-        return [{"name": "small", "n": 16}, {"name": "odd", "n": 23}]
-
-    def get_inputs(n=16):
-        return [torch.randn(8, n), torch.randn(8, n)]
-
-    def get_init_inputs(n=16):
-        return []
-"""), "relu2")
-RIGHT = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-    class ModelNew(nn.Module):
-        def forward(self, x, z):
-            return torch.relu(x) * 2 + z  # {k}
-""")
+TASK = task_from_source(relu2_source("a test of the Ray pool"), "relu2")
 MIXED = {"right-0": RIGHT.format(k=0), "right-1": RIGHT.format(k=1),
          "wrong": RIGHT.format(k=0).replace("* 2", "* 2.01"),
          "raises": RIGHT.format(k=0).replace("return", "raise RuntimeError('no')\n        return"),
