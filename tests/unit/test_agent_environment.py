@@ -12,7 +12,7 @@ from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.environment import EnvConfig, RefineEnv, step_many
 from cudaperf.agent.evaluation import LocalEvaluator
 from cudaperf.anticheat.policy import Policy
-from cudaperf.evaluate import EvalConfig, TimingConfig
+from cudaperf.evaluate import EvalConfig
 from cudaperf.tasks import load_task, task_from_source
 from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir
 from cudaperf.types import Outcome
@@ -39,19 +39,6 @@ ANSWER = ("```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    de
           "        {}\n```")
 RIGHT = "Scale then add.\n" + ANSWER.format("return a * 2 + b")
 WRONG = ANSWER.format("return a * 2 - b")
-
-
-@pytest.fixture(scope="module")
-def cpu_evaluator(tmp_path_factory):
-    # The cache through the environment, not EvalConfig.cache_dir: the worker pool starts with the default
-    # cache's views, and a job naming another cache restarts its worker (from the evaluator's batch thread,
-    # whose exit then takes that worker down: every batch would pay a worker start).
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=LENIENT,
-                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
-        with LocalEvaluator(config) as evaluator:
-            yield evaluator
 
 
 @pytest.fixture(scope="module")

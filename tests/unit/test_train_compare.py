@@ -14,9 +14,6 @@ import pytest
 
 from cudaperf.agent.backends._common import rough_token_count
 from cudaperf.agent.backends.base import Generation
-from cudaperf.agent.evaluation import LocalEvaluator
-from cudaperf.anticheat.policy import Policy
-from cudaperf.evaluate import EvalConfig, TimingConfig
 from cudaperf.train.compare import (
     COMPARISON_JSON,
     FIGURES_FILE,
@@ -72,15 +69,6 @@ class ScriptedPolicy:
     def close(self) -> None:
         pass
 
-
-@pytest.fixture(scope="module")
-def cpu_evaluator(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=Policy(allow_torch_ops=True),
-                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
-        with LocalEvaluator(config) as evaluator:
-            yield evaluator
 
 
 @pytest.fixture(scope="module")

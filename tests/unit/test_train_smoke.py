@@ -24,12 +24,9 @@ pytest.importorskip("peft")
 
 import torch
 
-from cudaperf.agent.evaluation import LocalEvaluator
 from cudaperf.agent.extract import extract_code
 from cudaperf.agent.prompting import render_task_prompt
 from cudaperf.agent.taskset import task_from_generated
-from cudaperf.anticheat.policy import Policy
-from cudaperf.evaluate import EvalConfig, TimingConfig
 from cudaperf.tasks import task_from_source
 from cudaperf.train.config import CONFIG_FILE, RlConfig, SftConfig, load_config
 from cudaperf.train.models import between_turns_ids, load_policy
@@ -72,15 +69,6 @@ def sft_run(tmp_path_factory):
                        warmup_ratio=0.0, save_steps=4, eval_steps=4, logging_steps=1, device="cpu")
     return config, run_sft(config)
 
-
-@pytest.fixture(scope="module")
-def cpu_evaluator(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CUDAPERF_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        config = EvalConfig(device="cpu", build_workers=1, seeds=1, policy=Policy(allow_torch_ops=True),
-                            timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
-        with LocalEvaluator(config) as evaluator:
-            yield evaluator
 
 
 def rl_config(out, model, **changes) -> RlConfig:
