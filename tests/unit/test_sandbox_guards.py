@@ -368,3 +368,14 @@ def test_a_worker_under_its_own_uid_gets_a_user_name_in_its_environment():
     worker._root = "/nonexistent-root"
     env = worker._environment()
     assert (env["USER"], env["LOGNAME"]) == ("cudaperf-61000", "cudaperf-61000")
+
+
+def test_a_workers_inductor_cache_is_its_own_even_after_the_parent_compiled(monkeypatch):
+    """Inductor puts /tmp/torchinductor_<user> into the parent's environment at its first compile; a worker
+    under another uid cannot write there, so its torch.compile baseline used to fail with EACCES."""
+    from cudaperf.execute.sandbox import Worker
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_root")
+    worker = Worker(None, Limits(), uid=61000)
+    worker._root = "/nonexistent-root"
+    assert worker._environment()["TORCHINDUCTOR_CACHE_DIR"] == "/nonexistent-root/tmp/torchinductor"

@@ -412,6 +412,11 @@ class Worker:
             overrides={
                 "CUDA_VISIBLE_DEVICES": "" if self.device is None else str(self.device),
                 "PYTHONPATH": python_path,
+                # Inductor's cache in the worker's own temp directory (where the worker's TMPDIR would put
+                # it): Inductor writes its default cache dir, /tmp/torchinductor_<user>, into the parent's
+                # environment at its first compile, and a worker under its own uid cannot write that one
+                # (the torch.compile baseline failed with EACCES on its lock files).
+                "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "tmp", "torchinductor"),
                 **self._user_names(),
             },
         )
