@@ -139,6 +139,13 @@ def test_a_correct_c_candidate_is_judged_by_the_referee_and_timed(pool, cache_di
     assert len(reply.payload["timings"]) == 3
 
 
+def test_a_correct_c_candidate_timed_on_every_configuration_raises_no_flag(pool, cache_dir):
+    from test_c_session import SQUARE_OK
+
+    reply = pool.run(_c_job(SQUARE_OK, cache_dir))
+    assert _codes(reply, "error") == set(), reply.payload.get("flags")
+
+
 def test_a_c_candidate_that_skips_the_last_element_leaves_the_fill_pattern(pool, cache_dir):
     partial = "def square(x, out, n):\n    out[:n - 1].copy_(x[:n - 1] * x[:n - 1])\n"
     reply = pool.run(_c_job(partial, cache_dir))

@@ -198,7 +198,7 @@ class CSession(Session):
         self.ctask = _declared_ctask(self.job.task)
         digest = hashlib.sha256(json.dumps(to_dict(self.ctask), sort_keys=True).encode()).hexdigest()
         self.task_key = (self.ctask.task_id, digest)
-        self.timed_names = tuple(c.name for c in self.ctask.configs)
+        self.timed_names = self.ctask.timed_names
         self.wanted = wanted_baselines(self.job.timing.baselines)
         if self.shipper is not None:
             self.STAGES = self.REFEREED_STAGES

@@ -612,6 +612,7 @@ class RefereeJob:
     def _make_judge(self, wire_job: dict[str, Any]) -> Any:
         from cudaperf.correctness import derive_seed
         from cudaperf.jobs import read_job
+        from cudaperf.tasks import timed_configs
         from cudaperf.types import TaskKind
 
         job, secret = read_job(dict(wire_job))
@@ -620,6 +621,8 @@ class RefereeJob:
         del secret
         referee = self.referee
         self.policy = job.policy
+        # the configurations whose timings may come back (and whose speed-of-light floors are needed)
+        self.timed = timed_configs(job.task) if job.timing.enabled else ()
         if job.task.kind is TaskKind.C:
             from cudaperf.execute.c_judge import CJudge
             from cudaperf.tasks.ctask import from_task, validate
@@ -633,11 +636,9 @@ class RefereeJob:
 
         from cudaperf.execute.session import set_precision
         from cudaperf.execute.torch_judge import TorchJudge
-        from cudaperf.tasks import timed_configs
 
         set_precision(job.task.allow_tf32)
         torch.set_grad_enabled(False)
-        self.timed = timed_configs(job.task) if job.timing.enabled else ()  # whose floors are needed
         judge: Any = None
 
         def make_room() -> None:  # a reference ran out of memory: every other task's references go

@@ -141,6 +141,12 @@ class CTask:
     def config(self, name: str) -> CConfig:
         return next(c for c in self.configs if c.name == name)
 
+    @property
+    def timed_names(self) -> tuple[str, ...]:
+        """The configurations a C evaluation times: every one (the C worker's timing stage and the
+        referee's check of what it reports both read this)."""
+        return tuple(c.name for c in self.configs)
+
     def tolerance_for(self, config: CConfig) -> Tolerance:
         return config.tolerance or self.tolerance
 

@@ -78,9 +78,14 @@ def read_options(source: str) -> dict[str, Any]:
 
 
 def timed_configs(task: Task) -> tuple[str, ...]:
-    """Names of the configurations to time: `CUDAPERF_TASK["timed_configs"]`, default all of them.
+    """Names of the configurations to time: `CUDAPERF_TASK["timed_configs"]`, default all of them; for a
+    C task, its declaration's (`CTask.timed_names`).
 
     Lives here rather than on `Task` because the record has no such field yet (see the final report)."""
+    if task.kind is TaskKind.C:
+        from cudaperf.tasks.ctask import from_task
+
+        return from_task(task).timed_names
     names = read_options(task.source).get("timed_configs") if task.kind is TaskKind.PYTORCH else None
     return tuple(names) if names else tuple(c.name for c in task.configs if c.timed)
 
