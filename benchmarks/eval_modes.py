@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = earlier_rows(args.out) if args.append else []
     first = 1 + max((r["repeat"] for r in rows), default=-1)
     for rep in range(first, first + args.repeats):
-        for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
+        for mode in (MODES[::-1] if rep % 2 == 0 else MODES):  # the RL mode first: its run is the shorter
             row = one_run(mode, f"{mode}-{rep}", tasks, candidates, args)
             rows.append({"repeat": rep, **row})
             print(f"repeat {rep} {mode:7s}: {row['evals_per_min']:.1f} evals/min ({row['n']} in "

@@ -183,6 +183,17 @@ def test_turn_credit_rewards_each_turn_with_its_discounted_return(tiny, cpu_eval
     assert batch.env_mask == [[1] * len(c) for c in batch.completion_ids]
 
 
+def test_each_turn_of_a_rollout_is_reported_as_it_ends(tiny, cpu_evaluator, tmp_path):
+    _, tokenizer = tiny
+    config = rl_config(tmp_path, "tiny", trajectories=1)
+    turns = []
+    rollout = MultiTurnRollout(config, [TASK], cpu_evaluator, tokenizer, on_turn=turns.append,
+                               generator=ScriptedPolicy(tokenizer, [ANSWER.format("-"), ANSWER.format("+")]))
+    rollout.run([first_prompt(TASK, config)] * config.num_generations, rollout.generator)
+    assert [(t.turn, t.replies, t.outcomes) for t in turns] == [(0, 1, {"incorrect": 1}), (1, 1, {"correct": 1})]
+    assert "rollout turn 2: 1 replies" in turns[1].line()
+
+
 def test_env_mask_is_zero_exactly_on_the_feedback_tokens(tiny, cpu_evaluator, tmp_path):
     model, tokenizer = tiny
     config = rl_config(tmp_path, "tiny", credit="trajectory", trajectories=2, max_new_tokens=10)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, make_callback
-from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, first_prompt, rollout_stats
+from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, TurnProgress, first_prompt, rollout_stats
 from cudaperf.train.sft import prepare_run
 
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -93,7 +94,10 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
         writer.write("rollout", step, {**stats.values, "hack_kinds": sorted(stats.hack_flags)})
         _append_turns(Path(config.output_dir) / ROLLOUTS_FILE, batch, step)
 
-    rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch)
+    def on_turn(progress: TurnProgress) -> None:  # a step's turns as they end (a step takes minutes)
+        print(progress.line(), file=sys.stderr, flush=True)
+
+    rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer)
     final = Path(config.output_dir) / "final"
     try:

@@ -29,6 +29,8 @@ environment with scripted replies.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import json
 import math
@@ -205,15 +207,33 @@ class RolloutBatch:
 GENERATE_ROWS = 128
 
 
+@dataclass(frozen=True)
+class TurnProgress:
+    """One turn of a step's rollout, done: what `MultiTurnRollout`'s `on_turn` receives (so a long step
+    shows where its time goes before it ends, and a step killed mid-rollout leaves its turns behind)."""
+
+    turn: int  # 0-based
+    replies: int
+    reply_tokens: int
+    generate_s: float
+    evaluate_s: float
+    outcomes: dict[str, int]
+
+    def line(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items()))
+        return (f"rollout turn {self.turn + 1}: {self.replies} replies ({self.reply_tokens} tokens) "
+                f"generated in {self.generate_s:.1f} s, evaluated in {self.evaluate_s:.1f} s: {counts}")
+
+
 class MultiTurnRollout:
     """TRL's `rollout_func` over cudaperf's refinement environment (see the module docstring)."""
 
     def __init__(self, config: RlConfig, tasks: Sequence[Task], evaluator: CandidateEvaluator, tokenizer: Any,
-                 on_batch: Any = None, generator: TokenGenerator | None = None) -> None:
+                 on_batch: Any = None, generator: TokenGenerator | None = None, on_turn: Any = None) -> None:
         self.config, self.evaluator, self.tokenizer = config, evaluator, tokenizer
         self.env_config = env_config(config)
         self.tasks = {prompt_key(first_prompt(t, config)): t for t in tasks}
-        self.on_batch, self.generator = on_batch, generator
+        self.on_batch, self.generator, self.on_turn = on_batch, generator, on_turn
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -238,11 +258,13 @@ class MultiTurnRollout:
                 traces.append(_Trace(g, prompt_ids(self.tokenizer, env.reset(task))))
                 envs.append(env)
         seconds = {"generate": 0.0, "evaluate": 0.0}
-        for _ in range(self.config.max_turns):
+        for turn in range(self.config.max_turns):
             active = [i for i, env in enumerate(envs) if not env.done]
             if not active:
                 break
-            self._turn([envs[i] for i in active], [traces[i] for i in active], generator, seconds)
+            progress = self._turn([envs[i] for i in active], [traces[i] for i in active], generator, seconds)
+            if self.on_turn is not None:
+                self.on_turn(dataclasses.replace(progress, turn=turn))
         seconds["total"] = time.perf_counter() - started
         return self._batch(traces, seconds)
 
@@ -263,7 +285,7 @@ class MultiTurnRollout:
         return groups
 
     def _turn(self, envs: list[RefineEnv], traces: list[_Trace], generator: TokenGenerator,
-              seconds: dict[str, float]) -> None:
+              seconds: dict[str, float]) -> TurnProgress:
         turn_mode = self.config.credit == "turn"
         inputs = [prompt_ids(self.tokenizer, env.prompt_messages()) if turn_mode
                   else tr.first_ids + tr.completion for env, tr in zip(envs, traces, strict=True)]
@@ -272,11 +294,16 @@ class MultiTurnRollout:
         seconds["generate"] += time.perf_counter() - t0
         share = (time.perf_counter() - t0) / max(1, len(replies))
         generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
+        generate_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         steps = step_many(envs, generations, self.evaluator)
-        seconds["evaluate"] += time.perf_counter() - t1
+        evaluate_s = time.perf_counter() - t1
+        seconds["evaluate"] += evaluate_s
         for trace, prompt, reply, step in zip(traces, inputs, replies, steps, strict=True):
             self._append(trace, prompt, reply, step)
+        outcomes = collections.Counter(step.record.result.outcome.value for step in steps)
+        return TurnProgress(0, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
+                            dict(outcomes))
 
     def _generation(self, reply: GeneratedTokens, prompt_tokens: int, seconds: float) -> Generation:
         text = self.tokenizer.decode(list(reply.ids), skip_special_tokens=True)
