@@ -31,5 +31,6 @@ top_k(ranker, candidates, task, k=2)               # evaluate only these on the 
 | `report.py` | `cudaperf rank eval`: everything in one run, JSON and markdown |
 
 Not covered: wiring the score into the reward (the caller passes `reward_probability`), pairs of
-model-written kernels (they need the agent's kernels measured on the H200).
+model-written kernels (`scripts/ranker_model_pairs.py` forms them from agent trajectories measured on the
+H200).
 """
