@@ -23,6 +23,17 @@
 # step runs under `timeout` within the call's budget (BUDGET_S: default A 570, B 540, C 540, D 480 s from
 # the script's start; the device call's timeout_s stays 600).
 #
+# Measured on the first model day (session 16, results/2026-12-04-s16/README.md): convert 51 s; SFT 509
+# steps (0.89 epoch) in 348 s of training beside the LM ranker; one GRPO step (4 x 4 trajectories, 2 turns,
+# 1,024 tokens) did not end within 150 s: a 1,024-token round of the SFT model takes 22-76 s to generate,
+# so a step with its evaluation needs ~150-200 s; the comparison's rounds 50-75 s of generation (base) and
+# 22-76 s (SFT). The second day, with base's comparison runs and the LM ranker and refinement figures from
+# the first (same tasks, seeds and settings):
+#   A, A2 as below; RL_STEPS=2 bash scripts/model_day.sh B;
+#   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
+#   COMPARE_BASE=none REFINE_S=0 bash scripts/model_day.sh D
+# (RL_STEPS must be the same in B and C: a resumed run must match its saved configuration).
+#
 # Time arithmetic (H200 figures from shared/docs/rl.md and gpu-machine.md; CPU figures measured here on
 # 2 loaded cores, 2026-12-04, with the real SmolLM2; see the report of session 15):
 #   - SmolLM2 load + dequantise on the GPU 31 s (once, in B; later loads read the converted copy, ~2 s).
@@ -209,9 +220,10 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   model=$(find "$CUDAPERF_CACHE_DIR/models" -maxdepth 1 -name 'smollm2-135m-instruct-*' ! -name '*.*' \
     | head -n 1)
   # The LM ranker beside SFT: both train, neither times kernels. Its own limit; training stops after
-  # RANKER_TRAIN_MIN minutes, then it scores the test rows. RANKER=0 leaves it out.
+  # RANKER_TRAIN_MIN minutes, then it scores the test rows. RANKER=1 runs it (off by default: measured in
+  # session 16, results/2026-12-04-s16/model-day-B/ranker/, and SFT runs faster alone).
   local ranker_pid="" s
-  if (( ${RANKER:-1} )); then
+  if (( ${RANKER:-0} )); then
     ( timeout -k 10 "$(cap $(( $(left) - 30 )))" python3 scripts/ranker_lm_h200.py --out "$STAGE/ranker" \
         --model "$model" --device cuda --train-max-minutes "${RANKER_TRAIN_MIN:-4}" "${X_RANKER[@]}" \
         > "$STAGE/ranker.log" 2>&1
@@ -237,7 +249,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 \
+    --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"
@@ -265,6 +277,7 @@ call_D() {
   [[ -f $GGUF ]] || { echo "no $GGUF: calls A and B must run first on this warm machine" >&2; exit 2; }
   compare $(( $(left) - ${REFINE_S:-170} - ${BACKENDS_S:-0} - 15 ))
   local s
+  (( ${REFINE_S:-170} > 0 )) || return 0  # REFINE_S=0: no refinement run (session 16 has the base model's)
   s=$(cap "${REFINE_S:-170}")
   step agent-refine "$s" python3 scripts/agent_refine_h200.py --out "$STAGE/agent_refine" --tasks split:test \
     --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 512 --resume \

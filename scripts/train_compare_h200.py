@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
-    p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model)")
+    p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model; "
+                   "'none': leave it out, when its runs were measured in an earlier lease)")
     p.add_argument("--separate-seeds", action="store_true",
                    help="one agent loop per (set, seed) run instead of all of a model's runs side by side "
                    "(CompareConfig.batch_seeds; batching is what makes the default fit one call)")
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _default_models(args: argparse.Namespace) -> list[str]:
-    models = [f"base={args.base}"]
+    models = [f"base={args.base}"] if args.base != "none" else []
     for name in ("sft", "rl"):
         final = args.work / name / "final"
         if (final / "config.json").is_file():
