@@ -190,7 +190,8 @@ def test_each_turn_of_a_rollout_is_reported_as_it_ends(tiny, cpu_evaluator, tmp_
     rollout = MultiTurnRollout(config, [TASK], cpu_evaluator, tokenizer, on_turn=turns.append,
                                generator=ScriptedPolicy(tokenizer, [ANSWER.format("-"), ANSWER.format("+")]))
     rollout.run([first_prompt(TASK, config)] * config.num_generations, rollout.generator)
-    assert [(t.turn, t.replies, t.outcomes) for t in turns] == [(0, 1, {"incorrect": 1}), (1, 1, {"correct": 1})]
+    assert [(t.turn, t.replies, t.outcomes) for t in turns] == [(0, 1, {"incorrect": 1}),
+                                                                 (1, 1, {"correct": 1})]
     assert "rollout turn 2: 1 replies" in turns[1].line()
 
 
