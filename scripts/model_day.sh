@@ -32,7 +32,9 @@
 #   A, A2 as below; RL_STEPS=2 bash scripts/model_day.sh B;
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
 #   COMPARE_BASE=none REFINE_S=0 bash scripts/model_day.sh D
-# (RL_STEPS must be the same in B and C: a resumed run must match its saved configuration).
+# (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
+# RL_TASKS (tasks per GRPO step, default 4): rows are nearly free in a round (decoding is per-step
+# overhead), so 8 tasks give twice the groups per step for more evaluation and a longer optimiser step.
 #
 # Time arithmetic (H200 figures from shared/docs/rl.md and gpu-machine.md; CPU figures measured here on
 # 2 loaded cores, 2026-12-04, with the real SmolLM2; see the report of session 15):
@@ -241,7 +243,7 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
-            --rl-tasks-per-step 4 --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
+            --rl-tasks-per-step "${RL_TASKS:-4}" --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
