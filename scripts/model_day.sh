@@ -31,7 +31,7 @@
 # the first (same tasks, seeds and settings):
 #   A, A2 as below; RL_STEPS=2 bash scripts/model_day.sh B;
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
-#   COMPARE_BASE=none REFINE_S=0 bash scripts/model_day.sh D
+#   COMPARE_BASE=none REFINE_S=0 PROFILE_S=120 bash scripts/model_day.sh D
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # RL_TASKS (tasks per GRPO step, default 4): rows are nearly free in a round (decoding is per-step
 # overhead), so 8 tasks give twice the groups per step for more evaluation and a longer optimiser step.
@@ -277,13 +277,17 @@ call_C() {
 
 call_D() {
   [[ -f $GGUF ]] || { echo "no $GGUF: calls A and B must run first on this warm machine" >&2; exit 2; }
-  compare $(( $(left) - ${REFINE_S:-170} - ${BACKENDS_S:-0} - 15 ))
+  compare $(( $(left) - ${REFINE_S:-170} - ${PROFILE_S:-0} - ${BACKENDS_S:-0} - 15 ))
   local s
   (( ${REFINE_S:-170} > 0 )) || return 0  # REFINE_S=0: no refinement run (session 16 has the base model's)
   s=$(cap "${REFINE_S:-170}")
   step agent-refine "$s" python3 scripts/agent_refine_h200.py --out "$STAGE/agent_refine" --tasks split:test \
     --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 512 --resume \
     --max-minutes "$(mins "$s" 70)" "${X_REFINE[@]}"
+  if (( ${PROFILE_S:-0} > 0 )); then  # where a decoding step goes (dev/LOG.md, open questions)
+    step generation-profile "$PROFILE_S" python3 scripts/generation_profile.py --model smollm2 \
+      --out "$STAGE/generation_profile.json"
+  fi
   if (( ${BACKENDS_S:-0} > 0 )); then
     step backends "$BACKENDS_S" python3 scripts/backends_h200.py run --keep-cache \
       --cache-dir "$CUDAPERF_CACHE_DIR" --out "$STAGE/backends_h200.jsonl" "${X_BACKENDS[@]}"

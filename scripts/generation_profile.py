@@ -1,0 +1,149 @@
+"""Where a decoding step of the policy goes (dev/LOG.md, open questions: SmolLM2-135M decodes at 40-70 ms
+a step on the H200 whatever the batch).
+
+Times one decoding step (the difference between a long and a short `generate` of the same batch, so the
+prefill cancels out; every row forced to the full length) in three forms, side by side in one run:
+- `rollout`: the RL rollout's own generator (`train.rollout.ModelGenerator`: float32 weights under
+  bfloat16 autocast, the logits processor that records each chosen token's log-probability, top-p);
+- `bf16`: the same model cast to bfloat16, plain sampling, no processor;
+- `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (the first call's compile
+  time reported on its own).
+Then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time.
+
+Not covered: the trainers (nothing here changes how they generate), prompts with padding.
+
+    python3 scripts/generation_profile.py --model DIR [--batch 64 --prompt-tokens 1500 --new-tokens 128]
+    python3 scripts/generation_profile.py --model tiny --device cpu --new-tokens 8   # CPU smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def load(model: str, device: str):
+    """(float32 model, tokenizer) as the RL trainer loads them (`train.models.load_policy`)."""
+    from cudaperf.train.config import RlConfig
+    from cudaperf.train.models import load_policy
+
+    return load_policy(RlConfig(model=model, device=device, output_dir=tempfile.mkdtemp(prefix="genprof-")))
+
+
+def prompts(tokenizer, batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    special = set(tokenizer.all_special_ids)
+    vocab = [i for i in range(len(tokenizer)) if i not in special]
+    return [[rng.choice(vocab) for _ in range(length)] for _ in range(batch)]
+
+
+def timed_generate(model, ids, new_tokens: int, **kwargs) -> float:
+    import torch
+
+    sync = torch.cuda.synchronize if ids.device.type == "cuda" else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    with torch.no_grad():
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=True, top_p=0.95, top_k=0, temperature=0.7,
+                       **kwargs)
+    sync()
+    return time.perf_counter() - started
+
+
+def per_step_ms(run, short: int, long: int) -> float:
+    """ms a step: (long run - short run) / (long - short) tokens, so prefill and set-up cancel."""
+    return 1e3 * (run(long) - run(short)) / (long - short)
+
+
+def rollout_step_ms(model, tokenizer, rows: list[list[int]], short: int, long: int) -> float:
+    from cudaperf.train.rollout import ModelGenerator
+
+    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
+
+    def run(n: int) -> float:
+        import torch
+
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        model.generation_config.min_new_tokens = n  # every row to the full length, as in the other forms
+        sync()
+        started = time.perf_counter()
+        gen.generate(rows, n)
+        sync()
+        return time.perf_counter() - started
+
+    try:
+        return per_step_ms(run, short, long)
+    finally:
+        model.generation_config.min_new_tokens = None
+
+
+def profile_table(model, tokenizer, rows: list[list[int]], steps: int, device: str) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    from cudaperf.train.rollout import ModelGenerator
+
+    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    model.generation_config.min_new_tokens = steps
+    try:
+        with profile(activities=activities) as prof:
+            gen.generate(rows, steps)
+    finally:
+        model.generation_config.min_new_tokens = None
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    cpu = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    dev = prof.key_averages().table(sort_by=key, row_limit=10) if device == "cuda" else ""
+    return cpu + "\n" + dev
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="a model directory, 'smollm2' or 'tiny'")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--prompt-tokens", type=int, default=1500)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--profile-steps", type=int, default=16)
+    p.add_argument("--out", type=Path, default=None, help="JSON of the figures and the profile table here")
+    args = p.parse_args(argv)
+    import torch
+
+    model, tokenizer = load(args.model, args.device)
+    rows = prompts(tokenizer, args.batch, args.prompt_tokens)
+    ids = torch.tensor(rows, device=args.device)
+    short, long = max(2, args.new_tokens // 8), args.new_tokens
+    figures: dict[str, float | str] = {"batch": args.batch, "prompt_tokens": args.prompt_tokens,
+                                       "new_tokens": long, "device": args.device}
+    figures["rollout_ms_per_step"] = rollout_step_ms(model, tokenizer, rows, short, long)
+    print(f"RESULT gen rollout {figures['rollout_ms_per_step']:.2f} ms a step", flush=True)
+    table = profile_table(model, tokenizer, rows, args.profile_steps, args.device)
+    print(table, flush=True)
+    bf16 = model.to(torch.bfloat16)
+    figures["bf16_ms_per_step"] = per_step_ms(lambda n: timed_generate(bf16, ids, n), short, long)
+    print(f"RESULT gen bf16 {figures['bf16_ms_per_step']:.2f} ms a step", flush=True)
+    try:
+        first = timed_generate(bf16, ids, short, cache_implementation="static")
+        figures["static_first_call_s"] = first
+        figures["static_ms_per_step"] = per_step_ms(
+            lambda n: timed_generate(bf16, ids, n, cache_implementation="static"), short, long)
+        print(f"RESULT gen static {figures['static_ms_per_step']:.2f} ms a step (first call {first:.1f} s, "
+              "compile included)", flush=True)
+    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
+        figures["static_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"RESULT gen static failed: {figures['static_error']}", flush=True)
+    print("RESULT generation_profile " + json.dumps(figures), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({**figures, "profile": table}, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
