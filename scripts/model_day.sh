@@ -94,7 +94,7 @@ export CUDAPERF_CACHE_DIR=$T/cudaperf-cache  # evaluator builds and the converte
 if ! command -v bwrap > /dev/null && [[ -z ${CUDAPERF_BWRAP:-} && -x $T/bwrap-pkg/usr/bin/bwrap ]]; then
   export CUDAPERF_BWRAP=$T/bwrap-pkg/usr/bin/bwrap
 fi
-X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=()
+X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=() X_PROFILE=()
 if [[ $SMOKE == 1 ]]; then
   X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2
          --sft-val-limit-tasks 1)
@@ -103,6 +103,7 @@ if [[ $SMOKE == 1 ]]; then
   X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
   X_REFINE=(--device cpu --limit 2 --samples 1 --turns 2 --max-new-tokens 16)
   X_BACKENDS=(--device cpu --batches "1,2" --max-new-tokens 8)
+  X_PROFILE=(--device cpu --batch 2 --prompt-tokens 64 --new-tokens 8 --profile-steps 2)
   X_RANKER=(--device cpu --steps 2 --batch-pairs 2 --max-tokens 128 --families elementwise sort
             --max-train-pairs 200)
 fi
@@ -279,14 +280,15 @@ call_D() {
   [[ -f $GGUF ]] || { echo "no $GGUF: calls A and B must run first on this warm machine" >&2; exit 2; }
   compare $(( $(left) - ${REFINE_S:-170} - ${PROFILE_S:-0} - ${BACKENDS_S:-0} - 15 ))
   local s
-  (( ${REFINE_S:-170} > 0 )) || return 0  # REFINE_S=0: no refinement run (session 16 has the base model's)
-  s=$(cap "${REFINE_S:-170}")
-  step agent-refine "$s" python3 scripts/agent_refine_h200.py --out "$STAGE/agent_refine" --tasks split:test \
-    --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 512 --resume \
-    --max-minutes "$(mins "$s" 70)" "${X_REFINE[@]}"
+  if (( ${REFINE_S:-170} > 0 )); then  # REFINE_S=0: no refinement run (session 16 has the base model's)
+    s=$(cap "${REFINE_S:-170}")
+    step agent-refine "$s" python3 scripts/agent_refine_h200.py --out "$STAGE/agent_refine" \
+      --tasks split:test --limit 20 --samples "${REFINE_SAMPLES:-2}" --turns 3 --max-new-tokens 512 \
+      --resume --max-minutes "$(mins "$s" 70)" "${X_REFINE[@]}"
+  fi
   if (( ${PROFILE_S:-0} > 0 )); then  # where a decoding step goes (dev/LOG.md, open questions)
     step generation-profile "$PROFILE_S" python3 scripts/generation_profile.py --model smollm2 \
-      --out "$STAGE/generation_profile.json"
+      --out "$STAGE/generation_profile.json" "${X_PROFILE[@]}"
   fi
   if (( ${BACKENDS_S:-0} > 0 )); then
     step backends "$BACKENDS_S" python3 scripts/backends_h200.py run --keep-cache \
