@@ -795,9 +795,13 @@ class RefereeJob:
 
     def check_timed_key(self, key: Any) -> None:
         """A re-checked timing output the worker's code can send: after `done` on a job that times, of a
-        timed configuration that was not dropped, an input set of the job, once."""
+        timed configuration that was not dropped, an input set of the job, once; never of a C job (its
+        worker re-checks its timing outputs itself and ships none, and `CJudge` has no model to judge
+        them by: such a message is a forgery, not a fault of the harness)."""
         from cudaperf.execute.outputs import Malformed
 
+        if not self.on_device:
+            raise Malformed(f"a timed output in a C job, whose worker ships none: {str(key)[:200]}")
         if not self.shipped_done or key.config not in self.timed or key.function not in TIMED_FUNCTIONS:
             raise Malformed(f"a timed output the job does not have: {str(key)[:200]}")
         if not 0 <= key.input_set < len(self.judge.timing_seeds) or key in self.timed_received:
