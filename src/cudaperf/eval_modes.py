@@ -459,7 +459,7 @@ class RlScheduler:
         self._count("timed")
         notes = {"eval_mode": EvalMode.RL.value, "passes": "one"}
         result = self._with_baselines(task, result, plan, drift, notes)
-        notes["timing"] = f"{plan.timing.budget_ms:g} ms budget, baselines {','.join(plan.timing.baselines)}"
+        notes["timing"] = _timing_note(task, plan)
         return _noted(result, notes, waits)
 
     def _finish_twice(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
@@ -486,7 +486,7 @@ class RlScheduler:
             self._count("verdict_changed")
             notes["rl_check_outcome"] = checked.outcome.value
         timed = self._with_baselines(task, timed, plan, drift, notes)
-        notes["timing"] = f"{plan.timing.budget_ms:g} ms budget, baselines {','.join(plan.timing.baselines)}"
+        notes["timing"] = _timing_note(task, plan)
         durations = {"check_pass": check_s, "gate_wait": sum(waits),
                      "build_wait": checked.stage_durations_s.get("build_wait", 0.0)}
         return _noted(timed, notes, durations)
@@ -538,6 +538,13 @@ class RlScheduler:
                          "max_abs": ratios[-1] if ratios else None,
                          "records": [dataclasses.asdict(d) | {"ratio": d.ratio} for d in records]}
         return out
+
+
+def _timing_note(task: Task, plan: TimingPlan) -> str:
+    """What the timed pass timed: its budget and the baselines a job of `task` times with its list (a C
+    job times its own: the list's ("eager", "compile") mean serial C and the naive port)."""
+    names = ",".join(timed_baselines(task, plan.timing.baselines))
+    return f"{plan.timing.budget_ms:g} ms budget, baselines {names}"
 
 
 def _noted(result: EvalResult, notes: dict[str, str], durations: dict[str, float]) -> EvalResult:

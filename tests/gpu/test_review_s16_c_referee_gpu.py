@@ -81,6 +81,8 @@ def test_the_first_rl_evaluation_of_a_c_task_carries_and_the_second_is_anchored(
     assert all(schedule[(key, 0)] == "timed (first)" for key in TASKS), schedule
     assert all(schedule[(key, 1)].startswith("naive_cuda live, cached from ") for key in TASKS), schedule
     assert report["carriers"] == len(TASKS)
+    notes = {results[(key, 0)].environment.get("timing") for key in TASKS}
+    assert notes == {"20 ms budget, baselines serial_c,naive_cuda"}
 
 
 def test_an_anchored_c_candidate_has_the_naive_port_live_and_serial_c_cached(runs):

@@ -91,3 +91,9 @@ def test_an_anchored_c_candidate_is_timed_with_the_ranking_budget(runs):
     results, _ = runs["rl"]
     timing = {name: results[(name, 1)].environment.get("timing") for name in CASES}
     assert timing == dict.fromkeys(CASES, "1 ms budget, baselines naive_cuda")
+
+
+def test_an_rl_c_carrier_s_timing_note_names_the_c_baselines_it_timed(runs):
+    results, _ = runs["rl"]
+    timing = {name: results[(name, 0)].environment.get("timing") for name in CASES}
+    assert timing == dict.fromkeys(CASES, "2 ms budget, baselines serial_c,naive_cuda")
