@@ -100,6 +100,17 @@ def test_reference_builds_runs_and_matches_numpy(tmp_path):
     assert len(run.samples_ms) == 3 and run.median_ms is not None and run.median_ms >= 0
 
 
+def test_a_scrubbed_reference_run_leaves_no_output_in_the_arrays_it_wrote(tmp_path, monkeypatch):
+    task = saxpy_task()
+    written = []
+    real_call = cref.call
+    monkeypatch.setattr(cref, "call", lambda t, b, v: (real_call(t, b, v), written.append(v["y"]))[0])
+    values = make_inputs(task, task.configs[2], 3)
+    run = cref.run_reference(task, "odd", 3, cache_dir=tmp_path, repeats=2, values=values, scrub=True)
+    assert run.ok and np.any(run.outputs["y"] != 0)
+    assert len(written) == 3 and all(not np.any(y) for y in written)
+
+
 def test_reference_build_is_cached_by_content(tmp_path):
     first = cref.build_reference(saxpy_task(), cache_dir=tmp_path)
     second = cref.build_reference(saxpy_task(), cache_dir=tmp_path)

@@ -462,7 +462,8 @@ class CSession(Session):
             repeats = max(low, min(high, math.ceil(float(self.job.timing.budget_ms) /
                                                    max(entry.reference_ms, 1e-3))))
             run = cref.run_reference(self.ctask, config, seed, repeats=repeats, cache_dir=self.job.cache_dir,
-                                     values=fresh_values(self.ctask, config, entry))
+                                     values=fresh_values(self.ctask, config, entry),
+                                     scrub=self.shipper is not None)
             if not run.ok or not run.samples_ms:
                 raise RuntimeError(f"timing the serial C reference ({config.name}) failed: {run.message}")
             if self.shipper is not None:
@@ -554,11 +555,13 @@ def entry_function(module: Any, entry: str, names: tuple[str, ...]) -> tuple[Cal
 
 
 def compute_reference(ctask: CTask, config: CConfig, seed: int, cache_dir: str | None) -> CReference:
-    """Inputs for (config, seed) and the serial C outputs on them (read-only arrays)."""
+    """Inputs for (config, seed) and the serial C outputs on them (read-only arrays). The working copy the
+    reference wrote into is zeroed (`scrub`): only the returned arrays hold its outputs, so a refereed
+    worker that zeroes those (`zero_outputs`) keeps no right answer in freed memory."""
     values = make_inputs(ctask, config, seed)
     work = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in values.items()}
     start = time.perf_counter()
-    run = cref.run_reference(ctask, config, seed, values=work, cache_dir=cache_dir)
+    run = cref.run_reference(ctask, config, seed, values=work, cache_dir=cache_dir, scrub=True)
     elapsed_ms = (time.perf_counter() - start) * 1e3
     if not run.ok:
         raise RuntimeError(f"the serial C reference failed ({config.name}): {run.message}")

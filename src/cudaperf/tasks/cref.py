@@ -148,12 +148,15 @@ def copy_values(values: dict[str, Any]) -> dict[str, Any]:
 
 def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats: int = 0,
                   cache_dir: str | os.PathLike | None = None,
-                  values: dict[str, Any] | None = None) -> CRefRun:
+                  values: dict[str, Any] | None = None, scrub: bool = False) -> CRefRun:
     """Draw inputs (unless `values` is given), run the reference, return its outputs.
 
     With `repeats > 0` the call is also timed that many more times on pristine copies of the inputs
     (perf_counter around the call only), holding the machine-wide serial-timing lock on a CPU of its own
     (`host_timing.isolated_host_timing`); `median_ms` is the serial-C baseline of this configuration.
+    `scrub`: zero every array the reference wrote (the out and inout arrays of `values` and of each timed
+    copy) once its outputs are copied, so that no right answer is left in memory the process frees (a
+    refereed worker, where candidate code runs later, must hold none); the returned outputs stay.
     """
     config = task.config(config) if isinstance(config, str) else config
     build = build_reference(task, cache_dir=cache_dir)
@@ -163,6 +166,8 @@ def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats:
     pristine = {k: v.copy() for k, v in values.items() if isinstance(v, np.ndarray)}
     call(task, build, values)
     outputs = {p.name: values[p.name].copy() for p in task.outputs}
+    if scrub:
+        _zero_written(task, values)
     samples = []
     if repeats:
         with isolated_host_timing(cache_dir):  # a CPU of its own, one serial timing at a time
@@ -171,7 +176,15 @@ def run_reference(task: CTask, config: CConfig | str, seed: int = 0, *, repeats:
                 start = time.perf_counter()
                 call(task, build, fresh)
                 samples.append((time.perf_counter() - start) * 1e3)
+                if scrub:
+                    _zero_written(task, fresh)
     return CRefRun(True, outputs, tuple(samples))
+
+
+def _zero_written(task: CTask, values: dict[str, Any]) -> None:
+    for p in task.outputs:
+        if isinstance(values.get(p.name), np.ndarray):
+            values[p.name].fill(0)
 
 
 def inout_names(task: CTask) -> tuple[str, ...]:
