@@ -10,27 +10,23 @@ coverage. The CPU twin is tests/unit/test_review_s16_c_eval_modes.py. Run:
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("torch")
 
-from cudaperf.datasets import registry
+sys.path.insert(0, str(Path(__file__).parent))
+from test_c_session_gpu import _task_and_naive  # the same generated tasks and their naive ports
+
 from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
-from cudaperf.tasks.ctask import from_json, to_task
-from cudaperf.types import Outcome, Severity, Solution, SolutionFormat, TaskKind
+from cudaperf.types import Outcome, Severity, Solution, SolutionFormat
 
 pytestmark = pytest.mark.gpu
 
-TASKS = {"map": ("map", "c_map_0aa43681b742"), "map_inplace": ("map", "c_map_aff91953900a"),
-         "histogram_uint": ("histogram", "c_histogram_1a264b134698")}
-
-
-def _task_and_naive(key: str):
-    family, task_id = TASKS[key]
-    generated = next(t for t in registry.build_index(0, kinds=(TaskKind.C,), families=(family,))
-                     if t.task_id == task_id)
-    naive = next(i for i in registry.implementations(generated) if i.baseline)
-    return to_task(from_json(generated.text), naive_cuda=naive.source), naive.source
+# test_c_session_gpu.TASKS keys: a float `out` map, an in-place float map, an `unsigned int` histogram
+TASKS = ("map", "map_inplace", "histogram_uint")
 
 
 def _run(mode: str, cache_dir: str) -> tuple[dict, dict]:

@@ -4,7 +4,7 @@ evaluation modes: CORRECT with no ERROR flag each time, and in the RL mode the f
 the baselines and the second is anchored on them (the naive port as the live anchor, serial C cached).
 Tasks: test_c_session.py's SQUARE (an `out` array) and SAXPY (an `inout` one); pure-torch candidates
 (torch ops allowed), as CPU mode runs. The GPU twin (the naive port live) is
-tests/gpu/test_eval_modes_gpu.py."""
+tests/gpu/test_review_s16_c_referee_gpu.py."""
 
 from __future__ import annotations
 
