@@ -30,7 +30,6 @@ environment with scripted replies.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hashlib
 import json
 import math
@@ -262,9 +261,10 @@ class MultiTurnRollout:
             active = [i for i, env in enumerate(envs) if not env.done]
             if not active:
                 break
-            progress = self._turn([envs[i] for i in active], [traces[i] for i in active], generator, seconds)
+            progress = self._turn([envs[i] for i in active], [traces[i] for i in active], generator, seconds,
+                                  turn)
             if self.on_turn is not None:
-                self.on_turn(dataclasses.replace(progress, turn=turn))
+                self.on_turn(progress)
         seconds["total"] = time.perf_counter() - started
         return self._batch(traces, seconds)
 
@@ -285,16 +285,16 @@ class MultiTurnRollout:
         return groups
 
     def _turn(self, envs: list[RefineEnv], traces: list[_Trace], generator: TokenGenerator,
-              seconds: dict[str, float]) -> TurnProgress:
+              seconds: dict[str, float], turn: int) -> TurnProgress:
         turn_mode = self.config.credit == "turn"
         inputs = [prompt_ids(self.tokenizer, env.prompt_messages()) if turn_mode
                   else tr.first_ids + tr.completion for env, tr in zip(envs, traces, strict=True)]
         t0 = time.perf_counter()
         replies = generator.generate(inputs, self.config.max_new_tokens)
-        seconds["generate"] += time.perf_counter() - t0
-        share = (time.perf_counter() - t0) / max(1, len(replies))
-        generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
         generate_s = time.perf_counter() - t0
+        seconds["generate"] += generate_s
+        share = generate_s / max(1, len(replies))
+        generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
         t1 = time.perf_counter()
         steps = step_many(envs, generations, self.evaluator)
         evaluate_s = time.perf_counter() - t1
@@ -302,7 +302,7 @@ class MultiTurnRollout:
         for trace, prompt, reply, step in zip(traces, inputs, replies, steps, strict=True):
             self._append(trace, prompt, reply, step)
         outcomes = collections.Counter(step.record.result.outcome.value for step in steps)
-        return TurnProgress(0, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
+        return TurnProgress(turn, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
                             dict(outcomes))
 
     def _generation(self, reply: GeneratedTokens, prompt_tokens: int, seconds: float) -> Generation:
