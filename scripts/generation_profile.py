@@ -19,6 +19,7 @@ Not covered: the trainers (nothing here changes how they generate), prompts with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -43,18 +44,28 @@ def prompts(tokenizer, batch: int, length: int, seed: int = 0) -> list[list[int]
     return [[rng.choice(vocab) for _ in range(length)] for _ in range(batch)]
 
 
+def wall_s(fn, cuda: bool) -> float:
+    """Seconds `fn()` takes, the GPU's queue drained before and after."""
+    import torch
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - started
+
+
 def timed_generate(model, ids, new_tokens: int, **kwargs) -> float:
     import torch
 
-    sync = torch.cuda.synchronize if ids.device.type == "cuda" else (lambda: None)
-    sync()
-    started = time.perf_counter()
-    with torch.no_grad():
-        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                       min_new_tokens=new_tokens, do_sample=True, top_p=0.95, top_k=0, temperature=0.7,
-                       **kwargs)
-    sync()
-    return time.perf_counter() - started
+    def run() -> None:
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                           min_new_tokens=new_tokens, do_sample=True, top_p=0.95, top_k=0, temperature=0.7,
+                           **kwargs)
+
+    return wall_s(run, ids.device.type == "cuda")
 
 
 def per_step_ms(run, short: int, long: int) -> float:
@@ -62,45 +73,35 @@ def per_step_ms(run, short: int, long: int) -> float:
     return 1e3 * (run(long) - run(short)) / (long - short)
 
 
-def rollout_step_ms(model, tokenizer, rows: list[list[int]], short: int, long: int) -> float:
-    from cudaperf.train.rollout import ModelGenerator
-
-    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
-
-    def run(n: int) -> float:
-        import torch
-
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        model.generation_config.min_new_tokens = n  # every row to the full length, as in the other forms
-        sync()
-        started = time.perf_counter()
-        gen.generate(rows, n)
-        sync()
-        return time.perf_counter() - started
-
+@contextlib.contextmanager
+def full_length(model, new_tokens: int):
+    """Every row generates `new_tokens` (the end-of-turn token held back), as in the other forms; the
+    rollout's generator reads this from the model's generation config."""
+    model.generation_config.min_new_tokens = new_tokens
     try:
-        return per_step_ms(run, short, long)
+        yield
     finally:
         model.generation_config.min_new_tokens = None
 
 
-def profile_table(model, tokenizer, rows: list[list[int]], steps: int, device: str) -> str:
+def rollout_step_ms(gen, rows: list[list[int]], short: int, long: int, cuda: bool) -> float:
+    def run(n: int) -> float:
+        with full_length(gen.model, n):
+            return wall_s(lambda: gen.generate(rows, n), cuda)
+
+    return per_step_ms(run, short, long)
+
+
+def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:
     from torch.profiler import ProfilerActivity, profile
 
-    from cudaperf.train.rollout import ModelGenerator
-
-    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    model.generation_config.min_new_tokens = steps
-    try:
-        with profile(activities=activities) as prof:
-            gen.generate(rows, steps)
-    finally:
-        model.generation_config.min_new_tokens = None
-    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-    cpu = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
-    dev = prof.key_averages().table(sort_by=key, row_limit=10) if device == "cuda" else ""
-    return cpu + "\n" + dev
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with full_length(gen.model, steps), profile(activities=activities) as prof:
+        gen.generate(rows, steps)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    if cuda:
+        table += "\n" + prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=10)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,9 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     short, long = max(2, args.new_tokens // 8), args.new_tokens
     figures: dict[str, float | str] = {"batch": args.batch, "prompt_tokens": args.prompt_tokens,
                                        "new_tokens": long, "device": args.device}
-    figures["rollout_ms_per_step"] = rollout_step_ms(model, tokenizer, rows, short, long)
+    from cudaperf.train.rollout import ModelGenerator
+
+    cuda = args.device == "cuda"
+    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
+    figures["rollout_ms_per_step"] = rollout_step_ms(gen, rows, short, long, cuda)
     print(f"RESULT gen rollout {figures['rollout_ms_per_step']:.2f} ms a step", flush=True)
-    table = profile_table(model, tokenizer, rows, args.profile_steps, args.device)
+    table = profile_table(gen, rows, args.profile_steps, cuda)
     print(table, flush=True)
     bf16 = model.to(torch.bfloat16)
     figures["bf16_ms_per_step"] = per_step_ms(lambda n: timed_generate(bf16, ids, n), short, long)

@@ -84,7 +84,7 @@ def judged(rows: list[tuple[str, str, str, str, float]], ranker, tasks: dict) ->
     for task_id, config, fast, slow, ratio in rows:
         p = ranker.compare(fast, slow, tasks[task_id], config)
         out.append({"task": task_id, "config": config, "ratio": ratio, "p_faster": p,
-                    "ranker": p > 0.5, "longer": len(fast) > len(slow) or (len(fast) == len(slow) and None)})
+                    "ranker": p > 0.5, "longer": None if len(fast) == len(slow) else len(fast) > len(slow)})
     return out
 
 
