@@ -7,12 +7,18 @@ prefill cancels out; every row forced to the full length) in three forms, side b
   bfloat16 autocast, the logits processor that records each chosen token's log-probability, top-p);
 - `bf16`: the same model cast to bfloat16, plain sampling, no processor;
 - `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (the first call's compile
-  time reported on its own).
+  time reported on its own);
+- `rollout_static`: the rollout's generator with `cache="static"` (`RlConfig.generation_cache`), the form
+  the RL trainer would switch to (its first call, compile included, also reported on its own).
 Then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time.
+
+`--model smollm2-shape` is a randomly initialised model of SmolLM2-135M's exact shape (no GGUF to carry):
+a decoding step's time does not depend on the weights' values, since every row is forced to full length.
 
 Not covered: the trainers (nothing here changes how they generate), prompts with padding.
 
     python3 scripts/generation_profile.py --model DIR [--batch 64 --prompt-tokens 1500 --new-tokens 128]
+    python3 scripts/generation_profile.py --model smollm2-shape                      # H200, nothing carried
     python3 scripts/generation_profile.py --model tiny --device cpu --new-tokens 8   # CPU smoke
 """
 
@@ -26,9 +32,35 @@ import tempfile
 import time
 from pathlib import Path
 
+# SmolLM2-135M-Instruct's published configuration (the fields that set the cost of a decoding step).
+SMOLLM2_135M_SHAPE = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+                      "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                      "max_position_embeddings": 8192, "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
+                      "tie_word_embeddings": True}
+
+
+def load_shape_model(device: str):
+    """(float32 random model of SmolLM2-135M's shape, the tiny ChatML tokenizer): its special ids (0-2)
+    are SmolLM2's, and every id it makes is inside the model's vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cudaperf.agent.backends.tiny import train_tokenizer
+
+    tokenizer = train_tokenizer()
+    config = LlamaConfig(**SMOLLM2_135M_SHAPE, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(device)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
 
 def load(model: str, device: str):
     """(float32 model, tokenizer) as the RL trainer loads them (`train.models.load_policy`)."""
+    if model == "smollm2-shape":
+        return load_shape_model(device)
     from cudaperf.train.config import RlConfig
     from cudaperf.train.models import load_policy
 
@@ -92,6 +124,24 @@ def rollout_step_ms(gen, rows: list[list[int]], short: int, long: int, cuda: boo
     return per_step_ms(run, short, long)
 
 
+def rollout_static(model, tokenizer, rows: list[list[int]], short: int, long: int, cuda: bool) -> dict:
+    """The rollout's generator with a static cache: its first call (compile included) and its step."""
+    from cudaperf.train.rollout import ModelGenerator
+
+    gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows), cache="static")
+    try:
+        with full_length(model, short):
+            first = wall_s(lambda: gen.generate(rows, short), cuda)
+        step_ms = rollout_step_ms(gen, rows, short, long, cuda)
+    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"RESULT gen rollout_static failed: {error}", flush=True)
+        return {"rollout_static_error": error}
+    print(f"RESULT gen rollout_static {step_ms:.2f} ms a step (first call {first:.1f} s, compile included)",
+          flush=True)
+    return {"rollout_static_ms_per_step": step_ms, "rollout_static_first_call_s": first}
+
+
 def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -106,7 +156,7 @@ def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="a model directory, 'smollm2' or 'tiny'")
+    p.add_argument("--model", required=True, help="a model directory, 'smollm2', 'smollm2-shape' or 'tiny'")
     p.add_argument("--device", default="cuda")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=1500)
@@ -130,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"RESULT gen rollout {figures['rollout_ms_per_step']:.2f} ms a step", flush=True)
     table = profile_table(gen, rows, args.profile_steps, cuda)
     print(table, flush=True)
+    figures.update(rollout_static(model, tokenizer, rows, short, long, cuda))
     bf16 = model.to(torch.bfloat16)
     figures["bf16_ms_per_step"] = per_step_ms(lambda n: timed_generate(bf16, ids, n), short, long)
     print(f"RESULT gen bf16 {figures['bf16_ms_per_step']:.2f} ms a step", flush=True)

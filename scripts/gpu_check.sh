@@ -13,7 +13,8 @@
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side; EVAL_MODES_ARGS=--append for a 2nd call)
-#   eval-modes-tests (their GPU tests)
+#   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
+#   RL rollout's forms, dynamic and static KV cache; nothing carried)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -103,6 +104,8 @@ run_step() {
     # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out
     eval-modes) step eval-modes 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
       --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}; rc=\$?; cp /tmp/eval_modes.json '$OUT/'; exit \$rc" ;;
+    generation-profile) step generation-profile 240 python3 scripts/generation_profile.py --model smollm2-shape \
+      --out "$OUT/generation_profile.json" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
     baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-60}" BUDGET_S="${BASELINES_BUDGET_S:-70}" \
       IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;

@@ -33,6 +33,8 @@
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
 #   COMPARE_BASE=none REFINE_S=0 PROFILE_S=120 bash scripts/model_day.sh D
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
+# RL_GEN_CACHE=static: the rollouts generate with a static KV cache (compiled decoding step); choose it
+# from `scripts/generation_profile.py --model smollm2-shape` (no carry, ~2 min), run before the day.
 # RL_TASKS (tasks per GRPO step, default 4): rows are nearly free in a round (decoding is per-step
 # overhead), so 8 tasks give twice the groups per step for more evaluation and a longer optimiser step.
 #
@@ -245,6 +247,7 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
             --rl-tasks-per-step "${RL_TASKS:-4}" --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
+            --rl-generation-cache "${RL_GEN_CACHE:-dynamic}"
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
@@ -287,7 +290,8 @@ call_D() {
       --resume --max-minutes "$(mins "$s" 70)" "${X_REFINE[@]}"
   fi
   if (( ${PROFILE_S:-0} > 0 )); then  # where a decoding step goes (dev/LOG.md, open questions)
-    step generation-profile "$PROFILE_S" python3 scripts/generation_profile.py --model smollm2 \
+    step generation-profile "$PROFILE_S" python3 scripts/generation_profile.py \
+      --model "${PROFILE_MODEL:-smollm2}" \
       --out "$STAGE/generation_profile.json" "${X_PROFILE[@]}"
   fi
   if (( ${BACKENDS_S:-0} > 0 )); then

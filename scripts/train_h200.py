@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-tasks-per-step", type=int, default=4)
     p.add_argument("--rl-max-new-tokens", type=int, default=1536)
     p.add_argument("--rl-lr", type=float, default=2e-6)
+    p.add_argument("--rl-generation-cache", default="dynamic", choices=("dynamic", "static"),
+                   help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
@@ -212,7 +214,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
-                      max_minutes=minutes, lora=args.lora,
+                      max_minutes=minutes, lora=args.lora, generation_cache=args.rl_generation_cache,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     t0 = time.monotonic()

@@ -10,3 +10,9 @@ gp = load_script("generation_profile")
 
 def test_prefill_cancels_out_of_the_time_a_step():
     assert gp.per_step_ms(lambda n: 2.0 + 0.01 * n, 16, 128) == pytest.approx(10.0)
+
+
+def test_the_shape_model_has_smollm2_135m_parameter_count():
+    model, tokenizer = gp.load_shape_model("cpu")
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008  # SmolLM2-135M-Instruct's count
+    assert max(tokenizer.get_vocab().values()) < model.config.vocab_size

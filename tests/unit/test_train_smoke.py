@@ -230,3 +230,17 @@ def test_sampling_logprobs_match_the_policy_forward_pass(tiny):
         logits = model(ids).logits[0, len(prompt) - 1:-1]
     expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(reply.ids)[:, None]).squeeze(1)
     assert torch.allclose(torch.tensor(reply.logprobs), expected, atol=1e-4)
+
+
+def test_a_static_cache_samples_what_the_dynamic_one_does(tiny):
+    model, tokenizer = tiny
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"]
+               for text in ("__global__ void k(float* x)", "int main() { return 0; }")]
+    replies = {}
+    for cache in ("dynamic", "static"):
+        torch.manual_seed(0)
+        replies[cache] = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0,
+                                        cache=cache).generate(prompts, 8)
+    assert [r.ids for r in replies["static"]] == [r.ids for r in replies["dynamic"]]
+    for static, dynamic in zip(replies["static"], replies["dynamic"], strict=True):
+        assert torch.allclose(torch.tensor(static.logprobs), torch.tensor(dynamic.logprobs), atol=1e-4)

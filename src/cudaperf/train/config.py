@@ -208,6 +208,10 @@ class RlConfig(CommonConfig):
     """Sampling temperature of the rollouts."""
     top_p: float = 1.0
     """Nucleus sampling of the rollouts."""
+    generation_cache: str = "dynamic"
+    """The rollouts' KV cache in `generate`: 'dynamic' (grows per step) or 'static' (preallocated; on a
+    GPU `transformers` compiles the decoding step, paying the compile once per batch shape, to cut the
+    per-step host overhead; `scripts/generation_profile.py` measures both)."""
     beta: float = 0.0
     """KL coefficient against the starting policy (0: off, no reference model; Kevin uses 0)."""
     epsilon: float = 0.2
@@ -269,6 +273,8 @@ class RlConfig(CommonConfig):
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers (no GPU for kernels), so "
                               "every reward would be 'not applicable': set allow_torch_ops=True (a smoke "
                               "run) or eval_device='cuda'")
+        if self.generation_cache not in ("dynamic", "static"):
+            raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):

@@ -69,9 +69,10 @@ class ModelGenerator:
     """Sampling from a causal LM (`model.generate`), batched with left padding."""
 
     def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 16,
-                 context_tokens: int | None = None) -> None:
+                 context_tokens: int | None = None, cache: str = "dynamic") -> None:
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
+        self.cache = cache  # `RlConfig.generation_cache`
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_tokens = context_tokens or int(getattr(cfg, "max_position_embeddings", 1 << 30))
 
@@ -107,6 +108,8 @@ class ModelGenerator:
                                   "eos_token_id": eos, "logits_processor": LogitsProcessorList([recorder])}
         kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=0) if sample else kwargs.update(
             temperature=None, top_p=None, top_k=None)
+        if self.cache == "static":
+            kwargs["cache_implementation"] = "static"
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
         with torch.no_grad(), bf16:
             output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
@@ -239,7 +242,8 @@ class MultiTurnRollout:
         # Rows per generate call: decoding a 135M model is bound by per-step overhead, not the batch (H200:
         # ~1k tokens/s at 64 rows, ~3.7k at 256), so a step's conversations go in as few calls as fit.
         generator = self.generator or ModelGenerator(model, self.tokenizer, self.config.temperature,
-                                                     self.config.top_p, batch_size=GENERATE_ROWS)
+                                                     self.config.top_p, batch_size=GENERATE_ROWS,
+                                                     cache=self.config.generation_cache)
         batch = self.run(prompts, generator)
         if self.on_batch is not None:
             self.on_batch(batch, trainer.state.global_step + 1)
