@@ -33,8 +33,8 @@
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
 #   COMPARE_BASE=none REFINE_S=0 PROFILE_S=120 bash scripts/model_day.sh D
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
-# RL_GEN_CACHE=static: the rollouts generate with a static KV cache (compiled decoding step); choose it
-# from `scripts/generation_profile.py --model smollm2-shape` (no carry, ~2 min), run before the day.
+# RL_GEN_CACHE=static: the rollouts and the comparison generate with a static KV cache (compiled decoding
+# step); choose it from `gpu_check.sh generation-profile` (a SmolLM2-shaped model, nothing carried, ~2 min).
 # RL_TASKS (tasks per GRPO step, default 4): rows are nearly free in a round (decoding is per-step
 # overhead), so 8 tasks give twice the groups per step for more evaluation and a longer optimiser step.
 #
@@ -256,6 +256,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
+    --generation-cache "${RL_GEN_CACHE:-dynamic}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"

@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
+    p.add_argument("--generation-cache", default="dynamic", choices=("dynamic", "static"),
+                   help="KV cache of the local models' generate (CompareConfig.generation_cache)")
     p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model; "
                    "'none': leave it out, when its runs were measured in an earlier lease)")
     p.add_argument("--separate-seeds", action="store_true",
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
         max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
-        batch_seeds=not args.separate_seeds,
+        batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,
         eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     report = run_compare(config)
     _copy_out(Path(config.output_dir), args.out)

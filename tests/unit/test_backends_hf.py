@@ -88,3 +88,15 @@ def test_missing_model_directory_is_a_spec_error(tmp_path):
 def test_unknown_option_is_a_spec_error(model_dir):
     with pytest.raises(BackendSpecError, match="options"):
         load_backend(f"hf:{model_dir}", beam_width=4)
+
+
+def test_a_static_cache_gives_the_greedy_replies_of_the_dynamic_one(backend, model_dir):
+    static = load_backend(f"hf:{model_dir}", batch_size=2, cache="static")
+    prompts = [_user("add " * n) for n in (9, 1, 5)]
+    expected = [g.text for g in backend.generate(prompts, GREEDY)]
+    assert [g.text for g in static.generate(prompts, GREEDY)] == expected
+
+
+def test_an_unknown_cache_is_refused_with_the_choices(model_dir):
+    with pytest.raises(BackendSpecError, match="'dynamic' or 'static'"):
+        load_backend(f"hf:{model_dir}", cache="paged")

@@ -87,6 +87,8 @@ class CompareConfig:
     """Where the models generate: 'auto', 'cpu' or 'cuda'."""
     generate_batch: int = 0
     """Conversations per backend call (0: all of a round at once)."""
+    generation_cache: str = "dynamic"
+    """KV cache of a local model's `generate` ('dynamic' or 'static': `HFLocalOptions.cache`)."""
     eval_device: str = "auto"
     """Where candidates run: 'cuda', 'cpu' (pure-PyTorch answers only, needs allow_torch_ops), 'none' or
     'auto'."""
@@ -117,6 +119,8 @@ class CompareConfig:
             raise ConfigError("turns and samples must be >= 1")
         if self.batch_seeds and self.samples != 1:
             raise ConfigError("batch_seeds puts seed k in trajectory k of each task: use samples=1")
+        if self.generation_cache not in ("dynamic", "static"):
+            raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
         if self.eval_device == "cpu" and not self.allow_torch_ops:
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers: set allow_torch_ops=True "
                               "(a smoke run) or eval_device='cuda'")
@@ -327,7 +331,8 @@ def _load_backend(config: CompareConfig) -> BackendFactory:
 
     def load(spec: str) -> Any:
         if spec.startswith(("hf:", "smollm2")):  # a round's conversations in few generate calls (decoding
-            return load_backend(spec, device=config.device, batch_size=GENERATE_ROWS)  # is overhead-bound)
+            return load_backend(spec, device=config.device, batch_size=GENERATE_ROWS,  # is overhead-bound)
+                                cache=config.generation_cache)
         return load_backend(spec)
 
     return load

@@ -42,10 +42,15 @@ class HFLocalOptions:
     CPUs)."""
     batch_size: int = 16
     """Conversations generated together; larger is faster per token until memory runs out."""
+    cache: str = "dynamic"
+    """KV cache of `generate`: "dynamic" or "static" (preallocated; on a GPU `transformers` compiles the
+    decoding step once per batch shape, which cuts a step's per-launch host overhead)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise BackendSpecError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.cache not in ("dynamic", "static"):
+            raise BackendSpecError(f"cache must be 'dynamic' or 'static', got {self.cache!r}")
 
 
 def resolve_device_dtype(options: HFLocalOptions) -> tuple[str, Any]:
@@ -66,11 +71,12 @@ def resolve_device_dtype(options: HFLocalOptions) -> tuple[str, Any]:
 class HFLocalBackend:
     """A `ModelBackend` over an already loaded causal LM and its tokenizer (one `generate` at a time)."""
 
-    def __init__(self, model, tokenizer, name: str, batch_size: int = 16) -> None:
+    def __init__(self, model, tokenizer, name: str, batch_size: int = 16, cache: str = "dynamic") -> None:
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.cache = cache
         # Left padding: new tokens of every row then start at the same column of the output.
         tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
@@ -93,7 +99,8 @@ class HFLocalBackend:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         except (OSError, ValueError) as exc:
             raise BackendSpecError(f"cannot load a model from {path!r}: {exc}") from exc
-        return cls(model, tokenizer, name or f"hf:{Path(path).name or path}", options.batch_size)
+        return cls(model, tokenizer, name or f"hf:{Path(path).name or path}", options.batch_size,
+                   options.cache)
 
     def generate(
         self, conversations: Sequence[Sequence[ChatMessage]], config: GenerationConfig
@@ -160,6 +167,8 @@ class HFLocalBackend:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if config.stop:
             kwargs.update(stop_strings=list(config.stop), tokenizer=self.tokenizer)
+        if self.cache == "static":
+            kwargs["cache_implementation"] = "static"
         if config.seed is not None:
             torch.manual_seed(config.seed)
         with torch.inference_mode():
@@ -199,7 +208,7 @@ def _too_long(prompt_tokens: int, context_tokens: int) -> Generation:
 
 
 def from_spec(rest: str, **options) -> HFLocalBackend:
-    """`hf:<path or id>` with `HFLocalOptions` fields (device, dtype, batch_size) as options."""
+    """`hf:<path or id>` with `HFLocalOptions` fields (device, dtype, batch_size, cache) as options."""
     if not rest:
         raise BackendSpecError("the hf backend needs a model: 'hf:<path or id>'")
     try:

@@ -53,6 +53,8 @@ class SmolLM2Options:
     """As in `HFLocalOptions`: "auto" = bfloat16 on a GPU, float32 on the CPU."""
     batch_size: int = 16
     """Conversations generated together."""
+    cache: str = "dynamic"
+    """As in `HFLocalOptions`: the KV cache of `generate`, "dynamic" or "static"."""
 
 
 def find_gguf(explicit: str | None = None) -> Path:
@@ -138,7 +140,8 @@ def load_smollm2(options: SmolLM2Options = SmolLM2Options()) -> HFLocalBackend:
     directory = converted_dir(gguf, options)
     if not (directory / "config.json").is_file():
         convert(gguf, directory, options.cache_dtype)
-    local = HFLocalOptions(device=options.device, dtype=options.dtype, batch_size=options.batch_size)
+    local = HFLocalOptions(device=options.device, dtype=options.dtype, batch_size=options.batch_size,
+                           cache=options.cache)
     return HFLocalBackend.from_pretrained(str(directory), local, name=f"hf:{MODEL_NAME}")
 
 
