@@ -244,3 +244,73 @@ def test_top_k_returns_the_best_mean_scores_first(shipped_backend_and_task):
     configs = backend.problem(task).config_names
     mean = np.mean([backend.score_many(sources, task, c) for c in configs], axis=0)
     assert prefilter.top_k(backend, sources, task, 2) == list(np.argsort(-mean, kind="stable")[:2])
+
+
+def test_nested_choice_keeps_the_trees_out_when_the_prior_orders_every_pair(table):
+    m = FeatureRanker.fit(_with_estimate(table), FAST, calibration_folds=0)
+    assert m.choice is not None and m.config.tree_weight == m.choice.chosen
+    assert m.choice.chosen <= 0.2
+
+
+def test_nested_choice_keeps_the_trees_when_only_they_order_the_pairs(model):
+    assert model.choice is not None and model.config.tree_weight >= 0.5
+
+
+def test_nested_choice_folds_hold_out_whole_groups(table):
+    from cudaperf.ranker.feature_ranker import group_folds
+
+    folds = group_folds(table, 5)
+    groups = np.asarray(table.group, dtype=object)
+    assert np.all(np.sum(folds, axis=0) == 1)
+    assert all(set(groups[f]).isdisjoint(groups[~f]) for f in folds)
+
+
+def test_tree_weight_zero_scores_the_prior_alone(table):
+    import dataclasses
+
+    t = _with_estimate(table)
+    m = FeatureRanker.fit(t, dataclasses.replace(FAST, inner_folds=0, tree_weight=0.0), calibration_folds=0)
+    assert m.choice is None
+    assert np.allclose(m.score_rows(t.x), m.prior.of(t.x))
+
+
+def test_tree_weight_out_of_range_is_refused_with_its_range():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        FeatureRankerConfig(tree_weight=1.5)
+
+
+def test_stored_model_keeps_its_tree_weight_and_choice(tmp_path, table):
+    t = _with_estimate(table)
+    m = FeatureRanker.fit(t, FAST, calibration_folds=0)
+    loaded = load_model(save_model(m, tmp_path / "m.json.gz"))
+    back = loaded.backend.model
+    assert back.config.tree_weight == m.config.tree_weight and back.choice == m.choice
+    assert loaded.meta["tree_weight_choice"]["chosen"] == m.choice.chosen
+
+
+def _rewrite(path, edit) -> None:
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    edit(doc)
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+
+
+def test_model_file_without_tree_weight_loads_with_full_trees(tmp_path, table, model):
+    path = save_model(model, tmp_path / "m.json.gz")
+
+    def drop(doc):
+        for k in ("tree_weight", "inner_folds", "tree_weight_grid"):
+            del doc["config"][k]
+        del doc["tree_weight_choice"]
+
+    _rewrite(path, drop)
+    back = load_model(path).backend.model
+    assert back.config.tree_weight == 1.0 and back.choice is None
+
+
+def test_model_file_with_an_unknown_config_field_is_an_error_value(tmp_path, model):
+    path = save_model(model, tmp_path / "m.json.gz")
+    _rewrite(path, lambda doc: doc["config"].update(not_a_field=1))
+    loaded = load_model(path)
+    assert loaded.backend is None and "rank train" in loaded.error

@@ -53,7 +53,9 @@ def lofo_scores(
         model = FeatureRanker.fit(table.subset(~held), config, calibration_folds=0)
         scores[held] = model.score_rows(table.x[held])
         if progress:
-            progress(f"lofo: {group} ({int(held.sum())} rows held out)")
+            progress(
+                f"lofo: {group} ({int(held.sum())} rows held out; tree_weight {model.config.tree_weight:g})"
+            )
     scale = np.full(len(table), np.nan)
     pairs = make_pairs(table)
     for _, held in folds:

@@ -9,7 +9,8 @@ exactly). The scale is fitted on out-of-family scores, never on the model's own 
 split groups, and fits the scale on their scores of the groups they did not see.
 
 Fixed hyper-parameters (`FeatureRankerConfig`): they were set before any held-out figure was seen and
-are not tuned per fold, so leave-one-family-out figures are not tuned on the family they report.
+are not tuned per fold, so leave-one-family-out figures are not tuned on the family they report. One
+quantity is chosen by the data, from the training rows only: `tree_weight`, below.
 Rows are weighted so each family weighs in proportion to the square root of its row count: the large
 families (C maps, stencils) do not drown the small ones, nor do the small ones dominate.
 
@@ -20,6 +21,15 @@ configuration of the training rows, and the trees start from that prior (LightGB
 family no training family resembles then falls back to the roofline's ordering instead of to whatever
 the trees learned on unrelated families. Rows without an estimate get the training rows' median.
 
+How far the trees may move the score from the prior (`tree_weight`, the score is `prior + tree_weight *
+trees`) is chosen inside `fit` by nested cross-validation over the training table's split groups
+(`choose_tree_weight`): models trained without a fold of whole groups score that fold, each weight of
+`tree_weight_grid` is scored by its accuracy on the fold's >= 1.5x pairs macro-averaged over families,
+and the smallest weight within one standard error (over families) of the best is kept (the one-
+standard-error rule: the prior is the simpler model). A caller's held-out family never enters its own
+choice, because the choice sees only the table `fit` is given. The choice and its curve are saved with
+the model (store.py).
+
 `explain(x)` reports which features drove a decision (the prior as `cost_model_prior`): LightGBM's exact
 per-prediction contributions (TreeSHAP, `pred_contrib`) of each feature to each score, and for a
 comparison their difference.
@@ -29,14 +39,15 @@ Not covered: features (features.py), pairs and metrics (pairs.py, metrics.py), s
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from cudaperf.ranker.features import FEATURE_NAMES
+from cudaperf.ranker.table import Table
 
 PRIOR_FEATURE = "c_log_est"
-from cudaperf.ranker.table import Table
+CHOICE_GAP = 1.5  # the issue's headline pairs (>= 1.5x), the figure the weight is chosen to serve
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,25 @@ class FeatureRankerConfig:
     """The CPU machine has 2 cores."""
     cost_prior: bool = True
     """Start the trees from the fitted cost-model prior (module docstring); False: trees alone."""
+    tree_weight: float = 1.0
+    """The trees' share of the score, prior + tree_weight * trees, in [0, 1]. `fit` overwrites it with its
+    nested choice when `inner_folds` > 0; a model file saved without it scores with 1."""
+    inner_folds: int = 5
+    """Folds of whole split groups for the nested choice of `tree_weight`; 0: keep `tree_weight`."""
+    tree_weight_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    """The weights the nested choice compares."""
+
+    def __post_init__(self):
+        # a model file stores the grid as a JSON list
+        object.__setattr__(self, "tree_weight_grid", tuple(float(w) for w in self.tree_weight_grid))
+        weights = (self.tree_weight, *self.tree_weight_grid)
+        if not self.tree_weight_grid or any(not 0.0 <= w <= 1.0 for w in weights):
+            raise ValueError(
+                f"tree_weight {self.tree_weight} and tree_weight_grid {self.tree_weight_grid} must lie in "
+                "[0, 1] (the grid non-empty): 0 is the cost-model prior alone, 1 the full trees"
+            )
+        if self.inner_folds < 0 or self.inner_folds == 1:
+            raise ValueError(f"inner_folds {self.inner_folds}: use 0 (no nested choice) or at least 2")
 
     def lgb_params(self) -> dict:
         return {
@@ -131,6 +161,25 @@ def fit_prior(table: Table, y: np.ndarray, w: np.ndarray) -> Prior:
     return Prior(float(np.sum(w * c * y) / den), fill) if den > 0 else Prior()
 
 
+@dataclass(frozen=True)
+class TreeWeightChoice:
+    """The nested choice of `tree_weight`: the inner held-out accuracy (>= 1.5x pairs, macro over
+    families) of each grid weight, the standard error used by the one-standard-error rule, the choice."""
+
+    weights: tuple[float, ...]
+    macro: tuple[float, ...]
+    standard_error: float
+    chosen: float
+    families: int
+    pairs: int
+    inner_folds: int
+
+    def __post_init__(self):
+        # a model file stores the curve as JSON lists
+        object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+        object.__setattr__(self, "macro", tuple(float(m) for m in self.macro))
+
+
 class FeatureRanker:
     """A trained model: `score_rows(x)` for feature rows, `compare_scores` for P(a faster)."""
 
@@ -141,12 +190,14 @@ class FeatureRanker:
         config: FeatureRankerConfig,
         feature_names=FEATURE_NAMES,
         prior: Prior | None = None,
+        choice: TreeWeightChoice | None = None,
     ):
         self.booster = booster
         self.scale = float(scale)  # logistic slope on score differences (calibration)
         self.config = config
         self.feature_names = tuple(feature_names)
         self.prior = prior or Prior()
+        self.choice = choice  # how config.tree_weight was chosen (None: given, not chosen)
 
     @classmethod
     def fit(
@@ -156,7 +207,11 @@ class FeatureRanker:
         scale 1, for callers that calibrate themselves, such as leave-one-group-out evaluation; a table of
         one split group is calibrated on its own, overconfident, training scores)."""
         config = config or FeatureRankerConfig()
+        choice = choose_tree_weight(table, config) if config.inner_folds else None
+        if choice is not None:
+            config = replace(config, tree_weight=choice.chosen)
         model = _train(table, config)
+        model.choice = choice
         if calibration_folds <= 0:
             return model
         if len(set(table.group)) < 2:  # nothing to hold out: in-sample (overconfident) scores it is
@@ -167,9 +222,13 @@ class FeatureRanker:
 
     def score_rows(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
-        return self.booster.predict(x, num_threads=self.config.num_threads) + self.prior.of(
-            x, self.feature_names
-        )
+        return self.tree_part(x) + self.prior.of(x, self.feature_names)
+
+    def tree_part(self, x: np.ndarray) -> np.ndarray:
+        """The trees' share of the score, already weighted by `config.tree_weight`."""
+        if self.config.tree_weight == 0.0:
+            return np.zeros(len(x))
+        return self.config.tree_weight * self.booster.predict(x, num_threads=self.config.num_threads)
 
     def compare_scores(self, score_a: np.ndarray | float, score_b: np.ndarray | float) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.scale * (np.asarray(score_a) - np.asarray(score_b))))
@@ -177,7 +236,8 @@ class FeatureRanker:
     def _contributions(self, x: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
         """Per row, each feature's TreeSHAP contribution and the prior's, with their names."""
         x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
-        contrib = self.booster.predict(x, pred_contrib=True)[:, :-1]  # the last column: expected value
+        # the last column is the expected value; the trees count with their weight
+        contrib = self.config.tree_weight * self.booster.predict(x, pred_contrib=True)[:, :-1]
         prior = self.prior.of(x, self.feature_names)[:, None]
         return np.hstack([contrib, prior]), (*self.feature_names, "cost_model_prior")
 
@@ -222,14 +282,51 @@ def _train(table: Table, config: FeatureRankerConfig) -> FeatureRanker:
 def out_of_group_scores(table: Table, config: FeatureRankerConfig, folds: int) -> np.ndarray:
     """Each row scored by a model trained without its split group: the groups are dealt round-robin
     (largest first) into `folds` folds."""
-    groups = sorted(set(table.group), key=lambda g: -table.group.count(g))
-    fold_of = {g: i % folds for i, g in enumerate(groups)}
-    fold = np.asarray([fold_of[g] for g in table.group])
     scores = np.full(len(table), np.nan)
-    for k in range(min(folds, len(groups))):
-        held = fold == k
+    for held in group_folds(table, folds):
         scores[held] = _train(table.subset(~held), config).score_rows(table.x[held])
     return scores
+
+
+def group_folds(table: Table, folds: int) -> list[np.ndarray]:
+    """Row masks of `folds` folds of whole split groups, dealt round-robin, largest group first (fewer
+    folds when there are fewer groups)."""
+    groups = sorted(set(table.group), key=lambda g: (-table.group.count(g), g))
+    fold_of = {g: i % folds for i, g in enumerate(groups)}
+    fold = np.asarray([fold_of[g] for g in table.group])
+    return [fold == k for k in range(min(folds, len(groups)))]
+
+
+def choose_tree_weight(table: Table, config: FeatureRankerConfig) -> TreeWeightChoice | None:
+    """The nested choice of `tree_weight` on `table` alone (module docstring); None where it cannot be
+    made (one split group, or no >= 1.5x pair among the held-out rows): the configured weight stays."""
+    from cudaperf.ranker import metrics
+    from cudaperf.ranker.pairs import at_least, make_pairs
+
+    folds = group_folds(table, config.inner_folds)
+    if len(folds) < 2:
+        return None
+    prior_part, tree_part = np.zeros(len(table)), np.zeros(len(table))
+    full = replace(config, tree_weight=1.0)
+    for held in folds:
+        inner = _train(table.subset(~held), full)
+        prior_part[held] = inner.prior.of(table.x[held])
+        tree_part[held] = inner.tree_part(table.x[held])
+    pairs = make_pairs(table)
+    pairs = pairs.select(at_least(pairs, CHOICE_GAP))
+    if not len(pairs):
+        return None
+    grid = config.tree_weight_grid
+    accs = [metrics.accuracy(prior_part + w * tree_part, pairs) for w in grid]
+    best = int(np.argmax([a.macro for a in accs]))
+    per = np.asarray(list(accs[best].per_family.values()))
+    se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0
+    # the smallest weight within one standard error of the best (weights compared in increasing order)
+    order = np.argsort(grid, kind="stable")
+    chosen = next(grid[i] for i in order if accs[i].macro >= accs[best].macro - se)
+    return TreeWeightChoice(
+        tuple(grid), tuple(a.macro for a in accs), se, float(chosen), len(per), len(pairs), len(folds)
+    )
 
 
 def fit_scale(scores: np.ndarray, table: Table, max_pairs: int = 200_000, seed: int = 0, pairs=None) -> float:

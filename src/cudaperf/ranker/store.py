@@ -3,8 +3,9 @@
 A model file is gzipped JSON: `format` ("cudaperf-ranker/1"), `backend` ("feature"), `schema_version` and
 `feature_names` (what `features.py` computed when it was trained), `versions` (cudaperf, lightgbm, numpy
 and Python at training time), the calibration `scale`, the cost-model `prior` (weight and fill), the
-training configuration, a free `trained_on` description (data, rows, pairs), and the LightGBM model as
-text (LightGBM's own portable format).
+training configuration (with the trees' weight `tree_weight` and, when `fit` chose it, `tree_weight_choice`:
+the nested choice's curve), a free `trained_on` description (data, rows, pairs), and the LightGBM model as
+text (LightGBM's own portable format). A file saved before `tree_weight` existed loads with weight 1.
 
 `load_model(path)` returns a `Loaded` record: the backend, or `None` with a message that says what is wrong
 and how to fix it — a model computed on another feature schema is refused (its trees would read the wrong
@@ -21,12 +22,18 @@ from __future__ import annotations
 import gzip
 import json
 import platform
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cudaperf.ranker.feature_ranker import FeatureBackend, FeatureRanker, FeatureRankerConfig, Prior
+from cudaperf.ranker.feature_ranker import (
+    FeatureBackend,
+    FeatureRanker,
+    FeatureRankerConfig,
+    Prior,
+    TreeWeightChoice,
+)
 from cudaperf.ranker.features import FEATURE_NAMES, SCHEMA_VERSION
 
 FORMAT = "cudaperf-ranker/1"
@@ -66,6 +73,7 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
         "scale": model.scale,
         "prior": {"weight": model.prior.weight, "fill": model.prior.fill},
         "config": model.config_dict(),
+        "tree_weight_choice": asdict(model.choice) if model.choice is not None else None,
         "trained_on": trained_on or {},
         "model": model.booster.model_to_string(),
     }
@@ -90,11 +98,20 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
         return Loaded(None, problem)
     import lightgbm as lgb
 
+    try:
+        config = FeatureRankerConfig(**doc.get("config", {}))
+        prior = Prior(**doc.get("prior", {}))
+        choice = TreeWeightChoice(**doc["tree_weight_choice"]) if doc.get("tree_weight_choice") else None
+    except (TypeError, ValueError) as exc:  # a field this cudaperf does not know, or a value out of range
+        return Loaded(
+            None,
+            f"{path}: its configuration does not fit this cudaperf ({exc}); retrain it with "
+            "`cudaperf rank train --out PATH`",
+        )
     booster = lgb.Booster(model_str=doc["model"])
-    config = FeatureRankerConfig(**doc.get("config", {}))
-    prior = Prior(**doc.get("prior", {}))
-    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]), prior)
-    meta = {k: doc.get(k) for k in ("schema_version", "versions", "trained_on", "scale")}
+    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]), prior, choice)
+    keys = ("schema_version", "versions", "trained_on", "scale", "tree_weight_choice")
+    meta = {k: doc.get(k) for k in keys}
     return Loaded(FeatureBackend(model, compile=compile, pool=pool), "", _version_warnings(doc), meta)
 
 
