@@ -27,7 +27,9 @@ interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-ro
 rounds the contents of another input set are copied into the tensors about to be used, so a result cached
 by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); a per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
-violation (hack #7).
+violation (hack #7). A function given as `Disposed(fn, dispose)` has every output handed to `dispose`
+once its sample is taken and its re-check done, before the next call: outside every timed window, so a
+caller can overwrite a baseline's outputs (the right answers) before the candidate's code runs again.
 
 How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
 the GPU idle inside its samples (the sample then holds host time, and a slower CPU makes the function look
@@ -92,6 +94,15 @@ HOST_HIDDEN_RATIO = 2.0
 
 Fn = Callable[[list], object]
 Check = Callable[[str, int, object], bool]
+
+
+class Disposed(NamedTuple):
+    """A function to time whose every output goes to `dispose(output)` after its clock stopped and its
+    re-check (if any) is done, before the next call of any function (module docstring). The bench calls
+    `fn` itself inside the timed window: the wrapper adds no work there."""
+
+    fn: Fn
+    dispose: Callable[[object], None]
 Hold = Callable[[], AbstractContextManager[Any]]
 
 
@@ -449,8 +460,8 @@ def _infer_device(input_sets: Sequence[Sequence[Any]]) -> torch.device:
 
 
 def bench_interleaved(
-    fns: dict[str, Fn], input_sets: list[list], *, budget_ms: float = 1000.0, warmup_ms: float = 100.0,
-    l2_flush_bytes: int | None = None, check: Check | None = None, **options: Any,
+    fns: dict[str, Fn | Disposed], input_sets: list[list], *, budget_ms: float = 1000.0,
+    warmup_ms: float = 100.0, l2_flush_bytes: int | None = None, check: Check | None = None, **options: Any,
 ) -> dict[str, Timing]:
     """Time every function of `fns` on rotating `input_sets`, interleaved; see the module docstring.
     `options` go to `bench_interleaved_report`."""
@@ -459,7 +470,7 @@ def bench_interleaved(
 
 
 def bench_interleaved_report(
-    fns: dict[str, Fn],
+    fns: dict[str, Fn | Disposed],
     input_sets: list[list],
     *,
     budget_ms: float = 1000.0,
@@ -474,7 +485,7 @@ def bench_interleaved_report(
     measure_overhead: bool = True,
     seed: int = 0,
 ) -> BenchReport:
-    """Time `fns` (name -> fn(inputs)) over `input_sets`.
+    """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
 
     `budget_ms` is the timed budget PER FUNCTION (so the whole run takes about budget x len(fns)): the
     number of rounds is budget / (estimated round time / len(fns)), clamped to [min_reps, max_reps]; a
@@ -516,7 +527,8 @@ class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
     def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True):
-        self.fns = dict(fns)
+        self.fns = {name: fn.fn if isinstance(fn, Disposed) else fn for name, fn in fns.items()}
+        self.disposers = {name: fn.dispose for name, fn in fns.items() if isinstance(fn, Disposed)}
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
@@ -543,9 +555,16 @@ class _Run:
         self.counts["stream_changes"][name] += timed.stream_changed
         return timed
 
+    def done_with(self, name: str, timed: _Call) -> None:
+        """The call's output to its function's `Disposed.dispose` (its sample is taken, its re-check done)."""
+        dispose = self.disposers.get(name)
+        if dispose is not None:
+            dispose(timed.out)
+
     def untimed(self, name: str, inputs: list) -> None:
         """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`."""
         timed = self.call(name, inputs)
+        self.done_with(name, timed)
         self.warm_fn_host[name].append(timed.fn_host_ms)
         self.warm_leads.append(timed.lead_ms / max(self.launches[name], 1))
 
@@ -576,7 +595,7 @@ class _Run:
     def estimate_round_ms(self) -> float:
         """One untimed call per function (first-call effects), then the median of a few host-timed rounds."""
         for name in self.fns:
-            self.call(name, self.input_sets[0])
+            self.done_with(name, self.call(name, self.input_sets[0]))
         per_round = []
         for r in range(ESTIMATE_ROUNDS):
             start = _now_ns()
@@ -615,7 +634,9 @@ class _Run:
 
     def plain_round(self, index: int) -> None:
         for name in self.rng.sample(list(self.fns), len(self.fns)):
-            self.record(name, self.call(name, self.input_sets[index]))
+            timed = self.call(name, self.input_sets[index])
+            self.record(name, timed)
+            self.done_with(name, timed)
 
     def checked_round(self, index: int) -> None:
         """A round on set `index`'s tensors holding set `source`'s contents; every output re-checked."""
@@ -627,6 +648,7 @@ class _Run:
             timed = self.call(name, working)
             self.record(name, timed)
             self._verify(name, source, timed.out, working)
+            self.done_with(name, timed)
             del timed
         if backup is not None:
             _copy_contents(working, backup)

@@ -149,11 +149,11 @@ def test_a_refereed_worker_has_no_claim_stage_even_when_references_are_kept():
     assert "claim" not in stage_peaks(SMALL, _self_check(SMALL), True, 3, 0)
 
 
-def test_refereed_timing_counts_two_output_copies_per_input_set():
+def test_refereed_timing_counts_one_output_copy_per_input_set():
     refereed = stage_peaks(RELU_19, _self_check(RELU_19), False, 3, 0)["timing"]
     one_set_fewer = stage_peaks(RELU_19, _self_check(RELU_19), False, 2, 0)["timing"]
-    # a clone of the inputs, the candidate's first output (for the referee) and the eager anchor's
-    assert refereed - one_set_fewer == RELU_19.input_bytes + 2 * RELU_19.output_bytes
+    # a clone of the inputs and the candidate's first output (for the referee); no baseline output
+    assert refereed - one_set_fewer == RELU_19.input_bytes + RELU_19.output_bytes
 
 
 def test_shipping_counts_the_referees_item_beside_the_workers_runs():
@@ -165,10 +165,10 @@ def test_shipping_counts_the_referees_item_beside_the_workers_runs():
 
 
 def test_a_full_size_relu_fits_beside_a_referee_with_100_gb_free():
-    # two timing input sets, not three: each set holds two 6.4 GB output copies (the candidate's first
-    # output kept for the referee, and the eager anchor's), so the pointer-swap defence keeps a second set
+    # all three timing input sets: each holds a clone of the 6.4 GB input and one 6.4 GB output copy (the
+    # candidate's first output, kept for the referee; no baseline output is kept)
     plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19))
-    assert plan.fits and plan.input_sets == 2 and plan.needed_bytes <= 90 * GB
+    assert plan.fits and plan.input_sets == 3 and plan.needed_bytes <= 90 * GB
     assert plan.max_output_bytes >= RELU_19.output_bytes
 
 

@@ -4,8 +4,8 @@ Covers the pure sizing function `plan_memory(free_bytes, footprint, wanted) -> M
 estimate `peak_bytes`. A job holds, besides the candidate: the reference of each (configuration, seed) it
 checks (inputs, outputs, weights), the clones each call gets, the allocator poison block (one output's
 size), the comparison's temporaries (bounded: `correctness.COMPARE_CHUNK_BYTES`, whatever the output's
-size), the timing input sets (each with its expected output; with a referee, two output copies: the
-candidate's first output on the set, kept for the referee, and the eager anchor's, `outputs.TimedOutputs`),
+size), the timing input sets (each with its expected output; with a referee, the candidate's first
+output on the set instead, kept for the referee: `outputs.TimedOutputs` keeps no baseline output),
 the L2 flush buffer of the lead (`cudaperf.timing`) and references kept for later jobs of the same task.
 
 With a referee on the same device (`Wanted.refereed`, the sandbox's default) the worker does not compare
@@ -161,7 +161,7 @@ def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets
         peaks["correctness"] = kept + earlier + o + i + 2 * o + f + c
     if input_sets:
         if wanted.refereed:  # clones, and per set a copy of the candidate's first output (for the
-            sets = input_sets * (i + 2 * o)  # referee) and of the eager anchor's (`outputs.TimedOutputs`)
+            sets = input_sets * (i + o)  # referee; no baseline output is kept: `outputs.TimedOutputs`)
         else:
             sets = input_sets * i + (input_sets - 1) * o  # clones, and each extra set's expected output
         # building the sets (each drawn afresh, not cloned from a reference): the last one's expected

@@ -25,10 +25,11 @@ Covers:
 - `TimedOutputs` (worker side, timing stage): the outputs the bench re-checks (`timing.bench_interleaved`'s
   `check`): the candidate's first one on each input set is kept (a copy) and, after the configuration's
   bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by `TimedKey`),
-  which judges it against its own reference outputs; the others are compared here with the eager
-  baseline's first output on the same input set (the reference model's own output, computed after every
-  correctness output was shipped), or, before that exists or without an eager baseline, with the
-  function's own first one, which then goes to the referee too.
+  which judges it against its own reference outputs; the candidate's later ones on that set are compared
+  here with that first one, and a baseline's with it too (when it exists yet). A baseline's output (the
+  reference model's, eager or compiled: a right answer) is never kept: the worker overwrites each one
+  after its call (`torch_session.TorchSession.dispose_baseline_output`), so no right answer on a timing
+  input set is held in the worker while the candidate's code runs.
 
 Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
 forwarding and its deadlines (`sandbox.py`). Pinning is for speed only: it changes neither who can write
@@ -450,32 +451,29 @@ class Shipper:
 
 
 class TimedOutputs:
-    """The timing stage's `check` with a referee (see the module docstring): keeps, a copy each, the
-    outputs for the referee (`first`: the candidate's first on each input set, and a baseline's first
-    when no anchor output exists yet to compare it with) and the anchor's first on each input set
-    (`anchors`), and compares the others here. `compare(out, expected) -> bool` is the session's
-    comparison under the task's tolerances; `anchor` the function whose first outputs the others are
-    compared with ("eager": the reference model itself), `candidate` the candidate's name."""
+    """The timing stage's `check` with a referee (see the module docstring): keeps a copy of the
+    candidate's first output on each input set (`first`, keyed (candidate, input set): the referee judges
+    it) and compares every later output on that set with it, the candidate's own and the baselines'. A
+    baseline's output is never kept: one that comes before the candidate's first on its set is not
+    compared (True). `compare(out, expected) -> bool` is the session's comparison under the task's
+    tolerances; `candidate` the candidate's name among the timed functions.
 
-    def __init__(self, compare: Callable[[Any, Any], bool], anchor: str | None, candidate: str = "candidate"):
-        self.compare, self.anchor, self.candidate = compare, anchor, candidate
+    Why not against the reference model's own output (the eager baseline's): kept here, it would be a
+    right answer that the candidate's native code could copy and return. Against the candidate's
+    first, a later output passes when it is within the tolerance of one the referee judged within the
+    tolerance of its reference (so within twice the tolerance of the reference)."""
+
+    def __init__(self, compare: Callable[[Any, Any], bool], candidate: str = "candidate"):
+        self.compare, self.candidate = compare, candidate
         self.first: dict[tuple[str, int], Any] = {}
-        self.anchors: dict[int, Any] = {}
 
     def check(self, name: str, input_set: int, out: Any) -> bool:
-        if name == self.anchor:
-            if input_set not in self.anchors:
-                self.anchors[input_set] = snapshot(out)
-                return True
-            return self.compare(out, self.anchors[input_set])
-        anchor = self.anchors.get(input_set)
-        if name != self.candidate and anchor is not None:  # a baseline, with the reference's output here
-            return self.compare(out, anchor)
-        key = (name, input_set)
-        if key not in self.first:
+        key = (self.candidate, input_set)
+        first = self.first.get(key)
+        if first is None and name == self.candidate:
             self.first[key] = snapshot(out)
             return True  # the referee judges it
-        return self.compare(out, self.first[key] if anchor is None else anchor)
+        return first is None or self.compare(out, first)
 
 
 def snapshot(value: Any) -> Any:

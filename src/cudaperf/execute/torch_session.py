@@ -102,7 +102,13 @@ from cudaperf.execute.session import (
 from cudaperf.execute.torch_judge import byte_sum, cache_budget, construct, scrub
 from cudaperf.jobs import EvalPayload
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
-from cudaperf.timing import BenchReport, compile_baseline, default_l2_flush_bytes, lead_sized_flush_bytes
+from cudaperf.timing import (
+    BenchReport,
+    Disposed,
+    compile_baseline,
+    default_l2_flush_bytes,
+    lead_sized_flush_bytes,
+)
 from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, InputConfig, Outcome, Severity
 
 FINGERPRINT_CHUNK_BYTES = 256 << 20  # the fingerprint's chunks (`torch_judge.byte_sum`)
@@ -825,7 +831,10 @@ class TorchSession(Session):
             if not refereed:  # with a referee no reference output is computed here
                 expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
         model = self.construct(config, seeds[0])
-        fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs), **self.baselines(entry, config)}
+        # With a referee every baseline output (a right answer) is overwritten once its call is over
+        keep = _storages([input_sets, _weights(entry.model)]) if refereed else None
+        fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs),
+               **self.baselines(entry, config, keep)}
         # a reference working in place changes the inputs each call
         checked = not self.in_place(config) if refereed else entry.inputs_after is None
         if not checked:
@@ -835,8 +844,7 @@ class TorchSession(Session):
         def check(name: str, index: int, out: Any) -> bool:
             return self.compare_output(out, expected[index]).ok
 
-        timed = TimedOutputs(lambda out, want: self.compare_output(out, want).ok,
-                             "eager" if "eager" in fns else None)
+        timed = TimedOutputs(lambda out, want: self.compare_output(out, want).ok)
         bench = self.bench(fns, input_sets, (timed.check if refereed else check) if checked else None,
                            config.name)
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
@@ -876,16 +884,32 @@ class TorchSession(Session):
         with self.scope():
             return model(*inputs)
 
-    def baselines(self, entry: Reference, config: InputConfig) -> dict[str, Callable]:
+    def baselines(self, entry: Reference, config: InputConfig,
+                  keep: frozenset[int] | None = None) -> dict[str, Callable | Disposed]:
+        """The baselines to time. With `keep` (a refereed worker: the storages of the timing inputs and
+        the weights), each is `timing.Disposed`: every output overwritten after its call
+        (`dispose_baseline_output`)."""
         wanted = set(self.job.timing.baselines)
-        fns: dict[str, Callable] = {}
+        fns: dict[str, Callable | Disposed] = {}
         if "eager" in wanted:
             fns["eager"] = lambda inputs: entry.model(*inputs)
         if "compile" in wanted:
             compiled = self.compiled(entry, config)
             if compiled is not None:
                 fns["compile"] = lambda inputs: compiled(*inputs)
-        return fns
+        if keep is None:
+            return fns
+        dispose = lambda out: self.dispose_baseline_output(out, keep)  # noqa: E731 - one closure for all
+        return {name: Disposed(fn, dispose) for name, fn in fns.items()}
+
+    def dispose_baseline_output(self, out: Any, keep: frozenset[int]) -> None:
+        """Overwrite a baseline's output (the reference model's: a right answer on a timing input set) once
+        its sample is taken, outside every timed window: each tensor of it (NaN, or zeros) but those whose
+        storage is in `keep` (an input's or a weight's: the candidate is given those anyway, and the
+        bench needs them intact), then wait for the fill, so that no work the candidate's code queues
+        next, on any stream, reads the output before it is overwritten."""
+        scrub([t for t in flatten_tensors(out) if type(t) is torch.Tensor and _storage(t) not in keep])
+        synchronize(self.device)
 
     def compiled(self, entry: Reference, config: InputConfig) -> Callable | None:
         """torch.compile(reference), mode default, compiled (and warmed) outside the timing; cached."""
@@ -893,8 +917,9 @@ class TorchSession(Session):
             start = time.perf_counter()
             try:
                 compiled = compile_baseline(entry.model)
-                with torch.no_grad():
-                    compiled(*clone_inputs(entry.inputs))
+                with torch.no_grad():  # its first call's output, a right answer, overwritten at once
+                    self.dispose_baseline_output(compiled(*clone_inputs(entry.inputs)),
+                                                 _storages(_weights(entry.model)))
                 synchronize(self.device)
                 entry.extra["compiled"] = compiled
             except Exception as exc:  # noqa: BLE001 - the baseline is missing, the evaluation goes on
@@ -908,7 +933,10 @@ class TorchSession(Session):
 
     def summarize_timing(self, config: InputConfig, entry: Reference, bench: BenchReport) -> ConfigTiming:
         name = config.name
-        self.timing_flags(bench, name, baselines=("eager", "compile"))
+        refereed = self.shipper is not None
+        self.timing_flags(bench, name, baselines=() if refereed else ("eager", "compile"))
+        if refereed:
+            self.flags += _baseline_disagreements(bench, name)
         timings = bench.timings
         floor_ms = flops = bytes_moved = None
         if self.shipper is None:  # with a referee, the figures and flags are its own (`apply_verdict`)
@@ -975,6 +1003,26 @@ class TorchSession(Session):
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _storages(values: Any) -> frozenset[int]:
+    """The storages of every tensor in `values` (what a baseline's output may alias and must keep)."""
+    return frozenset(_storage(t) for t in flatten_tensors(values))
+
+
+def _baseline_disagreements(bench: BenchReport, config: str) -> list[Flag]:
+    """With a referee, a baseline's re-checked outputs are compared with the candidate's first output on
+    the same input set (`outputs.TimedOutputs`), which the referee judges: a disagreement says the
+    baseline is wrong when the referee found that output right (a WARNING: the task's fault), and
+    nothing more when it did not (the referee's `timed_output_mismatch` says that)."""
+    return [Flag("baseline_output_mismatch", f"the {name} baseline's outputs differed {count} times from "
+                 "the candidate's first output on the same input set (which the referee judges)",
+                 Severity.WARNING, config)
+            for name, count in sorted(bench.check_failures.items()) if name != CANDIDATE and count]
 
 
 

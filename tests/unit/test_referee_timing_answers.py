@@ -1,0 +1,65 @@
+"""A refereed PyTorch worker holds no right answer on a timing input set while the candidate's code runs in
+the timing stage: the eager baseline (the reference model) runs interleaved with the candidate in the same
+process, but its outputs are overwritten after each call and never kept (`TorchSession.baselines`,
+`outputs.TimedOutputs`). Through a real sandboxed worker and referee (CPU mode) on the small PyTorch task
+of test_session.py, with a probe standing in for the candidate's native code (tests/unit/
+timing_probe_handlers.py): at each of the candidate's calls in the timing stage it computes the right
+answer on the call's inputs and looks for it among live tensors and in freed memory.
+
+What the CPU test can show: live tensors (every one the garbage collector tracks) and freed chunks the C
+library hands back for an allocation of the output's size (small outputs: its per-size caches, most
+recently freed first, so an output freed just before the candidate's call is the first one found). What
+it cannot: the CUDA caching allocator's blocks and stream ordering; tests/gpu/
+test_referee_timing_answers_gpu.py checks those (live CUDA tensors, a raw read of every inactive block, the
+compile baseline)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.execute import WorkerPool
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
+from test_session import CORRECT
+
+PROBES = str(Path(__file__).with_name("timing_probe_handlers.py"))
+
+# Correct within the tolerance, never bit-equal to the reference where relu is positive (a relative 2^-20
+# off), nor is any of its temporaries: its own outputs, kept or freed, are never mistaken for the
+# reference's (it ends with the same `+ z` as the reference, on another product).
+NEAR = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z",
+                       "return torch.relu(self.linear(x)) * (2 + 2 ** -19) + z")
+
+
+@pytest.fixture(scope="module")
+def probed():
+    with WorkerPool(None, dataclasses.replace(LIMITS, output_region_bytes=1 << 20), timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        yield p.run(_job(NEAR, handler=f"{PROBES}:probe_right_answers", referee=True))
+
+
+def test_the_probed_candidate_is_timed_and_its_re_checked_outputs_pass(probed):
+    assert probed.outcome is None, (probed.message, probed.logs[-2000:])
+    assert all(c["correct"] for c in probed.payload["correctness"]) and len(probed.payload["timings"]) == 2
+    assert not _codes(probed) & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}
+    assert probed.payload["probe"]["calls"] > 10
+
+
+def test_no_live_tensor_holds_the_right_answer_while_the_candidate_runs(probed):
+    assert probed.payload["probe"]["live"] == 0, probed.payload["probe"]
+
+
+def test_no_freed_block_of_the_output_s_size_holds_the_right_answer_while_the_candidate_runs(probed):
+    assert probed.payload["probe"]["freed"] == 0, probed.payload["probe"]
+
+
+def test_every_baseline_output_is_overwritten_when_disposed(probed):
+    probe = probed.payload["probe"]
+    assert probe["disposed"] > 10 and probe["left_readable"] == 0, probe

@@ -1,0 +1,63 @@
+"""`timing.Disposed` on the CPU fallback: every output of such a function goes to its `dispose` after its
+re-check and before the next call of any function, outside the timed window (the GPU twin, with the
+refereed worker's baselines: tests/gpu/test_referee_timing_answers_gpu.py)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from cudaperf.timing import Disposed, bench_interleaved_report
+
+
+def _sets(n: int = 3) -> list[list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [[torch.randn(64, generator=g)] for _ in range(n)]
+
+
+def _run(log: list, dispose_s: float = 0.0, **options):
+    def fn(name):
+        def call(inputs):
+            log.append(("call", name))
+            return inputs[0] * 2
+        return call
+
+    def dispose(out):
+        log.append(("dispose", "baseline"))
+        time.sleep(dispose_s)
+        out.fill_(float("nan"))
+
+    def check(name, index, out):
+        log.append(("check", name))
+        return not bool(torch.isnan(out).any())
+
+    fns = {"candidate": fn("candidate"), "baseline": Disposed(fn("baseline"), dispose)}
+    return bench_interleaved_report(fns, _sets(), budget_ms=1, warmup_ms=0.5, check=check,
+                                    measure_overhead=False, **options)
+
+
+def test_every_output_of_a_disposed_function_is_disposed():
+    log: list = []
+    _run(log)
+    assert log.count(("dispose", "baseline")) == log.count(("call", "baseline")) > 10
+
+
+def test_a_disposed_output_is_re_checked_before_it_is_disposed():
+    log: list = []
+    report = _run(log)
+    assert report.checks["baseline"] > 0 and report.check_failures["baseline"] == 0
+
+
+def test_a_disposed_output_is_gone_before_the_next_call_of_any_function():
+    log: list = []
+    _run(log)
+    calls = [(i, who) for i, (what, who) in enumerate(log) if what == "call"]
+    for (i, who), (j, _) in zip(calls, calls[1:], strict=False):
+        if who == "baseline":
+            assert ("dispose", "baseline") in log[i + 1:j], log[i:j + 1]
+
+
+def test_disposing_is_outside_the_timed_window():
+    report = _run([], dispose_s=0.005, min_reps=10, max_reps=10)
+    assert report.timings["baseline"].median_ms < 2.0, report.timings["baseline"]

@@ -1,0 +1,148 @@
+"""Job handler for tests/unit/test_referee_timing_answers.py and its GPU twin: the real evaluation, with a
+probe standing in for native code of the candidate, run just before each of the candidate's calls in the
+timing stage (inside its timed call, where a candidate's own code would run).
+
+The probe computes the right answer on the call's inputs with the timing stage's model (the first timing
+seed's reference model, which the eager baseline runs), then looks for it where a candidate could find it:
+- live: every plain tensor the garbage collector tracks (`gc.get_objects`: what a Python-level scan, or
+  native code walking the heap's objects, sees), other than the probe's own;
+- freed: fresh allocations of the answer's size, held together (what an uninitialised output would hold:
+  on the GPU the caching allocator's freed blocks of that size; on the CPU the C library's reused chunks,
+  whose first bytes its free lists overwrite, so a block counts when all but its first 8 elements match);
+- on the GPU only, with `scan_device=True`: every inactive block of the caching allocator, read back raw
+  (`cuMemcpyDtoH`), searched at every 512-byte offset for the answer's bytes.
+The probe's own answer is overwritten before it is dropped. Each disposal of a baseline output
+(`TorchSession.dispose_baseline_output`) is checked afterwards: is any tensor of it still readable (not
+NaN or zero everywhere)? The tasks these tests use return no alias of an input or a weight.
+"""
+
+from __future__ import annotations
+
+import gc
+
+SKIP_ELEMENTS = 8  # a freed CPU chunk's first 16 bytes hold the C library's free-list words
+
+
+def probe_right_answers(job, report, scan_device=False):
+    from cudaperf.execute import dispatch
+    from cudaperf.execute.torch_session import TorchSession
+
+    found = {"calls": 0, "live": 0, "freed": 0, "device_blocks": 0, "disposed": 0, "left_readable": 0}
+    patched = {name: getattr(TorchSession, name) for name in ("time_config", "_scoped_call")}
+    dispose = getattr(TorchSession, "dispose_baseline_output", None)
+
+    def time_config(self, config):
+        self.probe_state = {"model": self.reference(config, self.timing_seeds[0]).model, "like": None}
+        try:
+            return patched["time_config"](self, config)
+        finally:
+            self.probe_state = None
+
+    def scoped_call(self, model, inputs):
+        state = getattr(self, "probe_state", None)
+        if state is not None:
+            _probe(state, inputs, found, scan_device)
+        return patched["_scoped_call"](self, model, inputs)
+
+    def disposing(self, out, *args):
+        dispose(self, out, *args)
+        found["disposed"] += 1
+        found["left_readable"] += _readable(out)
+
+    TorchSession.time_config, TorchSession._scoped_call = time_config, scoped_call
+    if dispose is not None:
+        TorchSession.dispose_baseline_output = disposing
+    try:
+        payload = dispatch.run_eval_job(job, report)
+    finally:
+        for name, original in patched.items():
+            setattr(TorchSession, name, original)
+        if dispose is not None:
+            TorchSession.dispose_baseline_output = dispose
+    payload["probe"] = found
+    return payload
+
+
+def probe_right_answers_on_device(job, report):
+    """`probe_right_answers` with the raw scan of the allocator's inactive blocks (GPU)."""
+    return probe_right_answers(job, report, scan_device=True)
+
+
+def _probe(state: dict, inputs: list, found: dict, scan_device: bool) -> None:
+    import torch
+
+    from cudaperf.correctness import clone_inputs
+    from cudaperf.execute.torch_judge import scrub
+
+    like = state["like"]  # the answer's shape, dtype and device, from an earlier call
+    held = [torch.empty(like[0], dtype=like[1], device=like[2]) for _ in range(8)] if like else []
+    with torch.no_grad():
+        answer = state["model"](*clone_inputs(inputs))
+    if type(answer) is not torch.Tensor:
+        return
+    state["like"] = (answer.shape, answer.dtype, answer.device)
+    found["calls"] += 1
+    flat = answer.reshape(-1)
+    own = answer.untyped_storage().data_ptr()  # the answer and its views (`flat`, `tail`) are the probe's
+    found["live"] += any(_same(t, flat) for t in gc.get_objects()
+                         if type(t) is torch.Tensor and t.untyped_storage().data_ptr() != own)
+    tail = flat[SKIP_ELEMENTS:]
+    found["freed"] += any(torch.equal(t.reshape(-1)[SKIP_ELEMENTS:], tail) for t in held)
+    if scan_device and answer.is_cuda:
+        found["device_blocks"] += _in_inactive_blocks(answer)
+    scrub([answer, held])
+    if answer.is_cuda:
+        torch.cuda.synchronize(answer.device)
+    del answer, flat, tail, held
+
+
+def _same(t, flat) -> bool:
+    import torch
+
+    if t.numel() != flat.numel() or t.dtype != flat.dtype or t.device != flat.device or t.data_ptr() == 0:
+        return False
+    return bool(torch.equal(t.reshape(-1), flat))
+
+
+def _readable(out) -> int:
+    """1 when a disposed output still holds values (a tensor neither NaN nor zero everywhere)."""
+    import torch
+
+    from cudaperf.correctness import flatten_tensors
+
+    for t in flatten_tensors(out):
+        if type(t) is torch.Tensor and t.numel():
+            gone = torch.isnan(t) if (t.is_floating_point() or t.is_complex()) else t == 0
+            if not bool(gone.all()):
+                return 1
+    return 0
+
+
+def _in_inactive_blocks(answer) -> int:
+    """1 when the answer's bytes start at a 512-byte offset of any inactive block of the allocator."""
+    import numpy as np
+    import torch
+    from cuda.bindings import driver
+
+    want = answer.detach().contiguous().view(torch.uint8).reshape(-1).cpu().numpy()
+    n = want.size
+    index = answer.device.index if answer.device.index is not None else torch.cuda.current_device()
+    torch.cuda.synchronize(answer.device)
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device") != index:
+            continue
+        address = segment["address"]
+        for block in segment.get("blocks", []):  # in address order from the segment's start
+            size, address = block["size"], block.get("address", address)
+            if block.get("state") == "inactive" and n <= size <= 1 << 30:
+                host = np.empty(size, dtype=np.uint8)
+                (error,) = driver.cuMemcpyDtoH(host.ctypes.data, address, size)
+                if error == driver.CUresult.CUDA_SUCCESS and _holds(host, want):
+                    return 1
+            address += size
+    return 0
+
+
+def _holds(host, want) -> bool:
+    starts = range(0, host.size - want.size + 1, 512)
+    return any(host[s] == want[0] and (host[s:s + want.size] == want).all() for s in starts)
