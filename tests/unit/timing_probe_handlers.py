@@ -19,6 +19,7 @@ NaN or zero everywhere)? The tasks these tests use return no alias of an input o
 from __future__ import annotations
 
 import gc
+import time
 
 SKIP_ELEMENTS = 8  # a freed CPU chunk's first 16 bytes hold the C library's free-list words
 
@@ -27,7 +28,8 @@ def probe_right_answers(job, report, scan_device=False):
     from cudaperf.execute import dispatch
     from cudaperf.execute.torch_session import TorchSession
 
-    found = {"calls": 0, "live": 0, "freed": 0, "device_blocks": 0, "disposed": 0, "left_readable": 0}
+    found = {"calls": 0, "live": 0, "freed": 0, "device_blocks": 0, "disposed": 0, "left_readable": 0,
+             "dispose_s": 0.0}
     patched = {name: getattr(TorchSession, name) for name in ("time_config", "_scoped_call")}
     dispose = getattr(TorchSession, "dispose_baseline_output", None)
 
@@ -45,7 +47,9 @@ def probe_right_answers(job, report, scan_device=False):
         return patched["_scoped_call"](self, model, inputs)
 
     def disposing(self, out, *args):
+        began = time.perf_counter()
         dispose(self, out, *args)
+        found["dispose_s"] += time.perf_counter() - began  # the fill and the wait: the disposal's cost
         found["disposed"] += 1
         found["left_readable"] += _readable(out)
 

@@ -4,9 +4,11 @@ Why: native code of a candidate (a `load_inline` extension's static initialiser,
 inside the worker with the worker's memory and channel, so it can forge the worker's reply or copy a
 reference output it finds there; a plain CUDA kernel can scan its context's device memory for one. So the
 correctness verdict is computed here, in a process the candidate never runs in, from reference outputs that
-never exist in the candidate's process: a refereed PyTorch worker computes none at all (it runs the
-candidate on every (configuration, seed) and ships each output, `outputs.Shipper`; C workers compute a
-reference only for timing, after shipping, its outputs zeroed at once).
+never exist in the candidate's process: a refereed PyTorch worker computes none (it runs the candidate on
+every (configuration, seed) and ships each output, `outputs.Shipper`; in its timing stage the reference
+model runs as the eager and compiled baselines, each output overwritten once its call is over,
+`torch_session`); C workers compute a reference only for timing, after shipping, its outputs zeroed at
+once.
 
 Covers:
 - the process, `python -m cudaperf.execute.referee` (`main`): started by `sandbox.Worker` beside its worker
@@ -26,8 +28,8 @@ Covers:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
   (the worker skips timing otherwise). After each configuration's bench, with the worker waiting (never
   during a bench), it judges the outputs the timing stage re-checked (`timed` messages,
-  `outputs.TimedOutputs`: the first of each timed function on each input set) against the first seed's
-  model on that set (`TorchJudge.check_timed`). PyTorch references are kept across jobs (a quarter of the
+  `outputs.TimedOutputs`: the candidate's first on each input set) against the first seed's model on
+  that set (`TorchJudge.check_timed`). PyTorch references are kept across jobs (a quarter of the
   device's memory), C ones in host memory. Device memory it cached beyond `RELEASE_ABOVE_BYTES` goes back
   to the driver after each message (`Referee._release`): the worker plans its memory from what the driver
   reports free.
@@ -49,10 +51,11 @@ Covers:
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
 Not covered: what stays forgeable because only the worker sees it (timings, coverage, the torch-op
-monitor, input mutation, the timing stage's re-checks after the first of each function and input set, and
-outputs a candidate copies during timing from the eager baseline's, which runs in the worker: guards.py,
-"Not covered"), the sandbox's own deadlines and replacement (`sandbox.py`), judging itself (`judge.py`
-and the kinds).
+monitor, input mutation, and the timing stage's re-checks after the candidate's first output on each
+input set, which the worker compares with that first one: guards.py, "Not covered"), a baseline's output
+that native code of the candidate copies in the worker while it exists (from the baseline's call until
+the worker overwrites it; and the baselines' freed temporaries: `torch_session`, "Not covered"), the
+sandbox's own deadlines and replacement (`sandbox.py`), judging itself (`judge.py` and the kinds).
 """
 
 from __future__ import annotations

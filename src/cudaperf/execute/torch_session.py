@@ -34,11 +34,15 @@ the referee in batches, `run_and_ship`, and released once shipped; a derived con
 fails on is dropped when the referee finds its reference failing too), timing and coverage when the
 referee said everything was correct. The payload carries no correctness of its own (the referee's verdict
 is the only one; a claim in a refereed payload is a forgery, `verdict_mismatch`). Timing re-checks
-outputs through `outputs.TimedOutputs`: the first re-checked output of each function on each input set
-goes to the referee after the configuration's bench, later ones are compared here with the eager
-baseline's first (the reference model, run as a baseline once every correctness output was shipped); the
-speed-of-light figures and flags are the referee's. At the end every free block of the allocator is
-overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
+outputs through `outputs.TimedOutputs`: the candidate's first re-checked output on each input set goes to
+the referee after the configuration's bench, and its later ones, and the baselines', are compared here
+with that first one. The baselines (the reference model eager and compiled: their outputs are the right
+answers on the timing input sets) are `timing.Disposed`: each output is overwritten (NaN, or zeros) once
+its sample and re-check are done, outside every timed window, and the device synchronised before the
+next call (`dispose_baseline_output`; the compiled baseline's warm-up output too), so no right answer is
+live, or in a freed block, when the candidate's code runs next. The speed-of-light figures and flags are
+the referee's. At the end every free block of the allocator is overwritten (`scrub`): the cross-job
+cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
 
@@ -51,7 +55,13 @@ Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
 
 Not covered: what every task kind shares (the stage wrapper, candidate windows, failure classification,
 the bench, cleanup and the payload: `execute.session`), C->CUDA tasks (`c_session.py`), which recipe runs
-a job (`dispatch.py`).
+a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output exists
+from its call until its disposal, so native code of the candidate running beside it (a thread of its
+own, or work on a stream of its own) can copy it then; the baselines' temporaries are freed as they are
+(a model whose output is a cheap step from one, say a transpose, a cast or a final elementwise op, leaves
+most of the answer in a freed block); an output aliasing an input or a weight is left as it is (the
+candidate has those anyway); a Python number is not overwritten. Without a referee the worker holds the
+reference outputs throughout (no boundary is claimed there).
 """
 
 from __future__ import annotations

@@ -1,0 +1,146 @@
+"""On the GPU (marker `gpu`): a refereed PyTorch worker holds no right answer on a timing input set while
+the candidate's code runs in the timing stage, with both baselines (eager and torch.compile) timed beside
+it. Through a real sandboxed worker and referee, with the probe of tests/unit/timing_probe_handlers.py at
+each of the candidate's calls in the timing stage: live CUDA tensors (gc), fresh allocations of the
+output's size (the caching allocator's freed blocks of that size), and a raw read of every inactive block
+of the allocator (`cuMemcpyDtoH`, at every 512-byte offset). Each disposal of a baseline output is checked
+afterwards (nothing readable left), and its cost printed. A small configuration (the allocator's small
+pool) and a 2 MiB one (its large pool). What the CPU twin (tests/unit/test_referee_timing_answers.py)
+cannot reach: the caching allocator, stream order, the compiled baseline. Run:
+    python3 -m pytest -q -s tests/gpu/test_referee_timing_answers_gpu.py
+It prints one line `[timing-answers] probe {...}` (expect live 0, freed 0, device_blocks 0, left_readable
+0, calls and disposed > 20) and `[timing-answers] disposal ...` lines (the cost per disposed output).
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.anticheat.policy import Policy
+from cudaperf.execute import Limits, StageTimeouts, WorkerPool
+from cudaperf.jobs import EvalJob, TimingConfig, job_message
+from cudaperf.tasks import task_from_source
+from cudaperf.types import Solution, SolutionFormat
+
+pytestmark = pytest.mark.gpu
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
+from test_referee_timing_answers import NEAR  # the candidate: correct, never bit-equal to the reference
+
+PROBES = str(Path(__file__).parents[1] / "unit" / "timing_probe_handlers.py")
+TIMEOUTS = StageTimeouts(default_s=300.0, start_s=180.0)
+TASK = '''
+import torch
+import torch.nn as nn
+
+CUDAPERF_TASK = {"no_derived_configs": "a GPU test of the timing stage on its declared configurations"}
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = nn.Linear(n, n)
+
+    def forward(self, x, z):
+        return torch.relu(self.linear(x)) * 2 + z
+
+def get_input_configs():
+    return [{"name": "small", "n": 16, "rows": 8}, {"name": "large", "n": 1024, "rows": 512}]
+
+def get_inputs(n=16, rows=8):
+    return [torch.randn(rows, n), torch.randn(rows, n)]
+
+def get_init_inputs(n=16, rows=8):
+    return [n]
+'''
+
+
+@pytest.fixture(scope="module")
+def probed():
+    job = EvalJob(task=task_from_source(TASK, "relu_linear_gpu"), solution=Solution("near", NEAR,
+                  SolutionFormat.PYTORCH), device="cuda:0", seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(budget_ms=20.0, warmup_ms=5.0, baselines=("eager", "compile")))
+    message = {**job_message(job, secrets.token_hex(16)),
+               "handler": f"{PROBES}:probe_right_answers_on_device", "referee": True}
+    with WorkerPool([0], Limits(), timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        reply = p.run(message)
+    probe = reply.payload.get("probe", {})
+    print(f"\n[timing-answers] probe {probe}")
+    if probe.get("disposed"):
+        per_us = 1e6 * probe["dispose_s"] / probe["disposed"]
+        print(f"[timing-answers] disposal through the worker: {per_us:.1f} µs per baseline output (the fill "
+              "and the device synchronise)")
+    return reply
+
+
+def test_the_probed_candidate_is_correct_and_timed_against_both_baselines(probed):
+    assert probed.outcome is None, (probed.message, probed.logs[-3000:])
+    assert all(c["correct"] for c in probed.payload["correctness"]), probed.payload["correctness"]
+    timings = probed.payload["timings"]
+    assert len(timings) == 2 and all(t["eager"] and t["compiled"] for t in timings), timings
+    codes = {f["code"] for f in probed.payload["flags"]}
+    assert not codes & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}, codes
+    assert probed.payload["probe"]["calls"] > 20
+
+
+def test_no_live_cuda_tensor_holds_the_right_answer_while_the_candidate_runs(probed):
+    assert probed.payload["probe"]["live"] == 0, probed.payload["probe"]
+
+
+def test_no_freed_block_of_the_output_s_size_holds_the_right_answer_while_the_candidate_runs(probed):
+    assert probed.payload["probe"]["freed"] == 0, probed.payload["probe"]
+
+
+def test_no_inactive_block_of_the_allocator_holds_the_right_answer_while_the_candidate_runs(probed):
+    assert probed.payload["probe"]["device_blocks"] == 0, probed.payload["probe"]
+
+
+def test_every_baseline_output_is_overwritten_before_it_is_released(probed):
+    probe = probed.payload["probe"]
+    assert probe["disposed"] > 20 and probe["left_readable"] == 0, probe
+
+
+@pytest.mark.parametrize("nbytes", [4 << 10, 4 << 20, 256 << 20])
+def test_disposing_adds_no_time_to_the_timed_samples(nbytes):
+    """The same bench with the eager-like function plain and `Disposed` (the worker's own disposal): its
+    median within 10% and 3 µs (the disposal is outside the window); prints the wall time it adds."""
+    from cudaperf.execute.torch_session import TorchSession
+    from cudaperf.timing import Disposed, bench_interleaved_report
+
+    device = torch.device("cuda", 0)
+    session = types.SimpleNamespace(device=device)
+    sets = [[torch.randn(nbytes // 4, device=device)] for _ in range(3)]
+
+    def run(fns):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        report = bench_interleaved_report(fns, sets, budget_ms=0, warmup_ms=0, min_reps=200, max_reps=200,
+                                          measure_overhead=False)
+        return report, time.perf_counter() - began
+
+    def baseline(inputs):
+        return inputs[0] * 2
+
+    def candidate(inputs):
+        return inputs[0] + inputs[0]
+
+    def dispose(out):
+        TorchSession.dispose_baseline_output(session, out, frozenset())
+
+    run({"candidate": candidate, "eager": baseline})  # warm: kernels, allocator
+    plain, plain_s = run({"candidate": candidate, "eager": baseline})
+    disposed, disposed_s = run({"candidate": candidate, "eager": Disposed(baseline, dispose)})
+    calls = 1 + 3 + plain.warmup_rounds + plain.rounds
+    extra_us = 1e6 * (disposed_s - plain_s) / calls
+    before, after = plain.timings["eager"].median_ms, disposed.timings["eager"].median_ms
+    print(f"\n[timing-answers] disposal of a {nbytes} B output: +{extra_us:.1f} µs wall per call; eager "
+          f"median {before:.4f} ms plain, {after:.4f} ms disposed")
+    assert abs(after - before) <= 0.10 * before + 0.003  # 3 µs: the protocol's own cross-run spread
