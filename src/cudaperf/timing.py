@@ -29,7 +29,9 @@ by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15);
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
 violation (hack #7). A function given as `Disposed(fn, dispose)` has every output handed to `dispose`
 once its sample is taken and its re-check done, before the next call: outside every timed window, so a
-caller can overwrite a baseline's outputs (the right answers) before the candidate's code runs again.
+caller can overwrite a baseline's outputs (the right answers) before the candidate's code runs again;
+the time it takes is left out of the round estimate (the same number of rounds) and out of the loop's
+host total (`clock_consistent` as tight), and reported (`BenchReport.dispose_ms`).
 
 How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
 the GPU idle inside its samples (the sample then holds host time, and a slower CPU makes the function look
@@ -124,7 +126,7 @@ class BenchReport:
     rounds: int
     warmup_rounds: int
     l2_flush_bytes: int
-    host_total_ms: float  # perf_counter around the whole timed loop
+    host_total_ms: float  # perf_counter around the whole timed loop, less the time spent disposing
     event_total_ms: float  # sum of every timed sample
     checks: dict[str, int] = field(default_factory=dict)  # outputs re-checked, per function
     check_failures: dict[str, int] = field(default_factory=dict)
@@ -141,6 +143,7 @@ class BenchReport:
     host_path_median_ms: dict[str, float] = field(default_factory=dict)  # fn(inputs) on the host clock
     host_path_p90_ms: dict[str, float] = field(default_factory=dict)
     host_bound_samples: dict[str, int] = field(default_factory=dict)  # host path > the sample's lead
+    dispose_ms: float = 0.0  # wall time in `Disposed.dispose` calls, all of the run (outside the samples)
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -546,6 +549,7 @@ class _Run:
                        ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes",
                         "host_bound_samples")}
         self.host_total_ms = 0.0
+        self.dispose_ns = 0  # in `done_with`: left out of the round estimate and the loop's host total
 
     def call(self, name: str, inputs: list) -> _Call:
         try:
@@ -559,7 +563,9 @@ class _Run:
         """The call's output to its function's `Disposed.dispose` (its sample is taken, its re-check done)."""
         dispose = self.disposers.get(name)
         if dispose is not None:
+            began = _now_ns()
             dispose(timed.out)
+            self.dispose_ns += _now_ns() - began
 
     def untimed(self, name: str, inputs: list) -> None:
         """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`."""
@@ -593,15 +599,16 @@ class _Run:
             gc.enable()
 
     def estimate_round_ms(self) -> float:
-        """One untimed call per function (first-call effects), then the median of a few host-timed rounds."""
+        """One untimed call per function (first-call effects), then the median of a few host-timed rounds
+        (less their disposals: the number of rounds is the same with `Disposed` functions as without)."""
         for name in self.fns:
             self.done_with(name, self.call(name, self.input_sets[0]))
         per_round = []
         for r in range(ESTIMATE_ROUNDS):
-            start = _now_ns()
+            start, disposing = _now_ns(), self.dispose_ns
             for name in self.fns:
                 self.untimed(name, self.input_sets[r % len(self.input_sets)])
-            per_round.append((_now_ns() - start) / 1e6)
+            per_round.append((_now_ns() - start - (self.dispose_ns - disposing)) / 1e6)
         return max(statistics.median(per_round), 1e-3)
 
     def warm_up(self, rounds: int) -> None:
@@ -610,14 +617,15 @@ class _Run:
                 self.untimed(name, self.input_sets[r % len(self.input_sets)])
 
     def timed(self, rounds: int, check_rounds: set[int]) -> None:
-        start = _now_ns()
+        start, disposing = _now_ns(), self.dispose_ns
         for r in range(rounds):
             index = r % len(self.input_sets)
             if r in check_rounds:
                 self.checked_round(index)
             else:
                 self.plain_round(index)
-        self.host_total_ms = (_now_ns() - start) / 1e6
+        # without the disposals: `clock_consistent` bounds the samples by the loop's own host time
+        self.host_total_ms = (_now_ns() - start - (self.dispose_ns - disposing)) / 1e6
 
     def record(self, name: str, timed: _Call) -> None:
         self.samples[name].append(timed.event_ms)
@@ -684,6 +692,7 @@ class _Run:
             warmup_host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.warm_fn_host.items() if v},
             host_path_median_ms={n: statistics.median(v) for n, v in self.fn_host.items() if v},
             host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.fn_host.items() if v},
+            dispose_ms=self.dispose_ns / 1e6,
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 

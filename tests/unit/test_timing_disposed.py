@@ -11,6 +11,13 @@ import torch
 from cudaperf.timing import Disposed, bench_interleaved_report
 
 
+def _busy(seconds: float) -> None:
+    """Wait without sleeping (a sleep lets the core go cold, and the next call is slower for it)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _sets(n: int = 3) -> list[list[torch.Tensor]]:
     g = torch.Generator().manual_seed(0)
     return [[torch.randn(64, generator=g)] for _ in range(n)]
@@ -25,7 +32,7 @@ def _run(log: list, dispose_s: float = 0.0, **options):
 
     def dispose(out):
         log.append(("dispose", "baseline"))
-        time.sleep(dispose_s)
+        _busy(dispose_s)
         out.fill_(float("nan"))
 
     def check(name, index, out):
@@ -61,3 +68,13 @@ def test_a_disposed_output_is_gone_before_the_next_call_of_any_function():
 def test_disposing_is_outside_the_timed_window():
     report = _run([], dispose_s=0.005, min_reps=10, max_reps=10)
     assert report.timings["baseline"].median_ms < 2.0, report.timings["baseline"]
+    assert report.dispose_ms >= 10 * 5.0  # it was spent, elsewhere
+
+
+def test_disposals_count_neither_in_the_number_of_rounds_nor_in_the_loop_s_host_time():
+    slow = Disposed(lambda inputs: inputs[0] * 2, lambda out: _busy(0.002))
+    report = bench_interleaved_report({"a": slow}, _sets(), budget_ms=20, warmup_ms=0, measure_overhead=False,
+                                      max_reps=100000)
+    # counted, 2 ms a disposal would leave 10 rounds (20 ms of budget) and a host total of 2 ms a round
+    assert report.rounds > 100 and report.dispose_ms > 100 * 2.0, (report.rounds, report.dispose_ms)
+    assert report.host_total_ms < 0.1 * report.dispose_ms, (report.host_total_ms, report.dispose_ms)
