@@ -91,3 +91,53 @@ def test_no_freed_temporary_of_a_baseline_holds_the_right_answer(pool):
                       "referee": True})
     assert reply.outcome is None and reply.payload["probe"]["calls"] > 10, (reply.message, reply.logs[-2000:])
     assert reply.payload["probe"]["freed"] == 0, reply.payload["probe"]
+
+
+# A reference whose output aliases its input and a tensor its module keeps as a plain attribute: neither
+# is a secret, and overwriting them would change the next call's input and the model itself.
+ALIASING_TASK = '''
+import torch
+import torch.nn as nn
+
+CUDAPERF_TASK = {"no_derived_configs": "a unit test of the timing stage's disposal"}
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.table = torch.randn(n)  # a plain attribute: neither a parameter nor a buffer
+
+    def forward(self, x):
+        return x.view(-1), self.table
+
+def get_input_configs():
+    return [{"name": "small", "n": 16}]
+
+def get_inputs(n=16):
+    return [torch.randn(8, n)]
+
+def get_init_inputs(n=16):
+    return [n]
+'''
+ALIASING_CANDIDATE = '''
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.table = torch.randn(n)
+
+    def forward(self, x):
+        return x.reshape(-1).clone(), self.table.clone()
+'''
+
+
+def test_a_baseline_output_that_aliases_an_input_or_the_model_is_left_intact(pool):
+    job = EvalJob(task=task_from_source(ALIASING_TASK, "aliasing"), solution=Solution(
+                  "copy", ALIASING_CANDIDATE, SolutionFormat.PYTORCH), device="cpu", seeds=(1, 2),
+                  policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(budget_ms=0.5, warmup_ms=0.1, baselines=("eager",)))
+    reply = pool.run({**job_message(job, "00ff00ff"), "referee": True})
+    assert reply.outcome is None and len(reply.payload["timings"]) == 1, (reply.message, reply.logs[-2000:])
+    assert all(c["correct"] for c in reply.payload["correctness"]), reply.payload["correctness"]
+    assert not _codes(reply) & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}

@@ -59,9 +59,9 @@ a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a ba
 from its call until its disposal, so native code of the candidate running beside it (a thread of its
 own, or work on a stream of its own) can copy it then; the baselines' temporaries are freed as they are
 (a model whose output is a cheap step from one, say a transpose, a cast or a final elementwise op, leaves
-most of the answer in a freed block); an output aliasing an input or a weight is left as it is (the
-candidate has those anyway); a Python number is not overwritten. Without a referee the worker holds the
-reference outputs throughout (no boundary is claimed there).
+most of the answer in a freed block); an output aliasing an input or a tensor of the model is left as it
+is (the candidate has those anyway); a Python number is not overwritten. Without a referee the worker
+holds the reference outputs throughout (no boundary is claimed there).
 """
 
 from __future__ import annotations
@@ -842,7 +842,7 @@ class TorchSession(Session):
                 expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
         model = self.construct(config, seeds[0])
         # With a referee every baseline output (a right answer) is overwritten once its call is over
-        keep = _storages([input_sets, _weights(entry.model)]) if refereed else None
+        keep = _storages([input_sets, _held_by(entry.model)]) if refereed else None
         fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs),
                **self.baselines(entry, config, keep)}
         # a reference working in place changes the inputs each call
@@ -897,7 +897,7 @@ class TorchSession(Session):
     def baselines(self, entry: Reference, config: InputConfig,
                   keep: frozenset[int] | None = None) -> dict[str, Callable | Disposed]:
         """The baselines to time. With `keep` (a refereed worker: the storages of the timing inputs and
-        the weights), each is `timing.Disposed`: every output overwritten after its call
+        of the model's tensors), each is `timing.Disposed`: every output overwritten after its call
         (`dispose_baseline_output`)."""
         wanted = set(self.job.timing.baselines)
         fns: dict[str, Callable | Disposed] = {}
@@ -915,9 +915,10 @@ class TorchSession(Session):
     def dispose_baseline_output(self, out: Any, keep: frozenset[int]) -> None:
         """Overwrite a baseline's output (the reference model's: a right answer on a timing input set) once
         its sample is taken, outside every timed window: each tensor of it (NaN, or zeros) but those whose
-        storage is in `keep` (an input's or a weight's: the candidate is given those anyway, and the
-        bench needs them intact), then wait for the fill, so that no work the candidate's code queues
-        next, on any stream, reads the output before it is overwritten."""
+        storage is in `keep` (an input's or one the model holds, `_held_by`: the bench and the model need
+        them intact, and they are no secret: the candidate gets the inputs and the same weights), then
+        wait for the fill, so that no work the candidate's code queues next, on any stream, reads the
+        output before it is overwritten."""
         scrub([t for t in flatten_tensors(out) if type(t) is torch.Tensor and _storage(t) not in keep])
         synchronize(self.device)
 
@@ -929,7 +930,7 @@ class TorchSession(Session):
                 compiled = compile_baseline(entry.model)
                 with torch.no_grad():  # its first call's output, a right answer, overwritten at once
                     self.dispose_baseline_output(compiled(*clone_inputs(entry.inputs)),
-                                                 _storages(_weights(entry.model)))
+                                                 _storages(_held_by(entry.model)))
                 synchronize(self.device)
                 entry.extra["compiled"] = compiled
             except Exception as exc:  # noqa: BLE001 - the baseline is missing, the evaluation goes on
@@ -1013,6 +1014,13 @@ class TorchSession(Session):
 
 def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
+
+
+def _held_by(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Every tensor a model holds: its weights, and tensors kept as plain attributes of its modules (a
+    forward may return one as it is: overwriting that output would change the model)."""
+    attributes = [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
+    return _weights(model) + attributes
 
 
 def _storage(t: torch.Tensor) -> int:
