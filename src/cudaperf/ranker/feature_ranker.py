@@ -25,10 +25,10 @@ How far the trees may move the score from the prior (`tree_weight`, the score is
 trees`) is chosen inside `fit` by nested cross-validation over the training table's split groups
 (`choose_tree_weight`): models trained without a fold of whole groups score that fold, each weight of
 `tree_weight_grid` is scored by its accuracy on the fold's >= 1.5x pairs macro-averaged over families,
-and the smallest weight within one standard error (over families) of the best is kept (the one-
-standard-error rule: the prior is the simpler model). A caller's held-out family never enters its own
-choice, because the choice sees only the table `fit` is given. The choice and its curve are saved with
-the model (store.py).
+and the best is kept (ties to the smaller weight: the prior is the simpler model). The standard error of
+that accuracy over families is recorded beside it, to read how far the grid's differences stand above
+the spread between families. A caller's held-out family never enters its own choice, because the choice
+sees only the table `fit` is given. The choice and its curve are saved with the model (store.py).
 
 `explain(x)` reports which features drove a decision (the prior as `cost_model_prior`): LightGBM's exact
 per-prediction contributions (TreeSHAP, `pred_contrib`) of each feature to each score, and for a
@@ -164,7 +164,7 @@ def fit_prior(table: Table, y: np.ndarray, w: np.ndarray) -> Prior:
 @dataclass(frozen=True)
 class TreeWeightChoice:
     """The nested choice of `tree_weight`: the inner held-out accuracy (>= 1.5x pairs, macro over
-    families) of each grid weight, the standard error used by the one-standard-error rule, the choice."""
+    families) of each grid weight, the standard error of the best one over families, the choice."""
 
     weights: tuple[float, ...]
     macro: tuple[float, ...]
@@ -316,16 +316,13 @@ def choose_tree_weight(table: Table, config: FeatureRankerConfig) -> TreeWeightC
     pairs = pairs.select(at_least(pairs, CHOICE_GAP))
     if not len(pairs):
         return None
-    grid = config.tree_weight_grid
+    grid = tuple(sorted(config.tree_weight_grid))
     accs = [metrics.accuracy(prior_part + w * tree_part, pairs) for w in grid]
-    best = int(np.argmax([a.macro for a in accs]))
+    best = int(np.argmax([a.macro for a in accs]))  # the first maximum: ties go to the smaller weight
     per = np.asarray(list(accs[best].per_family.values()))
     se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0
-    # the smallest weight within one standard error of the best (weights compared in increasing order)
-    order = np.argsort(grid, kind="stable")
-    chosen = next(grid[i] for i in order if accs[i].macro >= accs[best].macro - se)
     return TreeWeightChoice(
-        tuple(grid), tuple(a.macro for a in accs), se, float(chosen), len(per), len(pairs), len(folds)
+        grid, tuple(a.macro for a in accs), se, float(grid[best]), len(per), len(pairs), len(folds)
     )
 
 
