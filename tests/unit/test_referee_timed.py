@@ -138,6 +138,7 @@ def test_a_snapshot_is_a_copy_the_candidate_cannot_change_later():
 def test_a_timed_key_of_the_wrong_kinds_is_malformed():
     from cudaperf.execute.outputs import Malformed
 
-    assert TimedKey.parse(["a", 1, "candidate"]) == TimedKey("a", 1, "candidate")
-    with pytest.raises(Malformed):
-        TimedKey.parse(["a", "1", "candidate"])
+    assert TimedKey.parse(["a", 1, "candidate", 2]) == TimedKey("a", 1, "candidate", 2)
+    for wrong in (["a", "1", "candidate", 0], ["a", 1, "candidate"], ["a", 1, "candidate", True]):
+        with pytest.raises(Malformed):
+            TimedKey.parse(wrong)

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ _DTYPES = {name: getattr(torch, name) for name in (
 ) if isinstance(getattr(torch, name, None), torch.dtype)}
 MAX_DEPTH = 8  # nesting of lists/tuples in one output
 MAX_LEAVES = 4096  # tensors and values in one output
+KEPT_RECHECKS = 2  # later re-checked outputs per input set kept for the referee (`TimedOutputs`)
 
 
 class Malformed(ValueError):
@@ -63,20 +66,24 @@ class Malformed(ValueError):
 @dataclass(frozen=True)
 class TimedKey:
     """Which re-checked timing output: configuration name, index of the input set in the job's timing
-    seeds, and the timed function ("candidate" or a baseline's name)."""
+    seeds, the timed function ("candidate" or a baseline's name), and which of its re-checked calls on
+    that set (`recheck`: 0 the first, n the n-th after it; a later one travels only when it is not bit
+    for bit the first, `TimedOutputs`)."""
 
     config: str
     input_set: int
     function: str
+    recheck: int = 0
 
     def wire(self) -> list:
-        return [self.config, self.input_set, self.function]
+        return [self.config, self.input_set, self.function, self.recheck]
 
     @classmethod
     def parse(cls, value: Any) -> TimedKey:
-        if (not isinstance(value, list) or len(value) != 3 or type(value[0]) is not str
-                or type(value[1]) is not int or type(value[2]) is not str):
-            raise Malformed(f"a timed output key must be [config, input set, function]: {str(value)[:200]}")
+        if (not isinstance(value, list) or len(value) != 4 or type(value[0]) is not str
+                or type(value[1]) is not int or type(value[2]) is not str or type(value[3]) is not int):
+            raise Malformed("a timed output key must be [config, input set, function, re-check]: "
+                            f"{str(value)[:200]}")
         return cls(*value)
 
 
@@ -436,11 +443,13 @@ class Shipper:
         (`referee.RefereeJob.reference_sizes`), so that the worker needs no reference output to plan."""
         return self.exchange({"type": "sync"})
 
-    def ship_timed(self, config: str, outputs: dict[tuple[str, int], Any]) -> None:
-        """The re-checked timing outputs of one configuration (`TimedOutputs.first`), in as few messages
-        as the region allows."""
-        for (function, input_set), value in sorted(outputs.items()):
-            self.ship(TimedKey(config, input_set, function), {"output": value, "inputs_after": None}, "timed")
+    def ship_timed(self, config: str, outputs: dict[tuple, Any]) -> None:
+        """The re-checked timing outputs of one configuration (`TimedOutputs.to_ship`: keyed (function,
+        input set, re-check), or (function, input set) for a first one), in as few messages as the region
+        allows, in key order (a set's first before its later ones)."""
+        for (function, input_set, *recheck), value in sorted(outputs.items()):
+            key = TimedKey(config, input_set, function, *recheck)
+            self.ship(key, {"output": value, "inputs_after": None}, "timed")
         self.flush()
         self.kind = "output"
 
@@ -450,30 +459,145 @@ class Shipper:
         return self.exchange({"type": "done"})
 
 
+@dataclass(frozen=True)
+class _Slot:
+    """A later output kept for the referee: its re-check index on its set, a copy of it, its bytes."""
+
+    recheck: int
+    value: Any
+    nbytes: int
+
+
+@dataclass
+class _Later:
+    """The candidate's later re-checked outputs on one input set (after its first): how many there were,
+    how many were not bit for bit the first, and those kept for the referee (`KEPT_RECHECKS` slots): the
+    farthest from the first (with its distance) and one drawn at random among those that differed."""
+
+    calls: int = 0
+    differing: int = 0
+    farthest: _Slot | None = None
+    farthest_distance: float = -1.0
+    sampled: _Slot | None = None
+
+    def kept(self) -> dict[int, Any]:
+        return {slot.recheck: slot.value for slot in (self.farthest, self.sampled) if slot is not None}
+
+
 class TimedOutputs:
-    """The timing stage's `check` with a referee (see the module docstring): keeps a copy of the
-    candidate's first output on each input set (`first`, keyed (candidate, input set): the referee judges
-    it) and compares every later output on that set with it, the candidate's own and the baselines'. A
-    baseline's output is never kept: one that comes before the candidate's first on its set is not
-    compared (True). `compare(out, expected) -> bool` is the session's comparison under the task's
-    tolerances; `candidate` the candidate's name among the timed functions.
+    """The timing stage's `check` with a referee (see the module docstring). The candidate's first output
+    on each input set is kept (`first`, keyed (candidate, input set)); each later one on that set passes
+    here when it is bit for bit that first one (then it is what the referee judges), and otherwise is
+    compared with it under the task's tolerances (a failure counts here at once) and may be kept for the
+    referee too (`to_ship`, each with its re-check index), which judges it against its own reference
+    under the task's tolerance, as it judges the first. A baseline's output is compared with the
+    candidate's first on its set and never kept (one before that first is not compared: True).
 
-    Why not against the reference model's own output (the eager baseline's): kept here, it would be a
-    right answer that the candidate's native code could copy and return. Against the candidate's
-    first, a later output passes when it is within the tolerance of one the referee judged within the
-    tolerance of its reference (so within twice the tolerance of the reference)."""
+    Which later outputs are kept, per input set (`KEPT_RECHECKS`, two): the farthest from the first (by
+    the comparison's `max_rel_error`) and one drawn uniformly at random among those that differed
+    (reservoir sampling from this process's own random source), so that neither a candidate's first
+    differing outputs nor its mildest ones decide what the referee sees; in all, no more device bytes than
+    `budget_bytes` (what the memory plan leaves free). A deterministic candidate keeps and ships nothing
+    beyond its first output per set. Beyond what is kept, a differing output is judged only here, against
+    the first: within the tolerance of an output the referee found within the tolerance of its reference,
+    so within twice the tolerance of that reference; `unjudged` counts those (the session reports the
+    check as partial when there are any).
 
-    def __init__(self, compare: Callable[[Any, Any], bool], candidate: str = "candidate"):
-        self.compare, self.candidate = compare, candidate
+    Why never against the reference model's own output (the eager baseline's): kept here, it would be a
+    right answer that the candidate's native code could copy and return. `compare(out, expected)` is the
+    session's comparison under the task's tolerances (a `correctness.Comparison`, or a bool);
+    `candidate` the candidate's name among the timed functions; `rng` the random source (tests)."""
+
+    def __init__(self, compare: Callable[[Any, Any], Any], candidate: str = "candidate", *,
+                 budget_bytes: int = 1 << 62, rng: random.Random | None = None):
+        self.compare, self.candidate, self.budget_bytes = compare, candidate, budget_bytes
+        self.rng = rng or random.Random(int.from_bytes(os.urandom(8), "little"))
         self.first: dict[tuple[str, int], Any] = {}
+        self.later: dict[int, _Later] = {}
+        self.kept_bytes = 0
 
     def check(self, name: str, input_set: int, out: Any) -> bool:
-        key = (self.candidate, input_set)
-        first = self.first.get(key)
-        if first is None and name == self.candidate:
-            self.first[key] = snapshot(out)
+        first = self.first.get((self.candidate, input_set))
+        if name != self.candidate:
+            return first is None or _ok(self.compare(out, first))
+        if first is None:
+            self.first[(self.candidate, input_set)] = snapshot(out)
             return True  # the referee judges it
-        return first is None or self.compare(out, first)
+        later = self.later.setdefault(input_set, _Later())
+        later.calls += 1
+        if identical(out, first):
+            return True  # exactly what the referee judges
+        later.differing += 1
+        result = self.compare(out, first)
+        self._keep(later, out, _distance(result))
+        return _ok(result)
+
+    def _keep(self, later: _Later, out: Any, distance: float) -> None:
+        """`out` (the set's `later.calls`-th re-check) into the slots it wins, within `budget_bytes`."""
+        wins = {"farthest": distance > later.farthest_distance,
+                "sampled": self.rng.randrange(later.differing) == 0}  # each kept with chance 1/n
+        if not any(wins.values()):
+            return
+        spec, tensors = describe(out)
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        old = {name: getattr(later, name) for name in wins}
+        staying = [slot for name, slot in old.items() if slot is not None and not wins[name]]
+        losing = {id(slot): slot for name, slot in old.items() if slot is not None and wins[name]}
+        freed = sum(slot.nbytes for slot in losing.values() if all(slot is not s for s in staying))
+        if self.kept_bytes - freed + nbytes > self.budget_bytes:
+            return  # no room left by the memory plan: this one is judged here only
+        slot = _Slot(later.calls, rebuild(spec, [t.clone() for t in tensors]), nbytes)
+        self.kept_bytes += nbytes - freed
+        if wins["farthest"]:
+            later.farthest, later.farthest_distance = slot, distance
+        if wins["sampled"]:
+            later.sampled = slot
+
+    def to_ship(self) -> dict[tuple[str, int, int], Any]:
+        """What the referee judges after the bench: (function, input set, re-check) -> output."""
+        shipped = {(name, input_set, 0): value for (name, input_set), value in self.first.items()}
+        for input_set, later in self.later.items():
+            shipped.update({(self.candidate, input_set, recheck): value
+                            for recheck, value in later.kept().items()})
+        return shipped
+
+    def unjudged(self) -> tuple[int, int]:
+        """(later outputs that differed from the first on their set and are judged only here, all later
+        outputs that differed)."""
+        differing = sum(later.differing for later in self.later.values())
+        return differing - sum(len(later.kept()) for later in self.later.values()), differing
+
+    def clear(self) -> None:
+        self.first.clear()
+        self.later.clear()
+        self.kept_bytes = 0
+
+
+def _ok(result: Any) -> bool:
+    return bool(getattr(result, "ok", result))
+
+
+def _distance(result: Any) -> float:
+    """How far a differing output is from the first: the comparison's `max_rel_error` (infinite when it
+    has none: a structure, shape or type that differs)."""
+    value = getattr(result, "max_rel_error", None)
+    if type(result) is bool:
+        return 0.0 if result else math.inf
+    return math.inf if value is None or math.isnan(value) else float(value)
+
+
+def identical(value: Any, kept: Any) -> bool:
+    """Whether `value` is bit for bit `kept` (a `snapshot`): the same description (structure, types,
+    dtypes, shapes, devices, numbers) and the same bytes in every tensor (NaN payloads included)."""
+    spec, tensors = describe(value)
+    kept_spec, kept_tensors = describe(kept)
+    return spec == kept_spec and all(
+        a.device == b.device and torch.equal(_bytes(a), _bytes(b)) for a, b in zip(tensors, kept_tensors,
+                                                                                     strict=True))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
 
 
 def snapshot(value: Any) -> Any:

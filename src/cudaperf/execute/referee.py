@@ -575,7 +575,7 @@ class RefereeJob:
         self.judge = None
         self.policy: Any = None
         self.timed: tuple[str, ...] = ()
-        # timing's re-checked outputs: per (configuration, function), [(input set, comparison)]
+        # timing's re-checked outputs: per (configuration, function), [(input set, re-check, comparison)]
         self.timed_results: dict[tuple[str, str], list[tuple[int, Any]]] = {}
         self.timed_received: set[Any] = set()
         self.memory = ""  # why the job's references do not fit on the device (SKIPPED, not HARNESS_ERROR)
@@ -789,7 +789,8 @@ class RefereeJob:
                 result = self.judge.check_timed(key.config, key.input_set, output)
             finally:
                 self.timed_judged.add(assembler.total, time.perf_counter() - began)
-            self.timed_results.setdefault((key.config, key.function), []).append((key.input_set, result))
+            self.timed_results.setdefault((key.config, key.function), []).append(
+                (key.input_set, key.recheck, result))
         else:
             try:
                 self.judge.add(key, item)
@@ -798,10 +799,12 @@ class RefereeJob:
 
     def check_timed_key(self, key: Any) -> None:
         """A re-checked timing output the worker's code can send: after `done` on a job that times, of a
-        timed configuration that was not dropped, an input set of the job, once; never of a C job (its
+        timed configuration that was not dropped, an input set of the job, once per re-check index; a
+        later one (`recheck` > 0: an output that was not bit for bit the first on its set) only after
+        that set's first, and at most `outputs.KEPT_RECHECKS` of them per set; never of a C job (its
         worker re-checks its timing outputs itself and ships none, and `CJudge` has no model to judge
         them by: such a message is a forgery, not a fault of the harness)."""
-        from cudaperf.execute.outputs import Malformed
+        from cudaperf.execute.outputs import KEPT_RECHECKS, Malformed, TimedKey
 
         if not self.on_device:
             raise Malformed(f"a timed output in a C job, whose worker ships none: {str(key)[:200]}")
@@ -811,6 +814,15 @@ class RefereeJob:
             raise Malformed(f"a timed output outside the job's input sets, or sent twice: {str(key)[:200]}")
         if key.config in self.judge.dropped:
             raise Malformed(f"a timed output of a dropped configuration: {key.config[:100]!r}")
+        if key.recheck < 0:
+            raise Malformed(f"a timed output with a negative re-check index: {str(key)[:200]}")
+        if key.recheck > 0:
+            first = TimedKey(key.config, key.input_set, key.function, 0)
+            later = sum(k.recheck > 0 and (k.config, k.input_set, k.function) == (
+                key.config, key.input_set, key.function) for k in self.timed_received)
+            if first not in self.timed_received or later >= KEPT_RECHECKS:
+                raise Malformed(f"a later timed output before its set's first, or more than {KEPT_RECHECKS} "
+                                f"of them on one set: {str(key)[:200]}")
         self.timed_received.add(key)
 
     def _limit(self, key: Any) -> int:
@@ -916,15 +928,18 @@ class RefereeJob:
 
         flags = []
         for (config, function), results in sorted(self.timed_results.items()):
-            wrong = [(i, r) for i, r in results if not r.ok]
+            wrong = [(i, n, r) for i, n, r in results if not r.ok]
             if not wrong:
                 continue
-            where = f"input set {wrong[0][0]}: {wrong[0][1].message}"[:600]
+            input_set, recheck, first = wrong[0]
+            which = "its first re-checked output" if recheck == 0 else f"re-checked call {recheck} after it"
+            where = f"input set {input_set}, {which}: {first.message}"[:600]
             if function == CANDIDATE:
                 code = "timed_output_mismatch"
                 if code not in RULES or self.policy.active(code):
-                    flags.append(Flag(code, f"{function}: {len(wrong)} of the re-checked outputs the referee "
-                                      f"judged were wrong during timing ({where})", Severity.ERROR, config))
+                    text = (f"{function}: {len(wrong)} of the {len(results)} re-checked outputs the referee "
+                            f"judged were wrong during timing ({where})")
+                    flags.append(Flag(code, text, Severity.ERROR, config))
             else:
                 text = f"the {function} baseline's outputs failed the referee's re-check {len(wrong)} times"
                 flags.append(Flag("baseline_output_mismatch", f"{text} ({where})", Severity.WARNING, config))

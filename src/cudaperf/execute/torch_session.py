@@ -92,6 +92,8 @@ from cudaperf.correctness import (
 )
 from cudaperf.execute.device_state import forward_bytes, start_peak
 from cudaperf.execute.memory_plan import (
+    HEADROOM,
+    MIN_OUTPUT_CAP_BYTES,
     SAMPLE_ELEMENTS,
     Footprint,
     MemoryPlan,
@@ -854,13 +856,23 @@ class TorchSession(Session):
         def check(name: str, index: int, out: Any) -> bool:
             return self.compare_output(out, expected[index]).ok
 
-        timed = TimedOutputs(lambda out, want: self.compare_output(out, want).ok)
+        timed = TimedOutputs(self.compare_output, budget_bytes=self.recheck_budget_bytes())
         bench = self.bench(fns, input_sets, (timed.check if refereed else check) if checked else None,
                            config.name)
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
-            self.shipper.ship_timed(config.name, timed.first)
-        timed.first.clear()
+            self.shipper.ship_timed(config.name, timed.to_ship())
+            self.flags += _partial_recheck(timed, config.name)
+        timed.clear()
         return self.summarize_timing(config, entry, bench)
+
+    def recheck_budget_bytes(self) -> int:
+        """Device bytes the timing stage may hold in later re-checked outputs kept for the referee
+        (`outputs.TimedOutputs`): what the memory plan leaves of its share of the free bytes (its peak
+        counts one output per input set, the first); `MIN_OUTPUT_CAP_BYTES` without a plan."""
+        plan = self.plan
+        if plan is None or not plan.fits:
+            return MIN_OUTPUT_CAP_BYTES
+        return max(0, int(plan.free_bytes * HEADROOM) - plan.needed_bytes)
 
     def in_place(self, config: InputConfig) -> bool:
         """Whether the referee found `config`'s reference working in place (False when it did not say:
@@ -1030,6 +1042,22 @@ def _storage(t: torch.Tensor) -> int:
 def _storages(values: Any) -> frozenset[int]:
     """The storages of every tensor in `values` (what a baseline's output may alias and must keep)."""
     return frozenset(_storage(t) for t in flatten_tensors(values))
+
+
+def _partial_recheck(timed: Any, config: str) -> list[Flag]:
+    """`timed_recheck_partial` (INFO) when some of the candidate's later re-checked outputs differed from
+    its first on their set and were not kept for the referee (`outputs.TimedOutputs`): those were
+    compared here with that first output only, within twice the tolerance from the reference."""
+    from cudaperf.execute.outputs import KEPT_RECHECKS
+
+    unjudged, differing = timed.unjudged()
+    if not unjudged:
+        return []
+    text = (f"{unjudged} of the candidate's {differing} re-checked outputs that were not bit for bit its "
+            "first on their input set were compared only here, with that first output (so within twice the "
+            "tolerance from the reference); the referee judged the others (per set the farthest from the "
+            f"first and one drawn at random, {KEPT_RECHECKS} at most)")
+    return [Flag("timed_recheck_partial", text, Severity.INFO, config)]
 
 
 def _baseline_disagreements(bench: BenchReport, config: str) -> list[Flag]:
