@@ -8,6 +8,7 @@ worker and referee (CPU mode) on the small PyTorch task of test_session.py; the 
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudaperf.correctness import compare
 from cudaperf.execute import WorkerPool
+from cudaperf.execute.outputs import KEPT_RECHECKS, TimedOutputs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
@@ -46,7 +49,8 @@ SHIFTED = CORRECT.replace("self.linear = nn.Linear(n, n)", """self.linear = nn.L
 DRIFTING = SHIFTED.replace("FIRST", "0.9").replace("LATER", "1.8")
 
 # Honest and nondeterministic: every call adds noise of at most a tenth of the bound (atomics' order).
-NOISY = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z", """out = torch.relu(self.linear(x)) * 2 + z
+NOISY = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z", """\
+out = torch.relu(self.linear(x)) * 2 + z
         bound = 1e-4 * out.square().mean().sqrt() + 1e-4 * out.abs()
         return out + 0.1 * bound * (2 * torch.rand_like(out) - 1)""")
 
@@ -68,3 +72,94 @@ def test_a_later_output_beyond_the_tolerance_but_near_the_first_is_caught_by_the
     flags = [f for f in reply.payload["flags"] if f["code"] == "timed_output_mismatch"]
     assert any("the referee judged" in f["message"] and f["severity"] == "error" for f in flags), \
         reply.payload["flags"]
+
+
+def _keys(reply) -> list[tuple[str, int, int]]:
+    return [(config, input_set, recheck) for config, input_set, _, recheck in reply.payload["timed_keys"]]
+
+
+def test_a_deterministic_candidate_ships_only_its_first_output_per_input_set(pool):
+    reply = pool.run(_handler("record_timed_keys", CORRECT))
+    assert reply.outcome is None and len(reply.payload["timings"]) == 2, (reply.message, reply.logs[-2000:])
+    keys = _keys(reply)
+    configs = {t["config"] for t in reply.payload["timings"]}
+    assert sorted(keys) == sorted((c, s, 0) for c in configs for s in range(3)), keys
+    assert not _codes(reply) & (TOLERATED | {"timed_recheck_partial"}), reply.payload["flags"]
+
+
+def test_an_honest_candidate_whose_later_outputs_differ_within_the_tolerance_passes(pool):
+    reply = pool.run(_handler("record_timed_keys", NOISY))
+    assert reply.outcome is None and len(reply.payload["timings"]) == 2, (reply.message, reply.logs[-2000:])
+    assert not _codes(reply) & TOLERATED, reply.payload["flags"]
+    later = [key for key in _keys(reply) if key[2] > 0]
+    per_set = {key[:2]: sum(k[:2] == key[:2] for k in later) for key in later}
+    assert later and max(per_set.values()) <= KEPT_RECHECKS, _keys(reply)
+
+
+def test_later_outputs_sent_by_the_rules_are_accepted(pool):
+    reply = pool.run(_handler("later_outputs_within_the_cap", CORRECT))
+    assert reply.outcome is None and not _codes(reply) & TOLERATED, reply.payload["flags"]
+
+
+@pytest.mark.parametrize("handler", ["later_outputs_over_the_cap", "a_later_output_twice",
+                                     "a_later_output_before_the_first", "a_negative_recheck"])
+def test_a_timed_announcement_against_the_rules_is_a_verdict_mismatch(pool, handler):
+    reply = pool.run(_handler(handler, CORRECT))
+    mismatches = [f["message"] for f in reply.payload["flags"] if f["code"] == "verdict_mismatch"]
+    assert any("announcements were not what its own code sends" in m for m in mismatches), mismatches
+    assert reply.worker_replaced
+
+
+# -- the pieces ---------------------------------------------------------------------------------------
+
+
+def _timed(**options) -> TimedOutputs:
+    return TimedOutputs(lambda out, want: compare(out, want), **options)
+
+
+def test_a_later_output_bit_for_bit_the_first_is_neither_compared_nor_kept():
+    timed = _timed()
+    timed.check("candidate", 0, torch.ones(3))
+    assert timed.check("candidate", 0, torch.ones(3))
+    assert sorted(timed.to_ship()) == [("candidate", 0, 0)] and timed.unjudged() == (0, 0)
+
+
+def test_a_later_output_that_differs_only_in_its_bits_is_kept_for_the_referee():
+    timed = _timed()
+    timed.check("candidate", 0, torch.zeros(3))
+    assert timed.check("candidate", 0, -torch.zeros(3))  # equal as numbers, not as bytes
+    assert sorted(timed.to_ship()) == [("candidate", 0, 0), ("candidate", 0, 1)]
+
+
+def test_the_farthest_later_output_from_the_first_is_always_kept():
+    for seed in range(20):
+        timed = _timed(rng=random.Random(seed))
+        timed.check("candidate", 0, torch.ones(64))
+        for recheck, error in enumerate([1e-6, 1e-5, 3e-5, 1e-6, 2e-6, 1e-6], start=1):
+            timed.check("candidate", 0, torch.ones(64) + error)
+        kept = {recheck for _, _, recheck in timed.to_ship()} - {0}
+        assert 3 in kept and len(kept) <= KEPT_RECHECKS and timed.unjudged() == (6 - len(kept), 6)
+
+
+def test_every_differing_later_output_can_be_the_one_drawn_at_random():
+    drawn = set()
+    for seed in range(60):
+        timed = _timed(rng=random.Random(seed))
+        timed.check("candidate", 0, torch.ones(8))
+        for recheck in range(1, 6):
+            timed.check("candidate", 0, torch.ones(8) + (1e-5 if recheck == 1 else 1e-7 * recheck))
+        drawn |= {recheck for _, _, recheck in timed.to_ship()} - {0, 1}
+    assert drawn == {2, 3, 4, 5}
+
+
+def test_later_outputs_over_the_byte_budget_are_not_kept_and_counted_as_unjudged():
+    timed = _timed(budget_bytes=0)
+    timed.check("candidate", 0, torch.ones(8))
+    assert timed.check("candidate", 0, torch.ones(8) + 1e-6)
+    assert sorted(timed.to_ship()) == [("candidate", 0, 0)] and timed.unjudged() == (1, 1)
+
+
+def test_a_later_output_beyond_the_tolerance_of_the_first_still_fails_here():
+    timed = _timed()
+    timed.check("candidate", 0, torch.ones(8))
+    assert not timed.check("candidate", 0, torch.ones(8) * 2)
