@@ -24,16 +24,26 @@ Covers:
   announcement checked (sizes, order, the job's keys): a malformed one raises `Malformed`.
 - `TimedOutputs` (worker side, timing stage): the outputs the bench re-checks (`timing.bench_interleaved`'s
   `check`): the candidate's first one on each input set is kept (a copy) and, after the configuration's
-  bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by `TimedKey`),
-  which judges it against its own reference outputs; the candidate's later ones on that set are compared
-  here with that first one, and a baseline's with it too (when it exists yet). A baseline's output (the
-  reference model's, eager or compiled: a right answer) is never kept: the worker overwrites each one
-  after its call (`torch_session.TorchSession.dispose_baseline_output`), so no right answer on a timing
-  input set is held in the worker while the candidate's code runs.
+  bench, shipped to the referee (`Shipper.ship_timed`, messages of type "timed" keyed by `TimedKey`,
+  re-check index 0), which judges it against its own reference outputs under the task's tolerance. A
+  later one on that set that is bit for bit the first passes here (it is what the referee judged); one
+  that differs at all is compared here with the first, and kept and shipped the same way with its
+  re-check index (at most `KEPT_RECHECKS` per set, within the memory plan's spare bytes: the farthest
+  from the first and one drawn at random), so the referee judges it against its reference under the
+  same tolerance. A baseline's output is compared with the candidate's first on its set. A baseline's
+  output (the reference model's, eager or compiled: a right answer) is never kept: the worker overwrites
+  each one after its call (`torch_session.TorchSession.dispose_baseline_output`), so no right answer on
+  a timing input set is held in the worker while the candidate's code runs.
 
 Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
-forwarding and its deadlines (`sandbox.py`). Pinning is for speed only: it changes neither who can write
-the region nor what the referee judges (the bytes it copied to its own tensors, after they landed).
+forwarding and its deadlines (`sandbox.py`). Of the candidate's later re-checked outputs that differ from
+its first on their set, those beyond the kept ones are judged only here, against that first output:
+within the tolerance of an output the referee found within the tolerance of its reference, so up to
+twice the tolerance from the reference (the session reports such a partial check,
+`timed_recheck_partial`); a candidate wrong on a few re-checks only, each nearer its first than the
+farthest, can go unjudged by the referee. Native code in the worker can leave out or replace any of them
+(the worker's word). Pinning is for speed only: it changes neither who can write the region nor what the
+referee judges (the bytes it copied to its own tensors, after they landed).
 """
 
 from __future__ import annotations

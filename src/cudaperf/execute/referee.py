@@ -28,11 +28,12 @@ Covers:
   `correctness.compare` under the task's tolerances), and answers `done` with whether all was correct
   (the worker skips timing otherwise). After each configuration's bench, with the worker waiting (never
   during a bench), it judges the outputs the timing stage re-checked (`timed` messages,
-  `outputs.TimedOutputs`: the candidate's first on each input set) against the first seed's model on
-  that set (`TorchJudge.check_timed`). PyTorch references are kept across jobs (a quarter of the
-  device's memory), C ones in host memory. Device memory it cached beyond `RELEASE_ABOVE_BYTES` goes back
-  to the driver after each message (`Referee._release`): the worker plans its memory from what the driver
-  reports free.
+  `outputs.TimedOutputs`: the candidate's first on each input set, and its later ones there that were
+  not bit for bit that first, each with its re-check index) against the first seed's model on that set
+  (`TorchJudge.check_timed`), under the task's tolerance. PyTorch references are kept across jobs (a
+  quarter of the device's memory), C ones in host memory. Device memory it cached beyond
+  `RELEASE_ABOVE_BYTES` goes back to the driver after each message (`Referee._release`): the worker plans
+  its memory from what the driver reports free.
 - `finish`: the parent sends what the worker reported (any claim of its own, its timings, the time from
   its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only widens)
   and gets the verdict back: the correctness, the judging flags, `timed_output_mismatch` (ERROR) or
@@ -45,17 +46,22 @@ Covers:
   own code sends: a correctness verdict of its own (a refereed worker writes none), a verdict with outputs
   never shipped, an outcome of "correct" or "incorrect" (its code leaves the outcome to correctness),
   timings of a configuration whose re-checked outputs never came, of one the job does not time or twice
-  of one, an announcement no honest worker sends, a payload that does not parse, timed calls adding up
+  of one, an announcement no honest worker sends (among the timed ones: a key sent twice, a negative
+  re-check index, a later output before its set's first, more than `outputs.KEPT_RECHECKS` later ones
+  per set: `RefereeJob.check_timed_key`), a payload that does not parse, timed calls adding up
   (by every figure of theirs: `_least_ms`) to more than the timing stage can have lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
 Not covered: what stays forgeable because only the worker sees it (timings, coverage, the torch-op
-monitor, input mutation, and the timing stage's re-checks after the candidate's first output on each
-input set, which the worker compares with that first one: guards.py, "Not covered"), a baseline's output
-that native code of the candidate copies in the worker while it exists (from the baseline's call until
-the worker overwrites it; and the baselines' freed temporaries: `torch_session`, "Not covered"), the
-sandbox's own deadlines and replacement (`sandbox.py`), judging itself (`judge.py` and the kinds).
+monitor, input mutation: guards.py, "Not covered"; and which of the timing stage's later re-checked
+outputs differ from the candidate's first on their set, so which come here: the worker's word), the
+later re-checked outputs beyond those the worker keeps (`outputs.KEPT_RECHECKS` per set), compared in
+the worker with the candidate's first only, so within twice the tolerance from the reference
+(`timed_recheck_partial` says when there were any), a baseline's output that native code of the
+candidate copies in the worker while it exists (from the baseline's call until the worker overwrites it;
+and the baselines' freed temporaries: `torch_session`, "Not covered"), the sandbox's own deadlines and
+replacement (`sandbox.py`), judging itself (`judge.py` and the kinds).
 """
 
 from __future__ import annotations

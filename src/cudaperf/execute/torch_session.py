@@ -35,14 +35,16 @@ fails on is dropped when the referee finds its reference failing too), timing an
 referee said everything was correct. The payload carries no correctness of its own (the referee's verdict
 is the only one; a claim in a refereed payload is a forgery, `verdict_mismatch`). Timing re-checks
 outputs through `outputs.TimedOutputs`: the candidate's first re-checked output on each input set goes to
-the referee after the configuration's bench, and its later ones, and the baselines', are compared here
-with that first one. The baselines (the reference model eager and compiled: their outputs are the right
-answers on the timing input sets) are `timing.Disposed`: each output is overwritten (NaN, or zeros) once
-its sample and re-check are done, outside every timed window, and the device synchronised before the
-next call (`dispose_baseline_output`; the compiled baseline's warm-up output too), so no right answer is
-live, or in a freed block, when the candidate's code runs next. The speed-of-light figures and flags are
-the referee's. At the end every free block of the allocator is overwritten (`scrub`): the cross-job
-cache keeps models, inputs and compiled baselines.
+the referee after the configuration's bench; a later one bit for bit that first passes here, one that
+differs is compared here with it and goes to the referee too (at most `outputs.KEPT_RECHECKS` per set,
+within the bytes the memory plan leaves, `recheck_budget_bytes`; beyond them `timed_recheck_partial`,
+INFO); the baselines' are compared here with the candidate's first. The baselines (the reference model
+eager and compiled: their outputs are the right answers on the timing input sets) are `timing.Disposed`:
+each output is overwritten (NaN, or zeros) once its sample and re-check are done, outside every timed
+window, and the device synchronised before the next call (`dispose_baseline_output`; the compiled
+baseline's warm-up output too), so no right answer is live, or in a freed block, when the candidate's code
+runs next. The speed-of-light figures and flags are the referee's. At the end every free block of the
+allocator is overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
 
