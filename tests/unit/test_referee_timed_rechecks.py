@@ -72,6 +72,7 @@ def test_a_later_output_beyond_the_tolerance_but_near_the_first_is_caught_by_the
     flags = [f for f in reply.payload["flags"] if f["code"] == "timed_output_mismatch"]
     assert any("the referee judged" in f["message"] and f["severity"] == "error" for f in flags), \
         reply.payload["flags"]
+    assert all("re-checked call" in f["message"] for f in flags), flags  # a later one, not the first
 
 
 def _keys(reply) -> list[tuple[str, int, int]]:
