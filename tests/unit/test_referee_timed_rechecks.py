@@ -103,7 +103,8 @@ def test_later_outputs_sent_by_the_rules_are_accepted(pool):
 
 
 @pytest.mark.parametrize("handler", ["later_outputs_over_the_cap", "a_later_output_twice",
-                                     "a_later_output_before_the_first", "a_negative_recheck"])
+                                     "a_later_output_before_the_first", "a_negative_recheck",
+                                     "a_later_output_of_a_baseline"])
 def test_a_timed_announcement_against_the_rules_is_a_verdict_mismatch(pool, handler):
     reply = pool.run(_handler(handler, CORRECT))
     mismatches = [f["message"] for f in reply.payload["flags"] if f["code"] == "verdict_mismatch"]

@@ -56,11 +56,11 @@ def _with_extra(extra: Callable[[Any, str, Any, Callable], None]):
     return handler
 
 
-def _later(shipper, config: str, value: Any, recheck: int) -> None:
+def _later(shipper, config: str, value: Any, recheck: int, function: str = "candidate") -> None:
     """One later re-checked output of input set 0 with index `recheck`, sent at once."""
     from cudaperf.execute.outputs import TimedKey
 
-    shipper.ship(TimedKey(config, 0, "candidate", recheck), {"output": value, "inputs_after": None}, "timed")
+    shipper.ship(TimedKey(config, 0, function, recheck), {"output": value, "inputs_after": None}, "timed")
     shipper.flush()
     shipper.kind = "output"
 
@@ -92,6 +92,15 @@ def _before_the_first(shipper, config, first, ship_real):
     ship_real()
 
 
+def _of_a_baseline(shipper, config, first, ship_real):
+    from cudaperf.execute.outputs import TimedKey
+
+    ship_real()
+    key = TimedKey(config, 0, "eager", 0)
+    shipper.ship(key, {"output": first, "inputs_after": None}, "timed")  # a first one: within the rules
+    _later(shipper, config, first, 1001, "eager")
+
+
 def _negative(shipper, config, first, ship_real):
     ship_real()
     _later(shipper, config, first, -1)
@@ -100,8 +109,9 @@ def _negative(shipper, config, first, ship_real):
 # Well formed: KEPT_RECHECKS later outputs of set 0 (copies of the first), each sent once after it.
 later_outputs_within_the_cap = _with_extra(_within_the_cap)
 # Not what the worker's code sends: one more than it keeps, a re-check index twice, a later one before
-# its set's first, a negative index.
+# its set's first, a negative index, a later one of a baseline.
 later_outputs_over_the_cap = _with_extra(_over_the_cap)
 a_later_output_twice = _with_extra(_twice)
 a_later_output_before_the_first = _with_extra(_before_the_first)
 a_negative_recheck = _with_extra(_negative)
+a_later_output_of_a_baseline = _with_extra(_of_a_baseline)

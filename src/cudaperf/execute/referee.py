@@ -47,9 +47,10 @@ Covers:
   never shipped, an outcome of "correct" or "incorrect" (its code leaves the outcome to correctness),
   timings of a configuration whose re-checked outputs never came, of one the job does not time or twice
   of one, an announcement no honest worker sends (among the timed ones: a key sent twice, a negative
-  re-check index, a later output before its set's first, more than `outputs.KEPT_RECHECKS` later ones
-  per set: `RefereeJob.check_timed_key`), a payload that does not parse, timed calls adding up
-  (by every figure of theirs: `_least_ms`) to more than the timing stage can have lasted.
+  re-check index, a later output of a baseline or before its set's first, more than
+  `outputs.KEPT_RECHECKS` later ones per set: `RefereeJob.check_timed_key`), a payload that does not
+  parse, timed calls adding up (by every figure of theirs: `_least_ms`) to more than the timing stage
+  can have lasted.
 - `RefereeLink` (parent side, no torch): the process, its pipes, the region, requests with deadlines.
 - `apply_verdict` (parent side, no torch): the verdict into the worker's payload.
 
@@ -806,10 +807,10 @@ class RefereeJob:
     def check_timed_key(self, key: Any) -> None:
         """A re-checked timing output the worker's code can send: after `done` on a job that times, of a
         timed configuration that was not dropped, an input set of the job, once per re-check index; a
-        later one (`recheck` > 0: an output that was not bit for bit the first on its set) only after
-        that set's first, and at most `outputs.KEPT_RECHECKS` of them per set; never of a C job (its
-        worker re-checks its timing outputs itself and ships none, and `CJudge` has no model to judge
-        them by: such a message is a forgery, not a fault of the harness)."""
+        later one (`recheck` > 0: an output that was not bit for bit the first on its set) only of the
+        candidate, after that set's first, and at most `outputs.KEPT_RECHECKS` of them per set; never of
+        a C job (its worker re-checks its timing outputs itself and ships none, and `CJudge` has no model
+        to judge them by: such a message is a forgery, not a fault of the harness)."""
         from cudaperf.execute.outputs import KEPT_RECHECKS, Malformed, TimedKey
 
         if not self.on_device:
@@ -822,13 +823,13 @@ class RefereeJob:
             raise Malformed(f"a timed output of a dropped configuration: {key.config[:100]!r}")
         if key.recheck < 0:
             raise Malformed(f"a timed output with a negative re-check index: {str(key)[:200]}")
-        if key.recheck > 0:
+        if key.recheck > 0:  # the worker keeps later outputs of the candidate only
             first = TimedKey(key.config, key.input_set, key.function, 0)
             later = sum(k.recheck > 0 and (k.config, k.input_set, k.function) == (
                 key.config, key.input_set, key.function) for k in self.timed_received)
-            if first not in self.timed_received or later >= KEPT_RECHECKS:
-                raise Malformed(f"a later timed output before its set's first, or more than {KEPT_RECHECKS} "
-                                f"of them on one set: {str(key)[:200]}")
+            if key.function != CANDIDATE or first not in self.timed_received or later >= KEPT_RECHECKS:
+                raise Malformed(f"a later timed output of a baseline, before its set's first, or more than "
+                                f"{KEPT_RECHECKS} of them on one set: {str(key)[:200]}")
         self.timed_received.add(key)
 
     def _limit(self, key: Any) -> int:
