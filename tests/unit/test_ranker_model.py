@@ -18,6 +18,7 @@ from cudaperf.ranker.store import default_model_path, load_model, save_model
 from cudaperf.ranker.table import Table
 
 FAST = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5)
+NESTED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, inner_folds=5)  # the weight chosen
 DRIVER = FEATURE_NAMES.index("l_log_threads_per_out")
 
 
@@ -55,6 +56,11 @@ def table():
 @pytest.fixture(scope="module")
 def model(table):
     return FeatureRanker.fit(table, FAST)
+
+
+@pytest.fixture(scope="module")
+def nested_model(table):
+    return FeatureRanker.fit(table, NESTED)
 
 
 def test_pairs_need_a_gap_beyond_the_noise_floor(table):
@@ -246,14 +252,18 @@ def test_top_k_returns_the_best_mean_scores_first(shipped_backend_and_task):
     assert prefilter.top_k(backend, sources, task, 2) == list(np.argsort(-mean, kind="stable")[:2])
 
 
+def test_the_default_keeps_the_trees_whole_without_a_nested_choice(model):
+    assert model.choice is None and model.config.tree_weight == 1.0
+
+
 def test_nested_choice_keeps_the_trees_out_when_the_prior_orders_every_pair(table):
-    m = FeatureRanker.fit(_with_estimate(table), FAST, calibration_folds=0)
+    m = FeatureRanker.fit(_with_estimate(table), NESTED, calibration_folds=0)
     assert m.choice is not None and m.config.tree_weight == m.choice.chosen
     assert m.choice.chosen <= 0.2
 
 
-def test_nested_choice_keeps_the_trees_when_only_they_order_the_pairs(model):
-    assert model.choice is not None and model.config.tree_weight >= 0.5
+def test_nested_choice_keeps_the_trees_when_only_they_order_the_pairs(nested_model):
+    assert nested_model.choice is not None and nested_model.config.tree_weight >= 0.5
 
 
 def test_nested_choice_folds_hold_out_whole_groups(table):
@@ -281,7 +291,7 @@ def test_tree_weight_out_of_range_is_refused_with_its_range():
 
 def test_stored_model_keeps_its_tree_weight_and_choice(tmp_path, table):
     t = _with_estimate(table)
-    m = FeatureRanker.fit(t, FAST, calibration_folds=0)
+    m = FeatureRanker.fit(t, NESTED, calibration_folds=0)
     loaded = load_model(save_model(m, tmp_path / "m.json.gz"))
     back = loaded.backend.model
     assert back.config.tree_weight == m.config.tree_weight and back.choice == m.choice
@@ -296,8 +306,8 @@ def _rewrite(path, edit) -> None:
         json.dump(doc, f)
 
 
-def test_model_file_without_tree_weight_loads_with_full_trees(tmp_path, table, model):
-    path = save_model(model, tmp_path / "m.json.gz")
+def test_model_file_without_tree_weight_loads_with_full_trees(tmp_path, table, nested_model):
+    path = save_model(nested_model, tmp_path / "m.json.gz")
 
     def drop(doc):
         for k in ("tree_weight", "inner_folds", "tree_weight_grid"):
