@@ -80,3 +80,15 @@ def test_resume_with_a_different_batch_size_is_refused():
 
 def test_resume_may_run_longer():
     check_resume(SftConfig(max_steps=10), SftConfig(max_steps=20))
+
+
+def test_sft_groups_batches_by_length_in_the_installed_trainers_spelling(tmp_path):
+    pytest.importorskip("trl")
+    from trl import SFTConfig as TrlSFTConfig
+
+    from cudaperf.train.sft import length_grouping
+
+    args = TrlSFTConfig(output_dir=str(tmp_path), use_cpu=True, **length_grouping(TrlSFTConfig, True))
+    grouped = getattr(args, "train_sampling_strategy", None) == "group_by_length" or getattr(
+        args, "group_by_length", False) is True
+    assert grouped

@@ -130,6 +130,10 @@ class SftConfig(CommonConfig):
     """Passes over the training examples (when max_steps is -1)."""
     batch_size: int = 8
     """Examples per device batch."""
+    group_by_length: bool = True
+    """Batches of examples of similar length (`transformers`' length-grouped sampler, seeded like the
+    random one, so a resumed run sees the same order): a batch is padded to its longest example, and the
+    examples run from ~500 to ~3,600 tokens, so random batches are about half padding."""
     grad_accum: int = 1
     """Batches per optimiser step."""
     max_length: int = 4096

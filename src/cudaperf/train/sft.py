@@ -126,6 +126,17 @@ def _last(logs: list[dict[str, Any]], key: str) -> float | None:
     return float(values[-1]) if values else None
 
 
+def length_grouping(args_class: type, wanted: bool) -> dict[str, Any]:
+    """The trainer argument that groups batches by length, in the spelling this `transformers` knows
+    (`train_sampling_strategy="group_by_length"` in recent releases, `group_by_length=True` before)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(args_class)}
+    if "train_sampling_strategy" in names:
+        return {"train_sampling_strategy": "group_by_length" if wanted else "random"}
+    return {"group_by_length": wanted} if "group_by_length" in names else {}
+
+
 def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: list,
              writer: MetricsWriter) -> Any:
     from trl import SFTConfig as TrlSFTConfig
@@ -149,6 +160,7 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
         completion_only_loss=True, packing=False, bf16=cuda, use_cpu=not cuda,
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         gradient_checkpointing=config.gradient_checkpointing,
+        **length_grouping(TrlSFTConfig, config.group_by_length),
     )
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
