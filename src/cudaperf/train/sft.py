@@ -134,7 +134,14 @@ def length_grouping(args_class: type, wanted: bool) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(args_class)}
     if "train_sampling_strategy" in names:
         return {"train_sampling_strategy": "group_by_length" if wanted else "random"}
-    return {"group_by_length": wanted} if "group_by_length" in names else {}
+    if "group_by_length" in names:
+        return {"group_by_length": wanted}
+    if wanted:
+        import warnings
+
+        warnings.warn("this transformers has no length-grouped sampling: SFT batches are random",
+                      stacklevel=2)
+    return {}
 
 
 def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: list,
