@@ -108,6 +108,7 @@ def test_every_baseline_output_is_overwritten_before_it_is_released(probed):
     assert probe["disposed"] > 20 and probe["left_readable"] == 0, probe
 
 
+@pytest.mark.timing  # asserts on medians: runs alone (gpu_check.sh timing-tests), not beside xdist workers
 @pytest.mark.parametrize("nbytes", [4 << 10, 4 << 20, 256 << 20])
 def test_disposing_adds_no_time_to_the_timed_samples(nbytes):
     """The same bench with the eager-like function plain and `Disposed` (the worker's own disposal): its
