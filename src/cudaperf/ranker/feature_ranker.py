@@ -30,6 +30,16 @@ that accuracy over families is recorded beside it, to read how far the grid's di
 the spread between families. A caller's held-out family never enters its own choice, because the choice
 sees only the table `fit` is given. The choice and its curve are saved with the model (store.py).
 
+A per-row gate on the trees (off by default, `gate_power` 0): score = prior + tree_weight * g(x) * trees,
+`g(x) = c_k(x) ** gate_power`, where `c_k(x)`, the row's coverage, is the share of the trees whose leaf
+for x holds training rows of at least k = `gate_min_groups` effective split groups (`N_eff = 1 / sum_g
+p_g^2`, p_g a group's share of the leaf's training weight, over all the model's training rows, bagging
+ignored). A leaf fed by one or two groups encodes a family-specific rule; a row that lands mostly in such
+leaves gets less of the trees and more of the prior. The per-leaf `N_eff` table is saved with the model.
+`gate_inner_folds` > 0 chooses (k, gate_power) by nested group folds on the training rows (`choose_gate`,
+argmax of the inner >= 1.5x macro accuracy, ties to the smaller power, then the smaller k). An exploratory
+dev-only mechanism: benchmarks/results/cpu-2026-12-04-s17-ranker-gate/ holds its protocol and figures.
+
 `explain(x)` reports which features drove a decision (the prior as `cost_model_prior`): LightGBM's exact
 per-prediction contributions (TreeSHAP, `pred_contrib`) of each feature to each score, and for a
 comparison their difference.
@@ -77,10 +87,19 @@ class FeatureRankerConfig:
     vs 92.3%, test families 84.3% vs 87.0%; benchmarks/results/cpu-2026-12-04-s17-ranker/)."""
     tree_weight_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
     """The weights the nested choice compares."""
+    gate_power: float = 0.0
+    """The per-row gate's exponent (module docstring); 0 (the default): no gate, g(x) = 1."""
+    gate_min_groups: float = 2.0
+    """k: a leaf covers a row when its training rows span at least k effective split groups."""
+    gate_inner_folds: int = 0
+    """Folds of whole split groups for the nested choice of (gate_min_groups, gate_power); 0: keep them."""
+    gate_grid_min_groups: tuple[float, ...] = (2.0, 3.0, 4.0)
+    gate_grid_power: tuple[float, ...] = (0.0, 1.0, 2.0)
 
     def __post_init__(self):
         # a model file stores the grid as a JSON list
-        object.__setattr__(self, "tree_weight_grid", tuple(float(w) for w in self.tree_weight_grid))
+        for name in ("tree_weight_grid", "gate_grid_min_groups", "gate_grid_power"):
+            object.__setattr__(self, name, tuple(float(w) for w in getattr(self, name)))
         weights = (self.tree_weight, *self.tree_weight_grid)
         if not self.tree_weight_grid or any(not 0.0 <= w <= 1.0 for w in weights):
             raise ValueError(
@@ -89,6 +108,11 @@ class FeatureRankerConfig:
             )
         if self.inner_folds < 0 or self.inner_folds == 1:
             raise ValueError(f"inner_folds {self.inner_folds}: use 0 (no nested choice) or at least 2")
+        if self.gate_inner_folds < 0 or self.gate_inner_folds == 1:
+            raise ValueError(f"gate_inner_folds {self.gate_inner_folds}: use 0 (no choice) or at least 2")
+        powers = (self.gate_power, *self.gate_grid_power)
+        if any(p < 0 for p in powers) or not self.gate_grid_power or not self.gate_grid_min_groups:
+            raise ValueError(f"gate powers {powers} must be >= 0 (0: no gate), the grids non-empty")
 
     def lgb_params(self) -> dict:
         return {
@@ -182,6 +206,27 @@ class TreeWeightChoice:
         object.__setattr__(self, "macro", tuple(float(m) for m in self.macro))
 
 
+@dataclass(frozen=True)
+class GateChoice:
+    """The nested choice of the gate: inner held-out accuracy (>= 1.5x pairs, macro over families) of
+    each (min_groups, power) of the grid, row-major in `min_groups`, and the choice."""
+
+    min_groups: tuple[float, ...]
+    powers: tuple[float, ...]
+    macro: tuple[tuple[float, ...], ...]
+    chosen_min_groups: float
+    chosen_power: float
+    families: int
+    pairs: int
+    inner_folds: int
+
+    def __post_init__(self):
+        # a model file stores these as JSON lists
+        object.__setattr__(self, "min_groups", tuple(float(v) for v in self.min_groups))
+        object.__setattr__(self, "powers", tuple(float(v) for v in self.powers))
+        object.__setattr__(self, "macro", tuple(tuple(float(m) for m in row) for row in self.macro))
+
+
 class FeatureRanker:
     """A trained model: `score_rows(x)` for feature rows, `compare_scores` for P(a faster)."""
 
@@ -193,6 +238,8 @@ class FeatureRanker:
         feature_names=FEATURE_NAMES,
         prior: Prior | None = None,
         choice: TreeWeightChoice | None = None,
+        leaf_groups: np.ndarray | None = None,
+        gate_choice: GateChoice | None = None,
     ):
         self.booster = booster
         self.scale = float(scale)  # logistic slope on score differences (calibration)
@@ -200,6 +247,9 @@ class FeatureRanker:
         self.feature_names = tuple(feature_names)
         self.prior = prior or Prior()
         self.choice = choice  # how config.tree_weight was chosen (None: given, not chosen)
+        # effective split groups per (tree, leaf) of the training rows; needed only when the gate is on
+        self.leaf_groups = None if leaf_groups is None else np.asarray(leaf_groups, dtype=np.float64)
+        self.gate_choice = gate_choice
 
     @classmethod
     def fit(
@@ -212,8 +262,11 @@ class FeatureRanker:
         choice = choose_tree_weight(table, config) if config.inner_folds else None
         if choice is not None:
             config = replace(config, tree_weight=choice.chosen)
-        model = _train(table, config)
-        model.choice = choice
+        gate = choose_gate(table, config) if config.gate_inner_folds else None
+        if gate is not None:
+            config = replace(config, gate_min_groups=gate.chosen_min_groups, gate_power=gate.chosen_power)
+        model = _train(table, config, leaf_table=config.gate_inner_folds > 0)
+        model.choice, model.gate_choice = choice, gate
         if calibration_folds <= 0:
             return model
         if len(set(table.group)) < 2:  # nothing to hold out: in-sample (overconfident) scores it is
@@ -227,10 +280,28 @@ class FeatureRanker:
         return self.tree_part(x) + self.prior.of(x, self.feature_names)
 
     def tree_part(self, x: np.ndarray) -> np.ndarray:
-        """The trees' share of the score, already weighted by `config.tree_weight`."""
+        """The trees' share of the score, weighted by `config.tree_weight` and the row's gate."""
         if self.config.tree_weight == 0.0:
             return np.zeros(len(x))
-        return self.config.tree_weight * self.booster.predict(x, num_threads=self.config.num_threads)
+        trees = self.booster.predict(x, num_threads=self.config.num_threads)
+        return self.config.tree_weight * self.gate(x) * trees
+
+    def coverage(self, x: np.ndarray, min_groups: float) -> np.ndarray:
+        """Per row, the share of the trees whose leaf for it spans >= `min_groups` effective split groups
+        of the training rows (needs the leaf table: a model trained with the gate on or chosen)."""
+        if self.leaf_groups is None:
+            raise ValueError("this model has no leaf table (trained without the gate)")
+        return leaf_coverage(self.leaf_groups, self._leaves(x), min_groups)
+
+    def gate(self, x: np.ndarray) -> np.ndarray:
+        """g(x) = coverage ** gate_power; 1 with the gate off."""
+        if self.config.gate_power == 0.0:
+            return np.ones(len(x))
+        return self.coverage(x, self.config.gate_min_groups) ** self.config.gate_power
+
+    def _leaves(self, x: np.ndarray) -> np.ndarray:
+        leaves = self.booster.predict(x, pred_leaf=True, num_threads=self.config.num_threads)
+        return np.asarray(leaves, dtype=np.int64).reshape(len(x), -1)
 
     def compare_scores(self, score_a: np.ndarray | float, score_b: np.ndarray | float) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.scale * (np.asarray(score_a) - np.asarray(score_b))))
@@ -239,7 +310,8 @@ class FeatureRanker:
         """Per row, each feature's TreeSHAP contribution and the prior's, with their names."""
         x = np.asarray(x, dtype=np.float64).reshape(-1, len(self.feature_names))
         # the last column is the expected value; the trees count with their weight
-        contrib = self.config.tree_weight * self.booster.predict(x, pred_contrib=True)[:, :-1]
+        share = self.config.tree_weight * self.gate(x)[:, None]
+        contrib = share * self.booster.predict(x, pred_contrib=True)[:, :-1]
         prior = self.prior.of(x, self.feature_names)[:, None]
         return np.hstack([contrib, prior]), (*self.feature_names, "cost_model_prior")
 
@@ -263,8 +335,9 @@ class FeatureRanker:
         return asdict(self.config)
 
 
-def _train(table: Table, config: FeatureRankerConfig) -> FeatureRanker:
-    """Trees (and the prior they start from) on every row of `table`; calibration scale 1."""
+def _train(table: Table, config: FeatureRankerConfig, leaf_table: bool = False) -> FeatureRanker:
+    """Trees (and the prior they start from) on every row of `table`; calibration scale 1; the leaf
+    table of the gate when the gate is on or `leaf_table`."""
     import lightgbm as lgb
 
     y, w = relative_log_speed(table), family_weights(table)
@@ -278,7 +351,33 @@ def _train(table: Table, config: FeatureRankerConfig) -> FeatureRanker:
         free_raw_data=False,
     )
     booster = lgb.train(config.lgb_params(), data, num_boost_round=config.num_boost_round)
-    return FeatureRanker(booster, 1.0, config, FEATURE_NAMES, prior)
+    model = FeatureRanker(booster, 1.0, config, FEATURE_NAMES, prior)
+    if leaf_table or config.gate_power > 0:
+        model.leaf_groups = leaf_group_table(model._leaves(table.x), table, w)
+    return model
+
+
+def leaf_group_table(leaves: np.ndarray, table: Table, w: np.ndarray) -> np.ndarray:
+    """(trees, max leaves) effective number of split groups, 1 / sum_g p_g^2, of the rows in each leaf
+    (p_g: group g's share of the leaf's weight `w`); 0 for a leaf no row reaches."""
+    g = np.unique(np.asarray(table.group, dtype=object), return_inverse=True)[1].ravel()
+    n_groups, n_leaves = int(g.max()) + 1, int(leaves.max()) + 1
+    out = np.zeros((leaves.shape[1], n_leaves))
+    for t in range(leaves.shape[1]):  # one tree at a time: a (rows, trees) key array would be ~100 MB
+        mass = np.bincount(leaves[:, t] * n_groups + g, weights=w, minlength=n_leaves * n_groups)
+        mass = mass.reshape(n_leaves, n_groups)
+        total, sq = mass.sum(axis=1), (mass * mass).sum(axis=1)
+        out[t] = np.divide(total * total, sq, out=np.zeros_like(total), where=sq > 0)
+    return out
+
+
+def leaf_coverage(neff_table: np.ndarray, leaves: np.ndarray, min_groups: float) -> np.ndarray:
+    """Share of each row's trees whose leaf spans >= `min_groups` effective groups (a leaf index past the
+    table, which the training rows never reached, counts as not covered)."""
+    n_trees, n_leaves = neff_table.shape
+    inside = leaves < n_leaves
+    neff = np.where(inside, neff_table[np.arange(n_trees)[None, :], np.minimum(leaves, n_leaves - 1)], 0.0)
+    return (neff >= min_groups).mean(axis=1)
 
 
 def out_of_group_scores(table: Table, config: FeatureRankerConfig, folds: int) -> np.ndarray:
@@ -325,6 +424,44 @@ def choose_tree_weight(table: Table, config: FeatureRankerConfig) -> TreeWeightC
     se = float(per.std(ddof=1) / np.sqrt(len(per))) if len(per) > 1 else 0.0
     return TreeWeightChoice(
         grid, tuple(a.macro for a in accs), se, float(grid[best]), len(per), len(pairs), len(folds)
+    )
+
+
+def choose_gate(table: Table, config: FeatureRankerConfig) -> GateChoice | None:
+    """The nested choice of (gate_min_groups, gate_power) on `table` alone (module docstring); None where it
+    cannot be made (one split group, or no >= 1.5x pair among the held-out rows): the configured gate
+    stays."""
+    from cudaperf.ranker import metrics
+    from cudaperf.ranker.pairs import at_least, make_pairs
+
+    folds = group_folds(table, config.gate_inner_folds)
+    if len(folds) < 2:
+        return None
+    ks, powers = tuple(sorted(config.gate_grid_min_groups)), tuple(sorted(config.gate_grid_power))
+    prior_part, tree_part = np.zeros(len(table)), np.zeros(len(table))
+    cover = np.zeros((len(ks), len(table)))
+    plain = replace(config, gate_power=0.0)
+    for held in folds:
+        inner = _train(table.subset(~held), plain, leaf_table=True)
+        x = table.x[held]
+        prior_part[held], tree_part[held] = inner.prior.of(x), inner.tree_part(x)
+        leaves = inner._leaves(x)
+        for i, k in enumerate(ks):
+            cover[i, held] = leaf_coverage(inner.leaf_groups, leaves, k)
+    pairs = make_pairs(table)
+    pairs = pairs.select(at_least(pairs, CHOICE_GAP))
+    if not len(pairs):
+        return None
+    macro = [
+        [metrics.accuracy(prior_part + cover[i] ** p * tree_part, pairs).macro for p in powers]
+        for i in range(len(ks))
+    ]
+    # ties to the smaller power (0 first: no gate), then the smaller k
+    order = [(p, i) for p in range(len(powers)) for i in range(len(ks))]
+    best_p, best_k = max(order, key=lambda pi: (macro[pi[1]][pi[0]], -pi[0], -pi[1]))
+    families = len(metrics.accuracy(prior_part + tree_part, pairs).per_family)
+    return GateChoice(
+        ks, powers, tuple(map(tuple, macro)), ks[best_k], powers[best_p], families, len(pairs), len(folds)
     )
 
 

@@ -4,8 +4,10 @@ A model file is gzipped JSON: `format` ("cudaperf-ranker/1"), `backend` ("featur
 `feature_names` (what `features.py` computed when it was trained), `versions` (cudaperf, lightgbm, numpy
 and Python at training time), the calibration `scale`, the cost-model `prior` (weight and fill), the
 training configuration (with the trees' weight `tree_weight` and, when `fit` chose it, `tree_weight_choice`:
-the nested choice's curve), a free `trained_on` description (data, rows, pairs), and the LightGBM model as
-text (LightGBM's own portable format). A file saved before `tree_weight` existed loads with weight 1.
+the nested choice's curve), when the per-row gate is on or was chosen its per-leaf table `leaf_groups` and
+`gate_choice`, a free `trained_on` description (data, rows, pairs), and the LightGBM model as
+text (LightGBM's own portable format). A file saved before `tree_weight` existed loads with weight 1, one
+saved before the gate existed with the gate off.
 
 `load_model(path)` returns a `Loaded` record: the backend, or `None` with a message that says what is wrong
 and how to fix it — a model computed on another feature schema is refused (its trees would read the wrong
@@ -27,10 +29,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cudaperf.ranker.feature_ranker import (
     FeatureBackend,
     FeatureRanker,
     FeatureRankerConfig,
+    GateChoice,
     Prior,
     TreeWeightChoice,
 )
@@ -74,6 +79,8 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
         "prior": {"weight": model.prior.weight, "fill": model.prior.fill},
         "config": model.config_dict(),
         "tree_weight_choice": asdict(model.choice) if model.choice is not None else None,
+        "gate_choice": asdict(model.gate_choice) if model.gate_choice is not None else None,
+        "leaf_groups": None if model.leaf_groups is None else np.round(model.leaf_groups, 4).tolist(),
         "trained_on": trained_on or {},
         "model": model.booster.model_to_string(),
     }
@@ -102,6 +109,10 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
         config = FeatureRankerConfig(**doc.get("config", {}))
         prior = Prior(**doc.get("prior", {}))
         choice = TreeWeightChoice(**doc["tree_weight_choice"]) if doc.get("tree_weight_choice") else None
+        gate_choice = GateChoice(**doc["gate_choice"]) if doc.get("gate_choice") else None
+        leaf_groups = np.asarray(doc["leaf_groups"], dtype=np.float64) if doc.get("leaf_groups") else None
+        if config.gate_power > 0 and leaf_groups is None:
+            raise ValueError("the gate is on but the file holds no leaf_groups table")
     except (TypeError, ValueError) as exc:  # a field this cudaperf does not know, or a value out of range
         return Loaded(
             None,
@@ -109,8 +120,10 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
             "`cudaperf rank train --out PATH`",
         )
     booster = lgb.Booster(model_str=doc["model"])
-    model = FeatureRanker(booster, doc["scale"], config, tuple(doc["feature_names"]), prior, choice)
-    keys = ("schema_version", "versions", "trained_on", "scale", "tree_weight_choice")
+    model = FeatureRanker(
+        booster, doc["scale"], config, tuple(doc["feature_names"]), prior, choice, leaf_groups, gate_choice
+    )
+    keys = ("schema_version", "versions", "trained_on", "scale", "tree_weight_choice", "gate_choice")
     meta = {k: doc.get(k) for k in keys}
     return Loaded(FeatureBackend(model, compile=compile, pool=pool), "", _version_warnings(doc), meta)
 
