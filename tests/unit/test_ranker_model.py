@@ -324,3 +324,79 @@ def test_model_file_with_an_unknown_config_field_is_an_error_value(tmp_path, mod
     _rewrite(path, lambda doc: doc["config"].update(not_a_field=1))
     loaded = load_model(path)
     assert loaded.backend is None and "rank train" in loaded.error
+
+
+GATED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, gate_power=1.0, gate_min_groups=2.0)
+
+
+@pytest.fixture(scope="module")
+def gated_model(table):
+    return FeatureRanker.fit(_with_estimate(table), GATED, calibration_folds=0)
+
+
+def test_gate_is_off_by_default(model, table):
+    assert model.config.gate_power == 0.0 and model.leaf_groups is None
+    assert np.all(model.gate(table.x[:10]) == 1.0)
+
+
+def test_leaf_group_table_is_the_inverse_simpson_number_of_groups(table):
+    import dataclasses
+
+    from cudaperf.ranker.feature_ranker import leaf_group_table
+
+    t = table.subset(np.arange(len(table)) < 4)
+    t = dataclasses.replace(t, group=("c:a", "c:a", "c:b", "c:c"))
+    leaves = np.asarray([[0], [0], [0], [1]])  # leaf 0: weights a 2, b 1; leaf 1: c alone
+    neff = leaf_group_table(leaves, t, np.asarray([1.0, 1.0, 1.0, 1.0]))
+    assert np.allclose(neff, [[9.0 / 5.0, 1.0]])
+
+
+def test_gate_scales_the_trees_by_coverage_to_the_power(gated_model, table):
+    x = _with_estimate(table).x
+    cover = gated_model.coverage(x, 2.0)
+    trees = gated_model.booster.predict(x)
+    assert np.allclose(gated_model.score_rows(x), gated_model.prior.of(x) + cover * trees)
+
+
+def test_nested_gate_choice_keeps_the_gate_off_when_only_the_trees_order_the_pairs(table):
+    import dataclasses
+
+    m = FeatureRanker.fit(table, dataclasses.replace(FAST, gate_inner_folds=5), calibration_folds=0)
+    assert m.gate_choice is not None and m.config.gate_power == m.gate_choice.chosen_power == 0.0
+
+
+def test_stored_model_keeps_its_gate(tmp_path, table, gated_model):
+    x = _with_estimate(table).x
+    back = load_model(save_model(gated_model, tmp_path / "m.json.gz")).backend.model
+    assert back.config.gate_power == 1.0 and np.allclose(back.score_rows(x), gated_model.score_rows(x))
+
+
+def test_model_file_without_the_gate_loads_with_the_gate_off(tmp_path, model, table):
+    path = save_model(model, tmp_path / "m.json.gz")
+
+    def drop(doc):
+        for k in (
+            "gate_power",
+            "gate_min_groups",
+            "gate_inner_folds",
+            "gate_grid_min_groups",
+            "gate_grid_power",
+        ):
+            del doc["config"][k]
+        del doc["gate_choice"], doc["leaf_groups"]
+
+    _rewrite(path, drop)
+    back = load_model(path).backend.model
+    assert back.config.gate_power == 0.0 and np.allclose(back.score_rows(table.x), model.score_rows(table.x))
+
+
+def test_gated_model_file_without_its_leaf_table_is_an_error_value(tmp_path, gated_model):
+    path = save_model(gated_model, tmp_path / "m.json.gz")
+    _rewrite(path, lambda doc: doc.update(leaf_groups=None))
+    loaded = load_model(path)
+    assert loaded.backend is None and "leaf_groups" in loaded.error
+
+
+def test_negative_gate_power_is_refused():
+    with pytest.raises(ValueError, match="gate powers"):
+        FeatureRankerConfig(gate_power=-1.0)
