@@ -191,3 +191,28 @@ def test_the_summary_names_the_stage_of_the_peak():
     plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19))
     assert plan.peak_stage in ("reference", "shipping", "timing inputs", "timing")
     assert f"({plan.peak_stage})" in plan.summary()
+
+
+def test_kept_rechecks_leave_the_cross_job_cache_and_the_referees_timed_judging_their_bytes():
+    from cudaperf.execute.memory_plan import HEADROOM, recheck_budget_bytes, referee_timed_bytes
+
+    for fp, free in ((RELU_19, 100 * GB), (RELU_19, H200_FREE), (SMALL, H200_FREE), (TIMING_BOUND, 60 * GB)):
+        plan = plan_memory(free, fp, _self_check(fp))
+        budget = recheck_budget_bytes(plan, fp)
+        spare = int(plan.free_bytes * HEADROOM) - plan.needed_bytes
+        assert budget == 0 or budget + plan.cache_bytes + referee_timed_bytes(fp, plan.input_sets) <= spare
+
+
+def test_a_full_size_relu_keeps_no_later_output_at_100_gb_free():
+    from cudaperf.execute.memory_plan import recheck_budget_bytes
+
+    # the 18 GB the plan leaves are the cross-job cache's (references one at a time: this job's own are
+    # kept there), and the referee's model runs on each timing set while the copies would be held
+    plan = plan_memory(100 * GB, RELU_19, _self_check(RELU_19))
+    assert recheck_budget_bytes(plan, RELU_19) == 0
+def test_a_small_task_keeps_every_recheck_the_protocol_allows():
+    from cudaperf.execute.memory_plan import recheck_budget_bytes
+    from cudaperf.execute.outputs import KEPT_RECHECKS
+
+    plan = plan_memory(H200_FREE, SMALL, _self_check(SMALL))
+    assert recheck_budget_bytes(plan, SMALL) >= KEPT_RECHECKS * plan.input_sets * SMALL.output_bytes

@@ -141,3 +141,21 @@ def test_a_baseline_output_that_aliases_an_input_or_the_model_is_left_intact(poo
     assert reply.outcome is None and len(reply.payload["timings"]) == 1, (reply.message, reply.logs[-2000:])
     assert all(c["correct"] for c in reply.payload["correctness"]), reply.payload["correctness"]
     assert not _codes(reply) & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}
+
+
+# The same, the model's table kept in a list (a plain attribute holding tensors in a container): still
+# the model's, left intact.
+LISTED_TASK = ALIASING_TASK.replace("self.table = torch.randn(n)  #", "self.tables = [torch.randn(n)]  #")
+LISTED_TASK = LISTED_TASK.replace("return x.view(-1), self.table", "return x.view(-1), self.tables[0]")
+
+
+def test_a_baseline_output_that_is_a_tensor_the_model_keeps_in_a_list_is_left_intact(pool):
+    job = EvalJob(task=task_from_source(LISTED_TASK, "aliasing_listed"), solution=Solution(
+                  "copy", ALIASING_CANDIDATE.replace("self.table = torch.randn(n)",
+                                                     "self.table = [torch.randn(n)][0]"),
+                  SolutionFormat.PYTORCH), device="cpu", seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(budget_ms=0.5, warmup_ms=0.1, baselines=("eager",)))
+    reply = pool.run({**job_message(job, "00ff00ff"), "referee": True})
+    assert reply.outcome is None and len(reply.payload["timings"]) == 1, (reply.message, reply.logs[-2000:])
+    assert all(c["correct"] for c in reply.payload["correctness"]), reply.payload["correctness"]
+    assert not _codes(reply) & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}

@@ -7,6 +7,8 @@ size), the comparison's temporaries (bounded: `correctness.COMPARE_CHUNK_BYTES`,
 size), the timing input sets (each with its expected output; with a referee, the candidate's first
 output on the set instead, kept for the referee: `outputs.TimedOutputs` keeps no baseline output),
 the L2 flush buffer of the lead (`cudaperf.timing`) and references kept for later jobs of the same task.
+The candidate's later re-checked outputs kept for the referee are not in the peak: they get what is left
+once the cross-job cache and the referee's timed judging have theirs (`recheck_budget_bytes`).
 
 With a referee on the same device (`Wanted.refereed`, the sandbox's default) the worker does not compare
 during correctness: it runs the candidate on references that hold inputs only and ships each output
@@ -277,6 +279,26 @@ def after_oom(plan: MemoryPlan, fp: Footprint, wanted: Wanted, what: str) -> Mem
            f"retried with references one at a time, {sets} input set(s) and a {flush >> 20} MiB flush")
     return replace(plan, keep_references=False, input_sets=sets, flush_bytes=flush, cache_bytes=0,
                    needed_bytes=peaks[stage], peak_stage=stage, degraded=plan.degraded + (why,))
+
+
+def referee_timed_bytes(fp: Footprint, input_sets: int) -> int:
+    """What the referee allocates while it judges a configuration's timed outputs, after the bench, none
+    of it in a stage's peak: its model's output on each timing input set (kept with its reference), and,
+    for the set it judges, fresh inputs with their clone, the forward, the assembled output and the
+    comparison (`torch_judge.TorchJudge.timed_expected`)."""
+    i, o = fp.input_bytes, fp.output_bytes
+    return input_sets * o + 2 * i + fp.forward_bytes + o + COMPARE_BYTES
+
+
+def recheck_budget_bytes(plan: MemoryPlan, fp: Footprint) -> int:
+    """Device bytes the timing stage may hold in later re-checked outputs kept for the referee
+    (`outputs.TimedOutputs`; its peak counts one output per input set, the first): what the plan leaves
+    of the usable bytes once the cross-job cache has its share (with references one at a time it holds
+    this job's own beyond the one the peak counts) and the referee its timed judging
+    (`referee_timed_bytes`), which run while those copies are held; 0 when nothing is left (the later
+    outputs are then compared in the worker only, `timed_recheck_partial`)."""
+    spare = int(plan.free_bytes * HEADROOM) - plan.needed_bytes - plan.cache_bytes
+    return max(0, spare - referee_timed_bytes(fp, plan.input_sets))
 
 
 def room_bytes(input_bytes: Sequence[int], seeds: int, input_sets: int, flush_bytes: int,

@@ -94,7 +94,6 @@ from cudaperf.correctness import (
 )
 from cudaperf.execute.device_state import forward_bytes, start_peak
 from cudaperf.execute.memory_plan import (
-    HEADROOM,
     MIN_OUTPUT_CAP_BYTES,
     SAMPLE_ELEMENTS,
     Footprint,
@@ -102,6 +101,7 @@ from cudaperf.execute.memory_plan import (
     Wanted,
     after_oom,
     plan_memory,
+    recheck_budget_bytes,
     room_bytes,
     to_evict,
 )
@@ -869,12 +869,11 @@ class TorchSession(Session):
 
     def recheck_budget_bytes(self) -> int:
         """Device bytes the timing stage may hold in later re-checked outputs kept for the referee
-        (`outputs.TimedOutputs`): what the memory plan leaves of its share of the free bytes (its peak
-        counts one output per input set, the first); `MIN_OUTPUT_CAP_BYTES` without a plan."""
+        (`memory_plan.recheck_budget_bytes`); `MIN_OUTPUT_CAP_BYTES` without a plan."""
         plan = self.plan
-        if plan is None or not plan.fits:
+        if plan is None or not plan.fits or self.plan_inputs is None:
             return MIN_OUTPUT_CAP_BYTES
-        return max(0, int(plan.free_bytes * HEADROOM) - plan.needed_bytes)
+        return recheck_budget_bytes(plan, self.plan_inputs[0])
 
     def in_place(self, config: InputConfig) -> bool:
         """Whether the referee found `config`'s reference working in place (False when it did not say:
@@ -1031,9 +1030,10 @@ def _weights(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def _held_by(model: torch.nn.Module) -> list[torch.Tensor]:
-    """Every tensor a model holds: its weights, and tensors kept as plain attributes of its modules (a
-    forward may return one as it is: overwriting that output would change the model)."""
-    attributes = [v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
+    """Every tensor a model holds: its weights, and tensors kept as plain attributes of its modules, as
+    they are or in lists, tuples and dicts (a forward may return one as it is: overwriting that output
+    would change the model). Not tensors reached through other objects, closures or module globals."""
+    attributes = [t for m in model.modules() for t in flatten_tensors(list(vars(m).values()))]
     return _weights(model) + attributes
 
 
