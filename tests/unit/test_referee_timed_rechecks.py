@@ -165,3 +165,32 @@ def test_a_later_output_beyond_the_tolerance_of_the_first_still_fails_here():
     timed = _timed()
     timed.check("candidate", 0, torch.ones(8))
     assert not timed.check("candidate", 0, torch.ones(8) * 2)
+
+
+class _AlwaysDrawn(random.Random):
+    def randrange(self, *args, **kwargs) -> int:
+        return 0  # every differing output wins the random slot
+
+
+def test_a_kept_copy_is_released_before_the_copy_that_replaces_it_is_made():
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    # a budget of one output: the copy replacing the kept one fits only if the old one is gone first
+    timed = _timed(budget_bytes=8 * 4, rng=_AlwaysDrawn())
+    timed.check("candidate", 0, torch.ones(8))
+    timed.check("candidate", 0, torch.ones(8) + 1e-6)
+    old = weakref.ref(timed.later[0].farthest.value)
+    alive_at_copy = []
+
+    class Copies(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.clone.default:
+                alive_at_copy.append(old() is not None)
+            return func(*args, **(kwargs or {}))
+
+    with Copies():
+        timed.check("candidate", 0, torch.ones(8) + 1e-5)
+    assert timed.to_ship()[("candidate", 0, 2)] is not None and timed.kept_bytes == 8 * 4
+    assert alive_at_copy == [False]
