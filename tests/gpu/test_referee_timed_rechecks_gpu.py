@@ -91,3 +91,41 @@ def test_a_noisy_honest_candidate_passes_with_its_later_outputs_judged_on_the_gp
     assert reply.outcome is None and len(reply.payload["timings"]) == 2, (reply.message, reply.logs[-2000:])
     assert not {f["code"] for f in reply.payload["flags"]} & {"timed_output_mismatch", "verdict_mismatch"}
     assert later and per_set <= KEPT_RECHECKS, later
+
+
+def test_the_re_checks_own_device_memory_stays_within_one_comparison_chunk():
+    """`TimedOutputs.check` on a 1 GiB CUDA output: the bit-for-bit test of an identical later output, and
+    a differing one replacing the kept copy under a budget of one output, each allocate at most about one
+    comparison chunk beyond what is held (the memory plan counts `COMPARE_BYTES`; an output-sized mask or
+    two kept copies at once would be 1 GiB more). Prints both peaks."""
+    import random
+
+    from cudaperf.correctness import COMPARE_CHUNK_BYTES, compare
+    from cudaperf.execute.outputs import TimedOutputs
+
+    class AlwaysDrawn(random.Random):
+        def randrange(self, *args, **kwargs) -> int:
+            return 0
+
+    device = torch.device("cuda", 0)
+    n = (1 << 30) // 4
+    timed = TimedOutputs(compare, budget_bytes=4 * n, rng=AlwaysDrawn())
+    first = torch.ones(n, device=device)
+    timed.check("candidate", 0, first)
+
+    def peak_beyond(out) -> int:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        held = torch.cuda.memory_allocated(device)
+        timed.check("candidate", 0, out)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated(device) - held
+
+    identical = peak_beyond(first.clone())
+    timed.check("candidate", 0, first + 1e-7)  # kept
+    replacing = peak_beyond(first + 1e-6)  # farther, drawn too: replaces the kept copy
+    print(f"\n[timed-rechecks] 1 GiB output: bit-for-bit check {identical >> 20} MiB, a replacing copy "
+          f"{replacing >> 20} MiB beyond what was held")
+    assert len(timed.to_ship()) == 2 and timed.kept_bytes == 4 * n
+    assert identical <= COMPARE_CHUNK_BYTES + (16 << 20)
+    assert replacing <= 2 * COMPARE_CHUNK_BYTES

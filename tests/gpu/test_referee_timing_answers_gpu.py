@@ -147,3 +147,44 @@ def test_disposing_adds_no_time_to_the_timed_samples(nbytes):
           "disposed")
     assert disposed.dispose_ms > 0
     assert abs(after - before) <= 0.10 * before + 0.003  # 3 µs: the protocol's own cross-run spread
+
+
+def test_every_kind_of_baseline_output_is_overwritten_on_the_gpu_but_an_input_view():
+    """The disposal on CUDA outputs of every shape a task returns: a dict of tuples and lists, an expanded
+    view, integer, bool, complex, half and bfloat16 tensors, an empty one, a transposed one; a view of an
+    input (its storage in `keep`) is left as it is, and nothing is left queued (stream order)."""
+    from cudaperf.execute.torch_session import TorchSession
+
+    device = torch.device("cuda", 0)
+    session = types.SimpleNamespace(device=device)
+    x = torch.randn(64, 32, device=device)
+    kept = x.clone()
+    out = {"a": (torch.randn(64, 1, device=device).expand(64, 8), torch.arange(3, device=device),
+                 torch.ones(2, dtype=torch.bool, device=device)),
+           "b": [torch.randn(4, dtype=torch.complex64, device=device), torch.zeros(0, device=device),
+                 torch.randn(3, device=device).bfloat16(), torch.randn(3, device=device).half(),
+                 torch.randn(256, 256, device=device).t(), x.t(), 3.5]}
+    TorchSession.dispose_baseline_output(session, out, frozenset({x.untyped_storage().data_ptr()}))
+    floats = [out["a"][0], out["b"][2], out["b"][3], out["b"][4], out["b"][0].real]
+    assert all(bool(t.isnan().all()) for t in floats)
+    assert not out["a"][1].any() and not out["a"][2].any() and torch.equal(x, kept)
+
+
+# The aliasing tasks of the CPU twin, with the compiled baseline too: what torch.compile returns for an
+# output that is an input's view or a tensor the model holds (plainly or in a list) must stay intact.
+@pytest.mark.parametrize("which", ["ALIASING_TASK", "LISTED_TASK"])
+def test_a_compiled_baseline_output_aliasing_an_input_or_the_model_is_left_intact(which):
+    import test_referee_timing_answers as cpu
+
+    job = EvalJob(task=task_from_source(getattr(cpu, which), f"aliasing_gpu_{which.lower()}"),
+                  solution=Solution("copy", cpu.ALIASING_CANDIDATE, SolutionFormat.PYTORCH), device="cuda:0",
+                  seeds=(1, 2), policy=Policy(allow_torch_ops=True),
+                  timing=TimingConfig(budget_ms=20.0, warmup_ms=5.0, baselines=("eager", "compile")))
+    with WorkerPool([0], Limits(), timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        reply = p.run({**job_message(job, secrets.token_hex(16)), "referee": True})
+    assert reply.outcome is None, (reply.message, reply.logs[-3000:])
+    assert all(t["eager"] and t["compiled"] for t in reply.payload["timings"]), reply.payload["timings"]
+    codes = {f["code"] for f in reply.payload["flags"]}
+    assert not codes & {"timed_output_mismatch", "baseline_output_mismatch", "verdict_mismatch"}, \
+        reply.payload["flags"]

@@ -62,8 +62,10 @@ from its call until its disposal, so native code of the candidate running beside
 own, or work on a stream of its own) can copy it then; the baselines' temporaries are freed as they are
 (a model whose output is a cheap step from one, say a transpose, a cast or a final elementwise op, leaves
 most of the answer in a freed block); an output aliasing an input or a tensor of the model is left as it
-is (the candidate has those anyway); a Python number is not overwritten. Without a referee the worker
-holds the reference outputs throughout (no boundary is claimed there).
+is (the candidate has those anyway; a model's tensor reached only through another object, a closure
+or a module global is not recognised as the model's, and is overwritten); a Python number, or a tensor
+of a subclass (its fill could run its code), is not overwritten. Without a referee the worker holds the
+reference outputs throughout (no boundary is claimed there).
 """
 
 from __future__ import annotations
