@@ -106,8 +106,10 @@ run_step() {
     full-size) step full-size 240 "${PYTEST[@]}" -s -m gpu "$FULL_SIZE" ;;
     sandbox) step sandbox 420 "${PYTEST[@]}" -v -s -m gpu tests/gpu/test_sandbox_gpu.py ;;
     # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out
-    eval-modes) step eval-modes 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
-      --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}; rc=\$?; cp /tmp/eval_modes.json '$OUT/'; exit \$rc" ;;
+    # (copied on any exit, a kill at the limit too: the benchmark writes it after every mode's run)
+    eval-modes) step eval-modes 420 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
+      trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
+      --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
     generation-profile) step generation-profile 240 python3 scripts/generation_profile.py --model smollm2-shape \
       --out "$OUT/generation_profile.json" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
