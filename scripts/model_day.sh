@@ -29,12 +29,14 @@
 # so a step with its evaluation needs ~150-200 s; the comparison's rounds 50-75 s of generation (base) and
 # 22-76 s (SFT). The second day, with base's comparison runs and the LM ranker and refinement figures from
 # the first (same tasks, seeds and settings):
-#   A, A2 as below; RL_STEPS=2 bash scripts/model_day.sh B;
+#   A (with its ~150 s generation profile), A2 as below; RL_STEPS=2 bash scripts/model_day.sh B;
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
-#   COMPARE_BASE=none REFINE_S=0 PROFILE_S=120 bash scripts/model_day.sh D
+#   COMPARE_BASE=none REFINE_S=0 bash scripts/model_day.sh D
+# (A's profile replaces D's PROFILE_S; with a static cache chosen, RL_STEPS can rise in B and C alike.)
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
-# RL_GEN_CACHE=static: the rollouts and the comparison generate with a static KV cache (compiled decoding
-# step); choose it from `gpu_check.sh generation-profile` (a SmolLM2-shaped model, nothing carried, ~2 min).
+# RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
+# compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
+# carried) and the later calls on the same machine take what it found (`gen_cache`).
 # RL_TASKS (tasks per GRPO step, default 4): rows are nearly free in a round (decoding is per-step
 # overhead), so 8 tasks give twice the groups per step for more evaluation and a longer optimiser step.
 #
@@ -193,6 +195,13 @@ call_A() {
   install .carry/model-1 && touch "$T/carry/done-A"
   eval_deps
   step env 60 python3 -c "$ENV_PY"
+  local profile_s=${A_PROFILE_S:-150}
+  if (( profile_s > 0 )); then  # decides RL_GEN_CACHE for the later calls (gen_cache below)
+    step generation-profile "$profile_s" python3 scripts/generation_profile.py --model smollm2-shape \
+      --out "$T/generation_profile.json" "${X_PROFILE[@]}"
+    cp "$T/generation_profile.json" "$STAGE/" 2> /dev/null
+    echo "| generation cache for the later calls | $(gen_cache) |" | tee -a "$SUMMARY"
+  fi
   if (( ${A_EXTRA_S:-0} > 0 )); then  # a GPU step that needs no model (issue 21's evaluation modes; it
     # needs .carry/model-3 in this call's carry too)
     step eval-modes "$A_EXTRA_S" env OUT="$STAGE/eval-modes" LIMIT_eval_modes=$((A_EXTRA_S - 20)) \
@@ -244,10 +253,25 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   fi
 }
 
+# The generation KV cache of the rollouts and the comparison: RL_GEN_CACHE when set; otherwise what call
+# A's profile of a SmolLM2-shaped model found (static when its decoding step is under 0.7x the dynamic one
+# and its first call, compile included, under 120 s); dynamic without a profile.
+gen_cache() {
+  if [[ -n ${RL_GEN_CACHE:-} ]]; then echo "$RL_GEN_CACHE"; return; fi
+  python3 - "$T/generation_profile.json" << 'PY' 2> /dev/null || echo dynamic
+import json, sys
+f = json.load(open(sys.argv[1]))
+static, dynamic = f.get("rollout_static_ms_per_step"), f.get("rollout_ms_per_step")
+fast = static is not None and dynamic and static < 0.7 * dynamic and f["rollout_static_first_call_s"] < 120
+print("static" if fast else "dynamic")
+PY
+}
+GEN_CACHE=$(gen_cache)
+
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
             --rl-tasks-per-step "${RL_TASKS:-4}" --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
-            --rl-generation-cache "${RL_GEN_CACHE:-dynamic}"
+            --rl-generation-cache "$GEN_CACHE"
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
@@ -256,7 +280,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
-    --generation-cache "${RL_GEN_CACHE:-dynamic}" \
+    --generation-cache "$GEN_CACHE" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"
