@@ -2,15 +2,16 @@
 a step on the H200 whatever the batch).
 
 Times one decoding step (the difference between a long and a short `generate` of the same batch, so the
-prefill cancels out; every row forced to the full length) in three forms, side by side in one run:
+prefill cancels out; every row forced to the full length) in four forms, side by side in one run, in this
+order (`--out` is rewritten after each, so a run stopped at its limit keeps what it measured):
 - `rollout`: the RL rollout's own generator (`train.rollout.ModelGenerator`: float32 weights under
   bfloat16 autocast, the logits processor that records each chosen token's log-probability, top-p);
-- `bf16`: the same model cast to bfloat16, plain sampling, no processor;
-- `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (the first call's compile
-  time reported on its own);
-- `rollout_static`: the rollout's generator with `cache="static"` (`RlConfig.generation_cache`), the form
-  the RL trainer would switch to (its first call, compile included, also reported on its own).
-Then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time.
+- `rollout_static`: the same with `cache="static"` (`RlConfig.generation_cache`), the form the RL trainer
+  can switch to (its first call, compile included, reported on its own): these two decide
+  `model_day.sh`'s choice;
+- then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time;
+- `bf16`: the model cast to bfloat16, plain sampling, no processor;
+- `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (first call reported).
 
 `--model smollm2-shape` is a randomly initialised model of SmolLM2-135M's exact shape (no GGUF to carry):
 a decoding step's time does not depend on the weights' values, since every row is forced to full length.
@@ -142,6 +143,21 @@ def rollout_static(model, tokenizer, rows: list[list[int]], short: int, long: in
     return {"rollout_static_ms_per_step": step_ms, "rollout_static_first_call_s": first}
 
 
+def bf16_static(bf16, ids, short: int, long: int) -> dict:
+    """`bf16` with a static cache: its first call (compile included) and its step."""
+    try:
+        first = timed_generate(bf16, ids, short, cache_implementation="static")
+        step_ms = per_step_ms(lambda n: timed_generate(bf16, ids, n, cache_implementation="static"),
+                              short, long)
+    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"RESULT gen static failed: {error}", flush=True)
+        return {"static_error": error}
+    print(f"RESULT gen static {step_ms:.2f} ms a step (first call {first:.1f} s, compile included)",
+          flush=True)
+    return {"static_ms_per_step": step_ms, "static_first_call_s": first}
+
+
 def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -175,29 +191,29 @@ def main(argv: list[str] | None = None) -> int:
     from cudaperf.train.rollout import ModelGenerator
 
     cuda = args.device == "cuda"
+    table = ""
+
+    def save() -> None:  # after every form: a step killed at its limit keeps what it measured
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({**figures, "profile": table}, indent=1), encoding="utf-8")
+
     gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
     figures["rollout_ms_per_step"] = rollout_step_ms(gen, rows, short, long, cuda)
     print(f"RESULT gen rollout {figures['rollout_ms_per_step']:.2f} ms a step", flush=True)
+    save()
+    figures.update(rollout_static(model, tokenizer, rows, short, long, cuda))  # the two the RL run picks from
+    save()
     table = profile_table(gen, rows, args.profile_steps, cuda)
     print(table, flush=True)
-    figures.update(rollout_static(model, tokenizer, rows, short, long, cuda))
+    save()
     bf16 = model.to(torch.bfloat16)
     figures["bf16_ms_per_step"] = per_step_ms(lambda n: timed_generate(bf16, ids, n), short, long)
     print(f"RESULT gen bf16 {figures['bf16_ms_per_step']:.2f} ms a step", flush=True)
-    try:
-        first = timed_generate(bf16, ids, short, cache_implementation="static")
-        figures["static_first_call_s"] = first
-        figures["static_ms_per_step"] = per_step_ms(
-            lambda n: timed_generate(bf16, ids, n, cache_implementation="static"), short, long)
-        print(f"RESULT gen static {figures['static_ms_per_step']:.2f} ms a step (first call {first:.1f} s, "
-              "compile included)", flush=True)
-    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
-        figures["static_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        print(f"RESULT gen static failed: {figures['static_error']}", flush=True)
+    save()
+    figures.update(bf16_static(bf16, ids, short, long))
     print("RESULT generation_profile " + json.dumps(figures), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({**figures, "profile": table}, indent=1), encoding="utf-8")
+    save()
     return 0
 
 
