@@ -125,37 +125,39 @@ def rollout_step_ms(gen, rows: list[list[int]], short: int, long: int, cuda: boo
     return per_step_ms(run, short, long)
 
 
+def compiled_form(name: str, first_call, step_ms) -> dict:
+    """A static-cache form: `first_call()` (seconds, compile included) then `step_ms()`, as figures keyed
+    by `name`; a form that fails is a finding (`<name>_error`), reported, not a crash."""
+    try:
+        first = first_call()
+        step = step_ms()
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        print(f"RESULT gen {name} failed: {error}", flush=True)
+        return {f"{name}_error": error}
+    print(f"RESULT gen {name} {step:.2f} ms a step (first call {first:.1f} s, compile included)", flush=True)
+    return {f"{name}_ms_per_step": step, f"{name}_first_call_s": first}
+
+
 def rollout_static(model, tokenizer, rows: list[list[int]], short: int, long: int, cuda: bool) -> dict:
     """The rollout's generator with a static cache: its first call (compile included) and its step."""
     from cudaperf.train.rollout import ModelGenerator
 
     gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows), cache="static")
-    try:
+
+    def first_call() -> float:
         with full_length(model, short):
-            first = wall_s(lambda: gen.generate(rows, short), cuda)
-        step_ms = rollout_step_ms(gen, rows, short, long, cuda)
-    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        print(f"RESULT gen rollout_static failed: {error}", flush=True)
-        return {"rollout_static_error": error}
-    print(f"RESULT gen rollout_static {step_ms:.2f} ms a step (first call {first:.1f} s, compile included)",
-          flush=True)
-    return {"rollout_static_ms_per_step": step_ms, "rollout_static_first_call_s": first}
+            return wall_s(lambda: gen.generate(rows, short), cuda)
+
+    return compiled_form("rollout_static", first_call, lambda: rollout_step_ms(gen, rows, short, long, cuda))
 
 
 def bf16_static(bf16, ids, short: int, long: int) -> dict:
     """`bf16` with a static cache: its first call (compile included) and its step."""
-    try:
-        first = timed_generate(bf16, ids, short, cache_implementation="static")
-        step_ms = per_step_ms(lambda n: timed_generate(bf16, ids, n, cache_implementation="static"),
-                              short, long)
-    except Exception as exc:  # noqa: BLE001 - a form that fails is a finding, reported, not a crash
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        print(f"RESULT gen static failed: {error}", flush=True)
-        return {"static_error": error}
-    print(f"RESULT gen static {step_ms:.2f} ms a step (first call {first:.1f} s, compile included)",
-          flush=True)
-    return {"static_ms_per_step": step_ms, "static_first_call_s": first}
+    def run(n: int) -> float:
+        return timed_generate(bf16, ids, n, cache_implementation="static")
+
+    return compiled_form("static", lambda: run(short), lambda: per_step_ms(run, short, long))
 
 
 def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:
