@@ -32,6 +32,8 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from cudaperf.agent.backends.base import GENERATION_CACHES
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "compare")
     p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
@@ -45,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
-    p.add_argument("--generation-cache", default="dynamic", choices=("dynamic", "static"),
+    p.add_argument("--generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="KV cache of the local models' generate (CompareConfig.generation_cache)")
     p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model; "
                    "'none': leave it out, when its runs were measured in an earlier lease)")

@@ -39,6 +39,8 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from cudaperf.agent.backends.base import GENERATION_CACHES
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
     p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
@@ -71,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-tasks-per-step", type=int, default=4)
     p.add_argument("--rl-max-new-tokens", type=int, default=1536)
     p.add_argument("--rl-lr", type=float, default=2e-6)
-    p.add_argument("--rl-generation-cache", default="dynamic", choices=("dynamic", "static"),
+    p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from cudaperf.agent.backends.base import GENERATION_CACHES
 from cudaperf.train.config import ConfigError
 
 RUN_FILE = "trajectories.jsonl"
@@ -119,7 +120,7 @@ class CompareConfig:
             raise ConfigError("turns and samples must be >= 1")
         if self.batch_seeds and self.samples != 1:
             raise ConfigError("batch_seeds puts seed k in trajectory k of each task: use samples=1")
-        if self.generation_cache not in ("dynamic", "static"):
+        if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
         if self.eval_device == "cpu" and not self.allow_torch_ops:
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers: set allow_torch_ops=True "

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaperf.agent.backends.base import GENERATION_CACHES
+
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
@@ -278,7 +280,7 @@ class RlConfig(CommonConfig):
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers (no GPU for kernels), so "
                               "every reward would be 'not applicable': set allow_torch_ops=True (a smoke "
                               "run) or eval_device='cuda'")
-        if self.generation_cache not in ("dynamic", "static"):
+        if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")

@@ -32,6 +32,10 @@ class ChatMessage:
     content: str
 
 
+# The KV caches a local model can generate with (`HFLocalOptions.cache`, and the trainers' settings).
+GENERATION_CACHES = ("dynamic", "static")
+
+
 @dataclass(frozen=True)
 class GenerationConfig:
     max_new_tokens: int = 2048

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.backends._common import cut_at_stop, failed
-from cudaperf.agent.backends.base import BackendSpecError, ChatMessage, Generation, GenerationConfig
+from cudaperf.agent.backends.base import (
+    GENERATION_CACHES,
+    BackendSpecError,
+    ChatMessage,
+    Generation,
+    GenerationConfig,
+)
 
 MISSING_EXTRA = "transformers is not installed: pip install 'cudaperf[agent]'"
 
@@ -49,7 +55,7 @@ class HFLocalOptions:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise BackendSpecError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.cache not in ("dynamic", "static"):
+        if self.cache not in GENERATION_CACHES:
             raise BackendSpecError(f"cache must be 'dynamic' or 'static', got {self.cache!r}")
 
 
