@@ -943,10 +943,10 @@ class TorchSession(Session):
             start = time.perf_counter()
             try:
                 compiled = compile_baseline(entry.model)
-                with torch.no_grad():  # its first call's output, a right answer, overwritten at once
+                with torch.no_grad():  # its first call's output, a right answer, overwritten at once (the
+                    # disposal waits for the device, so the compile's own work has ended too)
                     self.dispose_baseline_output(compiled(*clone_inputs(entry.inputs)),
                                                  _storages(_held_by(entry.model)))
-                synchronize(self.device)
                 entry.extra["compiled"] = compiled
             except Exception as exc:  # noqa: BLE001 - the baseline is missing, the evaluation goes on
                 entry.extra["compiled"] = f"{type(exc).__name__}: {exc}"[:500]
