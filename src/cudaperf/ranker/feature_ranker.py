@@ -49,6 +49,7 @@ Not covered: features (features.py), pairs and metrics (pairs.py, metrics.py), s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -398,25 +399,37 @@ def group_folds(table: Table, folds: int) -> list[np.ndarray]:
     return [fold == k for k in range(min(folds, len(groups)))]
 
 
-def choose_tree_weight(table: Table, config: FeatureRankerConfig) -> TreeWeightChoice | None:
-    """The nested choice of `tree_weight` on `table` alone (module docstring); None where it cannot be
-    made (one split group, or no >= 1.5x pair among the held-out rows): the configured weight stays."""
-    from cudaperf.ranker import metrics
+def _held_out_parts(table: Table, config: FeatureRankerConfig, folds: list[np.ndarray],
+                    on_fold: Callable[[FeatureRanker, np.ndarray], None] | None = None):
+    """What a nested choice scores: every row's prior and tree parts from the model trained on the other
+    folds (`on_fold(inner, held)` sees each such model, trained with the gate's leaf table then), and the
+    >= `CHOICE_GAP` pairs; None where there is no such pair (nothing is trained then)."""
     from cudaperf.ranker.pairs import at_least, make_pairs
 
-    folds = group_folds(table, config.inner_folds)
-    if len(folds) < 2:
-        return None
-    prior_part, tree_part = np.zeros(len(table)), np.zeros(len(table))
-    full = replace(config, tree_weight=1.0)
-    for held in folds:
-        inner = _train(table.subset(~held), full)
-        prior_part[held] = inner.prior.of(table.x[held])
-        tree_part[held] = inner.tree_part(table.x[held])
     pairs = make_pairs(table)
     pairs = pairs.select(at_least(pairs, CHOICE_GAP))
     if not len(pairs):
         return None
+    prior_part, tree_part = np.zeros(len(table)), np.zeros(len(table))
+    for held in folds:
+        inner = _train(table.subset(~held), config, leaf_table=on_fold is not None)
+        x = table.x[held]
+        prior_part[held], tree_part[held] = inner.prior.of(x), inner.tree_part(x)
+        if on_fold is not None:
+            on_fold(inner, held)
+    return prior_part, tree_part, pairs
+
+
+def choose_tree_weight(table: Table, config: FeatureRankerConfig) -> TreeWeightChoice | None:
+    """The nested choice of `tree_weight` on `table` alone (module docstring); None where it cannot be
+    made (one split group, or no >= 1.5x pair among the held-out rows): the configured weight stays."""
+    from cudaperf.ranker import metrics
+
+    folds = group_folds(table, config.inner_folds)
+    parts = _held_out_parts(table, replace(config, tree_weight=1.0), folds) if len(folds) >= 2 else None
+    if parts is None:
+        return None
+    prior_part, tree_part, pairs = parts
     grid = tuple(sorted(config.tree_weight_grid))
     accs = [metrics.accuracy(prior_part + w * tree_part, pairs) for w in grid]
     best = int(np.argmax([a.macro for a in accs]))  # the first maximum: ties go to the smaller weight
@@ -432,26 +445,21 @@ def choose_gate(table: Table, config: FeatureRankerConfig) -> GateChoice | None:
     cannot be made (one split group, or no >= 1.5x pair among the held-out rows): the configured gate
     stays."""
     from cudaperf.ranker import metrics
-    from cudaperf.ranker.pairs import at_least, make_pairs
 
     folds = group_folds(table, config.gate_inner_folds)
-    if len(folds) < 2:
-        return None
     ks, powers = tuple(sorted(config.gate_grid_min_groups)), tuple(sorted(config.gate_grid_power))
-    prior_part, tree_part = np.zeros(len(table)), np.zeros(len(table))
     cover = np.zeros((len(ks), len(table)))
-    plain = replace(config, gate_power=0.0)
-    for held in folds:
-        inner = _train(table.subset(~held), plain, leaf_table=True)
-        x = table.x[held]
-        prior_part[held], tree_part[held] = inner.prior.of(x), inner.tree_part(x)
-        leaves = inner._leaves(x)
+
+    def coverage(inner: FeatureRanker, held: np.ndarray) -> None:
+        leaves = inner._leaves(table.x[held])
         for i, k in enumerate(ks):
             cover[i, held] = leaf_coverage(inner.leaf_groups, leaves, k)
-    pairs = make_pairs(table)
-    pairs = pairs.select(at_least(pairs, CHOICE_GAP))
-    if not len(pairs):
+
+    parts = (_held_out_parts(table, replace(config, gate_power=0.0), folds, coverage)
+             if len(folds) >= 2 else None)
+    if parts is None:
         return None
+    prior_part, tree_part, pairs = parts
     macro = [
         [metrics.accuracy(prior_part + cover[i] ** p * tree_part, pairs).macro for p in powers]
         for i in range(len(ks))
