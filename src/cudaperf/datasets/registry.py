@@ -1,6 +1,9 @@
 """The index of every generated task: all families of both kinds, variants drawn from one seed,
 task ids from the normalised source hash, duplicates dropped.
 
+Fresh families (`fresh_families()`: written after the dataset, held out of it) are indexed only when
+asked for, by name or with `fresh=True`: the dataset's tasks and splits never depend on them.
+
 `build_index(seed)` is cheap (string templates only: no compiler, no torch), so the full index of
 thousands of tasks can be listed, counted and split anywhere; implementations are generated on demand.
 
@@ -18,6 +21,8 @@ import numpy as np
 
 from cudaperf.datasets.generate.c_dependent_families import DEP_FAMILIES
 from cudaperf.datasets.generate.c_parallel_families import LOOP_FAMILIES
+from cudaperf.datasets.generate.fresh_c_families import FRESH_C_FAMILIES
+from cudaperf.datasets.generate.fresh_torch_families import FRESH_TORCH_FAMILIES
 from cudaperf.datasets.generate.torch_families import torch_families
 from cudaperf.datasets.records import Family, GeneratedTask, Implementation, normalise, source_hash
 from cudaperf.tasks.ctask import CTask, to_json
@@ -25,11 +30,21 @@ from cudaperf.types import TaskKind
 
 
 def all_families() -> tuple[Family, ...]:
+    """The dataset's families."""
     return (*torch_families(), *LOOP_FAMILIES, *DEP_FAMILIES)
 
 
+def fresh_families() -> tuple[Family, ...]:
+    """Families held out of the dataset (the ranker's fresh held-out set)."""
+    return (*FRESH_TORCH_FAMILIES, *FRESH_C_FAMILIES)
+
+
+def is_fresh(family_name: str) -> bool:
+    return any(f.name == family_name for f in fresh_families())
+
+
 def family(name: str) -> Family:
-    return next(f for f in all_families() if f.name == name)
+    return next(f for f in (*all_families(), *fresh_families()) if f.name == name)
 
 
 def _family_rng(seed: int, name: str) -> np.random.Generator:
@@ -50,12 +65,14 @@ def _generate(fam: Family, variant: dict) -> tuple[str, str, str]:
 
 
 def build_index(seed: int = 0, kinds: Iterable[TaskKind] = (TaskKind.PYTORCH, TaskKind.C),
-                families: Iterable[str] | None = None) -> list[GeneratedTask]:
-    """Every task of the selected families, in a deterministic order, without duplicates."""
+                families: Iterable[str] | None = None, fresh: bool = False) -> list[GeneratedTask]:
+    """Every task of the selected families, in a deterministic order, without duplicates. Fresh families
+    take part when named in `families` or, with `fresh`, all of them beside the dataset's."""
     wanted_kinds, wanted = set(kinds), set(families) if families else None
     seen: set[str] = set()
     out: list[GeneratedTask] = []
-    for fam in all_families():
+    named_fresh = wanted is not None and any(f.name in wanted for f in fresh_families())
+    for fam in (*all_families(), *(fresh_families() if fresh or named_fresh else ())):
         if fam.kind not in wanted_kinds or (wanted is not None and fam.name not in wanted):
             continue
         for variant in fam.variants(_family_rng(seed, fam.name)):

@@ -5,6 +5,9 @@ Each task kind is split on its own (both kinds get held-out groups). Groups are 
 then test and validation take whole groups until they hold about their share of tasks (never more
 than twice it), and train keeps the rest.
 
+Tasks of a fresh family (`registry.fresh_families()`, held out of the dataset) get the split "fresh" and
+take no part in the shuffle, so listing them never moves a dataset task to another split.
+
 Not covered: splits within a family (by shape or dtype): not wanted here, they leak.
 """
 
@@ -16,9 +19,10 @@ from collections.abc import Iterable
 import numpy as np
 
 from cudaperf.datasets.records import GeneratedTask
-from cudaperf.datasets.registry import group_of
+from cudaperf.datasets.registry import group_of, is_fresh
 
 SPLITS = ("train", "val", "test")
+FRESH_SPLIT = "fresh"
 
 
 def assign_groups(sizes: dict[str, int], seed: int = 0, val_frac: float = 0.1,
@@ -47,7 +51,8 @@ def split_tasks(tasks: Iterable[GeneratedTask], seed: int = 0, val_frac: float =
                 test_frac: float = 0.15) -> dict[str, str]:
     """task_id -> split, each kind split by its own groups."""
     tasks = list(tasks)
-    out: dict[str, str] = {}
+    out: dict[str, str] = {t.task_id: FRESH_SPLIT for t in tasks if is_fresh(t.family)}
+    tasks = [t for t in tasks if t.task_id not in out]
     for kind in {t.kind for t in tasks}:
         mine = [t for t in tasks if t.kind is kind]
         sizes = Counter(group_of(t) for t in mine)
