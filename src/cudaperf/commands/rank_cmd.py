@@ -4,7 +4,9 @@
   and save it with its feature schema and library versions (default: the model shipped in the package).
 - `rank eval [--out DIR] [--lm tiny|none|MODEL_DIR]`: every figure (leave-one-group-out, test families,
   length-controlled pairs, gap buckets, Kendall tau, calibration, baselines, the LM ranker beside it,
-  pre-filter replay, speed) as `ranker_eval.json` and `ranker_eval.md` under DIR.
+  pre-filter replay, speed) as `ranker_eval.json` and `ranker_eval.md` under DIR. With `--fresh DIR`
+  (repeatable) only the saved model (`--model`, default the shipped one) on the fresh families' measured
+  rows, beside the baselines, as `fresh_eval.json` and `fresh_eval.md`.
 - `rank score --task TASK FILE... [--config NAME] [--model MODEL] [--explain N] [--json]`: rank candidate
   solution files of one task, best first (mean score over the task's configurations unless --config).
   TASK is a task file (`.py` PyTorch module or `.ctask.json`) or a dataset task id. The candidates'
@@ -42,6 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--lm-steps", type=int, default=600, help="LM training steps (batches of pairs)")
     ev.add_argument("--lm-device", default="cpu", help="cpu or cuda")
     ev.add_argument("--families", default="", help="comma-separated families only (a quick run)")
+    ev.add_argument(
+        "--fresh",
+        type=Path,
+        action="append",
+        default=None,
+        help="shards of the fresh families' measurement (repeatable): score the saved model there only",
+    )
+    ev.add_argument("--model", type=Path, default=None, help="with --fresh: model file (default: shipped)")
     ev.add_argument(
         "--lm-scores",
         type=Path,
@@ -110,6 +120,8 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    if args.fresh:
+        return _eval_fresh(args)
     from cudaperf.ranker.lm_ranker import LMRankerConfig
     from cudaperf.ranker.report import EvalOptions, evaluate_all, render_markdown
 
@@ -127,6 +139,20 @@ def _eval(args) -> int:
     (args.out / "ranker_eval.json").write_text(json.dumps(results, indent=1, sort_keys=True))
     (args.out / "ranker_eval.md").write_text(render_markdown(results))
     print(f"wrote {args.out / 'ranker_eval.json'} and {args.out / 'ranker_eval.md'}")
+    return 0
+
+
+def _eval_fresh(args) -> int:
+    from cudaperf.ranker.report import evaluate_fresh, render_fresh_markdown
+
+    results = evaluate_fresh(tuple(args.fresh), args.model, args.cache, args.workers)
+    if "error" in results:
+        print(f"cudaperf rank eval --fresh: {results['error']}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fresh_eval.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    (args.out / "fresh_eval.md").write_text(render_fresh_markdown(results))
+    print(f"wrote {args.out / 'fresh_eval.json'} and {args.out / 'fresh_eval.md'}")
     return 0
 
 

@@ -5,6 +5,11 @@ scores of the feature ranker, its scores on the dataset's test families, the bas
 LM ranker trained on the train families (a tiny model from a config on the CPU, or any Hugging Face model
 directory), the pre-filter replay and the scoring speed. `render_markdown(results)` writes the tables.
 
+`evaluate_fresh(...)` scores a saved model, as it is, on the fresh families (held out of the dataset:
+`datasets.registry.fresh_families()`) beside the same baselines: no model is trained and nothing is
+fitted on their rows, so the figure is blind when the model was saved before their first measurement
+(the model file's hash is recorded to show which model it was); `render_fresh_markdown` writes it.
+
 Not covered: the models themselves (feature_ranker.py, lm_ranker.py), the numbers' definitions
 (metrics.py, prefilter.py).
 """
@@ -88,6 +93,80 @@ def evaluate_all(options: EvalOptions, progress: Callable[[str], None] = print) 
     out["speed"] = speed(table, options)
     out["seconds"] = time.time() - t0
     return out
+
+
+def evaluate_fresh(
+    measure_dirs: tuple[Path, ...],
+    model_path: Path | None = None,
+    cache_dir: Path = DEFAULT_CACHE_DIR,
+    workers: int = 2,
+) -> dict:
+    """The saved model (default: the shipped one) on every correct measured row of the fresh families in
+    `measure_dirs`, beside the baselines; an "error" entry when there is nothing to score."""
+    import hashlib
+
+    from cudaperf.ranker.store import default_model_path, load_model
+
+    path = Path(model_path) if model_path is not None else default_model_path()
+    loaded = load_model(path, compile=False)
+    if loaded.backend is None:
+        return {"error": loaded.error}
+    table = build_table(measure_dirs, cache_dir=cache_dir, workers=workers, progress=True, fresh=True)
+    table = table.subset(np.asarray([s == "fresh" for s in table.split], dtype=bool))
+    if not len(table):
+        return {"error": f"no correct measured row of a fresh family in {', '.join(map(str, measure_dirs))}"}
+    out = fresh_figures(table, loaded.backend.model)
+    out["model"] = {
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        **_jsonable(loaded.meta),
+    }
+    out["measure_dirs"] = [str(d) for d in measure_dirs]
+    return out
+
+
+def fresh_figures(table, model) -> dict:
+    """`evaluation.figures` of `model` as it is (no training, its own calibration slope) and the
+    baselines on every row of `table`."""
+    scores = model.score_rows(table.x)
+    held = evaluation.HeldOut(scores, np.full(len(table), model.scale))
+    scorers = {"feature_ranker": scores, **evaluation.baseline_scores(table)}
+    out = evaluation.figures(table, make_pairs(table), scorers, held)
+    out["rows"] = len(table)
+    out["tasks"] = len({k[0] for k in table.keys})
+    return out
+
+
+def render_fresh_markdown(r: dict) -> str:
+    names = ["feature_ranker", "longer_source", "structural", "cost_model", "random"]
+    if "error" in r:
+        return f"# Fresh held-out families\n\n{r['error']}\n"
+    return "\n".join([
+        "# The shipped ranker on fresh held-out families (issue 20)",
+        "",
+        f"{r['rows']} correct measured rows of {r['tasks']} tasks, {r['pairs']} pairs beyond noise, "
+        f"families: {', '.join(r['families'])}. Model: `{r['model']['path']}` (sha256 "
+        f"{r['model']['sha256'][:16]}), scored as saved: nothing trained or fitted on these rows.",
+        "",
+        *_summary(r, names),
+        "",
+        "### Per family, >= 1.5x pairs",
+        "",
+        *_bucket_table(r, ">=1.5x", names),
+        "",
+        "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)",
+        "",
+        *_bucket_table(r, ">=1.5x", names, "length_controlled"),
+        "",
+        "### Kendall tau per family (mean over tasks)",
+        "",
+        *_tau_table(r, names),
+        "",
+        "### Calibration of P(a faster) (the model's own slope)",
+        "",
+        *_calibration(r),
+        "",
+    ])
 
 
 def _scores_from_file(table, path: Path) -> np.ndarray:

@@ -35,7 +35,7 @@ class Table:
     keys: tuple[tuple[str, str, str], ...]  # (task_id, config, impl_id)
     family: tuple[str, ...]
     group: tuple[str, ...]  # split group ("kind:group"): the unit held out by splits and LOFO
-    split: tuple[str, ...]  # the dataset's split of the task: train / val / test
+    split: tuple[str, ...]  # the task's split: train / val / test, or fresh (held out of the dataset)
     time_ms: np.ndarray  # median time
     rel_iqr: np.ndarray  # IQR / median: the spread of the row's timed calls
     n_samples: np.ndarray  # timed calls behind the median
@@ -132,8 +132,8 @@ def _worker_task(args: tuple[str, int, str, tuple[str, ...]]) -> str:
     task_id, seed, cache_dir, measure_dirs = args
     from cudaperf.datasets import registry
 
-    if not _INDEX:
-        _INDEX.update({t.task_id: t for t in registry.build_index(seed)})
+    if not _INDEX:  # fresh families too: a lookup by id, whichever table asked for the task
+        _INDEX.update({t.task_id: t for t in registry.build_index(seed, fresh=True)})
         _STATICS.update(static_facts(Path(d) for d in measure_dirs))
     task = _INDEX[task_id]
     task_features(task, registry.implementations(task), Path(cache_dir), _STATICS)
@@ -175,11 +175,13 @@ def build_table(
     families: Iterable[str] | None = None,
     compute_missing: bool = True,
     features: bool = True,
+    fresh: bool = False,
 ) -> Table:
     """The table of every correct measured row (current sources only), features from the cache (rows of
     tasks not cached are computed first, or left out when not `compute_missing`). `features=False`: no
     features at all (NaN), source lengths from the regenerated sources: for the LM backend on a machine
-    without the analysis' dependencies."""
+    without the analysis' dependencies. Rows of fresh families (held out of the dataset, split "fresh")
+    are kept only with `fresh`: a dataset table never holds them, whatever shards it reads."""
     from cudaperf.datasets import registry, splits
     from cudaperf.datasets.measure.stats import load_current
 
@@ -193,7 +195,7 @@ def build_table(
         and r.get("median_ms")
         and (wanted is None or r.get("family") in wanted)
     ]
-    index = {t.task_id: t for t in registry.build_index(seed)}
+    index = {t.task_id: t for t in registry.build_index(seed, fresh=fresh)}
     task_ids = sorted({r["task_id"] for r in rows if r["task_id"] in index})
     split_of = splits.split_tasks(index.values(), seed)
     if not features:
@@ -283,7 +285,7 @@ def row_sources(table: Table, seed: int = 0) -> dict[str, str]:
 
     wanted = {t for t, _, _ in table.keys}
     out: dict[str, str] = {}
-    for task in registry.build_index(seed):
+    for task in registry.build_index(seed, fresh=True):
         if task.task_id in wanted:
             out.update({impl.impl_id: impl.source for impl in registry.implementations(task)})
     return out

@@ -120,10 +120,11 @@ def current_source_hashes(m: Measurements) -> dict[str, str]:
 @functools.lru_cache(maxsize=4)
 def _index_hashes(seed: int) -> dict[str, str]:
     """Every implementation hash of the index of `seed`: about 3 s on 2 cores, so computed once per
-    process (the generators are pure functions of the seed; callers get copies)."""
+    process (the generators are pure functions of the seed; callers get copies). Fresh families' too
+    (`registry.fresh_families()`): their rows are current, not stale, wherever they are read."""
     from cudaperf.datasets import registry
 
-    return {impl.impl_id: impl_hash(impl.source) for task in registry.build_index(seed)
+    return {impl.impl_id: impl_hash(impl.source) for task in registry.build_index(seed, fresh=True)
             for impl in registry.implementations(task)}
 
 
