@@ -21,7 +21,7 @@ import pytest
 
 from cudaperf.datasets import registry, splits
 from cudaperf.datasets.filters import degenerate
-from cudaperf.datasets.generate.fresh_c_families import FRESH_C_FAMILIES
+from cudaperf.datasets.generate.fresh_c_families import FIXED_BITS, FRESH_C_FAMILIES, SCENES
 from cudaperf.datasets.records import STRATEGIES, GeneratedTask
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import CConfig, compile_check, from_json, make_inputs, validate
@@ -116,6 +116,24 @@ def test_compaction_reference_keeps_the_passing_elements_in_order(tmp_path):
     assert k == kept.size and np.array_equal(out["idx"][:k], kept)
     assert np.array_equal(out["dst"][:k], values["src"][kept])
     assert np.all(out["idx"][k:] == -1) and np.all(out["dst"][k:] == 0)
+
+
+def test_escape_time_fixed_point_squares_cannot_overflow():
+    """z * z must fit in 63 bits, so |z| < 2^(63 / 2 - FIXED_BITS) wherever it is squared: at the start
+    (julia: z0 is a pixel, at most half the view's width from 0 on each axis, as every image is at most as
+    tall as it is wide) and after a step from |z| <= 2 (the bailout), where |z| <= 2^power + |c|."""
+    limit = 2 ** (63 / 2 - FIXED_BITS)
+    tasks = [from_json(t.text) for t in index() if t.family == "escape_time"]
+    assert all(c.scalars["h"] <= c.scalars["w"] for t in tasks for c in t.configs)
+    for kind, scenes in SCENES.items():
+        power = 3 if kind == "multibrot3" else 2
+        for cre, cim, span in scenes:
+            half = span / 2 * 1.01  # the view, moved by up to 1% of its width
+            if kind == "julia":
+                c_max, z0_max = np.hypot(abs(cre) + span / 100, abs(cim) + span / 100), np.hypot(half, half)
+            else:
+                c_max, z0_max = np.hypot(abs(cre) + half, abs(cim) + half), 0.0
+            assert 2 ** power + c_max < limit and z0_max < limit, (kind, cre, cim, span)
 
 
 def _keep(expr: str, x: np.ndarray) -> np.ndarray:

@@ -27,7 +27,14 @@ import textwrap
 from dataclasses import dataclass
 
 from cudaperf.datasets.generate.c_family_parts import arr, scalar
-from cudaperf.datasets.generate.loop_nest import GRID_STRIDE_BLOCKS, LoopNest, args, cuda_prelude, decls
+from cudaperf.datasets.generate.loop_nest import (
+    GRID_STRIDE_BLOCKS,
+    SM_COUNT_H200,
+    LoopNest,
+    args,
+    cuda_prelude,
+    decls,
+)
 from cudaperf.tasks.ctask import CParam
 
 NT = 256  # threads per block of the tiled compaction kernels
@@ -475,9 +482,10 @@ extern "C" __global__ void poly_vec({decls(nest.params)}) {{
 
 
 def escape_dynamic(nest: LoopNest, tile_w: int = 8, tile_h: int = 4,
-                   blocks: int = GRID_STRIDE_BLOCKS) -> tuple[str, str]:
+                   blocks: int = SM_COUNT_H200 * 4) -> tuple[str, str]:
     """Persistent blocks; each warp takes the next tile_w x tile_h pixel tile from a global atomic counter
-    until none is left, so warps that drew cheap tiles take more of them."""
+    until none is left, so warps that drew cheap tiles take more of them. Half the H200's resident warps:
+    even the smallest large image (512 x 512, 8192 tiles) gives each warp about two tiles to balance."""
     assert tile_w * tile_h == 32, "one pixel per lane"
     (y, ny), (x, nx) = nest.dims
     body = _indent(textwrap.dedent(nest.body).strip(), 3)
