@@ -16,6 +16,7 @@ def with_fresh(monkeypatch):
     base = registry.family("elementwise")
     fresh = dataclasses.replace(base, name="fresh_elementwise_copy", group="")
     monkeypatch.setattr(registry, "FRESH_TORCH_FAMILIES", (fresh,))
+    monkeypatch.setattr(registry, "FRESH_C_FAMILIES", ())
     return fresh
 
 

@@ -39,6 +39,7 @@ def fresh_family(monkeypatch):
 
     fam = dataclasses.replace(base, name=FAMILY, group="", make=make)
     monkeypatch.setattr(registry, "FRESH_TORCH_FAMILIES", (fam,))
+    monkeypatch.setattr(registry, "FRESH_C_FAMILIES", ())
     stats._index_hashes.cache_clear()
     yield fam
     stats._index_hashes.cache_clear()
