@@ -8,10 +8,14 @@ seed's reference model, which the eager baseline runs), then looks for it where 
   native code walking the heap's objects, sees), other than the probe's own;
 - freed: fresh allocations of the answer's size, held together (what an uninitialised output would hold:
   on the GPU the caching allocator's freed blocks of that size; on the CPU the C library's reused chunks,
-  whose first bytes its free lists overwrite, so a block counts when all but its first 8 elements match);
+  whose first bytes its free lists overwrite, so a block counts when all but its first 8 elements match),
+  and on the CPU also chunks of that size from glibc's `malloc` itself (`freed_cache`: its per-thread
+  cache, which torch's aligned allocations reach only on some glibc versions);
 - on the GPU only, with `scan_device=True`: every inactive block of the caching allocator, read back raw
   (`cuMemcpyDtoH`), searched at every 512-byte offset for the answer's bytes.
-The probe's own answer is overwritten before it is dropped. Each disposal of a baseline output
+The probe's own answer (its whole storage) is overwritten before it is dropped, and it is computed the
+way the baselines run (`TorchSession.baseline_memory` routes it and overwrites what it freed), so that its
+own temporaries are never what a later probe finds. Each disposal of a baseline output
 (`TorchSession.dispose_baseline_output`) is checked afterwards: is any tensor of it still readable (not
 NaN or zero everywhere)? The tasks these tests use return no alias of an input or a weight.
 """
@@ -28,8 +32,8 @@ def probe_right_answers(job, report, scan_device=False):
     from cudaperf.execute import dispatch
     from cudaperf.execute.torch_session import TorchSession
 
-    found = {"calls": 0, "live": 0, "freed": 0, "device_blocks": 0, "disposed": 0, "left_readable": 0,
-             "dispose_s": 0.0}
+    found = {"calls": 0, "live": 0, "freed": 0, "freed_cache": 0, "device_blocks": 0, "disposed": 0,
+             "left_readable": 0, "dispose_s": 0.0}
     patched = {name: getattr(TorchSession, name) for name in ("time_config", "_scoped_call")}
     dispose = getattr(TorchSession, "dispose_baseline_output", None)
 
@@ -43,7 +47,7 @@ def probe_right_answers(job, report, scan_device=False):
     def scoped_call(self, model, inputs):
         state = getattr(self, "probe_state", None)
         if state is not None:
-            _probe(state, inputs, found, scan_device)
+            _probe(state, inputs, found, scan_device, self.baseline_memory)
         return patched["_scoped_call"](self, model, inputs)
 
     def disposing(self, out, *args):
@@ -72,7 +76,9 @@ def probe_right_answers_on_device(job, report):
     return probe_right_answers(job, report, scan_device=True)
 
 
-def _probe(state: dict, inputs: list, found: dict, scan_device: bool) -> None:
+def _probe(state: dict, inputs: list, found: dict, scan_device: bool, memory) -> None:
+    import contextlib
+
     import torch
 
     from cudaperf.correctness import clone_inputs
@@ -80,9 +86,16 @@ def _probe(state: dict, inputs: list, found: dict, scan_device: bool) -> None:
 
     like = state["like"]  # the answer's shape, dtype and device, from an earlier call
     held = [torch.empty(like[0], dtype=like[1], device=like[2]) for _ in range(8)] if like else []
-    with torch.no_grad():
+    cached = _GlibcChunks(like) if like and like[2].type == "cpu" else None
+    with torch.no_grad(), memory.routed() if memory is not None else contextlib.nullcontext():
         answer = state["model"](*clone_inputs(inputs))
+    if memory is not None:  # what the probe's forward freed, as after a baseline's call
+        memory.scrub()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
     if type(answer) is not torch.Tensor:
+        if cached is not None:
+            cached.release()
         return
     state["like"] = (answer.shape, answer.dtype, answer.device)
     found["calls"] += 1
@@ -92,12 +105,62 @@ def _probe(state: dict, inputs: list, found: dict, scan_device: bool) -> None:
                          if type(t) is torch.Tensor and t.untyped_storage().data_ptr() != own)
     tail = flat[SKIP_ELEMENTS:]
     found["freed"] += any(torch.equal(t.reshape(-1)[SKIP_ELEMENTS:], tail) for t in held)
+    if cached is not None:  # compared in place: a host copy of the answer would be freed as it is
+        in_cache = cached.holds(flat.view(torch.uint8), SKIP_ELEMENTS * answer.element_size())
+        found["freed_cache"] += in_cache
+        found["freed"] += in_cache
     if scan_device and answer.is_cuda:
         found["device_blocks"] += _in_inactive_blocks(answer)
+    answer.untyped_storage().fill_(0xFF)  # all of it: the answer may be a view of a larger temporary
     scrub([answer, held])
     if answer.is_cuda:
         torch.cuda.synchronize(answer.device)
     del answer, flat, tail, held
+
+
+class _GlibcChunks:
+    """Chunks of the answer's size straight from the C library's `malloc` (its per-thread cache first),
+    taken before the probe computes its answer, compared in place, then overwritten and freed."""
+
+    COUNT = 16  # more than glibc's cache holds per size (7 by default)
+
+    def __init__(self, like):
+        import ctypes
+
+        import torch
+
+        libc = ctypes.CDLL(None)
+        self.malloc, self.free, self.memset = libc.malloc, libc.free, libc.memset
+        self.malloc.restype, self.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        self.free.restype, self.free.argtypes = None, [ctypes.c_void_p]
+        self.memset.restype = ctypes.c_void_p
+        self.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+        self.nbytes = torch.Size(like[0]).numel() * torch.empty((), dtype=like[1]).element_size()
+        self.chunks = [self.malloc(self.nbytes) for _ in range(self.COUNT)] if self.nbytes else []
+
+    def holds(self, answer_bytes, skip_bytes: int) -> int:
+        """1 when a chunk holds the answer's bytes (a uint8 view) from `skip_bytes` on (its first bytes
+        are the free list's); every chunk is released afterwards."""
+        import ctypes
+
+        import torch
+
+        try:
+            if answer_bytes.numel() != self.nbytes:
+                return 0
+            want = answer_bytes[skip_bytes:]
+            return int(any(torch.equal(torch.frombuffer((ctypes.c_char * self.nbytes).from_address(c),
+                                                        dtype=torch.uint8)[skip_bytes:], want)
+                           for c in self.chunks if c))
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        for c in self.chunks:
+            if c:
+                self.memset(c, 0, self.nbytes)
+                self.free(c)
+        self.chunks = []
 
 
 def _same(t, flat) -> bool:

@@ -39,12 +39,18 @@ the referee after the configuration's bench; a later one bit for bit that first 
 differs is compared here with it and goes to the referee too (at most `outputs.KEPT_RECHECKS` per set,
 within the bytes the memory plan leaves, `recheck_budget_bytes`; beyond them `timed_recheck_partial`,
 INFO); the baselines' are compared here with the candidate's first. The baselines (the reference model
-eager and compiled: their outputs are the right answers on the timing input sets) are `timing.Disposed`:
-each output is overwritten (NaN, or zeros) once its sample and re-check are done, outside every timed
-window, and the device synchronised before the next call (`dispose_baseline_output`; the compiled
-baseline's warm-up output too), so no right answer is live, or in a freed block, when the candidate's code
-runs next. The speed-of-light figures and flags are the referee's. At the end every free block of the
-allocator is overwritten (`scrub`): the cross-job cache keeps models, inputs and compiled baselines.
+eager and compiled: their outputs are the right answers on the timing input sets, and their temporaries
+can hold them too) allocate apart (`execute.baseline_memory`: a private pool of the CUDA caching
+allocator, glibc's perturbation on the CPU), in each call, in the compiled baseline's compile and first
+call and in the re-check of their outputs, and are `timing.Disposed`: once a call's sample and re-check
+are done, outside every timed window, its output is overwritten (NaN, or zeros; a view's whole storage),
+then what the call freed (the pool's free blocks; on the CPU glibc fills each chunk at its free and its
+per-thread cache is drained), and the device synchronised before the next call
+(`dispose_baseline_output`), so no right answer is live, or in a freed block, when the candidate's code
+runs next. The mechanism and what its scrubs cost are in the result's environment (`baseline_memory`); a
+WARNING `baseline_memory_unscrubbed` when it is not in effect. The speed-of-light figures and flags are
+the referee's. At the end every free block of the allocator is overwritten (`scrub`): the cross-job cache
+keeps models, inputs and compiled baselines.
 The reference re-run between the two candidate runs (hack #1) has no object there: no reference output
 exists for an uninitialised output to land on.
 
@@ -57,15 +63,24 @@ Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
 
 Not covered: what every task kind shares (the stage wrapper, candidate windows, failure classification,
 the bench, cleanup and the payload: `execute.session`), C->CUDA tasks (`c_session.py`), which recipe runs
-a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output exists
-from its call until its disposal, so native code of the candidate running beside it (a thread of its
-own, or work on a stream of its own) can copy it then; the baselines' temporaries are freed as they are
-(a model whose output is a cheap step from one, say a transpose, a cast or a final elementwise op, leaves
-most of the answer in a freed block); an output aliasing an input or a tensor of the model is left as it
-is (the candidate has those anyway; a model's tensor reached only through another object, a closure
-or a module global is not recognised as the model's, and is overwritten); a Python number, or a tensor
-of a subclass (its fill could run its code), is not overwritten. Without a referee the worker holds the
-reference outputs throughout (no boundary is claimed there).
+a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output and its
+temporaries exist during its call and until its disposal, so native code of the candidate running beside
+it (a thread of its own, or work on a stream of its own) can copy them then; what the memory mechanism
+does not reach (`execute.baseline_memory`, "Not covered": temporaries freed after the scrub, such as
+tensors left in reference cycles; library workspaces kept for reuse, such as cuBLAS's, shared with the
+candidate's torch calls; on the CPU other threads' glibc caches); on the CPU the baselines' samples
+include glibc's fills of each chunk at malloc and free (slower eager medians, up to 1.6x measured on small
+elementwise models: the environment's `baseline_memory` says so; the CPU timings are not the reported
+GPU figures); on CUDA the baselines' pool keeps their working set reserved for the timing stage (the
+memory plan does not count it) and a baseline call cannot take the general pool's cached blocks, so near
+the device's memory a baseline can run out (dropped with its flag); the temporaries of a reference
+measured here for the memory plan (only when the referee reports no sizes) on the CPU, where the
+allocator's poisoning does nothing; an output aliasing an input or a tensor of the model is left as it is
+(the candidate has those anyway; a model's tensor reached only through another object, a closure or a
+module global is not recognised as the model's, and is overwritten); a Python number, or a tensor of a
+subclass (its fill could run its code), is not overwritten. Without a referee the worker holds the
+reference outputs throughout (no boundary is claimed there), and the baselines allocate and free as they
+are.
 """
 
 from __future__ import annotations
@@ -94,6 +109,7 @@ from cudaperf.correctness import (
     poison_allocator,
     tensor_bytes,
 )
+from cudaperf.execute.baseline_memory import BaselineMemory
 from cudaperf.execute.device_state import forward_bytes, start_peak
 from cudaperf.execute.memory_plan import (
     MIN_OUTPUT_CAP_BYTES,
@@ -128,6 +144,7 @@ from cudaperf.timing import (
 from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, InputConfig, Outcome, Severity
 
 FINGERPRINT_CHUNK_BYTES = 256 << 20  # the fingerprint's chunks (`torch_judge.byte_sum`)
+_UNCLOSED: list[BaselineMemory] = []  # baselines' pools never destroyed: the job ended in a CUDA fault
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,6 +300,8 @@ class TorchSession(Session):
         self.referee_sizes: dict[str, dict] = {}  # per configuration, from the referee's sync answer
         self.output_bytes_seen: dict[str, int] = {}  # per configuration, the candidate's last output size
         self.peak_allocated_bytes = 0  # the most this process allocated during the job (CUDA only)
+        # With a referee: where the baselines allocate, overwritten after each call (`baseline_memory`)
+        self.baseline_memory: BaselineMemory | None = None
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -400,6 +419,7 @@ class TorchSession(Session):
         self.verified.clear()
         self.timing_outputs.clear()
         self.release()
+        self.close_baseline_memory()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -861,12 +881,13 @@ class TorchSession(Session):
             return self.compare_output(out, expected[index]).ok
 
         timed = TimedOutputs(self.compare_output, budget_bytes=self.recheck_budget_bytes())
-        bench = self.bench(fns, input_sets, (timed.check if refereed else check) if checked else None,
-                           config.name)
+        recheck = self.routed_for_baselines(timed.check) if refereed else check
+        bench = self.bench(fns, input_sets, recheck if checked else None, config.name)
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
             self.shipper.ship_timed(config.name, timed.to_ship())
             self.flags += _partial_recheck(timed, config.name)
         timed.clear()
+        self.note_baseline_memory(config.name)
         return self.summarize_timing(config, entry, bench)
 
     def recheck_budget_bytes(self) -> int:
@@ -912,8 +933,11 @@ class TorchSession(Session):
     def baselines(self, entry: Reference, config: InputConfig,
                   keep: frozenset[int] | None = None) -> dict[str, Callable | Disposed]:
         """The baselines to time. With `keep` (a refereed worker: the storages of the timing inputs and
-        of the model's tensors), each is `timing.Disposed`: every output overwritten after its call
+        of the model's tensors), each call allocates apart (`baseline_memory`) and each is
+        `timing.Disposed`: every output, and what the call freed, overwritten after it
         (`dispose_baseline_output`)."""
+        if keep is not None and self.baseline_memory is None:
+            self.baseline_memory = BaselineMemory.for_device(self.device)
         wanted = set(self.job.timing.baselines)
         fns: dict[str, Callable | Disposed] = {}
         if "eager" in wanted:
@@ -925,28 +949,72 @@ class TorchSession(Session):
         if keep is None:
             return fns
         dispose = lambda out: self.dispose_baseline_output(out, keep)  # noqa: E731 - one closure for all
-        return {name: Disposed(fn, dispose) for name, fn in fns.items()}
+        return {name: Disposed(self.baseline_memory.around(fn), dispose) for name, fn in fns.items()}
 
     def dispose_baseline_output(self, out: Any, keep: frozenset[int]) -> None:
         """Overwrite a baseline's output (the reference model's: a right answer on a timing input set) once
-        its sample is taken, outside every timed window: each tensor of it (NaN, or zeros) but those whose
-        storage is in `keep` (an input's or one the model holds, `_held_by`: the bench and the model need
-        them intact, and they are no secret: the candidate gets the inputs and the same weights), then
-        wait for the fill, so that no work the candidate's code queues next, on any stream, reads the
-        output before it is overwritten."""
-        scrub([t for t in flatten_tensors(out) if type(t) is torch.Tensor and _storage(t) not in keep])
+        its sample is taken, outside every timed window: each tensor of it (NaN, or zeros; a view's whole
+        storage, whose rest is a temporary of the call) but those whose storage is in `keep` (an input's or
+        one the model holds, `_held_by`: the bench and the model need them intact, and they are no secret:
+        the candidate gets the inputs and the same weights); then what the call freed
+        (`BaselineMemory.scrub`, where `baseline_memory` is set); then wait for the writes, so that no work
+        the candidate's code queues next, on any stream, reads them before they land."""
+        tensors = [t for t in flatten_tensors(out) if type(t) is torch.Tensor and _storage(t) not in keep]
+        _fill_storages_beyond_views(tensors)
+        scrub(tensors)
+        if self.baseline_memory is not None:
+            self.baseline_memory.scrub()
         synchronize(self.device)
+
+    def routed_for_baselines(self, check: Callable[[str, int, Any], bool]) -> Callable[[str, int, Any], bool]:
+        """`check` (the bench's re-check of an output) with a baseline's re-check routed like its call:
+        a copy the comparison makes of the baseline's output (a right answer) is overwritten with the
+        call's temporaries, at its disposal right after."""
+        memory = self.baseline_memory
+        if memory is None:
+            return check
+
+        def routed(name: str, index: int, out: Any) -> bool:
+            if name == CANDIDATE:
+                return check(name, index, out)
+            with memory.routed():
+                return check(name, index, out)
+        return routed
+
+    def note_baseline_memory(self, config: str) -> None:
+        """The mechanism and its cost in the result's environment; a WARNING once when it is not in effect
+        or a scrub failed (the harness's protection, not the candidate's fault)."""
+        memory = self.baseline_memory
+        if memory is None:
+            return
+        self.environment["baseline_memory"] = memory.describe()
+        if memory.failure and not any(f.code == "baseline_memory_unscrubbed" for f in self.flags):
+            self.flags.append(Flag("baseline_memory_unscrubbed", "what the baselines free during timing is "
+                                   f"not overwritten: {memory.failure}", Severity.WARNING, config))
+
+    def close_baseline_memory(self) -> None:
+        """The baselines' pool given back; kept as it is after a CUDA fault (its destructor would call
+        into a dead context, and the worker is replaced)."""
+        memory, self.baseline_memory = self.baseline_memory, None
+        if memory is not None and self.poisoned:
+            _UNCLOSED.append(memory)
+        elif memory is not None:
+            memory.close()
 
     def compiled(self, entry: Reference, config: InputConfig) -> Callable | None:
         """torch.compile(reference), mode default, compiled (and warmed) outside the timing; cached."""
         if "compiled" not in entry.extra:
             start = time.perf_counter()
+            memory = self.baseline_memory
             try:
                 compiled = compile_baseline(entry.model)
-                with torch.no_grad():  # its first call's output, a right answer, overwritten at once (the
-                    # disposal waits for the device, so the compile's own work has ended too)
-                    self.dispose_baseline_output(compiled(*clone_inputs(entry.inputs)),
-                                                 _storages(_held_by(entry.model)))
+                # The compile and its first call allocate where the baselines do (`baseline_memory`)
+                with torch.no_grad(), memory.routed() if memory else contextlib.nullcontext():
+                    out = compiled(*clone_inputs(entry.inputs))
+                # its first output, a right answer, overwritten at once with what the call freed (the
+                # disposal waits for the device, so the compile's own work has ended too)
+                self.dispose_baseline_output(out, _storages(_held_by(entry.model)))
+                del out
                 entry.extra["compiled"] = compiled
             except Exception as exc:  # noqa: BLE001 - the baseline is missing, the evaluation goes on
                 entry.extra["compiled"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -1014,6 +1082,7 @@ class TorchSession(Session):
         self.verified.clear()
         self.timing_outputs.clear()
         self.built.clear()
+        self.close_baseline_memory()  # its pool's free segments go back before the cache is emptied
         if self.device.type == "cuda" and not self.poisoned:
             try:
                 torch.cuda.empty_cache()
@@ -1046,6 +1115,14 @@ def _storage(t: torch.Tensor) -> int:
 def _storages(values: Any) -> frozenset[int]:
     """The storages of every tensor in `values` (what a baseline's output may alias and must keep)."""
     return frozenset(_storage(t) for t in flatten_tensors(values))
+
+
+def _fill_storages_beyond_views(tensors: list[torch.Tensor]) -> None:
+    """Fill with 0xFF bytes the whole storage of each tensor that covers less than its storage (a slice
+    or a view of a larger temporary): the rest would be freed, later, as it is."""
+    for t in tensors:
+        if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+            t.untyped_storage().fill_(0xFF)
 
 
 def _partial_recheck(timed: Any, config: str) -> list[Flag]:
