@@ -480,3 +480,11 @@ def test_features_of_an_older_source_are_not_current():
     assert measure_features.has_current_features({impl.impl_id: impl_hash(impl.source)}, impl)
     assert not measure_features.has_current_features({impl.impl_id: "older-source"}, impl)
     assert not measure_features.has_current_features({}, impl)
+
+
+def test_a_limit_samples_each_family_by_task_id_hash_not_by_generator_order(tmp_path):
+    from cudaperf.datasets import registry
+
+    picked = [t.task_id for t in select_tasks(options(tmp_path, limit=3))]
+    first = [t.task_id for f in FAMILIES for t in registry.build_index(0, families=[f])[:3]]
+    assert len(picked) == 3 * len(FAMILIES) and set(picked) != set(first)

@@ -300,7 +300,8 @@ def _add_measure_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="generator seed of the task index (as for build)")
     p.add_argument("--kinds", default="pytorch,c", help="comma list of task kinds: pytorch,c")
     p.add_argument("--family", "--families", dest="families", default="", help="comma list of families")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0: all)")
+    p.add_argument("--limit", type=int, default=0,
+                   help="at most this many tasks per family, a stable sample by task-id hash (0: all)")
     p.add_argument("--max-tasks", type=int, default=0, help="at most this many tasks in this run (0: all)")
     p.add_argument("--impls-per-task", type=int, default=0,
                    help="at most this many implementations per task, the baseline one first (0: all); for "

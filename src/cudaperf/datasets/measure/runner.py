@@ -39,7 +39,7 @@ import platform
 import sys
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from pathlib import Path
 from typing import Any, Self
 
@@ -82,15 +82,21 @@ def select_tasks(options: MeasureOptions) -> list[GeneratedTask]:
     kinds = [TaskKind(k) for k in options.kinds]
     tasks = registry.build_index(options.seed, kinds, list(options.families) or None)
     if options.limit:
-        seen: Counter = Counter()
-        kept = []
-        for t in tasks:
-            if seen[t.family] < options.limit:
-                seen[t.family] += 1
-                kept.append(t)
-        tasks = kept
+        tasks = sample_per_family(tasks, options.limit)
     i, n = options.shard
     return [t for t in round_robin(tasks) if shard_of(t.task_id, n) == i]
+
+
+def sample_per_family(tasks: list[GeneratedTask], limit: int) -> list[GeneratedTask]:
+    """At most `limit` tasks of each family, chosen by the task id's hash (a stable sample that spreads
+    over the family's variants, where the first tasks in generator order would share their first
+    parameters), in the original order."""
+    by_family: dict[str, list[GeneratedTask]] = {}
+    for t in tasks:
+        by_family.setdefault(t.family, []).append(t)
+    kept = {t.task_id for fam in by_family.values()
+            for t in sorted(fam, key=lambda t: hashlib.sha256(t.task_id.encode()).digest())[:limit]}
+    return [t for t in tasks if t.task_id in kept]
 
 
 def shard_of(task_id: str, n: int) -> int:
