@@ -52,14 +52,16 @@ def _exec(source: str, name: str) -> types.ModuleType:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("task", "impl", "config"), _cases())
-def test_fresh_implementation_matches_reference(task, impl, config):
+def test_fresh_implementation_matches_reference(task, impl, config, monkeypatch):
     import torch
 
     from cudaperf.correctness import clone_inputs, compare, inputs_mutated, poison_allocator
     from cudaperf.tasks import runtime, task_from_source
 
     record = task_from_source(task.text, task.task_id)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = record.allow_tf32
+    # TF32 as the measurement sets it for the reference (off unless the task allows it), restored after
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", record.allow_tf32)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", record.allow_tf32)
     module = runtime.load_module(record)
     cfg = next(c for c in record.configs if c.name == config)
     init = runtime.make_init_inputs(module, cfg)
