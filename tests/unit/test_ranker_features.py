@@ -143,3 +143,46 @@ def test_runtime_divisions_count_as_compute_in_the_cost_model():
     plain = cost_values(CostInputs(divisions=0.0, **base))
     wrapped = cost_values(CostInputs(divisions=26.0 * (1 << 24), **base))
     assert wrapped["c_log_compute"] > plain["c_log_compute"] and wrapped["c_log_est"] > plain["c_log_est"]
+
+
+def _memory_bound_inputs(**kw):
+    from cudaperf.ranker.features import CostInputs
+    from cudaperf.ranker.problem import ProblemSizes
+
+    base = dict(launches=1, flops=0.0, footprint_bytes=2**27, requested_bytes=2**27, sector_excess=1.0,
+                sm_bytes=2**27 / 132, divisions=0.0, barrier_warp_execs=0.0, tensor=False,
+                sizes=ProblemSizes(1 << 24, 1 << 24, 4, 1))
+    return CostInputs(**{**base, **kw})
+
+
+def test_a_thread_with_one_small_request_in_flight_leaves_hbm_bandwidth_idle():
+    from cudaperf.ranker.features import inflight_share
+
+    assert inflight_share(_memory_bound_inputs(bytes_per_thread=4.0)) < 0.5
+
+
+def test_sixteen_bytes_per_resident_thread_keep_hbm_busy():
+    from cudaperf.ranker.features import inflight_share
+
+    assert inflight_share(_memory_bound_inputs(bytes_per_thread=16.0)) == 1.0
+
+
+def test_low_occupancy_lowers_the_bandwidth_share():
+    from cudaperf.ranker.features import inflight_share
+
+    full, low = (inflight_share(_memory_bound_inputs(bytes_per_thread=16.0, occupancy=o)) for o in (1, 0.25))
+    assert low < full
+
+
+def test_unknown_bytes_per_thread_leave_the_dram_term_at_full_bandwidth():
+    from cudaperf.ranker.features import inflight_share
+
+    assert inflight_share(_memory_bound_inputs(bytes_per_thread=None)) == 1.0
+
+
+def test_few_bytes_in_flight_raise_the_estimate_of_a_memory_bound_kernel():
+    from cudaperf.ranker.features import cost_values
+
+    busy = cost_values(_memory_bound_inputs(bytes_per_thread=32.0))
+    idle = cost_values(_memory_bound_inputs(bytes_per_thread=4.0))
+    assert idle["c_log_est"] > busy["c_log_est"] + 0.5 and idle["c_log_dram"] == busy["c_log_dram"]

@@ -22,10 +22,10 @@ computed from the code and the task, never from a measurement:
 - what the CUDA text says about the algorithm (`s_*`): warp shuffles, tensor-core fragments, unrolled
   loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits;
 - a roofline cost model of this configuration (`c_*`, `cost_values`): launches x a launch's fixed cost
-  + max(compulsory bytes through HBM, requested sectors through L1, bytes per usable SM, FLOPs and
-  runtime integer divisions) + barrier waits, each against the problem's ideal time (its bytes once
-  through HBM plus one launch), so values compare across tasks; the ranker uses the whole estimate as
-  its prior (`feature_ranker`).
+  + max(compulsory bytes through HBM at the bandwidth the resident threads' requests can keep busy,
+  requested sectors through L1, bytes per usable SM, FLOPs and runtime integer divisions) + barrier
+  waits, each against the problem's ideal time (its bytes once through HBM plus one launch), so values
+  compare across tasks; the ranker uses the whole estimate as its prior (`feature_ranker`).
 
 Deliberately absent: the source's length, token counts, the strategy name or tags. The generated dataset
 has the naive template always shortest, so length predicts its winners without saying anything about
@@ -54,7 +54,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 6  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 7  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -460,6 +460,8 @@ def analysis_values(
         sector_excess=2.0 ** out["a_log_sector_excess"] if math.isfinite(out["a_log_sector_excess"]) else 1.0,
         sm_bytes=work["sm_bytes"], divisions=work["divisions"], barrier_warp_execs=work["barrier_execs"] / 32,
         tensor=tensor, sizes=s,
+        bytes_per_thread=requested / threads if requested is not None and threads else None,
+        occupancy=out["a_occupancy"] if math.isfinite(out["a_occupancy"]) else 1.0,
     )))
     return out
 
@@ -534,6 +536,12 @@ DIVISION_INSTRUCTIONS = 30  # a 32-bit integer division by a runtime divisor com
 INT_OPS_PER_S = H200_SMS * 64 * 1.98e9  # 64 integer lanes per SM per clock
 BARRIER_CLOCKS = 24  # a warp's wait at a block barrier when no warp lags, per scheduler
 SCHEDULERS_PER_S = H200_SMS * 4 * 1.98e9
+# Little's law: HBM keeps its bandwidth only with bandwidth x latency bytes in flight, spread over the SMs.
+# A thread has at most the bytes it requests in flight; fewer resident threads, or threads that request
+# a few bytes each (one load, then a barrier), leave the bandwidth idle. Latency under load, order of
+# magnitude (not measured here).
+DRAM_LATENCY_S = 800e-9
+RESIDENT_THREADS_PER_SM = 2048
 
 
 @dataclass(frozen=True)
@@ -550,13 +558,28 @@ class CostInputs:
     barrier_warp_execs: float  # block-barrier executions, counted per warp
     tensor: bool  # the FLOPs run on tensor cores (wmma / mma in the source)
     sizes: ProblemSizes
+    bytes_per_thread: float | None = None  # requested bytes over the main launch's threads (None: unknown)
+    occupancy: float = 1.0  # resident threads over the SM's 2048 (the kernels' lowest)
+
+
+def inflight_share(c: CostInputs) -> float:
+    """The share of HBM bandwidth the resident threads can keep busy: their bytes in flight per SM (at
+    most what each requests) over bandwidth x latency per SM, capped at 1. An upper bound: a loop issues
+    its requests an iteration at a time. 1 when the bytes per thread are unknown."""
+    from cudaperf.analysis.roofline import H200_BANDWIDTH_BYTES_PER_S
+
+    if not c.bytes_per_thread or c.bytes_per_thread <= 0:
+        return 1.0
+    needed = H200_BANDWIDTH_BYTES_PER_S * DRAM_LATENCY_S / H200_SMS
+    return min(1.0, max(1e-3, c.occupancy * RESIDENT_THREADS_PER_SM * c.bytes_per_thread / needed))
 
 
 def cost_values(c: CostInputs) -> dict[str, float]:
     """log2 of estimated times against the problem's ideal time (its input and output bytes once through
-    HBM, plus one launch): the whole estimate, launches + max(DRAM, L1, per-SM, compute) + barriers, and
-    each term. A per-configuration roofline: it weighs sizes against the launch shape, so it changes with
-    the configuration where a winner does. NaN when the analysis gave no bytes."""
+    HBM, plus one launch): the whole estimate, launches + max(DRAM over the bandwidth share the bytes in
+    flight allow, L1, per-SM, compute) + barriers, and each term (DRAM at full bandwidth). A
+    per-configuration roofline: it weighs sizes against the launch shape, so it changes with the
+    configuration where a winner does. NaN when the analysis gave no bytes."""
     from cudaperf.analysis.roofline import H200_BANDWIDTH_BYTES_PER_S, H200_FP32_FLOPS, H200_TENSOR_FLOPS
 
     s = c.sizes
@@ -572,7 +595,8 @@ def cost_values(c: CostInputs) -> dict[str, float]:
         "c_log_launch": c.launches * LAUNCH_S,
         "c_log_barrier": c.barrier_warp_execs * BARRIER_CLOCKS / SCHEDULERS_PER_S,
     }
-    body = max(terms["c_log_dram"], terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"])
+    dram = terms["c_log_dram"] / inflight_share(c)
+    body = max(dram, terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"])
     est = terms["c_log_launch"] + body + terms["c_log_barrier"]
     out = {n: math.log2((t + 1e-9) / ideal) for n, t in terms.items()}  # 1 ns: a term of 0 stays finite
     out["c_log_est"] = math.log2(est / ideal)
