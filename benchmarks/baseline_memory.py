@@ -16,7 +16,7 @@ On the CPU the samples of `routed` include glibc's fills at malloc and free (M_P
 that does to the eager baseline's CPU median. On CUDA the routing is host work inside the window (hidden
 behind the lead), the scrub outside it, so the ratio should stay within the noise.
 
-    python3 benchmarks/baseline_memory.py --device cpu [--runs 7] [--out FILE.json]
+    python3 benchmarks/baseline_memory.py --device cpu [--runs 7] [--sizes N ...] [--out FILE.json]
     python3 benchmarks/baseline_memory.py --device cuda [--runs 7] [--compile] [--out FILE.json]
 """
 
@@ -76,12 +76,12 @@ def measure(name, module, inputs, device, runs: int, budget_ms: float, compiled:
     from cudaperf.execute.baseline_memory import BaselineMemory
     from cudaperf.execute.device_state import synchronize
     from cudaperf.execute.torch_judge import scrub
-    from cudaperf.timing import Disposed
+    from cudaperf.timing import Disposed, compile_baseline
 
     memory = BaselineMemory.for_device(device)
     if not memory.available:
         raise SystemExit(f"the mechanism is not in effect here: {memory.failure}")
-    model = torch.compile(module) if compiled else module
+    model = compile_baseline(module) if compiled else module  # the worker's compile baseline
     sets = [clone_inputs(inputs) for _ in range(3)]
 
     def call(given):
@@ -130,6 +130,8 @@ def main() -> int:
     ap.add_argument("--budget-ms", type=float, default=None, help="per function and bench (default: "
                     "20 on the CPU, 50 on CUDA)")
     ap.add_argument("--compile", action="store_true", help="also the torch.compile'd models")
+    ap.add_argument("--sizes", type=int, nargs="*", default=None, help="elements per input (default: "
+                    f"{CPU_SIZES} on the CPU, {CUDA_SIZES} on CUDA)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -137,7 +139,7 @@ def main() -> int:
         print("no GPU: nothing to measure", file=sys.stderr)
         return 2
     budget = args.budget_ms or (50.0 if device.type == "cuda" else 20.0)
-    sizes = CUDA_SIZES if device.type == "cuda" else CPU_SIZES
+    sizes = args.sizes or (CUDA_SIZES if device.type == "cuda" else CPU_SIZES)
     rows = []
     print("| model | elements | plain ms | plain_again / plain | routed / plain | scrub µs per call | "
           "blocks, MB per scrub |")

@@ -30,23 +30,30 @@ fill, makes them complete before the candidate's code runs again (one wait for b
   0xFF)`, so every chunk freed into the heap's bins or top is overwritten at its free (chunks from mmap are
   unmapped at free); glibc's per-thread cache (tcache: up to 7 chunks per size up to 1032 bytes by
   default; `GLIBC_TUNABLES` read for other counts) is not perturbed, so `scrub` drains it (each size taken,
-  overwritten and freed again: about 0.7 ms per call on the 2-core CI machine). The perturbation also
-  fills every chunk at its malloc, so glibc's fills at malloc and free are inside the baselines' CPU
-  samples; `benchmarks/baseline_memory.py` measures what that does to the eager baseline's median. Checked
-  once per process (a chunk malloc'd under the perturbation holds its fill): another allocator (jemalloc
-  or tcmalloc preloaded, musl) leaves `failure` set and nothing is done.
+  overwritten and freed again: 0.4 to 0.7 ms per call on the 2-core CI machine). Checked once per
+  process (a chunk malloc'd under the perturbation holds its fill): another allocator (jemalloc or
+  tcmalloc preloaded, musl) leaves `failure` set and nothing is done.
+  The cost, inside the window: the perturbation fills every heap chunk at its malloc and at its free, so
+  the baselines' CPU samples include those fills. `benchmarks/baseline_memory.py` (median of 7 benches,
+  2-core CI machine) measured the eager median 1.1x to 1.5x with temporaries of KBs, 1.5x to 4.3x with
+  temporaries of MBs (an elementwise chain on 1 MiB tensors: 4.3x), against 1.0 +- 0.02 between two
+  identical functions. That is kept, and said in every result's environment (`describe`), because
+  nothing sound was found outside the window: glibc lists no free chunks (`malloc_trim` clears only the
+  whole pages inside them), so the fill has to happen at the free. The CPU timings are not the reported
+  GPU figures (`cudaperf.timing`, CPU fallback); a CPU result's speedup over eager is inflated by this.
 
 Not covered: temporaries freed after the call's scrub (tensors a forward leaves in reference cycles,
 freed when the garbage collector runs; what the model keeps and frees later is freed during its next
 call, which is covered); memory kept by libraries for reuse rather than freed (cuBLAS/cuBLASLt
 workspaces, allocated once per handle and stream and shared with the candidate's torch calls; oneDNN and
-MKL scratchpads on the CPU), and on the CPU chunks freed by other threads into their own tcaches (torch's
-intra-op workers: per-thread partial results, not outputs) and, with `glibc.malloc.tcache_max` raised
-above 1032 bytes, cached chunks above that size. On CUDA a baseline call cannot be given the general
-pool's cached free blocks (the allocator releases those only when no allocation is routed to a pool), so
-near the device's memory a baseline can run out where it would not have (then it is dropped and flagged,
-`eager_baseline_failed`), and the pool's reserved bytes (the baselines' working set) stay out of the
-candidate's reach for the job's timing stage.
+MKL scratchpads on the CPU) or allocated outside torch's allocator (a library's own cudaMalloc), and on
+the CPU chunks freed by other threads into their own tcaches (torch's intra-op workers: per-thread
+partial results, not outputs) and, with `glibc.malloc.tcache_max` raised above 1032 bytes, cached chunks
+above that size. On CUDA a baseline call cannot be given the general pool's cached free blocks (the
+allocator releases those only when no allocation is routed to a pool), so near the device's memory a
+baseline can run out where it would not have (then it is dropped and flagged, `eager_baseline_failed`),
+and the pool's reserved bytes (the baselines' working set) stay out of the candidate's reach for the
+job's timing stage.
 """
 
 from __future__ import annotations
@@ -266,8 +273,9 @@ class GlibcHeap(BaselineMemory):
     """glibc's perturbation around the calls, its per-thread cache drained by `scrub` (module docstring)."""
 
     kind = "glibc M_PERTURB"
-    note = ("; the baselines' CPU samples include glibc's fill of each heap chunk at its malloc and free "
-            "(benchmarks/baseline_memory.py: up to 1.6x the eager median measured)")
+    note = ("; the baselines' CPU samples include glibc's fill of each heap chunk at its malloc and free: "
+            "slower baselines (benchmarks/baseline_memory.py: eager medians 1.1x to 1.5x with KB-sized "
+            "temporaries, up to 4.3x with MB-sized ones)")
 
     def __init__(self) -> None:
         super().__init__()
