@@ -12,6 +12,8 @@ kernels are built by NVRTC through `cudaperf.cuda`, several optimisation strateg
   scan.py             scan_torch
   gather_scatter.py   gather_scatter
   loss.py             loss
+  fresh_*.py          the fresh families held out of the dataset (fresh_torch_families.py), not in
+                      `IMPLEMENTATIONS`
 
 Every implementation guards its tails (no size needs to be a multiple of a block or tile) and creates its
 parameters exactly like the task's `Model` (same modules, same order), so seeded construction gives equal
