@@ -550,6 +550,7 @@ class _Run:
                         "host_bound_samples")}
         self.host_total_ms = 0.0
         self.dispose_ns = 0  # in `done_with`: left out of the round estimate and the loop's host total
+        self.sources: list[int] = []  # checked rounds' contents sources still to use (`_pick_source`)
 
     def call(self, name: str, inputs: list) -> _Call:
         try:
@@ -662,9 +663,20 @@ class _Run:
             _copy_contents(working, backup)
 
     def _pick_source(self, index: int) -> int:
+        """Another set of the same layout whose contents the checked round runs on: drawn from a shuffled
+        deck of every set, so each set's contents are re-checked within the first rounds that can use
+        them (a random choice each time could leave a set's answer never checked in a short run)."""
         others = [j for j in range(len(self.input_sets))
                   if j != index and _same_layout(self.input_sets[j], self.input_sets[index])]
-        return self.rng.choice(others) if others else index
+        if not others:
+            return index
+        if not any(j in others for j in self.sources):
+            self.sources = self.rng.sample(range(len(self.input_sets)), len(self.input_sets))
+        source = next((j for j in self.sources if j in others), None)
+        if source is None:
+            return self.rng.choice(others)
+        self.sources.remove(source)
+        return source
 
     def _verify(self, name: str, source: int, out: object, working: list) -> None:
         if name == OVERHEAD_NAME:
