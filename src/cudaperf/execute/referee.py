@@ -60,8 +60,8 @@ outputs differ from the candidate's first on their set, so which come here: the 
 later re-checked outputs beyond those the worker keeps (`outputs.KEPT_RECHECKS` per set), compared in
 the worker with the candidate's first only, so within twice the tolerance from the reference
 (`timed_recheck_partial` says when there were any), a baseline's output that native code of the
-candidate copies in the worker while it exists (from the baseline's call until the worker overwrites it;
-and the baselines' freed temporaries: `torch_session`, "Not covered"), the sandbox's own deadlines and
+candidate copies in the worker while it exists (from the baseline's call until the worker overwrites it
+and the memory the call freed: `torch_session`, "Not covered"), the sandbox's own deadlines and
 replacement (`sandbox.py`), judging itself (`judge.py` and the kinds).
 """
 
