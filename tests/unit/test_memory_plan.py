@@ -156,6 +156,14 @@ def test_refereed_timing_counts_one_output_copy_per_input_set():
     assert refereed - one_set_fewer == RELU_19.input_bytes + RELU_19.output_bytes
 
 
+def test_refereed_timing_counts_the_baselines_own_pool():
+    forward = Footprint(RELU_19.input_bytes, RELU_19.output_bytes, forward_bytes=GB)
+    refereed = stage_peaks(forward, _self_check(forward), False, 3, 0)["timing"]
+    plain = stage_peaks(forward, _self_check(forward, refereed=False), False, 3, 0)["timing"]
+    # plain sets: inputs plus two expected outputs; refereed: inputs plus three first outputs, and the pool
+    assert refereed - plain == forward.output_bytes + GB
+
+
 def test_shipping_counts_the_referees_item_beside_the_workers_runs():
     i = o = 6_442_450_944
     # worker: the reference's inputs, run 1's output, run 2's clone, poison block, output, contiguous copy;

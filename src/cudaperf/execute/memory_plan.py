@@ -169,8 +169,11 @@ def stage_peaks(fp: Footprint, wanted: Wanted, keep_references: bool, input_sets
         # building the sets (each drawn afresh, not cloned from a reference): the last one's expected
         # output comes from a forward on a clone of it
         peaks["timing inputs"] = kept + sets + i + f
-        # the checked round's backup clone, the live outputs of two calls, the re-check's comparison
-        peaks["timing"] = kept + sets + flush_bytes + i + 2 * o + f + c
+        # the checked round's backup clone, the live outputs of two calls, the re-check's comparison; with
+        # a referee the baselines allocate from a pool of their own (`baseline_memory`), which keeps a
+        # forward's blocks reserved while the candidate's forward runs
+        pool = f if wanted.refereed else 0
+        peaks["timing"] = kept + sets + flush_bytes + i + 2 * o + f + c + pool
     return peaks
 
 
