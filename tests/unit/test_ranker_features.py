@@ -186,3 +186,33 @@ def test_few_bytes_in_flight_raise_the_estimate_of_a_memory_bound_kernel():
     busy = cost_values(_memory_bound_inputs(bytes_per_thread=32.0))
     idle = cost_values(_memory_bound_inputs(bytes_per_thread=4.0))
     assert idle["c_log_est"] > busy["c_log_est"] + 0.5 and idle["c_log_dram"] == busy["c_log_dram"]
+
+
+def test_global_atomics_on_few_bins_cost_more_than_a_privatised_histogram():
+    from cudaperf.datasets import registry
+    from cudaperf.ranker.features import FEATURE_NAMES, config_features
+    from cudaperf.ranker.problem import Problem
+
+    task = registry.build_index(0, families=["histogram"])[0]
+    impls = {i.impl_id.split("/")[-1]: i.source for i in registry.implementations(task)}
+    est = {name: config_features(impls[name], Problem.of(task), "large", compile=False).values[
+        FEATURE_NAMES.index("c_log_atomic")] for name in ("atomic", "privatized")}
+    assert est["atomic"] > est["privatized"] + 2
+
+
+def test_an_atomic_made_by_one_lane_per_warp_counts_a_32nd_of_the_threads():
+    from cudaperf.datasets import registry
+    from cudaperf.ranker.features import atomic_updates
+    from cudaperf.ranker.problem import Problem
+
+    task = registry.build_index(0, families=["reduce_all"])[0]
+    source = next(i.source for i in registry.implementations(task) if i.impl_id.endswith("/atomic"))
+    from cudaperf.ranker.features import _analysis
+    from cudaperf.ranker.trace import trace_solution
+
+    problem = Problem.of(task)
+    trace = trace_solution(source, problem, "large")
+    report, _ = _analysis(source, trace, None, [])
+    updates = atomic_updates(report, trace, problem.sizes("large"))
+    threads = sum(x.blocks * x.threads_per_block for x in trace.launches if x.kernel == "reduce_atomic")
+    assert updates is not None and updates.global_updates == threads / 32

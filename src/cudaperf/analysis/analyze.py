@@ -93,6 +93,9 @@ class KernelDetail:
     # and ideal sectors per request (None: not computed), window (requests sharing sectors, 1 = none),
     # window_sectors (distinct sectors per request over the window), requests (trip-count weight per thread)
     global_accesses: tuple[dict[str, Any], ...] = ()
+    # per atomic (global or shared): line, space, requests (trip-count weight per thread) and thread_share
+    # (the share of a block's threads its enclosing `if`s let through; None: depends on the block)
+    atomic_accesses: tuple[dict[str, Any], ...] = ()
     barriers_per_thread: float | None = None  # barrier executions per thread (loop trip counts bound)
     divisions_per_thread: float | None = None  # integer `/` `%` by runtime divisors per thread
     threads: float | None = None  # threads the work estimate counts (the launch's, or a guard's bound)
@@ -435,18 +438,26 @@ class _KernelContext:
             thread_dependent_conditions=tuple(self.file_line(x) for x in k.thread_dependent_conditions),
             global_accesses=tuple(self._global_access(a, i) for i, a in enumerate(k.accesses)
                                   if a.space == "global"),
+            atomic_accesses=tuple(self._atomic_access(a, i) for i, a in enumerate(k.accesses)
+                                  if a.kind == "atomic"),
             barriers_per_thread=work["barriers"],
             divisions_per_thread=work["divisions"],
             threads=work["threads"],
         )
 
-    def _global_access(self, a, index: int) -> dict[str, Any]:
+    def _requests(self, index: int) -> float | None:
         w = self.kernel.work
         weight = w.access_requests[index] if w is not None and index < len(w.access_requests) else None
-        requests = weight.evaluate(self.work_values()) if weight is not None else None
+        return weight.evaluate(self.work_values()) if weight is not None else None
+
+    def _global_access(self, a, index: int) -> dict[str, Any]:
         return {"line": self.file_line(a.line), "kind": a.kind, "sectors": a.sectors,
                 "ideal_sectors": ideal_sectors(a.access_bytes), "window": a.window,
-                "window_sectors": a.window_sectors, "requests": requests}
+                "window_sectors": a.window_sectors, "requests": self._requests(index)}
+
+    def _atomic_access(self, a, index: int) -> dict[str, Any]:
+        return {"line": self.file_line(a.line), "space": a.space, "requests": self._requests(index),
+                "thread_share": a.thread_share}
 
 
 def _merge(caller: Launch | None, found: Launch) -> Launch:

@@ -87,6 +87,7 @@ class Access:
     window: int = 1  # requests of a per-thread window that share their sectors (see `mark_windows`)
     window_sectors: float | None = None  # distinct sectors per request over that window
     via: str = ""  # the `__device__` helper that makes this access (placed at its call site)
+    thread_share: float | None = None  # atomics: share of a block's threads the `if`s let through
 
     @property
     def effective_sectors(self) -> float | None:

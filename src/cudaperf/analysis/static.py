@@ -3,7 +3,8 @@
 Covers: parsing (tree-sitter-cuda; the C preprocessor first when macros hide kernels), the kernels of
 the unit with their template parameters and `__launch_bounds__`, host launch sites `k<<<grid, block,
 smem>>>` (block and grid as values, template arguments), and per kernel the results of `memory`,
-`sync` and `intensity`. A kernel whose analysis fails is reported with a diagnostic; the others stand.
+`sync` and `intensity`, and for each atomic the share of a block's threads that reach it (`predication`).
+A kernel whose analysis fails is reported with a diagnostic; the others stand.
 
 Not covered: compiler facts (`compiler.py`), solution formats (`sources.py`), turning the findings into
 `KernelFeatures` and feedback (`analyze.py`).
@@ -11,6 +12,7 @@ Not covered: compiler facts (`compiler.py`), solution formats (`sources.py`), tu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tree_sitter import Node
@@ -19,6 +21,7 @@ from cudaperf.analysis import cst
 from cudaperf.analysis.intensity import WorkEstimate, estimate, guard_bounds
 from cudaperf.analysis.lanes import LaneEnv
 from cudaperf.analysis.memory import Access, SharedArray, collect_accesses, shared_arrays
+from cudaperf.analysis.predication import thread_share
 from cudaperf.analysis.scope import FileScope, KernelScope, call_name, collect_file_scope
 from cudaperf.analysis.symbolic import Poly, Value
 from cudaperf.analysis.sync import Barrier, analyze_barriers
@@ -128,7 +131,7 @@ def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, 
     probe = KernelScope(node, file_scope)
     bindings = _template_bindings(probe, template_args)
     scope = KernelScope(node, file_scope, bindings) if bindings else probe
-    accesses = collect_accesses(scope, env)
+    accesses = _with_thread_shares(scope, collect_accesses(scope, env), env or LaneEnv({}))
     effects = [a.node for a in accesses]
     barriers = analyze_barriers(scope, effects)
     body_text = cst.text(scope.body)
@@ -160,6 +163,12 @@ def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, 
         diagnostics=tuple(diagnostics),
         scope=scope,
     )
+
+
+def _with_thread_shares(scope: KernelScope, accesses: list[Access], env: LaneEnv) -> list[Access]:
+    """Atomics with the share of a block's threads their enclosing `if`s let through (`predication`)."""
+    return [dataclasses.replace(a, thread_share=thread_share(scope, a.node, env)) if a.kind == "atomic" else a
+            for a in accesses]
 
 
 _BRANCHES = ("if_statement", "for_statement", "while_statement", "do_statement", "conditional_expression",

@@ -23,9 +23,10 @@ computed from the code and the task, never from a measurement:
   loops, loop nests, shared-memory tiles, `__ldg`/`__restrict__`, early exits;
 - a roofline cost model of this configuration (`c_*`, `cost_values`): launches x a launch's fixed cost
   + max(compulsory bytes through HBM at the bandwidth the resident threads' requests can keep busy,
-  requested sectors through L1, bytes per usable SM, FLOPs and runtime integer divisions) + barrier
-  waits, each against the problem's ideal time (its bytes once through HBM plus one launch), so values
-  compare across tasks; the ranker uses the whole estimate as its prior (`feature_ranker`).
+  requested sectors through L1, bytes per usable SM, FLOPs and runtime integer divisions, atomics: their
+  throughput and the updates of the busiest address) + barrier waits, each against the problem's ideal
+  time (its bytes once through HBM plus one launch), so values compare across tasks; the ranker uses the
+  whole estimate as its prior (`feature_ranker`).
 
 Deliberately absent: the source's length, token counts, the strategy name or tags. The generated dataset
 has the naive template always shortest, so length predicts its winners without saying anything about
@@ -54,7 +55,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 7  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 8  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -143,6 +144,7 @@ COST = (
     "c_log_compute",
     "c_log_launch",
     "c_log_barrier",
+    "c_log_atomic",
 )
 FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE + COST
 NAN = float("nan")
@@ -462,6 +464,7 @@ def analysis_values(
         tensor=tensor, sizes=s,
         bytes_per_thread=requested / threads if requested is not None and threads else None,
         occupancy=out["a_occupancy"] if math.isfinite(out["a_occupancy"]) else 1.0,
+        atomics=atomic_updates(report, trace, s),
     )))
     return out
 
@@ -542,6 +545,13 @@ SCHEDULERS_PER_S = H200_SMS * 4 * 1.98e9
 # magnitude (not measured here).
 DRAM_LATENCY_S = 800e-9
 RESIDENT_THREADS_PER_SM = 2048
+# Atomics (orders of magnitude, not measured here): global ones are served by the L2's atomic units, about
+# one per clock per L2 slice over distinct addresses, and updates of one address serialise at its slice
+# (about one per clock); shared ones at the 32 banks of each SM, an update a read and a write, and the
+# lanes of a warp that update one address serialise.
+GLOBAL_ATOMICS_PER_S = 1.5e11
+SAME_ADDRESS_ATOMICS_PER_S = 2.0e9
+SHARED_ATOMICS_PER_S = H200_SMS * 32 * 1.98e9 / 2
 
 
 @dataclass(frozen=True)
@@ -560,6 +570,48 @@ class CostInputs:
     sizes: ProblemSizes
     bytes_per_thread: float | None = None  # requested bytes over the main launch's threads (None: unknown)
     occupancy: float = 1.0  # resident threads over the SM's 2048 (the kernels' lowest)
+    atomics: AtomicUpdates | None = None  # None: no atomics
+
+
+@dataclass(frozen=True)
+class AtomicUpdates:
+    """Atomic updates the launches execute (threads x requests x the share of threads their `if`s let
+    through): global ones, those of the busiest global address (uniform over the targets: the output's
+    elements, or the integer inputs' value range when narrower), and shared ones times the lanes of a warp
+    that collide on one address."""
+
+    global_updates: float
+    busiest_address_updates: float
+    shared_update_slots: float
+
+
+def atomic_updates(report, trace: TraceResult, s: ProblemSizes) -> AtomicUpdates | None:
+    """`AtomicUpdates` over the traced launches (`analysis` per-atomic requests and thread shares); None
+    without atomics or launches."""
+    details = {d.kernel: d for d in report.details}
+    targets = min((x for x in (s.out_elems, s.value_span) if x), default=0)
+    global_updates = shared_slots = 0.0
+    for x in trace.launches:
+        d = details.get(x.kernel)
+        for a in d.atomic_accesses if d is not None else ():
+            share = a["thread_share"] if a["thread_share"] is not None else 1.0
+            n = x.blocks * x.threads_per_block * (a["requests"] if a["requests"] is not None else 1.0) * share
+            if a["space"] == "global":
+                global_updates += n
+            else:
+                shared_slots += n * 32 / min(32, targets) if targets else n
+    if not global_updates and not shared_slots:
+        return None
+    busiest = global_updates / targets if targets else global_updates
+    return AtomicUpdates(global_updates, busiest, shared_slots)
+
+
+def _atomic_s(u: AtomicUpdates | None) -> float:
+    if u is None:
+        return 0.0
+    return max(u.global_updates / GLOBAL_ATOMICS_PER_S,
+               u.busiest_address_updates / SAME_ADDRESS_ATOMICS_PER_S,
+               u.shared_update_slots / SHARED_ATOMICS_PER_S)
 
 
 def inflight_share(c: CostInputs) -> float:
@@ -577,7 +629,7 @@ def inflight_share(c: CostInputs) -> float:
 def cost_values(c: CostInputs) -> dict[str, float]:
     """log2 of estimated times against the problem's ideal time (its input and output bytes once through
     HBM, plus one launch): the whole estimate, launches + max(DRAM over the bandwidth share the bytes in
-    flight allow, L1, per-SM, compute) + barriers, and each term (DRAM at full bandwidth). A
+    flight allow, L1, per-SM, compute, atomics) + barriers, and each term (DRAM at full bandwidth). A
     per-configuration roofline: it weighs sizes against the launch shape, so it changes with the
     configuration where a winner does. NaN when the analysis gave no bytes."""
     from cudaperf.analysis.roofline import H200_BANDWIDTH_BYTES_PER_S, H200_FP32_FLOPS, H200_TENSOR_FLOPS
@@ -594,9 +646,10 @@ def cost_values(c: CostInputs) -> dict[str, float]:
         "c_log_compute": (c.flops or 0.0) / peak + c.divisions * DIVISION_INSTRUCTIONS / INT_OPS_PER_S,
         "c_log_launch": c.launches * LAUNCH_S,
         "c_log_barrier": c.barrier_warp_execs * BARRIER_CLOCKS / SCHEDULERS_PER_S,
+        "c_log_atomic": _atomic_s(c.atomics),
     }
     dram = terms["c_log_dram"] / inflight_share(c)
-    body = max(dram, terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"])
+    body = max(dram, terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"], terms["c_log_atomic"])
     est = terms["c_log_launch"] + body + terms["c_log_barrier"]
     out = {n: math.log2((t + 1e-9) / ideal) for n, t in terms.items()}  # 1 ns: a term of 0 stays finite
     out["c_log_est"] = math.log2(est / ideal)
