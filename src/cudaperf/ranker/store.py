@@ -80,7 +80,8 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
         "config": model.config_dict(),
         "tree_weight_choice": asdict(model.choice) if model.choice is not None else None,
         "gate_choice": asdict(model.gate_choice) if model.gate_choice is not None else None,
-        "leaf_groups": None if model.leaf_groups is None else np.round(model.leaf_groups, 4).tolist(),
+        # full precision: a rounded N_eff can cross a coverage threshold and change a saved model's scores
+        "leaf_groups": None if model.leaf_groups is None else model.leaf_groups.tolist(),
         "trained_on": trained_on or {},
         "model": model.booster.model_to_string(),
     }
