@@ -148,24 +148,7 @@ def render_fresh_markdown(r: dict) -> str:
         f"families: {', '.join(r['families'])}. Model: `{r['model']['path']}` (sha256 "
         f"{r['model']['sha256'][:16]}), scored as saved: nothing trained or fitted on these rows.",
         "",
-        *_summary(r, names),
-        "",
-        "### Per family, >= 1.5x pairs",
-        "",
-        *_bucket_table(r, ">=1.5x", names),
-        "",
-        "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)",
-        "",
-        *_bucket_table(r, ">=1.5x", names, "length_controlled"),
-        "",
-        "### Kendall tau per family (mean over tasks)",
-        "",
-        *_tau_table(r, names),
-        "",
-        "### Calibration of P(a faster) (the model's own slope)",
-        "",
-        *_calibration(r),
-        "",
+        *_held_out_sections(r, names, "the model's own slope"),
     ])
 
 
@@ -316,24 +299,7 @@ def render_markdown(r: dict) -> str:
         "",
         "## Leave one split group out (feature ranker vs baselines)",
         "",
-        *_summary(r["lofo"], lofo_names),
-        "",
-        "### Per family, >= 1.5x pairs",
-        "",
-        *_bucket_table(r["lofo"], ">=1.5x", lofo_names),
-        "",
-        "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)",
-        "",
-        *_bucket_table(r["lofo"], ">=1.5x", lofo_names, "length_controlled"),
-        "",
-        "### Kendall tau per family (mean over tasks)",
-        "",
-        *_tau_table(r["lofo"], lofo_names),
-        "",
-        "### Calibration of P(a faster), all held-out pairs",
-        "",
-        *_calibration(r["lofo"]),
-        "",
+        *_held_out_sections(r["lofo"], lofo_names, "all held-out pairs"),
         "## Dataset split: train + val families -> test families",
         "",
         *_summary(r["test_split"], test_names),
@@ -352,6 +318,30 @@ def render_markdown(r: dict) -> str:
         "",
     ]
     return "\n".join(parts)
+
+
+def _held_out_sections(fig: dict, names: list[str], calibration_note: str) -> list[str]:
+    """Summary, per-family tables (all and length-controlled >= 1.5x pairs), Kendall tau, calibration."""
+    return [
+        *_summary(fig, names),
+        "",
+        "### Per family, >= 1.5x pairs",
+        "",
+        *_bucket_table(fig, ">=1.5x", names),
+        "",
+        "### Per family, >= 1.5x length-controlled pairs (sources within 10% in length)",
+        "",
+        *_bucket_table(fig, ">=1.5x", names, "length_controlled"),
+        "",
+        "### Kendall tau per family (mean over tasks)",
+        "",
+        *_tau_table(fig, names),
+        "",
+        f"### Calibration of P(a faster), {calibration_note}",
+        "",
+        *_calibration(fig),
+        "",
+    ]
 
 
 def _tau_table(fig: dict, names: list[str]) -> list[str]:
