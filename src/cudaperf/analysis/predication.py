@@ -48,18 +48,24 @@ def enclosing_conditions(scope: KernelScope, node: Node) -> list[tuple[Node, boo
 
 def thread_share(scope: KernelScope, node: Node, env: LaneEnv) -> float | None:
     """Share of a block's threads for which every enclosing `if` leads to `node` (module docstring)."""
-    conditions = enclosing_conditions(scope, node)
-    if not conditions:
-        return 1.0
-    shares = {_block_share(scope, conditions, env, block_index) for block_index in (0, 1)}
-    return shares.pop() if len(shares) == 1 else None
+    return thread_shares(scope, [node], env)[0]
 
 
-def _block_share(scope: KernelScope, conditions: list[tuple[Node, bool]], env: LaneEnv,
-                 block_index: int) -> float:
+def thread_shares(scope: KernelScope, nodes: list[Node], env: LaneEnv) -> list[float | None]:
+    """`thread_share` of each node; the block's warps are evaluated once for all of them (a condition
+    that several nodes share is evaluated once per warp)."""
+    conditions = [enclosing_conditions(scope, n) for n in nodes]
+    if not any(conditions):
+        return [1.0] * len(nodes)
+    per_block = [_block_shares(scope, conditions, env, block_index) for block_index in (0, 1)]
+    return [a if a == b else None for a, b in zip(*per_block)]
+
+
+def _block_shares(scope: KernelScope, conditions: list[list[tuple[Node, bool]]], env: LaneEnv,
+                  block_index: int) -> list[float]:
     bx, by, bz = (max(1, d) for d in (env.block or (256, 1, 1)))
     threads = min(bx * by * bz, MAX_BLOCK_THREADS)
-    passed = 0
+    passed = [0] * len(conditions)
     for warp in range(math.ceil(threads / WARP)):
         tids = [warp * WARP + lane for lane in range(WARP)]
         evaluator = LaneEvaluator(scope, env)
@@ -69,14 +75,17 @@ def _block_share(scope: KernelScope, conditions: list[tuple[Node, bool]], env: L
             "threadIdx.z": Lanes(tuple(t // (bx * by) for t in tids)),
             "blockIdx.x": Lanes.const(block_index),
         })
-        taken = [t < threads for t in tids]
-        for cond, wanted in conditions:
-            value = evaluator.value(cond)
-            if isinstance(value, Unknown):
-                continue
-            taken = [k and (bool(v) == wanted) for k, v in zip(taken, value.vals)]
-        passed += sum(taken)
-    return passed / threads
+        values: dict[int, Lanes | Unknown] = {}
+        for i, conds in enumerate(conditions):
+            taken = [t < threads for t in tids]
+            for cond, wanted in conds:
+                if cond.id not in values:
+                    values[cond.id] = evaluator.value(cond)
+                value = values[cond.id]
+                if not isinstance(value, Unknown):
+                    taken = [k and (bool(v) == wanted) for k, v in zip(taken, value.vals)]
+            passed[i] += sum(taken)
+    return [n / threads for n in passed]
 
 
 def _inside(node: Node, container: Node) -> bool:

@@ -21,7 +21,7 @@ from cudaperf.analysis import cst
 from cudaperf.analysis.intensity import WorkEstimate, estimate, guard_bounds
 from cudaperf.analysis.lanes import LaneEnv
 from cudaperf.analysis.memory import Access, SharedArray, collect_accesses, shared_arrays
-from cudaperf.analysis.predication import thread_share
+from cudaperf.analysis.predication import thread_shares
 from cudaperf.analysis.scope import FileScope, KernelScope, call_name, collect_file_scope
 from cudaperf.analysis.symbolic import Poly, Value
 from cudaperf.analysis.sync import Barrier, analyze_barriers
@@ -167,8 +167,10 @@ def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, 
 
 def _with_thread_shares(scope: KernelScope, accesses: list[Access], env: LaneEnv) -> list[Access]:
     """Atomics with the share of a block's threads their enclosing `if`s let through (`predication`)."""
-    return [dataclasses.replace(a, thread_share=thread_share(scope, a.node, env)) if a.kind == "atomic" else a
-            for a in accesses]
+    atomics = [i for i, a in enumerate(accesses) if a.kind == "atomic"]
+    shares = dict(zip(atomics, thread_shares(scope, [accesses[i].node for i in atomics], env)))
+    return [dataclasses.replace(a, thread_share=shares[i]) if i in shares else a
+            for i, a in enumerate(accesses)]
 
 
 _BRANCHES = ("if_statement", "for_statement", "while_statement", "do_statement", "conditional_expression",
