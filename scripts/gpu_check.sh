@@ -18,7 +18,8 @@
 #   held-out families, held out of the dataset: their GPU tests, then `cudaperf dataset measure` of them
 #   into $OUT/fresh-measure/measurements-*.jsonl.gz; commit that shard into benchmarks/fresh_measure/ with
 #   scripts/collect_dataset_call.py; FRESH_BUDGET_S, default 300, bounds the measuring, FRESH_LIMIT, default
-#   16, the tasks per family; a later call resumes from the committed shards)
+#   16, the tasks per family (96 tasks: ~3-4 min at the dataset's 40 PyTorch and 70 C tasks a minute); a later
+#   call resumes from the committed shards)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -121,7 +122,7 @@ run_step() {
       IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;
     fresh-measure) step fresh-measure 480 bash -c "${PYTEST[*]} -m gpu tests/gpu/test_fresh_*_gpu.py; \
       OUT=$OUT/fresh-measure SHARDS=benchmarks/fresh_measure BUDGET_S=${FRESH_BUDGET_S:-300} \
-      HARD_S=$(( ${FRESH_BUDGET_S:-300} + 70 )) bash scripts/dataset_measure.sh --per-gpu 4 \
+      HARD_S=$(( ${FRESH_BUDGET_S:-300} + 70 )) bash scripts/dataset_measure.sh --per-gpu 6 \
       --limit ${FRESH_LIMIT:-16} --families \
       \$(python3 -c 'from cudaperf.datasets import registry; print(\",\".join(f.name for f in registry.fresh_families()))')" ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
