@@ -14,7 +14,8 @@
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side; EVAL_MODES_ARGS=--append for a 2nd call)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
-#   RL rollout's forms, dynamic and static KV cache; nothing carried) fresh-measure (the ranker's fresh
+#   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
+#   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
 #   held-out families, held out of the dataset: their GPU tests, then `cudaperf dataset measure` of them
 #   into $OUT/fresh-measure/measurements-*.jsonl.gz; commit that shard into benchmarks/fresh_measure/ with
 #   scripts/collect_dataset_call.py; FRESH_BUDGET_S, default 300, bounds the measuring, FRESH_LIMIT, default
@@ -120,6 +121,8 @@ run_step() {
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
     baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-60}" BUDGET_S="${BASELINES_BUDGET_S:-70}" \
       IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;
+    baseline-memory) step baseline-memory 240 python3 benchmarks/baseline_memory.py --device cuda --runs 7 --compile \
+      --out "$OUT/baseline_memory.json" ;;
     fresh-measure) step fresh-measure 480 bash -c "${PYTEST[*]} -m gpu tests/gpu/test_fresh_*_gpu.py; \
       OUT=$OUT/fresh-measure SHARDS=benchmarks/fresh_measure BUDGET_S=${FRESH_BUDGET_S:-300} \
       HARD_S=$(( ${FRESH_BUDGET_S:-300} + 70 )) bash scripts/dataset_measure.sh --per-gpu 6 \
