@@ -86,12 +86,13 @@ NO_DATASET=("${DATASET_TESTS[@]/#/--ignore=}")
 # the host's: never beside other xdist workers (session 17's functional call, with them inside, lost the
 # machine: the likeliest cause; session 14 had run them apart). They run alone in the `full-size` step.
 FULL_SIZE=tests/gpu/test_full_size_gpu.py
+# The fresh families' GPU tests (180 cases) run in the `fresh-measure` step, before their measurement.
 
 run_step() {
   case $1 in
     tests) step tests 420 "${PYTEST[@]}" -m gpu tests/gpu --ignore=tests/gpu/test_examples_gpu.py "${NO_DATASET[@]}" ;;
     functional) step functional 480 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu tests/adversarial \
-      "${NO_DATASET[@]}" --ignore="$FULL_SIZE" ;;
+      "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*' ;;
     timing-tests) step timing-tests 300 "${PYTEST[@]}" -s -m "gpu and timing" tests/gpu "${NO_DATASET[@]}" ;;
     adversarial) step adversarial 360 "${PYTEST[@]}" "${XDIST[@]}" -m gpu tests/adversarial ;;
     example-tests) step example-tests 360 "${PYTEST[@]}" -s -m gpu tests/gpu/test_examples_gpu.py ;;
