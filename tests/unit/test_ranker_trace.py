@@ -14,7 +14,7 @@ from cudaperf.ranker.trace import MAX_LAUNCHES, trace_solution
 
 @pytest.fixture(scope="module")
 def index():
-    return registry.build_index(0, families=["stencil1d", "histogram", "softmax", "sort"])
+    return registry.build_index(0, families=["stencil1d", "histogram", "softmax", "sort", "spmv"])
 
 
 def _task(index, family):
@@ -45,6 +45,15 @@ def test_trace_records_launch_shape_and_scalars_by_parameter_name(index):
     assert launch.block == (256, 1, 1)
     assert launch.scalars["n"] == float(n)
     assert launch.grid[0] == max(1, min((n + 255) // 256, 1056))
+
+
+def test_trace_records_tensor_lengths_by_parameter_name(index):
+    task = _task(index, "spmv")
+    problem = Problem.of(task)
+    trace = trace_solution(_impl(task, "naive").source, problem, "odd")
+    sizes = problem.sizes("odd").scalars
+    assert trace.ok and trace.launches[0].tensors["vals"] == sizes["nnz"]
+    assert trace.launches[0].tensors["row_ptr"] == sizes["rows"] + 1
 
 
 def test_trace_counts_every_launch_of_a_host_loop(index):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cudaperf.analysis.compiler import CompiledUnit, compile_unit
-from cudaperf.analysis.intensity import evaluate_log_terms
+from cudaperf.analysis.intensity import evaluate_log_terms, evaluate_segment_terms
 from cudaperf.analysis.intervals import footprints
 from cudaperf.analysis.lanes import ideal_sectors
 from cudaperf.analysis.occupancy import theoretical_occupancy
@@ -336,6 +336,7 @@ class _KernelContext:
         values = dict(self.bindings)
         if w is not None:
             values.update(evaluate_log_terms(w.log_terms, values))
+            values.update(evaluate_segment_terms(w.segment_terms, values))
         return values
 
     def _evaluate_work(self) -> dict[str, Any]:

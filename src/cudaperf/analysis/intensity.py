@@ -5,7 +5,9 @@ Covers:
 - FLOPs per thread: float `+ - * /` and compound assignments count 1, `fma`/`fmaf` 2, math functions 1,
   half2 intrinsics per lane, `wmma::mma_sync` and `mma.sync.mMnNkK` PTX by their shape — weighted by the
   trip counts of enclosing `for` loops (`k < K` -> K; `i += blockDim.x*gridDim.x` -> n/(blockDim.x*
-  gridDim.x); `s >>= 1` -> log2) and multiplied by the number of threads: the launch's, or the bound of a
+  gridDim.x); `s >>= 1` -> log2; a segment of an offsets array, `p = off[i]; p < off[i + 1]`, -> the
+  mean segment, the elements of the array `p` indexes over the segments, once the arrays' lengths are
+  bound as `numel(name)`, else once) and multiplied by the number of threads: the launch's, or the bound of a
   guard `if (i < n)` / `if (i >= n) return;` on a global thread index. Symbols are bound from `sizes`
   (kernel parameters, macros) and the launch at the end, so a grid-stride loop's thread count cancels.
 - bytes requested: every global access x its trip counts x threads (what the LSU asks for, no cache);
@@ -56,6 +58,8 @@ class WorkEstimate:
     divisions_per_thread: Poly = field(default_factory=Poly)  # integer `/` `%` by a runtime divisor
     # "log2(..)" -> (ratio, halves to 0)
     log_terms: dict[str, tuple[Poly, bool]] = field(default_factory=dict)
+    # "segment(off,vals)" -> (offsets array, the array the loop variable indexes): `evaluate_segment_terms`
+    segment_terms: dict[str, tuple[str, str]] = field(default_factory=dict)
     diagnostics: tuple[str, ...] = ()
 
 
@@ -85,7 +89,7 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
         total_req = total_req + v
     return WorkEstimate(
         flops_per_thread=flops, threads=threads, flops=flops * threads, bytes_requested=total_req,
-        requested_by_array=requested, log_terms=counter.log_terms,
+        requested_by_array=requested, log_terms=counter.log_terms, segment_terms=counter.segment_terms,
         access_requests=tuple(counter.multiplier(a.node) for a in accesses), barriers_per_thread=barriers,
         divisions_per_thread=divisions,
         diagnostics=tuple(counter.diagnostics) + guard_diag,
@@ -97,6 +101,7 @@ class _Counter:
         self.scope = scope
         self.trips: dict[int, Poly] = {}
         self.log_terms: dict[str, tuple[Poly, bool]] = {}
+        self.segment_terms: dict[str, tuple[str, str]] = {}
         self.diagnostics: list[str] = []
 
     # loops ---------------------------------------------------------------------------------------------
@@ -125,6 +130,9 @@ class _Counter:
         cond, update = loop.child_by_field_name("condition"), loop.child_by_field_name("update")
         if not var or cond is None or cond.type != "binary_expression" or update is None:
             return None
+        segment = self._segment(loop, var, cond, update)
+        if segment is not None:
+            return segment
         start = self._start(loop.child_by_field_name("initializer"))
         bound = _bound(self.scope, cond, var)
         if start is None or bound is None:
@@ -165,6 +173,33 @@ class _Counter:
                         means[sym] = (start + bound[0] - Poly.const(1)) * Poly.const(Fraction(1, 2))
             parent = parent.parent
         return trip.substitute(means) if means else trip
+
+    def _segment(self, loop: Node, var: str, cond: Node, update: Node) -> Poly | None:
+        """`for (p = off[e]; p < off[e + 1]; ++p)` with `p` indexing an array in the body: the symbol of
+        its mean trip count (`segment_terms`), a CSR row or a bag of offsets; None for other loops."""
+        start = _init_value(loop.child_by_field_name("initializer"))
+        op = cst.text(cond.child_by_field_name("operator"))
+        end = cond.child_by_field_name("right")
+        if (start is None or end is None or start.type != "subscript_expression" or op not in ("<", "!=")
+                or end.type != "subscript_expression" or cst.text(cond.child_by_field_name("left")) != var
+                or _step(self.scope, update, var) != ("add", Poly.const(1))):
+            return None
+        offsets = cst.text(start.child_by_field_name("argument"))
+        first = _compact(cst.text(start.child_by_field_name("indices")))[1:-1]
+        last = _compact(cst.text(end.child_by_field_name("indices")))[1:-1]
+        same_array = cst.text(end.child_by_field_name("argument")) == offsets
+        if not same_array or last not in (f"{first}+1", f"1+{first}"):
+            return None
+        body = loop.child_by_field_name("body")
+        indexed = next((cst.text(n.child_by_field_name("argument")) for n in cst.walk(body)
+                        if n.type == "subscript_expression"
+                        and _compact(cst.text(n.child_by_field_name("indices"))) == f"[{var}]"), None) \
+            if body is not None else None
+        if indexed is None:
+            return None
+        name = f"segment({offsets},{indexed})"
+        self.segment_terms[name] = (offsets, indexed)
+        return Poly.sym(name)
 
     def _start(self, init: Node | None) -> Poly | None:
         value = None
@@ -405,6 +440,30 @@ def _index_bound(scope: KernelScope, term: Node, negated: bool) -> tuple[str, Po
         if idx.depends_on(f"threadIdx.{d}") and idx.depends_on(f"blockIdx.{d}"):
             return d, end + Poly.const(1) if op == "<=" else end
     return None
+
+
+def _init_value(init: Node | None) -> Node | None:
+    if init is not None and init.type == "declaration":
+        found = [d.child_by_field_name("value") for d in init.children if d.type == "init_declarator"]
+        return found[-1] if found else None
+    if init is not None and init.type == "assignment_expression":
+        return init.child_by_field_name("right")
+    return None
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def evaluate_segment_terms(segment_terms: dict[str, tuple[str, str]],
+                           bindings: dict[str, float]) -> dict[str, float]:
+    """Mean trip counts of segment loops: the indexed array's elements over the offsets' segments
+    (`numel(offsets) - 1`); 1 (the loop counted once) where the lengths are not bound."""
+    out = {}
+    for name, (offsets, indexed) in segment_terms.items():
+        n_off, n_idx = bindings.get(f"numel({offsets})"), bindings.get(f"numel({indexed})")
+        out[name] = n_idx / (n_off - 1) if n_off and n_idx and n_off > 1 else 1.0
+    return out
 
 
 def evaluate_log_terms(log_terms: dict[str, tuple[Poly, bool]],

@@ -55,7 +55,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 8  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 9  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -311,6 +311,8 @@ def _analysis(source: str, trace: TraceResult, facts: CompilerFacts | None, note
     launch: dict[str, dict[str, Any]] = {}
     for x in trace.launches:
         sizes.update({k: v for k, v in x.scalars.items() if k not in sizes})
+        # array lengths bind the mean trip of a segment loop (`p = off[i]; p < off[i + 1]`: intensity)
+        sizes.update({f"numel({k})": float(v) for k, v in x.tensors.items() if f"numel({k})" not in sizes})
         launch.setdefault(x.kernel, {"grid": x.grid, "block": x.block, "smem_bytes": x.smem_bytes})
     report = analyze_source(source, sizes=sizes, launch=launch or None, compile=False, sass=False)
     failed = [d for d in report.diagnostics if d.startswith("analysis failed")]

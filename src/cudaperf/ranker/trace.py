@@ -47,6 +47,7 @@ class LaunchRecord:
     smem_bytes: int
     scalars: dict[str, float] = field(default_factory=dict)  # parameter name -> value (numbers only)
     tensor_elems: tuple[int, ...] = ()  # element count of each tensor argument, in order
+    tensors: dict[str, int] = field(default_factory=dict)  # parameter name -> elements (named tensors only)
 
     @property
     def blocks(self) -> int:
@@ -81,15 +82,18 @@ class _Recorder:
         if len(self.launches) >= MAX_LAUNCHES:
             self.truncated = True
             raise _StopTrace
-        scalars, elems = {}, []
+        scalars, elems, tensors = {}, [], {}
         for i, a in enumerate(args):
+            pname = params[i].name if params is not None and i < len(params) else None
             if hasattr(a, "numel") and hasattr(a, "dtype"):
                 elems.append(int(a.numel()))
+                if pname is not None:
+                    tensors[pname] = int(a.numel())
             elif isinstance(a, (bool, int, float)):
-                pname = params[i].name if params is not None and i < len(params) else f"arg{i}"
-                scalars[pname] = float(a)
+                scalars[pname or f"arg{i}"] = float(a)
         self.launches.append(
-            LaunchRecord(name, _dim3(grid), _dim3(block), int(smem_bytes or 0), scalars, tuple(elems))
+            LaunchRecord(name, _dim3(grid), _dim3(block), int(smem_bytes or 0), scalars, tuple(elems),
+                         tensors)
         )
 
 
@@ -233,6 +237,7 @@ def trace_job(job: dict[str, Any], report: Any) -> dict[str, Any]:
                 "smem_bytes": x.smem_bytes,
                 "scalars": x.scalars,
                 "tensor_elems": x.tensor_elems,
+                "tensors": x.tensors,
             }
             for x in result.launches
         ],
@@ -262,6 +267,7 @@ def trace_isolated(source: str, task: Any, config: str, pool: Any) -> TraceResul
             x["smem_bytes"],
             dict(x["scalars"]),
             tuple(x["tensor_elems"]),
+            {str(k): int(v) for k, v in (x.get("tensors") or {}).items()},
         )
         for x in payload["launches"]
     )
