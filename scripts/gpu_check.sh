@@ -124,7 +124,9 @@ run_step() {
       IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;
     baseline-memory) step baseline-memory 240 python3 benchmarks/baseline_memory.py --device cuda --runs 7 --compile \
       --out "$OUT/baseline_memory.json" ;;
-    fresh-measure) step fresh-measure 480 bash -c "${PYTEST[*]} -m gpu tests/gpu/test_fresh_*_gpu.py; \
+    # the GPU tests bounded (150 s, on the xdist workers) so the measurement keeps its budget in the step
+    fresh-measure) step fresh-measure 480 bash -c "timeout -k 5 150 ${PYTEST[*]} ${XDIST[*]} -m gpu \
+      tests/gpu/test_fresh_*_gpu.py; \
       OUT=$OUT/fresh-measure SHARDS=benchmarks/fresh_measure BUDGET_S=${FRESH_BUDGET_S:-300} \
       HARD_S=$(( ${FRESH_BUDGET_S:-300} + 70 )) bash scripts/dataset_measure.sh --per-gpu 6 \
       --limit ${FRESH_LIMIT:-16} --families \
