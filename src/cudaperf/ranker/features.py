@@ -55,7 +55,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 9  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 10  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -145,6 +145,7 @@ COST = (
     "c_log_launch",
     "c_log_barrier",
     "c_log_atomic",
+    "c_log_inflight_share",
 )
 FEATURE_NAMES: tuple[str, ...] = PROBLEM + LAUNCH + ANALYSIS + SOURCE + COST
 NAN = float("nan")
@@ -655,6 +656,7 @@ def cost_values(c: CostInputs) -> dict[str, float]:
     est = terms["c_log_launch"] + body + terms["c_log_barrier"]
     out = {n: math.log2((t + 1e-9) / ideal) for n, t in terms.items()}  # 1 ns: a term of 0 stays finite
     out["c_log_est"] = math.log2(est / ideal)
+    out["c_log_inflight_share"] = math.log2(inflight_share(c))  # what the DRAM term was divided by
     return out
 
 
