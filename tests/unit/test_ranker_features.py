@@ -216,3 +216,14 @@ def test_an_atomic_made_by_one_lane_per_warp_counts_a_32nd_of_the_threads():
     updates = atomic_updates(report, trace, problem.sizes("large"))
     threads = sum(x.blocks * x.threads_per_block for x in trace.launches if x.kernel == "reduce_atomic")
     assert updates is not None and updates.global_updates == threads / 32
+
+
+def test_a_tile_whose_threads_request_one_element_keeps_less_in_flight_than_a_register_window():
+    from cudaperf.ranker.features import FEATURE_NAMES, config_features
+    from cudaperf.ranker.problem import Problem
+
+    task = next(t for t in registry.build_index(0, families=["pooling"]) if t.variant["dims"] == 1)
+    impls = {i.impl_id.split("/")[-1]: i.source for i in registry.implementations(task)}
+    share = {name: config_features(impls[name], Problem.of(task), "large", compile=False).values[
+        FEATURE_NAMES.index("c_log_inflight_share")] for name in ("smem_tiled", "coarsened")}
+    assert share["smem_tiled"] < share["coarsened"] <= 0.0
