@@ -120,7 +120,10 @@ def test_calibration_error_is_small_for_calibrated_probabilities():
     assert metrics.calibration(p, P).ece < 0.02
 
 
-def test_feature_ranker_orders_held_out_tasks(table, model):
+def test_feature_ranker_orders_held_out_tasks():
+    # 200 training tasks: with the module's 60, accuracy sits at 0.90-0.94 by the random draw alone
+    # (0.889 once a feature column was added), so the property was decided by the draw, not the model
+    model = FeatureRanker.fit(synthetic_table(tasks=200), FAST)
     other = synthetic_table(seed=1)
     acc = metrics.accuracy(model.score_rows(other.x), make_pairs(other))
     assert acc.pooled > 0.9
