@@ -670,11 +670,9 @@ class _Run:
                   if j != index and _same_layout(self.input_sets[j], self.input_sets[index])]
         if not others:
             return index
-        if not any(j in others for j in self.sources):
+        if not any(j in others for j in self.sources):  # a fresh deck holds every set, so one of `others`
             self.sources = self.rng.sample(range(len(self.input_sets)), len(self.input_sets))
-        source = next((j for j in self.sources if j in others), None)
-        if source is None:
-            return self.rng.choice(others)
+        source = next(j for j in self.sources if j in others)
         self.sources.remove(source)
         return source
 

@@ -202,14 +202,7 @@ class _Counter:
         return Poly.sym(name)
 
     def _start(self, init: Node | None) -> Poly | None:
-        value = None
-        if init is not None and init.type == "declaration":
-            for d in init.children:
-                if d.type == "init_declarator":
-                    value = d.child_by_field_name("value")
-        elif init is not None and init.type == "assignment_expression":
-            value = init.child_by_field_name("right")
-        v = self.scope.value(value)
+        v = self.scope.value(_init_value(init))
         if not isinstance(v, Poly):
             return None
         # thread, lane and block indices only shift a grid-, block- or warp-stride loop by less than a step
@@ -443,6 +436,7 @@ def _index_bound(scope: KernelScope, term: Node, negated: bool) -> tuple[str, Po
 
 
 def _init_value(init: Node | None) -> Node | None:
+    """The value a `for` initializer gives its variable (the last declarator's), or None."""
     if init is not None and init.type == "declaration":
         found = [d.child_by_field_name("value") for d in init.children if d.type == "init_declarator"]
         return found[-1] if found else None

@@ -592,7 +592,7 @@ def atomic_updates(report, trace: TraceResult, s: ProblemSizes) -> AtomicUpdates
     """`AtomicUpdates` over the traced launches (`analysis` per-atomic requests and thread shares); None
     without atomics or launches."""
     details = {d.kernel: d for d in report.details}
-    targets = min((x for x in (s.out_elems, s.value_span) if x), default=0)
+    targets = atomic_targets(s)
     global_updates = shared_slots = 0.0
     for x in trace.launches:
         d = details.get(x.kernel)
@@ -651,12 +651,13 @@ def cost_values(c: CostInputs) -> dict[str, float]:
         "c_log_barrier": c.barrier_warp_execs * BARRIER_CLOCKS / SCHEDULERS_PER_S,
         "c_log_atomic": _atomic_s(c.atomics),
     }
-    dram = terms["c_log_dram"] / inflight_share(c)
+    share = inflight_share(c)
+    dram = terms["c_log_dram"] / share
     body = max(dram, terms["c_log_l1"], terms["c_log_sm"], terms["c_log_compute"], terms["c_log_atomic"])
     est = terms["c_log_launch"] + body + terms["c_log_barrier"]
     out = {n: math.log2((t + 1e-9) / ideal) for n, t in terms.items()}  # 1 ns: a term of 0 stays finite
     out["c_log_est"] = math.log2(est / ideal)
-    out["c_log_inflight_share"] = math.log2(inflight_share(c))  # what the DRAM term was divided by
+    out["c_log_inflight_share"] = math.log2(share)  # what the DRAM term was divided by
     return out
 
 
@@ -666,8 +667,14 @@ def _contention(atomics: int, threads: int | None, s: ProblemSizes) -> float:
     (histogram keys); 0 without atomics."""
     if not atomics:
         return 0.0
-    targets = min(x for x in (s.out_elems, s.value_span) if x) if (s.out_elems or s.value_span) else None
+    targets = atomic_targets(s)
     return _ratio_l2(threads, targets) if threads and targets else NAN
+
+
+def atomic_targets(s: ProblemSizes) -> int:
+    """Addresses atomics update: the output's elements, or the integer inputs' value range when that is
+    narrower (histogram keys); 0 when neither is known."""
+    return min((x for x in (s.out_elems, s.value_span) if x), default=0)
 
 
 def _coalescing_shares(glob, windows: int = 0) -> dict[str, float]:
