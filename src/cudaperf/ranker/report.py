@@ -29,6 +29,9 @@ from cudaperf.ranker.lm_ranker import LMRankerConfig
 from cudaperf.ranker.pairs import make_pairs
 from cudaperf.ranker.table import DEFAULT_CACHE_DIR, DEFAULT_MEASURE_DIR, build_table
 
+# The feature ranker and the baselines that score every held-out row, in the tables' column order
+HELD_OUT_COLUMNS = ["feature_ranker", "longer_source", "structural", "cost_model", "random"]
+
 
 @dataclass(frozen=True)
 class EvalOptions:
@@ -138,7 +141,6 @@ def fresh_figures(table, model) -> dict:
 
 
 def render_fresh_markdown(r: dict) -> str:
-    names = ["feature_ranker", "longer_source", "structural", "cost_model", "random"]
     if "error" in r:
         return f"# Fresh held-out families\n\n{r['error']}\n"
     return "\n".join([
@@ -148,7 +150,7 @@ def render_fresh_markdown(r: dict) -> str:
         f"families: {', '.join(r['families'])}. Model: `{r['model']['path']}` (sha256 "
         f"{r['model']['sha256'][:16]}), scored as saved: nothing trained or fitted on these rows.",
         "",
-        *_held_out_sections(r, names, "the model's own slope"),
+        *_held_out_sections(r, HELD_OUT_COLUMNS, "the model's own slope"),
     ])
 
 
@@ -280,7 +282,7 @@ def _summary(fig: dict, names: list[str]) -> list[str]:
 
 
 def render_markdown(r: dict) -> str:
-    lofo_names = ["feature_ranker", "longer_source", "structural", "cost_model", "random"]
+    lofo_names = HELD_OUT_COLUMNS
     test_names = [
         n
         for n in (
