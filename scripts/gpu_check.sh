@@ -74,6 +74,9 @@ step() {
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE --durations=15)
 # PYTEST_K narrows every pytest step to matching tests (e.g. a rerun of what failed last time).
 [[ -n ${PYTEST_K:-} ]] && PYTEST+=(-k "$PYTEST_K")
+# PYTEST_ARGS adds pytest options to every pytest step (e.g. -v, so a step killed at its limit has named
+# what passed and failed so far).
+[[ -n ${PYTEST_ARGS:-} ]] && read -ra _extra <<< "$PYTEST_ARGS" && PYTEST+=("${_extra[@]}")
 # A per-test limit where pytest-timeout is installed (it is on the H200 image), so one hang costs one test.
 python3 -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 300)
 # Functional GPU tests run on several pytest-xdist workers at once (they share the GPU; nothing they assert
