@@ -61,7 +61,9 @@ step() {
   local name=$1 limit_var="LIMIT_${1//-/_}" default=$2; shift 2
   local limit=${!limit_var:-$default} t0=$SECONDS
   echo "== $name (limit ${limit} s)"
-  timeout -k 10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  # pytest gets SIGINT at the limit: it then still prints its failures, errors and slowest durations so far
+  local sig=TERM; [[ "${1:-} ${2:-} ${3:-}" == "python3 -m pytest" ]] && sig=INT
+  timeout -s "$sig" -k 30 "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$? last
   last=$(grep -aE '(passed|failed|error|skipped)' "$OUT/$name.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
   [[ $rc -eq 124 || $rc -eq 137 ]] && last="KILLED at the ${limit} s limit; ${last}"
