@@ -23,3 +23,18 @@ def cpu_evaluator(tmp_path_factory):
                             timing=TimingConfig(budget_ms=5, warmup_ms=1, baselines=("eager",)))
         with LocalEvaluator(config) as evaluator:
             yield evaluator
+
+
+@pytest.fixture(scope="module")
+def refereed_pool():
+    """A real worker and its referee (test_referee's limits, a 1 MiB output region), warmed up once per
+    module: the pool the refereed-timing tests run their probes through."""
+    import dataclasses
+
+    from test_referee import LIMITS, TIMEOUTS
+
+    from cudaperf.execute import WorkerPool
+
+    with WorkerPool(None, dataclasses.replace(LIMITS, output_region_bytes=1 << 20), timeouts=TIMEOUTS) as p:
+        p.warm_up()
+        yield p

@@ -6,7 +6,6 @@ on the small PyTorch task of test_session.py; the pieces without a process."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -15,11 +14,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cudaperf.execute import WorkerPool
 from cudaperf.execute.outputs import TimedKey, TimedOutputs, snapshot
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
+from test_referee import _codes, _job  # the same task, job and limits
 from test_session import CORRECT
 
 HANDLERS = str(Path(__file__).with_name("referee_handlers.py"))
@@ -48,10 +46,8 @@ class ModelNew(nn.Module):
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(None, dataclasses.replace(LIMITS, output_region_bytes=1 << 20), timeouts=TIMEOUTS) as p:
-        p.warm_up()
-        yield p
+def pool(refereed_pool):
+    return refereed_pool
 
 
 def _handler(name: str, solution: str) -> dict:

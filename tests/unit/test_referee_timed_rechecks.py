@@ -7,7 +7,6 @@ worker and referee (CPU mode) on the small PyTorch task of test_session.py; the 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import sys
 from pathlib import Path
@@ -17,11 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudaperf.correctness import compare
-from cudaperf.execute import WorkerPool
 from cudaperf.execute.outputs import KEPT_RECHECKS, TimedOutputs
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
+from test_referee import _codes, _job  # the same task, job and limits
 from test_session import CORRECT
 
 HANDLERS = str(Path(__file__).with_name("timed_recheck_handlers.py"))
@@ -56,10 +54,8 @@ out = torch.relu(self.linear(x)) * 2 + z
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(None, dataclasses.replace(LIMITS, output_region_bytes=1 << 20), timeouts=TIMEOUTS) as p:
-        p.warm_up()
-        yield p
+def pool(refereed_pool):
+    return refereed_pool
 
 
 def _handler(name: str, solution: str) -> dict:

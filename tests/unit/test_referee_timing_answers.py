@@ -17,7 +17,6 @@ compile baseline, the private pool)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -26,13 +25,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudaperf.anticheat.policy import Policy
-from cudaperf.execute import WorkerPool
 from cudaperf.jobs import EvalJob, TimingConfig, job_message
 from cudaperf.tasks import task_from_source
 from cudaperf.types import Solution, SolutionFormat
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_referee import LIMITS, TIMEOUTS, _codes, _job  # the same task, job and limits
+from test_referee import _codes, _job  # the same task, job and limits
 from test_session import CORRECT, TASK
 
 PROBES = str(Path(__file__).with_name("timing_probe_handlers.py"))
@@ -45,10 +43,8 @@ NEAR = CORRECT.replace("return torch.relu(self.linear(x)) * 2 + z",
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(None, dataclasses.replace(LIMITS, output_region_bytes=1 << 20), timeouts=TIMEOUTS) as p:
-        p.warm_up()
-        yield p
+def pool(refereed_pool):
+    return refereed_pool
 
 
 @pytest.fixture(scope="module")
