@@ -15,11 +15,10 @@ implementation id, configuration and max error.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.measure.gpucheck import load_generated
 
 FAMILIES = ("matmul_epilogue", "conv_activation", "pooling", "attention", "scan_torch", "gather_scatter",
             "loss")
@@ -53,11 +52,6 @@ def _cases() -> list:
             for config in ("small", "odd", "large")]
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
-
 
 @pytest.fixture
 def strict_fp32():
@@ -84,7 +78,7 @@ def test_more_implementation_matches_reference(task, impl, config, strict_fp32):
     torch.manual_seed(0)
     model = module.Model(*init).cuda().eval()
     torch.manual_seed(0)
-    new = _exec(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
+    new = load_generated(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
     inputs = runtime.make_inputs(module, cfg, 0, "cuda")
     with torch.no_grad():
         want = model(*inputs)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 import statistics
-import types
 
 import numpy as np
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.measure.gpucheck import load_generated
 
 # (family, variant fields that must match): two tasks per family, chosen for different kernel structures
 PICKS = (
@@ -59,11 +59,6 @@ def _reference(task_text: str, config: str) -> tuple:
     return ctask, cfg, values, ref.outputs
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("task", "impl", "config"), _cases())
@@ -75,7 +70,7 @@ def test_fresh_implementation_matches_reference_on_repeated_calls(task, impl, co
     ctask, cfg, values, want = _reference(task.text, config)
     dev = {p.name: torch.from_numpy(values[p.name]).cuda() if p.is_array else values[p.name]
            for p in ctask.params}
-    fn = getattr(_exec(impl.source, impl.impl_id.replace("/", "_")), ctask.entry)
+    fn = getattr(load_generated(impl.source, impl.impl_id.replace("/", "_")), ctask.entry)
     tol = ctask.tolerance_for(cfg)
     times_ms = []
     for call in range(CALLS):

@@ -15,11 +15,10 @@ a failure names the implementation, configuration, seed and the comparison's mes
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.measure.gpucheck import load_generated
 
 SEEDS = (0, 1)
 PICKS = {  # family -> predicates on the variant, one task each (the first that matches)
@@ -44,11 +43,6 @@ def _cases() -> list:
             for config in ("small", "odd", "large")]
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("task", "impl", "config"), _cases())
@@ -69,7 +63,7 @@ def test_fresh_implementation_matches_reference(task, impl, config, monkeypatch)
         torch.manual_seed(seed)
         model = module.Model(*init).cuda().eval()
         torch.manual_seed(seed)
-        new = _exec(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
+        new = load_generated(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
         inputs = runtime.make_inputs(module, cfg, seed, "cuda")
         saved = clone_inputs(inputs)
         with torch.no_grad():

@@ -15,12 +15,12 @@ $CUDAPERF_EMU_CACHE or the temp dir) and threads that synchronise run as fibers.
 
 from __future__ import annotations
 
-import types
 from functools import lru_cache
 
 import pytest
 
 from cudaperf.datasets import registry
+from cudaperf.datasets.measure.gpucheck import load_generated
 
 pytest.importorskip("torch")
 
@@ -93,11 +93,6 @@ def _cases() -> list:
     return cases
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
-
 
 class _Poisoned:
     """torch.empty_like / Tensor.new_empty / new_empty-style allocations filled with NaN (or a large int)
@@ -125,13 +120,13 @@ def run_emulated(task, impl, kwargs: dict, seed: int = 0) -> tuple[bool, str]:
     import torch
     from cpu_cuda import CpuCuda
 
-    ref = _exec(task.text, "ref_" + task.task_id)
+    ref = load_generated(task.text, "ref_" + task.task_id)
     atol, rtol = ref.CUDAPERF_TASK["tolerances"]["float32"]
     init = ref.get_init_inputs(**kwargs)
     torch.manual_seed(seed)
     model = ref.Model(*init).eval()
     torch.manual_seed(seed)
-    cand = _exec(impl.source, impl.impl_id.replace("/", "_"))
+    cand = load_generated(impl.source, impl.impl_id.replace("/", "_"))
     cand.cuda = CpuCuda()
     new = cand.ModelNew(*init).eval()
     torch.manual_seed(seed + 1)
@@ -152,7 +147,7 @@ def run_emulated(task, impl, kwargs: dict, seed: int = 0) -> tuple[bool, str]:
 @pytest.mark.slow
 @pytest.mark.parametrize(("task", "impl"), _cases())
 def test_emulated_implementation_matches_reference(task, impl):
-    small = next(c for c in _exec(task.text, "cfg").get_input_configs() if c["name"] == "small")
+    small = next(c for c in load_generated(task.text, "cfg").get_input_configs() if c["name"] == "small")
     for kwargs in [small, *_sizes(task)]:
         ok, message = run_emulated(task, impl, {k: v for k, v in kwargs.items() if k != "name"})
         assert ok, (impl.impl_id, kwargs, message)

@@ -10,13 +10,13 @@ tests/gpu/test_fresh_torch_families_gpu.py.
 
 from __future__ import annotations
 
-import types
 from collections import Counter
 from functools import lru_cache
 
 import pytest
 
 from cudaperf.datasets import registry, splits
+from cudaperf.datasets.measure.gpucheck import load_generated
 from cudaperf.datasets.records import STRATEGIES, GeneratedTask
 
 FAMILIES = ("embedding_bag", "row_topk", "batched_small_matmul")
@@ -26,11 +26,6 @@ FAMILIES = ("embedding_bag", "row_topk", "batched_small_matmul")
 def tasks() -> tuple[GeneratedTask, ...]:
     return tuple(registry.build_index(0, families=list(FAMILIES)))
 
-
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
 
 
 def _sample(per_family: int) -> list[GeneratedTask]:
@@ -68,7 +63,7 @@ def test_every_task_loads_with_small_large_odd_configurations():
 
 def test_odd_configurations_use_only_odd_sizes():
     for task in tasks():
-        odd = next(c for c in _exec(task.text, "cfg").get_input_configs() if c["name"] == "odd")
+        odd = next(c for c in load_generated(task.text, "cfg").get_input_configs() if c["name"] == "odd")
         assert all(v % 2 == 1 for k, v in odd.items() if k != "name"), (task.task_id, odd)
 
 
@@ -83,7 +78,7 @@ def test_bag_indices_and_offsets_are_valid_int64_on_every_configuration():
     import torch
 
     for task in (t for t in tasks() if t.family == "embedding_bag"):
-        module = _exec(task.text, "bag")
+        module = load_generated(task.text, "bag")
         for cfg in module.get_input_configs():
             params = {k: v for k, v in cfg.items() if k != "name"}
             torch.manual_seed(1)
@@ -99,7 +94,7 @@ def test_skewed_bags_have_a_heavy_tail():
     import torch
 
     task = next(t for t in tasks() if t.family == "embedding_bag" and t.variant["lengths"] == "skewed")
-    module = _exec(task.text, "bag")
+    module = load_generated(task.text, "bag")
     torch.manual_seed(0)
     off = module.skewed_offsets(8192, 8192 * 40)
     lengths = torch.diff(torch.cat([off, torch.tensor([8192 * 40])]))

@@ -18,13 +18,13 @@ $CUDAPERF_EMU_CACHE or the temp dir).
 
 from __future__ import annotations
 
-import types
 from functools import lru_cache
 
 import pytest
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.generate.torch_impls.fresh_batched_small_matmul import odd_dims
+from cudaperf.datasets.measure.gpucheck import load_generated
 
 pytest.importorskip("torch")
 
@@ -65,11 +65,6 @@ def _cases() -> list:
             for task in picked_tasks() for impl in registry.implementations(task)]
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
-    exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
-    return module
-
 
 @pytest.fixture
 def emulator(monkeypatch):
@@ -96,13 +91,13 @@ def run_emulated(task, impl, cuda, kwargs: dict, seed: int) -> str:
     """'' when the emulated implementation matches the reference, else what differs."""
     import torch
 
-    ref = _exec(task.text, "ref_" + task.task_id)
+    ref = load_generated(task.text, "ref_" + task.task_id)
     atol, rtol = ref.CUDAPERF_TASK["tolerances"]["float32"]
     init = ref.get_init_inputs(**kwargs)
     torch.manual_seed(seed)
     model = ref.Model(*init).eval()
     torch.manual_seed(seed)
-    cand = _exec(impl.source, impl.impl_id.replace("/", "_"))
+    cand = load_generated(impl.source, impl.impl_id.replace("/", "_"))
     cand.cuda = cuda
     new = cand.ModelNew(*init).eval()
     torch.manual_seed(seed + 1)
@@ -121,7 +116,7 @@ def run_emulated(task, impl, cuda, kwargs: dict, seed: int) -> str:
 @pytest.mark.parametrize(("task", "impl"), _cases())
 def test_emulated_fresh_implementation_matches_reference(task, impl, emulator, monkeypatch):
     _poisoned_new_empty(monkeypatch)
-    small = next(c for c in _exec(task.text, "cfg").get_input_configs() if c["name"] == "small")
+    small = next(c for c in load_generated(task.text, "cfg").get_input_configs() if c["name"] == "small")
     for kwargs in [small, *_tail_sizes(task)]:
         params = {k: v for k, v in kwargs.items() if k != "name"}
         for seed in (0, 1):

@@ -32,7 +32,8 @@ class ImplCheck:
     message: str = ""
 
 
-def _exec(source: str, name: str) -> types.ModuleType:
+def load_generated(source: str, name: str) -> types.ModuleType:
+    """A generated implementation's source run as module `name` in this process (trusted code only)."""
     module = types.ModuleType(name)
     exec(compile(source, name, "exec"), module.__dict__)  # noqa: S102 - our own generated, trusted code
     return module
@@ -74,7 +75,7 @@ def check_c(task: GeneratedTask, impl: Implementation, config: str, seed: int = 
             dev[p.name] = t
         else:
             dev[p.name] = v
-    fn = getattr(_exec(impl.source, impl.impl_id.replace("/", "_")), ctask.entry)
+    fn = getattr(load_generated(impl.source, impl.impl_id.replace("/", "_")), ctask.entry)
     fn(**dev)
     torch.cuda.synchronize()
     tol = ctask.tolerance_for(cfg)
@@ -103,7 +104,7 @@ def check_torch(task: GeneratedTask, impl: Implementation, config: str, seed: in
     torch.manual_seed(seed)
     model = module.Model(*init).cuda().eval()
     torch.manual_seed(seed)
-    new = _exec(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
+    new = load_generated(impl.source, impl.impl_id.replace("/", "_")).ModelNew(*init).cuda().eval()
     inputs = runtime.make_inputs(module, cfg, seed, "cuda")
     with torch.no_grad():
         want, got = model(*inputs), new(*inputs)
