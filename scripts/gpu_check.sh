@@ -5,7 +5,8 @@
 #
 #   bash scripts/gpu_check.sh [GROUP ...]     (default: functional+faults timing-tests analysis repeatability throughput)
 #   a GROUP is a STEP or STEPs joined by '+', run at the same time; steps: functional (GPU tests and the
-#   adversarial suite on pytest-xdist workers, all but the `timing` ones) timing-tests (those, alone)
+#   adversarial suite on pytest-xdist workers, all but the `timing` ones; its halves: gpu-tests and
+#   adversarial) timing-tests (those, alone)
 #   tests adversarial example-tests (the same suites, split and serial) dataset-tests throughput
 #   repeatability flush-state lead-probe faults analysis diagnose (a one-off probe of the machine, scripts/diagnose_gpu_env.py)
 #   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost) hostile
@@ -96,6 +97,9 @@ FULL_SIZE=tests/gpu/test_full_size_gpu.py
 run_step() {
   case $1 in
     tests) step tests 420 "${PYTEST[@]}" -m gpu tests/gpu --ignore=tests/gpu/test_examples_gpu.py "${NO_DATASET[@]}" ;;
+    # functional's two halves, each within one 10-minute device call (the whole no longer is: session 19)
+    gpu-tests) step gpu-tests 540 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu \
+      "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*' ;;
     functional) step functional 480 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu tests/adversarial \
       "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*' ;;
     timing-tests) step timing-tests 300 "${PYTEST[@]}" -s -m "gpu and timing" tests/gpu "${NO_DATASET[@]}" ;;
