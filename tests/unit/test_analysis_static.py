@@ -140,3 +140,30 @@ def test_pragma_between_loop_header_and_body_does_not_break_parsing():
     assert not analyze_cuda('extern "C" __global__ void k(float* out) { float acc[4];\n#pragma unroll\n'
                             'for (int j = 0; j < 4; ++j) acc[j] = 0; out[0] = acc[1]; }').error_lines
     assert access(k, "out", "store").coalescing is C.COALESCED
+
+
+# -- accesses through the address of an element (`&a[i]`: atomics, __ldg) ------------------------------
+
+
+def test_an_atomic_on_the_address_of_an_element_is_classified_by_that_element():
+    a = access(kernel(f"{GID} atomicAdd(&out[i], a[i]);"), "out", "atomic")
+    assert (a.coalescing, a.sectors) == (C.COALESCED, 4)
+
+
+def test_an_atomic_on_the_address_of_element_zero_is_a_broadcast():
+    assert access(kernel(f"{GID} atomicAdd(&out[0], a[i]);"), "out", "atomic").coalescing is C.BROADCAST
+
+
+def test_ldg_of_an_element_address_is_a_coalesced_load():
+    assert access(kernel(f"{GID} out[i] = __ldg(&a[i]);"), "a").coalescing is C.COALESCED
+
+
+def test_an_atomic_on_a_data_dependent_element_address_is_unknown():
+    k = kernel(f"{GID} atomicAdd(&out[idx[i]], 1.0f);", "const int* idx, float* out")
+    assert access(k, "out", "atomic").coalescing is C.UNKNOWN
+
+
+@pytest.mark.parametrize(("width", "degree"), [(32, 32), (33, 1)])
+def test_the_address_of_a_shared_element_down_a_column_conflicts_unless_padded(width, degree):
+    k = kernel(f"__shared__ float s[64][{width}]; atomicAdd(&s[threadIdx.x][0], 1.0f); out[0] = s[0][0];")
+    assert access(k, "s", "atomic").bank_conflict_degree == degree

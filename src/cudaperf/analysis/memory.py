@@ -153,8 +153,12 @@ class PointerResolver:
             return self._arith(node)
         if t == "pointer_expression" and cst.text(node.child_by_field_name("operator")) == "&":
             arg = node.child_by_field_name("argument")
-            if arg is not None and arg.type == "subscript_expression":
+            if arg is not None and arg.type == "subscript_expression":  # &a[i]: a pointer to the element
                 found = self.element(arg)
+                if found is not None:
+                    ptr, offset, elem = found
+                    return Pointer(ptr.base, ptr.space, offset, elem, ())
+                found = self.element(arg, partial=True)  # &tile[r]: its row
                 return None if found is None else found[0]
             return self.resolve(arg) if arg is not None and arg.type == "identifier" else None
         if t == "subscript_expression":  # a row of a 2-D array used as a pointer: &tile[r][0] == tile[r]
