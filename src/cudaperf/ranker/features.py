@@ -55,7 +55,7 @@ from typing import Any
 from cudaperf.ranker.problem import Problem, ProblemSizes
 from cudaperf.ranker.trace import LaunchRecord, TraceResult, trace_solution
 
-SCHEMA_VERSION = 10  # bump when a feature's meaning changes: stored models of another schema refuse to load
+SCHEMA_VERSION = 11  # bump when a feature's meaning changes: stored models of another schema refuse to load
 H200_SMS = 132
 
 PROBLEM = (
@@ -549,9 +549,12 @@ SCHEDULERS_PER_S = H200_SMS * 4 * 1.98e9
 DRAM_LATENCY_S = 800e-9
 RESIDENT_THREADS_PER_SM = 2048
 # Atomics (orders of magnitude, not measured here): global ones are served by the L2's atomic units, about
-# one per clock per L2 slice over distinct addresses, and updates of one address serialise at its slice
-# (about one per clock); shared ones at the 32 banks of each SM, an update a read and a write, and the
-# lanes of a warp that update one address serialise.
+# one pass per clock per L2 slice, and updates of one address serialise at its slice (about one per
+# clock); a pass serves the lanes of one warp request that fall in one 32-byte sector, so a request whose
+# lanes update consecutive words (a privatised histogram's merge, `hist[threadIdx.x]`) takes its sectors'
+# passes, not one per lane; lanes whose addresses are unknown (data-dependent) count one pass each. Shared
+# ones at the 32 banks of each SM, an update a read and a write, and the lanes of a warp that update one
+# address serialise.
 GLOBAL_ATOMICS_PER_S = 1.5e11
 SAME_ADDRESS_ATOMICS_PER_S = 2.0e9
 SHARED_ATOMICS_PER_S = H200_SMS * 32 * 1.98e9 / 2
@@ -586,6 +589,7 @@ class AtomicUpdates:
     global_updates: float
     busiest_address_updates: float
     shared_update_slots: float
+    global_passes: float = 0.0  # L2 passes of the global updates: a warp request's sectors, or one per lane
 
 
 def atomic_updates(report, trace: TraceResult, s: ProblemSizes) -> AtomicUpdates | None:
@@ -593,7 +597,7 @@ def atomic_updates(report, trace: TraceResult, s: ProblemSizes) -> AtomicUpdates
     without atomics or launches."""
     details = {d.kernel: d for d in report.details}
     targets = atomic_targets(s)
-    global_updates = shared_slots = 0.0
+    global_updates = global_passes = shared_slots = 0.0
     for x in trace.launches:
         d = details.get(x.kernel)
         for a in d.atomic_accesses if d is not None else ():
@@ -601,18 +605,19 @@ def atomic_updates(report, trace: TraceResult, s: ProblemSizes) -> AtomicUpdates
             n = x.blocks * x.threads_per_block * (a["requests"] if a["requests"] is not None else 1.0) * share
             if a["space"] == "global":
                 global_updates += n
+                global_passes += n * min(32, a.get("warp_passes") or 32) / 32
             else:
                 shared_slots += n * 32 / min(32, targets) if targets else n
     if not global_updates and not shared_slots:
         return None
     busiest = global_updates / targets if targets else global_updates
-    return AtomicUpdates(global_updates, busiest, shared_slots)
+    return AtomicUpdates(global_updates, busiest, shared_slots, global_passes)
 
 
 def _atomic_s(u: AtomicUpdates | None) -> float:
     if u is None:
         return 0.0
-    return max(u.global_updates / GLOBAL_ATOMICS_PER_S,
+    return max(u.global_passes / GLOBAL_ATOMICS_PER_S,
                u.busiest_address_updates / SAME_ADDRESS_ATOMICS_PER_S,
                u.shared_update_slots / SHARED_ATOMICS_PER_S)
 
