@@ -16,8 +16,13 @@ Covers:
   the compulsory footprint that intensity prefers comes from `intervals.footprints`.
 - regime: intensity against the H200 ridge point, FP32 CUDA cores or tensor cores (from SASS).
 
+- branches decided by the sizes: an `if` whose condition reads only bound sizes (kernel parameters in
+  `env.sizes`, macros, constants), not the thread, counts its taken side only (`D % 4 == 0` with D bound);
+  every other `if` counts both sides.
+
 Not covered: data-dependent trip counts (`while`, early exits: counted once, with a diagnostic), branch
-probabilities (both sides of an `if` count), caches between footprint and request, integer work.
+probabilities (both sides of an `if` undecided by the sizes count), caches between footprint and request,
+integer work.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from fractions import Fraction
 from tree_sitter import Node
 
 from cudaperf.analysis import cst
+from cudaperf.analysis.lanes import LaneEnv, LaneEvaluator, Lanes
 from cudaperf.analysis.memory import Access
 from cudaperf.analysis.scope import FLOAT_TYPES, TX, KernelScope, call_name, init_var, type_info
 from cudaperf.analysis.symbolic import Poly
@@ -43,6 +49,8 @@ _ONE = re.compile(r"^(__f(add|sub|mul|div)_r[nzud]|__fdividef|__dadd_rn|__dmul_r
 _PAIR = {"__hadd2": 2, "__hsub2": 2, "__hmul2": 2, "__hfma2": 4, "__hmax2": 2, "__hmin2": 2}
 _MATH_RETURNS_FLOAT = re.compile(r"^(\w+f|__\w+f|__f\w+|exp|log|sqrt|sin|cos|tanh|pow|fma|fmax|fmin|fabs|"
                                  r"__half2float|__bfloat162float|__int_as_float|__ldg|__shfl\w*)$")
+# a condition holding one of these reads more than the sizes (a builtin, a call, memory)
+_UNDECIDABLE = ("field_expression", "call_expression", "subscript_expression", "pointer_expression")
 _MMA_PTX = re.compile(r"mma\.sync\.aligned\.m(\d+)n(\d+)k(\d+)")
 
 
@@ -63,8 +71,9 @@ class WorkEstimate:
     diagnostics: tuple[str, ...] = ()
 
 
-def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) -> WorkEstimate:
-    counter = _Counter(scope)
+def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str],
+             env: LaneEnv | None = None) -> WorkEstimate:
+    counter = _Counter(scope, env)
     flops = Poly()
     for node in cst.walk(scope.body) if scope.body is not None else []:
         cost = counter.flop_cost(node)
@@ -97,8 +106,10 @@ def estimate(scope: KernelScope, accesses: list[Access], uses_dims: set[str]) ->
 
 
 class _Counter:
-    def __init__(self, scope: KernelScope):
+    def __init__(self, scope: KernelScope, env: LaneEnv | None = None):
         self.scope = scope
+        self.env = env or LaneEnv({})
+        self.taken: dict[int, bool | None] = {}  # if statement -> its condition, where the sizes decide it
         self.trips: dict[int, Poly] = {}
         self.log_terms: dict[str, tuple[Poly, bool]] = {}
         self.segment_terms: dict[str, tuple[str, str]] = {}
@@ -113,8 +124,46 @@ class _Counter:
                 body = parent.child_by_field_name("body")
                 if body is not None and body.start_byte <= node.start_byte < body.end_byte:
                     out = out * self.trip(parent)
+            elif parent.type == "if_statement" and self._untaken_side(parent, node):
+                return Poly()
             parent = parent.parent
         return out
+
+    # branches the sizes decide ---------------------------------------------------------------------------
+    def _untaken_side(self, stmt: Node, node: Node) -> bool:
+        """Whether `node` lies in the side of `stmt` its condition, decided by the bound sizes, skips."""
+        taken = self.decided(stmt)
+        if taken is None:
+            return False
+        side = stmt.child_by_field_name("alternative" if taken else "consequence")
+        return side is not None and side.start_byte <= node.start_byte < side.end_byte
+
+    def decided(self, stmt: Node) -> bool | None:
+        """The value of an `if`'s condition when it reads only bound sizes, macros and constants (never
+        the thread, a local or memory); None otherwise."""
+        if stmt.id not in self.taken:
+            self.taken[stmt.id] = self._decide(stmt.child_by_field_name("condition"))
+        return self.taken[stmt.id]
+
+    def _decide(self, cond: Node | None) -> bool | None:
+        if cond is None or self.scope.is_thread_dependent(cond):
+            return None
+        for n in cst.walk(cond):
+            if n.type in _UNDECIDABLE:
+                return None
+            if n.type == "identifier" and not self._bound(n):
+                return None
+        value = LaneEvaluator(self.scope, self.env).value(cond)
+        return bool(value.vals[0]) if isinstance(value, Lanes) and value.uniform else None
+
+    def _bound(self, node: Node) -> bool:
+        name = cst.text(node)
+        if name in self.env.sizes or name in self.scope.template_bindings:
+            return True
+        if self.scope.resolve(name, node) is not None or name in self.scope.params:
+            return False  # a local or an unbound parameter
+        v = self.scope.value(node)  # macros and file-scope constants
+        return isinstance(v, Poly) and v.is_const
 
     def trip(self, loop: Node) -> Poly:
         if loop.id not in self.trips:

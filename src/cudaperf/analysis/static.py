@@ -139,7 +139,7 @@ def analyze_kernel(node: Node, file_scope: FileScope, template_args: tuple[str, 
     diagnostics: list[str] = []
     work = None
     try:
-        work = estimate(scope, accesses, set(uses_dims))
+        work = estimate(scope, accesses, set(uses_dims), env)
         diagnostics.extend(work.diagnostics)
     except Exception as exc:  # noqa: BLE001 - the work estimate is optional; say why it is missing
         diagnostics.append(f"work estimate failed: {type(exc).__name__}: {exc}")
