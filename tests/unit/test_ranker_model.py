@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ from cudaperf.ranker.pairs import at_least, length_controlled, lofo_folds, make_
 from cudaperf.ranker.store import default_model_path, load_model, save_model
 from cudaperf.ranker.table import Table
 
-FAST = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5)
-NESTED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, inner_folds=5)  # the weight chosen
+FAST = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, ensemble=1)  # one booster: quick
+NESTED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, ensemble=1, inner_folds=5)
 DRIVER = FEATURE_NAMES.index("l_log_threads_per_out")
 
 
@@ -329,7 +330,8 @@ def test_model_file_with_an_unknown_config_field_is_an_error_value(tmp_path, mod
     assert loaded.backend is None and "rank train" in loaded.error
 
 
-GATED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, gate_power=1.0, gate_min_groups=2.0)
+GATED = FeatureRankerConfig(num_boost_round=60, min_data_in_leaf=5, ensemble=1, gate_power=1.0,
+                            gate_min_groups=2.0)
 
 
 @pytest.fixture(scope="module")
@@ -403,3 +405,33 @@ def test_gated_model_file_without_its_leaf_table_is_an_error_value(tmp_path, gat
 def test_negative_gate_power_is_refused():
     with pytest.raises(ValueError, match="gate powers"):
         FeatureRankerConfig(gate_power=-1.0)
+
+
+def test_a_seed_ensemble_scores_the_mean_of_its_members(table):
+    from cudaperf.ranker.feature_ranker import SeedEnsemble
+
+    m = FeatureRanker.fit(table, replace(FAST, ensemble=3), calibration_folds=0)
+    members = m.booster.boosters
+    assert isinstance(m.booster, SeedEnsemble) and len(members) == 3
+    mean = np.mean([b.predict(table.x[:20]) for b in members], axis=0)
+    assert np.allclose(m.booster.predict(table.x[:20]), mean)
+
+
+def test_a_stored_seed_ensemble_scores_the_same(tmp_path, table):
+    m = FeatureRanker.fit(table, replace(FAST, ensemble=3), calibration_folds=0)
+    back = load_model(save_model(m, tmp_path / "m.json.gz")).backend.model
+    assert np.allclose(back.score_rows(table.x[:50]), m.score_rows(table.x[:50]))
+
+
+def test_a_format_1_file_of_one_booster_still_loads_as_one(tmp_path, table):
+    m = FeatureRanker.fit(table, replace(FAST, ensemble=1), calibration_folds=0)
+    path = save_model(m, tmp_path / "m.json.gz")
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    doc["format"] = "cudaperf-ranker/1"
+    del doc["config"]["ensemble"]
+    with gzip.open(path, "wt") as f:
+        json.dump(doc, f)
+    back = load_model(path).backend.model
+    assert back.config.ensemble == 1
+    assert np.allclose(back.score_rows(table.x[:20]), m.score_rows(table.x[:20]))

@@ -1,13 +1,14 @@
 """Saving and loading a trained feature ranker with its feature schema and library versions.
 
-A model file is gzipped JSON: `format` ("cudaperf-ranker/1"), `backend` ("feature"), `schema_version` and
-`feature_names` (what `features.py` computed when it was trained), `versions` (cudaperf, lightgbm, numpy
-and Python at training time), the calibration `scale`, the cost-model `prior` (weight and fill), the
-training configuration (with the trees' weight `tree_weight` and, when `fit` chose it, `tree_weight_choice`:
-the nested choice's curve), when the per-row gate is on or was chosen its per-leaf table `leaf_groups` and
-`gate_choice`, a free `trained_on` description (data, rows, pairs), and the LightGBM model as
-text (LightGBM's own portable format). A file saved before `tree_weight` existed loads with weight 1, one
-saved before the gate existed with the gate off.
+A model file is gzipped JSON: `format` ("cudaperf-ranker/2"; "/1" files, one booster, still load),
+`backend` ("feature"), `schema_version` and `feature_names` (what `features.py` computed when it was
+trained), `versions` (cudaperf, lightgbm, numpy and Python at training time), the calibration `scale`, the
+cost-model `prior` (weight and fill), the training configuration (with the trees' weight `tree_weight`
+and, when `fit` chose it, `tree_weight_choice`: the nested choice's curve), when the per-row gate is on or
+was chosen its per-leaf table `leaf_groups` and `gate_choice`, a free `trained_on` description (data,
+rows, pairs), and the LightGBM model as text (LightGBM's own portable format): `model`, or `models` for a
+seed ensemble (one text per member). A file saved before `tree_weight` existed loads with weight 1, one
+saved before the gate existed with the gate off, one saved before `ensemble` existed as one booster.
 
 `load_model(path)` returns a `Loaded` record: the backend, or `None` with a message that says what is wrong
 and how to fix it — a model computed on another feature schema is refused (its trees would read the wrong
@@ -37,11 +38,13 @@ from cudaperf.ranker.feature_ranker import (
     FeatureRankerConfig,
     GateChoice,
     Prior,
+    SeedEnsemble,
     TreeWeightChoice,
 )
 from cudaperf.ranker.features import FEATURE_NAMES, SCHEMA_VERSION
 
-FORMAT = "cudaperf-ranker/1"
+FORMAT = "cudaperf-ranker/2"  # /2: a seed ensemble may be stored (`models`); /1 files load too
+READABLE_FORMATS = ("cudaperf-ranker/1", FORMAT)
 
 
 @dataclass(frozen=True)
@@ -83,13 +86,28 @@ def save_model(model: FeatureRanker, path: Path, trained_on: dict[str, Any] | No
         # full precision: a rounded N_eff can cross a coverage threshold and change a saved model's scores
         "leaf_groups": None if model.leaf_groups is None else model.leaf_groups.tolist(),
         "trained_on": trained_on or {},
-        "model": model.booster.model_to_string(),
+        **_booster_fields(model.booster),
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
         json.dump(doc, f)
     return path
+
+
+def _booster_fields(booster) -> dict[str, Any]:
+    """One booster as `model` (its LightGBM text), a seed ensemble as `models` (one text per member)."""
+    if isinstance(booster, SeedEnsemble):
+        return {"models": booster.model_strings()}
+    return {"model": booster.model_to_string()}
+
+
+def _booster(doc: dict[str, Any]):
+    import lightgbm as lgb
+
+    if doc.get("models"):
+        return SeedEnsemble([lgb.Booster(model_str=m) for m in doc["models"]])
+    return lgb.Booster(model_str=doc["model"])
 
 
 def load_model(path: Path | str | None = None, *, compile: bool = True, pool=None) -> Loaded:
@@ -104,10 +122,9 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
     problem = _schema_problem(doc, path)
     if problem:
         return Loaded(None, problem)
-    import lightgbm as lgb
-
     try:
-        config = FeatureRankerConfig(**doc.get("config", {}))
+        # a file from before the seed ensemble holds one booster, whatever today's default
+        config = FeatureRankerConfig(**{"ensemble": 1, **doc.get("config", {})})
         prior = Prior(**doc.get("prior", {}))
         choice = TreeWeightChoice(**doc["tree_weight_choice"]) if doc.get("tree_weight_choice") else None
         gate_choice = GateChoice(**doc["gate_choice"]) if doc.get("gate_choice") else None
@@ -120,7 +137,7 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
             f"{path}: its configuration does not fit this cudaperf ({exc}); retrain it with "
             "`cudaperf rank train --out PATH`",
         )
-    booster = lgb.Booster(model_str=doc["model"])
+    booster = _booster(doc)
     model = FeatureRanker(
         booster, doc["scale"], config, tuple(doc["feature_names"]), prior, choice, leaf_groups, gate_choice
     )
@@ -130,7 +147,7 @@ def load_model(path: Path | str | None = None, *, compile: bool = True, pool=Non
 
 
 def _schema_problem(doc: dict[str, Any], path: Path) -> str:
-    if doc.get("format") != FORMAT or doc.get("backend") != "feature":
+    if doc.get("format") not in READABLE_FORMATS or doc.get("backend") != "feature":
         return f"{path} is not a cudaperf feature-ranker model (format {doc.get('format')!r})"
     theirs, names = doc.get("schema_version"), tuple(doc.get("feature_names") or ())
     if theirs != SCHEMA_VERSION or names != FEATURE_NAMES:
