@@ -93,15 +93,15 @@ NO_DATASET=("${DATASET_TESTS[@]/#/--ignore=}")
 # machine: the likeliest cause; session 14 had run them apart). They run alone in the `full-size` step.
 FULL_SIZE=tests/gpu/test_full_size_gpu.py
 # The fresh families' GPU tests (180 cases) run in the `fresh-measure` step, before their measurement.
+# What `functional` and its halves select: GPU tests but the timed ones, the dataset, full-size and fresh files.
+FUNCTIONAL=(-m "gpu and not timing" "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*')
 
 run_step() {
   case $1 in
     tests) step tests 420 "${PYTEST[@]}" -m gpu tests/gpu --ignore=tests/gpu/test_examples_gpu.py "${NO_DATASET[@]}" ;;
     # functional's two halves, each within one 10-minute device call (the whole no longer is: session 19)
-    gpu-tests) step gpu-tests 540 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu \
-      "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*' ;;
-    functional) step functional 480 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" tests/gpu tests/adversarial \
-      "${NO_DATASET[@]}" --ignore="$FULL_SIZE" --ignore-glob='tests/gpu/test_fresh_*' ;;
+    gpu-tests) step gpu-tests 540 "${PYTEST[@]}" "${XDIST[@]}" "${FUNCTIONAL[@]}" tests/gpu ;;
+    functional) step functional 480 "${PYTEST[@]}" "${XDIST[@]}" "${FUNCTIONAL[@]}" tests/gpu tests/adversarial ;;
     timing-tests) step timing-tests 300 "${PYTEST[@]}" -s -m "gpu and timing" tests/gpu "${NO_DATASET[@]}" ;;
     adversarial) step adversarial 360 "${PYTEST[@]}" "${XDIST[@]}" -m gpu tests/adversarial ;;
     example-tests) step example-tests 360 "${PYTEST[@]}" -s -m gpu tests/gpu/test_examples_gpu.py ;;
