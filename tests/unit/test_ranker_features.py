@@ -231,10 +231,9 @@ def test_a_tile_whose_threads_request_one_element_keeps_less_in_flight_than_a_re
 
 @pytest.mark.parametrize(("target", "passes"), [("threadIdx.x", 4), ("0", 32), ("idx[threadIdx.x]", None)])
 def test_a_warp_s_global_atomic_takes_its_sectors_passes_or_one_per_colliding_lane(target, passes):
-    from cudaperf.analysis.analyze import warp_passes
     from cudaperf.analysis.static import analyze_cuda
 
     unit = analyze_cuda('extern "C" __global__ void k(const int* idx, unsigned* h) '
                         f'{{ atomicAdd(&h[{target}], 1u); }}')
     atomic = next(a for a in unit.kernels[0].accesses if a.kind == "atomic")
-    assert warp_passes(atomic) == passes
+    assert atomic.warp_passes == passes

@@ -293,6 +293,11 @@ def test_tree_weight_out_of_range_is_refused_with_its_range():
         FeatureRankerConfig(tree_weight=1.5)
 
 
+def test_an_ensemble_of_no_booster_is_refused():
+    with pytest.raises(ValueError, match="at least one booster"):
+        FeatureRankerConfig(ensemble=0)
+
+
 def test_stored_model_keeps_its_tree_weight_and_choice(tmp_path, table):
     t = _with_estimate(table)
     m = FeatureRanker.fit(t, NESTED, calibration_folds=0)

@@ -16,7 +16,6 @@ bytes, the launch used) travel in `AnalysisReport.details`, one `KernelDetail` p
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import re
@@ -96,7 +95,7 @@ class KernelDetail:
     global_accesses: tuple[dict[str, Any], ...] = ()
     # per atomic (global or shared): line, space, requests (trip-count weight per thread), thread_share
     # (the share of a block's threads its enclosing `if`s let through; None: depends on the block) and
-    # warp_passes (a global one's L2 passes per warp request, `warp_passes`; None: lanes unknown)
+    # warp_passes (a global one's L2 passes per warp request, `Access.warp_passes`; None: lanes unknown)
     atomic_accesses: tuple[dict[str, Any], ...] = ()
     barriers_per_thread: float | None = None  # barrier executions per thread (loop trip counts bound)
     divisions_per_thread: float | None = None  # integer `/` `%` by runtime divisors per thread
@@ -460,17 +459,7 @@ class _KernelContext:
 
     def _atomic_access(self, a, index: int) -> dict[str, Any]:
         return {"line": self.file_line(a.line), "space": a.space, "requests": self._requests(index),
-                "thread_share": a.thread_share, "warp_passes": warp_passes(a)}
-
-
-def warp_passes(a) -> int | None:
-    """L2 passes one warp's request of a global atomic takes: the 32-byte sectors its lanes touch, or the
-    most lanes updating one word when more (those serialise); None when the lanes' addresses are unknown
-    (data-dependent), for shared atomics, and for an atomic whose lanes were not evaluated."""
-    if a.space != "global" or not a.lane_offsets:
-        return None
-    most = collections.Counter(a.lane_offsets).most_common(1)[0][1]
-    return max(a.sectors or 1, most)
+                "thread_share": a.thread_share, "warp_passes": a.warp_passes}
 
 
 def _merge(caller: Launch | None, found: Launch) -> Launch:

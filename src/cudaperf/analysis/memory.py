@@ -18,6 +18,7 @@ loops inside helpers, texture/surface memory, TMA and cp.async (counted by SASS)
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,16 @@ class Access:
     window_sectors: float | None = None  # distinct sectors per request over that window
     via: str = ""  # the `__device__` helper that makes this access (placed at its call site)
     thread_share: float | None = None  # atomics: share of a block's threads the `if`s let through
+
+    @property
+    def warp_passes(self) -> int | None:
+        """L2 passes one warp's request of a global atomic takes: the 32-byte sectors its lanes touch, or
+        the most lanes updating one word when more (those serialise); None when the lanes' addresses are
+        unknown (data-dependent), for shared memory, and where the lanes were not evaluated."""
+        if self.space != "global" or not self.lane_offsets:
+            return None
+        most = collections.Counter(self.lane_offsets).most_common(1)[0][1]
+        return max(self.sectors or 1, most)
 
     @property
     def effective_sectors(self) -> float | None:

@@ -115,6 +115,8 @@ class FeatureRankerConfig:
                 f"tree_weight {self.tree_weight} and tree_weight_grid {self.tree_weight_grid} must lie in "
                 "[0, 1] (the grid non-empty): 0 is the cost-model prior alone, 1 the full trees"
             )
+        if self.ensemble < 1:
+            raise ValueError(f"ensemble {self.ensemble}: at least one booster")
         if self.inner_folds < 0 or self.inner_folds == 1:
             raise ValueError(f"inner_folds {self.inner_folds}: use 0 (no nested choice) or at least 2")
         if self.gate_inner_folds < 0 or self.gate_inner_folds == 1:
@@ -381,7 +383,7 @@ def _train(table: Table, config: FeatureRankerConfig, leaf_table: bool = False) 
         free_raw_data=False,
     )
     boosters = [lgb.train({**config.lgb_params(), "seed": config.seed + k}, data,
-                          num_boost_round=config.num_boost_round) for k in range(max(1, config.ensemble))]
+                          num_boost_round=config.num_boost_round) for k in range(config.ensemble)]
     booster = boosters[0] if len(boosters) == 1 else SeedEnsemble(boosters)
     model = FeatureRanker(booster, 1.0, config, FEATURE_NAMES, prior)
     if leaf_table or config.gate_power > 0:
