@@ -116,7 +116,9 @@ class _Poisoned:
         self.torch.empty_like, self.torch.Tensor.new_empty = self.saved
 
 
-def run_emulated(task, impl, kwargs: dict, seed: int = 0) -> tuple[bool, str]:
+def run_emulated(task, impl, kwargs: dict, seed: int = 0, cuda=None) -> tuple[bool, str]:
+    """(True, '') when the implementation, its kernels run by `cuda` (default: a fresh `CpuCuda`), matches
+    the reference on `kwargs` with the task's float32 tolerances, allocations poisoned; else what differs."""
     import torch
     from cpu_cuda import CpuCuda
 
@@ -127,7 +129,7 @@ def run_emulated(task, impl, kwargs: dict, seed: int = 0) -> tuple[bool, str]:
     model = ref.Model(*init).eval()
     torch.manual_seed(seed)
     cand = load_generated(impl.source, impl.impl_id.replace("/", "_"))
-    cand.cuda = CpuCuda()
+    cand.cuda = cuda if cuda is not None else CpuCuda()
     new = cand.ModelNew(*init).eval()
     torch.manual_seed(seed + 1)
     inputs = ref.get_inputs(**kwargs)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
+from test_datasets_more_emulated import run_emulated  # the same comparison, allocations poisoned
 
 from cudaperf.datasets import registry
 from cudaperf.datasets.generate.torch_impls.fresh_batched_small_matmul import odd_dims
@@ -74,51 +75,12 @@ def emulator(monkeypatch):
     return cpu_cuda.CpuCuda()
 
 
-def _poisoned_new_empty(monkeypatch) -> None:
-    """Tensor.new_empty fills with NaN (floats): an output element a kernel never writes cannot pass."""
-    import torch
-
-    new_empty = torch.Tensor.new_empty
-
-    def poisoned(self, *a, **k):
-        t = new_empty(self, *a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch.Tensor, "new_empty", poisoned)
-
-
-def run_emulated(task, impl, cuda, kwargs: dict, seed: int) -> str:
-    """'' when the emulated implementation matches the reference, else what differs."""
-    import torch
-
-    ref = load_generated(task.text, "ref_" + task.task_id)
-    atol, rtol = ref.CUDAPERF_TASK["tolerances"]["float32"]
-    init = ref.get_init_inputs(**kwargs)
-    torch.manual_seed(seed)
-    model = ref.Model(*init).eval()
-    torch.manual_seed(seed)
-    cand = load_generated(impl.source, impl.impl_id.replace("/", "_"))
-    cand.cuda = cuda
-    new = cand.ModelNew(*init).eval()
-    torch.manual_seed(seed + 1)
-    inputs = ref.get_inputs(**kwargs)
-    with torch.no_grad():
-        want, got = model(*inputs), new(*inputs)
-    if got.shape != want.shape:
-        return f"shape {tuple(got.shape)} vs {tuple(want.shape)}"
-    if not torch.allclose(got, want, atol=atol, rtol=rtol):
-        err = (got.double() - want.double()).abs().nan_to_num(float("inf")).max()
-        return f"max abs error {float(err):.3g} (nan: {int(got.isnan().sum())})"
-    return ""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("task", "impl"), _cases())
-def test_emulated_fresh_implementation_matches_reference(task, impl, emulator, monkeypatch):
-    _poisoned_new_empty(monkeypatch)
+def test_emulated_fresh_implementation_matches_reference(task, impl, emulator):
     small = next(c for c in load_generated(task.text, "cfg").get_input_configs() if c["name"] == "small")
     for kwargs in [small, *_tail_sizes(task)]:
         params = {k: v for k, v in kwargs.items() if k != "name"}
         for seed in (0, 1):
-            message = run_emulated(task, impl, emulator, params, seed)
-            assert message == "", (impl.impl_id, params, seed, message)
+            ok, message = run_emulated(task, impl, params, seed, cuda=emulator)
+            assert ok, (impl.impl_id, params, seed, message)
