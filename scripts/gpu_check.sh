@@ -19,9 +19,9 @@
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
 #   held-out families, held out of the dataset: their GPU tests, then `cudaperf dataset measure` of them
 #   into $OUT/fresh-measure/measurements-*.jsonl.gz; commit that shard into benchmarks/fresh_measure/ with
-#   scripts/collect_dataset_call.py; FRESH_BUDGET_S, default 300, bounds the measuring, FRESH_LIMIT, default
-#   16, the tasks per family (96 tasks: ~3-4 min at the dataset's 40 PyTorch and 70 C tasks a minute); a later
-#   call resumes from the committed shards)
+#   `scripts/collect_dataset_call.py DIR RESULTS --shards benchmarks/fresh_measure`; FRESH_BUDGET_S, default
+#   300, bounds the measuring, FRESH_LIMIT, default 16, the tasks per family (96 tasks: 66 in 269 s on the
+#   H200, session 20); a later call resumes from the committed shards; FRESH_TESTS=0 skips the GPU tests)
 #
 # Each step has its own time limit (seconds, overridable as LIMIT_<step>=...), and writes its log straight
 # to a file (no pipes that buffer), so a step that is killed still leaves what it printed, and the steps
@@ -134,8 +134,8 @@ run_step() {
     baseline-memory) step baseline-memory 240 python3 benchmarks/baseline_memory.py --device cuda --runs 7 --compile \
       --out "$OUT/baseline_memory.json" ;;
     # the GPU tests bounded (150 s, on the xdist workers) so the measurement keeps its budget in the step
-    fresh-measure) step fresh-measure 480 bash -c "timeout -k 5 150 ${PYTEST[*]} ${XDIST[*]} -m gpu \
-      tests/gpu/test_fresh_*_gpu.py; \
+    fresh-measure) step fresh-measure 480 bash -c "[[ ${FRESH_TESTS:-1} == 0 ]] || timeout -k 5 150 ${PYTEST[*]} \
+      ${XDIST[*]} -m gpu tests/gpu/test_fresh_*_gpu.py; \
       OUT=$OUT/fresh-measure SHARDS=benchmarks/fresh_measure BUDGET_S=${FRESH_BUDGET_S:-300} \
       HARD_S=$(( ${FRESH_BUDGET_S:-300} + 70 )) bash scripts/dataset_measure.sh --per-gpu 6 \
       --limit ${FRESH_LIMIT:-16} --families \
