@@ -218,7 +218,8 @@ class RlConfig(CommonConfig):
     generation_cache: str = "dynamic"
     """The rollouts' KV cache in `generate`: 'dynamic' (grows per step) or 'static' (preallocated; on a
     GPU `transformers` compiles the decoding step, paying the compile once per batch shape, to cut the
-    per-step host overhead; `scripts/generation_profile.py` measures both)."""
+    per-step host overhead; sampled in float32, without the dynamic cache's bfloat16 autocast;
+    `scripts/generation_profile.py` measures both)."""
     beta: float = 0.0
     """KL coefficient against the starting policy (0: off, no reference model; Kevin uses 0)."""
     epsilon: float = 0.2

@@ -110,7 +110,11 @@ class ModelGenerator:
             temperature=None, top_p=None, top_k=None)
         if self.cache == "static":
             kwargs["cache_implementation"] = "static"
-        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+        # No autocast with the static cache: on the H200 (transformers 5.17) its compiled decoding step wrote
+        # bfloat16 keys into a cache the eager prefill had made float32 (`index_copy_` refused the mix;
+        # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
+        autocast = device.type == "cuda" and self.cache != "static"
+        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
         with torch.no_grad(), bf16:
             output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         new = output[:, width:].cpu()
