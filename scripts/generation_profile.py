@@ -7,8 +7,8 @@ order (`--out` is rewritten after each, so a run stopped at its limit keeps what
 - `rollout`: the RL rollout's own generator (`train.rollout.ModelGenerator`: float32 weights under
   bfloat16 autocast, the logits processor that records each chosen token's log-probability, top-p);
 - `rollout_static`: the same with `cache="static"` (`RlConfig.generation_cache`; float32, no autocast),
-  the form the RL trainer can switch to (its first call, compile included, reported on its own): these two decide
-  `model_day.sh`'s choice;
+  the form the RL trainer can switch to (its first call, compile included, reported on its own): these
+  two decide `model_day.sh`'s choice;
 - then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time;
 - `bf16`: the model cast to bfloat16, plain sampling, no processor;
 - `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (first call reported).
