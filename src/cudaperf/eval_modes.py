@@ -127,22 +127,27 @@ def median_ci95_rel(timing: Timing | None) -> float | None:
 
 class GpuGate:
     """A readers-writer lock over the GPUs for the threads of one evaluator: checks hold it `shared`
-    (several at once), timed passes `exclusive` (alone). Both pass a turnstile first, which an exclusive
-    taker keeps while it waits for the shared holders to leave: otherwise new checks would keep slipping in
-    ahead of it and a timed pass could wait for ever. `wait_s` adds up the time spent waiting, per mode."""
+    (several at once), timed passes `exclusive` (alone). Writers first: while a timed pass waits, no new
+    check starts (else a stream of checks could hold a timed pass off for ever), and timed passes that
+    queue meanwhile run one after another before any check starts again, so the checks in flight are
+    drained once per burst of timed passes rather than once per pass (on the H200, session 20, a
+    candidate's 0.2 s timed stage waited a median 0.76 s, mostly for other workers' checks to end).
+    `wait_s` adds up the time spent waiting, per mode."""
 
     def __init__(self) -> None:
-        self._turnstile = threading.Lock()
         self._state = threading.Condition()
         self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
         self.wait_s = {"shared": 0.0, "exclusive": 0.0}
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         start = time.perf_counter()
-        with self._turnstile, self._state:
+        with self._state:
+            self._state.wait_for(lambda: not self._writing and self._writers_waiting == 0)
             self._readers += 1
-        self._waited("shared", start)
+            self.wait_s["shared"] += time.perf_counter() - start
         try:
             yield
         finally:
@@ -154,11 +159,20 @@ class GpuGate:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         start = time.perf_counter()
-        with self._turnstile:  # kept until this pass is over: no check starts meanwhile
-            with self._state:
-                self._state.wait_for(lambda: self._readers == 0)
-            self._waited("exclusive", start)
+        with self._state:
+            self._writers_waiting += 1
+            try:
+                self._state.wait_for(lambda: not self._writing and self._readers == 0)
+            finally:
+                self._writers_waiting -= 1
+            self._writing = True
+            self.wait_s["exclusive"] += time.perf_counter() - start
+        try:
             yield
+        finally:
+            with self._state:
+                self._writing = False
+                self._state.notify_all()
 
     def turn(self) -> "GateTurn":
         """A job's hold that starts shared and may turn exclusive once (`GateTurn`)."""
@@ -168,9 +182,9 @@ class GpuGate:
     def readers(self) -> int:
         return self._readers
 
-    def _waited(self, mode: str, start: float) -> None:
-        with self._state:
-            self.wait_s[mode] += time.perf_counter() - start
+    @property
+    def exclusive_held(self) -> bool:
+        return self._writing
 
 
 class GateTurn:

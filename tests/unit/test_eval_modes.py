@@ -114,7 +114,7 @@ def test_a_waiting_exclusive_taker_keeps_new_shared_holders_out():
     first_in.wait(5)
     threads.append(threading.Thread(target=timing))
     threads[1].start()
-    time.sleep(0.05)  # the timing thread now holds the turnstile and waits for the first check
+    time.sleep(0.05)  # the timing thread now waits for the first check
     threads.append(threading.Thread(target=late_check))
     threads[2].start()
     time.sleep(0.05)
@@ -123,6 +123,36 @@ def test_a_waiting_exclusive_taker_keeps_new_shared_holders_out():
         t.join(5)
     assert order == ["timing", "late check"]
 
+
+
+def test_timed_passes_queued_behind_one_run_before_a_waiting_check():
+    gate, order = GpuGate(), []
+    holding, release = threading.Event(), threading.Event()
+
+    def first_timing() -> None:
+        with gate.exclusive():
+            holding.set()
+            release.wait(5)
+
+    def check() -> None:
+        with gate.shared():
+            order.append("check")
+
+    def second_timing() -> None:
+        with gate.exclusive():
+            order.append("second timing")
+
+    threads = [threading.Thread(target=first_timing)]
+    threads[0].start()
+    holding.wait(5)
+    for target in (check, second_timing):  # the check queues first
+        threads.append(threading.Thread(target=target))
+        threads[-1].start()
+        time.sleep(0.05)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert order == ["second timing", "check"]
 
 # -- the cache of baselines ---------------------------------------------------------------------------
 
@@ -266,7 +296,7 @@ class _FakeFinish:
     def __call__(self, task, solution, start, build_future, timing, hold) -> EvalResult:
         with hold():
             gate = self.gate_of()
-            mode = "exclusive" if gate._turnstile.locked() and gate.readers == 0 else "shared"
+            mode = "exclusive" if gate.exclusive_held else "shared"
         self.passes.append((timing.enabled, timing.baselines, mode))
         timings = ()
         if timing.enabled:
