@@ -2,10 +2,12 @@
 a step on the H200 whatever the batch).
 
 Times one decoding step (the difference between a long and a short `generate` of the same batch, so the
-prefill cancels out; every row forced to the full length) in four forms, side by side in one run, in this
+prefill cancels out; every row forced to the full length) in five forms, side by side in one run, in this
 order (`--out` is rewritten after each, so a run stopped at its limit keeps what it measured):
 - `rollout`: the RL rollout's own generator (`train.rollout.ModelGenerator`: float32 weights under
   bfloat16 autocast, the logits processor that records each chosen token's log-probability, top-p);
+- `rollout_bf16`: the same generator with `weights="bfloat16"` (`RlConfig.generation_weights`: a bfloat16
+  copy of the parameters, no autocast);
 - `rollout_static`: the same with `cache="static"` (`RlConfig.generation_cache`; float32, no autocast),
   the form the RL trainer can switch to (its first call, compile included, reported on its own): these
   two decide `model_day.sh`'s choice;
@@ -203,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows))
     figures["rollout_ms_per_step"] = rollout_step_ms(gen, rows, short, long, cuda)
     print(f"RESULT gen rollout {figures['rollout_ms_per_step']:.2f} ms a step", flush=True)
+    save()
+    bf16_gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows),
+                              weights="bfloat16")
+    figures["rollout_bf16_ms_per_step"] = rollout_step_ms(bf16_gen, rows, short, long, cuda)
+    print(f"RESULT gen rollout_bf16 {figures['rollout_bf16_ms_per_step']:.2f} ms a step", flush=True)
+    del bf16_gen  # its copy of the weights
     save()
     figures.update(rollout_static(model, tokenizer, rows, short, long, cuda))  # the two the RL run picks from
     save()

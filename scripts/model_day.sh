@@ -201,6 +201,7 @@ call_A() {
       --out "$T/generation_profile.json" "${X_PROFILE[@]}"
     cp "$T/generation_profile.json" "$STAGE/" 2> /dev/null
     echo "| generation cache for the later calls | $(gen_cache) |" | tee -a "$SUMMARY"
+    echo "| rollout weights for the later calls | $(gen_weights) |" | tee -a "$SUMMARY"
   fi
   if (( ${A_EXTRA_S:-0} > 0 )); then  # a GPU step that needs no model (issue 21's evaluation modes; it
     # needs .carry/model-3 in this call's carry too)
@@ -267,11 +268,23 @@ print("static" if fast else "dynamic")
 PY
 }
 GEN_CACHE=$(gen_cache)
+# How the rollouts' sampler holds the weights: RL_GEN_WEIGHTS when set; otherwise bfloat16 when call A's
+# profile found its decoding step under 0.8x the autocast one's; autocast without a profile.
+gen_weights() {
+  if [[ -n ${RL_GEN_WEIGHTS:-} ]]; then echo "$RL_GEN_WEIGHTS"; return; fi
+  python3 - "$T/generation_profile.json" << 'PY' 2> /dev/null || echo autocast
+import json, sys
+f = json.load(open(sys.argv[1]))
+bf16, autocast = f.get("rollout_bf16_ms_per_step"), f.get("rollout_ms_per_step")
+print("bfloat16" if bf16 is not None and autocast and bf16 < 0.8 * autocast else "autocast")
+PY
+}
+GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
             --rl-tasks-per-step "${RL_TASKS:-4}" --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
-            --rl-generation-cache "$GEN_CACHE"
+            --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS"
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)

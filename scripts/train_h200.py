@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-lr", type=float, default=2e-6)
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
+    p.add_argument("--rl-generation-weights", default="autocast", choices=("autocast", "bfloat16"),
+                   help="how the rollouts' sampler holds the weights (RlConfig.generation_weights)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
@@ -217,6 +219,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
                       max_minutes=minutes, lora=args.lora, generation_cache=args.rl_generation_cache,
+                      generation_weights=args.rl_generation_weights,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     t0 = time.monotonic()

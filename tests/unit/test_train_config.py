@@ -37,6 +37,11 @@ def test_cpu_evaluation_without_torch_ops_is_refused():
         RlConfig(eval_device="cpu")
 
 
+def test_an_unknown_generation_weights_form_is_refused():
+    with pytest.raises(ConfigError, match="'autocast' or 'bfloat16'"):
+        RlConfig(generation_weights="float16")
+
+
 def test_group_of_one_sample_is_refused():
     with pytest.raises(ConfigError, match="no baseline"):
         RlConfig(credit="trajectory", trajectories=1)

@@ -253,3 +253,35 @@ def test_a_static_cache_samples_what_the_dynamic_one_does(tiny):
     assert [r.ids for r in replies["static"]] == [r.ids for r in replies["dynamic"]]
     for static, dynamic in zip(replies["static"], replies["dynamic"], strict=True):
         assert torch.allclose(torch.tensor(static.logprobs), torch.tensor(dynamic.logprobs), atol=1e-4)
+
+
+def test_a_bfloat16_sampler_copies_the_parameters_and_keeps_the_buffers(tiny):
+    model, tokenizer = tiny
+    sampler = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0, weights="bfloat16").sampler()
+    assert sampler is not model and {p.dtype for p in sampler.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in sampler.buffers()} == {b.dtype for b in model.buffers()}
+    assert all(not p.requires_grad for p in sampler.parameters())
+
+
+def test_a_bfloat16_sampler_follows_the_policys_weights_at_every_call(tiny):
+    model, tokenizer = tiny
+    generator = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0, weights="bfloat16")
+    first = generator.sampler()
+    param = next(model.parameters())
+    kept = param.detach().clone()
+    try:
+        with torch.no_grad():
+            param.add_(1.0)
+        again = generator.sampler()
+        assert again is first and torch.equal(next(again.parameters()), param.detach().to(torch.bfloat16))
+    finally:
+        with torch.no_grad():
+            param.copy_(kept)
+
+
+def test_a_bfloat16_sampler_generates_replies_with_logprobs(tiny):
+    model, tokenizer = tiny
+    prompt = tokenizer("__global__ void k(float* x)", add_special_tokens=False)["input_ids"]
+    (reply,) = ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0,
+                              weights="bfloat16").generate([prompt], 8)
+    assert len(reply.ids) == len(reply.logprobs) > 0 and all(lp <= 0 for lp in reply.logprobs)

@@ -215,6 +215,12 @@ class RlConfig(CommonConfig):
     """Sampling temperature of the rollouts."""
     top_p: float = 1.0
     """Nucleus sampling of the rollouts."""
+    generation_weights: str = "autocast"
+    """How the rollouts' sampler holds the policy's weights: 'autocast' (the policy itself, float32 under
+    bfloat16 autocast on a GPU) or 'bfloat16' (a bfloat16 copy of its parameters, refreshed from the
+    policy at each step: no per-step weight casts; one more copy of the parameters in memory). On the
+    H200 a bfloat16 SmolLM2-135M decoded a step in 55.8 ms against the autocast form's 126 ms
+    (dev/LOG.md, session 20); `scripts/generation_profile.py` measures both forms of the rollout."""
     generation_cache: str = "dynamic"
     """The rollouts' KV cache in `generate`: 'dynamic' (grows per step) or 'static' (preallocated; on a
     GPU `transformers` compiles the decoding step, paying the compile once per batch shape, to cut the
@@ -283,6 +289,8 @@ class RlConfig(CommonConfig):
                               "run) or eval_device='cuda'")
         if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
+        if self.generation_weights not in ("autocast", "bfloat16"):
+            raise ConfigError(f"generation_weights={self.generation_weights!r}: use 'autocast' or 'bfloat16'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):

@@ -48,6 +48,9 @@ from cudaperf.train.credit import sample_rewards
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
 
+# How the rollout's sampler holds its weights (`RlConfig.generation_weights`).
+GENERATION_WEIGHTS = ("autocast", "bfloat16")
+
 
 @dataclass(frozen=True)
 class GeneratedTokens:
@@ -69,10 +72,15 @@ class ModelGenerator:
     """Sampling from a causal LM (`model.generate`), batched with left padding."""
 
     def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 16,
-                 context_tokens: int | None = None, cache: str = "dynamic") -> None:
+                 context_tokens: int | None = None, cache: str = "dynamic",
+                 weights: str = "autocast") -> None:
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.cache = cache  # `RlConfig.generation_cache`
+        if weights not in GENERATION_WEIGHTS:
+            raise ValueError(f"weights={weights!r}: use one of {GENERATION_WEIGHTS}")
+        self.weights = weights  # `RlConfig.generation_weights`
+        self._copy: Any = None  # the bfloat16 sampler, weights="bfloat16"
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_tokens = context_tokens or int(getattr(cfg, "max_position_embeddings", 1 << 30))
 
@@ -82,15 +90,42 @@ class ModelGenerator:
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling
         try:
+            sampler = self.sampler()
             for start in range(0, len(order), self.batch_size):
                 rows = order[start:start + self.batch_size]
-                for i, g in zip(rows, self._batch([prompts[i] for i in rows], max_new_tokens), strict=True):
+                for i, g in zip(rows, self._batch(sampler, [prompts[i] for i in rows], max_new_tokens),
+                                strict=True):
                     out[i] = g
         finally:
             self.model.train(was_training)
         return [g for g in out if g is not None]
 
-    def _batch(self, prompts: list[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]:
+    def sampler(self) -> Any:
+        """The module that samples: the policy itself ('autocast'), or a copy of it whose parameters are
+        bfloat16, refreshed from the policy's current weights at every call ('bfloat16'). Buffers stay as
+        they are (the rotary frequencies keep float32), the copy shares no storage with the policy, and it
+        samples with the policy's generation config."""
+        if self.weights != "bfloat16":
+            return self.model
+        import copy
+
+        import torch
+
+        with torch.no_grad():
+            if self._copy is None:
+                self._copy = copy.deepcopy(self.model)
+                for param in self._copy.parameters():
+                    param.requires_grad_(False)
+                    param.data = param.data.to(torch.bfloat16)
+            else:
+                for dst, src in zip(self._copy.parameters(), self.model.parameters(), strict=True):
+                    dst.copy_(src)
+        if hasattr(self.model, "generation_config"):  # the policy's generation settings, as they are now
+            self._copy.generation_config = self.model.generation_config
+        return self._copy.eval()
+
+    def _batch(self, sampler: Any, prompts: list[Sequence[int]],
+               max_new_tokens: int) -> list[GeneratedTokens]:
         import torch
         from transformers import LogitsProcessorList
 
@@ -101,7 +136,7 @@ class ModelGenerator:
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        device = next(self.model.parameters()).device
+        device = next(sampler.parameters()).device
         recorder = _ChosenLogprobs(self.temperature)
         sample = self.temperature > 0
         kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": limit, "pad_token_id": pad,
@@ -113,10 +148,10 @@ class ModelGenerator:
         # No autocast with the static cache: on the H200 (transformers 5.17) its compiled decoding step wrote
         # bfloat16 keys into a cache the eager prefill had made float32 (`index_copy_` refused the mix;
         # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
-        autocast = device.type == "cuda" and self.cache != "static"
+        autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
         with torch.no_grad(), bf16:
-            output = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+            output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         new = output[:, width:].cpu()
         logprobs = recorder.finish(new)
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
@@ -240,18 +275,26 @@ class MultiTurnRollout:
         self.env_config = env_config(config)
         self.tasks = {prompt_key(first_prompt(t, config)): t for t in tasks}
         self.on_batch, self.generator, self.on_turn = on_batch, generator, on_turn
+        self._kept: ModelGenerator | None = None
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         model = trainer.accelerator.unwrap_model(trainer.model)
         # Rows per generate call: decoding a 135M model is bound by per-step overhead, not the batch (H200:
         # ~1k tokens/s at 64 rows, ~3.7k at 256), so a step's conversations go in as few calls as fit.
-        generator = self.generator or ModelGenerator(model, self.tokenizer, self.config.temperature,
-                                                     self.config.top_p, batch_size=GENERATE_ROWS,
-                                                     cache=self.config.generation_cache)
+        generator = self.generator or self._generator(model)
         batch = self.run(prompts, generator)
         if self.on_batch is not None:
             self.on_batch(batch, trainer.state.global_step + 1)
         return batch.trl_output()
+
+    def _generator(self, model: Any) -> "ModelGenerator":
+        """One generator per policy for the whole run (bfloat16 weights: one copy, refreshed per call)."""
+        if self._kept is not None and self._kept.model is model:
+            return self._kept
+        self._kept = ModelGenerator(model, self.tokenizer, self.config.temperature, self.config.top_p,
+                                    batch_size=GENERATE_ROWS, cache=self.config.generation_cache,
+                                    weights=self.config.generation_weights)
+        return self._kept
 
     def run(self, prompts: Sequence[Any], generator: TokenGenerator) -> RolloutBatch:
         started = time.perf_counter()
