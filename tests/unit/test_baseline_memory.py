@@ -8,7 +8,11 @@ allocate, and could be handed that very chunk. The CUDA pool: tests/gpu/test_ref
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -135,3 +139,39 @@ def test_free_blocks_lists_inactive_and_pending_blocks_of_the_device_at_their_ad
         {"device": 1, "address": 9000, "blocks": [{"size": 8, "state": "inactive"}]},
     ]
     assert free_blocks(segments, 0) == [(1100, 50), (1150, 30), (1180, 20), (5000, 64)]
+
+
+def test_the_probe_sees_glibc_s_per_thread_cache_where_it_is_on(memory):
+    assert memory.libc.tcache_caches_frees()
+
+
+_CACHE_OFF = """
+from cudaperf.execute.baseline_memory import GlibcHeap
+heap = GlibcHeap()
+print(heap.libc.tcache_caches_frees(), heap.tcache_count, heap._scrub(), heap.kind)
+"""
+
+
+def _heap_in_a_process(tunables: str) -> str:
+    env = {**os.environ, "GLIBC_TUNABLES": tunables}
+    return subprocess.run([sys.executable, "-c", _CACHE_OFF], env=env, capture_output=True, text=True,
+                          check=True, timeout=120).stdout
+
+
+def test_with_the_cache_off_the_scrub_has_nothing_to_drain():
+    out = _heap_in_a_process("glibc.malloc.tcache_count=0")
+    assert out.startswith("False 0 (0, 0) ") and "the per-thread cache off" in out
+
+
+def test_a_tunable_that_names_no_cache_count_leaves_the_drain_on():
+    out = _heap_in_a_process("glibc.malloc.check=0")
+    assert out.startswith("True 7 ")
+
+
+def test_a_refereed_cpu_worker_starts_with_the_cache_off_and_others_as_they_are():
+    from cudaperf.execute.sandbox import Worker
+
+    assert Worker._heap_settings(SimpleNamespace(device=None, referee=object())) == {
+        "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    assert Worker._heap_settings(SimpleNamespace(device=0, referee=object())) == {}
+    assert Worker._heap_settings(SimpleNamespace(device=None, referee=None)) == {}

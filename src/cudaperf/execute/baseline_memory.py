@@ -30,7 +30,9 @@ fill, makes them complete before the candidate's code runs again (one wait for b
   0xFF)`, so every chunk freed into the heap's bins or top is overwritten at its free (chunks from mmap are
   unmapped at free); glibc's per-thread cache (tcache: up to 7 chunks per size up to 1032 bytes by
   default; `GLIBC_TUNABLES` read for other counts) is not perturbed, so `scrub` drains it (each size taken,
-  overwritten and freed again: 0.4 to 0.7 ms per call on the 2-core CI machine). Checked once per
+  overwritten and freed again: 0.4 to 0.7 ms per call on the 2-core CI machine). A refereed CPU-mode
+  worker starts with the cache off (`GLIBC_TUNABLES=glibc.malloc.tcache_count=0`, set by the sandbox),
+  checked by a probe (`tcache_caches_frees`): then nothing is left to drain. Checked once per
   process (a chunk malloc'd under the perturbation holds its fill): another allocator (jemalloc or
   tcmalloc preloaded, musl) leaves `failure` set and nothing is done.
   The cost, inside the window: the perturbation fills every heap chunk at its malloc and at its free, so
@@ -283,12 +285,15 @@ class GlibcHeap(BaselineMemory):
         self.tcache_count, self.tcache_max_bytes = tcache_shape(os.environ.get("GLIBC_TUNABLES", ""))
         self.failure = self.libc.failure if self.libc is not None else "no mallopt: not glibc"
         self.available = not self.failure
+        if self.available and self.tcache_count == 0 and self.libc.tcache_caches_frees():
+            self.tcache_count = TCACHE_COUNT  # the tunable did not take (e.g. a secure-mode process): drain
         if not self.available:
             self.note = ""  # nothing is done to the samples either
         else:
             largest = min(self.tcache_max_bytes, TCACHE_MAX_BYTES)
-            self.kind = (f"glibc M_PERTURB=0x{FILL_BYTE:02X} around the calls, the tcache "
-                         f"({self.tcache_count} chunks per size up to {largest} bytes) drained after each")
+            self.kind = (f"glibc M_PERTURB=0x{FILL_BYTE:02X} around the calls, " + (
+                "the per-thread cache off" if self.tcache_count == 0 else
+                f"the tcache ({self.tcache_count} chunks per size up to {largest} bytes) drained after each"))
 
     def _enter(self) -> None:
         self.libc.mallopt(M_PERTURB, FILL_BYTE)
@@ -297,6 +302,8 @@ class GlibcHeap(BaselineMemory):
         self.libc.mallopt(M_PERTURB, 0)
 
     def _scrub(self) -> tuple[int, int]:
+        if self.tcache_count == 0:  # no per-thread cache: every freed chunk was perturbed at its free
+            return 0, 0
         return self.libc.drain_tcache(self.tcache_count, min(self.tcache_max_bytes, TCACHE_MAX_BYTES))
 
 
@@ -325,6 +332,24 @@ class _Libc:
         if seen != bytes([probe ^ 0xFF]) * 64:
             return "malloc is not glibc's, or ignores M_PERTURB (a chunk malloc'd under it was not filled)"
         return ""
+
+    def tcache_caches_frees(self) -> bool:
+        """Whether a small chunk freed under the perturbation escapes it (glibc's per-thread cache took it):
+        a probe chunk is filled, freed under M_PERTURB and looked at past its list words (a chunk the
+        cache holds keeps its contents; one in a bin is overwritten at its free)."""
+        probe = 0xA5
+        size = 48  # a tcache size and a fastbin size; bytes 16.. are past both lists' link words
+        chunk = self.malloc(size)
+        if not chunk:
+            return True  # cannot tell: assume the cache, and drain
+        self.memset(chunk, 0x11, size)
+        self.mallopt(M_PERTURB, probe)
+        try:
+            self.free(chunk)
+            kept = ctypes.string_at(chunk + 16, size - 16)
+        finally:
+            self.mallopt(M_PERTURB, 0)
+        return kept == bytes([0x11]) * (size - 16)
 
     def drain_tcache(self, count: int, max_bytes: int) -> tuple[int, int]:
         """Take `count` chunks of every tcache size (the cache's, most recently freed first, then others),

@@ -418,8 +418,18 @@ class Worker:
                 # (the torch.compile baseline failed with EACCES on its lock files).
                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "tmp", "torchinductor"),
                 **self._user_names(),
+                **self._heap_settings(),
             },
         )
+
+    def _heap_settings(self) -> dict[str, str]:
+        """A refereed CPU-mode worker runs without glibc's per-thread cache: its baselines' freed chunks
+        then all reach the bins, where the perturbation overwrites them at free, and the scrub after each
+        baseline call has no cache to drain (`baseline_memory.GlibcHeap`; the drain took ~1 s of a CPU job's
+        timing stage, session 20). The worker checks that the setting took (`tcache_caches_frees`)."""
+        if self.device is not None or self.referee is None:
+            return {}
+        return {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
 
     def _user_names(self) -> dict[str, str]:
         """USER and LOGNAME for a worker under its own uid: getpass.getuser() (torch's and Triton's cache
