@@ -155,6 +155,15 @@ def test_rl_trains_with_rollouts_generated_on_a_static_cache(sft_run, cpu_evalua
     assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
 
 
+def test_rl_trains_with_rollouts_sampled_from_a_bfloat16_copy(sft_run, cpu_evaluator, tmp_path):
+    _, sft_report = sft_run
+    config = rl_config(tmp_path / "rl-bf16", sft_report.final_dir, tasks=(_task_file(tmp_path),),
+                       generation_weights="bfloat16")
+    assert run_rl(config, evaluator=cpu_evaluator).steps == 2
+    train = [r for r in read_metrics(config.output_dir, "train") if "loss" in r]
+    assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
+
+
 def _task_file(tmp_path) -> str:
     path = tmp_path / "scale_add.py"
     path.write_text(TASK_SOURCE)
