@@ -8,15 +8,16 @@ load_inline ones, whose builds are done once, untimed, into the shared cache eve
 times every arm once, in rotating order. Each arm has its own Evaluator, opened once before the first
 repeat with one untimed pass (the worker and the referee start, their caches warm: references, the eager
 baseline) and kept open, idle while the other arms run; a repeat is one timed pass over every candidate.
-Printed: per pass, the median milliseconds of each stage (the correctness stage includes waiting for the
-referee's judgement; the wall time per evaluation beyond `total` is the parent's: the referee's final
-verdict among it) and, for the arm with a referee, the median milliseconds of the referee's own work per
-job (`environment["referee_ms"]`: per message kind, per part inside them, the parent's wait per kind);
-per arm, the median evaluations per minute over the repeats, the ratios, and any candidate whose outcome
-differs between the arms (there should be none). Below the referee's milliseconds, the bytes moved per job
-and their rates (medians of `referee_ms`'s `*_bytes`, `*_ms`, `*_gbps`: assembled out of the region,
-judged, the timed outputs judged, and the worker's own account of filling the region) and whether each
-side's mapping of the region is pinned (`environment["region"]`).
+Printed: per pass, the median milliseconds of each stage (the timing stage's disposals beside them, and its
+timed rounds per job; the correctness stage includes waiting for the referee's judgement; the wall time per
+evaluation beyond `total` is the parent's: the referee's final verdict among it) and, for the arm with a
+referee, the median milliseconds of the referee's own work per job (`environment["referee_ms"]`: per message
+kind, per part inside them, the parent's wait per kind); per arm, the median evaluations per minute over the
+repeats, the ratios, and any candidate whose outcome differs between the arms (there should be none). Below
+the referee's milliseconds, the bytes moved per job and their rates (medians of `referee_ms`'s `*_bytes`,
+`*_ms`, `*_gbps`: assembled out of the region, judged, the timed outputs judged, and the worker's own
+account of filling the region) and whether each side's mapping of the region is pinned
+(`environment["region"]`).
 
 The Evaluator has no switch for these parts, so each arm's worker pool gets its `Limits` with `boundary`
 and `referee` replaced by wrapping `WorkerPool` while the Evaluator starts (a benchmark-only shim).
@@ -163,8 +164,13 @@ def timed_pass(ev, pairs, arm: str) -> dict:
     waits = [float(r.environment["referee_wait_s"]) for r in results if "referee_wait_s" in r.environment]
     if waits:  # inside the stages above, not beside them: the parent waiting for the referee's answers
         stage_s["(referee wait)"] = statistics.median(waits)
+    timed = [r for r in results if r.timings]
+    if timed:  # inside the timing stage: its disposals (outside the samples), per job
+        stage_s["(timing: disposals)"] = statistics.median(sum(t.dispose_ms for t in r.timings) / 1e3
+                                                          for r in timed)
+    rounds = statistics.median(sum(t.rounds for t in r.timings) for r in timed) if timed else 0
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
-            "stage_median_s": stage_s, "referee_median_ms": referee_medians(results),
+            "stage_median_s": stage_s, "rounds_median": rounds, "referee_median_ms": referee_medians(results),
             "region": region_notes(results),
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": ev._workers.workers[0].boundary_state}  # fmt: skip
@@ -226,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"repeat": rep, **row})
                 stages = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in row["stage_median_s"].items())
                 print(f"repeat {rep} {arm:10s}: {row['evals_per_min']:.1f} evals/min ({len(pairs)} in "
-                      f"{row['wall_s']:.1f} s); median ms per stage: {stages}", flush=True)
+                      f"{row['wall_s']:.1f} s); median ms per stage: {stages}; timed rounds per job "
+                      f"{row['rounds_median']:g}", flush=True)
                 if row["referee_median_ms"]:
                     parts = ", ".join(f"{k} {v:.1f}" for k, v in row["referee_median_ms"].items()
                                       if not k.endswith(MOVED_SUFFIXES))

@@ -208,6 +208,9 @@ class ConfigTiming:
     # (device synchronise, end event), inside every sample of every callable and not subtracted (timing.py)
     lead_us: float = 0.0  # how long the GPU was kept busy before each start event (timing.py, step 1)
     lead_kind: str = ""  # "persistent" (cudaperf.lead: write, then a clean read) or "memset" (its fallback)
+    rounds: int = 0  # timed rounds of the interleaved bench (each function called once per round)
+    dispose_ms: float = 0.0  # wall time of the bench's disposals, outside every sample (a refereed worker's
+    # baseline outputs overwritten, their freed memory scrubbed, the device synchronised: timing.Disposed)
 
     @property
     def speedup_vs_eager(self) -> float | None:

@@ -195,6 +195,12 @@ def test_cpu_mode_correct_candidate_through_the_sandbox(cpu_evaluator):
     assert {c.config for c in result.correctness} == {"small", "odd"}
 
 
+def test_each_timed_configuration_reports_its_rounds_and_its_disposals(cpu_evaluator):
+    result = cpu_evaluator.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "timed"))
+    assert result.timings and all(t.rounds > 0 for t in result.timings)
+    assert all(t.dispose_ms > 0 for t in result.timings)  # refereed: the eager baseline's outputs disposed
+
+
 def test_cpu_mode_honest_candidates_keep_the_same_worker(cpu_evaluator):
     sols = [solution_from_text(PURE_TORCH.format(expr="a + b"), f"same-{i}") for i in range(3)]
     results = list(cpu_evaluator.evaluate_many([(_task(), s) for s in sols]))
