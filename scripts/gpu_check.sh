@@ -13,7 +13,8 @@
 #   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
-#   eval-modes (the default and RL evaluation modes side by side; EVAL_MODES_ARGS=--append for a 2nd call)
+#   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks: ~200 s a run on
+#   the H200; EVAL_MODES_ARGS=--append for a 2nd call, or "--repeats 2" for both runs in one)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
@@ -114,7 +115,8 @@ run_step() {
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
     verdicts) step verdicts 240 python3 scripts/adversarial_verdicts.py --out "$OUT/verdicts.jsonl" ${VERDICTS_ARGS:-} ;;
-    boundary) step boundary 300 python3 benchmarks/boundary_throughput.py --repeats 3 --out "$OUT/boundary.json" ;;
+    # five repeats: with six candidates per arm, three left the arms' spread near the effect (session 20)
+    boundary) step boundary 300 python3 benchmarks/boundary_throughput.py --repeats 5 --out "$OUT/boundary.json" ;;
     hostile) step hostile 180 python3 benchmarks/hostile_batch.py --out-dir "$OUT/hostile" ;;
     self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
       --out "$OUT/kb-self-check" --budget-s "${SELF_CHECK_BUDGET_S:-110}" ;;
@@ -124,8 +126,8 @@ run_step() {
     # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out
     # (copied on any exit, a kill at the limit too: the benchmark writes it after every mode's run)
     eval-modes) step eval-modes 420 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
-      trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --cache-dir /tmp/em-cache \
-      --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
+      trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 --c-tasks 3 \
+      --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
     generation-profile) step generation-profile 240 python3 scripts/generation_profile.py --model smollm2-shape \
       --out "$OUT/generation_profile.json" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
