@@ -25,9 +25,11 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    `drift_tolerance` the task's next timed candidate is a carrier again, as is every `drift_every`-th
    one and the first after `drift_max_age_s`; a carrier's fresh medians replace the cached ones and
    their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
-4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds). The 95% confidence
-   interval of a median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark
-   (`benchmarks/eval_modes.py`) reports its width per mode.
+4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds), and no empty
+   function timed beside them (`TimingConfig.overhead` off: one call fewer per round, `overhead_ms` None;
+   it is shown beside the times, never subtracted, so no figure changes). The 95% confidence interval of a
+   median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark (`benchmarks/eval_modes.py`)
+   reports its width per mode.
 Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
 correct is never timed, in either mode.
 
@@ -329,7 +331,8 @@ class BaselineCache:
         anchor = anchor if anchor in wanted else None
         ranking = dataclasses.replace(timing, baselines=(anchor,) if anchor else (),
                                       budget_ms=min(self.settings.budget_ms, timing.budget_ms),
-                                      warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms))
+                                      warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms),
+                                      overhead=False)
         if not wanted or set(wanted) == {anchor}:  # nothing to cache: every candidate times what it needs
             return TimingPlan(False, ranking, "live only" if wanted else "no baselines requested", anchor)
         key = self.key(task)

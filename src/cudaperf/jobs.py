@@ -52,6 +52,10 @@ class TimingConfig:
     ("serial_c", "naive_cuda") listed here, and both when the list names neither (`c_session`)."""
     input_sets: int = 3
     """Distinct input sets rotated during timing (defeats caching on data pointers)."""
+    overhead: bool = True
+    """Time an empty function under the same protocol in every round, reported as `overhead_ms` beside the
+    times (never subtracted). Off: one call fewer per round and `overhead_ms` None (the RL mode's ranking
+    budget, `eval_modes`)."""
 
     def __post_init__(self) -> None:
         if self.input_sets < 1:

@@ -170,6 +170,13 @@ def test_later_candidates_time_only_the_anchor_with_the_ranking_budget():
     assert (plan.timing.baselines, plan.timing.budget_ms, plan.timing.warmup_ms) == (("eager",), 7.0, 3.0)
 
 
+def test_the_ranking_budget_times_no_empty_function_and_a_carrier_does():
+    cache = BaselineCache(RlSettings())
+    carrier = cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    assert carrier.timing.overhead and not cache.plan(_task(), FULL).timing.overhead
+
+
 def test_without_the_live_anchor_later_candidates_time_no_baseline():
     cache = BaselineCache(RlSettings(live_anchor=False))
     cache.plan(_task(), FULL)

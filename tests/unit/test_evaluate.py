@@ -3,6 +3,7 @@ real sandboxed worker processes (pure-PyTorch candidates stand in for kernels wh
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -199,6 +200,14 @@ def test_each_timed_configuration_reports_its_rounds_and_its_disposals(cpu_evalu
     result = cpu_evaluator.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "timed"))
     assert result.timings and all(t.rounds > 0 for t in result.timings)
     assert all(t.dispose_ms > 0 for t in result.timings)  # refereed: the eager baseline's outputs disposed
+
+
+def test_a_timing_without_the_overhead_function_reports_none(tmp_path):
+    config = dataclasses.replace(_cpu_config(tmp_path), timing=dataclasses.replace(
+        _cpu_config(tmp_path).timing, overhead=False))
+    with Evaluator(config) as ev:
+        result = ev.evaluate(_task(), solution_from_text(PURE_TORCH.format(expr="a + b"), "no-overhead"))
+    assert result.timings and all(t.overhead_ms is None for t in result.timings), result.message
 
 
 def test_cpu_mode_honest_candidates_keep_the_same_worker(cpu_evaluator):

@@ -240,7 +240,8 @@ class Session:
                 with watch, tf32, torch.no_grad():
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
-                        l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device)
+                        l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device,
+                        measure_overhead=timing.overhead)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None
