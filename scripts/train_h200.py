@@ -40,6 +40,7 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cudaperf.agent.backends.base import GENERATION_CACHES
+    from cudaperf.train.config import GENERATION_WEIGHTS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
@@ -75,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-lr", type=float, default=2e-6)
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
-    p.add_argument("--rl-generation-weights", default="autocast", choices=("autocast", "bfloat16"),
+    p.add_argument("--rl-generation-weights", default="autocast", choices=GENERATION_WEIGHTS,
                    help="how the rollouts' sampler holds the weights (RlConfig.generation_weights)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))

@@ -21,6 +21,9 @@ from typing import Any
 
 from cudaperf.agent.backends.base import GENERATION_CACHES
 
+# How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
+GENERATION_WEIGHTS = ("autocast", "bfloat16")
+
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
@@ -289,7 +292,7 @@ class RlConfig(CommonConfig):
                               "run) or eval_device='cuda'")
         if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
-        if self.generation_weights not in ("autocast", "bfloat16"):
+        if self.generation_weights not in GENERATION_WEIGHTS:
             raise ConfigError(f"generation_weights={self.generation_weights!r}: use 'autocast' or 'bfloat16'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")

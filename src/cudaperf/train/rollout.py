@@ -43,13 +43,10 @@ from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
-from cudaperf.train.config import RlConfig
+from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
 from cudaperf.train.credit import sample_rewards
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
-
-# How the rollout's sampler holds its weights (`RlConfig.generation_weights`).
-GENERATION_WEIGHTS = ("autocast", "bfloat16")
 
 
 @dataclass(frozen=True)
