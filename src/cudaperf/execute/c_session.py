@@ -503,8 +503,7 @@ class CSession(Session):
         self.flags += speed_flags(candidate.median_ms, naive.median_ms if naive else None, sol, config=name)
         return ConfigTiming(config=name, candidate=candidate, eager=None, compiled=None,
                             speed_of_light_ms=sol.floor_ms, bytes_moved=bytes_moved, flops=None,
-                            overhead_ms=bench.overhead_ms, lead_us=bench.lead_us, lead_kind=bench.lead_kind,
-                            rounds=bench.rounds, dispose_ms=bench.dispose_ms)
+                            **self.protocol_fields(bench))
 
     # -- end -------------------------------------------------------------------------------------
     def drop_handles(self) -> None:

@@ -252,6 +252,13 @@ class Session:
                 self.flags += self.guards.after(tf32, config)
         raise RuntimeError("every baseline failed")  # unreachable: the candidate alone cannot be dropped
 
+    @staticmethod
+    def protocol_fields(bench: BenchReport) -> dict[str, Any]:
+        """What a configuration's `ConfigTiming` records of the bench's own protocol, in either kind of task:
+        the empty function's median, the lead, the timed rounds and the disposals' wall time."""
+        return {"overhead_ms": bench.overhead_ms, "lead_us": bench.lead_us, "lead_kind": bench.lead_kind,
+                "rounds": bench.rounds, "dispose_ms": bench.dispose_ms}
+
     def timing_flags(self, bench: BenchReport, config: str, baselines: Iterable[str]) -> None:
         """What the bench noticed: the candidate's flags under the policy, baselines whose outputs failed
         the re-check (a warning: the task's fault, not the candidate's), a forged or bypassed timer."""

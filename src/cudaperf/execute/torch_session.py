@@ -1041,9 +1041,7 @@ class TorchSession(Session):
             self.flags += speed_flags(timings[CANDIDATE].median_ms, fastest_baseline_ms, sol, config=name)
         return ConfigTiming(config=name, candidate=timings[CANDIDATE], eager=timings.get("eager"),
                             compiled=timings.get("compile"), speed_of_light_ms=floor_ms,
-                            bytes_moved=bytes_moved, flops=flops, overhead_ms=bench.overhead_ms,
-                            lead_us=bench.lead_us, lead_kind=bench.lead_kind,
-                            rounds=bench.rounds, dispose_ms=bench.dispose_ms)
+                            bytes_moved=bytes_moved, flops=flops, **self.protocol_fields(bench))
 
     def speed_of_light(self, entry: Reference):
         params = list(entry.model.parameters()) + list(entry.model.buffers())
