@@ -146,19 +146,11 @@ def test_rl_from_the_sft_model_logs_rewards_and_checkpoints(sft_run, cpu_evaluat
     assert load_config(tmp_path / "rl" / "checkpoint-2") == config
 
 
-def test_rl_trains_with_rollouts_generated_on_a_static_cache(sft_run, cpu_evaluator, tmp_path):
+@pytest.mark.parametrize("sampling", [{"generation_cache": "static"}, {"generation_weights": "bfloat16"}],
+                         ids=["static cache", "bfloat16 copy"])
+def test_rl_trains_with_rollouts_sampled_in_each_other_form(sft_run, cpu_evaluator, tmp_path, sampling):
     _, sft_report = sft_run
-    config = rl_config(tmp_path / "rl-static", sft_report.final_dir, tasks=(_task_file(tmp_path),),
-                       generation_cache="static")
-    assert run_rl(config, evaluator=cpu_evaluator).steps == 2
-    train = [r for r in read_metrics(config.output_dir, "train") if "loss" in r]
-    assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
-
-
-def test_rl_trains_with_rollouts_sampled_from_a_bfloat16_copy(sft_run, cpu_evaluator, tmp_path):
-    _, sft_report = sft_run
-    config = rl_config(tmp_path / "rl-bf16", sft_report.final_dir, tasks=(_task_file(tmp_path),),
-                       generation_weights="bfloat16")
+    config = rl_config(tmp_path / "rl", sft_report.final_dir, tasks=(_task_file(tmp_path),), **sampling)
     assert run_rl(config, evaluator=cpu_evaluator).steps == 2
     train = [r for r in read_metrics(config.output_dir, "train") if "loss" in r]
     assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
