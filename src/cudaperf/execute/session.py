@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from cudaperf.correctness import Comparison, compare, derive_seed
-from cudaperf.execute.device_state import context_alive, synchronize
+from cudaperf.execute.device_state import context_alive, initialise_cpu_math, synchronize
 from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
@@ -452,9 +452,11 @@ def set_precision(allow_tf32: bool) -> None:
 def preload_lazy_modules() -> None:
     """Import what torch loads lazily on first use, before any candidate scope exists: torch._dynamo
     (imported by `torch._compile` wrappers under a dispatch mode; sympy walks frames while loading,
-    which the scope refuses), the flop counter and the profiler."""
+    which the scope refuses), the flop counter and the profiler; and MKL's vector math, whose first call
+    must not be a parallel one (`device_state.initialise_cpu_math`)."""
     for name in ("torch._dynamo", "torch.profiler", "torch.utils.flop_counter"):
         importlib.import_module(name)
+    initialise_cpu_math()
 
 
 def classify_failure(exc: BaseException, device: torch.device) -> tuple[Outcome, bool]:
