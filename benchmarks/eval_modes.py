@@ -171,6 +171,7 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
+    _profile_into(args.profile_dir, label + "-warm")
     started = time.perf_counter()
     with Evaluator(config) as ev:
         if ev._workers is not None:
@@ -178,6 +179,7 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
         warm = [p for p in pairs_for_run(tasks, candidates, label + "-warm") if p[1].solution_id in warm_ids]
         list(ev.evaluate_many(warm))
         warm_s = time.perf_counter() - started
+        _profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
         t0 = time.perf_counter()
         results = []
         for r in ev.evaluate_many(pairs):
@@ -198,6 +200,16 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
                                         if "timing" in r.stage_durations_s]),
             "stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in results]) for k in STAGES},
             "schedule": report}
+
+
+def _profile_into(root: str | None, label: str) -> None:
+    """Workers started from now on profile their jobs into `root/label` (nothing when `root` is None)."""
+    import os
+
+    from cudaperf.execute.job_profile import ENV_VAR
+
+    if root:
+        os.environ[ENV_VAR] = str(Path(root) / label)
 
 
 # -- summary ----------------------------------------------------------------------------------------
@@ -283,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="RL mode: time no baseline with anchored candidates (every baseline cached)")
     parser.add_argument("--cache-dir", default=None, help="build cache (default: a fresh temp dir)")
     parser.add_argument("--verbose", action="store_true", help="one line per result")
+    parser.add_argument("--profile-dir", default=None,
+                        help="profile every worker's jobs into DIR/<run label>/ "
+                        "(cudaperf.execute.job_profile; summary: benchmarks/profile_summary.py DIR)")
     parser.add_argument("--out", default=None, help="write everything as JSON here")
     parser.add_argument("--append", action="store_true", help="continue the runs already in --out (the same "
                         "options), so the repeats can be spread over several calls; the summary covers all")

@@ -15,6 +15,7 @@
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks: ~200 s a run on
 #   the H200; EVAL_MODES_ARGS=--append for a 2nd call, or "--repeats 2" for both runs in one)
+#   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
@@ -128,6 +129,10 @@ run_step() {
     eval-modes) step eval-modes 420 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
       trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 --c-tasks 3 \
       --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
+    # the same run with every worker's jobs profiled (cProfile: slower, so never beside the measured run)
+    eval-profile) step eval-profile 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 \
+      --c-tasks 3 --cache-dir /tmp/em-cache --profile-dir \"$OUT/profiles\" --out \"$OUT/eval_profile.json\"; \
+      python3 benchmarks/profile_summary.py \"$OUT/profiles\" --top 40 > \"$OUT/profile_summary.md\"" ;;
     generation-profile) step generation-profile 240 python3 scripts/generation_profile.py --model smollm2-shape \
       --out "$OUT/generation_profile.json" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;

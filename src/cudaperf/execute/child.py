@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from cudaperf.execute import guards
+from cudaperf.execute import guards, job_profile
 from cudaperf.execute.framing import encode_message, read_message, write_all
 from cudaperf.jobs import EvalPayload
 from cudaperf.types import Outcome, to_dict
@@ -174,7 +174,11 @@ def _run_job(job: dict, nonce: str, channel: tuple, root: str, hello: dict, hand
     snapshot = guards.integrity_snapshot()
     try:
         handler = handlers.get(spec) or handlers.setdefault(spec, _load_handler(spec))
-        payload = handler(job, report)
+        if hello.get("profile"):
+            payload, stats = job_profile.run_profiled(lambda: handler(job, report))
+            _send(reply_fd, {"type": "profile", "nonce": nonce, "stats": stats})
+        else:
+            payload = handler(job, report)
     except BaseException as exc:  # noqa: BLE001 - every escape is classified, none may kill the loop
         payload = _classify(exc, current[0])
     report("cleanup")

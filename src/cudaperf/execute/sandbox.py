@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from cudaperf.execute import boundary, guards, referee, views
+from cudaperf.execute import boundary, guards, job_profile, referee, views
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all  # noqa: F401 - re-exported
 from cudaperf.types import Flag, Outcome, Severity
 
@@ -294,6 +294,7 @@ class Worker:
         self.info: dict[str, Any] = {}  # the child's "ready" message: pid, network, limits, python...
         self.jobs_done = 0
         self.replacements = 0
+        self.profile_dir = job_profile.profile_dir()  # developers: CUDAPERF_PROFILE_JOBS (job_profile.py)
         self._proc: subprocess.Popen | None = None
         self._root: str | None = None
         self._reply_fd = -1
@@ -456,6 +457,7 @@ class Worker:
             "parent_death_signal": True,  # forked from the pool's spawner thread, which lives as long as it
             "default_handler": DEFAULT_HANDLER,
             "uid": self.uid,
+            "profile": self.profile_dir is not None,
         }
 
     def _boundary_preload(self) -> tuple[str, ...]:
@@ -796,6 +798,10 @@ class Worker:
                 return self._fault(event, stage, durations, timeouts, job_deadline)
             message = event.message
             kinds = ("stage", "result", "referee") if self._engaged else ("stage", "result")
+            if self.profile_dir is not None and (message.get("type"), message.get("nonce")) == ("profile",
+                                                                                                  nonce):
+                self._write_profile(message.get("stats"))
+                continue
             if message.get("nonce") != nonce or message.get("type") not in kinds:
                 durations[stage] = durations.get(stage, 0.0) + now - stage_start
                 return self._forged(stage, durations, "a message with a wrong nonce or type")
@@ -813,6 +819,12 @@ class Worker:
                 return self._result(message, stage, durations, now - started)
             stage, stage_start = str(message.get("name", "?"))[:64], now
             deadline = now + timeouts.for_stage(stage)
+
+    def _write_profile(self, stats: Any) -> None:
+        """A profiled job's statistics to the folder `CUDAPERF_PROFILE_JOBS` names now (`job_profile`)."""
+        folder = job_profile.profile_dir() or self.profile_dir
+        if folder is not None:
+            job_profile.write_profile(folder, int(self.info.get("pid") or 0), stats)
 
     # -- building replies --------------------------------------------------------------------------
 
