@@ -18,7 +18,8 @@ RL mode it carries the task's baselines, in the default mode it warms the worker
 reference caches), then the timed pass over every candidate. Printed: per mode the median evaluations per
 minute, the median |Δ| of each candidate's speedups between repeats (Δ = s_r / s_0 - 1), the median 95%
 confidence half-width of the candidates' medians (`eval_modes.median_ci95_rel`), the RL mode's schedule
-(passes, carriers, gate waits, baseline drift), and every candidate whose outcome differs between runs
+(passes, carriers, gate waits, baseline drift, and the timed pass's wall time per state of the GPU gate:
+free, shared, draining, exclusive), and every candidate whose outcome differs between runs
 (there should be none). JSON with everything goes to `--out`.
 
     python benchmarks/eval_modes.py --cpu --repeats 2 --torch-tasks 4 --out FILE.json     # CPU machine
@@ -180,6 +181,7 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
         list(ev.evaluate_many(warm))
         warm_s = time.perf_counter() - started
         _profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
+        gate_before = ev.mode_report.get("gate_state_s", {})
         t0 = time.perf_counter()
         results = []
         for r in ev.evaluate_many(pairs):
@@ -188,6 +190,8 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
                 print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value}", flush=True)
         wall_s = time.perf_counter() - t0
         report = ev.mode_report
+    if "gate_state_s" in report:  # the timed pass's share only
+        report["gate_state_s"] = {k: v - gate_before.get(k, 0.0) for k, v in report["gate_state_s"].items()}
     cis = [median_ci95_rel(t.candidate) for r in results for t in r.timings]
     return {"mode": mode, "label": label, "n": len(results), "wall_s": wall_s, "warm_pass_s": warm_s,
             "evals_per_min": 60.0 * len(results) / wall_s,
@@ -328,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['gate_wait_s']['exclusive']:.1f} s exclusive; " + ", ".join(
                   f"{name} {d['n']} (median |ratio-1| {_pct(d['median_abs'])}, max {_pct(d['max_abs'])})"
                   for name, d in (("carrier drift", s["drift"]), ("live anchor drift", s["live_drift"]))))
+        states = s.get("gate_state_s") or {}
+        print("  the timed pass's GPU gate: " + ", ".join(f"{k} {v:.1f} s" for k, v in states.items()))
     for sid, outs in summary["differing"].items():
         print(f"  differs: {sid}: {outs}")
     write_result(args.out, {"rows": rows, "summary": summary, "candidates": kinds,

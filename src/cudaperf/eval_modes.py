@@ -127,6 +127,9 @@ def median_ci95_rel(timing: Timing | None) -> float | None:
 # The gate
 
 
+GATE_STATES = ("free", "shared", "draining", "exclusive")
+
+
 class GpuGate:
     """A readers-writer lock over the GPUs for the threads of one evaluator: checks hold it `shared`
     (several at once), timed passes `exclusive` (alone). Writers first: while a timed pass waits, no new
@@ -134,26 +137,46 @@ class GpuGate:
     queue meanwhile run one after another before any check starts again, so the checks in flight are
     drained once per burst of timed passes rather than once per pass (on the H200, session 20, a
     candidate's 0.2 s timed stage waited a median 0.76 s, mostly for other workers' checks to end).
-    `wait_s` adds up the time spent waiting, per mode."""
+    `wait_s` adds up the time spent waiting, per mode; `state_s` the wall time the gate spent in each of
+    its states (`GATE_STATES`: "draining" is checks still running while a timed pass waits, GPU time the
+    exclusive side costs; "free" is no job on the GPUs, time spent outside the gate: builds, the parent)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._state = threading.Condition()
         self._readers = 0
         self._writing = False
         self._writers_waiting = 0
         self.wait_s = {"shared": 0.0, "exclusive": 0.0}
+        self._clock = clock
+        self.state_s = dict.fromkeys(GATE_STATES, 0.0)
+        self._since = clock()
+
+    def _account(self) -> None:
+        """Add the time since the last change to the state the gate was in (called under the lock, before
+        every change)."""
+        now = self._clock()
+        if self._writing:
+            state = "exclusive"
+        elif self._readers:
+            state = "draining" if self._writers_waiting else "shared"
+        else:
+            state = "free"
+        self.state_s[state] += now - self._since
+        self._since = now
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         start = time.perf_counter()
         with self._state:
             self._state.wait_for(lambda: not self._writing and self._writers_waiting == 0)
+            self._account()
             self._readers += 1
             self.wait_s["shared"] += time.perf_counter() - start
         try:
             yield
         finally:
             with self._state:
+                self._account()
                 self._readers -= 1
                 if self._readers == 0:
                     self._state.notify_all()
@@ -162,10 +185,12 @@ class GpuGate:
     def exclusive(self) -> Iterator[None]:
         start = time.perf_counter()
         with self._state:
+            self._account()
             self._writers_waiting += 1
             try:
                 self._state.wait_for(lambda: not self._writing and self._readers == 0)
             finally:
+                self._account()
                 self._writers_waiting -= 1
             self._writing = True
             self.wait_s["exclusive"] += time.perf_counter() - start
@@ -173,8 +198,15 @@ class GpuGate:
             yield
         finally:
             with self._state:
+                self._account()
                 self._writing = False
                 self._state.notify_all()
+
+    def states(self) -> dict[str, float]:
+        """`state_s` up to now."""
+        with self._state:
+            self._account()
+            return dict(self.state_s)
 
     def turn(self) -> "GateTurn":
         """A job's hold that starts shared and may turn exclusive once (`GateTurn`)."""
@@ -547,7 +579,7 @@ class RlScheduler:
     def report(self) -> dict[str, Any]:
         """What the schedule did so far: passes, carriers, gate waits, drift (carriers' re-timings and the
         live anchors', each as a count, the median and largest |ratio - 1|, and the records)."""
-        out = {**self.counts, "gate_wait_s": dict(self.gate.wait_s)}
+        out = {**self.counts, "gate_wait_s": dict(self.gate.wait_s), "gate_state_s": self.gate.states()}
         cache = self.baselines
         for name, records in (("drift", list(cache.drift)), ("live_drift", list(cache.live_drift))):
             ratios = sorted(abs(d.ratio - 1) for d in records)

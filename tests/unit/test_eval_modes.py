@@ -125,6 +125,39 @@ def test_a_waiting_exclusive_taker_keeps_new_shared_holders_out():
 
 
 
+def test_the_gate_adds_its_wall_time_to_the_state_it_was_in():
+    clock = _Clock()
+    gate = GpuGate(clock=clock)
+    release, timing, done = threading.Event(), threading.Event(), threading.Event()
+
+    def check() -> None:
+        with gate.shared():
+            release.wait(5)
+
+    def timed_pass() -> None:
+        with gate.exclusive():
+            timing.set()
+            done.wait(5)
+
+    checker, timer = threading.Thread(target=check), threading.Thread(target=timed_pass)
+    checker.start()
+    while gate.readers == 0:
+        time.sleep(0.001)
+    clock.now = 1.0  # one second shared
+    timer.start()
+    while gate._writers_waiting == 0:
+        time.sleep(0.001)
+    clock.now = 4.0  # three seconds draining: the check runs on while the timed pass waits
+    release.set()
+    timing.wait(5)
+    clock.now = 6.0  # two seconds exclusive
+    done.set()
+    for t in (checker, timer):
+        t.join(5)
+    clock.now = 6.5  # half a second free
+    assert gate.states() == {"free": 0.5, "shared": 1.0, "draining": 3.0, "exclusive": 2.0}
+
+
 def test_timed_passes_queued_behind_one_run_before_a_waiting_check():
     gate, order = GpuGate(), []
     holding, release = threading.Event(), threading.Event()
