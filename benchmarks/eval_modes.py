@@ -183,9 +183,10 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
         _profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
         gate_before = ev.mode_report.get("gate_state_s", {})
         t0 = time.perf_counter()
-        results = []
+        results, finished_s = [], {}
         for r in ev.evaluate_many(pairs):
             results.append(r)
+            finished_s[r.solution_id] = round(time.perf_counter() - t0, 4)
             if args.verbose:
                 print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value}", flush=True)
         wall_s = time.perf_counter() - t0
@@ -203,6 +204,10 @@ def one_run(mode: str, label: str, tasks, candidates, args) -> dict:
             "timing_s_median": _median([r.stage_durations_s.get("timing") for r in results
                                         if "timing" in r.stage_durations_s]),
             "stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in results]) for k in STAGES},
+            "stage_sums_s": {k: sum(r.stage_durations_s.get(k) or 0.0 for r in results) for k in STAGES},
+            "finished_s": finished_s,  # when each result reached the caller, from the timed pass's start
+            "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
+                         for r in results},
             "schedule": report}
 
 
