@@ -82,6 +82,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from cudaperf.execute.cpu_share import thread_settings
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all
 
 SOL_CODES = ("impossible_speed", "below_compute_floor", "sol_floor_unreliable")
@@ -113,6 +114,7 @@ class RefereeLink:
         self.region_bytes = region_bytes
         self.region_fd = create_region_fd(region_bytes)
         self.kill_wait_s = kill_wait_s
+        self.cpu_threads: int | None = None  # torch's CPU threads here (sandbox.Limits.cpu_threads)
         self.used_bytes = 0  # the most of the region a chunk used since the last `zero_region`
         self._proc: subprocess.Popen | None = None
         self._cmd_fd = self._reply_fd = -1
@@ -159,7 +161,7 @@ class RefereeLink:
         package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         python_path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)
         return {**os.environ, "CUDA_VISIBLE_DEVICES": "" if self.device is None else str(self.device),
-                "PYTHONPATH": python_path}
+                "PYTHONPATH": python_path, **thread_settings(self.cpu_threads)}
 
     def wait_ready(self, deadline: float) -> str:
         """'' once the referee is ready, else why not (it is then stopped)."""

@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
 from cudaperf.execute import boundary, guards, job_profile, referee, views
+from cudaperf.execute.cpu_share import cpu_threads_per_process, thread_settings
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all  # noqa: F401 - re-exported
 from cudaperf.types import Flag, Outcome, Severity
 
@@ -166,6 +167,13 @@ class Limits:
     its own candidate, as far as native code lets it."""
     output_region_bytes: int = 64 << 20
     """Size of the shared region through which outputs travel to the referee (chunk size, not a cap)."""
+    cpu_threads: int | None = None
+    """torch's CPU threads (OMP_NUM_THREADS, MKL_NUM_THREADS) in each worker and referee. None: a pool
+    shares out the CPUs the evaluator may use between its processes (a worker and its referee count two;
+    `cpu_threads_per_process`), and an OMP_NUM_THREADS the evaluator was started with is kept. Why: every
+    process's OpenMP pool otherwise takes every CPU and spins after each parallel region; on the 2-core
+    machine the RL mode's two workers and referees went from 719 to 1,351 evaluations/min with one thread
+    each (dev/LOG.md, s21)."""
 
     def __post_init__(self) -> None:
         if self.max_reply_bytes <= 0 or self.max_log_bytes < 0:
@@ -311,6 +319,7 @@ class Worker:
         self.referee: referee.RefereeLink | None = (
             referee.RefereeLink(device, limits.output_region_bytes, kill_wait_s=limits.kill_wait_s)
             if limits.referee else None)
+        self.cpu_threads = limits.cpu_threads  # the pool sets its share (WorkerPool)
         self._engaged = False  # the current job is judged by the referee
         self.referee_s = 0.0  # this job's time spent waiting for the referee
         self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
@@ -420,6 +429,7 @@ class Worker:
                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "tmp", "torchinductor"),
                 **self._user_names(),
                 **self._heap_settings(),
+                **thread_settings(self.cpu_threads),
             },
         )
 
@@ -1044,6 +1054,12 @@ class WorkerPool:
                    plan=self.plan, spawner=self.spawner)
             for i, d in enumerate(devices or [None])
         ]
+        threads = self.limits.cpu_threads or cpu_threads_per_process(
+            len(self.workers) * (2 if self.limits.referee else 1), len(os.sched_getaffinity(0)))
+        for worker in self.workers:
+            worker.cpu_threads = threads
+            if worker.referee is not None:
+                worker.referee.cpu_threads = threads
         self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
         for worker in self.workers:
             worker.start()  # all start in parallel; readiness is awaited by the first job of each
