@@ -29,6 +29,7 @@ runs, not timed ones: a Python callback per aten op is overhead.
 from __future__ import annotations
 
 import collections
+import functools
 import importlib
 import inspect
 import os
@@ -215,17 +216,32 @@ class IdentitySnapshot:
 def _resolve_static(path: str) -> tuple[Any, str, Any]:
     """(owner, attribute, raw value) for a dotted path; the value is looked up without descriptors."""
     parts = path.split(".")
+    split = _module_split(path)
+    if split is None:
+        return None, parts[-1], _MISSING
+    owner: Any = sys.modules.get(split) or importlib.import_module(split)
+    for attr in parts[split.count(".") + 1:-1]:
+        owner = inspect.getattr_static(owner, attr, _MISSING)
+        if owner is _MISSING:
+            return None, parts[-1], _MISSING
+    return owner, parts[-1], inspect.getattr_static(owner, parts[-1], _MISSING)
+
+
+@functools.cache
+def _module_split(path: str) -> str | None:
+    """The longest importable module that `path` starts with (None: none is), found once per process.
+    Why once: each failed import attempt searches every path finder, and the check after every candidate
+    call resolves ~70 paths (2.6 ms of a worker's call, s21); the module found is then read from
+    `sys.modules` each time, which is where `importlib.import_module` would have found it."""
+    parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:i])
         try:
-            owner: Any = importlib.import_module(".".join(parts[:i]))
+            importlib.import_module(name)
         except ImportError:
             continue
-        for attr in parts[i:-1]:
-            owner = inspect.getattr_static(owner, attr, _MISSING)
-            if owner is _MISSING:
-                return None, parts[-1], _MISSING
-        return owner, parts[-1], inspect.getattr_static(owner, parts[-1], _MISSING)
-    return None, parts[-1], _MISSING
+        return name
+    return None
 
 
 def _hook_entries() -> dict[str, Any]:
