@@ -213,9 +213,25 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
             "stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in results]) for k in STAGES},
             "stage_sums_s": {k: sum(r.stage_durations_s.get(k) or 0.0 for r in results) for k in STAGES},
             "finished_s": finished_s,  # when each result reached the caller, from the timed pass's start
+            "referee_ms_sums": _referee_sums(results),
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results},
             "schedule": report}
+
+
+def _referee_sums(results: list) -> dict[str, float]:
+    """The referee's time per message kind, the worker's waits for it and the bytes moved, summed over
+    the results."""
+    sums: dict[str, float] = {}
+    for r in results:
+        try:
+            spent = json.loads(r.environment.get("referee_ms", "{}"))
+        except ValueError:
+            continue
+        for kind, ms in spent.items():
+            if isinstance(ms, (int, float)) and not kind.endswith(("_gbps", "_pinned")):  # rates: not summed
+                sums[kind] = round(sums.get(kind, 0.0) + ms, 3)
+    return dict(sorted(sums.items(), key=lambda kv: -kv[1]))
 
 
 def _profile_into(root: str | None, label: str) -> None:
