@@ -189,6 +189,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
         warm_s = time.perf_counter() - started
         _profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
         gate_before = ev.mode_report.get("gate_state_s", {})
+        cpu0 = time.process_time()  # the evaluating process's CPU time, all its threads
         t0 = time.perf_counter()
         results, finished_s = [], {}
         for r in ev.evaluate_many(pairs):
@@ -197,12 +198,14 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
             if args.verbose:
                 print(f"  [{time.perf_counter() - t0:6.1f} s] {r.solution_id}: {r.outcome.value}", flush=True)
         wall_s = time.perf_counter() - t0
+        parent_cpu_s = time.process_time() - cpu0
         report = ev.mode_report
     if "gate_state_s" in report:  # the timed pass's share only
         report["gate_state_s"] = {k: v - gate_before.get(k, 0.0) for k, v in report["gate_state_s"].items()}
     cis = [median_ci95_rel(t.candidate) for r in results for t in r.timings]
     return {"mode": mode, "label": label, "n": len(results), "wall_s": wall_s, "warm_pass_s": warm_s,
             "evals_per_min": 60.0 * len(results) / wall_s,
+            "parent_cpu_s": parent_cpu_s,  # near wall_s: the evaluating process (its GIL) is the limit
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "messages": {r.solution_id: r.message[:200] for r in results if r.outcome.value != "correct"},
             "speedups": {r.solution_id: r.speedups for r in results if r.speedups},
@@ -364,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             row = one_run(mode, f"{name}-{rep}", tasks, candidates, args, workers)
             rows.append({"repeat": rep, "arm": name, **row})
             print(f"repeat {rep} {name:7s}: {row['evals_per_min']:.1f} evals/min ({row['n']} in "
-                  f"{row['wall_s']:.1f} s; warm pass {row['warm_pass_s']:.1f} s)", flush=True)
+                  f"{row['wall_s']:.1f} s, evaluator CPU {row['parent_cpu_s']:.1f} s; warm pass "
+                  f"{row['warm_pass_s']:.1f} s)", flush=True)
             write_result(args.out, {"rows": rows, "candidates": kinds,
                                     "tasks": [t.task_id for _, t in tasks]})
     summary = summarise(rows)
