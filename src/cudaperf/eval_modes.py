@@ -463,7 +463,7 @@ def fill_timings(timings: tuple[ConfigTiming, ...],
 
 Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 Finish = Callable[..., EvalResult]
-"""`Evaluator._finish_with(task, solution, start, build_future, timing, hold, on_proceed=None)`: the
+"""`Evaluator._finish_with(task, solution, start, submitted, timing, hold, on_proceed=None)`: the
 default recipe from the static verdict on, with the job's timing replaced, the worker's run held by
 `hold()` and `on_proceed()` called before the candidate can be timed."""
 Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
@@ -483,12 +483,12 @@ class RlScheduler:
         self.counts = {"checked": 0, "timed": 0, "carriers": 0, "verdict_changed": 0}
         self._count_lock = threading.Lock()
 
-    def finish(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+    def finish(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         if self.one_pass and self.timing.enabled:
-            return self._finish_once(task, solution, start, build_future)
-        return self._finish_twice(task, solution, start, build_future)
+            return self._finish_once(task, solution, start, submitted)
+        return self._finish_twice(task, solution, start, submitted)
 
-    def _finish_once(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+    def _finish_once(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead)
         with it exclusive; the baselines' plan is made before the job, so a carrier that turns out wrong
         times nothing and the task's next timed candidate carries."""
@@ -498,7 +498,7 @@ class RlScheduler:
         turn = self.gate.turn()
         result = None
         try:
-            result = self._finish(task, solution, start, build_future, plan.timing, turn.hold, turn.upgrade)
+            result = self._finish(task, solution, start, submitted, plan.timing, turn.hold, turn.upgrade)
         finally:
             drift = self.baselines.settle(task, solution.solution_id, result) if plan.carrier else []
         self._count("checked")
@@ -511,12 +511,12 @@ class RlScheduler:
         notes["timing"] = _timing_note(task, plan)
         return _noted(result, notes, waits)
 
-    def _finish_twice(self, task: Task, solution: Any, start: Any, build_future: Any) -> EvalResult:
+    def _finish_twice(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         """A check pass with timing off (gate shared), then, for a correct candidate, the timed pass (gate
         exclusive): for evaluators without a referee, whose workers give no go-ahead to wait for."""
         waits: list[float] = []
         t0 = time.perf_counter()
-        checked = self._finish(task, solution, start, build_future, dataclasses.replace(
+        checked = self._finish(task, solution, start, submitted, dataclasses.replace(
             self.timing, enabled=False), self._hold(self.gate.shared, waits))
         self._count("checked")
         if checked.outcome is not Outcome.CORRECT or not self.timing.enabled:
@@ -525,7 +525,7 @@ class RlScheduler:
         plan = self.baselines.plan(task, self.timing)
         timed = None
         try:
-            timed = self._finish(task, solution, start, build_future, plan.timing,
+            timed = self._finish(task, solution, start, submitted, plan.timing,
                                  self._hold(self.gate.exclusive, waits))
         finally:
             drift = self.baselines.settle(task, solution.solution_id, timed) if plan.carrier else []

@@ -33,7 +33,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from cudaperf.anticheat.policy import Policy, is_violation
 from cudaperf.eval_modes import CachedBaselines, EvalMode, RlScheduler, RlSettings, fill_timings
@@ -240,13 +240,19 @@ class Evaluator:
         start.durations["static"] = time.perf_counter() - started
         return dataclasses.replace(start, rejection=rejection)
 
-    def _submit_build(self, solution: Solution) -> Future[BuildResult] | None:
+    def _submit_build(self, solution: Solution) -> _Submitted:
+        """The build, and the structural analysis beside it in the pool (off this thread, which would
+        otherwise hold the worker idle and the process's GIL while it parses: ~60 ms a candidate)."""
         self._require_open()
         if solution.format is SolutionFormat.PYTORCH:
-            return None
-        return self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
+            return _Submitted(None, None)
+        build = self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
+        analyze = _analyzer() if self.config.analyze else None
+        analysis = (self._builds.submit_call(analyze, solution.source, arch=self.arch, sass=False)
+                    if analyze is not None else None)
+        return _Submitted(build, analysis)
 
-    def _finish(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
+    def _finish(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                 timing: TimingConfig | None = None, hold: Callable | None = None,
                 on_proceed: Callable[[], None] | None = None) -> EvalResult:
         """The recipe once the static verdict is known and the build submitted: build, worker, features.
@@ -254,32 +260,34 @@ class Evaluator:
         the worker's run; `on_proceed()` is called before the candidate can be timed
         (`execute.sandbox.Worker.run`); all three for an evaluation mode's schedule, `eval_modes`."""
         if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
-            build = self._wait_build(build_future, start.durations)
+            build = self._wait_build(submitted.build, start.durations)
             return dataclasses.replace(start.rejection, build=build)
-        build = self._wait_build(build_future, start.durations)
+        build = self._wait_build(submitted.build, start.durations)
         if build is not None and not build.ok and build.outcome is not Outcome.SKIPPED:
             return start.result(build.outcome, "build", build.message, build=build, logs=build.log)
         if self._workers is None:
             skipped = start.result(Outcome.SKIPPED, "execute", self._skip_reason(), build=build)
-            return self._with_features(task, solution, skipped)
+            return self._with_features(task, solution, skipped, submitted.analysis)
         with hold() if hold is not None else contextlib.nullcontext():
             ran = self._run_in_worker(task, solution, build, start, timing, on_proceed)
-        return self._with_features(task, solution, ran)
+        return self._with_features(task, solution, ran, submitted.analysis)
 
-    def _finish_with(self, task: Task, solution: Solution, start: _Start, build_future: Future | None,
+    def _finish_with(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                      timing: TimingConfig, hold: Callable,
                      on_proceed: Callable[[], None] | None = None) -> EvalResult:
         """`_finish` for an evaluation mode's schedule (`eval_modes.Finish`): on a copy of `start`'s
         durations, so one evaluation may reach a worker more than once."""
         start = dataclasses.replace(start, durations=dict(start.durations))
-        return self._finish(task, solution, start, build_future, timing, hold, on_proceed)
+        return self._finish(task, solution, start, submitted, timing, hold, on_proceed)
 
     def _skip_reason(self) -> str:
         why = "no CUDA GPU on this machine" if self.config.device != "none" else "EvalConfig.device='none'"
         return f"{why}: build, static checks and structural analysis ran; correctness and timing skipped"
 
-    def _with_features(self, task: Task, solution: Solution, result: EvalResult) -> EvalResult:
-        """Static features for every result that got past the build; ncu counters for correct ones."""
+    def _with_features(self, task: Task, solution: Solution, result: EvalResult,
+                       analysis: Future | None = None) -> EvalResult:
+        """Static features for every result that got past the build (from `analysis`, the pool's run of
+        the analysis, when there is one); ncu counters for correct ones."""
         if not self.config.analyze or solution.format is SolutionFormat.PYTORCH:
             return result
         t0 = time.perf_counter()
@@ -289,7 +297,7 @@ class Evaluator:
             note = Flag("analysis_note", f"structural analysis unavailable ({exc}); "
                         "install cudaperf[analysis]", Severity.INFO)
             return dataclasses.replace(result, flags=result.flags + (note,))
-        report = analyze_source(solution.source, arch=self.arch, sass=False)
+        report = _analysis_result(analysis) or analyze_source(solution.source, arch=self.arch, sass=False)
         features, notes = tuple(report.kernels), tuple(report.diagnostics)
         if self.config.profile and result.correct and self.mode == "cuda":
             from cudaperf.analysis.dynamic import profile_features
@@ -388,23 +396,22 @@ class Evaluator:
     def _drain(self, jobs: queue.Queue, results: queue.Queue, stop_at: float | None = None) -> None:
         while True:
             try:
-                task, sol, start, fut = jobs.get_nowait()
+                task, sol, start, submitted = jobs.get_nowait()
             except queue.Empty:
                 return
             if stop_at is not None and time.monotonic() > stop_at:
-                if fut is not None:
-                    fut.cancel()
+                submitted.cancel()
                 results.put(None)
                 continue
-            results.put(self._finish_safely(task, sol, start, fut))
+            results.put(self._finish_safely(task, sol, start, submitted))
 
-    def _finish_safely(self, task: Task, sol: Solution, start: _Start, fut: Future | None) -> EvalResult:
+    def _finish_safely(self, task: Task, sol: Solution, start: _Start, submitted: _Submitted) -> EvalResult:
         """`_finish`, with a harness fault turned into the pair's HARNESS_ERROR row, and the wall time of
         the whole evaluation (build wait included) as `stage_durations_s["total"]`."""
         t0 = time.perf_counter()
         finish = self._rl.finish if self._rl is not None else self._finish
         try:
-            result = finish(task, sol, start, fut)
+            result = finish(task, sol, start, submitted)
         except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
             result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
         return _with_total(result, time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0))
@@ -617,3 +624,35 @@ class ProgressBar:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+class _Submitted(NamedTuple):
+    """What `Evaluator._submit_build` started for one solution: its build and its structural analysis
+    (each None when it does not apply)."""
+
+    build: Future | None
+    analysis: Future | None
+
+    def cancel(self) -> None:
+        for future in (self.build, self.analysis):
+            if future is not None:
+                future.cancel()
+
+
+def _analyzer() -> Callable[..., Any] | None:
+    """`analyze_source`, or None without the `analysis` extra (tree-sitter)."""
+    try:
+        from cudaperf.analysis import analyze_source
+    except ImportError:
+        return None
+    return analyze_source
+
+
+def _analysis_result(future: Future | None) -> Any:
+    """The pool's analysis report, or None (none started, or it failed: the caller analyses here)."""
+    if future is None:
+        return None
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - a broken pool or a crash there: analysed again in this thread
+        return None

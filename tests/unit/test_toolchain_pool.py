@@ -147,3 +147,9 @@ def test_pool_build_fills_the_entry_the_helper_looks_up(tmp_path, monkeypatch, c
 
     helper = eval(call, {"cuda": cuda, "SRC": src, "TPL": tpl}, {})  # the same call the solution makes
     assert helper.output.cache_hit
+
+
+def test_submit_call_runs_another_function_in_a_pool_process():
+    with BuildPool(1) as pool:
+        child_pid = pool.submit_call(os.getpid).result(timeout=120)
+    assert child_pid != os.getpid()

@@ -3,7 +3,8 @@
 Covers: `build_solution(solution, *, arch, cache_dir) -> BuildResult`, which finds the solution's CUDA units
 by AST (`extract.py`), compiles NVRTC units into the shared cache (`nvrtc.py`) and prebuilds `load_inline`
 units (`inline.py`), and never raises; and `BuildPool`, a spawn-context process pool whose futures
-always resolve to a `BuildResult`, even when a build process dies.
+always resolve to a `BuildResult`, even when a build process dies (and which runs other picklable calls
+for its owner, `submit_call`, without that recovery).
 
 Outcomes: CORRECT means built (`ok=True`); SYNTAX_ERROR when the file does not parse; COMPILE_ERROR with
 the compiler log; SKIPPED when this machine cannot build a unit (load_inline without a CUDA torch, plain
@@ -29,7 +30,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Self
+from typing import Any, Self
 
 from cudaperf.toolchain.extract import INLINE, NVRTC, CudaUnit, extract_units
 from cudaperf.toolchain.nvrtc import CompileError, compile_cuda
@@ -169,6 +170,15 @@ class BuildPool:
             inner = executor.submit(self._build_fn, solution, arch=arch, cache_dir=cache_dir)
         inner.add_done_callback(lambda f: self._settle(f, outer, executor, solution, arch, cache_dir))
         return outer
+
+    def submit_call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """Run another picklable top-level function in a pool process (the evaluator's structural
+        analysis, so it overlaps with the candidate's run instead of holding the caller's thread). No
+        recovery: a broken pool or a failure is the Future's exception, for the caller to handle."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("BuildPool is closed")
+            return self._executor.submit(fn, *args, **kwargs)
 
     def map(self, solutions: Iterable[Solution], *, arch: str = "sm_90",
             cache_dir: str | None = None) -> Iterator[BuildResult]:
