@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baselines", default="eager", help="comma-separated (eager,compile)")
     parser.add_argument("--cache-dir", default=None, help="shared build cache (default: a fresh temp dir)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    parser.add_argument("--profile-dir", default=None, help="profile every worker's jobs into DIR/<arm>/ "
+                        "(warm passes into DIR/<arm>-warm/; summary: benchmarks/profile_summary.py DIR)")
     args = parser.parse_args(argv)
+    from cudaperf.execute.job_profile import profile_into
+
     pairs = cpu_pairs() if args.cpu else example_pairs(("fast", "inline") if args.inline else ("fast",))
     cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-boundary-bench-")
     baselines = tuple(b for b in args.baselines.split(",") if b)
@@ -224,10 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     open_arms: dict[str, Any] = {}
     try:
         for arm in names:
+            profile_into(args.profile_dir, f"{arm}-warm")
             open_arms[arm], warm_s = open_arm(pairs, arm, cache_dir, baselines, args.cpu)
             print(f"{arm:10s}: warm pass {warm_s:.1f} s", flush=True)
         for rep in range(args.repeats):
             for arm in names[rep % len(names):] + names[:rep % len(names)]:
+                profile_into(args.profile_dir, arm)
                 row = timed_pass(open_arms[arm], pairs, arm)
                 rows.append({"repeat": rep, **row})
                 stages = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in row["stage_median_s"].items())

@@ -166,6 +166,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
     from cudaperf.anticheat.policy import Policy
     from cudaperf.eval_modes import median_ci95_rel
     from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
+    from cudaperf.execute.job_profile import profile_into
 
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines else (
         ("eager",) if args.cpu else TimingConfig().baselines)
@@ -179,7 +180,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
-    _profile_into(args.profile_dir, label + "-warm")
+    profile_into(args.profile_dir, label + "-warm")
     started = time.perf_counter()
     with Evaluator(config) as ev:
         if ev._workers is not None:
@@ -187,7 +188,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
         warm = [p for p in pairs_for_run(tasks, candidates, label + "-warm") if p[1].solution_id in warm_ids]
         list(ev.evaluate_many(warm))
         warm_s = time.perf_counter() - started
-        _profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
+        profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
         gate_before = ev.mode_report.get("gate_state_s", {})
         cpu0 = time.process_time()  # the evaluating process's CPU time, all its threads
         t0 = time.perf_counter()
@@ -235,16 +236,6 @@ def _referee_sums(results: list) -> dict[str, float]:
             if isinstance(ms, (int, float)) and not kind.endswith(("_gbps", "_pinned")):  # rates: not summed
                 sums[kind] = round(sums.get(kind, 0.0) + ms, 3)
     return dict(sorted(sums.items(), key=lambda kv: -kv[1]))
-
-
-def _profile_into(root: str | None, label: str) -> None:
-    """Workers started from now on profile their jobs into `root/label` (nothing when `root` is None)."""
-    import os
-
-    from cudaperf.execute.job_profile import ENV_VAR
-
-    if root:
-        os.environ[ENV_VAR] = str(Path(root) / label)
 
 
 # -- summary ----------------------------------------------------------------------------------------

@@ -38,6 +38,13 @@ def profile_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def profile_into(root: str | Path | None, folder: str) -> None:
+    """Workers started with profiling on write their next profiles into `root/folder` (nothing when
+    `root` is None); workers started after this call profile their jobs."""
+    if root:
+        os.environ[ENV_VAR] = str(Path(root) / folder)
+
+
 def run_profiled(fn: Callable[[], _T]) -> tuple[_T, str]:
     """(fn(), its profile as text for the wire)."""
     profiler = cProfile.Profile()
