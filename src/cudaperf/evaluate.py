@@ -400,7 +400,8 @@ class Evaluator:
             except queue.Empty:
                 return
             if stop_at is not None and time.monotonic() > stop_at:
-                submitted.cancel()
+                with contextlib.suppress(Exception):  # this thread must put a row for every pair it takes
+                    submitted.cancel()
                 results.put(None)
                 continue
             results.put(self._finish_safely(task, sol, start, submitted))

@@ -172,7 +172,7 @@ class Limits:
     shares out the CPUs the evaluator may use between its processes (a worker and its referee count two;
     `cpu_threads_per_process`), and an OMP_NUM_THREADS the evaluator was started with is kept. Why: every
     process's OpenMP pool otherwise takes every CPU and spins after each parallel region; on the 2-core
-    machine the RL mode's two workers and referees went from 719 to 1,351 evaluations/min with one thread
+    machine the RL mode's two workers and referees went from 719 to 1,329 evaluations/min with one thread
     each (dev/LOG.md, s21)."""
 
     def __post_init__(self) -> None:
