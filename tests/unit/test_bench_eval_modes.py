@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from eval_modes import BARRIERS, _in_kernel, gpu_candidates, repeatability, summarise
+from eval_modes import BARRIERS, _in_kernel, arms, gpu_candidates, repeatability, summarise
 
 KERNEL = 'SRC = r"""\nextern "C" __global__ void k(float* o) {\n    o[0] = 1.0f;\n}\n"""\n'
 
@@ -48,3 +48,13 @@ def test_repeatability_is_the_median_relative_change_from_the_first_repeat():
 def test_the_summary_names_candidates_whose_verdicts_differ_between_runs():
     summary = summarise([_row("default", 2.0), _row("rl", 2.0, "incorrect")])
     assert summary["differing"] == {"s": ["correct", "incorrect"]} and summary["rl_vs_default"] == 4.0
+
+
+def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
+    assert arms([4, 8]) == [("default", "default", None), ("rl-w4", "rl", 4), ("rl-w8", "rl", 8)]
+    assert arms([4]) == [("default", "default", None), ("rl", "rl", 4)]
+    rows = [{**_row("default", 2.0), "arm": "default"},
+            {**_row("rl", 2.0), "arm": "rl-w4", "evals_per_min": 50.0},
+            {**_row("rl", 2.0), "arm": "rl-w8", "evals_per_min": 75.0}]
+    summary = summarise(rows)
+    assert summary["arms"] == ["default", "rl-w4", "rl-w8"] and summary["rl_vs_default"] == 3.0
