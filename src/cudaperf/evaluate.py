@@ -394,17 +394,24 @@ class Evaluator:
                                exc)
 
     def _drain(self, jobs: queue.Queue, results: queue.Queue, stop_at: float | None = None) -> None:
+        """Finish queued pairs until none is left. Every pair taken puts exactly one item in `results`
+        (its row, or None when the deadline left it unstarted): the caller waits for as many as it
+        queued, so a fault here becomes the pair's HARNESS_ERROR row rather than a batch that never
+        ends."""
         while True:
             try:
                 task, sol, start, submitted = jobs.get_nowait()
             except queue.Empty:
                 return
-            if stop_at is not None and time.monotonic() > stop_at:
-                with contextlib.suppress(Exception):  # this thread must put a row for every pair it takes
+            try:
+                if stop_at is not None and time.monotonic() > stop_at:
                     submitted.cancel()
-                results.put(None)
-                continue
-            results.put(self._finish_safely(task, sol, start, submitted))
+                    row = None
+                else:
+                    row = self._finish_safely(task, sol, start, submitted)
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                row = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "draining", exc)
+            results.put(row)
 
     def _finish_safely(self, task: Task, sol: Solution, start: _Start, submitted: _Submitted) -> EvalResult:
         """`_finish`, with a harness fault turned into the pair's HARNESS_ERROR row, and the wall time of

@@ -4,6 +4,7 @@ one failing result never ending a batch, the deadline, and the self-check's cand
 from __future__ import annotations
 
 import textwrap
+import threading
 
 import pytest
 
@@ -172,6 +173,22 @@ def test_nothing_starts_after_the_deadline(evaluator, tmp_path):
     honest = [p for p in _pairs(*BATCH) if p[1].solution_id.startswith("honest")]
     assert list(evaluator.evaluate_many(honest, store=store, deadline_s=0.0)) == []
     assert store.load() == []
+
+
+def test_a_fault_in_a_drain_thread_is_the_pairs_harness_row_not_a_batch_that_never_ends(evaluator,
+                                                                                         monkeypatch):
+    def broken(*_args):
+        raise RuntimeError("drain fault")
+
+    monkeypatch.setattr(evaluator, "_finish_safely", broken)
+    honest = [p for p in _pairs(*BATCH) if p[1].solution_id.startswith("honest")]
+    rows: list = []
+    batch = threading.Thread(target=lambda: rows.extend(evaluator.evaluate_many(honest)), daemon=True)
+    batch.start()
+    batch.join(60)  # before the fix the batch waited for ever for the lost pairs
+    assert not batch.is_alive()
+    assert len(rows) == len(honest) and all(r.outcome is Outcome.HARNESS_ERROR for r in rows)
+    assert all("drain fault" in r.message for r in rows)
 
 
 def test_every_result_of_a_batch_records_its_total_wall_time(evaluator):
