@@ -155,17 +155,48 @@ def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
 
 # -- one run ----------------------------------------------------------------------------------------
 
-def arms(rl_workers: list[int]) -> list[tuple[str, str, int | None]]:
-    """(arm, mode, workers per GPU) per arm: the default mode, and the RL mode once per worker count
-    (named "rl" when there is one count, "rl-wN" otherwise)."""
-    rl = [("rl" if len(rl_workers) == 1 else f"rl-w{w}", "rl", w) for w in rl_workers]
-    return [("default", "default", None), *rl]
+@dataclasses.dataclass(frozen=True)
+class RlArm:
+    """One run of the RL mode in a repeat: its workers per GPU, and its ranking budget when not the
+    library's (`RlSettings.budget_ms`; the warm-up then half of it)."""
+
+    workers: int
+    budget_ms: float | None = None
+
+    @staticmethod
+    def parse(text: str) -> RlArm:
+        """"W" or "W/B": W workers, a B ms budget."""
+        workers, _, budget = text.strip().partition("/")
+        return RlArm(int(workers), float(budget) if budget else None)
+
+    @property
+    def name(self) -> str:
+        return f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
 
 
-def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None = None) -> dict:
+def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
+    """(arm, mode, RL settings) per arm: the default mode, and the RL mode once per `RlArm` (named "rl"
+    when there is one, `RlArm.name` otherwise)."""
+    named = [("rl" if len(rl) == 1 else arm.name, "rl", arm) for arm in rl]
+    return [("default", "default", None), *named]
+
+
+def _rl_settings(args, arm: RlArm | None):
+    from cudaperf.eval_modes import RlSettings
+
+    budget = {} if arm is None or arm.budget_ms is None else {
+        "budget_ms": arm.budget_ms, "warmup_ms": min(RlSettings().warmup_ms, arm.budget_ms / 2)}
+    workers = arm.workers if arm is not None else None
+    return RlSettings(workers_per_gpu=workers or args.workers_per_gpu,
+                      cpu_workers=workers or args.cpu_workers,
+                      drift_every=args.drift_every or RlSettings().drift_every,
+                      live_anchor=args.live_anchor, **budget)
+
+
+def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = None) -> dict:
     from cudaperf.anticheat.policy import Policy
     from cudaperf.eval_modes import median_ci95_rel
-    from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
     from cudaperf.execute.job_profile import profile_into
 
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines else (
@@ -173,10 +204,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, workers: int | None 
     config = EvalConfig(device="cpu" if args.cpu else "cuda", mode=mode, cache_dir=args.cache_dir,
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,
-                        rl=RlSettings(workers_per_gpu=workers or args.workers_per_gpu,
-                                      cpu_workers=workers or args.cpu_workers,
-                                      drift_every=args.drift_every or RlSettings().drift_every,
-                                      live_anchor=args.live_anchor))
+                        rl=_rl_settings(args, arm))
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
@@ -324,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
                         "tasks time serial_c and naive_cuda), eager (--cpu)")
     parser.add_argument("--workers-per-gpu", type=int, default=4)
     parser.add_argument("--rl-workers", default=None,
-                        help="comma-separated worker counts: the RL mode runs once per count, in the same "
-                        "run (arms rl-wN); default: --workers-per-gpu (--cpu-workers with --cpu)")
+                        help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
+                        "of B ms): the RL mode runs once per arm in the same run (rl-wW, rl-wW-bB); default: "
+                        "--workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,
                         help="RL mode: every Nth timed candidate of a task re-times every baseline (default: "
@@ -350,12 +379,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(tasks)} tasks, {len(candidates)} candidates: {kinds}", flush=True)
     rows = earlier_rows(args.out) if args.append else []
     first = 1 + max((r["repeat"] for r in rows), default=-1)
-    counts = [int(w) for w in args.rl_workers.split(",")] if args.rl_workers else [
-        args.cpu_workers if args.cpu else args.workers_per_gpu]
-    runs = arms(counts)
+    rl = [RlArm.parse(t) for t in args.rl_workers.split(",")] if args.rl_workers else [
+        RlArm(args.cpu_workers if args.cpu else args.workers_per_gpu)]
+    runs = arms(rl)
     for rep in range(first, first + args.repeats):
-        for name, mode, workers in (runs[::-1] if rep % 2 == 0 else runs):  # RL first: its runs are shorter
-            row = one_run(mode, f"{name}-{rep}", tasks, candidates, args, workers)
+        for name, mode, arm in (runs[::-1] if rep % 2 == 0 else runs):  # RL first: its runs are shorter
+            row = one_run(mode, f"{name}-{rep}", tasks, candidates, args, arm)
             rows.append({"repeat": rep, "arm": name, **row})
             print(f"repeat {rep} {name:7s}: {row['evals_per_min']:.1f} evals/min ({row['n']} in "
                   f"{row['wall_s']:.1f} s, evaluator CPU {row['parent_cpu_s']:.1f} s; warm pass "

@@ -14,7 +14,8 @@
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 4
-#   and with 8 workers: ~300 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append for a 2nd call)
+#   and 8 workers and with 8 at a 5 ms budget: ~360 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append
+#   for a 2nd call)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
@@ -126,9 +127,9 @@ run_step() {
     sandbox) step sandbox 420 "${PYTEST[@]}" -v -s -m gpu tests/gpu/test_sandbox_gpu.py ;;
     # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out
     # (copied on any exit, a kill at the limit too: the benchmark writes it after every mode's run)
-    eval-modes) step eval-modes 420 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
+    eval-modes) step eval-modes 480 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
       trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 --c-tasks 3 \
-      --rl-workers 4,8 --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
+      --rl-workers 4,8,8/5 --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
     # the same run with every worker's jobs profiled (cProfile: slower, so never beside the measured run)
     eval-profile) step eval-profile 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 \
       --c-tasks 3 --cache-dir /tmp/em-cache --profile-dir \"$OUT/profiles\" --out \"$OUT/eval_profile.json\"; \

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from eval_modes import BARRIERS, _in_kernel, arms, gpu_candidates, repeatability, summarise
+from eval_modes import BARRIERS, RlArm, _in_kernel, arms, gpu_candidates, repeatability, summarise
 
 KERNEL = 'SRC = r"""\nextern "C" __global__ void k(float* o) {\n    o[0] = 1.0f;\n}\n"""\n'
 
@@ -51,8 +51,11 @@ def test_the_summary_names_candidates_whose_verdicts_differ_between_runs():
 
 
 def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
-    assert arms([4, 8]) == [("default", "default", None), ("rl-w4", "rl", 4), ("rl-w8", "rl", 8)]
-    assert arms([4]) == [("default", "default", None), ("rl", "rl", 4)]
+    four, eight = RlArm.parse("4"), RlArm.parse("8/5")
+    assert eight == RlArm(8, 5.0) and (four.name, eight.name) == ("rl-w4", "rl-w8-b5")
+    assert arms([four, eight]) == [("default", "default", None), ("rl-w4", "rl", four),
+                                   ("rl-w8-b5", "rl", eight)]
+    assert arms([four]) == [("default", "default", None), ("rl", "rl", four)]
     rows = [{**_row("default", 2.0), "arm": "default"},
             {**_row("rl", 2.0), "arm": "rl-w4", "evals_per_min": 50.0},
             {**_row("rl", 2.0), "arm": "rl-w8", "evals_per_min": 75.0}]
