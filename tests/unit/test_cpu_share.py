@@ -36,3 +36,12 @@ def test_a_pools_worker_gets_its_share_in_its_environment(monkeypatch):
         reply = pool.run({"handler": f"{HANDLERS}:report_environment"})
     environ = reply.payload["environ"]
     assert (environ["OMP_NUM_THREADS"], environ["MKL_NUM_THREADS"]) == ("1", "1")
+
+
+def test_a_referee_gets_the_same_share(monkeypatch):
+    from cudaperf.execute.referee import RefereeLink
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    link = RefereeLink(None, 4096)
+    link.cpu_threads = 2
+    assert link._environment()["OMP_NUM_THREADS"] == "2"
