@@ -44,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result
+from common import referee_spent, write_result
 
 
 def example_pairs(formats: tuple[str, ...]) -> list[tuple]:
@@ -200,9 +200,7 @@ def referee_medians(results: list) -> dict[str, float]:
     """Per part of the referee's work (`environment["referee_ms"]`: its time per message kind, per part
     inside them, and the parent's wait per kind, `wait_*`), the median milliseconds over the results (a
     part a result lacks counts 0)."""
-    import json
-
-    spent = [json.loads(r.environment["referee_ms"]) for r in results if "referee_ms" in r.environment]
+    spent = referee_spent(results)
     names = sorted({k for s in spent for k in s})
     return {k: statistics.median(s.get(k, 0.0) for s in spent) for k in names}
 

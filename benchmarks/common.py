@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: candidate variants, example pairs, result files.
+"""Helpers shared by the benchmark scripts: candidate variants, example pairs, result files, the referee's
+own account of each result.
 
 Not imported by the package. Variants make each candidate's CUDA text distinct (a comment line), so that
 no build cache is shared between candidates: every build in a benchmark is a cold build.
@@ -49,3 +50,9 @@ def write_result(path: str | None, payload: dict) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(payload, indent=1, default=str))
+
+
+def referee_spent(results: list) -> list[dict[str, float]]:
+    """`environment["referee_ms"]` of every result that has one, parsed: the referee's time per message
+    kind and per part inside them, the parent's wait per kind (`wait_*`), bytes moved and rates."""
+    return [json.loads(r.environment["referee_ms"]) for r in results if "referee_ms" in r.environment]

@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result
+from common import referee_spent, write_result
 
 STAGES = ("build_wait", "setup", "reference", "correctness", "timing", "coverage", "check_pass", "gate_wait",
           "total")  # medians of these per run go to the JSON
@@ -255,11 +255,7 @@ def _referee_sums(results: list) -> dict[str, float]:
     """The referee's time per message kind, the worker's waits for it and the bytes moved, summed over
     the results."""
     sums: dict[str, float] = {}
-    for r in results:
-        try:
-            spent = json.loads(r.environment.get("referee_ms", "{}"))
-        except ValueError:
-            continue
+    for spent in referee_spent(results):
         for kind, ms in spent.items():
             if isinstance(ms, (int, float)) and not kind.endswith(("_gbps", "_pinned")):  # rates: not summed
                 sums[kind] = round(sums.get(kind, 0.0) + ms, 3)

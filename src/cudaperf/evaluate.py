@@ -247,7 +247,7 @@ class Evaluator:
         if solution.format is SolutionFormat.PYTORCH:
             return _Submitted(None, None)
         build = self._builds.submit(solution, arch=self.arch, cache_dir=str(self.cache_dir))
-        analyze = _analyzer() if self.config.analyze else None
+        analyze = _analyzer()[0] if self.config.analyze else None
         analysis = (self._builds.submit_call(analyze, solution.source, arch=self.arch, sass=False)
                     if analyze is not None else None)
         return _Submitted(build, analysis)
@@ -291,13 +291,12 @@ class Evaluator:
         if not self.config.analyze or solution.format is SolutionFormat.PYTORCH:
             return result
         t0 = time.perf_counter()
-        try:  # tree-sitter is the `analysis` extra: without it the result stands, with a note saying why
-            from cudaperf.analysis import analyze_source
-        except ImportError as exc:
-            note = Flag("analysis_note", f"structural analysis unavailable ({exc}); "
+        analyze, missing = _analyzer()
+        if analyze is None:  # without the `analysis` extra the result stands, with a note saying why
+            note = Flag("analysis_note", f"structural analysis unavailable ({missing}); "
                         "install cudaperf[analysis]", Severity.INFO)
             return dataclasses.replace(result, flags=result.flags + (note,))
-        report = _analysis_result(analysis) or analyze_source(solution.source, arch=self.arch, sass=False)
+        report = _analysis_result(analysis) or analyze(solution.source, arch=self.arch, sass=False)
         features, notes = tuple(report.kernels), tuple(report.diagnostics)
         if self.config.profile and result.correct and self.mode == "cuda":
             from cudaperf.analysis.dynamic import profile_features
@@ -647,13 +646,13 @@ class _Submitted(NamedTuple):
                 future.cancel()
 
 
-def _analyzer() -> Callable[..., Any] | None:
-    """`analyze_source`, or None without the `analysis` extra (tree-sitter)."""
+def _analyzer() -> tuple[Callable[..., Any] | None, str]:
+    """(`analyze_source`, ""), or (None, why) without the `analysis` extra (tree-sitter)."""
     try:
         from cudaperf.analysis import analyze_source
-    except ImportError:
-        return None
-    return analyze_source
+    except ImportError as exc:
+        return None, str(exc)
+    return analyze_source, ""
 
 
 def _analysis_result(future: Future | None) -> Any:

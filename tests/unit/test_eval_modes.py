@@ -124,7 +124,6 @@ def test_a_waiting_exclusive_taker_keeps_new_shared_holders_out():
     assert order == ["timing", "late check"]
 
 
-
 def test_the_gate_adds_its_wall_time_to_the_state_it_was_in():
     clock = _Clock()
     gate = GpuGate(clock=clock)
@@ -333,7 +332,7 @@ class _FakeFinish:
     def __init__(self, gate_of, *outcomes: Outcome):
         self.gate_of, self.outcomes, self.passes = gate_of, list(outcomes), []
 
-    def __call__(self, task, solution, start, build_future, timing, hold) -> EvalResult:
+    def __call__(self, task, solution, start, submitted, timing, hold) -> EvalResult:
         with hold():
             gate = self.gate_of()
             mode = "exclusive" if gate.exclusive_held else "shared"

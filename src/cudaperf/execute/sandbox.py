@@ -831,10 +831,10 @@ class Worker:
             deadline = now + timeouts.for_stage(stage)
 
     def _write_profile(self, stats: Any) -> None:
-        """A profiled job's statistics to the folder `CUDAPERF_PROFILE_JOBS` names now (`job_profile`)."""
-        folder = job_profile.profile_dir() or self.profile_dir
-        if folder is not None:
-            job_profile.write_profile(folder, int(self.info.get("pid") or 0), stats)
+        """A profiled job's statistics to the folder `CUDAPERF_PROFILE_JOBS` names now, else to the one it
+        named when this worker started (`job_profile`)."""
+        folder = job_profile.profile_dir() or self.profile_dir  # set: this is called only when profiling
+        job_profile.write_profile(folder, int(self.info.get("pid") or 0), stats)
 
     # -- building replies --------------------------------------------------------------------------
 
