@@ -27,11 +27,15 @@ interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-ro
 rounds the contents of another input set are copied into the tensors about to be used, so a result cached
 by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); a per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
-violation (hack #7). A function given as `Disposed(fn, dispose)` has every output handed to `dispose`
-once its sample is taken and its re-check done, before the next call: outside every timed window, so a
-caller can overwrite a baseline's outputs (the right answers) before the candidate's code runs again;
-the time it takes is left out of the round estimate (the same number of rounds) and out of the loop's
-host total (`clock_consistent` as tight), and reported (`BenchReport.dispose_ms`).
+violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
+`dispose` once its sample is taken and its re-check done, before the next call of any function; its
+`settle()` runs before the next call of a function that is not `Disposed` (nor the empty one), and before
+the run returns or raises, once for all the disposals since it last ran. So a caller can overwrite a
+baseline's outputs (the right answers) after each call and finish the work common to them (the freed
+memory's overwrite, the wait for the device) once before the candidate's code runs again, not after each
+baseline call. Both run outside every timed window; their time is left out of the round estimate (the
+same number of rounds) and out of the loop's host total (`clock_consistent` as tight), and reported
+(`BenchReport.dispose_ms`, `settles`).
 
 How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
 the GPU idle inside its samples (the sample then holds host time, and a slower CPU makes the function look
@@ -100,11 +104,15 @@ Check = Callable[[str, int, object], bool]
 
 class Disposed(NamedTuple):
     """A function to time whose every output goes to `dispose(output)` after its clock stopped and its
-    re-check (if any) is done, before the next call of any function (module docstring). The bench calls
-    `fn` itself inside the timed window: the wrapper adds no work there."""
+    re-check (if any) is done, before the next call of any function; `settle()` (if given) runs before
+    the next call of a function that is not `Disposed`, and at the end, after one or more disposals
+    (module docstring). `Disposed` functions sharing one `settle` (the same object) settle together. The
+    bench calls `fn` itself inside the timed window: the wrapper adds no work there."""
 
     fn: Fn
     dispose: Callable[[object], None]
+    settle: Callable[[], None] | None = None
+
 Hold = Callable[[], AbstractContextManager[Any]]
 
 
@@ -143,7 +151,9 @@ class BenchReport:
     host_path_median_ms: dict[str, float] = field(default_factory=dict)  # fn(inputs) on the host clock
     host_path_p90_ms: dict[str, float] = field(default_factory=dict)
     host_bound_samples: dict[str, int] = field(default_factory=dict)  # host path > the sample's lead
-    dispose_ms: float = 0.0  # wall time in `Disposed.dispose` calls, all of the run (outside the samples)
+    dispose_ms: float = 0.0  # wall time in `Disposed.dispose` and `.settle` calls (outside the samples)
+    disposals: int = 0  # `Disposed.dispose` calls, all of the run
+    settles: int = 0  # `Disposed.settle` calls
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -504,13 +514,17 @@ def bench_interleaved_report(
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
                random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY)
-    round_ms = run.estimate_round_ms()
-    warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
-    run.warm_up(warmup_rounds)
-    per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
-    rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
-    with run.collector_paused():
-        run.timed(rounds, _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set())
+    try:
+        round_ms = run.estimate_round_ms()
+        warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
+        run.warm_up(warmup_rounds)
+        per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
+        rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
+        checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set()
+        with run.collector_paused():
+            run.timed(rounds, checked)
+    finally:
+        run.settle()  # whatever runs after the bench, the candidate's code included, finds nothing owed
     return run.report(rounds, warmup_rounds)
 
 
@@ -532,6 +546,10 @@ class _Run:
     def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True):
         self.fns = {name: fn.fn if isinstance(fn, Disposed) else fn for name, fn in fns.items()}
         self.disposers = {name: fn.dispose for name, fn in fns.items() if isinstance(fn, Disposed)}
+        self.settlers = {name: fn.settle for name, fn in fns.items()
+                         if isinstance(fn, Disposed) and fn.settle is not None}
+        self.unsettled: list[Callable[[], None]] = []  # settles owed by the disposals since the last one
+        self.disposals = self.settles = 0
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
@@ -553,6 +571,8 @@ class _Run:
         self.sources: list[int] = []  # checked rounds' contents sources still to use (`_pick_source`)
 
     def call(self, name: str, inputs: list) -> _Call:
+        if name not in self.disposers and name != OVERHEAD_NAME:
+            self.settle()  # what the disposals owe is done before such a function (the candidate) runs
         try:
             timed = self.clock.time_call(self.fns[name], inputs, self.launches[name])
         except Exception as error:  # re-raised with the function's name, for classification
@@ -567,6 +587,21 @@ class _Run:
             began = _now_ns()
             dispose(timed.out)
             self.dispose_ns += _now_ns() - began
+            self.disposals += 1
+            settle = self.settlers.get(name)
+            if settle is not None and not any(settle is owed for owed in self.unsettled):
+                self.unsettled.append(settle)
+
+    def settle(self) -> None:
+        """Every `Disposed.settle` owed since the last one, once each (timed as the disposals are)."""
+        if not self.unsettled:
+            return
+        began = _now_ns()
+        owed, self.unsettled = self.unsettled, []
+        for settle in owed:
+            settle()
+        self.dispose_ns += _now_ns() - began
+        self.settles += len(owed)
 
     def untimed(self, name: str, inputs: list) -> None:
         """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`."""
@@ -702,7 +737,7 @@ class _Run:
             warmup_host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.warm_fn_host.items() if v},
             host_path_median_ms={n: statistics.median(v) for n, v in self.fn_host.items() if v},
             host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.fn_host.items() if v},
-            dispose_ms=self.dispose_ns / 1e6,
+            dispose_ms=self.dispose_ns / 1e6, disposals=self.disposals, settles=self.settles,
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 

@@ -16,9 +16,9 @@ allocator, stream order, the compiled baseline. Run:
     python3 -m pytest -q -s tests/gpu/test_referee_timing_answers_gpu.py
 It prints `[timing-answers] probe {...}` lines, one per task (expect live 0, freed 0, device_blocks 0,
 left_readable 0, calls and disposed > 20), `[timing-answers] ... memory: ...` lines (the mechanism and its
-host time per scrub), `[timing-answers] disposal ...` lines (the cost per disposed output: the fill, the
-scrub and the device synchronise) and, from the `timing` tests, `[timing-answers] routed ...` lines (the
-eager-like median plain and routed, the scrub's cost per call).
+host time per scrub, one scrub per settle before a candidate call), `[timing-answers] overwrite ...` lines
+(the cost per overwritten output: the fill, queued) and, from the `timing` tests, `[timing-answers]
+routed ...` lines (the eager-like median plain and routed, the scrub's cost per call).
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ def _probed(source: str, name: str):
     print(f"[timing-answers] {name}: memory: {reply.payload.get('environment', {}).get('baseline_memory')}")
     if probe.get("disposed"):
         per_us = 1e6 * probe["dispose_s"] / probe["disposed"]
-        print(f"[timing-answers] {name}: disposal through the worker: {per_us:.1f} µs per baseline output "
-              "(the fill, the scrub of the baselines' pool and the device synchronise)")
+        print(f"[timing-answers] {name}: overwrite through the worker: {per_us:.1f} µs per baseline output "
+              "(the fill, queued; the pool's scrub and the wait are the settles', in `memory:` above)")
     return reply
 
 

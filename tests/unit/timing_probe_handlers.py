@@ -15,9 +15,10 @@ seed's reference model, which the eager baseline runs), then looks for it where 
   (`cuMemcpyDtoH`), searched at every 512-byte offset for the answer's bytes.
 The probe's own answer (its whole storage) is overwritten before it is dropped, and it is computed the
 way the baselines run (`TorchSession.baseline_memory` routes it and overwrites what it freed), so that its
-own temporaries are never what a later probe finds. Each disposal of a baseline output
-(`TorchSession.dispose_baseline_output`) is checked afterwards: is any tensor of it still readable (not
-NaN or zero everywhere)? The tasks these tests use return no alias of an input or a weight.
+own temporaries are never what a later probe finds. Each overwrite of a baseline output
+(`TorchSession.overwrite_baseline_output`; `dispose_baseline_output` in trees without it) is checked
+afterwards: is any tensor of it still readable (not NaN or zero everywhere)? The tasks these tests use
+return no alias of an input or a weight.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def probe_right_answers(job, report, scan_device=False):
     found = {"calls": 0, "live": 0, "freed": 0, "freed_cache": 0, "device_blocks": 0, "disposed": 0,
              "left_readable": 0, "dispose_s": 0.0}
     patched = {name: getattr(TorchSession, name) for name in ("time_config", "_scoped_call")}
-    dispose = getattr(TorchSession, "dispose_baseline_output", None)
+    overwrite = "overwrite_baseline_output" if hasattr(TorchSession, "overwrite_baseline_output") else \
+        "dispose_baseline_output"
+    dispose = getattr(TorchSession, overwrite, None)
 
     def time_config(self, config):
         self.probe_state = {"model": self.reference(config, self.timing_seeds[0]).model, "like": None}
@@ -53,20 +56,20 @@ def probe_right_answers(job, report, scan_device=False):
     def disposing(self, out, *args):
         began = time.perf_counter()
         dispose(self, out, *args)
-        found["dispose_s"] += time.perf_counter() - began  # the fill and the wait: the disposal's cost
+        found["dispose_s"] += time.perf_counter() - began  # the output's fill (queued, on CUDA)
         found["disposed"] += 1
         found["left_readable"] += _readable(out)
 
     TorchSession.time_config, TorchSession._scoped_call = time_config, scoped_call
     if dispose is not None:
-        TorchSession.dispose_baseline_output = disposing
+        setattr(TorchSession, overwrite, disposing)
     try:
         payload = dispatch.run_eval_job(job, report)
     finally:
         for name, original in patched.items():
             setattr(TorchSession, name, original)
         if dispose is not None:
-            TorchSession.dispose_baseline_output = dispose
+            setattr(TorchSession, overwrite, dispose)
     payload["probe"] = found
     return payload
 

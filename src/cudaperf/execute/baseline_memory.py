@@ -9,10 +9,11 @@ step of one); native code of the candidate can read freed memory.
 
 `BaselineMemory.for_device(device)` (one per job) gives `around(fn)` (`fn` whose calls allocate apart),
 `routed()` (the same around any other baseline work: the compiled baseline's compile and first call, the
-re-check of a baseline's output), and `scrub()`, called once per baseline call after it (in its disposal,
-outside the timed window: `timing.Disposed`), which overwrites what the calls freed. On CUDA the writes
-are only queued, on the current stream: the disposal's device synchronisation, after the output's own
-fill, makes them complete before the candidate's code runs again (one wait for both).
+re-check of a baseline's output), and `scrub()`, called before the candidate's next call once for the
+baseline calls since its last one (the bench's `timing.Disposed.settle`, outside the timed window), which
+overwrites what the calls freed. On CUDA the writes are only queued, on the current stream: the settle's
+device synchronisation, after them and the outputs' own fills, makes them complete before the
+candidate's code runs again (one wait for all).
 
 - CUDA: the calls allocate from a private pool of the caching allocator (`torch.cuda.MemPool`, routed to
   by `torch.cuda.use_mem_pool`, this thread only: Inductor's code runs on it too), so the candidate's

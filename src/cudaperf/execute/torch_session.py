@@ -43,11 +43,12 @@ eager and compiled: their outputs are the right answers on the timing input sets
 can hold them too) allocate apart (`execute.baseline_memory`: a private pool of the CUDA caching
 allocator, glibc's perturbation on the CPU), in each call, in the compiled baseline's compile and first
 call and in the re-check of their outputs, and are `timing.Disposed`: once a call's sample and re-check
-are done, outside every timed window, its output is overwritten (NaN, or zeros; a view's whole storage),
-then what the call freed (the pool's free blocks; on the CPU glibc fills each chunk at its free and its
-per-thread cache is drained), and the device synchronised before the next call
-(`dispose_baseline_output`), so no right answer is live, or in a freed block, when the candidate's code
-runs next. The mechanism and what its scrubs cost are in the result's environment (`baseline_memory`); a
+are done, outside every timed window, its output is overwritten (NaN, or zeros; a view's whole storage:
+`overwrite_baseline_output`); before the candidate's next call (the bench's `Disposed.settle`, once for
+the baseline calls since its last call), what those calls freed is overwritten (the pool's free blocks; on
+the CPU glibc fills each chunk at its free and its per-thread cache is drained) and the device
+synchronised (`settle_baselines`), so no right answer is live, or in a freed block, when the candidate's
+code runs next. The mechanism and what its scrubs cost are in the result's environment (`baseline_memory`); a
 WARNING `baseline_memory_unscrubbed` when it is not in effect. The speed-of-light figures and flags are
 the referee's. At the end every free block of the allocator is overwritten (`scrub`): the cross-job cache
 keeps models, inputs and compiled baselines.
@@ -934,8 +935,9 @@ class TorchSession(Session):
                   keep: frozenset[int] | None = None) -> dict[str, Callable | Disposed]:
         """The baselines to time. With `keep` (a refereed worker: the storages of the timing inputs and
         of the model's tensors), each call allocates apart (`baseline_memory`) and each is
-        `timing.Disposed`: every output, and what the call freed, overwritten after it
-        (`dispose_baseline_output`)."""
+        `timing.Disposed`: every output overwritten after its call (`overwrite_baseline_output`), what
+        the calls freed overwritten and the writes waited for before the candidate's next call
+        (`settle_baselines`)."""
         if keep is not None and self.baseline_memory is None:
             self.baseline_memory = BaselineMemory.for_device(self.device)
         wanted = set(self.job.timing.baselines)
@@ -948,23 +950,32 @@ class TorchSession(Session):
                 fns["compile"] = lambda inputs: compiled(*inputs)
         if keep is None:
             return fns
-        dispose = lambda out: self.dispose_baseline_output(out, keep)  # noqa: E731 - one closure for all
-        return {name: Disposed(self.baseline_memory.around(fn), dispose) for name, fn in fns.items()}
+        dispose = lambda out: self.overwrite_baseline_output(out, keep)  # noqa: E731 - one closure for all
+        return {name: Disposed(self.baseline_memory.around(fn), dispose, self.settle_baselines)
+                for name, fn in fns.items()}
 
     def dispose_baseline_output(self, out: Any, keep: frozenset[int]) -> None:
+        """A baseline's output and what its call freed overwritten, and the writes waited for: the
+        disposal of one call on its own (`overwrite_baseline_output`, then `settle_baselines`)."""
+        TorchSession.overwrite_baseline_output(self, out, keep)
+        settle_baseline_memory(self.device, self.baseline_memory)
+
+    def overwrite_baseline_output(self, out: Any, keep: frozenset[int]) -> None:
         """Overwrite a baseline's output (the reference model's: a right answer on a timing input set) once
         its sample is taken, outside every timed window: each tensor of it (NaN, or zeros; a view's whole
         storage, whose rest is a temporary of the call) but those whose storage is in `keep` (an input's or
         one the model holds, `_held_by`: the bench and the model need them intact, and they are no secret:
-        the candidate gets the inputs and the same weights); then what the call freed
-        (`BaselineMemory.scrub`, where `baseline_memory` is set); then wait for the writes, so that no work
-        the candidate's code queues next, on any stream, reads them before they land."""
+        the candidate gets the inputs and the same weights). On CUDA the writes are queued, in stream
+        order before anything that reuses the memory; `settle_baselines` waits for them."""
         tensors = [t for t in flatten_tensors(out) if type(t) is torch.Tensor and _storage(t) not in keep]
         _fill_storages_beyond_views(tensors)
         scrub(tensors)
-        if self.baseline_memory is not None:
-            self.baseline_memory.scrub()
-        synchronize(self.device)
+
+    def settle_baselines(self) -> None:
+        """Before the candidate's next call, once for the baseline calls since the last one: what they freed
+        overwritten (`BaselineMemory.scrub`) and every write waited for, so that no work the candidate's
+        code queues next, on any stream, reads the memory before they land."""
+        settle_baseline_memory(self.device, self.baseline_memory)
 
     def routed_for_baselines(self, check: Callable[[str, int, Any], bool]) -> Callable[[str, int, Any], bool]:
         """`check` (the bench's re-check of an output) with a baseline's re-check routed like its call:
@@ -1114,6 +1125,13 @@ def _storage(t: torch.Tensor) -> int:
 def _storages(values: Any) -> frozenset[int]:
     """The storages of every tensor in `values` (what a baseline's output may alias and must keep)."""
     return frozenset(_storage(t) for t in flatten_tensors(values))
+
+
+def settle_baseline_memory(device: torch.device, memory: BaselineMemory | None) -> None:
+    """What the baseline calls freed overwritten (where `memory` is set), then the device synchronised."""
+    if memory is not None:
+        memory.scrub()
+    synchronize(device)
 
 
 def _fill_storages_beyond_views(tensors: list[torch.Tensor]) -> None:
