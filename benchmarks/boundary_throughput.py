@@ -172,6 +172,8 @@ def timed_pass(ev, pairs, arm: str) -> dict:
     return {"arm": arm, **ARMS[arm], "evals_per_min": 60.0 * len(results) / wall_s, "wall_s": wall_s,
             "stage_median_s": stage_s, "rounds_median": rounds, "referee_median_ms": referee_medians(results),
             "region": region_notes(results),
+            "baseline_memory": next((r.environment["baseline_memory"] for r in timed
+                                     if "baseline_memory" in r.environment), ""),  # one job's: its scrubs
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "state": ev._workers.workers[0].boundary_state}  # fmt: skip
 
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    referee, median ms per job: {parts}", flush=True)
                     print(f"    moved per job (medians): {moved_line(row['referee_median_ms'])}; region "
                           f"{row['region']}", flush=True)
+                if row["baseline_memory"]:
+                    print(f"    baselines' memory (a job): {row['baseline_memory']}", flush=True)
     finally:
         for ev in open_arms.values():
             ev.close()

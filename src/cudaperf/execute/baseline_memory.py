@@ -161,9 +161,9 @@ class BaselineMemory:
         if not self.calls:
             return f"{head}; no baseline call scrubbed{self.note}"
         per = self.calls
-        return (f"{head}; {per} scrubs after baseline calls, {self.blocks / per:.1f} blocks and "
-                f"{self.nbytes / per / 1e6:.3f} MB each, {1e6 * self.seconds / per:.0f} us each (host time; "
-                f"the wait is the disposal's){self.note}")
+        return (f"{head}; {per} scrubs (one per settle of the baseline calls before a candidate call), "
+                f"{self.blocks / per:.1f} blocks and {self.nbytes / per / 1e6:.3f} MB each, "
+                f"{1e6 * self.seconds / per:.0f} us each (host time; the wait is the settle's){self.note}")
 
     # -- per mechanism ---------------------------------------------------------------------------
     def _enter(self) -> None:
