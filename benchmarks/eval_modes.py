@@ -324,6 +324,9 @@ def table(summary: dict, n: int) -> str:
     return "\n".join(lines)
 
 
+_NONE = {"n": 0, "median_abs": None, "max_abs": None}  # a schedule report without the records
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
@@ -396,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
               f"verdict changed {s['verdict_changed']}, gate wait {waits['shared']:.1f} s shared / "
               f"{waits['exclusive']:.1f} s exclusive; " + ", ".join(
                   f"{name} {d['n']} (median |ratio-1| {_pct(d['median_abs'])}, max {_pct(d['max_abs'])})"
-                  for name, d in (("carrier drift", s["drift"]), ("live anchor drift", s["live_drift"]))))
+                  for name, d in (("carrier drift", s["drift"]),
+                                  ("live reference against its carrier", s.get("anchor_offset", _NONE)),
+                                  ("live anchor drift from its reference", s["live_drift"]))))
         states = s.get("gate_state_s") or {}
         print("  the timed pass's GPU gate: " + ", ".join(f"{k} {v:.1f} s" for k, v in states.items()))
     for sid, outs in summary["differing"].items():

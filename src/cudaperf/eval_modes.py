@@ -21,10 +21,17 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    C tasks), interleaved, with the ranking budget (`budget_ms`, `warmup_ms`); the costly baselines
    (torch.compile, serial C) come from the cache into their `ConfigTiming` (`environment["baselines"]`
    says which were live and which cached). So the speedup against the anchor is measured live, as in the
-   default mode, and the anchor's drift from its cached median is watched on every candidate: past
-   `drift_tolerance` the task's next timed candidate is a carrier again, as is every `drift_every`-th
-   one and the first after `drift_max_age_s`; a carrier's fresh medians replace the cached ones and
-   their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
+   default mode, and the anchor's drift is watched on every candidate, like with like: the first
+   anchored candidate after a carrier sets the task's live reference (its anchor's median per
+   configuration, under the ranking budget; its ratio to the carrier's median, the two protocols'
+   offset, is recorded in `BaselineCache.anchor_offset`), and each later one's anchor is compared with
+   that reference; when the median over the task's configurations of those ratios is past
+   `drift_tolerance` either way, the task's next timed candidate is a carrier again, as is every
+   `drift_every`-th one and the first after `drift_max_age_s`; a carrier's fresh medians replace the
+   cached ones and their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
+   Why not the carrier's own anchor median: the anchor timed by the two protocols differs by more than
+   the tolerance on small configurations (on the H200, session 20: 29 of 69 anchored candidates, ratios
+   0.70 to 1.44), so every other timed candidate of a task would have carried.
 4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds), and no empty
    function timed beside them (`TimingConfig.overhead` off: one call fewer per round, `overhead_ms` None;
    it is shown beside the times, never subtracted, so no figure changes). The 95% confidence interval of a
@@ -54,6 +61,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,10 +106,12 @@ class RlSettings:
     live_anchor: bool = True
     """Time the cheap baseline (eager; the naive CUDA port for C tasks) live with every candidate, with
     the ranking budget: its speedup is then measured interleaved, as in the default mode, and its drift
-    from the cached value is watched on every candidate."""
+    from the task's live reference (the first anchored candidate's after the carrier) is watched on every
+    candidate."""
     drift_tolerance: float = 0.10
-    """A live anchor this far from its cached median (relative, either way) makes the task's next timed
-    candidate a carrier, so the cached baselines are timed again."""
+    """Live anchors this far from the task's live reference (relative, either way; the median over its
+    configurations) make the task's next timed candidate a carrier, so the cached baselines are timed
+    again."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -276,7 +286,9 @@ class CachedBaselines:
 @dataclass(frozen=True)
 class BaselineDrift:
     """One baseline timed again while cached: by a later carrier (`live` False), or as the live anchor of
-    a candidate timed with the ranking budget (`live` True); its cached median and the fresh one."""
+    a candidate timed with the ranking budget (`live` True); the median it is compared with (`cached_ms`:
+    the carrier's, or for a live anchor after the task's first, the live reference: `reference`) and the
+    fresh one."""
 
     task_id: str
     config: str
@@ -285,6 +297,7 @@ class BaselineDrift:
     fresh_ms: float
     age_s: float  # how long the cached value had been in use
     live: bool = False
+    reference: str = "carrier"  # what `cached_ms` is: "carrier" (its median) or "live" (the live reference)
 
     @property
     def ratio(self) -> float:
@@ -325,7 +338,9 @@ class _Entry:
     timed_at: float
     carrier_id: str
     uses: int = 0
-    stale: bool = False  # a live anchor drifted past the tolerance: the next timed candidate carries
+    stale: bool = False  # the live anchors drifted past the tolerance: the next timed candidate carries
+    live_reference: dict[str, float] | None = None  # per configuration: the first anchored candidate's
+    # live anchor median after the carrier, what later live anchors are compared with
 
 
 class BaselineCache:
@@ -334,12 +349,14 @@ class BaselineCache:
     `plan(task, timing)` decides whether the next timed candidate of `task` is a carrier; a carrier's
     `settle(task, solution_id, result)` keeps its baselines (and returns the drift against the values they
     replace), or, for a result without them, lets the next candidate carry. An anchored candidate's
-    `observe(task, result, anchor)` compares its live anchor with the cached one (drift past
-    `drift_tolerance` makes the next timed candidate a carrier); `lookup(task)` gives the cached
-    baselines. While a carrier of a task is in flight, `plan` for that task waits for it to settle (the
-    timed passes are serialised anyway), so one task is never timed by two carriers at once. Keyed by task
-    id and a hash of the task's text, configurations and declaration, so two tasks sharing an id never
-    share baselines. `drift` keeps the carriers' records and the last `LIVE_DRIFT_KEPT` live ones."""
+    `observe(task, result, anchor)` sets the task's live reference (the first after a carrier) or compares
+    its live anchor with it (drift past `drift_tolerance`, the median over configurations, makes the next
+    timed candidate a carrier); `lookup(task)` gives the cached baselines. While a carrier of a task is in
+    flight, `plan` for that task waits for it to settle (the timed passes are serialised anyway), so one
+    task is never timed by two carriers at once. Keyed by task id and a hash of the task's text,
+    configurations and declaration, so two tasks sharing an id never share baselines. `drift` keeps the
+    carriers' records, `anchor_offset` the live references' against their carriers and `live_drift` the
+    last `LIVE_DRIFT_KEPT` live anchors' against their reference."""
 
     LIVE_DRIFT_KEPT = 10_000
 
@@ -351,6 +368,7 @@ class BaselineCache:
         self._pending: set[tuple[str, str]] = set()  # tasks whose carrier is in flight
         self.drift: list[BaselineDrift] = []
         self.live_drift: collections.deque[BaselineDrift] = collections.deque(maxlen=self.LIVE_DRIFT_KEPT)
+        self.anchor_offset: collections.deque[BaselineDrift] = collections.deque(maxlen=self.LIVE_DRIFT_KEPT)
 
     @staticmethod
     def key(task: Task) -> tuple[str, str]:
@@ -403,7 +421,9 @@ class BaselineCache:
         return drift
 
     def observe(self, task: Task, result: EvalResult, anchor: str | None) -> list[BaselineDrift]:
-        """An anchored candidate's live anchor against the cached one, per configuration; past
+        """An anchored candidate's live anchor, per configuration: the first after a carrier becomes the
+        task's live reference (returned against the carrier's median, `reference="carrier"`); a later one
+        is compared with that reference, and when the median of its ratios over the configurations is past
         `drift_tolerance` either way, the task's next timed candidate carries."""
         if anchor is None or result.outcome is not Outcome.CORRECT:
             return []
@@ -412,10 +432,16 @@ class BaselineCache:
             entry = self._entries.get(self.key(task))
             if entry is None:
                 return []
-            drift = [d for d in _drift(task.task_id, entry.by_config, _baselines_of(result.timings),
-                                       now - entry.timed_at, live=True) if d.baseline == anchor]
+            offset = [d for d in _drift(task.task_id, entry.by_config, _baselines_of(result.timings),
+                                        now - entry.timed_at, live=True) if d.baseline == anchor]
+            if entry.live_reference is None:
+                entry.live_reference = {d.config: d.fresh_ms for d in offset}
+                self.anchor_offset.extend(offset)
+                return offset
+            drift = [dataclasses.replace(d, cached_ms=entry.live_reference[d.config], reference="live")
+                     for d in offset if d.config in entry.live_reference]
             self.live_drift.extend(drift)
-            if any(abs(d.ratio - 1) > self.settings.drift_tolerance for d in drift):
+            if drift and abs(statistics.median(d.ratio for d in drift) - 1) > self.settings.drift_tolerance:
                 entry.stale = True
         return drift
 
@@ -551,9 +577,10 @@ class RlScheduler:
             return timed
         if plan.anchor is not None:
             live = self.baselines.observe(task, timed, plan.anchor)
-            if live:
+            if live:  # against the carrier for the task's live reference, else against that reference
                 ratios = {d.config: round(d.ratio, 4) for d in live}
-                notes["anchor_drift"] = json.dumps(ratios, sort_keys=True)
+                key = "anchor_offset" if live[0].reference == "carrier" else "anchor_drift"
+                notes[key] = json.dumps(ratios, sort_keys=True)
         found = self.baselines.lookup(task) if plan.why == "anchored" else None
         if found is None or not timed.timings:
             notes["baselines"] = plan.why
@@ -577,11 +604,13 @@ class RlScheduler:
             self.counts[what] += 1
 
     def report(self) -> dict[str, Any]:
-        """What the schedule did so far: passes, carriers, gate waits, drift (carriers' re-timings and the
-        live anchors', each as a count, the median and largest |ratio - 1|, and the records)."""
+        """What the schedule did so far: passes, carriers, gate waits, drift (carriers' re-timings, the
+        live references' offsets from their carriers and the live anchors' drift from their reference,
+        each as a count, the median and largest |ratio - 1|, and the records)."""
         out = {**self.counts, "gate_wait_s": dict(self.gate.wait_s), "gate_state_s": self.gate.states()}
         cache = self.baselines
-        for name, records in (("drift", list(cache.drift)), ("live_drift", list(cache.live_drift))):
+        for name, records in (("drift", list(cache.drift)), ("anchor_offset", list(cache.anchor_offset)),
+                              ("live_drift", list(cache.live_drift))):
             ratios = sorted(abs(d.ratio - 1) for d in records)
             out[name] = {"n": len(ratios), "median_abs": ratios[len(ratios) // 2] if ratios else None,
                          "max_abs": ratios[-1] if ratios else None,

@@ -229,15 +229,77 @@ def test_when_the_anchor_is_the_only_baseline_nothing_is_cached():
     assert [(p.carrier, p.why, p.timing.baselines) for p in plans] == [(False, "live only", ("eager",))] * 2
 
 
-def test_a_live_anchor_past_the_tolerance_makes_the_next_candidate_carry():
-    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+def _anchored(cache: BaselineCache, carrier_eager_ms: float = 2.0) -> str:
+    """A task carried with eager at `carrier_eager_ms`; returns the anchor later candidates time."""
     cache.plan(_task(), FULL)
-    cache.settle(_task(), "carrier", _carried(eager_ms=2.0))
-    plan = cache.plan(_task(), FULL)
-    near = cache.observe(_task(), _carried(eager_ms=2.1), plan.anchor)
-    assert not cache.plan(_task(), FULL).carrier and {d.baseline for d in near} == {"eager"}
-    cache.observe(_task(), _carried(eager_ms=2.5), plan.anchor)
+    cache.settle(_task(), "carrier", _carried(eager_ms=carrier_eager_ms))
+    return cache.plan(_task(), FULL).anchor
+
+
+def _live(small_ms: float, large_ms: float) -> EvalResult:
+    """An anchored candidate's result: its live eager per configuration."""
+    live = (("small", small_ms), ("large", large_ms))
+    return EvalResult("t", "live", Outcome.CORRECT,
+                      timings=tuple(ConfigTiming(c, _timing(1.0), eager=_timing(ms)) for c, ms in live))
+
+
+def test_the_first_live_anchor_sets_the_reference_and_records_its_offset_from_the_carrier():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+    anchor = _anchored(cache, carrier_eager_ms=2.0)
+    first = cache.observe(_task(), _live(2.6, 2.6), anchor)
+    assert {(d.config, d.reference, round(d.ratio, 3)) for d in first} == {("small", "carrier", 1.3),
+                                                                         ("large", "carrier", 1.3)}
+    assert len(cache.anchor_offset) == 2 and not cache.live_drift
+
+
+def test_an_offset_between_the_protocols_alone_makes_no_candidate_carry():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+    anchor = _anchored(cache, carrier_eager_ms=2.0)
+    for small in (2.6, 2.7, 2.5, 2.65, 2.55):  # 25-35% above the carrier's median, within 10% of each other
+        cache.observe(_task(), _live(small, 2.6), anchor)
+        assert not cache.plan(_task(), FULL).carrier
+
+
+def test_live_anchors_past_the_tolerance_of_the_reference_make_the_next_candidate_carry():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+    anchor = _anchored(cache)
+    cache.observe(_task(), _live(2.0, 2.0), anchor)
+    near = cache.observe(_task(), _live(2.1, 2.1), anchor)
+    assert not cache.plan(_task(), FULL).carrier
+    assert {(d.baseline, d.reference) for d in near} == {("eager", "live")}
+    cache.observe(_task(), _live(2.5, 2.5), anchor)
     assert cache.plan(_task(), FULL).why == "drift" and len(cache.live_drift) == 4
+
+
+def test_one_configuration_past_the_tolerance_is_not_drift_of_the_task():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1))
+    configs = ("small", "odd", "large")
+    task = Task("t", TaskKind.PYTORCH, "class Model: pass", tuple(InputConfig(c) for c in configs))
+    cache.plan(task, FULL)
+    carried = EvalResult("t", "carrier", Outcome.CORRECT, timings=tuple(
+        ConfigTiming(c, _timing(1.0), eager=_timing(2.0), compiled=_timing(1.0)) for c in configs))
+    cache.settle(task, "carrier", carried)
+    anchor = cache.plan(task, FULL).anchor
+
+    def live(small_ms: float) -> EvalResult:
+        return EvalResult("t", "live", Outcome.CORRECT, timings=tuple(
+            ConfigTiming(c, _timing(1.0), eager=_timing(small_ms if c == "small" else 2.0))
+            for c in configs))
+
+    cache.observe(task, live(2.0), anchor)
+    cache.observe(task, live(2.6), anchor)  # the small configuration alone 30% off: the median is not
+    assert not cache.plan(task, FULL).carrier
+
+
+def test_a_new_carrier_makes_the_next_live_anchor_the_reference_again():
+    cache = BaselineCache(RlSettings(drift_tolerance=0.1, drift_every=2))
+    anchor = _anchored(cache)
+    cache.observe(_task(), _live(2.0, 2.0), anchor)
+    cache.plan(_task(), FULL)
+    assert cache.plan(_task(), FULL).carrier  # the drift check
+    cache.settle(_task(), "again", _carried(eager_ms=3.0))
+    again = cache.observe(_task(), _live(3.9, 3.9), cache.plan(_task(), FULL).anchor)
+    assert {d.reference for d in again} == {"carrier"} and not cache.plan(_task(), FULL).carrier
 
 
 def test_the_ranking_budget_never_exceeds_the_configured_one():
@@ -377,7 +439,7 @@ def test_an_anchored_candidate_gets_the_carriers_costly_baselines_and_its_own_an
     result = scheduler.finish(_task(), _Sol("second"), None, None)
     assert fake.passes[3][1] == ("eager",) and result.speedup_vs_compile == pytest.approx(2.0)
     assert result.environment["baselines"].startswith("eager live, cached from first")
-    assert json.loads(result.environment["anchor_drift"]) == {"small": 1.0, "large": 1.0}
+    assert json.loads(result.environment["anchor_offset"]) == {"small": 1.0, "large": 1.0}
 
 
 def test_with_timing_off_every_candidate_gets_one_pass():
