@@ -3,14 +3,16 @@ the GPU (where minutes are scarce) before trying it.
 
 W workers each take a candidate, check it holding the gate shared (C seconds, log-normal around the
 median), then, if it is correct (probability p), time it holding the gate exclusively (T seconds), then
-spend O seconds outside the gate before the next. Policies: "writers-first" (`eval_modes.GpuGate`: once a
-timed pass waits, no new check starts) and "batch" (a waiting timed pass closes the gate to new checks only
-once k of them wait, the oldest has waited tau seconds, or no check is left to run). Printed: evaluations
-per minute, median over seeds, for a grid of W, C, T and policies. Not modelled: carriers (a task's first
-timed candidate times every baseline: seconds), checks slowing each other down as more run at once, the
-parent's own time (its GIL), builds.
+spend O seconds outside the gate before the next; a timed candidate is a carrier (a task's baselines
+all timed again: K seconds instead of T) with probability q. Policies: "writers-first"
+(`eval_modes.GpuGate`: once a timed pass waits, no new check starts) and "batch" (a waiting timed pass
+closes the gate to new checks only once k of them wait, the oldest has waited tau seconds, or no check
+is left to run). Printed: evaluations per minute, median over seeds, for a grid of W, C, T and policies
+(`--carriers`: of W and q, writers first). Not modelled: checks slowing each other down as more run at
+once, the parent's own time (its GIL), builds.
 
     python benchmarks/rl_gate_model.py            # the H200's session-20 figures: C 0.49 s, T 0.2 s, p 0.65
+    python benchmarks/rl_gate_model.py --carriers # K 1.4 s (a carrier's timing stage, default mode, s20)
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Model:
     timed_s: float = 0.2
     correct: float = 0.65
     outside_s: float = 0.03
+    carrier_p: float = 0.0  # the share of timed candidates that are carriers
+    carrier_s: float = 1.4  # a carrier's timed pass (the default mode's timing stage on the H200, s20)
     policy: str = "writers-first"
     batch: int = 2
     max_wait_s: float = 0.3
@@ -37,7 +41,9 @@ class Model:
 def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
     """Evaluations per minute of one simulated batch."""
     rng = random.Random(seed)
-    jobs = [(m.check_s * rng.lognormvariate(0, 0.4), rng.random() < m.correct) for _ in range(candidates)]
+    jobs = [(m.check_s * rng.lognormvariate(0, 0.4), rng.random() < m.correct,
+             m.carrier_s if m.carrier_p and rng.random() < m.carrier_p else m.timed_s)
+            for _ in range(candidates)]
     events: list[tuple[float, int, str, int]] = []
     counter = [0]
 
@@ -45,7 +51,7 @@ def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
         counter[0] += 1
         heapq.heappush(events, (at, counter[0], kind, worker))
 
-    job_of: dict[int, tuple[float, bool]] = {}
+    job_of: dict[int, tuple[float, bool, float]] = {}
     to_check: list[int] = []
     waiting: list[tuple[float, int]] = []
     readers, writing, taken, now = 0, False, 0, 0.0
@@ -69,7 +75,7 @@ def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
         if not writing and waiting and readers == 0 and (closed or not to_check):
             _, timer = waiting.pop(0)
             writing = True
-            push(now + m.timed_s, "timed", timer)
+            push(now + job_of[timer][2], "timed", timer)
         if not writing and not closed:
             for checker in to_check:
                 readers += 1
@@ -94,7 +100,10 @@ def _closed(m: Model, waiting: list, now: float, checks_left: int, push) -> bool
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--carriers", action="store_true", help="the table of carrier shares instead")
     args = parser.parse_args(argv)
+    if args.carriers:
+        return carriers_table(args.seeds)
     print("| workers | check s | timed s | policy | evaluations/min |\n|---|---|---|---|---|")
     for check_s in (0.49, 0.3):
         for timed_s in (0.2, 0.1):
@@ -104,6 +113,17 @@ def main(argv: list[str] | None = None) -> int:
                     rate = statistics.median(simulate(m, seed=s) for s in range(args.seeds))
                     name = policy if policy == "writers-first" else f"batch k={batch} tau={wait}s"
                     print(f"| {workers} | {check_s} | {timed_s} | {name} | {rate:.0f} |")
+    return 0
+
+
+def carriers_table(seeds: int) -> int:
+    """Evaluations per minute against the share of timed candidates that carry: 0, and the shares the
+    two drift rules give on session 20's live anchors replayed (benchmarks/results/cpu-2026-12-05-s22/)."""
+    print("| workers | carriers, share of timed candidates | evaluations/min |\n|---|---|---|")
+    for workers in (4, 8):
+        for share in (0.0, 0.057, 0.40):
+            rate = statistics.median(simulate(Model(workers, carrier_p=share), seed=s) for s in range(seeds))
+            print(f"| {workers} | {share:.3f} | {rate:.0f} |")
     return 0
 
 

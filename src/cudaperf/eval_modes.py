@@ -26,7 +26,9 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    configuration, under the ranking budget; its ratio to the carrier's median, the two protocols'
    offset, is recorded in `BaselineCache.anchor_offset`), and each later one's anchor is compared with
    that reference; when the median over the task's configurations of those ratios is past
-   `drift_tolerance` either way, the task's next timed candidate is a carrier again, as is every
+   `drift_tolerance` on the same side for two anchored candidates in a row (one alone is within the
+   ranking budget's spread between candidates: ~10% on small configurations), the task's next timed
+   candidate is a carrier again, as is every
    `drift_every`-th one and the first after `drift_max_age_s`; a carrier's fresh medians replace the
    cached ones and their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
    Why not the carrier's own anchor median: the anchor timed by the two protocols differs by more than
@@ -109,9 +111,9 @@ class RlSettings:
     from the task's live reference (the first anchored candidate's after the carrier) is watched on every
     candidate."""
     drift_tolerance: float = 0.10
-    """Live anchors this far from the task's live reference (relative, either way; the median over its
-    configurations) make the task's next timed candidate a carrier, so the cached baselines are timed
-    again."""
+    """Live anchors this far from the task's live reference (relative; the median over its
+    configurations), on the same side for two anchored candidates in a row, make the task's next timed
+    candidate a carrier, so the cached baselines are timed again."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -341,6 +343,7 @@ class _Entry:
     stale: bool = False  # the live anchors drifted past the tolerance: the next timed candidate carries
     live_reference: dict[str, float] | None = None  # per configuration: the first anchored candidate's
     # live anchor median after the carrier, what later live anchors are compared with
+    last_side: int = 0  # the last anchored candidate's drift: -1 below the tolerance, +1 above, 0 within
 
 
 class BaselineCache:
@@ -349,14 +352,15 @@ class BaselineCache:
     `plan(task, timing)` decides whether the next timed candidate of `task` is a carrier; a carrier's
     `settle(task, solution_id, result)` keeps its baselines (and returns the drift against the values they
     replace), or, for a result without them, lets the next candidate carry. An anchored candidate's
-    `observe(task, result, anchor)` sets the task's live reference (the first after a carrier) or compares
-    its live anchor with it (drift past `drift_tolerance`, the median over configurations, makes the next
-    timed candidate a carrier); `lookup(task)` gives the cached baselines. While a carrier of a task is in
-    flight, `plan` for that task waits for it to settle (the timed passes are serialised anyway), so one
-    task is never timed by two carriers at once. Keyed by task id and a hash of the task's text,
-    configurations and declaration, so two tasks sharing an id never share baselines. `drift` keeps the
-    carriers' records, `anchor_offset` the live references' against their carriers and `live_drift` the
-    last `LIVE_DRIFT_KEPT` live anchors' against their reference."""
+    `observe(task, result, anchor)` sets the task's live reference (the first after a carrier) or
+    compares its live anchor with it (drift past `drift_tolerance`, the median over configurations, on
+    the same side twice in a row, makes the next timed candidate a carrier); `lookup(task)` gives the
+    cached baselines. While a carrier of a task is in flight, `plan` for that task waits for it to settle
+    (the timed passes are serialised anyway), so one task is never timed by two carriers at once. Keyed
+    by task id and a hash of the task's text, configurations and declaration, so two tasks sharing an id
+    never share baselines. `drift` keeps the carriers' records, `anchor_offset` the live references'
+    against their carriers and `live_drift` the last `LIVE_DRIFT_KEPT` live anchors' against their
+    reference."""
 
     LIVE_DRIFT_KEPT = 10_000
 
@@ -424,7 +428,7 @@ class BaselineCache:
         """An anchored candidate's live anchor, per configuration: the first after a carrier becomes the
         task's live reference (returned against the carrier's median, `reference="carrier"`); a later one
         is compared with that reference, and when the median of its ratios over the configurations is past
-        `drift_tolerance` either way, the task's next timed candidate carries."""
+        `drift_tolerance` on the same side as the last one's, the task's next timed candidate carries."""
         if anchor is None or result.outcome is not Outcome.CORRECT:
             return []
         now = self._clock()
@@ -441,8 +445,10 @@ class BaselineCache:
             drift = [dataclasses.replace(d, cached_ms=entry.live_reference[d.config], reference="live")
                      for d in offset if d.config in entry.live_reference]
             self.live_drift.extend(drift)
-            if drift and abs(statistics.median(d.ratio for d in drift) - 1) > self.settings.drift_tolerance:
-                entry.stale = True
+            if drift:
+                side = _side(statistics.median(d.ratio for d in drift), self.settings.drift_tolerance)
+                entry.stale = entry.stale or (side != 0 and side == entry.last_side)
+                entry.last_side = side
         return drift
 
     def lookup(self, task: Task) -> tuple[dict[str, CachedBaselines], str, float] | None:
@@ -456,6 +462,11 @@ class BaselineCache:
 
 def _baselines_of(timings: tuple[ConfigTiming, ...]) -> dict[str, CachedBaselines]:
     return {t.config: CachedBaselines(t.eager, t.compiled, dict(t.baselines)) for t in timings}
+
+
+def _side(ratio: float, tolerance: float) -> int:
+    """-1 when `ratio` is below 1 by more than `tolerance`, +1 above it by more, else 0."""
+    return 0 if abs(ratio - 1) <= tolerance else (1 if ratio > 1 else -1)
 
 
 def _drift(task_id: str, old: dict[str, CachedBaselines], fresh: dict[str, CachedBaselines],
