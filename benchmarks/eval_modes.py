@@ -238,6 +238,8 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "messages": {r.solution_id: r.message[:200] for r in results if r.outcome.value != "correct"},
             "speedups": {r.solution_id: r.speedups for r in results if r.speedups},
+            "through_anchor": {r.solution_id: json.loads(r.environment["speedups_through_anchor"])
+                               for r in results if "speedups_through_anchor" in r.environment},
             "ci95_rel_median": _median([c for c in cis if c is not None]),
             "samples_median": _median([t.candidate.n_samples for r in results for t in r.timings]),
             "timing_s_median": _median([r.stage_durations_s.get("timing") for r in results
@@ -284,6 +286,29 @@ def repeatability(rows: list[dict]) -> dict:
             "per_baseline": {k: _median(v) for k, v in sorted(per_baseline.items())}}
 
 
+def against_default(rl_rows: list[dict], default_rows: list[dict]) -> dict:
+    """The RL mode's speedups against cached baselines held against the default mode's (every baseline
+    live there), pairing every RL run with every default run: median |rl / default - 1| for the speedup
+    as the RL mode reports it (the carrier's median over this pass's) and chained through the live
+    anchor (`eval_modes.through_anchor`), and the median signed ratio of each."""
+    direct, chained = [], []
+    for rl in rl_rows:
+        for sid, through in rl.get("through_anchor", {}).items():
+            for default in default_rows:
+                for name, value in through.items():
+                    ref = default["speedups"].get(sid, {}).get(name)
+                    reported = rl["speedups"].get(sid, {}).get(name)
+                    if ref and reported:
+                        direct.append(reported / ref)
+                        chained.append(value / ref)
+    return {"pairs": len(direct), "reported": _ratio_figures(direct),
+            "through_anchor": _ratio_figures(chained)}
+
+
+def _ratio_figures(ratios: list[float]) -> dict:
+    return {"median_abs_delta": _median([abs(r - 1) for r in ratios]), "median_ratio": _median(ratios)}
+
+
 def _arm(row: dict) -> str:
     return row.get("arm", row["mode"])
 
@@ -303,6 +328,8 @@ def summarise(rows: list[dict]) -> dict:
     if rl and "default" in out:  # the RL arm that got the most through, against the default mode
         best = max(rl, key=lambda n: out[n]["evals_per_min"] or 0.0)
         out["rl_vs_default"] = out[best]["evals_per_min"] / out["default"]["evals_per_min"]
+    defaults = [r for r in rows if _arm(r) == "default"]
+    out["against_default"] = {n: against_default([r for r in rows if _arm(r) == n], defaults) for n in rl}
     ids = rows[0]["outcomes"]
     out["differing"] = {sid: [r["outcomes"].get(sid) for r in rows] for sid in ids
                         if len({r["outcomes"].get(sid) for r in rows}) > 1}
@@ -404,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
                                   ("live anchor drift from its reference", s["live_drift"]))))
         states = s.get("gate_state_s") or {}
         print("  the timed pass's GPU gate: " + ", ".join(f"{k} {v:.1f} s" for k, v in states.items()))
+    for arm, a in summary.get("against_default", {}).items():
+        print(f"{arm} speedups against cached baselines vs the default mode's ({a['pairs']} pairs): as "
+              f"reported |Δ| {_pct(a['reported']['median_abs_delta'])} (ratio "
+              f"{_num(a['reported']['median_ratio'])}), through the anchor |Δ| "
+              f"{_pct(a['through_anchor']['median_abs_delta'])} "
+              f"(ratio {_num(a['through_anchor']['median_ratio'])})")
     for sid, outs in summary["differing"].items():
         print(f"  differs: {sid}: {outs}")
     write_result(args.out, {"rows": rows, "summary": summary, "candidates": kinds,

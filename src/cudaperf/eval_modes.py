@@ -75,7 +75,7 @@ from cudaperf.jobs import TimingConfig
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
 
 __all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
-           "RlSettings", "TimingPlan", "fill_timings", "median_ci95_rel", "timed_baselines"]
+           "RlSettings", "TimingPlan", "fill_timings", "median_ci95_rel", "through_anchor", "timed_baselines"]
 
 
 class EvalMode(str, Enum):
@@ -480,6 +480,30 @@ def _drift(task_id: str, old: dict[str, CachedBaselines], fresh: dict[str, Cache
     return out
 
 
+def through_anchor(timings: tuple[ConfigTiming, ...], cached: dict[str, CachedBaselines],
+                   anchor: str) -> dict[str, float]:
+    """An anchored candidate's speedup against each cached baseline, chained through the anchor: per
+    configuration (cached baseline / cached anchor, both the carrier's) x (live anchor / candidate, both
+    this pass's), each factor a ratio of two functions timed interleaved; the geometric mean over the
+    configurations. Recorded beside the speedups (which divide the carrier's median by this pass's, across
+    the two protocols: `environment["speedups_through_anchor"]`) for `benchmarks/eval_modes.py` to hold
+    both against the default mode's."""
+    per_baseline: dict[str, list[float]] = collections.defaultdict(list)
+    for t in timings:
+        carried = cached.get(t.config)
+        live = t.eager if anchor == "eager" else t.baselines.get(anchor)
+        if carried is None or live is None or not t.candidate.median_ms > 0:
+            continue
+        medians = carried.medians_ms()
+        if not medians.get(anchor, 0) > 0:
+            continue
+        for name, ms in medians.items():
+            if name != anchor:
+                per_baseline[name].append(ms / medians[anchor] * live.median_ms / t.candidate.median_ms)
+    return {name: math.exp(statistics.fmean(math.log(v) for v in values))
+            for name, values in sorted(per_baseline.items()) if all(v > 0 for v in values)}
+
+
 def fill_timings(timings: tuple[ConfigTiming, ...],
                  cached: dict[str, CachedBaselines]) -> tuple[ConfigTiming, ...]:
     """The candidate's timings with the cached baselines of each configuration; a baseline the job timed
@@ -599,6 +623,10 @@ class RlScheduler:
         cached, carrier, age_s = found
         live_text = f"{plan.anchor} live, " if plan.anchor else ""
         notes["baselines"] = f"{live_text}cached from {carrier} ({age_s:.0f} s old)"
+        chained = through_anchor(timed.timings, cached, plan.anchor) if plan.anchor else {}
+        if chained:
+            notes["speedups_through_anchor"] = json.dumps({k: round(v, 4) for k, v in chained.items()},
+                                                          sort_keys=True)
         return self._fill(timed, cached)
 
     def _hold(self, mode: Callable[[], contextlib.AbstractContextManager[None]], waits: list[float]) -> Hold:

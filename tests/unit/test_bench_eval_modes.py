@@ -61,3 +61,14 @@ def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_
             {**_row("rl", 2.0), "arm": "rl-w8", "evals_per_min": 75.0}]
     summary = summarise(rows)
     assert summary["arms"] == ["default", "rl-w4", "rl-w8"] and summary["rl_vs_default"] == 3.0
+
+
+def test_speedups_against_cached_baselines_are_held_against_the_default_modes_both_ways():
+    from eval_modes import against_default
+
+    rl = {"speedups": {"s": {"compile": 0.9, "eager": 2.0}}, "through_anchor": {"s": {"compile": 1.05}}}
+    default = {"speedups": {"s": {"compile": 1.0, "eager": 2.0}}}
+    got = against_default([rl], [default, default])
+    assert got["pairs"] == 2
+    assert got["reported"]["median_ratio"] == pytest.approx(0.9)
+    assert got["through_anchor"]["median_abs_delta"] == pytest.approx(0.05)

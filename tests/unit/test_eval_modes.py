@@ -20,6 +20,7 @@ from cudaperf.eval_modes import (
     RlSettings,
     fill_timings,
     median_ci95_rel,
+    through_anchor,
     timed_baselines,
 )
 from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig, with_cached_baselines
@@ -314,6 +315,21 @@ def test_a_new_carrier_makes_the_next_live_anchor_the_reference_again():
     assert {d.reference for d in again} == {"carrier"} and not cache.plan(_task(), FULL).carrier
 
 
+def test_a_speedup_through_the_anchor_chains_two_interleaved_ratios_per_configuration():
+    cached = {"small": CachedBaselines(eager=_timing(2.0), compiled=_timing(1.0)),
+              "large": CachedBaselines(eager=_timing(8.0), compiled=_timing(2.0))}
+    live = (ConfigTiming("small", _timing(0.5), eager=_timing(2.5)),
+            ConfigTiming("large", _timing(1.0), eager=_timing(8.0)))
+    # small: (1.0 / 2.0) x (2.5 / 0.5) = 2.5; large: (2.0 / 8.0) x (8.0 / 1.0) = 2.0; geometric mean sqrt(5)
+    assert through_anchor(live, cached, "eager") == {"compile": pytest.approx(5 ** 0.5)}
+
+
+def test_a_c_task_chains_its_serial_baseline_through_the_naive_port():
+    cached = {"n": CachedBaselines(baselines={"serial_c": _timing(40.0), "naive_cuda": _timing(4.0)})}
+    live = (ConfigTiming("n", _timing(1.0), baselines={"naive_cuda": _timing(5.0)}),)
+    assert through_anchor(live, cached, "naive_cuda") == {"serial_c": pytest.approx(50.0)}
+
+
 def test_the_ranking_budget_never_exceeds_the_configured_one():
     cache = BaselineCache(RlSettings(budget_ms=50.0))
     small = TimingConfig(budget_ms=5.0, warmup_ms=1.0)
@@ -452,6 +468,7 @@ def test_an_anchored_candidate_gets_the_carriers_costly_baselines_and_its_own_an
     assert fake.passes[3][1] == ("eager",) and result.speedup_vs_compile == pytest.approx(2.0)
     assert result.environment["baselines"].startswith("eager live, cached from first")
     assert json.loads(result.environment["anchor_offset"]) == {"small": 1.0, "large": 1.0}
+    assert json.loads(result.environment["speedups_through_anchor"]) == {"compile": pytest.approx(2.0)}
 
 
 def test_with_timing_off_every_candidate_gets_one_pass():
