@@ -17,6 +17,7 @@
 #   and 8 workers and with 8 at a 5 ms budget: ~360 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append
 #   for a 2nd call)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
+#   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
@@ -113,6 +114,8 @@ run_step() {
     repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
     flush-state) step flush-state 120 python3 benchmarks/flush_state.py --out "$OUT/flush_state.json" ;;
     lead-probe) step lead-probe 120 python3 benchmarks/lead_probe.py --out "$OUT/lead_probe.json" ;;
+    # why the RL mode's live anchor differs from its carrier's (eager under four protocols, ~60 s)
+    anchor-probe) step anchor-probe 180 python3 benchmarks/anchor_protocol_probe.py --out "$OUT/anchor_probe.json" ;;
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
