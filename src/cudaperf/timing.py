@@ -106,7 +106,7 @@ class Disposed(NamedTuple):
     """A function to time whose every output goes to `dispose(output)` after its clock stopped and its
     re-check (if any) is done, before the next call of any function; `settle()` (if given) runs before
     the next call of a function that is not `Disposed`, and at the end, after one or more disposals
-    (module docstring). `Disposed` functions sharing one `settle` (the same object) settle together. The
+    (module docstring). `Disposed` functions sharing one `settle` (equal callables) settle together. The
     bench calls `fn` itself inside the timed window: the wrapper adds no work there."""
 
     fn: Fn
@@ -589,7 +589,7 @@ class _Run:
             self.dispose_ns += _now_ns() - began
             self.disposals += 1
             settle = self.settlers.get(name)
-            if settle is not None and not any(settle is owed for owed in self.unsettled):
+            if settle is not None and settle not in self.unsettled:  # equal: a bound method made twice
                 self.unsettled.append(settle)
 
     def settle(self) -> None:

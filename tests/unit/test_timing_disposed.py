@@ -160,3 +160,18 @@ def test_settling_is_outside_the_timed_window():
                                       min_reps=10, max_reps=10)
     assert report.timings["candidate"].median_ms < 2.0, report.timings["candidate"]
     assert report.dispose_ms >= 5.0 * report.settles and report.settles >= 10
+
+
+def test_a_settle_given_as_a_bound_method_twice_is_one_settle():
+    class Owner:
+        settled = 0
+
+        def settle(self):
+            self.settled += 1
+
+    owner, log = Owner(), []
+    fns = {"candidate": lambda inputs: inputs[0],
+           "eager": Disposed(lambda inputs: inputs[0] * 2, log.append, owner.settle),
+           "compile": Disposed(lambda inputs: inputs[0] * 3, log.append, owner.settle)}  # a new bound method
+    report = bench_interleaved_report(fns, _sets(), budget_ms=1, warmup_ms=0.5, measure_overhead=False)
+    assert owner.settled == report.settles and report.disposals > 1.5 * report.settles
