@@ -28,12 +28,12 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    that reference; when the median over the task's configurations of those ratios is past
    `drift_tolerance` on the same side for two anchored candidates in a row (one alone is within the
    ranking budget's spread between candidates: ~10% on small configurations), the task's next timed
-   candidate is a carrier again, as is every
-   `drift_every`-th one and the first after `drift_max_age_s`; a carrier's fresh medians replace the
-   cached ones and their ratios are recorded (`BaselineCache.drift`, and `live_drift` for the anchors).
-   Why not the carrier's own anchor median: the anchor timed by the two protocols differs by more than
-   the tolerance on small configurations (on the H200, session 20: 29 of 69 anchored candidates, ratios
-   0.70 to 1.44), so every other timed candidate of a task would have carried.
+   candidate is a carrier again, as is every `drift_every`-th one and the first after
+   `drift_max_age_s`; a carrier's fresh medians replace the cached ones and their ratios are recorded
+   (`BaselineCache.drift`, and `live_drift` for the anchors). Why not the carrier's own anchor median:
+   the anchor timed by the two protocols differs by more than the tolerance on small configurations (on
+   the H200, session 20: ratios 0.70 to 1.44; 32 of 47 anchored candidates past it), so about every
+   other timed candidate of a task would have carried.
 4. The ranking budget: fewer samples per candidate (the bench's minimum is 10 rounds), and no empty
    function timed beside them (`TimingConfig.overhead` off: one call fewer per round, `overhead_ms` None;
    it is shown beside the times, never subtracted, so no figure changes). The 95% confidence interval of a
@@ -439,8 +439,9 @@ class BaselineCache:
             offset = [d for d in _drift(task.task_id, entry.by_config, _baselines_of(result.timings),
                                         now - entry.timed_at, live=True) if d.baseline == anchor]
             if entry.live_reference is None:
-                entry.live_reference = {d.config: d.fresh_ms for d in offset}
-                self.anchor_offset.extend(offset)
+                if offset:  # no configuration with both anchors: the next candidate may set it
+                    entry.live_reference = {d.config: d.fresh_ms for d in offset}
+                    self.anchor_offset.extend(offset)
                 return offset
             drift = [dataclasses.replace(d, cached_ms=entry.live_reference[d.config], reference="live")
                      for d in offset if d.config in entry.live_reference]
