@@ -15,18 +15,20 @@ and timed, every row stored and read back, the gate free and no worker process l
 
 from __future__ import annotations
 
-import os
-import time
+import sys
 from pathlib import Path
 
 import pytest
 
-from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
-from cudaperf.results import ResultStore
+from cudaperf.evaluate import EvalConfig, RlSettings, TimingConfig
 from cudaperf.solutions import solution_from_text
 from cudaperf.tasks import load_task
 from cudaperf.tasks.examples import example_solutions_dir, example_tasks_dir
 from cudaperf.types import Outcome
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
+
+from chaos_batch import outcomes_read_back, run_batch  # noqa: E402 - the CPU twin's helper, on the path above
 
 pytestmark = pytest.mark.gpu
 
@@ -92,23 +94,6 @@ ORDER = ["honest-0", "out-of-bounds", "spin-when-timed", "honest-1", "trap", "ou
          "honest-2", "nan", "exit-when-timed", "honest-3"]
 
 
-def _children() -> set[int]:
-    """Pids of this process's living children, but Python's resource tracker (kept for the process's
-    life by design)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"resource_tracker" not in command:
-            found.add(int(entry.name))
-    return found
-
-
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos_gpu")
@@ -120,20 +105,7 @@ def batch(tmp_path_factory):
     config = EvalConfig(device="cuda", mode="rl", seeds=1, cache_dir=str(tmp / "cache"), static_policy=False,
                         stage_timeouts_s={"correctness": CORRECTNESS_S, "timing": TIMING_S},
                         rl=RlSettings(workers_per_gpu=2), timing=TimingConfig(budget_ms=20, warmup_ms=5))
-    before = _children()
-    store = ResultStore(tmp / "results.jsonl")
-    started = time.perf_counter()
-    with Evaluator(config) as ev:
-        rows = []
-        for result in ev.evaluate_many(pairs):
-            rows.append(result)
-            store.append(result)
-            print(f"[chaos-gpu] {time.perf_counter() - started:6.1f} s {result.solution_id}: "
-                  f"{result.outcome.value} {result.message[:120]!r}", flush=True)
-        gate = ev._rl.gate
-        held = (gate._readers, gate._writing, gate._writers_waiting)
-    return {"rows": rows, "held": held, "left": _children() - before, "wall_s": time.perf_counter() - started,
-            "stored": ResultStore(tmp / "results.jsonl").read()}
+    return run_batch(config, pairs, tmp / "results.jsonl", log_prefix="chaos-gpu")
 
 
 def test_every_pair_gets_exactly_one_row(batch):
@@ -154,10 +126,7 @@ def test_every_honest_candidate_is_correct_and_timed_whatever_ran_before_it(batc
 
 
 def test_every_row_is_stored_and_read_back(batch):
-    stored = batch["stored"]
-    assert not stored.bad_lines and not stored.torn_tail
-    outcomes = {r.solution_id: r.outcome for r in batch["rows"]}
-    assert {r.solution_id: r.outcome for r in stored.results} == outcomes
+    assert outcomes_read_back(batch)
 
 
 def test_the_gate_is_free_and_no_worker_is_left(batch):

@@ -11,17 +11,14 @@ and no worker process left once the evaluator closes, and the batch within its d
 
 from __future__ import annotations
 
-import os
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
+from chaos_batch import outcomes_read_back, run_batch
 from relu2_task import RIGHT, relu2_source
 
 from cudaperf.anticheat.policy import Policy
-from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings, TimingConfig
-from cudaperf.results import ResultStore
+from cudaperf.evaluate import EvalConfig, RlSettings, TimingConfig
 from cudaperf.solutions import solution_from_text
 from cudaperf.tasks import task_from_source
 from cudaperf.types import Outcome
@@ -63,23 +60,6 @@ ORDER = ["right-0", "exit", "spin", "right-1", "segfault", "spin-when-timed", "r
          "exit-when-timed", "channel-closed", "right-3"]
 
 
-def _children() -> set[int]:
-    """Pids of this process's living children (zombies are dead: left out), but Python's own resource
-    tracker (started by the first process pool, and kept for the life of the process by design)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"resource_tracker" not in command:
-            found.add(int(entry.name))
-    return found
-
-
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos")
@@ -91,19 +71,7 @@ def batch(tmp_path_factory):
     task = task_from_source(TASK, "relu2")
     sources = {sid: src for sid, (src, _) in HOSTILE.items()} | {sid: RIGHT.format(k=sid) for sid in HONEST}
     pairs = [(task, solution_from_text(sources[sid], sid)) for sid in ORDER]
-    before = _children()
-    store = ResultStore(tmp / "results.jsonl")
-    started = time.perf_counter()
-    with Evaluator(config) as ev:
-        rows = []
-        for result in ev.evaluate_many(pairs):
-            rows.append(result)
-            store.append(result)
-        gate = ev._rl.gate
-        held = (gate._readers, gate._writing, gate._writers_waiting)
-    wall_s = time.perf_counter() - started
-    return {"rows": rows, "wall_s": wall_s, "held": held, "left": _children() - before,
-            "stored": ResultStore(tmp / "results.jsonl").read()}
+    return run_batch(config, pairs, tmp / "results.jsonl")
 
 
 def test_every_pair_gets_exactly_one_row(batch):
@@ -124,10 +92,7 @@ def test_every_honest_candidate_is_correct_and_timed_whatever_ran_before_it(batc
 
 
 def test_every_row_is_stored_and_read_back(batch):
-    stored = batch["stored"]
-    assert not stored.bad_lines and not stored.torn_tail
-    outcomes = {r.solution_id: r.outcome for r in batch["rows"]}
-    assert {r.solution_id: r.outcome for r in stored.results} == outcomes
+    assert outcomes_read_back(batch)
 
 
 def test_the_gate_is_free_once_the_batch_is_done(batch):

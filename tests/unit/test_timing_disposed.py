@@ -25,13 +25,15 @@ def _sets(n: int = 3) -> list[list[torch.Tensor]]:
     return [[torch.randn(64, generator=g)] for _ in range(n)]
 
 
-def _run(log: list, dispose_s: float = 0.0, **options):
-    def fn(name):
-        def call(inputs):
-            log.append(("call", name))
-            return inputs[0] * 2
-        return call
+def _logged(log: list, name: str):
+    """A function to time that logs each call."""
+    def call(inputs):
+        log.append(("call", name))
+        return inputs[0] * 2
+    return call
 
+
+def _run(log: list, dispose_s: float = 0.0, **options):
     def dispose(out):
         log.append(("dispose", "baseline"))
         _busy(dispose_s)
@@ -41,7 +43,7 @@ def _run(log: list, dispose_s: float = 0.0, **options):
         log.append(("check", name))
         return not bool(torch.isnan(out).any())
 
-    fns = {"candidate": fn("candidate"), "baseline": Disposed(fn("baseline"), dispose)}
+    fns = {"candidate": _logged(log, "candidate"), "baseline": Disposed(_logged(log, "baseline"), dispose)}
     return bench_interleaved_report(fns, _sets(), budget_ms=1, warmup_ms=0.5, check=check,
                                     measure_overhead=False, **options)
 
@@ -84,20 +86,14 @@ def test_disposals_count_neither_in_the_number_of_rounds_nor_in_the_loop_s_host_
 
 def _settled_run(log: list, measure_overhead: bool = False, **options):
     """A candidate and two baselines sharing one `settle` (as a worker's eager and compiled baselines do)."""
-    def fn(name):
-        def call(inputs):
-            log.append(("call", name))
-            return inputs[0] * 2
-        return call
-
     def dispose(out):
         log.append(("dispose", "baseline"))
 
     def settle():
         log.append(("settle", "baselines"))
 
-    fns = {"candidate": fn("candidate"), "eager": Disposed(fn("eager"), dispose, settle),
-           "compile": Disposed(fn("compile"), dispose, settle)}
+    fns = {"candidate": _logged(log, "candidate"), "eager": Disposed(_logged(log, "eager"), dispose, settle),
+           "compile": Disposed(_logged(log, "compile"), dispose, settle)}
     return bench_interleaved_report(fns, _sets(), budget_ms=1, warmup_ms=0.5,
                                     measure_overhead=measure_overhead, **options)
 
