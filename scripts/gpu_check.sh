@@ -9,7 +9,8 @@
 #   adversarial) timing-tests (those, alone)
 #   tests adversarial example-tests (the same suites, split and serial) dataset-tests throughput
 #   repeatability flush-state lead-probe faults analysis diagnose (a one-off probe of the machine, scripts/diagnose_gpu_env.py)
-#   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost) hostile
+#   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost, the eager
+#   baseline; boundary-default: with eager and torch.compile, the evaluator's default) hostile
 #   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
@@ -122,6 +123,10 @@ run_step() {
     verdicts) step verdicts 240 python3 scripts/adversarial_verdicts.py --out "$OUT/verdicts.jsonl" ${VERDICTS_ARGS:-} ;;
     # five repeats: with six candidates per arm, three left the arms' spread near the effect (session 20)
     boundary) step boundary 300 python3 benchmarks/boundary_throughput.py --repeats 5 --out "$OUT/boundary.json" ;;
+    # the same with the evaluator's default baselines (eager and torch.compile: two baselines a round, whose
+    # disposals settle once before the candidate's call)
+    boundary-default) step boundary-default 360 python3 benchmarks/boundary_throughput.py --repeats 5 \
+      --baselines eager,compile --out "$OUT/boundary_default.json" ;;
     hostile) step hostile 180 python3 benchmarks/hostile_batch.py --out-dir "$OUT/hostile" ;;
     self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
       --out "$OUT/kb-self-check" --budget-s "${SELF_CHECK_BUDGET_S:-110}" ;;
