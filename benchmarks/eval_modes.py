@@ -111,6 +111,24 @@ def gpu_candidates(tasks: list) -> list[Candidate]:
     return out
 
 
+def copies(candidates: list[Candidate], k: int) -> list[Candidate]:
+    """Each candidate `k` times (ids `.../copy-j`, texts made distinct), in rounds: every candidate's first
+    copy, then every second, ...: a longer stream per task, as an RL run gives its tasks (the RL mode's
+    carriers and drift only show over many timed candidates of a task)."""
+    if k <= 1:
+        return candidates
+    return [Candidate(c.task_index, f"{c.solution_id}/copy-{j}", _with_copy_mark(c.source, j), c.kind)
+            for j in range(k) for c in candidates]
+
+
+def _with_copy_mark(source: str, j: int) -> str:
+    at = source.find("__global__")
+    if at < 0:
+        return source + f"\n# copy {j}\n"
+    line = source.rfind("\n", 0, at) + 1
+    return source[:line] + f"// copy {j}\n" + source[line:]
+
+
 def _in_kernel(source: str, line: str) -> str:
     """`line` as the first statement of the first `__global__` function's body."""
     at = source.find("__global__")
@@ -393,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile every worker's jobs into DIR/<run label>/ "
                         "(cudaperf.execute.job_profile; summary: benchmarks/profile_summary.py DIR)")
     parser.add_argument("--out", default=None, help="write everything as JSON here")
+    parser.add_argument("--copies", type=int, default=1,
+                        help="each candidate this many times (distinct texts): longer streams per task")
+    parser.add_argument("--rl-only", action="store_true", help="the RL arms only (no default-mode run)")
     parser.add_argument("--append", action="store_true", help="continue the runs already in --out (the same "
                         "options), so the repeats can be spread over several calls; the summary covers all")
     args = parser.parse_args(argv)
@@ -400,14 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     n_c = 0 if args.cpu else (args.c_tasks if args.c_tasks is not None else 6)
     args.cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="cudaperf-eval-modes-")
     tasks = dataset_tasks(n_torch, n_c, small_only=args.cpu)
-    candidates = cpu_candidates(tasks) if args.cpu else gpu_candidates(tasks)
+    candidates = copies(cpu_candidates(tasks) if args.cpu else gpu_candidates(tasks), args.copies)
     kinds = {k: sum(c.kind == k for c in candidates) for k in sorted({c.kind for c in candidates})}
     print(f"{len(tasks)} tasks, {len(candidates)} candidates: {kinds}", flush=True)
     rows = earlier_rows(args.out) if args.append else []
     first = 1 + max((r["repeat"] for r in rows), default=-1)
     rl = [RlArm.parse(t) for t in args.rl_workers.split(",")] if args.rl_workers else [
         RlArm(args.cpu_workers if args.cpu else args.workers_per_gpu)]
-    runs = arms(rl)
+    runs = arms(rl)[1:] if args.rl_only else arms(rl)
     for rep in range(first, first + args.repeats):
         for name, mode, arm in (runs[::-1] if rep % 2 == 0 else runs):  # RL first: its runs are shorter
             row = one_run(mode, f"{name}-{rep}", tasks, candidates, args, arm)

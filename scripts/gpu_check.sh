@@ -18,6 +18,7 @@
 #   and 8 workers and with 8 at a 5 ms budget: ~360 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append
 #   for a 2nd call)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
+#   eval-modes-long (the RL arms alone, 4 and 8 workers, each candidate three times: longer streams per task)
 #   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
@@ -138,6 +139,10 @@ run_step() {
     eval-modes) step eval-modes 480 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
       trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 --c-tasks 3 \
       --rl-workers 4,8,8/5 --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
+    # the RL arms alone over longer streams per task (each candidate 3 times): carriers and drift at a
+    # steadier state than the short runs show
+    eval-modes-long) step eval-modes-long 480 python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 \
+      --c-tasks 3 --rl-only --copies 3 --rl-workers 4,8 --cache-dir /tmp/em-cache --out "$OUT/eval_modes_long.json" ;;
     # the same run with every worker's jobs profiled (cProfile: slower, so never beside the measured run)
     eval-profile) step eval-profile 420 bash -c "python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 \
       --c-tasks 3 --cache-dir /tmp/em-cache --profile-dir \"$OUT/profiles\" --out \"$OUT/eval_profile.json\"; \

@@ -72,3 +72,13 @@ def test_speedups_against_cached_baselines_are_held_against_the_default_modes_bo
     assert got["pairs"] == 2
     assert got["reported"]["median_ratio"] == pytest.approx(0.9)
     assert got["through_anchor"]["median_abs_delta"] == pytest.approx(0.05)
+
+
+def test_copies_come_in_rounds_with_distinct_texts_and_ids():
+    from eval_modes import Candidate, copies
+
+    base = [Candidate(0, "t/a", KERNEL, "right"), Candidate(1, "u/b", "x = 1\n", "wrong")]
+    got = copies(base, 3)
+    assert [c.solution_id for c in got[:3]] == ["t/a/copy-0", "u/b/copy-0", "t/a/copy-1"]
+    assert len({c.source for c in got}) == 6 and {c.kind for c in got} == {"right", "wrong"}
+    assert copies(base, 1) == base
