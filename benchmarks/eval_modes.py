@@ -364,8 +364,8 @@ def table(summary: dict, n: int) -> str:
                      f"({rep['pairs']}) | {_pct(s['ci95_rel_median'])} | {s['samples_median']} "
                      f"| {_num(s['timing_s_median'])} |")
     ratio = summary.get("rl_vs_default")
-    lines.append(f"best rl / default = {_num(ratio)}x; verdicts differing between runs: "
-                 f"{len(summary['differing'])}")
+    best = f"{_num(ratio)}x" if ratio else "n/a"
+    lines.append(f"best rl / default = {best}; verdicts differing between runs: {len(summary['differing'])}")
     return "\n".join(lines)
 
 
