@@ -235,7 +235,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
         list(ev.evaluate_many(warm))
         warm_s = time.perf_counter() - started
         profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
-        gate_before = ev.mode_report.get("gate_state_s", {})
+        before = ev.mode_report  # the warm pass's share, taken off below
         cpu0 = time.process_time()  # the evaluating process's CPU time, all its threads
         t0 = time.perf_counter()
         results, finished_s = [], {}
@@ -247,8 +247,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
         wall_s = time.perf_counter() - t0
         parent_cpu_s = time.process_time() - cpu0
         report = ev.mode_report
-    if "gate_state_s" in report:  # the timed pass's share only
-        report["gate_state_s"] = {k: v - gate_before.get(k, 0.0) for k, v in report["gate_state_s"].items()}
+    report = timed_pass_share(report, before)
     cis = [median_ci95_rel(t.candidate) for r in results for t in r.timings]
     return {"mode": mode, "label": label, "n": len(results), "wall_s": wall_s, "warm_pass_s": warm_s,
             "evals_per_min": 60.0 * len(results) / wall_s,
@@ -269,6 +268,31 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results},
             "schedule": report}
+
+
+COUNTS = ("checked", "timed", "carriers", "verdict_changed")
+RECORDS = ("drift", "anchor_offset", "live_drift")
+
+
+def timed_pass_share(report: dict, before: dict) -> dict:
+    """The RL schedule's report (`Evaluator.mode_report`, kept over the evaluator's life) less what the
+    warm pass had put in it: counts, gate waits and states taken off, drift records after the warm pass's
+    only (their lists only grow, up to `BaselineCache.LIVE_DRIFT_KEPT`)."""
+    if not report:
+        return report
+    out = dict(report)
+    for key in COUNTS:
+        out[key] = report[key] - before.get(key, 0)
+    for key in ("gate_wait_s", "gate_state_s"):
+        if key in report:
+            out[key] = {k: v - before.get(key, {}).get(k, 0.0) for k, v in report[key].items()}
+    for key in RECORDS:
+        if key in report:
+            records = report[key]["records"][before.get(key, {}).get("n", 0):]
+            ratios = sorted(abs(r["ratio"] - 1) for r in records)
+            out[key] = {"n": len(records), "median_abs": ratios[len(ratios) // 2] if ratios else None,
+                        "max_abs": ratios[-1] if ratios else None, "records": records}
+    return out
 
 
 def _referee_sums(results: list) -> dict[str, float]:

@@ -82,3 +82,19 @@ def test_copies_come_in_rounds_with_distinct_texts_and_ids():
     assert [c.solution_id for c in got[:3]] == ["t/a/copy-0", "u/b/copy-0", "t/a/copy-1"]
     assert len({c.source for c in got}) == 6 and {c.kind for c in got} == {"right", "wrong"}
     assert copies(base, 1) == base
+
+
+def test_the_schedule_report_of_a_timed_pass_leaves_out_the_warm_pass():
+    from eval_modes import timed_pass_share
+
+    def report(checked, waits, ratios):
+        records = [{"ratio": r} for r in ratios]
+        return {"checked": checked, "timed": checked, "carriers": 1, "verdict_changed": 0,
+                "gate_wait_s": {"shared": waits}, "gate_state_s": {"free": waits},
+                "live_drift": {"n": len(records), "records": records}}
+
+    got = timed_pass_share(report(10, 5.0, [1.5, 1.02, 0.97]), report(4, 2.0, [1.5]))
+    assert (got["checked"], got["carriers"], got["gate_wait_s"], got["gate_state_s"]) == (
+        6, 0, {"shared": 3.0}, {"free": 3.0})
+    assert got["live_drift"]["n"] == 2 and got["live_drift"]["max_abs"] == pytest.approx(0.03)
+    assert timed_pass_share({}, {}) == {}
