@@ -8,11 +8,13 @@ all timed again: K seconds instead of T) with probability q. Policies: "writers-
 (`eval_modes.GpuGate`: once a timed pass waits, no new check starts) and "batch" (a waiting timed pass
 closes the gate to new checks only once k of them wait, the oldest has waited tau seconds, or no check
 is left to run). Printed: evaluations per minute, median over seeds, for a grid of W, C, T and policies
-(`--carriers`: of W and q, writers first). Not modelled: checks slowing each other down as more run at
+(`--carriers`: of W and q, writers first; `--segments`: of W, C and the pieces a check gives the gate back
+between). Not modelled: checks slowing each other down as more run at
 once, the parent's own time (its GIL), builds.
 
     python benchmarks/rl_gate_model.py            # the H200's session-20 figures: C 0.49 s, T 0.2 s, p 0.65
     python benchmarks/rl_gate_model.py --carriers # K 1.4 s (a carrier's timing stage, default mode, s20)
+    python benchmarks/rl_gate_model.py --segments # checks giving the gate back between pieces
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Model:
     policy: str = "writers-first"
     batch: int = 2
     max_wait_s: float = 0.3
+    segments: int = 1  # a check gives the gate back between this many equal pieces (1: held throughout)
 
 
 def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
@@ -52,6 +55,7 @@ def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
         heapq.heappush(events, (at, counter[0], kind, worker))
 
     job_of: dict[int, tuple[float, bool, float]] = {}
+    left: dict[int, float] = {}  # a check's time still to run
     to_check: list[int] = []
     waiting: list[tuple[float, int]] = []
     readers, writing, taken, now = 0, False, 0, 0.0
@@ -61,10 +65,13 @@ def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
         now, _, kind, w = heapq.heappop(events)
         if kind == "start" and taken < candidates:
             job_of[w], taken = jobs[taken], taken + 1
+            left[w] = job_of[w][0]
             to_check.append(w)
-        elif kind == "checked":
+        elif kind == "piece":
             readers -= 1
-            if job_of[w][1]:
+            if left[w] > 1e-12:  # the gate given back between pieces: the rest waits its turn
+                to_check.append(w)
+            elif job_of[w][1]:
                 waiting.append((now, w))
             else:
                 push(now + m.outside_s, "start", w)
@@ -79,7 +86,9 @@ def simulate(m: Model, candidates: int = 400, seed: int = 0) -> float:
         if not writing and not closed:
             for checker in to_check:
                 readers += 1
-                push(now + job_of[checker][0], "checked", checker)
+                piece = min(left[checker], job_of[checker][0] / m.segments)
+                left[checker] -= piece
+                push(now + piece, "piece", checker)
             to_check.clear()
     return 60.0 * candidates / now
 
@@ -101,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--carriers", action="store_true", help="the table of carrier shares instead")
+    parser.add_argument("--segments", action="store_true",
+                        help="the table of checks that give the gate back between pieces instead")
     args = parser.parse_args(argv)
     if args.carriers:
         return carriers_table(args.seeds)
+    if args.segments:
+        return segments_table(args.seeds)
     print("| workers | check s | timed s | policy | evaluations/min |\n|---|---|---|---|---|")
     for check_s in (0.49, 0.3):
         for timed_s in (0.2, 0.1):
@@ -124,6 +137,20 @@ def carriers_table(seeds: int) -> int:
         for share in (0.0, 0.057, 0.40):
             rate = statistics.median(simulate(Model(workers, carrier_p=share), seed=s) for s in range(seeds))
             print(f"| {workers} | {share:.3f} | {rate:.0f} |")
+    return 0
+
+
+def segments_table(seeds: int) -> int:
+    """Evaluations per minute when a check gives the gate back between pieces (a timed pass that waits
+    then waits for the pieces in flight, not for whole checks): 1 piece (today), 6 (one per configuration
+    and seed pair of runs, one seed), 18 (one per run: 3 configurations x 3 seeds x 2 runs)."""
+    print("| workers | check s | pieces per check | evaluations/min |\n|---|---|---|---|")
+    for check_s in (0.49, 0.3):
+        for workers in (4, 8):
+            for pieces in (1, 6, 18):
+                m = Model(workers, check_s, segments=pieces)
+                rate = statistics.median(simulate(m, seed=s) for s in range(seeds))
+                print(f"| {workers} | {check_s} | {pieces} | {rate:.0f} |")
     return 0
 
 
