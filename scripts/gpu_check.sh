@@ -116,8 +116,8 @@ run_step() {
     repeatability) step repeatability 240 python3 benchmarks/repeatability.py --out "$OUT/repeatability.json" ;;
     flush-state) step flush-state 120 python3 benchmarks/flush_state.py --out "$OUT/flush_state.json" ;;
     lead-probe) step lead-probe 120 python3 benchmarks/lead_probe.py --out "$OUT/lead_probe.json" ;;
-    # why the RL mode's live anchor differs from its carrier's (eager under four protocols, ~60 s)
-    anchor-probe) step anchor-probe 180 python3 benchmarks/anchor_protocol_probe.py --out "$OUT/anchor_probe.json" ;;
+    # why the RL mode's live anchor differs from its carrier's (eager under four protocols, ~120 s)
+    anchor-probe) step anchor-probe 240 python3 benchmarks/anchor_protocol_probe.py --out "$OUT/anchor_probe.json" ;;
     faults) step faults 420 python3 benchmarks/faults.py --out "$OUT/faults.json" --store "$OUT/faults.jsonl" ;;
     diagnose) step diagnose 200 python3 scripts/diagnose_gpu_env.py ;;
     analysis) step analysis 300 python3 scripts/validate_static_vs_ncu.py --out "$OUT" ;;
