@@ -64,12 +64,13 @@ Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
 
 Not covered: what every task kind shares (the stage wrapper, candidate windows, failure classification,
 the bench, cleanup and the payload: `execute.session`), C->CUDA tasks (`c_session.py`), which recipe runs
-a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output and its
-temporaries exist during its call and until its disposal, so native code of the candidate running beside
-it (a thread of its own, or work on a stream of its own) can copy them then; what the memory mechanism
-does not reach (`execute.baseline_memory`, "Not covered": temporaries freed after the scrub, such as
-tensors left in reference cycles; library workspaces kept for reuse, such as cuBLAS's, shared with the
-candidate's torch calls; on the CPU other threads' glibc caches); on the CPU the baselines' samples
+a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output exists
+during its call and until its overwrite, and what the call freed until the settle before the
+candidate's next call (across the other baseline's call when one follows), so native code of the
+candidate running beside them (a thread of its own, or work on a stream of its own) can copy them then;
+what the memory mechanism does not reach (`execute.baseline_memory`, "Not covered": temporaries freed
+after the scrub, such as tensors left in reference cycles; library workspaces kept for reuse, such as
+cuBLAS's, shared with the candidate's torch calls; on the CPU other threads' glibc caches); on the CPU the baselines' samples
 include glibc's fills of each chunk at malloc and free (slower baselines, so inflated speedups: eager
 medians 1.1x to 1.5x with KB-sized temporaries, up to 4.3x with MB-sized ones, measured; the
 environment's `baseline_memory` says so; the CPU timings are not the reported GPU figures); on CUDA the
