@@ -62,27 +62,26 @@ memory, not the task's fault). A candidate's own out-of-memory error stays OUT_O
 
 Hack numbers name the fixtures in tests/adversarial/ (`hack_NN_*.py`).
 
-Not covered: what every task kind shares (the stage wrapper, candidate windows, failure classification,
-the bench, cleanup and the payload: `execute.session`), C->CUDA tasks (`c_session.py`), which recipe runs
-a job (`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output exists
-during its call and until its overwrite, and what the call freed until the settle before the
-candidate's next call (across the other baseline's call when one follows), so native code of the
-candidate running beside them (a thread of its own, or work on a stream of its own) can copy them then;
-what the memory mechanism does not reach (`execute.baseline_memory`, "Not covered": temporaries freed
-after the scrub, such as tensors left in reference cycles; library workspaces kept for reuse, such as
-cuBLAS's, shared with the candidate's torch calls; on the CPU other threads' glibc caches); on the CPU the baselines' samples
-include glibc's fills of each chunk at malloc and free (slower baselines, so inflated speedups: eager
-medians 1.1x to 1.5x with KB-sized temporaries, up to 4.3x with MB-sized ones, measured; the
-environment's `baseline_memory` says so; the CPU timings are not the reported GPU figures); on CUDA the
-baselines' pool keeps their working set reserved for the timing stage (the memory plan does not count it)
-and a baseline call cannot take the general pool's cached blocks, so near the device's memory a baseline
-can run out (dropped with its flag); the temporaries of a reference measured here for the memory plan
-(only when the referee reports no sizes) on the CPU, where the allocator's poisoning does nothing; an
-output aliasing an input or a tensor of the model is left as it is (the candidate has those anyway; a
-model's tensor reached only through another object, a closure or a module global is not recognised as the
-model's, and is overwritten); a Python number, or a tensor of a subclass (its fill could run its code),
-is not overwritten. Without a referee the worker holds the reference outputs throughout (no boundary is
-claimed there), and the baselines allocate and free as they are.
+Not covered: what every task kind shares (the stage wrapper, candidate windows, failure classification, the
+bench, cleanup and the payload: `execute.session`), C->CUDA tasks (`c_session.py`), which recipe runs a job
+(`dispatch.py`). With a referee, what the baselines' disposal leaves: a baseline's output exists during its
+call and until its overwrite, and what the call freed until the settle before the candidate's next call
+(across the other baseline's call when one follows), so native code of the candidate running beside them (a
+thread of its own, or work on a stream of its own) can copy them then; what the memory mechanism does not
+reach (`execute.baseline_memory`, "Not covered": temporaries freed after the scrub, such as tensors left in
+reference cycles; library workspaces kept for reuse, such as cuBLAS's, shared with the candidate's torch
+calls; on the CPU other threads' glibc caches); on the CPU the baselines' samples include glibc's fills of
+each chunk at malloc and free (slower baselines, so inflated speedups: eager medians 1.1x to 1.5x with
+KB-sized temporaries, up to 4.3x with MB-sized ones, measured; the environment's `baseline_memory` says so;
+the CPU timings are not the reported GPU figures); on CUDA the baselines' pool keeps their working set
+reserved for the timing stage (the memory plan does not count it) and a baseline call cannot take the general
+pool's cached blocks, so near the device's memory a baseline can run out (dropped with its flag); the
+temporaries of a reference measured here for the memory plan (only when the referee reports no sizes) on the
+CPU, where the allocator's poisoning does nothing; an output aliasing an input or a tensor of the model is
+left as it is (the candidate has those anyway; a model's tensor reached only through another object, a closure
+or a module global is not recognised as the model's, and is overwritten); a Python number, or a tensor of a
+subclass (its fill could run its code), is not overwritten. Without a referee the worker holds the reference
+outputs throughout (no boundary is claimed there), and the baselines allocate and free as they are.
 """
 
 from __future__ import annotations
