@@ -33,7 +33,8 @@ from chaos_batch import outcomes_read_back, run_batch  # noqa: E402 - the CPU tw
 pytestmark = pytest.mark.gpu
 
 CORRECTNESS_S, TIMING_S = 20.0, 30.0
-TIMED_AFTER_CALLS = 30  # one seed: correctness calls the forward ~6 times, a configuration's timing > 60
+TIMED_AFTER_CALLS = 20  # one seed: correctness calls the forward 6 times (3 configurations x 2 runs); the
+# timing stage at least 15 a configuration
 
 TEMPLATE = '''
 import os
@@ -116,6 +117,12 @@ def test_every_pair_gets_exactly_one_row(batch):
 def test_each_hostile_kernel_gets_the_outcome_that_names_what_it_did(batch, sid):
     row = next(r for r in batch["rows"] if r.solution_id == sid)
     assert row.outcome in HOSTILE[sid][1], (sid, row.outcome, row.message[:300])
+
+
+@pytest.mark.parametrize("sid", sorted(sid for sid in HOSTILE if sid.endswith("-when-timed")))
+def test_a_kernel_that_turns_once_timed_is_stopped_in_the_timing_stage(batch, sid):
+    row = next(r for r in batch["rows"] if r.solution_id == sid)
+    assert row.stage == "timing", (sid, row.stage, row.message[:200])
 
 
 def test_every_honest_candidate_is_correct_and_timed_whatever_ran_before_it(batch):

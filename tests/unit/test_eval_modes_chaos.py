@@ -25,7 +25,9 @@ from cudaperf.types import Outcome
 
 TASK = relu2_source("a test of hostile candidates in the RL mode")
 CORRECTNESS_S, TIMING_S = 5.0, 8.0  # the stages' deadlines here; an honest job takes well under 1 s
-TIMED_AFTER_CALLS = 60  # correctness calls the candidate ~20 times; the timing stage hundreds
+TIMED_AFTER_CALLS = 20  # correctness calls the candidate 12 times (2 configurations x 3 seeds x 2 runs);
+# the timing stage at least 30 (2 configurations x 15: one call and three estimate rounds, a warm-up round,
+# ten timed rounds at the least)
 
 
 def _hostile(body: str, *, when_timed: bool = False) -> str:
@@ -82,6 +84,12 @@ def test_every_pair_gets_exactly_one_row(batch):
 def test_each_hostile_candidate_gets_the_outcome_that_names_what_it_did(batch, sid):
     row = next(r for r in batch["rows"] if r.solution_id == sid)
     assert row.outcome in HOSTILE[sid][1], (sid, row.outcome, row.message[:300])
+
+
+@pytest.mark.parametrize("sid", sorted(sid for sid in HOSTILE if sid.endswith("-when-timed")))
+def test_a_candidate_that_turns_once_timed_is_stopped_in_the_timing_stage(batch, sid):
+    row = next(r for r in batch["rows"] if r.solution_id == sid)
+    assert row.stage == "timing", (sid, row.stage, row.message[:200])
 
 
 def test_every_honest_candidate_is_correct_and_timed_whatever_ran_before_it(batch):
