@@ -79,6 +79,38 @@ def h_syscalls(job, report):
             "processes": sum(p.isdigit() for p in os.listdir("/proc"))}  # fmt: skip
 
 
+def h_holes(job, report):
+    """Holes punched in a shared memfd of the worker's own (as it holds the region it shares with its
+    referee): by fallocate and by madvise on the mapping; and a plain preallocation of a file."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+    def errno_of(call):
+        return 0 if call() == 0 else ctypes.get_errno()
+
+    size = 1 << 20
+    fd = os.memfd_create("cudaperf-holes-probe")
+    os.ftruncate(fd, size)
+    shared = mmap.mmap(fd, size)
+    shared[:4] = b"\x01\x02\x03\x04"
+    address = ctypes.addressof(ctypes.c_char.from_buffer(shared))
+    out = {"outcome": None,
+           "punch": errno_of(lambda: libc.fallocate(fd, 0x02 | 0x01, 0, size)),  # PUNCH_HOLE | KEEP_SIZE
+           "zero": errno_of(lambda: libc.fallocate(fd, 0x10, 0, size)),  # ZERO_RANGE
+           "remove": errno_of(lambda: libc.madvise(address, size, 9)),  # MADV_REMOVE
+           "dontneed": errno_of(lambda: libc.madvise(address, size, 4)),  # MADV_DONTNEED: allowed
+           "kept": bytes(shared[:4]) == b"\x01\x02\x03\x04"}
+    with tempfile.NamedTemporaryFile() as f:
+        out["preallocate"] = errno_of(lambda: libc.fallocate(f.fileno(), 0, 0, size))
+    shared.close()
+    os.close(fd)
+    return out
+
+
 def h_compile(job, report):
     """NVRTC (and, when asked, torch.compile, whose inductor runs a C++ compiler in a subprocess) under the
     boundary: the filter must not refuse anything they need."""
@@ -173,6 +205,12 @@ def test_filter_refuses_tracing_namespaces_and_mounts_but_not_processes(pool):
     out = reply.payload
     assert (out["ptrace"], out["unshare_user"], out["mount"]) == (errno.EPERM,) * 3, out
     assert out["subprocess"] == 0
+
+
+def test_filter_refuses_holes_in_shared_memory_and_allows_preallocation(pool):
+    out = pool.run(job("h_holes")).payload
+    assert (out["punch"], out["zero"], out["remove"]) == (errno.EPERM,) * 3, out
+    assert out["kept"] and out["dontneed"] == 0 and out["preallocate"] == 0, out
 
 
 def test_worker_sees_only_its_own_processes(pool):

@@ -14,9 +14,15 @@ calls that reach other processes, the kernel's configuration or a namespace, non
 kernel needs. Calls of another architecture's ABI (32-bit `int 0x80` on x86-64) are killed by
 libseccomp's default bad-architecture action, so the numbers below cannot be dodged that way.
 
-Not covered: which process loads the filter (`boundary.py`), arguments of calls other than `clone`'s
-namespace flags (`clone3` passes its flags in memory a filter cannot read: it answers ENOSYS, and libc
-then falls back to `clone`), and anything the filter does not name (a deny-list is as good as its list).
+Arguments are read for three calls: `clone`'s namespace flags; `fallocate`'s modes that remove, zero or
+shift a file's existing bytes, and `madvise`'s MADV_REMOVE (the same as a hole punched through a shared
+mapping): the worker holds the region it shares with its referee (`referee.py`, a sealed memfd), whose
+pages a hole would take from under the referee (where the referee pinned them for the GPU's copies, its
+copies could go on reading the old pages). Plain preallocation (`posix_fallocate`) stays allowed.
+
+Not covered: which process loads the filter (`boundary.py`), arguments of other calls (`clone3` passes
+its flags in memory a filter cannot read: it answers ENOSYS, and libc then falls back to `clone`), and
+anything the filter does not name (a deny-list is as good as its list).
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ CLONE_NAMESPACE_FLAGS: tuple[int, ...] = (
     0x40000000,  # CLONE_NEWNET
     0x00000080,  # CLONE_NEWTIME
 )
+# fallocate(2) modes that change a file's existing bytes; any of them in its mode argument is refused.
+FALLOCATE_CHANGING_MODES: tuple[int, ...] = (
+    0x02,  # FALLOC_FL_PUNCH_HOLE
+    0x08,  # FALLOC_FL_COLLAPSE_RANGE
+    0x10,  # FALLOC_FL_ZERO_RANGE
+    0x20,  # FALLOC_FL_INSERT_RANGE
+)
+MADV_REMOVE = 9  # madvise(2): free a shared mapping's pages and their backing store (a punched hole)
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,9 @@ def build_filter() -> tuple[Any, tuple[str, ...], str]:
     for flag in CLONE_NAMESPACE_FLAGS:
         # Any one namespace flag set in clone's flags argument: refused (several rules are OR-ed).
         filt.add_rule(lib.ERRNO(errno.EPERM), "clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
+    for mode in FALLOCATE_CHANGING_MODES:
+        filt.add_rule(lib.ERRNO(errno.EPERM), "fallocate", lib.Arg(1, lib.MASKED_EQ, mode, mode))
+    filt.add_rule(lib.ERRNO(errno.EPERM), "madvise", lib.Arg(2, lib.EQ, MADV_REMOVE))
     return filt, tuple(skipped), name
 
 
@@ -183,7 +200,9 @@ def seccomp_mode(pid: int | str = "self") -> int | None:
 
 def refused_syscalls() -> tuple[str, ...]:
     """Every name the policy refuses (for reports and tests)."""
-    return tuple(call for rule in RULES for call in rule.syscalls) + ("clone (namespace flags)",)
+    by_argument = ("clone (namespace flags)", "fallocate (modes that punch, zero or shift bytes)",
+                   "madvise (MADV_REMOVE)")
+    return tuple(call for rule in RULES for call in rule.syscalls) + by_argument
 
 
 __all__ = ["RULES", "FilterReport", "Rule", "apply_in_process", "build_filter", "export_bpf",
