@@ -3,11 +3,11 @@ processes, referees, the build pool, the GPU gate), two workers sharing the batc
 their worker (exit, a segfault), close its channel, spin until the deadline, do either only once they are
 being timed (holding the gate exclusively), fork, or return NaN, interleaved with honest ones.
 
-The static source policy is off here (`EvalConfig.static_policy=False`), so that code the source scan
-refuses (`os._exit`, `os.kill`, `os.fork`) reaches the worker: it stands in for native code, which the
+The static source policy is off here (`EvalConfig.static_policy=False`), so that code the source scan refuses
+(`os._exit`, `os.fork`, `faulthandler._sigsegv`) reaches the worker: it stands in for native code, which the
 scan cannot see. What is checked: every pair gets exactly one row, each hostile kind the outcome that names
-it, every honest candidate after them correct and timed, every row storable and read back, the gate free
-and no worker process left once the evaluator closes, and the batch within its deadlines."""
+it, every honest candidate after them correct and timed, every row storable and read back, the gate free and
+no worker process left once the evaluator closes, and the batch within its deadlines."""
 
 from __future__ import annotations
 
