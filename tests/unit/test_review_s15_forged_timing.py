@@ -2,7 +2,9 @@
 they cannot add up to more than the timing stage lasted) against a payload forged after the real
 evaluation, the way native code in the worker could forge it. A baseline's median made a million times
 larger (the candidate's speedup is a ratio of medians) must be a `verdict_mismatch` whatever its other
-figures say. Through a real sandboxed worker and referee (CPU mode) on test_referee.py's task."""
+figures say. Through a real sandboxed worker and referee (CPU mode) on test_referee.py's task. The known
+hole, kept as a strict xfail: a candidate's own times halved in every figure pass (only the worker
+measures them)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,10 @@ def test_a_configuration_timed_twice_is_a_verdict_mismatch(pool):  # noqa: F811
 
 def test_a_candidate_median_written_as_text_is_a_verdict_mismatch(pool):  # noqa: F811
     assert "verdict_mismatch" in _codes(_forged(pool, "candidate_median_as_text"), "error")
+
+
+@pytest.mark.xfail(strict=True, reason="known hole: the candidate's times are measured in its own process, "
+                   "so native code there can claim to be faster than it is (referee.py, 'Not covered'; "
+                   "dev/LOG.md, open questions); a defence makes this pass and the marker must go")
+def test_a_candidate_claiming_twice_its_speed_is_caught(pool):  # noqa: F811
+    assert "verdict_mismatch" in _codes(_forged(pool, "halve_candidate_times"), "error")

@@ -141,3 +141,15 @@ def kill_referee_then_claim_correct(job, report):
         c["correct"] = True
     payload.update(outcome=None, killed_referee=killed)
     return payload
+
+
+def halve_candidate_times(job, report):
+    """Every time figure of the candidate (median, mean, minimum, spread, each sample, its host path)
+    halved, consistently: a candidate claiming twice its speed, which only the worker measured."""
+    def forge(timing):
+        candidate = timing["candidate"]
+        for key in ("median_ms", "mean_ms", "min_ms", "iqr_ms", "host_ms_per_call"):
+            if isinstance(candidate.get(key), (int, float)):
+                candidate[key] /= 2
+        candidate["samples_ms"] = [s / 2 for s in candidate.get("samples_ms") or ()]
+    return _forged(job, report, forge)
