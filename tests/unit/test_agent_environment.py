@@ -214,3 +214,30 @@ def test_unrun_cuda_answer_is_built_and_not_scored(none_evaluator):
     step = env.step(f"```python\n{(example_solutions_dir('fast') / 'relu.py').read_text()}```")
     assert step.record.result.outcome is Outcome.SKIPPED and step.record.result.build.ok
     assert "Reward: none" in step.feedback
+
+
+def _relu_env(evaluator, **config) -> RefineEnv:
+    env = RefineEnv(EnvConfig(**config), evaluator=evaluator)
+    env.reset(load_task(example_tasks_dir() / "relu.py"))
+    return env
+
+
+def test_an_answer_in_the_other_format_is_told_so_and_not_evaluated(none_evaluator):
+    counting = CountingEvaluator(none_evaluator)
+    inline = (example_solutions_dir("inline") / "relu.py").read_text()
+    step = _relu_env(counting).step(f"```python\n{inline}```")
+    assert counting.batches == [] and step.record.result.stage == "extract"
+    assert step.record.result.outcome is Outcome.INVALID_SOLUTION and step.reward == 0.0
+    assert step.record.extraction == "wrong_format" and "asks for the fast format" in step.feedback
+
+
+def test_an_answer_in_the_other_format_is_evaluated_when_accepted(none_evaluator):
+    inline = (example_solutions_dir("inline") / "relu.py").read_text()
+    step = _relu_env(none_evaluator, accept_other_format=True).step(f"```python\n{inline}```")
+    assert step.record.extraction == "found" and step.record.result.stage != "extract"
+
+
+def test_a_fast_answer_to_the_inline_format_is_told_so(none_evaluator):
+    fast = (example_solutions_dir("fast") / "relu.py").read_text()
+    step = _relu_env(none_evaluator, format="inline").step(f"```python\n{fast}```")
+    assert step.record.extraction == "wrong_format" and "asks for the load_inline format" in step.feedback

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.context import Context, ContextConfig, build_context
 from cudaperf.agent.evaluation import CandidateEvaluator
-from cudaperf.agent.extract import Extraction, extract_code
+from cudaperf.agent.extract import Extraction, ExtractOutcome, extract_code
 from cudaperf.agent.feedback import (
     FeedbackConfig,
     TokenCounter,
@@ -52,7 +52,7 @@ from cudaperf.agent.trajectory import (
 )
 from cudaperf.reward import RewardConfig, compute_reward, resolve_config
 from cudaperf.solutions import solution_from_text
-from cudaperf.types import EvalResult, InputConfig, Outcome, Solution, Task
+from cudaperf.types import EvalResult, InputConfig, Outcome, Solution, SolutionFormat, Task
 
 RankerFn = Callable[[str, Task, InputConfig], float]
 """The offline ranker's `score(source, task, config) -> float` (expected in [0, 1]: how likely the kernel
@@ -79,6 +79,13 @@ class EnvConfig:
     """Add the structural analysis' line-level findings to the feedback."""
     on_conflict: str = "reject"
     """Two different solution blocks in one reply: 'reject' (tell the model) or 'last' (run the last)."""
+    accept_other_format: bool = False
+    """Evaluate an answer in the other solution format than `format` (a load_inline module when the fast
+    format was asked for, or the reverse). Off: the turn is the classified outcome `wrong_format`, told to
+    the model, nothing evaluated. Off by default because a load_inline answer brings native host code into
+    the process where its own timings are measured, and native code there can claim a speed it does not
+    have (dev/LOG.md, open questions); the fast format keeps the candidate's host code in Python, under
+    the worker's audit hook."""
     policy: Any = None
     """The anti-cheat `Policy` the prompt states; give the evaluator's, so they agree (None: strict)."""
 
@@ -201,7 +208,22 @@ class RefineEnv:
         if extraction.code is not None:
             sid = f"{self._task().task_id}/s{self.sample}/t{self.turn}"
             solution = solution_from_text(extraction.code, sid)
+            refused = self._other_format(solution)
+            if refused is not None:
+                extraction, solution = refused, None
         return Pending(self.turn, self.context(), gen, extraction, solution, time.perf_counter() - t0)
+
+    def _other_format(self, solution: Solution) -> Extraction | None:
+        """`wrong_format` for a module in the other format than the one asked for (unless accepted)."""
+        asked = self.config.format
+        other = {"fast": SolutionFormat.INLINE, "inline": SolutionFormat.FAST}[asked]
+        if self.config.accept_other_format or solution.format is not other:
+            return None
+        names = {"fast": "the fast format (CUDA compiled by NVRTC through `cudaperf.cuda`)",
+                 "inline": "the load_inline format (`torch.utils.cpp_extension.load_inline`)"}
+        return Extraction(ExtractOutcome.WRONG_FORMAT, None,
+                          f"Your answer uses {names[other.value]}, but this task asks for {names[asked]}: "
+                          f"nothing was run. Write the module in {names[asked]}.")
 
     def observe(self, pending: Pending, result: EvalResult | None) -> StepResult:
         """Finish the turn of `pending` with its evaluation (None when nothing was evaluated)."""

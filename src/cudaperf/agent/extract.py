@@ -38,6 +38,7 @@ class ExtractOutcome(str, enum.Enum):
     NO_SOLUTION = "no_solution"  # code, but nothing defines the required class or function
     CONFLICTING = "conflicting"  # several different blocks define it
     TRUNCATED = "truncated"  # the reply was cut off before the code (or the reasoning) ended
+    WRONG_FORMAT = "wrong_format"  # a module in the other solution format than the one asked for
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluator device (none: build and static checks only)")
     parser.add_argument("--format", default="fast", choices=("fast", "inline"),
                         help="solution format asked for")
+    parser.add_argument("--accept-other-format", action="store_true",
+                        help="evaluate answers in the other format too (off: told to the model, not run; a "
+                        "load_inline answer's native host code could claim its own timings)")
     parser.add_argument("--baseline", default="auto", help="speedup that counts: auto, eager, compile, "
                         "serial_c, naive_cuda (auto: eager for PyTorch tasks, naive_cuda for C tasks)")
     parser.add_argument("--reward", default="cudaperf", help="reward preset: cudaperf, kevin, cuda-agent, "
@@ -152,7 +155,8 @@ def _configs(args: argparse.Namespace):
     from cudaperf.reward import import_object
 
     policy = Policy(allow_torch_ops=args.allow_torch_ops)
-    env = EnvConfig(format=args.format, baseline=args.baseline, reward=args.reward, policy=policy,
+    env = EnvConfig(format=args.format, accept_other_format=args.accept_other_format,
+                    baseline=args.baseline, reward=args.reward, policy=policy,
                     feedback=FeedbackConfig(budget_tokens=args.feedback_tokens),
                     context=ContextConfig(history_window=args.history,
                                           max_prompt_tokens=args.max_prompt_tokens))
