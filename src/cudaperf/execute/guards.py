@@ -18,8 +18,9 @@ Covers, in the order the child applies them:
 - `install_audit_hook` + `candidate_scope`: a `sys.addaudithook` hook that, while at least one
   `candidate_scope` is open, refuses process creation, signals, sockets, ctypes, writes outside the temp
   directory, reads of other processes' /proc entries and of the worker's own memory and channel fds,
-  gc / frame / trace introspection, rlimit changes, new audit hooks, `__code__` swaps and imports of
-  `FORBIDDEN_MODULES`. Refusals raise PermissionError (ValueError for `sys._getframe`, the error the
+  gc / frame / trace introspection, rlimit changes, new audit hooks, `__code__` swaps, imports of
+  `FORBIDDEN_MODULES` and of native extension modules from the temp directory (a shared library the
+  candidate wrote there would be native code of its own). Refusals raise PermissionError (ValueError for `sys._getframe`, the error the
   stdlib's fallbacks in logging, typing, collections and enum already expect).
 - `integrity_snapshot` / `integrity_changes`: identities of the callables of the modules the harness
   relies on (builtins, time, torch, torch.cuda, torch.Tensor, cudaperf.*) and of the import machinery,
@@ -106,6 +107,7 @@ mechanism is logged once and the worker runs weaker):
 from __future__ import annotations
 
 import errno
+import importlib.machinery
 import os
 import re
 import resource
@@ -119,6 +121,7 @@ from collections.abc import Iterable, Mapping
 # directly (syscalls, memory reads); process modules start programs outside the worker's guards;
 # network modules have no use in a kernel and are how data leaves. (The static policy of the anti-cheat
 # keeps its own list for source checks; this one is the runtime backstop.)
+_EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)  # read once: the hook imports nothing
 FORBIDDEN_MODULES: frozenset[str] = frozenset(
     {
         "ctypes", "_ctypes", "cffi",
@@ -452,12 +455,21 @@ def _make_hook(temp_root: str, protected_fds: frozenset[int], own_pid: int):
             module = args[0]
             if module in FORBIDDEN_MODULES or module.partition(".")[0] in FORBIDDEN_MODULES:
                 refuse("import", f"of {module}")
+            where = args[1] if len(args) > 1 else None
+            if _native_extension(where) and _under(_realpath(where) or "", temp_root):
+                # candidate code writes there: an ELF it wrote would run as native code in this process
+                refuse("import", f"of the native extension {_text(where)} (in the temp directory)")
         elif event in _PATH_WRITE_EVENTS:
             for index in _PATH_WRITE_EVENTS[event]:
                 if index < len(args) and not writable(args[index]):
                     refuse(event, f"of {_text(args[index])} (outside the temp directory)")
 
     return hook
+
+
+def _native_extension(path: object) -> bool:
+    """Whether an import's file is a shared library (a CPython extension module)."""
+    return isinstance(path, str) and path.endswith(_EXTENSION_SUFFIXES)
 
 
 def _realpath(path: object) -> str | None:
