@@ -20,8 +20,9 @@ Covers, in the order the child applies them:
   directory, reads of other processes' /proc entries and of the worker's own memory and channel fds,
   gc / frame / trace introspection, rlimit changes, new audit hooks, `__code__` swaps, imports of
   `FORBIDDEN_MODULES` and of native extension modules from the temp directory (a shared library the
-  candidate wrote there would be native code of its own). Refusals raise PermissionError (ValueError for `sys._getframe`, the error the
-  stdlib's fallbacks in logging, typing, collections and enum already expect).
+  candidate wrote there would be native code of its own). Refusals raise PermissionError (ValueError
+  for `sys._getframe`, the error the stdlib's fallbacks in logging, typing, collections and enum
+  already expect).
 - `integrity_snapshot` / `integrity_changes`: identities of the callables of the modules the harness
   relies on (builtins, time, torch, torch.cuda, torch.Tensor, cudaperf.*) and of the import machinery,
   compared after a job to detect monkey-patching (hack #7) and state that would leak into the next job.
