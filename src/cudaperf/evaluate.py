@@ -270,7 +270,7 @@ class Evaluator:
             return self._with_features(task, solution, skipped, submitted.analysis)
         with hold() if hold is not None else contextlib.nullcontext():
             ran = self._run_in_worker(task, solution, build, start, timing, on_proceed)
-        return self._with_features(task, solution, ran, submitted.analysis)
+        return self._with_features(task, solution, with_native_timing_note(solution, ran), submitted.analysis)
 
     def _finish_with(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                      timing: TimingConfig, hold: Callable,
@@ -575,6 +575,20 @@ def _from_worker(start: _Start, reply: Any, payload: EvalPayload, build: BuildRe
         speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings),
         coverage=payload.coverage, kernel_time_ms=payload.kernel_time_ms, environment=payload.environment,
     )
+
+
+NATIVE_TIMING_NOTE = ("its host code is native (load_inline): its timings were measured in its own process, "
+                      "where native code could change them; the referee verifies correctness, not timings")
+
+
+def with_native_timing_note(solution: Solution, result: EvalResult) -> EvalResult:
+    """A timed result of a `load_inline` candidate with `timing_unverified` (INFO) said: a reward can gate
+    on it (`RewardConfig.gate_flag_codes`) where candidates are not trusted (dev/LOG.md, open
+    questions)."""
+    if solution.format is not SolutionFormat.INLINE or not result.timings:
+        return result
+    return dataclasses.replace(result, flags=result.flags + (Flag("timing_unverified", NATIVE_TIMING_NOTE,
+                                                                  Severity.INFO),))
 
 
 def with_cached_baselines(result: EvalResult, cached: dict[str, CachedBaselines]) -> EvalResult:

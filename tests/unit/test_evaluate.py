@@ -252,3 +252,16 @@ def test_the_referee_and_boundary_switches_reach_the_worker_pool(tmp_path):
     with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), referee=False, boundary=False)) as ev:
         limits = ev._workers.limits
     assert (limits.referee, limits.boundary) == (False, False)
+
+
+def test_a_timed_load_inline_result_says_its_timings_are_unverified():
+    from cudaperf.evaluate import with_native_timing_note
+    from cudaperf.types import ConfigTiming, EvalResult, Outcome, Solution, SolutionFormat, Timing
+
+    timing = ConfigTiming("c", Timing(1.0, 0.0, 1.0, 1.0, 10))
+    timed = EvalResult("t", "s", Outcome.CORRECT, timings=(timing,))
+    inline, fast = (Solution("s", "x", fmt) for fmt in (SolutionFormat.INLINE, SolutionFormat.FAST))
+    assert [f.code for f in with_native_timing_note(inline, timed).flags] == ["timing_unverified"]
+    assert with_native_timing_note(fast, timed).flags == timed.flags
+    untimed = EvalResult("t", "s", Outcome.INCORRECT)
+    assert with_native_timing_note(inline, untimed).flags == ()
