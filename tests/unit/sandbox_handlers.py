@@ -347,9 +347,10 @@ def _probes(job):
     def child_thread():
         threading.Thread(target=lambda: None).start()
 
-    def import_written_extension():
+    def import_written_extension(file_name=None):
         """A shared library written into the temp directory (a copy of a stdlib extension module, standing
-        in for an ELF the candidate carried), then imported: native code of the candidate's own."""
+        in for an ELF the candidate carried), then imported as an extension module: native code of the
+        candidate's own (under its own name, or under `file_name`, e.g. one ending in .py)."""
         import importlib.machinery
         import importlib.util
         import shutil
@@ -357,9 +358,10 @@ def _probes(job):
         name, source = next((n, spec.origin) for n in ("_bisect", "_json", "_heapq", "_struct", "math")
                             if (spec := importlib.util.find_spec(n)) is not None and spec.origin
                             and spec.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)))
-        written = os.path.join(os.getcwd(), os.path.basename(source))
+        written = os.path.join(os.getcwd(), file_name or os.path.basename(source))
         shutil.copyfile(source, written)
-        importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, written))
+        loader = importlib.machinery.ExtensionFileLoader(name, written)
+        importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, written, loader=loader))
 
     return {
         "subprocess": lambda: subprocess.run(["true"], check=False),
@@ -394,6 +396,7 @@ def _probes(job):
         "swap_code": swap_code,
         "import_forbidden": lambda: __import__("ftplib"),
         "import_written_extension": import_written_extension,
+        "import_written_extension_renamed": lambda: import_written_extension("module.py"),
         "setrlimit": lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_CORE, (0, 0)),
         "namedtuple": lambda: __import__("collections").namedtuple("P", "x y"),
         "logging": lambda: __import__("logging").getLogger("probe").warning("probe"),

@@ -28,7 +28,7 @@ REFUSED_IN_SCOPE = [
     "ctypes_call", "write_outside", "write_outside_os_open", "remove_outside", "dir_fd_escape",
     "read_own_memory", "read_parent_environ", "reopen_channel_fd", "gc_get_objects", "gc_get_referrers",
     "getframe", "traceback_frame", "settrace", "setprofile", "add_audit_hook", "swap_code",
-    "import_forbidden", "import_written_extension", "setrlimit",
+    "import_forbidden", "import_written_extension", "import_written_extension_renamed", "setrlimit",
 ]  # fmt: skip
 ALLOWED_IN_SCOPE = ["write_inside", "read_inside", "write_dev_null", "read_stdlib", "namedtuple", "logging"]
 THREADS = ["thread"]  # refused from 3.12 (an audit event exists), allowed before: see guards.py

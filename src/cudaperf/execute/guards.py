@@ -19,10 +19,10 @@ Covers, in the order the child applies them:
   `candidate_scope` is open, refuses process creation, signals, sockets, ctypes, writes outside the temp
   directory, reads of other processes' /proc entries and of the worker's own memory and channel fds,
   gc / frame / trace introspection, rlimit changes, new audit hooks, `__code__` swaps, imports of
-  `FORBIDDEN_MODULES` and of native extension modules from the temp directory (a shared library the
-  candidate wrote there would be native code of its own). Refusals raise PermissionError (ValueError
-  for `sys._getframe`, the error the stdlib's fallbacks in logging, typing, collections and enum
-  already expect).
+  `FORBIDDEN_MODULES` and of shared libraries from the temp directory (an extension module's name or an
+  ELF header: a library the candidate wrote there would be native code of its own). Refusals raise
+  PermissionError (ValueError for `sys._getframe`, the error the stdlib's fallbacks in logging, typing,
+  collections and enum already expect).
 - `integrity_snapshot` / `integrity_changes`: identities of the callables of the modules the harness
   relies on (builtins, time, torch, torch.cuda, torch.Tensor, cudaperf.*) and of the import machinery,
   compared after a job to detect monkey-patching (hack #7) and state that would leak into the next job.
@@ -457,9 +457,10 @@ def _make_hook(temp_root: str, protected_fds: frozenset[int], own_pid: int):
             if module in FORBIDDEN_MODULES or module.partition(".")[0] in FORBIDDEN_MODULES:
                 refuse("import", f"of {module}")
             where = args[1] if len(args) > 1 else None
-            if _native_extension(where) and _under(_realpath(where) or "", temp_root):
+            real = _realpath(where) if isinstance(where, str) else None
+            if real is not None and _under(real, temp_root) and _native_library(real):
                 # candidate code writes there: an ELF it wrote would run as native code in this process
-                refuse("import", f"of the native extension {_text(where)} (in the temp directory)")
+                refuse("import", f"of the native library {_text(where)} (in the temp directory)")
         elif event in _PATH_WRITE_EVENTS:
             for index in _PATH_WRITE_EVENTS[event]:
                 if index < len(args) and not writable(args[index]):
@@ -468,9 +469,16 @@ def _make_hook(temp_root: str, protected_fds: frozenset[int], own_pid: int):
     return hook
 
 
-def _native_extension(path: object) -> bool:
-    """Whether an import's file is a shared library (a CPython extension module)."""
-    return isinstance(path, str) and path.endswith(_EXTENSION_SUFFIXES)
+def _native_library(path: str) -> bool:
+    """Whether an import's file is a shared library: an extension module's name, or an ELF header
+    whatever the name (an extension loader takes any file name)."""
+    if path.endswith(_EXTENSION_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:  # an "open" event for reading: the hook allows it
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _realpath(path: object) -> str | None:
