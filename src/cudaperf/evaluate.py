@@ -577,15 +577,17 @@ def _from_worker(start: _Start, reply: Any, payload: EvalPayload, build: BuildRe
     )
 
 
-NATIVE_TIMING_NOTE = ("its host code is native (load_inline): its timings were measured in its own process, "
-                      "where native code could change them; the referee verifies correctness, not timings")
+NATIVE_TIMING_NOTE = ("its host code is native (a load_inline extension, or a C entry point): its timings "
+                      "were measured in its own process, where native code could change them; the referee "
+                      "verifies correctness, not timings")
+NATIVE_HOST_FORMATS = frozenset({SolutionFormat.INLINE, SolutionFormat.CUDA_C})
 
 
 def with_native_timing_note(solution: Solution, result: EvalResult) -> EvalResult:
-    """A timed result of a `load_inline` candidate with `timing_unverified` (INFO) said: a reward can gate
-    on it (`RewardConfig.gate_flag_codes`) where candidates are not trusted (dev/LOG.md, open
-    questions)."""
-    if solution.format is not SolutionFormat.INLINE or not result.timings:
+    """A timed result of a candidate with native host code (`load_inline`, or a C task's entry point) with
+    `timing_unverified` (INFO) said: a reward can gate on it (`RewardConfig.gate_flag_codes`) where
+    candidates are not trusted (dev/LOG.md, open questions)."""
+    if solution.format not in NATIVE_HOST_FORMATS or not result.timings:
         return result
     return dataclasses.replace(result, flags=result.flags + (Flag("timing_unverified", NATIVE_TIMING_NOTE,
                                                                   Severity.INFO),))

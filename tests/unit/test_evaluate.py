@@ -254,14 +254,16 @@ def test_the_referee_and_boundary_switches_reach_the_worker_pool(tmp_path):
     assert (limits.referee, limits.boundary) == (False, False)
 
 
-def test_a_timed_load_inline_result_says_its_timings_are_unverified():
+def test_a_timed_result_with_native_host_code_says_its_timings_are_unverified():
     from cudaperf.evaluate import with_native_timing_note
     from cudaperf.types import ConfigTiming, EvalResult, Outcome, Solution, SolutionFormat, Timing
 
     timing = ConfigTiming("c", Timing(1.0, 0.0, 1.0, 1.0, 10))
     timed = EvalResult("t", "s", Outcome.CORRECT, timings=(timing,))
-    inline, fast = (Solution("s", "x", fmt) for fmt in (SolutionFormat.INLINE, SolutionFormat.FAST))
+    inline, c, fast = (Solution("s", "x", f) for f in (SolutionFormat.INLINE, SolutionFormat.CUDA_C,
+                                                       SolutionFormat.FAST))
     assert [f.code for f in with_native_timing_note(inline, timed).flags] == ["timing_unverified"]
+    assert [f.code for f in with_native_timing_note(c, timed).flags] == ["timing_unverified"]
     assert with_native_timing_note(fast, timed).flags == timed.flags
     untimed = EvalResult("t", "s", Outcome.INCORRECT)
     assert with_native_timing_note(inline, untimed).flags == ()
