@@ -300,6 +300,7 @@ class BaselineDrift:
     age_s: float  # how long the cached value had been in use
     live: bool = False
     reference: str = "carrier"  # what `cached_ms` is: "carrier" (its median) or "live" (the live reference)
+    carrier_ms: float | None = None  # for a live anchor against the live reference: the carrier's median
 
     @property
     def ratio(self) -> float:
@@ -443,7 +444,8 @@ class BaselineCache:
                     entry.live_reference = {d.config: d.fresh_ms for d in offset}
                     self.anchor_offset.extend(offset)
                 return offset
-            drift = [dataclasses.replace(d, cached_ms=entry.live_reference[d.config], reference="live")
+            drift = [dataclasses.replace(d, cached_ms=entry.live_reference[d.config], reference="live",
+                                         carrier_ms=d.cached_ms)
                      for d in offset if d.config in entry.live_reference]
             self.live_drift.extend(drift)
             if drift:
