@@ -117,16 +117,18 @@ def copies(candidates: list[Candidate], k: int) -> list[Candidate]:
     carriers and drift only show over many timed candidates of a task)."""
     if k <= 1:
         return candidates
-    return [Candidate(c.task_index, f"{c.solution_id}/copy-{j}", _with_copy_mark(c.source, j), c.kind)
+    return [Candidate(c.task_index, f"{c.solution_id}/copy-{j}", _marked(c.source, f"copy {j}"), c.kind)
             for j in range(k) for c in candidates]
 
 
-def _with_copy_mark(source: str, j: int) -> str:
+def _marked(source: str, text: str) -> str:
+    """`source` with a comment saying `text`: a line of CUDA before the first kernel, where there is one
+    (the kernel's text, and so its build, differs), else a Python line at the end."""
     at = source.find("__global__")
     if at < 0:
-        return source + f"\n# copy {j}\n"
+        return source + f"\n# {text}\n"
     line = source.rfind("\n", 0, at) + 1
-    return source[:line] + f"// copy {j}\n" + source[line:]
+    return source[:line] + f"// {text}\n" + source[line:]
 
 
 def _in_kernel(source: str, line: str) -> str:
@@ -160,14 +162,8 @@ def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
     """(Task, Solution) per candidate, the text made distinct for this run (cold builds), ids unchanged."""
     from cudaperf.solutions import solution_from_text
 
-    def distinct(source: str) -> str:
-        at = source.find("__global__")
-        if at < 0:
-            return source + f"\n# eval_modes run {label}\n"
-        line = source.rfind("\n", 0, at) + 1
-        return source[:line] + f"// eval_modes run {label}\n" + source[line:]
-
-    return [(tasks[c.task_index][1], solution_from_text(distinct(c.source), c.solution_id))
+    return [(tasks[c.task_index][1], solution_from_text(_marked(c.source, f"eval_modes run {label}"),
+                                                        c.solution_id))
             for c in candidates]
 
 
@@ -278,6 +274,8 @@ def timed_pass_share(report: dict, before: dict) -> dict:
     """The RL schedule's report (`Evaluator.mode_report`, kept over the evaluator's life) less what the
     warm pass had put in it: counts, gate waits and states taken off, drift records after the warm pass's
     only (their lists only grow, up to `BaselineCache.LIVE_DRIFT_KEPT`)."""
+    from cudaperf.eval_modes import drift_figures
+
     if not report:
         return report
     out = dict(report)
@@ -288,10 +286,7 @@ def timed_pass_share(report: dict, before: dict) -> dict:
             out[key] = {k: v - before.get(key, {}).get(k, 0.0) for k, v in report[key].items()}
     for key in RECORDS:
         if key in report:
-            records = report[key]["records"][before.get(key, {}).get("n", 0):]
-            ratios = sorted(abs(r["ratio"] - 1) for r in records)
-            out[key] = {"n": len(records), "median_abs": ratios[len(ratios) // 2] if ratios else None,
-                        "max_abs": ratios[-1] if ratios else None, "records": records}
+            out[key] = drift_figures(report[key]["records"][before.get(key, {}).get("n", 0):])
     return out
 
 

@@ -72,10 +72,12 @@ from enum import Enum
 from typing import Any
 
 from cudaperf.jobs import TimingConfig
+from cudaperf.stats import geomean
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
 
 __all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
-           "RlSettings", "TimingPlan", "fill_timings", "median_ci95_rel", "through_anchor", "timed_baselines"]
+           "RlSettings", "TimingPlan", "drift_figures", "fill_timings", "median_ci95_rel", "through_anchor",
+           "timed_baselines"]
 
 
 class EvalMode(str, Enum):
@@ -488,9 +490,10 @@ def through_anchor(timings: tuple[ConfigTiming, ...], cached: dict[str, CachedBa
     """An anchored candidate's speedup against each cached baseline, chained through the anchor: per
     configuration (cached baseline / cached anchor, both the carrier's) x (live anchor / candidate, both
     this pass's), each factor a ratio of two functions timed interleaved; the geometric mean over the
-    configurations. Recorded beside the speedups (which divide the carrier's median by this pass's, across
-    the two protocols: `environment["speedups_through_anchor"]`) for `benchmarks/eval_modes.py` to hold
-    both against the default mode's."""
+    configurations (`stats.geomean`, as the speedups are aggregated). Recorded beside the speedups
+    (which divide the carrier's median by this pass's, across the two protocols:
+    `environment["speedups_through_anchor"]`) for `benchmarks/eval_modes.py` to hold both against the
+    default mode's."""
     per_baseline: dict[str, list[float]] = collections.defaultdict(list)
     for t in timings:
         carried = cached.get(t.config)
@@ -501,10 +504,10 @@ def through_anchor(timings: tuple[ConfigTiming, ...], cached: dict[str, CachedBa
         if not medians.get(anchor, 0) > 0:
             continue
         for name, ms in medians.items():
-            if name != anchor:
+            if name != anchor and ms > 0:
                 per_baseline[name].append(ms / medians[anchor] * live.median_ms / t.candidate.median_ms)
-    return {name: math.exp(statistics.fmean(math.log(v) for v in values))
-            for name, values in sorted(per_baseline.items()) if all(v > 0 for v in values)}
+    return {name: mean for name, values in sorted(per_baseline.items())
+            if (mean := geomean(values)) is not None}
 
 
 def fill_timings(timings: tuple[ConfigTiming, ...],
@@ -653,11 +656,17 @@ class RlScheduler:
         cache = self.baselines
         for name, records in (("drift", list(cache.drift)), ("anchor_offset", list(cache.anchor_offset)),
                               ("live_drift", list(cache.live_drift))):
-            ratios = sorted(abs(d.ratio - 1) for d in records)
-            out[name] = {"n": len(ratios), "median_abs": ratios[len(ratios) // 2] if ratios else None,
-                         "max_abs": ratios[-1] if ratios else None,
-                         "records": [dataclasses.asdict(d) | {"ratio": d.ratio} for d in records]}
+            rows = [dataclasses.asdict(d) | {"ratio": d.ratio} for d in records]
+            out[name] = drift_figures(rows)
         return out
+
+
+def drift_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Drift records (as `RlScheduler.report` writes them, each with its "ratio") with their count, the
+    median and the largest |ratio - 1|."""
+    ratios = sorted(abs(r["ratio"] - 1) for r in records)
+    return {"n": len(ratios), "median_abs": ratios[len(ratios) // 2] if ratios else None,
+            "max_abs": ratios[-1] if ratios else None, "records": records}
 
 
 def _timing_note(task: Task, plan: TimingPlan) -> str:

@@ -3,7 +3,7 @@ call, so that no temporary of a baseline is readable when the candidate's code r
 
 Why: in a refereed PyTorch worker (`torch_session`) the baselines (the reference model, eager and
 compiled) run in the candidate's process, interleaved with it in the timing stage. Their outputs are
-overwritten after each call (`TorchSession.dispose_baseline_output`), but a forward frees its temporaries
+overwritten after each call (`TorchSession.overwrite_baseline_output`), but a forward frees its temporaries
 as it goes, and one of them can hold the answer (an output that is a copy, a view, a cast or a cheap last
 step of one); native code of the candidate can read freed memory.
 

@@ -32,7 +32,7 @@ Covers:
   from the first and one drawn at random), so the referee judges it against its reference under the
   same tolerance. A baseline's output is compared with the candidate's first on its set. A baseline's
   output (the reference model's, eager or compiled: a right answer) is never kept: the worker overwrites
-  each one after its call (`torch_session.TorchSession.dispose_baseline_output`), so no right answer on
+  each one after its call (`torch_session.TorchSession.overwrite_baseline_output`), so no right answer on
   a timing input set is held in the worker while the candidate's code runs.
 
 Not covered: what is shipped when (the sessions), what the referee does with an output (`judge.py`), the
