@@ -25,7 +25,10 @@ function under the same protocol (`BenchReport.overhead`) so it can be shown bes
 values are NOT corrected for it (docs/evaluation.md, measured pitfalls). Other defences: functions run
 interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-robin, and on a sample of
 rounds the contents of another input set are copied into the tensors about to be used, so a result cached
-by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); a per-call host clock
+by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); the functions named in
+`check_every_round` (the candidate) have every output checked, the other rounds' on their own set's
+contents, so work skipped in the rounds a function can tell apart from the sampled ones (an input's
+version counter moves when contents are copied in) is caught too (hack #14); a per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
 violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
 `dispose` once its sample is taken and its re-check done, before the next call of any function; its
@@ -497,6 +500,7 @@ def bench_interleaved_report(
     check_fraction: float = 0.1,
     measure_overhead: bool = True,
     seed: int = 0,
+    check_every_round: frozenset[str] = frozenset(),
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
 
@@ -506,14 +510,16 @@ def bench_interleaved_report(
     when their times differ a lot. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
     None = 2x L2 or more, sized so the write lasts `lead_us` (`lead_sized_flush_bytes`); 0 = no flush; a
     number = exactly that. `check(name, input_index, output) -> bool` re-checks outputs on a
-    `check_fraction` sample of rounds (at least one per input set). Raises `FunctionFailed` when a
-    function raises (the caller classifies `.error`).
+    `check_fraction` sample of rounds (at least one per input set); the functions in `check_every_round`
+    have their output re-checked in every other round too, on the contents the round ran on (its own
+    set's). Raises `FunctionFailed` when a function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
                random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY)
+    run.check_every_round = check_every_round if check else frozenset()
     try:
         round_ms = run.estimate_round_ms()
         warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
@@ -553,6 +559,7 @@ class _Run:
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
+        self.check_every_round: frozenset[str] = frozenset()  # re-checked in the plain rounds too
         self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
         self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # ... where there is a lead to lengthen
         self.samples = {name: [] for name in self.fns}
@@ -680,6 +687,8 @@ class _Run:
         for name in self.rng.sample(list(self.fns), len(self.fns)):
             timed = self.call(name, self.input_sets[index])
             self.record(name, timed)
+            if name in self.check_every_round:
+                self._verify_output(name, index, timed.out)
             self.done_with(name, timed)
 
     def checked_round(self, index: int) -> None:
@@ -714,12 +723,15 @@ class _Run:
     def _verify(self, name: str, source: int, out: object, working: list) -> None:
         if name == OVERHEAD_NAME:
             return
-        self.counts["checks"][name] += 1
-        if not self.check(name, source, out):
-            self.counts["check_failures"][name] += 1
+        self._verify_output(name, source, out)
         if inputs_mutated(self.input_sets[source], working):
             self.counts["input_mutations"][name] += 1
             _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
+
+    def _verify_output(self, name: str, source: int, out: object) -> None:
+        self.counts["checks"][name] += 1
+        if not self.check(name, source, out):
+            self.counts["check_failures"][name] += 1
 
     def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
         timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))

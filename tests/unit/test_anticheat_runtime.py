@@ -192,6 +192,36 @@ def test_extra_paths_are_watched():
         static.check_source = original
 
 
+def _slow_others(module, args):
+    """A global pre-hook: every module's call (a baseline's too) does extra work first."""
+    torch.mm(torch.ones(4, 4), torch.ones(4, 4))
+
+
+def test_a_global_module_hook_is_a_change(snapshot):
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    register_module_forward_pre_hook(_slow_others)
+    assert "torch.nn.modules.module._global_forward_pre_hooks" in runtime.changed_identities(snapshot)
+
+
+def test_restore_removes_a_global_module_hook(snapshot):
+    from torch.nn.modules import module as module_hooks
+
+    calls = []
+    module_hooks.register_module_forward_hook(lambda m, args, out: calls.append(m))
+    runtime.restore_identities(snapshot)
+    nn.Identity()(torch.ones(1))
+    assert calls == [] and runtime.changed_identities(snapshot) == ()
+
+
+def test_a_dispatch_mode_left_pushed_is_a_change_and_popped_by_restore(snapshot):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    TorchDispatchMode().__enter__()  # entered, never left: it would see every later op of the harness
+    assert "torch dispatch modes" in runtime.changed_identities(snapshot)
+    assert runtime.restore_identities(snapshot) == ()
+
+
 # -- precision flags ----------------------------------------------------------------------------------
 
 

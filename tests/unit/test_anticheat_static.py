@@ -213,6 +213,19 @@ def test_open_is_file_io():
     assert "file_io" in errors(solution("data = open('/tmp/ref.pt', 'rb').read()\nreturn x"))
 
 
+def test_a_global_module_hook_is_global_torch_state():
+    source = ("from torch.nn.modules.module import register_module_forward_pre_hook\n"
+              "register_module_forward_pre_hook(lambda m, a: None)\n")
+    assert "global_torch_state" in errors(source)
+
+
+@pytest.mark.parametrize("path", ["numpy.rec.fromfile", "numpy.fromregex", "numpy.lib.npyio.DataSource",
+                                  "torch.UntypedStorage.from_file", "torch.package.PackageImporter"])
+def test_file_readers_below_a_namespace_are_file_io(path):
+    module, _, name = path.rpartition(".")
+    assert "file_io" in errors(f"import {module.split('.')[0]}\nx = {path}('/tmp/x')\n")
+
+
 def test_exit_is_process_control():
     assert "process_control" in errors("exit(0)\n")
 

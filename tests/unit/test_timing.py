@@ -155,6 +155,48 @@ def test_result_cached_by_data_pointer_fails_the_rechecks():
     assert "timed_output_mismatch" in {f.code for f in report.flags_for("cheat")}
 
 
+def _skips_unchecked_rounds():
+    """Hack #14's variant: the sampled re-check rounds copy contents in, which moves the inputs' version
+    counters; when a tensor comes back as last seen, the work is skipped."""
+    seen: dict[int, int] = {}
+
+    def fn(inputs):
+        x = inputs[0]
+        if seen.get(id(x)) == x._version:
+            return torch.zeros_like(x)
+        seen[id(x)] = x._version
+        return x * 2
+    return fn
+
+
+def _recheck_double(sets):
+    expected = [s[0] * 2 for s in sets]
+    return lambda name, i, out: torch.equal(out, expected[i])
+
+
+def test_skipping_the_rounds_not_sampled_passes_the_sampled_rechecks():
+    sets = _sets()
+    report = bench_interleaved_report({"cheat": _skips_unchecked_rounds()}, sets, budget_ms=2, warmup_ms=0,
+                                      check=_recheck_double(sets), min_reps=60)
+    assert report.check_failures["cheat"] == 0  # why every round of a candidate is re-checked
+
+
+def test_a_function_checked_every_round_is_caught_skipping_the_unsampled_rounds():
+    sets = _sets()
+    report = bench_interleaved_report({"cheat": _skips_unchecked_rounds()}, sets, budget_ms=2, warmup_ms=0,
+                                      check=_recheck_double(sets), min_reps=60,
+                                      check_every_round=frozenset({"cheat"}))
+    assert report.check_failures["cheat"] > 0
+
+
+def test_a_function_checked_every_round_has_every_timed_output_checked():
+    sets = _sets()
+    report = bench_interleaved_report({"a": _double, "b": _double}, sets, budget_ms=2, warmup_ms=0,
+                                      check=_recheck_double(sets), min_reps=60,
+                                      check_every_round=frozenset({"a"}))
+    assert report.checks["a"] == report.timings["a"].n_samples > report.checks["b"]
+
+
 def test_input_sets_are_restored_after_checked_rounds():
     sets = _sets()
     before = [s[0].clone() for s in sets]

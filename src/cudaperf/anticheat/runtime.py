@@ -16,7 +16,9 @@ Covers four independent guards, each returning `Flag`s (codes from `policy.RULES
 - `identity_snapshot()` / `identity_changed(snapshot)` / `restore_identities(snapshot)`: the objects behind
   the functions the harness trusts (synchronize, Event.elapsed_time, allclose, perf_counter, Tensor.__eq__,
   sys.modules entries, trace hooks...) captured before candidate import and compared by identity after
-  (`monkey_patch`, hack #7).
+  (`monkey_patch`, hack #7); likewise the contents of torch's global module-hook registries
+  (`register_module_forward_hook` and its kin, which run inside the reference's and the baselines' calls
+  and would outlive the job) and the torch-function and dispatch mode stacks.
 - `TF32Guard`: torch's global precision settings (TF32 flags, float32 matmul precision, reduced-precision
   reductions, default dtype) snapshotted, compared and restored (`precision_flags_changed`, hack #11).
 
@@ -244,6 +246,51 @@ def _module_split(path: str) -> str | None:
     return None
 
 
+# torch's global registries whose contents every module call goes through, the reference's and the
+# baselines' too: a global forward hook can slow them (a baseline made to look slow) or replace their
+# outputs, and, left in place, it runs in the worker's later jobs, inside other candidates' calls. So
+# their contents are captured and compared (`_Contents`), not the registries' identities (which a
+# registration keeps). The mode stacks likewise: a torch-function or dispatch mode entered and left
+# pushed intercepts every later op.
+_TORCH_HOOKS_MODULE = "torch.nn.modules.module"
+_FUNCTION_MODES, _DISPATCH_MODES = "torch function modes", "torch dispatch modes"
+
+
+@dataclass(frozen=True)
+class _Contents:
+    """A registry's entries at one moment: the same when the keys are equal and the values identical."""
+
+    items: tuple[tuple[Any, Any], ...]
+
+    def same(self, other: Any) -> bool:
+        return isinstance(other, _Contents) and len(self.items) == len(other.items) and all(
+            kb == ka and vb is va for (kb, vb), (ka, va) in zip(self.items, other.items, strict=True))
+
+
+def _mode_stacks() -> tuple[list, list]:
+    """The torch-function and dispatch mode stacks (torch's private readers: the trusted harness reads
+    them; the static policy refuses the same names in candidate code)."""
+    try:
+        from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        return list(_get_current_function_mode_stack()), list(_get_current_dispatch_mode_stack())
+    except Exception:  # noqa: BLE001 - another torch: the stacks are then not watched
+        return [], []
+
+
+def _registry_entries() -> dict[str, Any]:
+    entries: dict[str, Any] = {}
+    module = sys.modules.get(_TORCH_HOOKS_MODULE)
+    for name, value in (vars(module).items() if module is not None else ()):
+        if name.startswith("_global_") and isinstance(value, dict):
+            entries[f"{_TORCH_HOOKS_MODULE}.{name}"] = _Contents(tuple(value.items()))
+    functions, dispatch = _mode_stacks()
+    entries[_FUNCTION_MODES] = _Contents(tuple(enumerate(functions)))
+    entries[_DISPATCH_MODES] = _Contents(tuple(enumerate(dispatch)))
+    return entries
+
+
 def _hook_entries() -> dict[str, Any]:
     entries: dict[str, Any] = {
         "sys.gettrace()": sys.gettrace(),
@@ -255,6 +302,7 @@ def _hook_entries() -> dict[str, Any]:
         entries["threading.gettrace()"] = threading.gettrace()
     for name in _CRITICAL_MODULES:
         entries[f"sys.modules[{name!r}]"] = sys.modules.get(name, _MISSING)
+    entries.update(_registry_entries())
     return entries
 
 
@@ -266,6 +314,8 @@ def identity_snapshot(extra: Iterable[str] = ()) -> IdentitySnapshot:
 
 
 def _same(before: Any, after: Any) -> bool:
+    if isinstance(before, _Contents):
+        return before.same(after)
     if isinstance(before, tuple) and isinstance(after, tuple):
         return len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True))
     return before is after
@@ -304,7 +354,9 @@ def restore_identities(snapshot: IdentitySnapshot) -> tuple[str, ...]:
 
 
 def _restore(key: str, value: Any) -> None:
-    if key == "sys.gettrace()":
+    if isinstance(value, _Contents):
+        _restore_contents(key, value)
+    elif key == "sys.gettrace()":
         sys.settrace(value)
     elif key == "sys.getprofile()":
         sys.setprofile(value)
@@ -324,6 +376,26 @@ def _restore(key: str, value: Any) -> None:
             delattr(owner, attr)
         else:
             setattr(owner, attr, value)
+
+
+def _restore_contents(key: str, value: _Contents) -> None:
+    """A registry's entries put back; a mode stack popped down to its captured depth (what lies below
+    it cannot be swapped back: still changed, and reported so by `restore_identities`)."""
+    if key in (_FUNCTION_MODES, _DISPATCH_MODES):
+        which = 0 if key == _FUNCTION_MODES else 1
+        pop = torch._C._pop_torch_function_stack if which == 0 else _pop_dispatch_mode
+        while len(_mode_stacks()[which]) > len(value.items):
+            pop()
+        return
+    registry = getattr(sys.modules[_TORCH_HOOKS_MODULE], key.rsplit(".", 1)[1])
+    registry.clear()
+    registry.update(value.items)
+
+
+def _pop_dispatch_mode() -> None:
+    from torch.utils._python_dispatch import _pop_mode
+
+    _pop_mode()
 
 
 # --------------------------------------------------------------------------------------------------

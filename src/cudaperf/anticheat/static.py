@@ -159,9 +159,13 @@ _TORCH_GLOBAL_STATE = frozenset({"set_default_dtype", "set_default_tensor_type",
                                  "set_flush_denormal", "use_deterministic_algorithms",
                                  "set_deterministic_debug_mode", "set_num_threads",
                                  "set_num_interop_threads"})
-_TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file"})
+_TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file", "package"})
 _NUMPY_FILE_IO = frozenset({"load", "save", "savez", "savez_compressed", "fromfile", "loadtxt", "genfromtxt",
-                            "memmap", "lib", "tofile", "savetxt"})
+                            "memmap", "lib", "tofile", "savetxt", "fromregex", "DataSource"})
+# File readers that sit below a namespace or a class (`numpy.rec.fromfile`, `torch.UntypedStorage.from_file`:
+# a native read, which no Python audit event reports), refused wherever they appear in a path.
+_FILE_READERS = frozenset({"fromfile", "fromregex", "from_file", "DataSource", "open_memmap", "memmap",
+                           "loadtxt", "genfromtxt"})
 
 # Outcomes of classification: a rule code, or one of these.
 _COMPUTE = "compute"
@@ -179,6 +183,8 @@ def classify_path(path: str, allowed_torch_calls: frozenset[str]) -> str | None:
     if any(_is_private(p) for p in parts[1:]):
         return "private_api"
     root = parts[0]
+    if root in ("torch", "numpy") and any(p in _FILE_READERS for p in parts[1:]):
+        return "file_io"
     if root == "torch":
         return _classify_torch(parts[1:], allowed_torch_calls)
     if root == "numpy":
@@ -194,6 +200,8 @@ def classify_path(path: str, allowed_torch_calls: frozenset[str]) -> str | None:
 def _classify_torch(rest: list[str], allowed: frozenset[str]) -> str | None:
     if not rest:
         return None
+    if any(p.startswith("register_module_") for p in rest):
+        return "global_torch_state"  # a hook in every module's call: the reference's, the baselines'
     head = rest[0]
     if head in _TORCH_PRIVATE_NS:
         return "private_api"

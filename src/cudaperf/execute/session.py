@@ -59,6 +59,10 @@ from cudaperf.types import (
 )
 
 CANDIDATE = "candidate"  # the candidate's name among the timed functions
+# Whose every timed output is re-checked (`timing.bench_interleaved_report`), not only a sample of rounds:
+# a candidate that tells the sampled rounds apart (by an input's version counter: their contents are
+# copied in) could skip its work in the others.
+EVERY_ROUND = frozenset({CANDIDATE})
 MESSAGE_CHARS = 4000  # failure messages carry the traceback tail, truncated to this
 
 # Substrings (lower case) that identify errors raised by CUDA, whichever library reports them.
@@ -241,7 +245,7 @@ class Session:
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
                         l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device,
-                        measure_overhead=timing.overhead)
+                        measure_overhead=timing.overhead, check_every_round=EVERY_ROUND)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None
