@@ -25,10 +25,12 @@ function under the same protocol (`BenchReport.overhead`) so it can be shown bes
 values are NOT corrected for it (docs/evaluation.md, measured pitfalls). Other defences: functions run
 interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-robin, and on a sample of
 rounds the contents of another input set are copied into the tensors about to be used, so a result cached
-by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15); the functions named in
-`check_every_round` (the candidate) have every output checked, the other rounds' on their own set's
-contents, so work skipped in the rounds a function can tell apart from the sampled ones (an input's
-version counter moves when contents are copied in) is caught too (hack #14); a per-call host clock
+by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15). A function can tell
+those rounds apart (an input's version counter moves when contents are copied in), so the functions named
+in `silent_checks` (the candidate) also have their output checked, after the call, on a second random
+sample of the other rounds, on the contents they ran on: rounds the function cannot tell from the
+unchecked ones, so skipping work in enough of them to move a median (over half) is caught but with a
+chance under 2^-SILENT_CHECKS_MIN (hack #14); a per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
 violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
 `dispose` once its sample is taken and its re-check done, before the next call of any function; its
@@ -500,7 +502,7 @@ def bench_interleaved_report(
     check_fraction: float = 0.1,
     measure_overhead: bool = True,
     seed: int = 0,
-    check_every_round: frozenset[str] = frozenset(),
+    silent_checks: frozenset[str] = frozenset(),
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
 
@@ -510,16 +512,17 @@ def bench_interleaved_report(
     when their times differ a lot. `warmup_ms` likewise sizes the untimed warm-up rounds. `l2_flush_bytes`:
     None = 2x L2 or more, sized so the write lasts `lead_us` (`lead_sized_flush_bytes`); 0 = no flush; a
     number = exactly that. `check(name, input_index, output) -> bool` re-checks outputs on a
-    `check_fraction` sample of rounds (at least one per input set); the functions in `check_every_round`
-    have their output re-checked in every other round too, on the contents the round ran on (its own
-    set's). Raises `FunctionFailed` when a function raises (the caller classifies `.error`).
+    `check_fraction` sample of rounds (at least one per input set); the functions in `silent_checks` have
+    their output re-checked on a second sample of the other rounds too (`check_fraction` of them, at least
+    `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). Raises `FunctionFailed` when a
+    function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
                random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY)
-    run.check_every_round = check_every_round if check else frozenset()
+    run.silent_checks = silent_checks if check else frozenset()
     try:
         round_ms = run.estimate_round_ms()
         warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
@@ -527,8 +530,9 @@ def bench_interleaved_report(
         per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
         rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
         checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set()
+        silent = _silent_rounds(rounds, checked, check_fraction, run.rng) if run.silent_checks else set()
         with run.collector_paused():
-            run.timed(rounds, checked)
+            run.timed(rounds, checked, silent)
     finally:
         run.settle()  # whatever runs after the bench, the candidate's code included, finds nothing owed
     return run.report(rounds, warmup_rounds)
@@ -546,6 +550,18 @@ def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random)
     return chosen
 
 
+# The fewest rounds a function in `silent_checks` is re-checked in beyond the sampled ones (where there are
+# that many): a function skipping its work in over half the rounds passes them all with a chance < 2^-4.
+SILENT_CHECKS_MIN = 4
+
+
+def _silent_rounds(rounds: int, checked: set[int], fraction: float, rng: random.Random) -> set[int]:
+    """A random sample of the rounds that are not `checked`: `fraction` of them, at least
+    `SILENT_CHECKS_MIN`."""
+    plain = [r for r in range(rounds) if r not in checked]
+    return set(rng.sample(plain, min(len(plain), max(SILENT_CHECKS_MIN, math.ceil(fraction * len(plain))))))
+
+
 class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
@@ -559,7 +575,7 @@ class _Run:
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
-        self.check_every_round: frozenset[str] = frozenset()  # re-checked in the plain rounds too
+        self.silent_checks: frozenset[str] = frozenset()  # also re-checked in a sample of the plain rounds
         self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
         self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # ... where there is a lead to lengthen
         self.samples = {name: [] for name in self.fns}
@@ -659,14 +675,14 @@ class _Run:
             for name in self.rng.sample(list(self.fns), len(self.fns)):
                 self.untimed(name, self.input_sets[r % len(self.input_sets)])
 
-    def timed(self, rounds: int, check_rounds: set[int]) -> None:
+    def timed(self, rounds: int, check_rounds: set[int], silent_rounds: set[int] = frozenset()) -> None:
         start, disposing = _now_ns(), self.dispose_ns
         for r in range(rounds):
             index = r % len(self.input_sets)
             if r in check_rounds:
                 self.checked_round(index)
             else:
-                self.plain_round(index)
+                self.plain_round(index, r in silent_rounds)
         # without the disposals: `clock_consistent` bounds the samples by the loop's own host time
         self.host_total_ms = (_now_ns() - start - (self.dispose_ns - disposing)) / 1e6
 
@@ -683,11 +699,12 @@ class _Run:
                 wanted = lead_launches(timed.fn_host_ms, self.launch_ms)
                 self.launches[name] = max(self.launches[name], wanted)
 
-    def plain_round(self, index: int) -> None:
+    def plain_round(self, index: int, silent: bool = False) -> None:
+        """A round on set `index` as it is; `silent`: the outputs of `silent_checks` re-checked after."""
         for name in self.rng.sample(list(self.fns), len(self.fns)):
             timed = self.call(name, self.input_sets[index])
             self.record(name, timed)
-            if name in self.check_every_round:
+            if silent and name in self.silent_checks:
                 self._verify_output(name, index, timed.out)
             self.done_with(name, timed)
 

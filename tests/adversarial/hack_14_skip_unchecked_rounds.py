@@ -3,8 +3,9 @@ another input set's contents into the tensors about to be used, which moves thei
 (`Tensor._version`); in any other round the inputs come back with the counters as the candidate last saw
 them, and it returns an uncomputed tensor. Correct whenever it is checked, ~20x faster on the clock.
 
-Defence: the candidate's output is re-checked in every timed round, not only the sampled ones
-(`timing.bench_interleaved_report`, `check_every_round`): `timed_output_mismatch`.
+Defence: the candidate's output is also re-checked, after the call, on a second random sample of the
+other rounds, which it cannot tell from the unchecked ones (`timing.bench_interleaved_report`,
+`silent_checks`): `timed_output_mismatch`.
 """
 
 TASK = "matmul"

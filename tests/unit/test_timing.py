@@ -9,6 +9,7 @@ import torch
 
 from cudaperf.timing import (
     OVERHEAD_NAME,
+    SILENT_CHECKS_MIN,
     FunctionFailed,
     bench_interleaved,
     bench_interleaved_report,
@@ -181,20 +182,21 @@ def test_skipping_the_rounds_not_sampled_passes_the_sampled_rechecks():
     assert report.check_failures["cheat"] == 0  # why every round of a candidate is re-checked
 
 
-def test_a_function_checked_every_round_is_caught_skipping_the_unsampled_rounds():
+@pytest.mark.parametrize("seed", range(5))
+def test_silent_checks_catch_skipping_the_unsampled_rounds(seed):
     sets = _sets()
     report = bench_interleaved_report({"cheat": _skips_unchecked_rounds()}, sets, budget_ms=2, warmup_ms=0,
-                                      check=_recheck_double(sets), min_reps=60,
-                                      check_every_round=frozenset({"cheat"}))
+                                      check=_recheck_double(sets), min_reps=60, seed=seed,
+                                      silent_checks=frozenset({"cheat"}))
     assert report.check_failures["cheat"] > 0
 
 
-def test_a_function_checked_every_round_has_every_timed_output_checked():
+def test_silent_checks_recheck_at_least_their_minimum_of_plain_rounds():
     sets = _sets()
-    report = bench_interleaved_report({"a": _double, "b": _double}, sets, budget_ms=2, warmup_ms=0,
-                                      check=_recheck_double(sets), min_reps=60,
-                                      check_every_round=frozenset({"a"}))
-    assert report.checks["a"] == report.timings["a"].n_samples > report.checks["b"]
+    report = bench_interleaved_report({"a": _double, "b": _double}, sets, budget_ms=0, warmup_ms=0,
+                                      check=_recheck_double(sets), min_reps=10, max_reps=10,
+                                      silent_checks=frozenset({"a"}))
+    assert report.checks["a"] == report.checks["b"] + SILENT_CHECKS_MIN
 
 
 def test_input_sets_are_restored_after_checked_rounds():

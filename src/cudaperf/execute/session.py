@@ -59,10 +59,11 @@ from cudaperf.types import (
 )
 
 CANDIDATE = "candidate"  # the candidate's name among the timed functions
-# Whose every timed output is re-checked (`timing.bench_interleaved_report`), not only a sample of rounds:
-# a candidate that tells the sampled rounds apart (by an input's version counter: their contents are
-# copied in) could skip its work in the others.
-EVERY_ROUND = frozenset({CANDIDATE})
+# Whose timed outputs are also re-checked on a sample of the rounds that cannot be told from the unchecked
+# ones (`timing.bench_interleaved_report`, `silent_checks`): a candidate that tells the sampled re-check
+# rounds apart (an input's version counter moves when their contents are copied in) could skip its work
+# in the others.
+SILENT_CHECKS = frozenset({CANDIDATE})
 MESSAGE_CHARS = 4000  # failure messages carry the traceback tail, truncated to this
 
 # Substrings (lower case) that identify errors raised by CUDA, whichever library reports them.
@@ -245,7 +246,7 @@ class Session:
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
                         l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device,
-                        measure_overhead=timing.overhead, check_every_round=EVERY_ROUND)
+                        measure_overhead=timing.overhead, silent_checks=SILENT_CHECKS)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None
