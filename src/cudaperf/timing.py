@@ -61,7 +61,10 @@ CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is 
 it is never used for reported GPU numbers.
 
 Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), caches keyed
-on the input contents (they must read the inputs, which the flush makes cost memory traffic), and work a
+on the input contents: the timed rounds rotate a few input sets, so a function that keeps its outputs
+and returns the one whose inputs match (read whole, or sampled) is right every time and as fast as the
+reading, far below the computing where the work is compute-bound (a matrix product on the CPU: 2x read
+whole, 7x sampling every 61st element; dev/LOG.md); and work a
 function queues on a stream that does not wait for the timing stream: such work can run during the lead,
 before the start event, and be partly missing from the sample. No lead design prevents it (dev/LOG.md,
 evaluation: timing); such calls are refused elsewhere, as errors: the static rule `stream_created` and the
