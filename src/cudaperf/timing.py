@@ -556,7 +556,7 @@ def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random)
 # The fewest rounds a function in `silent_checks` is re-checked in beyond the sampled ones (where there are
 # that many): a function skipping its work in over half the rounds passes them all with a chance < 2^-4.
 # And the share of the other rounds it is re-checked in: moving a median takes skipping over half of them,
-# so a small share catches it all the same (1,000 rounds: 2^-19), at a fifth of the cost of 10% (a
+# so a small share catches it all the same (1,000 rounds: 2^-18), at a fifth of the cost of 10% (a
 # re-check is a bytewise comparison: on the CPU, 10% cost the default mode 10% of its evaluations/min).
 SILENT_CHECKS_MIN = 4
 SILENT_FRACTION = 0.02
