@@ -517,8 +517,8 @@ def bench_interleaved_report(
     number = exactly that. `check(name, input_index, output) -> bool` re-checks outputs on a
     `check_fraction` sample of rounds (at least one per input set); the functions in `silent_checks` have
     their output re-checked on a second sample of the other rounds too (`SILENT_FRACTION` of them, at
-    least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). Raises `FunctionFailed` when a
-    function raises (the caller classifies `.error`).
+    least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). Raises `FunctionFailed`
+    when a function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")

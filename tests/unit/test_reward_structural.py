@@ -208,6 +208,19 @@ def test_kernels_weighted_by_gpu_time():
     assert mixed == pytest.approx((1.0 * a + 3.0 * b) / 4.0)
 
 
+def test_well_shaped_copies_of_the_launched_kernel_name_do_not_raise_the_score():
+    times = {"relu_k": 0.05}  # the profiler's time is per name: which copy ran is not known
+    honest = structural_score([uncoalesced("relu_k")], kernel_time_ms=times)[0]
+    padded = structural_score([uncoalesced("relu_k")] + [coalesced("relu_k")] * 8, kernel_time_ms=times)[0]
+    assert padded == honest
+
+
+def test_copies_of_a_name_count_as_one_without_times():
+    honest = structural_score([uncoalesced("relu_k"), coalesced("other")])[0]
+    padded = structural_score([uncoalesced("relu_k"), coalesced("other")] + [coalesced("relu_k")] * 8)[0]
+    assert padded == honest
+
+
 def test_kernels_averaged_uniformly_without_times():
     mixed = structural_score([coalesced("a"), uncoalesced("b")])[0]
     expected = (kernel_structural_score(coalesced("a"), W)[0]

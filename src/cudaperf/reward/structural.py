@@ -53,9 +53,11 @@ def structural_score(
 
     Each kernel gets the weighted mean of its components (see `StructuralWeights`), times
     `divergent_barrier_factor` when it has a divergent barrier. Kernels are averaged weighted by their GPU
-    time when every kernel's time is known, else uniformly. A kernel known never to have launched (absent
-    from a non-empty `kernel_time_ms`, or zero time / launches in its `dynamic` features) scores 0, as does
-    one with no launch evidence when `require_launch_evidence`. No kernels: 0.
+    time when every kernel's time is known, else uniformly; kernels sharing a name (`kernel_identifier`:
+    units, namespaces, overloads and instantiations alike) count as one, scored by the lowest of them. A
+    kernel known never to have launched (absent from a non-empty `kernel_time_ms`, or zero time / launches
+    in its `dynamic` features) scores 0, as does one with no launch evidence when
+    `require_launch_evidence`. No kernels: 0.
     Parts: "kernels", "never_launched", "launch_unknown", the mean of each component over the kernels that
     ran, and "missing.<component>" = number of kernels whose input for it was missing.
     """
@@ -68,20 +70,30 @@ def structural_score(
     for name, ms in (kernel_time_ms or {}).items():  # instantiations of one template share a base name
         if finite(ms) is not None:
             times[kernel_identifier(name)] = times.get(kernel_identifier(name), 0.0) + float(ms)
-    scored: list[tuple[float, float | None]] = []  # (score, GPU time or None) per kernel
+    scored: dict[str, list[tuple[float, float | None]]] = {}  # (score, GPU time or None) per kernel, by name
     kernel_parts: list[dict[str, float]] = []
     for f in kernels:
         launched, time_ms = _launch_evidence(f, times)
         parts["launch_unknown"] += float(launched is None)
+        named = scored.setdefault(kernel_identifier(str(f.kernel)), [])
         if launched is False or (launched is None and require_launch_evidence):
             parts["never_launched"] += float(launched is False)
-            scored.append((0.0, 0.0 if launched is False else time_ms))
+            named.append((0.0, 0.0 if launched is False else time_ms))
             continue
         score, kparts = kernel_structural_score(f, w)
         kernel_parts.append(kparts)
-        scored.append((score, time_ms))
+        named.append((score, time_ms))
     parts.update(_summarise(kernel_parts))
-    return _combine(scored), parts
+    return _combine([_one_per_name(group) for group in scored.values()]), parts
+
+
+def _one_per_name(group: list[tuple[float, float | None]]) -> tuple[float, float | None]:
+    """The kernels that share a name, as one: the profiler's time is per name, so which of them ran is not
+    known. Scored by the lowest of them, its time counted once: otherwise well-shaped copies that never
+    launch (another unit, a namespace, an overload) would each take the name's whole time as their weight
+    and pull the score up."""
+    times = [t for _, t in group]
+    return min(s for s, _ in group), (None if None in times else max(times))
 
 
 def _summarise(kernel_parts: list[dict[str, float]]) -> dict[str, float]:
