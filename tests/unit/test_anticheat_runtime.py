@@ -266,3 +266,27 @@ def test_guard_restores_default_dtype(precision_state):
     with runtime.TF32Guard() as guard:
         torch.set_default_dtype(torch.float64)
     assert guard.flags() and torch.get_default_dtype() is torch.float32
+
+
+# -- process-wide runtime settings ---------------------------------------------------------------------
+
+
+def test_guard_flags_and_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with runtime.TF32Guard() as guard:
+        torch.set_num_threads(before + 1)  # the baselines' CPU threads: their speed
+    assert [f.code for f in guard.flags()] == ["global_torch_state"] and torch.get_num_threads() == before
+
+
+def test_guard_flags_and_restores_an_attention_backend():
+    before = torch.backends.cuda.flash_sdp_enabled()
+    with runtime.TF32Guard() as guard:
+        torch.backends.cuda.enable_flash_sdp(not before)
+    assert "global_torch_state" in {f.code for f in guard.flags()}
+    assert torch.backends.cuda.flash_sdp_enabled() == before
+
+
+def test_guard_quiet_about_settings_left_alone():
+    with runtime.TF32Guard() as guard:
+        torch.get_num_threads()
+    assert guard.flags() == ()

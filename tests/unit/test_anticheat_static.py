@@ -226,6 +226,20 @@ def test_file_readers_below_a_namespace_are_file_io(path):
     assert "file_io" in errors(f"import {module.split('.')[0]}\nx = {path}('/tmp/x')\n")
 
 
+@pytest.mark.parametrize("call", ["torch.cuda.set_per_process_memory_fraction(0.001)",
+                                  "torch.cuda.memory.set_per_process_memory_fraction(0.1)",
+                                  "torch.cuda.set_sync_debug_mode('error')",
+                                  "torch.cuda.tunable.enable(True)",
+                                  "torch.backends.cuda.preferred_linalg_library('magma')",
+                                  "torch.backends.cuda.preferred_blas_library('cublaslt')"])
+def test_process_wide_cuda_settings_are_global_torch_state(call):
+    assert "global_torch_state" in errors(f"import torch\n{call}\n")
+
+
+def test_reading_the_device_is_not_global_torch_state():
+    assert "global_torch_state" not in errors("import torch\np = torch.cuda.get_device_properties(0)\n")
+
+
 def test_exit_is_process_control():
     assert "process_control" in errors("exit(0)\n")
 

@@ -20,7 +20,10 @@ Covers four independent guards, each returning `Flag`s (codes from `policy.RULES
   (`register_module_forward_hook` and its kin, which run inside the reference's and the baselines' calls
   and would outlive the job) and the torch-function and dispatch mode stacks.
 - `TF32Guard`: torch's global precision settings (TF32 flags, float32 matmul precision, reduced-precision
-  reductions, default dtype) snapshotted, compared and restored (`precision_flags_changed`, hack #11).
+  reductions, default dtype) snapshotted, compared and restored (`precision_flags_changed`, hack #11);
+  likewise its process-wide runtime settings (the CUDA memory cap, the sync debug mode, TunableOp, the
+  preferred BLAS and linear-algebra libraries, the thread count, deterministic algorithms, the attention
+  backends: `global_torch_state`), which would reach the harness's own work and the baselines.
 
 Not covered: this is not a sandbox. Candidate code runs in the same interpreter and could undo any of these
 guards with enough effort; the static policy forbids the tools for that (private APIs, frames, gc, sys),
@@ -518,17 +521,67 @@ def restore_precision_state(state: Mapping[str, Any]) -> tuple[str, ...]:
     return _effective_differences(state)
 
 
+def _call_setting(name: str, get: Callable[[], Any] | None, put: Callable[[Any], None] | None,
+                  cuda: bool = False) -> _Setting | None:
+    """A setting read by calling `get()` and written by `put(value)`, if this torch has both; `cuda`: read
+    only once CUDA is initialised (its getters would initialise it, or raise without a GPU)."""
+    if get is None or put is None:
+        return None
+    if cuda:
+        return _Setting(name, lambda: get() if torch.cuda.is_initialized() else None, put)
+    return _Setting(name, get, put)
+
+
+def _global_settings() -> list[_Setting]:
+    """torch's process-wide runtime settings that a kernel evaluation never changes and that would reach
+    the harness's own work: a memory cap makes its next allocations fail (the job then looks like the
+    harness's fault, not the candidate's), a sync debug mode raises in its synchronisations, the thread
+    count, the math libraries, TunableOp, deterministic algorithms and the attention backends change how
+    fast the baselines run."""
+    cuda, backends = torch.cuda, torch.backends.cuda
+    tunable = getattr(cuda, "tunable", None)
+    settings = [
+        _call_setting("torch.cuda.get_per_process_memory_fraction()",
+                      getattr(cuda, "get_per_process_memory_fraction", None),
+                      getattr(cuda, "set_per_process_memory_fraction", None), cuda=True),
+        _call_setting("torch.cuda.get_sync_debug_mode()", getattr(cuda, "get_sync_debug_mode", None),
+                      getattr(cuda, "set_sync_debug_mode", None), cuda=True),
+        _call_setting("torch.cuda.tunable.is_enabled()", getattr(tunable, "is_enabled", None),
+                      getattr(tunable, "enable", None)),
+        _call_setting("torch.backends.cuda.preferred_blas_library()",
+                      getattr(backends, "preferred_blas_library", None),
+                      getattr(backends, "preferred_blas_library", None)),
+        _call_setting("torch.backends.cuda.preferred_linalg_library()",
+                      getattr(backends, "preferred_linalg_library", None),
+                      getattr(backends, "preferred_linalg_library", None)),
+        _call_setting("torch.get_num_threads()", torch.get_num_threads, torch.set_num_threads),
+        _call_setting("torch.are_deterministic_algorithms_enabled()",
+                      torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms),
+    ]
+    for kind in ("flash", "mem_efficient", "math", "cudnn"):
+        settings.append(_call_setting(f"torch.backends.cuda.{kind}_sdp_enabled()",
+                                      getattr(backends, f"{kind}_sdp_enabled", None),
+                                      getattr(backends, f"enable_{kind}_sdp", None)))
+    return [s for s in settings if s is not None]
+
+
 class TF32Guard:
-    """`with TF32Guard() as g: ...` then `g.flags()`: precision settings changed inside, restored on exit."""
+    """`with TF32Guard() as g: ...` then `g.flags()`: precision settings changed inside, restored on exit;
+    likewise torch's process-wide runtime settings (`_global_settings`: `global_torch_state`)."""
 
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.before: dict[str, Any] = {}
         self.changed: tuple[str, ...] = ()
         self.not_restored: tuple[str, ...] = ()
+        self.settings: list[_Setting] = []
+        self.before_global: dict[str, Any] = {}
+        self.changed_global: tuple[str, ...] = ()
 
     def __enter__(self) -> Self:
         self.before = read_precision_state()
+        self.settings = _global_settings()
+        self.before_global = _read(self.settings)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -536,11 +589,22 @@ class TF32Guard:
         self.changed = tuple(k for k, v in self.before.items() if after.get(k) != v)
         if self.changed:
             self.not_restored = restore_precision_state(self.before)
+        after_global = _read(self.settings)
+        self.changed_global = tuple(k for k, v in self.before_global.items() if after_global.get(k) != v)
+        if self.changed_global:
+            _apply(self.settings, self.before_global)
+            now = _read(self.settings)
+            self.not_restored += tuple(k for k in self.changed_global if now.get(k) != self.before_global[k])
 
     def flags(self) -> tuple[Flag, ...]:
-        if not self.changed or not self.policy.active("precision_flags_changed"):
-            return ()
-        message = "candidate code changed " + ", ".join(self.changed)
-        if self.not_restored:
-            message += f" (could not restore {', '.join(self.not_restored)})"
-        return (make_flag("precision_flags_changed", message),)
+        flags = []
+        for code, changed in (("precision_flags_changed", self.changed),
+                              ("global_torch_state", self.changed_global)):
+            if not changed or not self.policy.active(code):
+                continue
+            message = "candidate code changed " + ", ".join(changed)
+            missed = [k for k in self.not_restored if k in changed]
+            if missed:
+                message += f" (could not restore {', '.join(missed)})"
+            flags.append(make_flag(code, message))
+        return tuple(flags)

@@ -225,6 +225,8 @@ def _classify_torch(rest: list[str], allowed: frozenset[str]) -> str | None:
         return "stream_created"
     if head == "backends":
         leaf = rest[-1]
+        if leaf.startswith(("preferred_", "sdp_kernel")):
+            return "global_torch_state"  # the baselines' math libraries and attention backends
         return "precision_flags_changed" if leaf.startswith(("set_", "enable_", "flags")) else None
     if head == "Tensor":
         return _classify_tensor_member(rest[1:])
@@ -256,6 +258,8 @@ def _classify_torch_cuda(rest: list[str]) -> str | None:
         return "precision_downcast"
     if rest[0] == "jiterator":
         return "torch_compile"
+    if rest[0] == "tunable" or any(p.startswith("set_") for p in rest):
+        return "global_torch_state"  # a memory cap, a sync debug mode, the device: the harness's too
     return None
 
 
