@@ -221,7 +221,17 @@ def _runtime(result: EvalResult, limit: int) -> _Section:
         return _Section("runtime", ())
     first = result.message.splitlines()[0] if result.message else ""
     frames = own_frames(result.logs or result.message, limit)
-    return _Section("runtime", tuple(x for x in (_clip(first, 300), *frames) if x))
+    # The candidate's own text, fenced and every line clipped, under a label: it can hold lines that
+    # look like the evaluator's (a verdict, a timing table, a reward), which must not read as ours.
+    quoted = [_clip(x, _QUOTED_LINE_CHARS).replace(_FENCE, "'''") for x in (first, *frames) if x]
+    if not quoted:
+        return _Section("runtime", ())
+    return _Section("runtime", (_QUOTED_LABEL, _FENCE + "text", *quoted, _FENCE))
+
+
+_FENCE = "`" * 3
+_QUOTED_LABEL = "Your code raised (its own text, quoted as it printed it):"
+_QUOTED_LINE_CHARS = 300
 
 
 def own_frames(traceback: str, limit: int = 10) -> list[str]:

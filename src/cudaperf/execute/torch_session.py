@@ -928,7 +928,9 @@ class TorchSession(Session):
         return self.timing_outputs[key]
 
     def _scoped_call(self, model: torch.nn.Module, inputs: list) -> Any:
-        with self.scope():
+        # no_grad here, not only around the bench: its exit puts the grad mode back, so a candidate that
+        # turns autograd on inside its call cannot leave it on for the baselines' next calls
+        with self.scope(), torch.no_grad():
             return model(*inputs)
 
     def baselines(self, entry: Reference, config: InputConfig,
