@@ -68,7 +68,10 @@ def test_a_later_output_beyond_the_tolerance_but_near_the_first_is_caught_by_the
     flags = [f for f in reply.payload["flags"] if f["code"] == "timed_output_mismatch"]
     assert any("the referee judged" in f["message"] and f["severity"] == "error" for f in flags), \
         reply.payload["flags"]
-    assert all("re-checked call" in f["message"] for f in flags), flags  # a later one, not the first
+    # a later one, not the first (the worker's own comparison may flag one too: its first output on a set
+    # can come from a silent re-check of a plain round, which this candidate answers exactly)
+    refereed = [f for f in flags if "the referee judged" in f["message"]]
+    assert all("re-checked call" in f["message"] for f in refereed), flags
 
 
 def _keys(reply) -> list[tuple[str, int, int]]:
