@@ -290,3 +290,12 @@ def test_guard_quiet_about_settings_left_alone():
     with runtime.TF32Guard() as guard:
         torch.get_num_threads()
     assert guard.flags() == ()
+
+
+def test_a_setting_unread_before_the_window_is_not_a_change(monkeypatch):
+    calls = iter([None, 0.5])  # unread (CUDA not initialised yet), then read: torch's default
+    setting = runtime._Setting("probe", lambda: next(calls), lambda v: None)
+    monkeypatch.setattr(runtime, "_global_settings", lambda: [setting])
+    with runtime.TF32Guard() as guard:
+        pass
+    assert guard.flags() == ()

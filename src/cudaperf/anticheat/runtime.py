@@ -590,7 +590,10 @@ class TF32Guard:
         if self.changed:
             self.not_restored = restore_precision_state(self.before)
         after_global = _read(self.settings)
-        self.changed_global = tuple(k for k, v in self.before_global.items() if after_global.get(k) != v)
+        # a setting unread before (None: CUDA not yet initialised, e.g. by the candidate's import) is not
+        # compared: its first reading is torch's default, not a change
+        self.changed_global = tuple(k for k, v in self.before_global.items()
+                                    if v is not None and after_global.get(k) != v)
         if self.changed_global:
             _apply(self.settings, self.before_global)
             now = _read(self.settings)
