@@ -241,3 +241,17 @@ def test_a_fast_answer_to_the_inline_format_is_told_so(none_evaluator):
     fast = (example_solutions_dir("fast") / "relu.py").read_text()
     step = _relu_env(none_evaluator, format="inline").step(f"```python\n{fast}```")
     assert step.record.extraction == "wrong_format" and "asks for the load_inline format" in step.feedback
+
+
+def test_two_answers_under_one_id_get_their_own_results(cpu_evaluator):
+    from cudaperf.agent.evaluation import evaluate_all
+    from cudaperf.solutions import solution_from_text
+
+    def code(reply: str) -> str:
+        return reply.split("```python\n", 1)[1].rsplit("```", 1)[0]
+
+    right = solution_from_text(code(RIGHT), "same")
+    broken = solution_from_text("class ModelNew(:\n", "same")  # refused before any worker: it finishes first
+    results = evaluate_all(cpu_evaluator, [(TASK, right), (TASK, broken)])
+    assert [r.outcome for r in results] == [Outcome.CORRECT, Outcome.SYNTAX_ERROR]
+    assert {r.solution_id for r in results} == {"same"}

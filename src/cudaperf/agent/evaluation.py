@@ -18,7 +18,9 @@ Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.r
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -54,6 +56,23 @@ def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solu
     return results  # type: ignore[return-value]
 
 
+def _unique_ids(pairs: Sequence[tuple[Task, Solution]]) -> tuple[list, dict[tuple[str, str], int]]:
+    """The pairs as sent, each (task, solution id) once (a repeated id gets its index appended: results
+    come back in the order they finish, found by that key, so two answers under one id, such as two
+    environments stepping the same task, sample and turn, could otherwise swap), and key -> index."""
+    repeated = Counter((task.task_id, solution.solution_id) for task, solution in pairs)
+    sent, waiting = [], {}
+    for index, (task, solution) in enumerate(pairs):
+        if repeated[(task.task_id, solution.solution_id)] > 1:
+            unique = f"{solution.solution_id}#{index}"
+            while (task.task_id, unique) in waiting or repeated[(task.task_id, unique)]:
+                unique += "#"
+            solution = dataclasses.replace(solution, solution_id=unique)
+        sent.append((task, solution))
+        waiting[(task.task_id, solution.solution_id)] = index
+    return sent, waiting
+
+
 class LocalEvaluator:
     """`cudaperf.evaluate.Evaluator` behind the `CandidateEvaluator` seam (see the module docstring)."""
 
@@ -87,17 +106,15 @@ class LocalEvaluator:
         return self._open().mode
 
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
-        waiting: dict[tuple[str, str], list[int]] = {}
-        for index, (task, solution) in enumerate(pairs):
-            waiting.setdefault((task.task_id, solution.solution_id), []).append(index)
         if not pairs:
             return
+        sent, waiting = _unique_ids(pairs)
         # The whole batch goes in at once: its builds start together in the CPU pool and overlap with
         # the GPU work of the first candidates.
-        for result in self._open().evaluate_many(list(pairs)):
-            indices = waiting.get((result.task_id, result.solution_id))
-            if indices:
-                yield indices.pop(0), result
+        for result in self._open().evaluate_many(sent):
+            index = waiting.pop((result.task_id, result.solution_id), None)
+            if index is not None:
+                yield index, dataclasses.replace(result, solution_id=pairs[index][1].solution_id)
 
     def close(self) -> None:
         with self._lock:
