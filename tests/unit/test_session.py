@@ -266,3 +266,18 @@ def test_a_constant_task_is_flagged_as_the_task_s_fault():
     payload, _ = _run(_job(same, task_source=constant))
     assert {"task_constant_output", "task_input_independent"} <= _codes(payload)
     assert not any(code.startswith("candidate_") for code in _codes(payload))
+
+
+def test_autograd_a_candidate_turns_on_in_its_timed_call_does_not_outlive_the_call():
+    import contextlib
+    import types
+
+    class LeavesGradOn(torch.nn.Module):
+        def forward(self, x):
+            torch.set_grad_enabled(True)  # left on for whatever runs next: the baselines
+            return x * 2
+
+    session = types.SimpleNamespace(scope=contextlib.nullcontext)
+    with torch.no_grad():  # as the bench runs
+        torch_session.TorchSession._scoped_call(session, LeavesGradOn(), [torch.ones(2)])
+        assert not torch.is_grad_enabled()
