@@ -524,8 +524,8 @@ def bench_interleaved_report(
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
-               random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY)
-    run.silent_checks = silent_checks if check else frozenset()
+               random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY,
+               silent_checks=silent_checks)
     try:
         round_ms = run.estimate_round_ms()
         warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
@@ -573,7 +573,8 @@ def _silent_rounds(rounds: int, checked: set[int], rng: random.Random) -> set[in
 class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
-    def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True):
+    def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True,
+                 silent_checks: frozenset[str] = frozenset()):
         self.fns = {name: fn.fn if isinstance(fn, Disposed) else fn for name, fn in fns.items()}
         self.disposers = {name: fn.dispose for name, fn in fns.items() if isinstance(fn, Disposed)}
         self.settlers = {name: fn.settle for name, fn in fns.items()
@@ -583,7 +584,8 @@ class _Run:
         if measure_overhead:
             self.fns[OVERHEAD_NAME] = lambda inputs: None
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
-        self.silent_checks: frozenset[str] = frozenset()  # also re-checked in a sample of the plain rounds
+        # also re-checked in a sample of the plain rounds (only where there is a check)
+        self.silent_checks = silent_checks if check else frozenset()
         self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
         self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # ... where there is a lead to lengthen
         self.samples = {name: [] for name in self.fns}

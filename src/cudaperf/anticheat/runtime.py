@@ -532,7 +532,8 @@ def _call_setting(name: str, get: Callable[[], Any] | None, put: Callable[[Any],
     return _Setting(name, get, put)
 
 
-def _global_settings() -> list[_Setting]:
+@functools.cache  # read after every window of candidate code: the readers are found once per process
+def _global_settings() -> tuple[_Setting, ...]:
     """torch's process-wide runtime settings that a kernel evaluation never changes and that would reach
     the harness's own work: a memory cap makes its next allocations fail (the job then looks like the
     harness's fault, not the candidate's), a sync debug mode raises in its synchronisations, the thread
@@ -562,7 +563,7 @@ def _global_settings() -> list[_Setting]:
         settings.append(_call_setting(f"torch.backends.cuda.{kind}_sdp_enabled()",
                                       getattr(backends, f"{kind}_sdp_enabled", None),
                                       getattr(backends, f"enable_{kind}_sdp", None)))
-    return [s for s in settings if s is not None]
+    return tuple(s for s in settings if s is not None)
 
 
 class TF32Guard:
@@ -574,7 +575,7 @@ class TF32Guard:
         self.before: dict[str, Any] = {}
         self.changed: tuple[str, ...] = ()
         self.not_restored: tuple[str, ...] = ()
-        self.settings: list[_Setting] = []
+        self.settings: tuple[_Setting, ...] = ()
         self.before_global: dict[str, Any] = {}
         self.changed_global: tuple[str, ...] = ()
 

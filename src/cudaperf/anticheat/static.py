@@ -161,7 +161,7 @@ _TORCH_GLOBAL_STATE = frozenset({"set_default_dtype", "set_default_tensor_type",
                                  "set_num_interop_threads"})
 _TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file", "package"})
 _NUMPY_FILE_IO = frozenset({"load", "save", "savez", "savez_compressed", "fromfile", "loadtxt", "genfromtxt",
-                            "memmap", "lib", "tofile", "savetxt", "fromregex", "DataSource"})
+                            "memmap", "lib", "tofile", "savetxt"})
 # File readers that sit below a namespace or a class (`numpy.rec.fromfile`, `torch.UntypedStorage.from_file`:
 # a native read, which no Python audit event reports), refused wherever they appear in a path.
 _FILE_READERS = frozenset({"fromfile", "fromregex", "from_file", "DataSource", "open_memmap", "memmap",
