@@ -255,6 +255,12 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
                                for r in results if "speedups_through_anchor" in r.environment},
             "ci95_rel_median": _median([c for c in cis if c is not None]),
             "samples_median": _median([t.candidate.n_samples for r in results for t in r.timings]),
+            # every timed configuration's slowdown on the unseen input sets (honest candidates: the spread
+            # the limit must stay above), and the candidates timed from those rounds alone
+            "unseen_slowdowns": [t.unseen_slowdown for r in results for t in r.timings
+                                 if t.unseen_slowdown is not None],
+            "unseen_flagged": sorted({r.solution_id for r in results for f in r.flags
+                                      if f.code == "unseen_inputs_slower"}),
             "timing_s_median": _median([r.stage_durations_s.get("timing") for r in results
                                         if "timing" in r.stage_durations_s]),
             "stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in results]) for k in STAGES},
@@ -359,7 +365,8 @@ def summarise(rows: list[dict]) -> dict:
                      "repeatability": repeatability(mine),
                      "ci95_rel_median": _median([r["ci95_rel_median"] for r in mine]),
                      "samples_median": _median([r["samples_median"] for r in mine]),
-                     "timing_s_median": _median([r["timing_s_median"] for r in mine])}
+                     "timing_s_median": _median([r["timing_s_median"] for r in mine]),
+                     "unseen": _unseen_figures(mine)}
     out["arms"] = names
     rl = [n for n in names if n.startswith("rl")]
     if rl and "default" in out:  # the RL arm that got the most through, against the default mode
@@ -371,6 +378,17 @@ def summarise(rows: list[dict]) -> dict:
     out["differing"] = {sid: [r["outcomes"].get(sid) for r in rows] for sid in ids
                         if len({r["outcomes"].get(sid) for r in rows}) > 1}
     return out
+
+
+def _unseen_figures(rows: list[dict]) -> dict:
+    """The unseen rounds' slowdowns over an arm's runs: how many, their median, 95th percentile and
+    largest, and how many candidates were timed from those rounds alone."""
+    values = sorted(v for r in rows for v in r.get("unseen_slowdowns", []))
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": _median(values), "p95": values[min(len(values) - 1,
+            int(0.95 * len(values)))], "max": values[-1],
+            "flagged": sum(len(r.get("unseen_flagged", [])) for r in rows)}
 
 
 def table(summary: dict, n: int) -> str:
@@ -385,6 +403,12 @@ def table(summary: dict, n: int) -> str:
     ratio = summary.get("rl_vs_default")
     best = f"{_num(ratio)}x" if ratio else "n/a"
     lines.append(f"best rl / default = {best}; verdicts differing between runs: {len(summary['differing'])}")
+    for name in summary["arms"]:
+        u = summary[name].get("unseen", {"n": 0})
+        if u["n"]:
+            lines.append(f"{name}: slowdown on unseen input sets over {u['n']} timed configurations: median "
+                         f"{u['median']:.3f}, p95 {u['p95']:.3f}, max {u['max']:.3f}; timed from them alone: "
+                         f"{u['flagged']} candidate(s)")
     return "\n".join(lines)
 
 

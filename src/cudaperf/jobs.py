@@ -52,6 +52,9 @@ class TimingConfig:
     ("serial_c", "naive_cuda") listed here, and both when the list names neither (`c_session`)."""
     input_sets: int = 3
     """Distinct input sets rotated during timing (defeats caching on data pointers)."""
+    unseen_sets: int = 5
+    """Input sets drawn for timing alone, each given to the functions in one timed round only (held on the
+    host until then): outputs kept by input contents miss there (`timing`, unseen rounds). 0: none."""
     overhead: bool = True
     """Time an empty function under the same protocol in every round, reported as `overhead_ms` beside the
     times (never subtracted). Off: one call fewer per round and `overhead_ms` None (the RL mode's ranking
@@ -60,6 +63,8 @@ class TimingConfig:
     def __post_init__(self) -> None:
         if self.input_sets < 1:
             raise ValueError(f"TimingConfig.input_sets={self.input_sets}: at least one input set is needed")
+        if self.unseen_sets < 0:
+            raise ValueError(f"TimingConfig.unseen_sets={self.unseen_sets}: give 0 or more")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,14 @@ class EvalJob:
         wanted = self.timing.input_sets
         extra = tuple(max(self.seeds) + 1 + i for i in range(max(0, wanted - len(self.seeds))))
         return (self.seeds + extra)[:wanted]
+
+    def unseen_seeds(self) -> tuple[int, ...]:
+        """Public seeds of the unseen input sets (`TimingConfig.unseen_sets`): above every timing seed, so
+        no function is given their inputs before their round. Their re-check index in the timing stage
+        (and the referee's) is `timing.input_sets + j`, whatever the memory plan leaves of the rotated
+        sets."""
+        first = max(self.seeds + self.timing_seeds()) + 1
+        return tuple(first + j for j in range(self.timing.unseen_sets))
 
 
 def job_message(job: EvalJob, secret: str) -> dict[str, Any]:

@@ -30,7 +30,14 @@ those rounds apart (an input's version counter moves when contents are copied in
 in `silent_checks` (the candidate) also have their output checked, after the call, on a second random
 sample of the other rounds, on the contents they ran on: rounds the function cannot tell from the
 unchecked ones, so skipping work in enough of them to move a median (over half) is caught but with a
-chance under 2^-SILENT_CHECKS_MIN (hack #14); a per-call host clock
+chance under 2^-SILENT_CHECKS_MIN (hack #14). Outputs kept by input contents (a memo: right every time
+on rotated sets, whether it reads the inputs whole or samples them) are met by unseen rounds: `unseen_sets`
+are input sets no function has been given (held on the host), each copied into a rotated set's tensors
+for exactly one timed round, every output re-checked against it (check index `len(input_sets) + j`). A
+memo misses there and computes, so a function in `silent_checks` whose time relative to `anchor` in the
+same round is over `UNSEEN_SLOWDOWN_LIMIT` times its ratio in the other rounds (medians of the per-round
+ratios; `BenchReport.unseen_slowdown`) is timed from its unseen rounds alone and flagged
+(`unseen_inputs_slower`, WARNING: its timing is corrected, not thrown away). A per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
 violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
 `dispose` once its sample is taken and its re-check done, before the next call of any function; its
@@ -60,11 +67,11 @@ CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is 
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
 it is never used for reported GPU numbers.
 
-Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), caches keyed
-on the input contents: the timed rounds rotate a few input sets, so a function that keeps its outputs
-and returns the one whose inputs match (read whole, or sampled) is right every time and as fast as the
-reading, far below the computing where the work is compute-bound (a matrix product on the CPU: 2x read
-whole, 7x sampling every 61st element; dev/LOG.md); and work a
+Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), a memo whose
+gain is under `UNSEEN_SLOWDOWN_LIMIT` (it stays unflagged and keeps that gain), one that holds the
+unseen sets' outputs before their rounds (native code reading them from this process's memory, or
+state kept from an earlier job with the same sets), an output updated from a kept one where only part
+of the inputs changed (every unseen set is drawn whole, so no part is kept); and work a
 function queues on a stream that does not wait for the timing stream: such work can run during the lead,
 before the start event, and be partly missing from the sample. No lead design prevents it (dev/LOG.md,
 evaluation: timing); such calls are refused elsewhere, as errors: the static rule `stream_created` and the
@@ -102,6 +109,12 @@ LEAD_MEMORY_FRACTION = 1 / 64  # the lead's buffer never takes more of the devic
 ESTIMATE_ROUNDS = 3
 LEAD_MARGIN = 1.5  # the leads cover this many times a function's p90 host path
 MAX_LEAD_LAUNCHES = 8  # at most this many lead launches before one call (8 x 200 µs on an H200)
+# Unseen rounds (module docstring): a function in `silent_checks` more than this many times slower, relative
+# to the anchor in the same round, on unseen contents than on the rotated ones is timed from its unseen
+# rounds alone. Above the spread of an honest function's ratio (dev/LOG.md: measured on both machines);
+# a memo gaining less than this is not caught.
+UNSEEN_SLOWDOWN_LIMIT = 1.25
+UNSEEN_MIN_ROUNDS = 3  # fewer unseen rounds than this (a short run): no slowdown is judged
 # A function whose host path per call exceeds its measured (GPU) time this many times over, behind a lead
 # lengthened for it, is flagged: work its host does inside the lead is in no sample (`host_path_hidden`).
 HOST_HIDDEN_RATIO = 2.0
@@ -162,6 +175,12 @@ class BenchReport:
     dispose_ms: float = 0.0  # wall time in `Disposed.dispose` and `.settle` calls (outside the samples)
     disposals: int = 0  # `Disposed.dispose` calls, all of the run
     settles: int = 0  # `Disposed.settle` calls
+    unseen_rounds: tuple[int, ...] = ()  # the timed rounds (sample indices) on unseen input sets
+    # per function in `silent_checks`: its median per-round ratio to the anchor on unseen rounds over that
+    # on the others (`unseen_slowdown_of`); where past `UNSEEN_SLOWDOWN_LIMIT`, `timings` holds the unseen
+    # rounds' samples alone and `all_rounds_median_ms` the median it replaced
+    unseen_slowdown: dict[str, float] = field(default_factory=dict)
+    all_rounds_median_ms: dict[str, float] = field(default_factory=dict)
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -174,7 +193,19 @@ class BenchReport:
         errors = tuple(Flag(code, f"{name}: {counts[name]} {text}", Severity.ERROR, config)
                        for code, counts, text in found if counts.get(name))
         hidden = self.host_path_hidden(name, config)
-        return errors + ((hidden,) if hidden else ())
+        unseen = self.unseen_slower(name, config)
+        return errors + tuple(f for f in (hidden, unseen) if f is not None)
+
+    def unseen_slower(self, name: str, config: str | None = None) -> Flag | None:
+        """A WARNING when `name` was timed from its unseen rounds alone (module docstring)."""
+        if name not in self.all_rounds_median_ms:
+            return None
+        return Flag("unseen_inputs_slower", f"{name}: {self.unseen_slowdown[name]:.2f}x slower on input "
+                    f"sets it had not been given before than on the rotated ones (relative to the same "
+                    f"rounds' anchor; limit {UNSEEN_SLOWDOWN_LIMIT}x), as outputs kept by input contents "
+                    f"would be: timed from those {len(self.unseen_rounds)} rounds alone, "
+                    f"{self.timings[name].median_ms:.4g} ms, not {self.all_rounds_median_ms[name]:.4g} ms",
+                    Severity.WARNING, config)
 
     def host_path_hidden(self, name: str, config: str | None = None) -> Flag | None:
         """A WARNING when `name`'s host path per call is over `HOST_HIDDEN_RATIO` times its measured time
@@ -506,6 +537,8 @@ def bench_interleaved_report(
     measure_overhead: bool = True,
     seed: int = 0,
     silent_checks: frozenset[str] = frozenset(),
+    unseen_sets: Sequence[list] = (),
+    anchor: str | None = None,
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
 
@@ -517,28 +550,33 @@ def bench_interleaved_report(
     number = exactly that. `check(name, input_index, output) -> bool` re-checks outputs on a
     `check_fraction` sample of rounds (at least one per input set); the functions in `silent_checks` have
     their output re-checked on a second sample of the other rounds too (`SILENT_FRACTION` of them, at
-    least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). Raises `FunctionFailed`
-    when a function raises (the caller classifies `.error`).
+    least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). `unseen_sets` (same
+    layout as `input_sets[0]`, any device) each get one timed round of their own (check index
+    `len(input_sets) + j`), as many as the rounds after the first `len(input_sets)` allow; `anchor`: the
+    function the unseen rounds' slowdown is judged against (None: the raw samples). Raises
+    `FunctionFailed` when a function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
         raise ValueError("bench_interleaved needs at least one function and one input set")
     run = _Run(fns, input_sets, check, _make_clock(torch.device(device) if device else
                                                       _infer_device(input_sets), l2_flush_bytes, lead_us),
                random.Random(seed), measure_overhead, adapt_leads=baseline_protocol() != LEGACY,
-               silent_checks=silent_checks)
+               silent_checks=silent_checks, unseen_sets=unseen_sets)
     try:
         round_ms = run.estimate_round_ms()
         warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
         run.warm_up(warmup_rounds)
         per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
         rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
-        checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng) if check else set()
-        silent = _silent_rounds(rounds, checked, run.rng) if run.silent_checks else set()
+        unseen = _unseen_rounds(rounds, len(input_sets), len(run.unseen), run.rng)
+        checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng) - unseen.keys() if check \
+            else set()
+        silent = _silent_rounds(rounds, checked | unseen.keys(), run.rng) if run.silent_checks else set()
         with run.collector_paused():
-            run.timed(rounds, checked, silent)
+            run.timed(rounds, checked, silent, unseen)
     finally:
         run.settle()  # whatever runs after the bench, the candidate's code included, finds nothing owed
-    return run.report(rounds, warmup_rounds)
+    return run.report(rounds, warmup_rounds, anchor)
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -562,9 +600,16 @@ SILENT_CHECKS_MIN = 4
 SILENT_FRACTION = 0.02
 
 
+def _unseen_rounds(rounds: int, n_sets: int, n_unseen: int, rng: random.Random) -> dict[int, int]:
+    """round -> unseen set: one random round each among those after the first `n_sets` (each rotated
+    set's first round is a checked one), as many sets as those rounds allow."""
+    later = range(min(n_sets, rounds), rounds)
+    return dict(zip(rng.sample(later, min(n_unseen, len(later))), range(n_unseen), strict=False))
+
+
 def _silent_rounds(rounds: int, checked: set[int], rng: random.Random) -> set[int]:
-    """A random sample of the rounds that are not `checked`: `SILENT_FRACTION` of them, at least
-    `SILENT_CHECKS_MIN`."""
+    """A random sample of the rounds that are not `checked` (nor unseen): `SILENT_FRACTION` of them, at
+    least `SILENT_CHECKS_MIN`."""
     plain = [r for r in range(rounds) if r not in checked]
     wanted = max(SILENT_CHECKS_MIN, math.ceil(SILENT_FRACTION * len(plain)))
     return set(rng.sample(plain, min(len(plain), wanted)))
@@ -574,7 +619,7 @@ class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
     def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True,
-                 silent_checks: frozenset[str] = frozenset()):
+                 silent_checks: frozenset[str] = frozenset(), unseen_sets: Sequence[list] = ()):
         self.fns = {name: fn.fn if isinstance(fn, Disposed) else fn for name, fn in fns.items()}
         self.disposers = {name: fn.dispose for name, fn in fns.items() if isinstance(fn, Disposed)}
         self.settlers = {name: fn.settle for name, fn in fns.items()
@@ -586,6 +631,10 @@ class _Run:
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
         # also re-checked in a sample of the plain rounds (only where there is a check)
         self.silent_checks = silent_checks if check else frozenset()
+        if not all(_same_layout(s, input_sets[0]) for s in unseen_sets):
+            raise ValueError("every unseen input set needs the layout (shapes, dtypes) of input_sets[0]")
+        self.unseen = list(unseen_sets)
+        self.unseen_rounds: list[int] = []
         self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
         self.adapt_leads = adapt_leads and bool(clock.lead_kind)  # ... where there is a lead to lengthen
         self.samples = {name: [] for name in self.fns}
@@ -685,11 +734,15 @@ class _Run:
             for name in self.rng.sample(list(self.fns), len(self.fns)):
                 self.untimed(name, self.input_sets[r % len(self.input_sets)])
 
-    def timed(self, rounds: int, check_rounds: set[int], silent_rounds: set[int] = frozenset()) -> None:
+    def timed(self, rounds: int, check_rounds: set[int], silent_rounds: set[int] = frozenset(),
+              unseen_rounds: dict[int, int] | None = None) -> None:
         start, disposing = _now_ns(), self.dispose_ns
         for r in range(rounds):
             index = r % len(self.input_sets)
-            if r in check_rounds:
+            if unseen_rounds and r in unseen_rounds:
+                self.unseen_round(index, unseen_rounds[r])
+                self.unseen_rounds.append(r)
+            elif r in check_rounds:
                 self.checked_round(index)
             else:
                 self.plain_round(index, r in silent_rounds)
@@ -733,6 +786,24 @@ class _Run:
         if backup is not None:
             _copy_contents(working, backup)
 
+    def unseen_round(self, index: int, j: int) -> None:
+        """A round on set `index`'s tensors holding unseen set `j`'s contents (copied in from wherever they
+        are held); every output re-checked against it (index `len(input_sets) + j`) where there is a check."""
+        working, fresh = self.input_sets[index], self.unseen[j]
+        backup = clone_inputs(working)
+        _copy_contents(working, fresh)
+        for name in self.rng.sample(list(self.fns), len(self.fns)):
+            timed = self.call(name, working)
+            self.record(name, timed)
+            if self.check is not None and name != OVERHEAD_NAME:
+                self._verify_output(name, len(self.input_sets) + j, timed.out)
+                if _mutated_from(fresh, working):
+                    self.counts["input_mutations"][name] += 1
+                    _copy_contents(working, fresh)
+            self.done_with(name, timed)
+            del timed
+        _copy_contents(working, backup)
+
     def _pick_source(self, index: int) -> int:
         """Another set of the same layout whose contents the checked round runs on: drawn from a shuffled
         deck of every set, so each set's contents are re-checked within the first rounds that can use
@@ -760,9 +831,16 @@ class _Run:
         if not self.check(name, source, out):
             self.counts["check_failures"][name] += 1
 
-    def report(self, rounds: int, warmup_rounds: int) -> BenchReport:
+    def report(self, rounds: int, warmup_rounds: int, anchor: str | None = None) -> BenchReport:
         timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))
                    for name in self.fns if name != OVERHEAD_NAME}
+        slowdown = {name: ratio for name in self.silent_checks if name in self.fns
+                    if (ratio := self.unseen_slowdown_of(name, anchor)) is not None}
+        replaced = {name: timings[name].median_ms for name, ratio in slowdown.items()
+                    if ratio > UNSEEN_SLOWDOWN_LIMIT}
+        for name in replaced:
+            timings[name] = summarize([self.samples[name][r] for r in self.unseen_rounds],
+                                      statistics.fmean(self.host[name][r] for r in self.unseen_rounds))
         overhead = (summarize(self.samples[OVERHEAD_NAME], statistics.fmean(self.host[OVERHEAD_NAME]))
                     if OVERHEAD_NAME in self.fns else None)
         return BenchReport(
@@ -777,8 +855,22 @@ class _Run:
             host_path_median_ms={n: statistics.median(v) for n, v in self.fn_host.items() if v},
             host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.fn_host.items() if v},
             dispose_ms=self.dispose_ns / 1e6, disposals=self.disposals, settles=self.settles,
+            unseen_rounds=tuple(self.unseen_rounds), unseen_slowdown=slowdown, all_rounds_median_ms=replaced,
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
+
+    def unseen_slowdown_of(self, name: str, anchor: str | None) -> float | None:
+        """The median over unseen rounds of `name`'s sample over `anchor`'s in the same round, divided by
+        that median over the other rounds (raw samples without an anchor); None when there are fewer than
+        `UNSEEN_MIN_ROUNDS` unseen rounds or no other round."""
+        unseen = set(self.unseen_rounds)
+        n = len(self.samples[name])
+        if len(unseen) < UNSEEN_MIN_ROUNDS or len(unseen) >= n:
+            return None
+        base = self.samples.get(anchor) if anchor is not None and anchor != name else None
+        ratios = [s / max(base[r], 1e-9) if base is not None else s for r, s in enumerate(self.samples[name])]
+        seen = statistics.median(x for r, x in enumerate(ratios) if r not in unseen)
+        return statistics.median(ratios[r] for r in unseen) / max(seen, 1e-12)
 
 
 def _without_overhead(counts: dict[str, int]) -> dict[str, int]:
@@ -790,6 +882,13 @@ def _same_layout(a: list, b: list) -> bool:
     if len(ta) != len(tb):
         return False
     return all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(ta, tb, strict=True))
+
+
+def _mutated_from(held: list, working: list) -> bool:
+    """Whether `working` (the device's tensors) no longer holds the contents of `held` (on any device:
+    compared on `held`'s)."""
+    pairs = zip(flatten_tensors(list(held)), flatten_tensors(list(working)), strict=True)
+    return any(inputs_mutated(h, w if w.device == h.device else w.to(h.device)) for h, w in pairs)
 
 
 def _copy_contents(dst: list, src: list) -> None:

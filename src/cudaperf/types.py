@@ -211,6 +211,8 @@ class ConfigTiming:
     rounds: int = 0  # timed rounds of the interleaved bench (each function called once per round)
     dispose_ms: float = 0.0  # wall time of the bench's disposals, outside every sample (a refereed worker's
     # baseline outputs overwritten, their freed memory scrubbed, the device synchronised: timing.Disposed)
+    unseen_slowdown: float | None = None  # the candidate on input sets it had not been given, relative to the
+    # anchor, over the other rounds (timing.py, unseen rounds); past the limit `candidate` is from those alone
 
     @property
     def speedup_vs_eager(self) -> float | None:

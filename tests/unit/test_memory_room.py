@@ -332,9 +332,9 @@ def test_timing_sets_drawn_afresh_equal_the_seeds_reference_inputs(monkeypatch):
     captured: list = []
     original_bench, original_plan = Session.bench, torch_session.plan_memory
 
-    def capture(self, fns, input_sets, check, config):
+    def capture(self, fns, input_sets, check, config, *rest, **options):
         captured.append([[t.clone() for t in inputs] for inputs in input_sets])
-        return original_bench(self, fns, input_sets, check, config)
+        return original_bench(self, fns, input_sets, check, config, *rest, **options)
 
     monkeypatch.setattr(torch_session, "plan_memory", lambda free, fp, wanted: dataclasses.replace(
         original_plan(free, fp, wanted), keep_references=False))

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 
 from cudaperf.correctness import compare
 from cudaperf.execute.outputs import KEPT_RECHECKS, TimedOutputs
+from cudaperf.jobs import TimingConfig
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_referee import _codes, _job  # the same task, job and limits
@@ -83,7 +84,8 @@ def test_a_deterministic_candidate_ships_only_its_first_output_per_input_set(poo
     assert reply.outcome is None and len(reply.payload["timings"]) == 2, (reply.message, reply.logs[-2000:])
     keys = _keys(reply)
     configs = {t["config"] for t in reply.payload["timings"]}
-    assert sorted(keys) == sorted((c, s, 0) for c in configs for s in range(3)), keys
+    sets = 3 + TimingConfig().unseen_sets  # the rotated sets, then the unseen ones (one round each)
+    assert sorted(keys) == sorted((c, s, 0) for c in configs for s in range(sets)), keys
     assert not _codes(reply) & (TOLERATED | {"timed_recheck_partial"}), reply.payload["flags"]
 
 

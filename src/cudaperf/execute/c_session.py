@@ -67,6 +67,7 @@ from cudaperf.correctness import (
     mutated_positions,
     poison_allocator,
 )
+from cudaperf.execute.memory_plan import Footprint, unseen_sets_allowed
 from cudaperf.execute.session import CANDIDATE, Session, Stop, summarize_correctness
 from cudaperf.jobs import EvalPayload
 from cudaperf.sol import estimate, min_bytes, speed_flags
@@ -388,6 +389,8 @@ class CSession(Session):
         data = [self.device_data(config, seed) for seed in self.timing_seeds]
         input_sets = [[d.arrays[name] for name in self.input_names] for d in data]
         expected = [tuple(comparable(t) for t in self.expected_of(config, s)) for s in self.timing_seeds]
+        unseen, unseen_expected = self.unseen_sets(config, input_sets[0], expected[0])
+        expected += unseen_expected
         tol = self.ctask.tolerance_for(config)
         fns = {CANDIDATE: self.timed(self.entry_fn, data[0], scoped=True)}
         naive = self.naive_entry(config.name)
@@ -401,8 +404,25 @@ class CSession(Session):
                 return True
             return self.compare_output(tuple(comparable(t) for t in out), expected[index], tol).ok
 
-        bench = self.bench(fns, input_sets, check, config.name)
+        bench = self.bench(fns, input_sets, check, config.name, unseen, anchor=NAIVE_CUDA)
         return self.summarize_c(config, data[0], bench)
+
+    def unseen_sets(self, config: CConfig, arrays: list, outputs: tuple) -> tuple[list[list], list[tuple]]:
+        """`config`'s unseen input sets (`EvalJob.unseen_seeds`; as many as `unseen_sets_allowed` gives for
+        sets the size of `arrays` with outputs the size of `outputs`): their `in` arrays on the host, their
+        serial C reference outputs on the device (with a referee computed now and zeroed at once, as for
+        any timing-only seed)."""
+        fp = Footprint(input_bytes=sum(a.nbytes for a in arrays), output_bytes=sum(o.nbytes for o in outputs))
+        sets, expected = [], []
+        for seed in self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]:
+            entry = (self.reference(config, seed) if self.shipper is None
+                     else compute_reference(self.ctask, config, seed, self.job.cache_dir))
+            sets.append([to_device(entry.values[name], torch.device("cpu")) for name in self.input_names])
+            expected.append(tuple(comparable(to_device(entry.outputs[p.name], self.device))
+                                  for p in self.ctask.outputs))
+            if self.shipper is not None:
+                zero_outputs(entry)
+        return sets, expected
 
     def timed(self, fn: Callable | None, data: _OnDevice, scoped: bool) -> Callable[[list], Any]:
         """fn(inputs) for the bench: restores inout arrays into its own buffers, calls `fn` (None: only the

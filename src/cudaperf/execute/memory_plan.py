@@ -304,6 +304,23 @@ def recheck_budget_bytes(plan: MemoryPlan, fp: Footprint) -> int:
     return max(0, spare - referee_timed_bytes(fp, plan.input_sets))
 
 
+# Host bytes the unseen input sets of one configuration may hold together (`unseen_sets_allowed`): drawing
+# them costs time as well as memory, and a configuration this large is memory-bound more often than not.
+UNSEEN_HOST_BYTES = 2 << 30
+
+
+def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, refereed: bool = False) -> int:
+    """How many of `wanted` unseen input sets (`TimingConfig.unseen_sets`) a configuration gets: their
+    inputs wait on the host (`UNSEEN_HOST_BYTES` together), and each adds one output on the device (its
+    expected output), with a referee two (the candidate's first output on it, kept for the referee, and
+    the referee's own expected output), taken from `spare_bytes` (what the plan leaves:
+    `recheck_budget_bytes`; None: no plan, no device limit)."""
+    by_host = UNSEEN_HOST_BYTES // max(fp.input_bytes, 1)
+    per_set = (2 if refereed else 1) * max(fp.output_bytes, 1)
+    by_device = wanted if spare_bytes is None else max(0, spare_bytes) // per_set
+    return max(0, min(wanted, by_host, by_device))
+
+
 def room_bytes(input_bytes: Sequence[int], seeds: int, input_sets: int, flush_bytes: int,
                refereed: bool) -> int:
     """Free device bytes a job would need for its full protocol, before any of its references exists:

@@ -629,7 +629,8 @@ class RefereeJob:
 
         job, secret = read_job(dict(wire_job))
         seeds = tuple(derive_seed(s, secret) for s in job.seeds)
-        timing_seeds = tuple(derive_seed(s, secret) for s in job.timing_seeds())
+        # the unseen input sets' after the rotated ones: a timed output's index `timing.input_sets + j`
+        timing_seeds = tuple(derive_seed(s, secret) for s in job.timing_seeds() + job.unseen_seeds())
         del secret
         referee = self.referee
         self.policy = job.policy

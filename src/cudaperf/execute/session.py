@@ -37,7 +37,7 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -115,6 +115,7 @@ class Session:
         self.job: EvalJob | None = None
         self.seeds: tuple[int, ...] = ()  # the job's public seeds with the secret mixed in
         self.timing_seeds: tuple[int, ...] = ()  # likewise; the first ones are the correctness seeds
+        self.unseen_seeds: tuple[int, ...] = ()  # likewise: the unseen input sets' (`EvalJob.unseen_seeds`)
         self.device = torch.device("cpu")
         self.current_stage = ""
         self.outcome: Outcome | None = None
@@ -156,6 +157,7 @@ class Session:
         self.job, secret = read_job(message)
         self.seeds = tuple(derive_seed(s, secret) for s in self.job.seeds)
         self.timing_seeds = tuple(derive_seed(s, secret) for s in self.job.timing_seeds())
+        self.unseen_seeds = tuple(derive_seed(s, secret) for s in self.job.unseen_seeds())
         del secret
         self.device = torch.device(self.job.device)
         select_device(self.device, self.job)
@@ -236,8 +238,11 @@ class Session:
         return compare(output, expected, tol, overrides=self.job.task.tolerances, path=path)
 
     # -- timing and coverage ---------------------------------------------------------------------
-    def bench(self, fns: dict, input_sets: list, check: Callable | None, config: str) -> BenchReport:
-        """The interleaved run; a failing baseline is dropped (flagged) and the run repeated once."""
+    def bench(self, fns: dict, input_sets: list, check: Callable | None, config: str,
+              unseen_sets: Sequence[list] = (), anchor: str | None = None) -> BenchReport:
+        """The interleaved run (with `unseen_sets` and the `anchor` they are judged against, which is
+        dropped with its baseline if it fails); a failing baseline is dropped (flagged) and the run
+        repeated once."""
         timing = self.job.timing
         for _ in range(len(fns)):
             watch, tf32 = self.guards.window()
@@ -246,7 +251,8 @@ class Session:
                     return bench_interleaved_report(
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
                         l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device,
-                        measure_overhead=timing.overhead, silent_checks=SILENT_CHECKS)
+                        measure_overhead=timing.overhead, silent_checks=SILENT_CHECKS,
+                        unseen_sets=unseen_sets, anchor=anchor if anchor in fns else None)
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None
@@ -260,9 +266,11 @@ class Session:
     @staticmethod
     def protocol_fields(bench: BenchReport) -> dict[str, Any]:
         """What a configuration's `ConfigTiming` records of the bench's own protocol, in either kind of task:
-        the empty function's median, the lead, the timed rounds and the disposals' wall time."""
+        the empty function's median, the lead, the timed rounds, the disposals' wall time and the
+        candidate's slowdown on unseen input sets."""
         return {"overhead_ms": bench.overhead_ms, "lead_us": bench.lead_us, "lead_kind": bench.lead_kind,
-                "rounds": bench.rounds, "dispose_ms": bench.dispose_ms}
+                "rounds": bench.rounds, "dispose_ms": bench.dispose_ms,
+                "unseen_slowdown": bench.unseen_slowdown.get(CANDIDATE)}
 
     def timing_flags(self, bench: BenchReport, config: str, baselines: Iterable[str]) -> None:
         """What the bench noticed: the candidate's flags under the policy, baselines whose outputs failed

@@ -362,7 +362,8 @@ class TorchJudge(Judge):
         if key not in entry.extra:
             from cudaperf.tasks.runtime import make_inputs
 
-            inputs = (self.reference(config, input_set).inputs if input_set < len(self.seeds)
+            shared = input_set < len(self.seeds) and self.timing_seeds[input_set] == self.seeds[input_set]
+            inputs = (self.reference(config, input_set).inputs if shared
                       else make_inputs(self.module(self.configs[config]), self.configs[config],
                                        self.timing_seeds[input_set], self.device))
             with torch.no_grad():

@@ -123,6 +123,7 @@ from cudaperf.execute.memory_plan import (
     recheck_budget_bytes,
     room_bytes,
     to_evict,
+    unseen_sets_allowed,
 )
 from cudaperf.execute.session import (
     CANDIDATE,
@@ -137,6 +138,7 @@ from cudaperf.jobs import EvalPayload
 from cudaperf.sol import count_flops, dominant_dtype, estimate, min_bytes, speed_flags
 from cudaperf.timing import (
     BenchReport,
+    Check,
     Disposed,
     compile_baseline,
     default_l2_flush_bytes,
@@ -867,6 +869,8 @@ class TorchSession(Session):
             input_sets.append(self.timing_inputs(config, seed))
             if not refereed:  # with a referee no reference output is computed here
                 expected.append(self.timing_expected(entry, input_sets[-1], config, seed))
+        unseen, unseen_expected = self.unseen_inputs(entry, config, refereed)
+        expected += unseen_expected
         model = self.construct(config, seeds[0])
         # With a referee every baseline output (a right answer) is overwritten once its call is over
         keep = _storages([input_sets, _held_by(entry.model)]) if refereed else None
@@ -881,9 +885,10 @@ class TorchSession(Session):
         def check(name: str, index: int, out: Any) -> bool:
             return self.compare_output(out, expected[index]).ok
 
-        timed = TimedOutputs(self.compare_output, budget_bytes=self.recheck_budget_bytes())
-        recheck = self.routed_for_baselines(timed.check) if refereed else check
-        bench = self.bench(fns, input_sets, recheck if checked else None, config.name)
+        timed = TimedOutputs(self.compare_output, budget_bytes=self.recheck_budget_bytes(len(unseen)))
+        recheck = self.routed_for_baselines(self.wire_indexed(timed.check, len(input_sets))) if refereed \
+            else check
+        bench = self.bench(fns, input_sets, recheck if checked else None, config.name, unseen, anchor="eager")
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
             self.shipper.ship_timed(config.name, timed.to_ship())
             self.flags += _partial_recheck(timed, config.name)
@@ -891,13 +896,49 @@ class TorchSession(Session):
         self.note_baseline_memory(config.name)
         return self.summarize_timing(config, entry, bench)
 
-    def recheck_budget_bytes(self) -> int:
+    def recheck_budget_bytes(self, unseen: int = 0) -> int:
         """Device bytes the timing stage may hold in later re-checked outputs kept for the referee
-        (`memory_plan.recheck_budget_bytes`); `MIN_OUTPUT_CAP_BYTES` without a plan."""
+        (`memory_plan.recheck_budget_bytes`, less one output per unseen input set); `MIN_OUTPUT_CAP_BYTES`
+        without a plan."""
         plan = self.plan
         if plan is None or not plan.fits or self.plan_inputs is None:
             return MIN_OUTPUT_CAP_BYTES
-        return recheck_budget_bytes(plan, self.plan_inputs[0])
+        fp = self.plan_inputs[0]
+        per_set = 2 if self.shipper is not None else 1  # `unseen_sets_allowed`
+        return max(0, recheck_budget_bytes(plan, fp) - unseen * per_set * fp.output_bytes)
+
+    def unseen_inputs(self, entry: Reference, config: InputConfig, refereed: bool) -> tuple[list, list]:
+        """`config`'s unseen input sets (`EvalJob.unseen_seeds`, as many as `unseen_sets_allowed` gives),
+        drawn now and held on the host, and without a referee each one's expected output (the seed-0 model
+        on a clone, on the device); the referee computes its own from the seeds."""
+        from cudaperf.tasks.runtime import make_inputs
+
+        sets, expected = [], []
+        for seed in self.unseen_seeds[:self.unseen_count(config)]:
+            inputs = make_inputs(self.module_for(config), config, seed, self.device)
+            if not refereed:
+                with torch.no_grad():
+                    expected.append(entry.model(*clone_inputs(inputs)))
+            sets.append(_on_host(inputs))
+            del inputs
+        return sets, expected
+
+    def unseen_count(self, config: InputConfig) -> int:
+        """How many unseen input sets `config` gets: the plan's footprint (the largest configuration's) and
+        what it leaves spare, or without a plan the configuration's inputs, outputs taken as large."""
+        wanted = self.job.timing.unseen_sets
+        if self.plan is not None and self.plan.fits and self.plan_inputs is not None:
+            fp = self.plan_inputs[0]
+            spare = recheck_budget_bytes(self.plan, fp)
+            return unseen_sets_allowed(wanted, fp, spare, refereed=self.shipper is not None)
+        size = self.input_bytes.get(config.name) or 1
+        return unseen_sets_allowed(wanted, Footprint(input_bytes=size, output_bytes=size), None)
+
+    def wire_indexed(self, check: Check, rotated: int) -> Check:
+        """`check` given the referee's index of an input set: the bench numbers unseen set j
+        `rotated + j`, the referee `timing.input_sets + j` (the plan may rotate fewer sets)."""
+        offset = self.job.timing.input_sets - rotated
+        return lambda name, index, out: check(name, index if index < rotated else index + offset, out)
 
     def in_place(self, config: InputConfig) -> bool:
         """Whether the referee found `config`'s reference working in place (False when it did not say:
@@ -1124,6 +1165,17 @@ def _held_by(model: torch.nn.Module) -> list[torch.Tensor]:
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _on_host(inputs: Any) -> Any:
+    """`inputs` (lists, tuples, dicts) with every tensor copied to the host (a CPU tensor kept as it is)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to("cpu")
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(_on_host(x) for x in inputs)
+    if isinstance(inputs, dict):
+        return {k: _on_host(v) for k, v in inputs.items()}
+    return inputs
 
 
 def _storages(values: Any) -> frozenset[int]:
