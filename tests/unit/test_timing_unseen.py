@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 import torch
 
-from cudaperf.timing import UNSEEN_MIN_ROUNDS, UNSEEN_SLOWDOWN_LIMIT, bench_interleaved_report
+from cudaperf.timing import UNSEEN_MIN_ROUNDS, UNSEEN_QUORUM, UNSEEN_SLOWDOWN_LIMIT, bench_interleaved_report
 
 WORK_S = 0.002  # what "computing" costs the functions below
 
@@ -67,6 +68,19 @@ def test_an_honest_function_keeps_every_round():
     report = _bench({"candidate": _computing, "anchor": _computing})
     assert report.unseen_slowdown["candidate"] < UNSEEN_SLOWDOWN_LIMIT
     assert report.timings["candidate"].n_samples == 20 and not report.all_rounds_median_ms
+
+
+def test_slower_in_fewer_unseen_rounds_than_the_quorum_keeps_every_round():
+    slow_on = [t[0] for t in _sets(5, 1)][:math.ceil(UNSEEN_QUORUM * 5) - 1]  # short of the quorum
+
+    def sometimes_slow(inputs):
+        if any(torch.equal(inputs[0], t) for t in slow_on):
+            time.sleep(2 * WORK_S)
+        return _computing(inputs)
+
+    report = _bench({"candidate": sometimes_slow, "anchor": _computing})
+    assert report.unseen_slowdown["candidate"] > UNSEEN_SLOWDOWN_LIMIT  # a majority: the median is past it
+    assert not report.all_rounds_median_ms and not report.flags_for("candidate")
 
 
 def test_each_unseen_set_gets_one_round_after_the_rotated_sets_first_ones():
