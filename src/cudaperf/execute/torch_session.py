@@ -888,7 +888,8 @@ class TorchSession(Session):
         timed = TimedOutputs(self.compare_output, budget_bytes=self.recheck_budget_bytes(len(unseen)))
         recheck = self.routed_for_baselines(self.wire_indexed(timed.check, len(input_sets))) if refereed \
             else check
-        bench = self.bench(fns, input_sets, recheck if checked else None, config.name, unseen, anchor="eager")
+        anchor = next((name for name in ("eager", "compile") if name in fns), None)
+        bench = self.bench(fns, input_sets, recheck if checked else None, config.name, unseen, anchor)
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
             self.shipper.ship_timed(config.name, timed.to_ship())
             self.flags += _partial_recheck(timed, config.name)
