@@ -336,6 +336,7 @@ class Evaluator:
             coverage=self.config.coverage and self.mode == "cuda",
             max_output_bytes=self.config.max_output_bytes, cache_dir=str(self.cache_dir),
             torch_extensions_dir=str(extensions_dir_for(solution, self.cache_dir)) if inline else None,
+            unseen_nonce=secrets.randbits(40),  # unseen input sets of this job alone (`EvalJob.unseen_nonce`)
         )
 
     def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,

@@ -90,10 +90,16 @@ class EvalJob:
     """CUDAPERF_CACHE_DIR for the `cudaperf.cuda` helper (the build pool filled it)."""
     torch_extensions_dir: str | None = None
     """INLINE solutions: where the build pool built the extension (`toolchain.inline.extensions_dir_for`)."""
+    unseen_nonce: int = 0
+    """Drawn afresh for every job by the evaluator: it moves the unseen input sets' seeds
+    (`unseen_seeds`), so no two jobs share them, and outputs a candidate kept in a worker's process-wide
+    state during an earlier job never match them (the other seeds repeat, so references can be reused)."""
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("EvalJob.seeds is empty: give at least one public seed")
+        if self.unseen_nonce < 0:
+            raise ValueError(f"EvalJob.unseen_nonce={self.unseen_nonce}: give 0 or more")
 
     def timing_seeds(self) -> tuple[int, ...]:
         """Public seeds of the timing input sets: the correctness seeds first (their references exist
@@ -107,7 +113,7 @@ class EvalJob:
         no function is given their inputs before their round. Their re-check index in the timing stage
         (and the referee's) is `timing.input_sets + j`, whatever the memory plan leaves of the rotated
         sets."""
-        first = max(self.seeds + self.timing_seeds()) + 1
+        first = max(self.seeds + self.timing_seeds()) + 1 + self.unseen_nonce * self.timing.unseen_sets
         return tuple(first + j for j in range(self.timing.unseen_sets))
 
 

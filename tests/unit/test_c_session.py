@@ -161,7 +161,7 @@ def test_references_are_computed_once_per_task_config_and_seed(monkeypatch):
     unseen = TimingConfig().unseen_sets
     # correctness refs, the third timing seed's, the unseen sets', one timed run per config
     assert first == 3 * 2 + 3 + 3 * unseen + 3
-    assert len(calls) == first
+    assert len(calls) == first + 3 * unseen  # the unseen sets' again: they are never cached
 
 
 def test_cached_reference_arrays_are_read_only():
@@ -288,3 +288,31 @@ def test_run_eval_job_hands_c_tasks_to_run_c_job(monkeypatch):
 ])
 def test_wanted_baselines_follow_the_timing_list(listed, wanted):
     assert c_session.wanted_baselines(listed) == wanted
+
+
+# -- unseen rounds ---------------------------------------------------------------------------------
+
+# Keeps each output with its input's contents and replays it when they match; computes (slowly) otherwise.
+SQUARE_MEMO = """
+_kept = []
+
+
+def square(x, out, n):
+    for seen, result in _kept:
+        if torch.equal(seen, x):
+            out.copy_(result)
+            return
+    y = x
+    for _ in range(300):
+        y = y * 1.0
+    out.copy_(y * y)
+    _kept.append((x.clone(), out.clone()))
+"""
+
+
+def test_a_content_memo_is_timed_from_the_unseen_rounds():
+    payload, _ = _run(_job(SQUARE, "import torch\n" + SQUARE_MEMO, timing=TimingConfig(
+        budget_ms=2, warmup_ms=0.5, baselines=("eager",))))
+    assert payload["outcome"] is None, payload["message"]
+    assert "unseen_inputs_slower" in _codes(payload, Severity.WARNING)
+    assert all(t["unseen_slowdown"] > 1.25 for t in payload["timings"])

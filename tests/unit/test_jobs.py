@@ -79,6 +79,18 @@ def test_timing_seeds_start_with_the_correctness_seeds_and_add_fresh_ones():
     assert _job(seeds=(1, 2, 3, 4)).timing_seeds() == (1, 2, 3)
 
 
+def test_unseen_seeds_lie_above_every_other_seed():
+    job = _job(seeds=(1, 2, 3, 4))
+    assert min(job.unseen_seeds()) > max(job.seeds + job.timing_seeds())
+    assert len(job.unseen_seeds()) == job.timing.unseen_sets
+
+
+def test_jobs_with_different_nonces_share_no_unseen_seed():
+    a, b = _job(seeds=(1, 2), unseen_nonce=7), _job(seeds=(1, 2), unseen_nonce=8)
+    assert not set(a.unseen_seeds()) & set(b.unseen_seeds())
+    assert a.timing_seeds() == b.timing_seeds()  # the others repeat: references can be reused
+
+
 def test_a_job_without_seeds_is_rejected_with_the_fix():
     with pytest.raises(ValueError, match="at least one public seed"):
         _job(seeds=())

@@ -410,13 +410,13 @@ class CSession(Session):
     def unseen_sets(self, config: CConfig, arrays: list, outputs: tuple) -> tuple[list[list], list[tuple]]:
         """`config`'s unseen input sets (`EvalJob.unseen_seeds`; as many as `unseen_sets_allowed` gives for
         sets the size of `arrays` with outputs the size of `outputs`): their `in` arrays on the host, their
-        serial C reference outputs on the device (with a referee computed now and zeroed at once, as for
-        any timing-only seed)."""
+        serial C reference outputs on the device, computed now and never cached (the seeds are this
+        job's alone); with a referee the reference's own arrays are zeroed at once, as for any timing-only
+        seed."""
         fp = Footprint(input_bytes=sum(a.nbytes for a in arrays), output_bytes=sum(o.nbytes for o in outputs))
         sets, expected = [], []
         for seed in self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]:
-            entry = (self.reference(config, seed) if self.shipper is None
-                     else compute_reference(self.ctask, config, seed, self.job.cache_dir))
+            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
             sets.append([to_device(entry.values[name], torch.device("cpu")) for name in self.input_names])
             expected.append(tuple(comparable(to_device(entry.outputs[p.name], self.device))
                                   for p in self.ctask.outputs))

@@ -140,7 +140,7 @@ def _create_torch_context() -> None:
 
 def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any], region: dict[str, Any]) -> None:
     handlers: dict[str, Callable] = {}
-    environ, path = dict(os.environ), list(sys.path)
+    environ, path, registries = dict(os.environ), list(sys.path), guards.process_registries()
     while True:
         message = read_message(job_fd)
         if message is None:  # the parent closed the pipe: we are done
@@ -152,6 +152,7 @@ def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any], region:
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
+        guards.restore_process_registries(registries)
         _send(reply_fd, reply)
 
 

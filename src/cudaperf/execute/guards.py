@@ -99,7 +99,10 @@ mechanism is logged once and the worker runs weaker):
 - State across jobs: a worker runs many jobs, and what the integrity check does not look at (module
   globals, library caches, allocator contents, files in its own temp directory such as torch's inductor
   cache) can carry a candidate's leftovers into later jobs of that worker (the cache views are refreshed
-  per job); `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start.
+  per job; `warnings.filters` and torch's safe globals are put back: `restore_process_registries`);
+  `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start. Timing's unseen
+  input sets are drawn per job (`EvalJob.unseen_nonce`), so outputs kept from an earlier job never
+  match them.
 - Completeness: the hook refuses the escape routes listed above; Python's introspection has more
   (attributes of objects the harness hands to candidate code, C accessors in third-party extensions),
   and the seccomp filter is a deny-list (see seccomp_policy.py for why).
@@ -569,6 +572,33 @@ INTEGRITY_MODULES: tuple[str, ...] = (
 _INTEGRITY_CLASSES: tuple[tuple[str, str], ...] = (
     ("torch", "Tensor"), ("torch._C", "TensorBase"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"),
 )  # fmt: skip
+
+
+def process_registries() -> dict[str, list]:
+    """Process-wide lists a candidate can add to through public API without replacing anything
+    (`warnings.filters`, torch's safe globals for `torch.load`), as they are now: the worker reads them
+    before its first job and puts them back after every job (`restore_process_registries`), so nothing a
+    job stored there reaches a later one (a red team kept outputs across jobs in both). Two channels of
+    many: the module docstring's "State across jobs" says what is not covered."""
+    import warnings
+
+    saved = {"warnings.filters": list(warnings.filters)}
+    serialization = getattr(sys.modules.get("torch"), "serialization", None)
+    if hasattr(serialization, "get_safe_globals"):
+        saved["torch safe globals"] = list(serialization.get_safe_globals())
+    return saved
+
+
+def restore_process_registries(saved: dict[str, list]) -> None:
+    """`process_registries`' lists as they were saved (the warnings module's caches told they changed)."""
+    import warnings
+
+    warnings.filters[:] = saved["warnings.filters"]
+    getattr(warnings, "_filters_mutated", lambda: None)()
+    if "torch safe globals" in saved:
+        serialization = sys.modules["torch"].serialization
+        serialization.clear_safe_globals()
+        serialization.add_safe_globals(saved["torch safe globals"])
 
 
 def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=id, _vars=vars) -> dict:

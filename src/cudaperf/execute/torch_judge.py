@@ -160,6 +160,7 @@ class TorchJudge(Judge):
         self.configs = {c.name: c for c in self.task.configs}
         self.task_key = (self.task.task_id, hashlib.sha256(self.task.source.encode()).hexdigest(),
                          str(device), self.task.allow_tf32)
+        self.unseen_expected: dict[tuple, Any] = {}  # the unseen sets' expected outputs, this job's alone
 
     def config_names(self) -> tuple[str, ...]:
         return tuple(self.configs)
@@ -354,23 +355,34 @@ class TorchJudge(Judge):
 
     def timed_expected(self, config: str, input_set: int) -> Any:
         """The first seed's model on the inputs of timing seed `input_set` (its own reference's outputs for
-        the first set), kept with the first seed's reference (`extra`, counted in its bytes)."""
+        the first set), kept with the first seed's reference (`extra`, counted in its bytes); an unseen
+        set's (`EvalJob.unseen_seeds`: this job's alone) only for this job (`unseen_expected`)."""
         entry = self.reference(config, 0)
         if input_set == 0:
             return entry.outputs
         key = ("timed", self.timing_seeds[input_set])
+        if input_set >= self.job.timing.input_sets:
+            unseen = (config, *key)
+            if unseen not in self.unseen_expected:
+                self.unseen_expected[unseen] = self._model_on_seed(entry, config, input_set)
+            return self.unseen_expected[unseen]
         if key not in entry.extra:
-            from cudaperf.tasks.runtime import make_inputs
-
-            shared = input_set < len(self.seeds) and self.timing_seeds[input_set] == self.seeds[input_set]
-            inputs = (self.reference(config, input_set).inputs if shared
-                      else make_inputs(self.module(self.configs[config]), self.configs[config],
-                                       self.timing_seeds[input_set], self.device))
-            with torch.no_grad():
-                entry.extra[key] = entry.model(*clone_inputs(inputs))
-            synchronize(self.device)
+            entry.extra[key] = self._model_on_seed(entry, config, input_set)
             entry.nbytes += tensor_bytes(entry.extra[key])
         return entry.extra[key]
+
+    def _model_on_seed(self, entry: TorchReference, config: str, input_set: int) -> Any:
+        """The first seed's model on a clone of timing seed `input_set`'s inputs."""
+        from cudaperf.tasks.runtime import make_inputs
+
+        shared = input_set < len(self.seeds) and self.timing_seeds[input_set] == self.seeds[input_set]
+        inputs = (self.reference(config, input_set).inputs if shared
+                  else make_inputs(self.module(self.configs[config]), self.configs[config],
+                                   self.timing_seeds[input_set], self.device))
+        with torch.no_grad():
+            out = entry.model(*clone_inputs(inputs))
+        synchronize(self.device)
+        return out
 
     # -- speed of light (referee) ------------------------------------------------------------------
     def prepare_sol(self, timed: tuple[str, ...]) -> None:
