@@ -70,14 +70,14 @@ it is never used for reported GPU numbers.
 
 Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), a memo whose
 gain is under `UNSEEN_SLOWDOWN_LIMIT` (it stays unflagged and keeps that gain), one that holds the
-unseen sets' outputs before their rounds (native code reading them from this process's memory, or
-state kept from an earlier job with the same sets), an output updated from a kept one where only part
-of the inputs changed (every unseen set is drawn whole, so no part is kept); and work a
-function queues on a stream that does not wait for the timing stream: such work can run during the lead,
-before the start event, and be partly missing from the sample. No lead design prevents it (dev/LOG.md,
-evaluation: timing); such calls are refused elsewhere, as errors: the static rule `stream_created` and the
-profiler's stream check, which counts kernels and copies on any stream but the current one
-(anticheat.coverage).
+unseen sets' outputs before their rounds (native code reading them from this process's memory; the
+caller draws them per job, `EvalJob.unseen_nonce`, so no earlier job saw them), an output updated from a
+kept one where only part of the inputs changed (every unseen set is drawn whole, so no part is kept);
+and work a function queues on a stream that does not wait for the timing stream: such work can run
+during the lead, before the start event, and be partly missing from the sample. No lead design
+prevents it (dev/LOG.md, evaluation: timing); such calls are refused elsewhere, as errors: the static
+rule `stream_created` and the profiler's stream check, which counts kernels and copies on any stream but
+the current one (anticheat.coverage).
 """
 
 from __future__ import annotations

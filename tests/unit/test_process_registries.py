@@ -1,4 +1,4 @@
-"""Process-wide lists a job could keep state in are put back after it (`guards.restore_process_registries`)."""
+"""Process-wide lists a job could keep state in are put back after it (`restore_process_registries`)."""
 
 from __future__ import annotations
 
