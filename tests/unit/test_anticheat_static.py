@@ -417,6 +417,24 @@ def test_monkey_patch(stmt):
     assert "monkey_patch" in errors(f"import torch\nimport torch.nn.functional as F\n{stmt}\n")
 
 
+@pytest.mark.parametrize("stmt", ["warnings.filters.append(('kept', None, int, {}, 0))",
+                                  "warnings.filters[0:0] = [None]", "del warnings.filters[0]",
+                                  "f = warnings.filters", "warnings.filters += []",
+                                  "torch.nn.modules.module._global_forward_hooks.update({})"])
+def test_changing_a_container_of_an_imported_module_is_monkey_patching(stmt):
+    assert "monkey_patch" in errors(f"import torch\nimport warnings\n{stmt}\n")
+
+
+@pytest.mark.parametrize("stmt", ["warnings.filterwarnings('ignore')", "kept = []\nkept.append(1)",
+                                  "d = dict()\nd.update(a=1)", "n = len(warnings.filters)"])
+def test_own_containers_and_module_functions_are_not_monkey_patching(stmt):
+    assert "monkey_patch" not in errors(f"import torch\nimport warnings\n{stmt}\n")
+
+
+def test_torch_serialization_is_file_io():
+    assert "file_io" in errors("import torch\ntorch.serialization.add_safe_globals([int])\n")
+
+
 def test_self_attribute_assignment_is_not_monkey_patching():
     assert "monkey_patch" not in errors(solution(HONEST_FORWARD, init_body="self.block = 256"))
 

@@ -33,8 +33,11 @@ A checker crash yields one `static_check_failed` ERROR: the check fails closed.
 from __future__ import annotations
 
 import ast
+import collections
 import functools
+import inspect
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -159,13 +162,36 @@ _TORCH_GLOBAL_STATE = frozenset({"set_default_dtype", "set_default_tensor_type",
                                  "set_flush_denormal", "use_deterministic_algorithms",
                                  "set_deterministic_debug_mode", "set_num_threads",
                                  "set_num_interop_threads"})
-_TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file", "package"})
+_TORCH_FILE_IO = frozenset({"load", "save", "hub", "from_file", "package", "serialization"})
 _NUMPY_FILE_IO = frozenset({"load", "save", "savez", "savez_compressed", "fromfile", "loadtxt", "genfromtxt",
                             "memmap", "lib", "tofile", "savetxt"})
 # File readers that sit below a namespace or a class (`numpy.rec.fromfile`, `torch.UntypedStorage.from_file`:
 # a native read, which no Python audit event reports), refused wherever they appear in a path.
 _FILE_READERS = frozenset({"fromfile", "fromregex", "from_file", "DataSource", "open_memmap", "memmap",
                            "loadtxt", "genfromtxt"})
+
+# Methods that change a list, dict, set or deque in place: called on a container that belongs to an imported
+# module (`warnings.filters`), they leave state the worker's later jobs find (a red team kept outputs there).
+_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem",
+                       "remove", "discard", "clear", "appendleft", "extendleft", "sort", "reverse",
+                       "__setitem__", "__delitem__", "__iadd__", "__ior__"})
+_CONTAINERS = (list, dict, set, collections.deque)
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_container(path: str) -> bool:
+    """Whether `path` names a list, dict, set or deque held by a module this process has imported (looked
+    up in `sys.modules` only: nothing is imported for the check)."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        owner = sys.modules.get(".".join(parts[:cut]))
+        if owner is None:
+            continue
+        for attr in parts[cut:]:
+            owner = inspect.getattr_static(owner, attr, None)
+        return isinstance(owner, _CONTAINERS)
+    return False
+
 
 # Outcomes of classification: a rule code, or one of these.
 _COMPUTE = "compute"
@@ -500,6 +526,7 @@ class _Checker:
             elif isinstance(node, ast.Call):
                 self._check_builtin_call(node)
                 self._check_method_anywhere(node)
+                self._check_container_call(node)
             elif isinstance(node, ast.Name):
                 self._check_name(node)
             elif isinstance(node, ast.Attribute):
@@ -629,6 +656,26 @@ class _Checker:
             for sub in ast.walk(t):
                 if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                     self._check_attr_store(sub)
+                elif isinstance(sub, ast.Subscript) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    self._check_container(sub.value, "item assignment", sub)
+        value = getattr(node, "value", None)
+        if isinstance(node, ast.AugAssign):
+            self._check_container(node.target, "augmented assignment", node)
+        elif isinstance(value, ast.Attribute):
+            self._check_container(value, "a name bound to it", node)
+
+    def _check_container_call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
+            self._check_container(func.value, f"`.{func.attr}()`", node)
+
+    def _check_container(self, target: ast.AST, how: str, node: ast.AST) -> None:
+        """`monkey_patch` when `target` is a list, dict, set or deque of an imported module (a name bound to
+        one counts: it can be changed through the name)."""
+        path = self.resolve(target)
+        if path is not None and shared_container(path):
+            self.add("monkey_patch", f"changes `{path}`, a container of an imported module that outlives the "
+                     f"job ({how})", node)
 
     def _check_attr_store(self, target: ast.Attribute) -> None:
         base = self.resolve(target.value)
