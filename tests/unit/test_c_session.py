@@ -316,3 +316,13 @@ def test_a_content_memo_is_timed_from_the_unseen_rounds():
     assert payload["outcome"] is None, payload["message"]
     assert "unseen_inputs_slower" in _codes(payload, Severity.WARNING)
     assert all(t["unseen_slowdown"] > 1.25 for t in payload["timings"])
+
+
+def test_fewer_unseen_sets_than_asked_for_are_said(monkeypatch):
+    from cudaperf.execute import memory_plan
+
+    monkeypatch.setattr(memory_plan, "UNSEEN_HOST_BYTES", 1)  # no set fits on the host
+    payload, _ = _run(_job(SQUARE, SQUARE_OK))
+    messages = [f["message"] for f in payload["flags"] if f["code"] == "unseen_sets_reduced"]
+    assert len(messages) == 3 and all("not judged" in m for m in messages)
+    assert all(t["unseen_slowdown"] is None for t in payload["timings"])

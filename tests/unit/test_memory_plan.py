@@ -224,3 +224,18 @@ def test_a_small_task_keeps_every_recheck_the_protocol_allows():
 
     plan = plan_memory(H200_FREE, SMALL, _self_check(SMALL))
     assert recheck_budget_bytes(plan, SMALL) >= KEPT_RECHECKS * plan.input_sets * SMALL.output_bytes
+
+
+def test_unseen_sets_are_bounded_by_the_host_bytes():
+    from cudaperf.execute.memory_plan import UNSEEN_HOST_BYTES, unseen_sets_allowed
+
+    fp = Footprint(input_bytes=UNSEEN_HOST_BYTES // 2, output_bytes=1)
+    assert unseen_sets_allowed(5, fp, None) == 2
+
+
+def test_unseen_sets_are_bounded_by_the_spare_device_bytes_two_outputs_each_with_a_referee():
+    from cudaperf.execute.memory_plan import unseen_sets_allowed
+
+    fp = Footprint(input_bytes=1, output_bytes=100)
+    assert unseen_sets_allowed(5, fp, 450) == 4
+    assert unseen_sets_allowed(5, fp, 450, refereed=True) == 2

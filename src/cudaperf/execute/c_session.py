@@ -414,8 +414,10 @@ class CSession(Session):
         job's alone); with a referee the reference's own arrays are zeroed at once, as for any timing-only
         seed."""
         fp = Footprint(input_bytes=sum(a.nbytes for a in arrays), output_bytes=sum(o.nbytes for o in outputs))
+        count = unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)
+        self.note_unseen_count(count, config.name)
         sets, expected = [], []
-        for seed in self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]:
+        for seed in self.unseen_seeds[:count]:
             entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
             sets.append([to_device(entry.values[name], torch.device("cpu")) for name in self.input_names])
             expected.append(tuple(comparable(to_device(entry.outputs[p.name], self.device))

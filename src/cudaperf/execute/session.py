@@ -47,7 +47,7 @@ from cudaperf.correctness import Comparison, compare, derive_seed
 from cudaperf.execute.device_state import context_alive, initialise_cpu_math, synchronize
 from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
-from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report
+from cudaperf.timing import UNSEEN_MIN_ROUNDS, BenchReport, FunctionFailed, bench_interleaved_report
 from cudaperf.types import (
     ConfigCorrectness,
     ConfigTiming,
@@ -262,6 +262,17 @@ class Session:
             finally:
                 self.flags += self.guards.after(tf32, config)
         raise RuntimeError("every baseline failed")  # unreachable: the candidate alone cannot be dropped
+
+    def note_unseen_count(self, count: int, config: str) -> None:
+        """An INFO flag when `config` gets fewer unseen input sets than the job asked for (their host bytes
+        or the device memory the plan leaves), saying whether a content memo is still judged."""
+        wanted = self.job.timing.unseen_sets
+        if count >= wanted:
+            return
+        judged = "still judged" if count >= UNSEEN_MIN_ROUNDS else "not judged (too few)"
+        self.flags.append(Flag("unseen_sets_reduced", f"{count} unseen input set(s) instead of {wanted} "
+                               f"(host bytes or the device memory the plan leaves): outputs kept by input "
+                               f"contents are {judged}", Severity.INFO, config))
 
     @staticmethod
     def protocol_fields(bench: BenchReport) -> dict[str, Any]:

@@ -914,8 +914,10 @@ class TorchSession(Session):
         on a clone, on the device); the referee computes its own from the seeds."""
         from cudaperf.tasks.runtime import make_inputs
 
+        count = self.unseen_count(config)
+        self.note_unseen_count(count, config.name)
         sets, expected = [], []
-        for seed in self.unseen_seeds[:self.unseen_count(config)]:
+        for seed in self.unseen_seeds[:count]:
             inputs = make_inputs(self.module_for(config), config, seed, self.device)
             if not refereed:
                 with torch.no_grad():
