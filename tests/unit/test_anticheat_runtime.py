@@ -299,3 +299,24 @@ def test_a_setting_unread_before_the_window_is_not_a_change(monkeypatch):
     with runtime.TF32Guard() as guard:
         pass
     assert guard.flags() == ()
+
+
+@pytest.mark.parametrize("name, value", [("torch.backends.mkldnn.enabled", False),
+                                         ("torch.backends.mkldnn.conv.fp32_precision", "bf16"),
+                                         ("torch.backends.cudnn.benchmark", True)])
+def test_guard_flags_and_restores_backend_switches(name, value):
+    owner_path, _, attr = name.rpartition(".")
+    owner = torch
+    for part in owner_path.split(".")[1:]:
+        owner = getattr(owner, part)
+    before = getattr(owner, attr)
+    with runtime.TF32Guard() as guard:
+        setattr(owner, attr, value)
+    assert [f.code for f in guard.flags()] == ["global_torch_state"] and name in guard.flags()[0].message
+    assert getattr(owner, attr) == before
+
+
+def test_guard_flags_and_restores_anomaly_mode():
+    with runtime.TF32Guard() as guard:
+        torch.set_anomaly_enabled(True)
+    assert [f.code for f in guard.flags()] == ["global_torch_state"] and not torch.is_anomaly_enabled()

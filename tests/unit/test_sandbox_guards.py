@@ -325,6 +325,36 @@ def test_integrity_check_sees_a_replaced_function(monkeypatch):
     assert [code for code, _ in guards.integrity_changes(snapshot)] == ["harness_tampered"]
 
 
+def test_integrity_check_sees_a_replaced_method_of_torch_s_module_class(monkeypatch):
+    import torch.nn as nn
+
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.setattr(nn.Module, "parameters", lambda self, recurse=True: iter(()))
+    changes = guards.integrity_changes(snapshot)
+    assert [code for code, _ in changes] == ["harness_tampered"] and "Module.parameters" in changes[0][1]
+
+
+def test_integrity_check_sees_a_method_added_over_an_inherited_one(monkeypatch):
+    import torch.nn as nn
+
+    snapshot = guards.integrity_snapshot()
+    monkeypatch.setattr(nn.ReLU, "to", lambda self, *a, **k: self, raising=False)
+    changes = guards.integrity_changes(snapshot)
+    assert [code for code, _ in changes] == ["harness_tampered"] and "ReLU.to" in changes[0][1]
+
+
+def test_integrity_check_is_quiet_after_torch_compile_wraps_module_init(monkeypatch):
+    import torch.nn as nn
+    from torch._dynamo.mutation_guard import install_generation_tagging_init
+
+    for name in ("__init__", "__setstate__"):  # put back after the test, whatever it installs
+        monkeypatch.setattr(nn.Module, name, nn.Module.__dict__[name])
+    monkeypatch.delattr(nn.Module, "___needs_generation_tag_patch", raising=False)
+    snapshot = guards.integrity_snapshot()
+    install_generation_tagging_init()  # what torch.compile's first call does
+    assert guards.integrity_changes(snapshot) == ()
+
+
 def test_integrity_check_is_quiet_when_nothing_changed():
     snapshot = guards.integrity_snapshot()
     assert guards.integrity_changes(snapshot) == ()

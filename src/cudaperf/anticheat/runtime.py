@@ -563,7 +563,46 @@ def _global_settings() -> tuple[_Setting, ...]:
         settings.append(_call_setting(f"torch.backends.cuda.{kind}_sdp_enabled()",
                                       getattr(backends, f"{kind}_sdp_enabled", None),
                                       getattr(backends, f"enable_{kind}_sdp", None)))
+    mha = getattr(torch.backends, "mha", None)
+    settings.append(_call_setting("torch.backends.mha.get_fastpath_enabled()",
+                                  getattr(mha, "get_fastpath_enabled", None),
+                                  getattr(mha, "set_fastpath_enabled", None)))
+    settings += [_attr_setting(name) for name in (*_backend_switches(), *_BACKEND_NESTED_ATTRS)]
+    settings.append(_call_setting("torch.is_anomaly_enabled()", torch.is_anomaly_enabled,
+                                  torch.set_anomaly_enabled))
+    settings.append(_call_setting("torch.is_warn_always_enabled()", torch.is_warn_always_enabled,
+                                  torch.set_warn_always))
     return tuple(s for s in settings if s is not None)
+
+
+# Backend settings below a module (objects of torch.backends), not found by `_backend_switches`. The TF32
+# flags and the matmul precision are `read_precision_state`'s (oneDNN's matmul precision follows
+# `torch.set_float32_matmul_precision`, so it is watched through that: a red team's change was caught).
+_BACKEND_NESTED_ATTRS = (
+    "torch.backends.mkldnn.conv.fp32_precision", "torch.backends.mkldnn.rnn.fp32_precision",
+    "torch.backends.cuda.matmul.allow_fp16_accumulation",
+)
+
+
+def _backend_switches() -> tuple[str, ...]:
+    """Every public bool, int, float or str attribute of the torch.backends modules loaded now
+    (cudnn.enabled, cudnn.benchmark, mkldnn.enabled, opt_einsum.enabled...): found, not listed, so a
+    switch a later torch adds is watched too; the precision flags are left to `read_precision_state`."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("torch.backends."):
+            continue
+        # a backend module is often torch's PropModule, whose switches are properties of its class
+        for attr in sorted(set(dir(module)) | set(vars(type(module)))):
+            if attr.startswith("_") or attr in ("allow_tf32", "fp32_precision"):
+                continue
+            try:
+                value = getattr(module, attr)
+            except Exception:  # noqa: BLE001, S112 -- a switch that cannot be read here is not watched
+                continue
+            if isinstance(value, (bool, int, float, str)):
+                found.append(f"{name}.{attr}")
+    return tuple(found)
 
 
 class TF32Guard:

@@ -38,6 +38,7 @@ import functools
 import inspect
 import re
 import sys
+import types
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -191,6 +192,22 @@ def shared_container(path: str) -> bool:
             owner = inspect.getattr_static(owner, attr, None)
         return isinstance(owner, _CONTAINERS)
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def reached_module(path: str) -> str | None:
+    """The first module, by its own name, that `path` reaches through an attribute of another module
+    (`typing.sys` -> "sys", `torch.os.path` -> "os"): None when every module on the way is the one the
+    path names, or the path cannot be followed in `sys.modules` without importing."""
+    parts = path.split(".")
+    owner = sys.modules.get(parts[0])
+    for i, attr in enumerate(parts[1:], start=1):
+        if owner is None:
+            return None
+        owner = inspect.getattr_static(owner, attr, None)
+        if isinstance(owner, types.ModuleType) and owner.__name__ != ".".join(parts[:i + 1]):
+            return owner.__name__
+    return None
 
 
 # Outcomes of classification: a rule code, or one of these.
@@ -432,6 +449,22 @@ class _Checker:
         self._class_names = {s.name for s in self.tree.body if isinstance(s, ast.ClassDef)}
         for stmt in self.tree.body:
             self._collect_stmt(stmt)
+        self._collect_local_aliases()
+
+    def _collect_local_aliases(self) -> None:
+        """Names bound inside functions to an imported path (`cls = nn.Module` in a def), as aliases too,
+        where the module binds no such name: a store through them (`cls.to = f`) is a store into the
+        imported object. Twice, for chains (`a = torch.nn; b = a.Module`)."""
+        functions = [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for _ in range(2):
+            for fn in functions:
+                for node in ast.walk(fn):
+                    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                            and isinstance(node.targets[0], ast.Name)
+                            and isinstance(node.value, (ast.Name, ast.Attribute))
+                            and node.targets[0].id not in self.mod.aliases
+                            and (path := self.resolve(node.value))):
+                        self.mod.aliases[node.targets[0].id] = path
 
     def _collect_stmt(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -636,6 +669,11 @@ class _Checker:
 
     def _check_path_use(self, path: str, node: ast.AST) -> None:
         """Module-wide verdict on reaching a dotted path (called or not)."""
+        reached = reached_module(path)
+        if reached is not None and _import_verdict(reached, self.policy.allowed_imports) is not None:
+            self.add("forbidden_import", f"`{path}` reaches the module `{reached}`, whose import is not "
+                     "allowed", node)
+            return
         kind = self.classify(path)
         if kind is None:
             return

@@ -298,9 +298,12 @@ def _sweep(threads: frozenset[int], snapshot: dict) -> dict[str, Any]:
     cuda_error = _cuda_error()
     if cuda_error:
         flags.append(_flag("cuda_context_unusable", cuda_error))
+    held = guards.address_space_held()
+    if held:
+        flags.append(_flag("worker_memory_held", held))
     return {
         "flags": flags,
-        "poisoned": bool(extra or changes or cuda_error),
+        "poisoned": bool(extra or changes or cuda_error or held),
         "tampered": any(code == "harness_tampered" for code, _ in changes),
     }
 

@@ -120,6 +120,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 # One list of modules candidate code may not import fresh. Why each group: ctypes/cffi reach libc
 # directly (syscalls, memory reads); process modules start programs outside the worker's guards;
@@ -574,31 +575,116 @@ _INTEGRITY_CLASSES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 
 
-def process_registries() -> dict[str, list]:
-    """Process-wide lists a candidate can add to through public API without replacing anything
-    (`warnings.filters`, torch's safe globals for `torch.load`), as they are now: the worker reads them
-    before its first job and puts them back after every job (`restore_process_registries`), so nothing a
-    job stored there reaches a later one (a red team kept outputs across jobs in both). Two channels of
-    many: the module docstring's "State across jobs" says what is not covered."""
+# After a job, a worker whose address space is past this share of its limit is replaced: what a job
+# left reserved (a red team kept 58 untouched 256 MiB tensors alive across jobs, so every later job of
+# the worker failed to allocate) must not decide the next jobs' verdicts.
+HELD_ADDRESS_SPACE_FRACTION = 0.75
+
+
+def address_space_held(limit_bytes: int | None = None) -> str:
+    """Why the worker should be replaced for the address space it holds now ("" when it need not):
+    `VmSize` past `HELD_ADDRESS_SPACE_FRACTION` of `RLIMIT_AS` (`limit_bytes`: the process's own limit;
+    none set, as for GPU workers, whose driver reserves huge ranges: never)."""
+    if limit_bytes is None:
+        limit_bytes = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit_bytes in (None, resource.RLIM_INFINITY) or limit_bytes <= 0:
+        return ""
+    try:
+        with open("/proc/self/status") as status:
+            size_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return ""
+    if size_kib * 1024 <= HELD_ADDRESS_SPACE_FRACTION * limit_bytes:
+        return ""
+    return (f"the worker holds {size_kib / 2**20:.1f} GiB of address space after the job, over "
+            f"{HELD_ADDRESS_SPACE_FRACTION:.0%} of its {limit_bytes / 2**30:.1f} GiB limit: replaced")
+
+
+def _torch_compiler_own(value: object) -> bool:
+    """A callable torch's compiler puts in place itself (dynamo wraps `nn.Module.__init__` and
+    `__setstate__` on its first compile, to tag the modules it creates): not a candidate's patch. A
+    candidate's function cannot claim that module (static `dunder_access`; `functools.wraps` copies the
+    wrapped function's, not dynamo's)."""
+    module = getattr(value, "__module__", None)
+    return isinstance(module, str) and module.startswith("torch._dynamo.")
+
+
+def _is_method_like(value: object) -> bool:
+    """A callable or a descriptor that makes one (what shadows an inherited method); a flag torch's
+    compiler keeps on a class (`___needs_generation_tag_patch`) is not."""
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def _watched_classes() -> dict[str, type]:
+    """`_INTEGRITY_CLASSES`, and every class defined in `torch.nn.modules.*` (`Module`, `Linear`, ...):
+    the reference models and baselines call their methods, so one replaced or added (shadowing an
+    inherited one) changes every later job's reference (a red team slowed eager 6.5x through
+    `nn.Module.parameters`)."""
+    classes: dict[str, type] = {}
+    for module_name, cls_name in _INTEGRITY_CLASSES:
+        cls = getattr(sys.modules.get(module_name), cls_name, None)
+        if isinstance(cls, type):
+            classes[f"{module_name}.{cls_name}"] = cls
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("torch.nn.modules."):
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == name:
+                classes[f"{name}.{attr}"] = value
+    return classes
+
+
+def process_registries() -> dict[str, Any]:
+    """Process-wide state a candidate can change through public API without replacing anything, as it is
+    now: `warnings.filters`, `defaultaction` and `onceregistry`, torch's safe globals for `torch.load`,
+    torch's and numpy's print options, numpy's floating-point error handling. The worker reads it before
+    its first job and puts it back after every job (`restore_process_registries`), so nothing a job stored
+    or switched there reaches a later one (red teams kept outputs across jobs in the first lists, and
+    turned a later honest candidate's warning into an error with `defaultaction`). Some channels of many:
+    the module docstring's "State across jobs" says what is not covered."""
     import warnings
 
-    saved = {"warnings.filters": list(warnings.filters)}
-    serialization = getattr(sys.modules.get("torch"), "serialization", None)
+    saved: dict[str, Any] = {"warnings.filters": list(warnings.filters),
+                             "warnings.defaultaction": warnings.defaultaction,
+                             "warnings.onceregistry": dict(warnings.onceregistry)}
+    torch = sys.modules.get("torch")
+    serialization = getattr(torch, "serialization", None)
     if hasattr(serialization, "get_safe_globals"):
         saved["torch safe globals"] = list(serialization.get_safe_globals())
+    if torch is not None:
+        saved["torch print options"] = _torch_print_options(torch)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        saved["numpy error state"] = numpy.geterr()
+        saved["numpy print options"] = numpy.get_printoptions()
     return saved
 
 
-def restore_process_registries(saved: dict[str, list]) -> None:
-    """`process_registries`' lists as they were saved (the warnings module's caches told they changed)."""
+def _torch_print_options(torch: Any) -> dict[str, Any]:
+    options = torch._tensor_str.PRINT_OPTS  # torch has no getter; the harness reads its own state
+    names = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+    return {k: getattr(options, k) for k in names}
+
+
+def restore_process_registries(saved: dict[str, Any]) -> None:
+    """`process_registries`' state as it was saved (the warnings module's caches told they changed)."""
     import warnings
 
     warnings.filters[:] = saved["warnings.filters"]
+    warnings.defaultaction = saved["warnings.defaultaction"]
+    warnings.onceregistry.clear()
+    warnings.onceregistry.update(saved["warnings.onceregistry"])
     getattr(warnings, "_filters_mutated", lambda: None)()
+    torch = sys.modules.get("torch")
     if "torch safe globals" in saved:
-        serialization = sys.modules["torch"].serialization
-        serialization.clear_safe_globals()
-        serialization.add_safe_globals(saved["torch safe globals"])
+        torch.serialization.clear_safe_globals()
+        torch.serialization.add_safe_globals(saved["torch safe globals"])
+    if "torch print options" in saved:
+        torch.set_printoptions(**saved["torch print options"])
+    numpy = sys.modules.get("numpy")
+    if "numpy error state" in saved and numpy is not None:
+        numpy.seterr(**saved["numpy error state"])
+        numpy.set_printoptions(**saved["numpy print options"])
 
 
 def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=id, _vars=vars) -> dict:
@@ -616,10 +702,8 @@ def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=
         if module is None or not (name in INTEGRITY_MODULES or name.startswith(extra_prefixes)):
             continue
         namespaces[name] = _vars(module)
-    for module_name, cls_name in _INTEGRITY_CLASSES:
-        cls = getattr(sys.modules.get(module_name), cls_name, None)
-        if isinstance(cls, type):
-            namespaces[f"{module_name}.{cls_name}"] = _vars(cls)
+    classes = _watched_classes()
+    namespaces.update((name, _vars(cls)) for name, cls in classes.items())
     return {
         "callables": {
             (ns, attr): _id(value)
@@ -628,6 +712,7 @@ def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=
             if callable(value) or isinstance(value, (staticmethod, classmethod))
         },
         "spaces": namespaces,
+        "class_keys": {name: frozenset(_vars(cls)) for name, cls in classes.items()},
         "modules": {name: _id(sys.modules[name]) for name in namespaces if name in sys.modules},
         "import": (_id(sys.meta_path), tuple(map(_id, sys.meta_path)), tuple(map(_id, sys.path_hooks))),
     }
@@ -643,12 +728,19 @@ def integrity_changes(snapshot: dict, *, _id=id) -> tuple[tuple[str, str], ...]:
     changed = sorted(
         f"{ns}.{attr}"
         for (ns, attr), ident in snapshot["callables"].items()
-        if _id(snapshot["spaces"][ns].get(attr)) != ident
+        if _id(value := snapshot["spaces"][ns].get(attr)) != ident and not _torch_compiler_own(value)
     )
+    added = sorted(f"{ns}.{attr}" for ns, keys in snapshot.get("class_keys", {}).items()
+                   for attr in set(snapshot["spaces"][ns]) - keys
+                   if _is_method_like(value := snapshot["spaces"][ns].get(attr))
+                   and not _torch_compiler_own(value))
     out: list[tuple[str, str]] = []
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         out.append(("harness_tampered", f"harness callables replaced during the job: {shown}"))
+    if added:
+        shown = ", ".join(added[:8]) + (f" and {len(added) - 8} more" if len(added) > 8 else "")
+        out.append(("harness_tampered", f"attributes added to torch classes the reference runs on: {shown}"))
     swapped = [n for n, ident in snapshot["modules"].items() if _id(sys.modules.get(n)) != ident]
     if swapped:
         out.append(("worker_state_changed", f"modules replaced or removed in sys.modules: {swapped[:8]}"))

@@ -185,7 +185,7 @@ class ReferenceCache:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if _fingerprint(entry) != entry.fingerprint:
+        if _fingerprint(entry) != entry.fingerprint or not structure_intact(entry):
             del self._entries[key]
             return None
         self._entries.move_to_end(key)
@@ -198,6 +198,7 @@ class ReferenceCache:
             self._entries.pop(key, None)
             return
         entry.fingerprint = _fingerprint(entry)
+        entry.extra["structure"] = module_structure(entry.model)
         self._entries[key] = entry
         self.trim(budget_bytes)
 
@@ -230,6 +231,29 @@ def _fingerprint(entry: Reference) -> tuple[int, ...]:
     weights = list(entry.model.parameters()) + list(entry.model.buffers())
     tensors = flatten_tensors([entry.inputs, entry.outputs, entry.inputs_after, weights])
     return tuple(_byte_sum(t) for t in tensors)
+
+
+# Every per-instance hook registry of a torch module: a hook put on a cached reference model runs inside
+# every later job's eager baseline (a red team slowed it 6x that way, reaching the cache through
+# `typing.sys`), outside the candidate's scope.
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+               "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
+               "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+
+
+def module_structure(model: torch.nn.Module) -> tuple:
+    """What a module tree is beyond its tensors: per submodule its class, its instance attributes' names,
+    its training flag and the keys of its hook registries (a method replaced on the instance, a hook
+    added or a mode switched all change it)."""
+    return tuple((name, type(m), tuple(sorted(vars(m))), m.training,
+                  *(tuple(getattr(m, h, {}).keys()) for h in _HOOK_DICTS))
+                 for name, m in model.named_modules())
+
+
+def structure_intact(entry: Reference) -> bool:
+    """Whether the cached reference's model is as it was when cached (`module_structure`)."""
+    return entry.extra.get("structure") in (None, module_structure(entry.model))
 
 
 def _byte_sum(t: torch.Tensor) -> int:
@@ -559,6 +583,7 @@ class TorchSession(Session):
         entry = self.verified.get(key) or REFERENCES.get(key)
         if entry is None:
             entry = self.compute_reference(config, seed)
+            entry.extra["structure"] = module_structure(entry.model)  # kept or not (`put` takes it too)
             REFERENCES.put(key, entry, self.cache_budget())
         elif entry.extra.get("pending") and self.phase != "candidate":
             self.complete_reference(key, entry)
@@ -872,6 +897,7 @@ class TorchSession(Session):
         unseen, unseen_expected = self.unseen_inputs(entry, config, refereed)
         expected += unseen_expected
         model = self.construct(config, seeds[0])
+        self.check_reference_structure(entry, config)
         # With a referee every baseline output (a right answer) is overwritten once its call is over
         keep = _storages([input_sets, _held_by(entry.model)]) if refereed else None
         fns = {CANDIDATE: lambda inputs: self._scoped_call(model, inputs),
@@ -896,6 +922,17 @@ class TorchSession(Session):
         timed.clear()
         self.note_baseline_memory(config.name)
         return self.summarize_timing(config, entry, bench)
+
+    def check_reference_structure(self, entry: Reference, config: InputConfig) -> None:
+        """The reference model the baselines are about to run is as it was cached: a hook, a replaced
+        method or a mode switched on it since (only candidate code ran in between) is `harness_tampered`;
+        the entry leaves the cache and the worker is replaced."""
+        if structure_intact(entry):
+            return
+        REFERENCES.evict([k for k, e in REFERENCES.items() if e is entry])
+        why = "the reference model was changed (a hook, an instance attribute or its mode) during the job"
+        self.flags.append(Flag("harness_tampered", why, Severity.ERROR, config.name))
+        raise Stop(Outcome.POLICY_VIOLATION, why, poisoned=True)
 
     def recheck_budget_bytes(self, unseen: int = 0) -> int:
         """Device bytes the timing stage may hold in later re-checked outputs kept for the referee

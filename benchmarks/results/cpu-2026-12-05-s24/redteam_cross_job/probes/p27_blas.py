@@ -1,0 +1,15 @@
+import torch
+import torch.nn as nn
+import collections.abc
+import numpy as np
+import functools
+import typing
+import warnings
+import dataclasses
+
+torch.backends.mkl.verbose(1)
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)

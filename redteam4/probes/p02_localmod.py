@@ -1,0 +1,18 @@
+import torch
+import torch.nn as nn
+import collections.abc
+import numpy as np
+import functools
+import typing
+import warnings
+import dataclasses
+
+def f():
+    m = torch.nn
+    m.rt_state = 1
+f()
+
+
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
