@@ -99,7 +99,9 @@ mechanism is logged once and the worker runs weaker):
 - State across jobs: a worker runs many jobs, and what the integrity check does not look at (module
   globals, library caches, allocator contents, files in its own temp directory such as torch's inductor
   cache) can carry a candidate's leftovers into later jobs of that worker (the cache views are refreshed
-  per job; `warnings.filters` and torch's safe globals are put back: `restore_process_registries`);
+  per job; what `process_registries` reads is put back: the warnings module's state, torch's safe
+  globals, numpy's error state, print options; `integrity_changes` watches torch.nn's classes; a worker
+  holding most of its address space is replaced: `address_space_held`);
   `Limits.max_jobs_per_worker=1` gives each job a fresh process, at the price of a start. Timing's unseen
   input sets are drawn per job (`EvalJob.unseen_nonce`), so outputs kept from an earlier job never
   match them.
