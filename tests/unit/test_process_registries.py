@@ -59,3 +59,13 @@ def test_a_worker_holding_most_of_its_address_space_limit_is_to_be_replaced():
         size = next(int(line.split()[1]) for line in status if line.startswith("VmSize:")) * 1024
     assert "replaced" in guards.address_space_held(limit_bytes=size)
     assert guards.address_space_held(limit_bytes=4 * size) == ""
+
+
+def test_a_harness_error_in_a_job_that_held_the_worker_s_memory_is_the_candidate_s():
+    from cudaperf.execute.child import _blame_held_memory
+
+    held = {"flags": [{"code": "worker_memory_held", "message": "", "severity": "warning"}]}
+    blamed = _blame_held_memory({"outcome": "harness_error", "message": "can't allocate memory"}, held)
+    assert blamed["outcome"] == "out_of_memory" and "can't allocate memory" in blamed["message"]
+    assert _blame_held_memory({"outcome": "harness_error"}, {"flags": []})["outcome"] == "harness_error"
+    assert _blame_held_memory({"outcome": None}, held)["outcome"] is None

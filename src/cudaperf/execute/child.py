@@ -184,6 +184,7 @@ def _run_job(job: dict, nonce: str, channel: tuple, root: str, hello: dict, hand
         payload = _classify(exc, current[0])
     report("cleanup")
     findings = _sweep(threads, snapshot)
+    payload = _blame_held_memory(payload, findings)
     os.chdir(root)
     shutil.rmtree(work, ignore_errors=True)
     _flush_output()
@@ -306,6 +307,17 @@ def _sweep(threads: frozenset[int], snapshot: dict) -> dict[str, Any]:
         "poisoned": bool(extra or changes or cuda_error or held),
         "tampered": any(code == "harness_tampered" for code, _ in changes),
     }
+
+
+def _blame_held_memory(payload: dict[str, Any], findings: dict[str, Any]) -> dict[str, Any]:
+    """A HARNESS_ERROR in a job after which the worker still holds most of its address space is the
+    candidate's: the memory it kept made the harness's own allocations fail (OUT_OF_MEMORY, which RL
+    counts, rather than a harness error, which it leaves out of the loss)."""
+    held = any(f["code"] == "worker_memory_held" for f in findings["flags"])
+    if not held or payload.get("outcome") != Outcome.HARNESS_ERROR.value:
+        return payload
+    message = f"the job's own memory held the worker's address space: {payload.get('message', '')}"
+    return {**payload, "outcome": Outcome.OUT_OF_MEMORY.value, "message": message[:2000]}
 
 
 def _flag(code: str, message: str, severity: str = "warning") -> dict[str, str]:
