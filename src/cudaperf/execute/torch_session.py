@@ -243,10 +243,10 @@ _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_back
 
 
 def module_structure(model: torch.nn.Module) -> tuple:
-    """What a module tree is beyond its tensors: per submodule its class, its instance attributes' names,
-    its training flag and the keys of its hook registries (a method replaced on the instance, a hook
-    added or a mode switched all change it)."""
-    return tuple((name, type(m), tuple(sorted(vars(m))), m.training,
+    """What a module tree is beyond its tensors: per submodule its class, the names of its callable
+    instance attributes (a method replaced on the instance; torch.compile's own marks are flags, not
+    callables), its training flag and the keys of its hook registries (a hook added)."""
+    return tuple((name, type(m), tuple(sorted(k for k, v in vars(m).items() if callable(v))), m.training,
                   *(tuple(getattr(m, h, {}).keys()) for h in _HOOK_DICTS))
                  for name, m in model.named_modules())
 
@@ -916,6 +916,7 @@ class TorchSession(Session):
             else check
         anchor = next((name for name in ("eager", "compile") if name in fns), None)
         bench = self.bench(fns, input_sets, recheck if checked else None, config.name, unseen, anchor)
+        self.check_reference_structure(entry, config)  # candidate code ran between the baselines' calls
         if refereed and timed.first:  # after the bench, never during one: the referee judges them
             self.shipper.ship_timed(config.name, timed.to_ship())
             self.flags += _partial_recheck(timed, config.name)
@@ -924,9 +925,9 @@ class TorchSession(Session):
         return self.summarize_timing(config, entry, bench)
 
     def check_reference_structure(self, entry: Reference, config: InputConfig) -> None:
-        """The reference model the baselines are about to run is as it was cached: a hook, a replaced
-        method or a mode switched on it since (only candidate code ran in between) is `harness_tampered`;
-        the entry leaves the cache and the worker is replaced."""
+        """The reference model the baselines run (checked before and after the bench) is as it was
+        cached: a hook, a replaced method or a mode switched on it since (only candidate code ran in
+        between) is `harness_tampered`; the entry leaves the cache and the worker is replaced."""
         if structure_intact(entry):
             return
         REFERENCES.evict([k for k, e in REFERENCES.items() if e is entry])
