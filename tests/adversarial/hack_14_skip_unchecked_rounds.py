@@ -5,12 +5,14 @@ them, and it returns an uncomputed tensor. Correct whenever it is checked, ~20x 
 
 Defence: the candidate's output is also re-checked, after the call, on a second random sample of the
 other rounds, which it cannot tell from the unchecked ones (`timing.bench_interleaved_report`,
-`silent_checks`): `timed_output_mismatch`.
+`silent_checks`): `timed_output_mismatch`; static `identity_cache` (reading `._version`).
 """
 
 TASK = "matmul"
-EXPECT = "flag:timed_output_mismatch|outcome:incorrect"
-STATIC = None
+EXPECT = "flag:identity_cache"
+STATIC = "identity_cache"
+RUNTIME_DISABLE = ("identity_cache",)
+RUNTIME_EXPECT = "flag:timed_output_mismatch|outcome:incorrect"
 
 from torch import nn
 

@@ -431,6 +431,10 @@ def test_own_containers_and_module_functions_are_not_monkey_patching(stmt):
     assert "monkey_patch" not in errors(f"import torch\nimport warnings\n{stmt}\n")
 
 
+def test_reading_a_tensor_s_write_counter_is_identity_cache():
+    assert "identity_cache" in errors(solution("v = x._version\n" + HONEST_FORWARD))
+
+
 def test_torch_serialization_is_file_io():
     assert "file_io" in errors("import torch\ntorch.serialization.add_safe_globals([int])\n")
 

@@ -662,6 +662,8 @@ class _Checker:
         attr = node.attr
         if attr.startswith("__") and attr.endswith("__") and attr not in _ALLOWED_DUNDER_ATTRS:
             self.add("dunder_access", f"attribute `{attr}`", node)
+        if attr == "_version":  # a tensor's write counter: what tells timing's re-checked rounds apart
+            self.add("identity_cache", "reads `._version`, a tensor's write counter", node)
         if isinstance(node.ctx, ast.Load) and self._is_outermost(node):
             path = self.resolve(node)
             if path is not None:
