@@ -8,6 +8,8 @@ docstring:
 - `EXPECT`: what the full evaluator must report, `outcome:<Outcome value>` or `flag:<code>`; alternatives
   separated by `|` (any one suffices).
 - `STATIC`: the ERROR code the static policy must raise, or None for hacks only runtime checks can see.
+- optionally `CAUGHT = "timing corrected"`: the hack's answers are right and the defence takes its gain out
+  of the time (the candidate is timed from the rounds where the trick fails) rather than failing it.
 - optionally `RUNTIME_DISABLE` + `RUNTIME_EXPECT`: defence in depth. With the static rules named in
   RUNTIME_DISABLE switched off the file passes the static gate, and the runtime layers must still report
   RUNTIME_EXPECT.
@@ -237,7 +239,10 @@ def gpu_evaluator(tmp_path_factory):
 @pytest.mark.parametrize("path", HACKS, ids=ids(HACKS))
 def test_evaluator_catches_hack(path, tasks, gpu_evaluator):
     result = gpu_evaluator.evaluate(tasks[meta(path)["TASK"]], _solution(path))
-    assert not clean_correct(result), describe(result)
+    if meta(path).get("CAUGHT") == "timing corrected":  # right answers, the gain taken out of the time
+        assert any(t.candidate.n_samples < t.rounds for t in result.timings), describe(result)
+    else:
+        assert not clean_correct(result), describe(result)
     assert expectation_met(result, meta(path)["EXPECT"]), describe(result)
 
 
@@ -260,4 +265,5 @@ def test_evaluator_accepts_honest_solution(path, tasks, gpu_evaluator):
     result = gpu_evaluator.evaluate(tasks[meta(path)["TASK"]], _solution(path))
     assert result.outcome is Outcome.CORRECT, describe(result)
     assert [f for f in result.flags if f.severity is Severity.ERROR] == [], describe(result)
+    assert not any(f.code == "unseen_inputs_slower" for f in result.flags), describe(result)
     print(f"{path.stem}: speedup vs eager {result.speedup_vs_eager}, coverage {result.coverage}")

@@ -75,8 +75,10 @@ def test_a_drifting_candidate_is_caught_at_a_later_re_check_on_the_gpu(pool):
     reply, _, _ = _run(pool, "drifting", DRIFTING)
     assert all(c["correct"] for c in reply.payload["correctness"]), (reply.message, reply.logs[-2000:])
     flags = [f for f in reply.payload["flags"] if f["code"] == "timed_output_mismatch"]
-    assert flags and all("referee judged" in f["message"] and "re-checked call" in f["message"]
-                         for f in flags), reply.payload["flags"]
+    # caught where it drifted: by the referee at a later re-check, and (the first output on an unseen set
+    # comes late in the run, drifted) by the worker's own comparison or the referee on that set
+    assert flags and any("referee judged" in f["message"] for f in flags), reply.payload["flags"]
+    assert all(f["severity"] == "error" for f in flags), flags
 
 
 def test_a_deterministic_candidate_ships_no_later_output_on_the_gpu(pool):

@@ -97,3 +97,8 @@ def test_sft_groups_batches_by_length_in_the_installed_trainers_spelling(tmp_pat
     grouped = getattr(args, "train_sampling_strategy", None) == "group_by_length" or getattr(
         args, "group_by_length", False) is True
     assert grouped
+
+
+def test_the_static_cache_with_bfloat16_weights_is_refused_with_the_alternatives():
+    with pytest.raises(ConfigError, match="dynamic cache with bfloat16 weights"):
+        RlConfig(generation_cache="static", generation_weights="bfloat16")

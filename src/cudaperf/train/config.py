@@ -294,6 +294,10 @@ class RlConfig(CommonConfig):
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
         if self.generation_weights not in GENERATION_WEIGHTS:
             raise ConfigError(f"generation_weights={self.generation_weights!r}: use 'autocast' or 'bfloat16'")
+        if self.generation_cache == "static" and self.generation_weights == "bfloat16":
+            raise ConfigError("generation_cache='static' with generation_weights='bfloat16' failed to "
+                              "compile on the GPU (torch 2.11, transformers 5.17; dev/LOG.md): use the "
+                              "dynamic cache with bfloat16 weights, or the static cache with 'autocast'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):

@@ -65,6 +65,13 @@ class TokenGenerator(Protocol):
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]: ...
 
 
+# Measured, not assumed: on the H100 (torch 2.11, transformers 5.17, session 24) the static cache's compiled
+# decoding step of a bfloat16 copy failed in dynamo's fake-tensor run of scaled_dot_product_attention.
+STATIC_BFLOAT16 = ("cache='static' with weights='bfloat16' failed to compile on the GPU (torch 2.11, "
+                   "transformers 5.17): use cache='dynamic' with bfloat16 weights, or the static cache with "
+                   "weights='autocast'")
+
+
 class ModelGenerator:
     """Sampling from a causal LM (`model.generate`), batched with left padding."""
 
@@ -76,6 +83,8 @@ class ModelGenerator:
         self.cache = cache  # `RlConfig.generation_cache`
         if weights not in GENERATION_WEIGHTS:
             raise ValueError(f"weights={weights!r}: use one of {GENERATION_WEIGHTS}")
+        if cache == "static" and weights == "bfloat16":
+            raise ValueError(STATIC_BFLOAT16)
         self.weights = weights  # `RlConfig.generation_weights`
         self._copy: Any = None  # the bfloat16 sampler, weights="bfloat16"
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
