@@ -9,4 +9,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux2014_x86_64 -d .whl tree-sitter==0.26.1 tree-sitter-cuda==0.21.2
 # pytest-xdist runs the functional GPU tests on several workers (gpu_check.sh); pure Python.
 python3 -m pip download -q --no-deps -d .whl pytest-xdist==3.8.0 execnet==2.1.1
+# The sandbox boundary's seccomp filter (a ctypes binding of the machine's libseccomp.so.2; without it the
+# boundary says "seccomp: no libseccomp binding" and runs without the filter: session 24's H100 run).
+python3 -m pip download -q --no-deps -d .whl pyseccomp==0.1.2
 ls -la .whl
