@@ -328,9 +328,12 @@ def test_native_copy_of_the_reference_finds_nothing_with_the_referee(referee_ver
 
 
 def test_native_copy_of_the_reference_works_without_the_referee(referee_verdicts):
-    """The control: the worker judging itself keeps its references, and native code copies them."""
+    """The control: the worker judging itself keeps its references, and native code copies them, so every
+    configuration passes correctness; only timing's unseen input sets, whose answers it cannot have found
+    beforehand, catch it (the H100, session 24: 5 re-checked outputs wrong)."""
     result = referee_verdicts["off"]["copy_reference"]
-    assert result.outcome is Outcome.CORRECT, (result.outcome, result.message, result.logs[-3000:])
+    assert result.correctness and all(c.correct for c in result.correctness), (
+        result.outcome, result.message, result.logs[-3000:])
 
 
 def test_native_forged_verdict_with_the_real_nonce_is_a_verdict_mismatch(referee_verdicts):
