@@ -152,7 +152,10 @@ def _serve(job_fd: int, reply_fd: int, root: str, hello: dict[str, Any], region:
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
-        guards.restore_process_registries(registries)
+        try:
+            guards.restore_process_registries(registries)
+        except Exception:  # noqa: BLE001, S110 - the reply must still go out (each item is best effort)
+            pass
         _send(reply_fd, reply)
 
 

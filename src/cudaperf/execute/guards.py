@@ -669,24 +669,36 @@ def _torch_print_options(torch: Any) -> dict[str, Any]:
 
 
 def restore_process_registries(saved: dict[str, Any]) -> None:
-    """`process_registries`' state as it was saved (the warnings module's caches told they changed)."""
+    """`process_registries`' state as it was saved (the warnings module's caches told they changed); each
+    part on its own, so one that cannot be put back does not keep the others as the job left them."""
     import warnings
 
-    warnings.filters[:] = saved["warnings.filters"]
-    warnings.defaultaction = saved["warnings.defaultaction"]
-    warnings.onceregistry.clear()
-    warnings.onceregistry.update(saved["warnings.onceregistry"])
-    getattr(warnings, "_filters_mutated", lambda: None)()
-    torch = sys.modules.get("torch")
-    if "torch safe globals" in saved:
+    torch, numpy = sys.modules.get("torch"), sys.modules.get("numpy")
+
+    def warnings_state() -> None:
+        warnings.filters[:] = saved["warnings.filters"]
+        warnings.defaultaction = saved["warnings.defaultaction"]
+        warnings.onceregistry.clear()
+        warnings.onceregistry.update(saved["warnings.onceregistry"])
+        getattr(warnings, "_filters_mutated", lambda: None)()
+
+    def safe_globals() -> None:
         torch.serialization.clear_safe_globals()
         torch.serialization.add_safe_globals(saved["torch safe globals"])
+
+    steps = [warnings_state]
+    if "torch safe globals" in saved:
+        steps.append(safe_globals)
     if "torch print options" in saved:
-        torch.set_printoptions(**saved["torch print options"])
-    numpy = sys.modules.get("numpy")
+        steps.append(lambda: torch.set_printoptions(**saved["torch print options"]))
     if "numpy error state" in saved and numpy is not None:
-        numpy.seterr(**saved["numpy error state"])
-        numpy.set_printoptions(**saved["numpy print options"])
+        steps.append(lambda: numpy.seterr(**saved["numpy error state"]))
+        steps.append(lambda: numpy.set_printoptions(**saved["numpy print options"]))
+    for step in steps:
+        try:
+            step()
+        except Exception:  # noqa: BLE001, S112 -- best effort: the others still go back
+            continue
 
 
 def integrity_snapshot(extra_prefixes: tuple[str, ...] = ("cudaperf.",), *, _id=id, _vars=vars) -> dict:
