@@ -780,35 +780,28 @@ class _Run:
     def checked_round(self, index: int) -> None:
         """A round on set `index`'s tensors holding set `source`'s contents; every output re-checked."""
         source = self._pick_source(index)
-        working = self.input_sets[index]
-        backup = clone_inputs(working) if source != index else None
-        _copy_contents(working, self.input_sets[source])
-        for name in self.rng.sample(list(self.fns), len(self.fns)):
-            timed = self.call(name, working)
-            self.record(name, timed)
-            self._verify(name, source, timed.out, working)
-            self.done_with(name, timed)
-            del timed
-        if backup is not None:
-            _copy_contents(working, backup)
+        self._round_holding(index, self.input_sets[source], source)
 
     def unseen_round(self, index: int, j: int) -> None:
         """A round on set `index`'s tensors holding unseen set `j`'s contents (copied in from wherever they
         are held); every output re-checked against it (index `len(input_sets) + j`) where there is a check."""
-        working, fresh = self.input_sets[index], self.unseen[j]
-        backup = clone_inputs(working)
-        _copy_contents(working, fresh)
+        self._round_holding(index, self.unseen[j], len(self.input_sets) + j)
+
+    def _round_holding(self, index: int, contents: list, check_index: int) -> None:
+        """A round on set `index`'s tensors with `contents` copied in (and put back after), every output
+        re-checked against `check_index` and the inputs compared with `contents` after each call."""
+        working = self.input_sets[index]
+        backup = clone_inputs(working) if contents is not working else None
+        _copy_contents(working, contents)
         for name in self.rng.sample(list(self.fns), len(self.fns)):
             timed = self.call(name, working)
             self.record(name, timed)
-            if self.check is not None and name != OVERHEAD_NAME:
-                self._verify_output(name, len(self.input_sets) + j, timed.out)
-                if _mutated_from(fresh, working):
-                    self.counts["input_mutations"][name] += 1
-                    _copy_contents(working, fresh)
+            if self.check is not None:
+                self._verify(name, check_index, timed.out, working, contents)
             self.done_with(name, timed)
             del timed
-        _copy_contents(working, backup)
+        if backup is not None:
+            _copy_contents(working, backup)
 
     def _pick_source(self, index: int) -> int:
         """Another set of the same layout whose contents the checked round runs on: drawn from a shuffled
@@ -824,13 +817,13 @@ class _Run:
         self.sources.remove(source)
         return source
 
-    def _verify(self, name: str, source: int, out: object, working: list) -> None:
+    def _verify(self, name: str, check_index: int, out: object, working: list, contents: list) -> None:
         if name == OVERHEAD_NAME:
             return
-        self._verify_output(name, source, out)
-        if inputs_mutated(self.input_sets[source], working):
+        self._verify_output(name, check_index, out)
+        if _mutated_from(contents, working):
             self.counts["input_mutations"][name] += 1
-            _copy_contents(working, self.input_sets[source])  # so the next function is judged fairly
+            _copy_contents(working, contents)  # so the next function is judged fairly
 
     def _verify_output(self, name: str, source: int, out: object) -> None:
         self.counts["checks"][name] += 1

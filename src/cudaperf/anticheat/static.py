@@ -179,34 +179,34 @@ _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefaul
 _CONTAINERS = (list, dict, set, collections.deque)
 
 
+def _loaded_objects(path: str) -> list[object]:
+    """The object each prefix of `path` names (`a`, `a.b`, `a.b.c`), followed from the root module through
+    attributes, and through `sys.modules` where an attribute is missing: only what this process has
+    imported (nothing is imported for the check); None from where the path cannot be followed."""
+    parts = path.split(".")
+    found: list[object] = [sys.modules.get(parts[0])]
+    for i, attr in enumerate(parts[1:], start=2):
+        owner = found[-1]
+        value = None if owner is None else inspect.getattr_static(owner, attr, None)
+        found.append(value if value is not None else sys.modules.get(".".join(parts[:i])))
+    return found
+
+
 @functools.lru_cache(maxsize=4096)
 def shared_container(path: str) -> bool:
-    """Whether `path` names a list, dict, set or deque held by a module this process has imported (looked
-    up in `sys.modules` only: nothing is imported for the check)."""
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        owner = sys.modules.get(".".join(parts[:cut]))
-        if owner is None:
-            continue
-        for attr in parts[cut:]:
-            owner = inspect.getattr_static(owner, attr, None)
-        return isinstance(owner, _CONTAINERS)
-    return False
+    """Whether `path` names a list, dict, set or deque held by a module this process has imported."""
+    return isinstance(_loaded_objects(path)[-1], _CONTAINERS)
 
 
 @functools.lru_cache(maxsize=4096)
 def reached_module(path: str) -> str | None:
     """The first module, by its own name, that `path` reaches through an attribute of another module
     (`typing.sys` -> "sys", `torch.os.path` -> "os"): None when every module on the way is the one the
-    path names, or the path cannot be followed in `sys.modules` without importing."""
+    path names, or the path cannot be followed in what this process has imported."""
     parts = path.split(".")
-    owner = sys.modules.get(parts[0])
-    for i, attr in enumerate(parts[1:], start=1):
-        if owner is None:
-            return None
-        owner = inspect.getattr_static(owner, attr, None)
-        if isinstance(owner, types.ModuleType) and owner.__name__ != ".".join(parts[:i + 1]):
-            return owner.__name__
+    for i, value in enumerate(_loaded_objects(path)):
+        if isinstance(value, types.ModuleType) and value.__name__ != ".".join(parts[:i + 1]):
+            return value.__name__
     return None
 
 

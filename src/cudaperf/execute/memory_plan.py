@@ -309,6 +309,11 @@ def recheck_budget_bytes(plan: MemoryPlan, fp: Footprint) -> int:
 UNSEEN_HOST_BYTES = 2 << 30
 
 
+def unseen_set_device_bytes(fp: Footprint, refereed: bool) -> int:
+    """Device bytes one unseen input set holds until the bench is over (`unseen_sets_allowed`)."""
+    return (2 if refereed else 1) * max(fp.output_bytes, 1)
+
+
 def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, refereed: bool = False) -> int:
     """How many of `wanted` unseen input sets (`TimingConfig.unseen_sets`) a configuration gets: their
     inputs wait on the host (`UNSEEN_HOST_BYTES` together), and each adds one output on the device (its
@@ -316,7 +321,7 @@ def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, ref
     the referee's own expected output), taken from `spare_bytes` (what the plan leaves:
     `recheck_budget_bytes`; None: no plan, no device limit)."""
     by_host = UNSEEN_HOST_BYTES // max(fp.input_bytes, 1)
-    per_set = (2 if refereed else 1) * max(fp.output_bytes, 1)
+    per_set = unseen_set_device_bytes(fp, refereed)
     by_device = wanted if spare_bytes is None else max(0, spare_bytes) // per_set
     return max(0, min(wanted, by_host, by_device))
 

@@ -123,6 +123,7 @@ from cudaperf.execute.memory_plan import (
     recheck_budget_bytes,
     room_bytes,
     to_evict,
+    unseen_set_device_bytes,
     unseen_sets_allowed,
 )
 from cudaperf.execute.session import (
@@ -943,8 +944,8 @@ class TorchSession(Session):
         if plan is None or not plan.fits or self.plan_inputs is None:
             return MIN_OUTPUT_CAP_BYTES
         fp = self.plan_inputs[0]
-        per_set = 2 if self.shipper is not None else 1  # `unseen_sets_allowed`
-        return max(0, recheck_budget_bytes(plan, fp) - unseen * per_set * fp.output_bytes)
+        held = unseen * unseen_set_device_bytes(fp, refereed=self.shipper is not None)
+        return max(0, recheck_budget_bytes(plan, fp) - held)
 
     def unseen_inputs(self, entry: Reference, config: InputConfig, refereed: bool) -> tuple[list, list]:
         """`config`'s unseen input sets (`EvalJob.unseen_seeds`, as many as `unseen_sets_allowed` gives),
@@ -958,8 +959,7 @@ class TorchSession(Session):
         for seed in self.unseen_seeds[:count]:
             inputs = make_inputs(self.module_for(config), config, seed, self.device)
             if not refereed:
-                with torch.no_grad():
-                    expected.append(entry.model(*clone_inputs(inputs)))
+                expected.append(_model_on_clone(entry, inputs))
             sets.append(_on_host(inputs))
             del inputs
         return sets, expected
@@ -1005,8 +1005,7 @@ class TorchSession(Session):
             return entry.outputs
         key = (config.name, seed)
         if key not in self.timing_outputs:
-            with torch.no_grad():
-                self.timing_outputs[key] = entry.model(*clone_inputs(inputs))
+            self.timing_outputs[key] = _model_on_clone(entry, inputs)
         return self.timing_outputs[key]
 
     def _scoped_call(self, model: torch.nn.Module, inputs: list) -> Any:
@@ -1206,6 +1205,12 @@ def _held_by(model: torch.nn.Module) -> list[torch.Tensor]:
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _model_on_clone(entry: Reference, inputs: list) -> Any:
+    """The reference's model on a clone of `inputs` (which stay as drawn), without autograd."""
+    with torch.no_grad():
+        return entry.model(*clone_inputs(inputs))
 
 
 def _on_host(inputs: Any) -> Any:
