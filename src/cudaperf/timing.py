@@ -89,7 +89,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -575,7 +575,7 @@ def bench_interleaved_report(
         per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
         rounds = _clamp(int(budget_ms / per_fn_ms), min_reps, max_reps)
         unseen = _unseen_rounds(rounds, len(input_sets), len(run.unseen), run.rng)
-        checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng) - unseen.keys() if check \
+        checked = _check_rounds(rounds, len(input_sets), check_fraction, run.rng, unseen.keys()) if check \
             else set()
         silent = _silent_rounds(rounds, checked | unseen.keys(), run.rng) if run.silent_checks else set()
         with run.collector_paused():
@@ -589,11 +589,15 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random) -> set[int]:
-    """Rounds whose outputs are re-checked: a random sample, and at least one round per input set."""
-    wanted = min(rounds, max(n_sets, math.ceil(fraction * rounds)))
+def _check_rounds(rounds: int, n_sets: int, fraction: float, rng: random.Random,
+                  taken: Collection[int] = ()) -> set[int]:
+    """Rounds whose outputs are re-checked on the rotated sets: the first round on each input set, and a
+    random sample of `fraction` of the rounds (at least one per set) drawn from the later ones not `taken`
+    (the unseen rounds): contents a function has been given before are re-checked as often in a short run
+    with unseen rounds as without them."""
+    later = [r for r in range(n_sets, rounds) if r not in taken]
     chosen = set(range(min(n_sets, rounds)))
-    chosen |= set(rng.sample(range(rounds), wanted))
+    chosen |= set(rng.sample(later, min(len(later), max(n_sets, math.ceil(fraction * rounds)))))
     return chosen
 
 

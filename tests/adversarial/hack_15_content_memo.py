@@ -1,6 +1,9 @@
 """Hack #15, a replay keyed by input contents: the timed rounds rotate a few input sets, so a candidate that
 keeps each output with a sample of its inputs (every 61st element) and, when the sample matches, copies
-the kept output instead of computing, is right in every round and as fast as the copy. All on the device:
+the kept output instead of computing, is right in every round and as fast as the copy. It keeps eight
+outputs per shape, so the sets it has seen stay kept after five unseen ones (with four, each unseen set
+evicts a rotated one first-in-first-out, the rotated sets then miss in turn, and in a short run the
+median round computes: no gain, and nothing to correct). All on the device:
 a kernel compares the samples with the kept ones, the product kernel copies a kept output where one
 matched and computes otherwise, another keeps what it computed (no host transfer, no torch compute op).
 
@@ -22,7 +25,7 @@ from cudaperf import cuda
 
 SRC = r"""
 #define T 32
-#define SLOTS 4
+#define SLOTS 8
 
 __device__ int kept_slot(const int* bad, const int* valid)
 {
@@ -102,7 +105,7 @@ extern "C" __global__ void memo_keep(const int* bad, int* valid, int* next)
 """
 
 T = 32
-SLOTS = 4
+SLOTS = 8
 STRIDE = 61
 
 

@@ -129,3 +129,13 @@ def test_without_an_anchor_the_raw_samples_are_compared():
 def test_unseen_sets_of_another_layout_are_refused():
     with pytest.raises(ValueError, match="layout"):
         bench_interleaved_report({"a": _computing}, _sets(3, 0), unseen_sets=[[torch.zeros(3)]])
+
+
+def test_unseen_rounds_take_no_re_check_from_the_rotated_sets():
+    import random
+
+    from cudaperf.timing import _check_rounds
+
+    taken = {3, 4, 5, 6, 7}  # a short run of 12 rounds, 5 of them unseen
+    chosen = _check_rounds(12, 3, 0.1, random.Random(0), taken)
+    assert not chosen & taken and len(chosen - {0, 1, 2}) == 3
