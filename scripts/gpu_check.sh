@@ -16,7 +16,8 @@
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 4
 #   and 8 workers and with 8 at a 5 ms budget: ~360 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append
-#   for a 2nd call) probe-memo (scripts/probe_memo_gpu.py) rerun (the GPU test files in RERUN_PATHS)
+#   for a 2nd call) probe-memo (scripts/probe_memo_gpu.py) probe-unseen-cost
+#   (scripts/probe_unseen_cost_gpu.py) rerun (the GPU test files in RERUN_PATHS)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
 #   eval-modes-long (the RL arms alone, 4 and 8 workers, each candidate three times: longer streams per task)
 #   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
@@ -163,6 +164,8 @@ run_step() {
       \$(python3 -c 'from cudaperf.datasets import registry; print(\",\".join(f.name for f in registry.fresh_families()))')" ;;
     # hack 15's content memo per matmul configuration: the bench alone and through the evaluator
     probe-memo) step probe-memo 150 python3 scripts/probe_memo_gpu.py ;;
+    # what the unseen rounds cost the timing stage (three example tasks, unseen sets 5 against 0)
+    probe-unseen-cost) step probe-unseen-cost 150 python3 scripts/probe_unseen_cost_gpu.py ;;
     # a few GPU test files apart from the rest (RERUN_PATHS, space-separated; on the xdist workers)
     rerun) step rerun 300 "${PYTEST[@]}" "${XDIST[@]}" -m gpu ${RERUN_PATHS:-tests/gpu/test_sandbox_gpu.py} ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
