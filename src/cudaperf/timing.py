@@ -32,13 +32,14 @@ sample of the other rounds, on the contents they ran on: rounds the function can
 unchecked ones, so skipping work in enough of them to move a median (over half) is caught but with a
 chance under 2^-SILENT_CHECKS_MIN (hack #14). Outputs kept by input contents (a memo: right every time
 on rotated sets, whether it reads the inputs whole or samples them) are met by unseen rounds: `unseen_sets`
-are input sets no function has been given (held on the host), each copied into a rotated set's tensors
-for exactly one timed round, every output re-checked against it (check index `len(input_sets) + j`). A
-memo misses there and computes, so a function in `silent_checks` whose time relative to `anchor` in the
-same round is, in each of its unseen rounds (`UNSEEN_QUORUM`), over `UNSEEN_SLOWDOWN_LIMIT` times its
-median ratio in the other rounds is timed from its unseen rounds alone and flagged
-(`unseen_inputs_slower`, WARNING: its timing is corrected, not thrown away; `BenchReport.unseen_slowdown`
-holds the median over its unseen rounds of that relative ratio, judged or not). A per-call host clock
+are input sets no function has been given (held anywhere, or drawn by a function at their round), each
+brought to the device and copied into a rotated set's tensors for exactly one timed round, every output
+re-checked against it (check index `len(input_sets) + j`). A memo misses there and computes, so a
+function in `silent_checks` whose time relative to `anchor` in the same round is, in each of its unseen
+rounds (`UNSEEN_QUORUM`), over `UNSEEN_SLOWDOWN_LIMIT` times its median ratio in the other rounds is
+timed from its unseen rounds alone and flagged (`unseen_inputs_slower`, WARNING: its timing is
+corrected, not thrown away; `BenchReport.unseen_slowdown` holds the median over its unseen rounds of that
+relative ratio, judged or not). A per-call host clock
 brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
 violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
 `dispose` once its sample is taken and its re-check done, before the next call of any function; its
@@ -120,6 +121,7 @@ MAX_LEAD_LAUNCHES = 8  # at most this many lead launches before one call (8 x 20
 UNSEEN_SLOWDOWN_LIMIT = 1.25
 UNSEEN_QUORUM = 1.0
 UNSEEN_MIN_ROUNDS = 3  # fewer unseen rounds than this (a short run): no slowdown is judged
+UNSEEN_LAYOUT = "every unseen input set needs the layout (shapes, dtypes) of input_sets[0]"
 # A function whose host path per call exceeds its measured (GPU) time this many times over, behind a lead
 # lengthened for it, is flagged: work its host does inside the lead is in no sample (`host_path_hidden`).
 HOST_HIDDEN_RATIO = 2.0
@@ -527,6 +529,10 @@ def bench_interleaved(
                                     l2_flush_bytes=l2_flush_bytes, check=check, **options).timings
 
 
+# An unseen input set: its contents (any device), or a function drawing them, called at its round alone
+UnseenSet = list | Callable[[], list]
+
+
 def bench_interleaved_report(
     fns: dict[str, Fn | Disposed],
     input_sets: list[list],
@@ -543,7 +549,7 @@ def bench_interleaved_report(
     measure_overhead: bool = True,
     seed: int = 0,
     silent_checks: frozenset[str] = frozenset(),
-    unseen_sets: Sequence[list] = (),
+    unseen_sets: Sequence[UnseenSet] = (),
     anchor: str | None = None,
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
@@ -557,7 +563,8 @@ def bench_interleaved_report(
     `check_fraction` sample of rounds (at least one per input set); the functions in `silent_checks` have
     their output re-checked on a second sample of the other rounds too (`SILENT_FRACTION` of them, at
     least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). `unseen_sets` (same
-    layout as `input_sets[0]`, any device) each get one timed round of their own (check index
+    layout as `input_sets[0]`, any device, or functions drawing such a set, called at its round) each get
+    one timed round of their own (check index
     `len(input_sets) + j`), as many as the rounds after the first `len(input_sets)` allow; `anchor`: the
     function the unseen rounds' slowdown is judged against (None: the raw samples). Raises
     `FunctionFailed` when a function raises (the caller classifies `.error`).
@@ -629,7 +636,7 @@ class _Run:
     """State of one interleaved run: samples per function, counters, the clock."""
 
     def __init__(self, fns, input_sets, check, clock, rng, measure_overhead, adapt_leads=True,
-                 silent_checks: frozenset[str] = frozenset(), unseen_sets: Sequence[list] = ()):
+                 silent_checks: frozenset[str] = frozenset(), unseen_sets: Sequence[UnseenSet] = ()):
         self.fns = {name: fn.fn if isinstance(fn, Disposed) else fn for name, fn in fns.items()}
         self.disposers = {name: fn.dispose for name, fn in fns.items() if isinstance(fn, Disposed)}
         self.settlers = {name: fn.settle for name, fn in fns.items()
@@ -641,8 +648,8 @@ class _Run:
         self.input_sets, self.check, self.clock, self.rng = input_sets, check, clock, rng
         # also re-checked in a sample of the plain rounds (only where there is a check)
         self.silent_checks = silent_checks if check else frozenset()
-        if not all(_same_layout(s, input_sets[0]) for s in unseen_sets):
-            raise ValueError("every unseen input set needs the layout (shapes, dtypes) of input_sets[0]")
+        if not all(callable(s) or _same_layout(s, input_sets[0]) for s in unseen_sets):
+            raise ValueError(UNSEEN_LAYOUT)
         self.unseen = list(unseen_sets)
         self.unseen_rounds: list[int] = []
         self.stable = adapt_leads  # the stable baseline protocol (host_timing): leads adapt, no collector
@@ -787,9 +794,16 @@ class _Run:
         self._round_holding(index, self.input_sets[source], source)
 
     def unseen_round(self, index: int, j: int) -> None:
-        """A round on set `index`'s tensors holding unseen set `j`'s contents (copied in from wherever they
-        are held); every output re-checked against it (index `len(input_sets) + j`) where there is a check."""
-        self._round_holding(index, self.unseen[j], len(self.input_sets) + j)
+        """A round on set `index`'s tensors holding unseen set `j`'s contents (drawn now where the set is a
+        function), every output re-checked against it (index `len(input_sets) + j`) where there is a check.
+        The contents are brought to the devices of the set's tensors for the round, so the comparisons
+        after each call stay on the device (one more input set held there while the round runs)."""
+        working = self.input_sets[index]
+        contents = self.unseen[j]() if callable(self.unseen[j]) else self.unseen[j]
+        if not _same_layout(contents, working):
+            raise ValueError(UNSEEN_LAYOUT)
+        pairs = zip(flatten_tensors(list(contents)), flatten_tensors(list(working)), strict=True)
+        self._round_holding(index, [h.to(w.device) for h, w in pairs], len(self.input_sets) + j)
 
     def _round_holding(self, index: int, contents: list, check_index: int) -> None:
         """A round on set `index`'s tensors with `contents` copied in (and put back after), every output

@@ -239,3 +239,11 @@ def test_unseen_sets_are_bounded_by_the_spare_device_bytes_two_outputs_each_with
     fp = Footprint(input_bytes=1, output_bytes=100)
     assert unseen_sets_allowed(5, fp, 450) == 4
     assert unseen_sets_allowed(5, fp, 450, refereed=True) == 2
+
+
+def test_an_unseen_round_s_own_input_set_comes_out_of_the_spare_device_bytes():
+    from cudaperf.execute.memory_plan import unseen_device_bytes, unseen_sets_allowed
+
+    fp = Footprint(input_bytes=300, output_bytes=100)
+    assert unseen_sets_allowed(5, fp, 450) == 1  # 300 for the round's set, 100 for one expected output
+    assert unseen_device_bytes(fp, 1, refereed=False) == 400 and unseen_device_bytes(fp, 0, False) == 0

@@ -139,3 +139,24 @@ def test_unseen_rounds_take_no_re_check_from_the_rotated_sets():
     taken = {3, 4, 5, 6, 7}  # a short run of 12 rounds, 5 of them unseen
     chosen = _check_rounds(12, 3, 0.1, random.Random(0), taken)
     assert not chosen & taken and len(chosen - {0, 1, 2}) == 3
+
+
+def test_an_unseen_set_given_as_a_function_is_drawn_once_and_re_checked():
+    rotated, fresh, drawn = _sets(3, 0), _sets(5, 1), []
+    expected = [s[0] * 2 for s in rotated + fresh]
+
+    def drawing(j):
+        return lambda: drawn.append(j) or [fresh[j][0].clone()]
+
+    report = bench_interleaved_report(
+        {"candidate": _memo(), "anchor": _computing}, rotated, budget_ms=0, warmup_ms=0, min_reps=20,
+        max_reps=20, measure_overhead=False, check=lambda name, i, out: torch.equal(out, expected[i]),
+        silent_checks=frozenset({"candidate"}), unseen_sets=[drawing(j) for j in range(5)], anchor="anchor")
+    assert sorted(drawn) == list(range(5)) and report.check_failures["candidate"] == 0
+    assert report.unseen_slowdown["candidate"] > UNSEEN_SLOWDOWN_LIMIT
+
+
+def test_a_drawn_unseen_set_of_another_layout_is_refused_at_its_round():
+    with pytest.raises(ValueError, match="layout"):
+        bench_interleaved_report({"a": _computing}, _sets(3, 0), budget_ms=0, warmup_ms=0, min_reps=20,
+                                 max_reps=20, unseen_sets=[lambda: [torch.zeros(3)]] * 3)

@@ -304,8 +304,8 @@ def recheck_budget_bytes(plan: MemoryPlan, fp: Footprint) -> int:
     return max(0, spare - referee_timed_bytes(fp, plan.input_sets))
 
 
-# Host bytes the unseen input sets of one configuration may hold together (`unseen_sets_allowed`): drawing
-# them costs time as well as memory, and a configuration this large is memory-bound more often than not.
+# Bytes of the unseen input sets of one configuration together (`unseen_sets_allowed`): drawing them costs
+# time, and a configuration this large is memory-bound more often than not.
 UNSEEN_HOST_BYTES = 2 << 30
 
 
@@ -315,15 +315,27 @@ def unseen_set_device_bytes(fp: Footprint, refereed: bool) -> int:
 
 
 def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, refereed: bool = False) -> int:
-    """How many of `wanted` unseen input sets (`TimingConfig.unseen_sets`) a configuration gets: their
-    inputs wait on the host (`UNSEEN_HOST_BYTES` together), and each adds one output on the device (its
-    expected output), with a referee two (the candidate's first output on it, kept for the referee, and
-    the referee's own expected output), taken from `spare_bytes` (what the plan leaves:
-    `recheck_budget_bytes`; None: no plan, no device limit)."""
+    """How many of `wanted` unseen input sets (`TimingConfig.unseen_sets`) a configuration gets: each adds
+    one output on the device (its expected output), with a referee two (the candidate's first output on it,
+    kept for the referee, and the referee's own expected output), and the set itself is on the device for
+    its round (one set at a time: `unseen_round_device_bytes`), all taken from `spare_bytes` (what the plan
+    leaves: `recheck_budget_bytes`; None: no plan, no device limit); the sets drawn together stay under
+    `UNSEEN_HOST_BYTES`."""
     by_host = UNSEEN_HOST_BYTES // max(fp.input_bytes, 1)
     per_set = unseen_set_device_bytes(fp, refereed)
-    by_device = wanted if spare_bytes is None else max(0, spare_bytes) // per_set
+    room = None if spare_bytes is None else max(0, spare_bytes - unseen_round_device_bytes(fp))
+    by_device = wanted if room is None else room // per_set
     return max(0, min(wanted, by_host, by_device))
+
+
+def unseen_round_device_bytes(fp: Footprint) -> int:
+    """Device bytes an unseen round holds beyond a checked one: its input set, drawn (or brought) there."""
+    return fp.input_bytes
+
+
+def unseen_device_bytes(fp: Footprint, count: int, refereed: bool) -> int:
+    """Device bytes `count` unseen input sets take from what the plan leaves (`unseen_sets_allowed`)."""
+    return count * unseen_set_device_bytes(fp, refereed) + (unseen_round_device_bytes(fp) if count else 0)
 
 
 def room_bytes(input_bytes: Sequence[int], seeds: int, input_sets: int, flush_bytes: int,

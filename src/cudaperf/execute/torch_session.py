@@ -87,6 +87,7 @@ outputs throughout (no boundary is claimed there), and the baselines allocate an
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import os
@@ -123,7 +124,7 @@ from cudaperf.execute.memory_plan import (
     recheck_budget_bytes,
     room_bytes,
     to_evict,
-    unseen_set_device_bytes,
+    unseen_device_bytes,
     unseen_sets_allowed,
 )
 from cudaperf.execute.session import (
@@ -938,30 +939,30 @@ class TorchSession(Session):
 
     def recheck_budget_bytes(self, unseen: int = 0) -> int:
         """Device bytes the timing stage may hold in later re-checked outputs kept for the referee
-        (`memory_plan.recheck_budget_bytes`, less one output per unseen input set); `MIN_OUTPUT_CAP_BYTES`
-        without a plan."""
+        (`memory_plan.recheck_budget_bytes`, less what the unseen input sets take: `unseen_device_bytes`);
+        `MIN_OUTPUT_CAP_BYTES` without a plan."""
         plan = self.plan
         if plan is None or not plan.fits or self.plan_inputs is None:
             return MIN_OUTPUT_CAP_BYTES
         fp = self.plan_inputs[0]
-        held = unseen * unseen_set_device_bytes(fp, refereed=self.shipper is not None)
+        held = unseen_device_bytes(fp, unseen, refereed=self.shipper is not None)
         return max(0, recheck_budget_bytes(plan, fp) - held)
 
     def unseen_inputs(self, entry: Reference, config: InputConfig, refereed: bool) -> tuple[list, list]:
-        """`config`'s unseen input sets (`EvalJob.unseen_seeds`, as many as `unseen_sets_allowed` gives),
-        drawn now and held on the host, and without a referee each one's expected output (the seed-0 model
-        on a clone, on the device); the referee computes its own from the seeds."""
+        """`config`'s unseen input sets (`EvalJob.unseen_seeds`, as many as `unseen_sets_allowed` gives), as
+        functions that draw each one on the device at its round (`make_inputs` is deterministic), so no set
+        exists before its round; without a referee, each one's expected output too (the seed-0 model on a
+        clone, on the device, the set drawn for it and dropped); the referee computes its own from the
+        seeds."""
         from cudaperf.tasks.runtime import make_inputs
 
         count = self.unseen_count(config)
         self.note_unseen_count(count, config.name)
-        sets, expected = [], []
+        module, sets, expected = self.module_for(config), [], []
         for seed in self.unseen_seeds[:count]:
-            inputs = make_inputs(self.module_for(config), config, seed, self.device)
             if not refereed:
-                expected.append(_model_on_clone(entry, inputs))
-            sets.append(_on_host(inputs))
-            del inputs
+                expected.append(_model_on_clone(entry, make_inputs(module, config, seed, self.device)))
+            sets.append(functools.partial(_drawn_aside, module, config, seed, self.device))
         return sets, expected
 
     def unseen_count(self, config: InputConfig) -> int:
@@ -1213,15 +1214,14 @@ def _model_on_clone(entry: Reference, inputs: list) -> Any:
         return entry.model(*clone_inputs(inputs))
 
 
-def _on_host(inputs: Any) -> Any:
-    """`inputs` (lists, tuples, dicts) with every tensor copied to the host (a CPU tensor kept as it is)."""
-    if isinstance(inputs, torch.Tensor):
-        return inputs.to("cpu")
-    if isinstance(inputs, (list, tuple)):
-        return type(inputs)(_on_host(x) for x in inputs)
-    if isinstance(inputs, dict):
-        return {k: _on_host(v) for k, v in inputs.items()}
-    return inputs
+def _drawn_aside(module: types.ModuleType, config: InputConfig, seed: int, device: torch.device) -> list:
+    """`make_inputs` with the random generators' state put back after (an unseen set is drawn between timed
+    rounds: what a later call draws does not move with it)."""
+    from cudaperf.tasks.runtime import make_inputs
+
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        return make_inputs(module, config, seed, device)
 
 
 def _storages(values: Any) -> frozenset[int]:
