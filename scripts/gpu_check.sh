@@ -90,9 +90,10 @@ PYTEST=(python3 -m pytest -q -p no:cacheprovider -rfE --durations=15)
 # A per-test limit where pytest-timeout is installed (it is on the H200 image), so one hang costs one test.
 python3 -c "import pytest_timeout" 2>/dev/null && PYTEST+=(--timeout 300)
 # Functional GPU tests run on several pytest-xdist workers at once (they share the GPU; nothing they assert
-# depends on its speed); tests marked `timing` run alone. Without xdist everything runs serially.
+# depends on its speed); tests marked `timing` run alone. Without xdist everything runs serially. Six by
+# default: with twelve on an H100, module fixtures passed pytest's 300 s limit (dev/LOG.md, session 25).
 XDIST=()
-python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${XDIST_WORKERS:-8}" --dist loadgroup)
+python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${XDIST_WORKERS:-6}" --dist loadgroup)
 DATASET_TESTS=(tests/gpu/test_datasets_gpu.py tests/gpu/test_datasets_more_gpu.py tests/gpu/test_dataset_measure_gpu.py)
 NO_DATASET=("${DATASET_TESTS[@]/#/--ignore=}")
 # The full-size problems (17, 8.6 and 6.4 GB tensors) size their plans to the whole GPU's free memory and

@@ -53,8 +53,9 @@ class TimingConfig:
     input_sets: int = 3
     """Distinct input sets rotated during timing (defeats caching on data pointers)."""
     unseen_sets: int = 5
-    """Input sets drawn for timing alone, each given to the functions in one timed round only (held on the
-    host until then): outputs kept by input contents miss there (`timing`, unseen rounds). 0: none."""
+    """Input sets drawn for timing alone, each given to the functions in one timed round only (a PyTorch
+    task's drawn on the device at that round, a C task's held on the host until then): outputs kept by
+    input contents miss there (`timing`, unseen rounds). 0: none."""
     overhead: bool = True
     """Time an empty function under the same protocol in every round, reported as `overhead_ms` beside the
     times (never subtracted). Off: one call fewer per round and `overhead_ms` None (the RL mode's ranking

@@ -21,34 +21,33 @@ hacks of docs/evaluation.md in mind):
 
 Consequence, on purpose: every sample includes the synchronisation latency and the end event's submission
 (~10 µs on an H200), identical for the candidate and the baselines. The report measures it with an empty
-function under the same protocol (`BenchReport.overhead`) so it can be shown beside the times; Timing
-values are NOT corrected for it (docs/evaluation.md, measured pitfalls). Other defences: functions run
-interleaved in a shuffled order each round (CUDA-L1), input sets rotate round-robin, and on a sample of
-rounds the contents of another input set are copied into the tensors about to be used, so a result cached
-by pointer, shape or call count is wrong and `check` catches it (hacks #3, #15). A function can tell
-those rounds apart (an input's version counter moves when contents are copied in), so the functions named
-in `silent_checks` (the candidate) also have their output checked, after the call, on a second random
-sample of the other rounds, on the contents they ran on: rounds the function cannot tell from the
-unchecked ones, so skipping work in enough of them to move a median (over half) is caught but with a
-chance under 2^-SILENT_CHECKS_MIN (hack #14). Outputs kept by input contents (a memo: right every time
-on rotated sets, whether it reads the inputs whole or samples them) are met by unseen rounds: `unseen_sets`
-are input sets no function has been given (held anywhere, or drawn by a function at their round), each
-brought to the device and copied into a rotated set's tensors for exactly one timed round, every output
-re-checked against it (check index `len(input_sets) + j`). A memo misses there and computes, so a
-function in `silent_checks` whose time relative to `anchor` in the same round is, in each of its unseen
-rounds (`UNSEEN_QUORUM`), over `UNSEEN_SLOWDOWN_LIMIT` times its median ratio in the other rounds is
-timed from its unseen rounds alone and flagged (`unseen_inputs_slower`, WARNING: its timing is
-corrected, not thrown away; `BenchReport.unseen_slowdown` holds the median over its unseen rounds of that
-relative ratio, judged or not). A per-call host clock
-brackets each event pair and a sample whose event time exceeds its host time is counted as a clock
-violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output handed to
-`dispose` once its sample is taken and its re-check done, before the next call of any function; its
-`settle()` runs before the next call of a function that is not `Disposed` (nor the empty one), and before
-the run returns or raises, once for all the disposals since it last ran. So a caller can overwrite a
+function under the same protocol (`BenchReport.overhead`) so it can be shown beside the times; Timing values
+are NOT corrected for it (docs/evaluation.md, measured pitfalls). Other defences: functions run interleaved
+in a shuffled order each round (CUDA-L1), input sets rotate round-robin, and on a sample of rounds the
+contents of another input set are copied into the tensors about to be used, so a result cached by pointer,
+shape or call count is wrong and `check` catches it (hacks #3, #15). A function can tell those rounds apart
+(an input's version counter moves when contents are copied in), so the functions named in `silent_checks`
+(the candidate) also have their output checked, after the call, on a second random sample of the other
+rounds, on the contents they ran on: rounds the function cannot tell from the unchecked ones, so skipping
+work in enough of them to move a median (over half) is caught but with a chance under 2^-SILENT_CHECKS_MIN
+(hack #14). Outputs kept by input contents (a memo: right every time on rotated sets, whether it reads the
+inputs whole or samples them) are met by unseen rounds: `unseen_sets` are input sets no function has been
+given (held anywhere, or drawn by a function at their round), each brought to the device and copied into a
+rotated set's tensors for exactly one timed round, every output re-checked against it (check index
+`len(input_sets) + j`). A memo misses there and computes, so a function in `silent_checks` whose time
+relative to `anchor` in the same round is, in each of its unseen rounds (`UNSEEN_QUORUM`), over
+`UNSEEN_SLOWDOWN_LIMIT` times its median ratio in the other rounds is timed from its unseen rounds alone and
+flagged (`unseen_inputs_slower`, WARNING: its timing is corrected, not thrown away;
+`BenchReport.unseen_slowdown` holds the median over its unseen rounds of that relative ratio, judged or
+not). A per-call host clock brackets each event pair and a sample whose event time exceeds its host time is
+counted as a clock violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output
+handed to `dispose` once its sample is taken and its re-check done, before the next call of any function;
+its `settle()` runs before the next call of a function that is not `Disposed` (nor the empty one), and
+before the run returns or raises, once for all the disposals since it last ran. So a caller can overwrite a
 baseline's outputs (the right answers) after each call and finish the work common to them (the freed
 memory's overwrite, the wait for the device) once before the candidate's code runs again, not after each
-baseline call. Both run outside every timed window; their time is left out of the round estimate (the
-same number of rounds) and out of the loop's host total (`clock_consistent` as tight), and reported
+baseline call. Both run outside every timed window; their time is left out of the round estimate (the same
+number of rounds) and out of the loop's host total (`clock_consistent` as tight), and reported
 (`BenchReport.dispose_ms`, `settles`).
 
 How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
@@ -69,16 +68,16 @@ CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is 
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
 it is never used for reported GPU numbers.
 
-Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), a memo whose
-gain is under `UNSEEN_SLOWDOWN_LIMIT` (it stays unflagged and keeps that gain), one that holds the
-unseen sets' outputs before their rounds (native code reading them from this process's memory; the
-caller draws them per job, `EvalJob.unseen_nonce`, so no earlier job saw them), an output updated from a
-kept one where only part of the inputs changed (every unseen set is drawn whole, so no part is kept);
-and work a function queues on a stream that does not wait for the timing stream: such work can run
-during the lead, before the start event, and be partly missing from the sample. No lead design
-prevents it (dev/LOG.md, evaluation: timing); such calls are refused elsewhere, as errors: the static
-rule `stream_created` and the profiler's stream check, which counts kernels and copies on any stream but
-the current one (anticheat.coverage).
+Not covered: correctness (correctness.py; `check` is the caller's), speed-of-light (sol.py), a memo whose gain
+is under `UNSEEN_SLOWDOWN_LIMIT` (it stays unflagged and keeps that gain), one that holds the unseen sets'
+outputs before their rounds (native code reading held sets from this process's memory, or drawing a set itself
+from what the caller's drawing function holds; the caller draws them per job, `EvalJob.unseen_nonce`, so no
+earlier job saw them), an output updated from a kept one where only part of the inputs changed (every unseen
+set is drawn whole, so no part is kept); and work a function queues on a stream that does not wait for the
+timing stream: such work can run during the lead, before the start event, and be partly missing from the
+sample. No lead design prevents it (dev/LOG.md, evaluation: timing); such calls are refused elsewhere, as
+errors: the static rule `stream_created` and the profiler's stream check, which counts kernels and copies on
+any stream but the current one (anticheat.coverage).
 """
 
 from __future__ import annotations
@@ -564,9 +563,9 @@ def bench_interleaved_report(
     their output re-checked on a second sample of the other rounds too (`SILENT_FRACTION` of them, at
     least `SILENT_CHECKS_MIN`), on the contents the round ran on (its own set's). `unseen_sets` (same
     layout as `input_sets[0]`, any device, or functions drawing such a set, called at its round) each get
-    one timed round of their own (check index
-    `len(input_sets) + j`), as many as the rounds after the first `len(input_sets)` allow; `anchor`: the
-    function the unseen rounds' slowdown is judged against (None: the raw samples). Raises
+    one timed round of their own (check index `len(input_sets) + j`), as many as the rounds after the
+    first `len(input_sets)` allow; `anchor`: the function the unseen rounds' slowdown is judged against
+    (None: the raw samples). Raises
     `FunctionFailed` when a function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
