@@ -304,8 +304,9 @@ def recheck_budget_bytes(plan: MemoryPlan, fp: Footprint) -> int:
     return max(0, spare - referee_timed_bytes(fp, plan.input_sets))
 
 
-# Bytes of the unseen input sets of one configuration together (`unseen_sets_allowed`): drawing them costs
-# time, and a configuration this large is memory-bound more often than not.
+# Host bytes of the unseen input sets of one configuration together, where they are held or drawn on the
+# host (`unseen_sets_allowed`): drawing them there costs time as well as memory, and a configuration this
+# large is memory-bound more often than not. Sets drawn on the GPU at their round are not bounded by it.
 UNSEEN_HOST_BYTES = 2 << 30
 
 
@@ -314,14 +315,15 @@ def unseen_set_device_bytes(fp: Footprint, refereed: bool) -> int:
     return (2 if refereed else 1) * max(fp.output_bytes, 1)
 
 
-def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, refereed: bool = False) -> int:
+def unseen_sets_allowed(wanted: int, fp: Footprint, spare_bytes: int | None, refereed: bool = False,
+                        on_host: bool = True) -> int:
     """How many of `wanted` unseen input sets (`TimingConfig.unseen_sets`) a configuration gets: each adds
     one output on the device (its expected output), with a referee two (the candidate's first output on it,
     kept for the referee, and the referee's own expected output), and the set itself is on the device for
     its round (one set at a time: `unseen_round_device_bytes`), all taken from `spare_bytes` (what the plan
-    leaves: `recheck_budget_bytes`; None: no plan, no device limit); the sets drawn together stay under
-    `UNSEEN_HOST_BYTES`."""
-    by_host = UNSEEN_HOST_BYTES // max(fp.input_bytes, 1)
+    leaves: `recheck_budget_bytes`; None: no plan, no device limit); `on_host`: the sets are held or drawn
+    on the host, together under `UNSEEN_HOST_BYTES`."""
+    by_host = UNSEEN_HOST_BYTES // max(fp.input_bytes, 1) if on_host else wanted
     per_set = unseen_set_device_bytes(fp, refereed)
     room = None if spare_bytes is None else max(0, spare_bytes - unseen_round_device_bytes(fp))
     by_device = wanted if room is None else room // per_set

@@ -967,14 +967,16 @@ class TorchSession(Session):
 
     def unseen_count(self, config: InputConfig) -> int:
         """How many unseen input sets `config` gets: the plan's footprint (the largest configuration's) and
-        what it leaves spare, or without a plan the configuration's inputs, outputs taken as large."""
-        wanted = self.job.timing.unseen_sets
+        what it leaves spare, or without a plan the configuration's inputs, outputs taken as large; the
+        host's byte bound only where they are drawn there (a CPU device)."""
+        wanted, on_host = self.job.timing.unseen_sets, torch.device(self.device).type == "cpu"
         if self.plan is not None and self.plan.fits and self.plan_inputs is not None:
             fp = self.plan_inputs[0]
             spare = recheck_budget_bytes(self.plan, fp)
-            return unseen_sets_allowed(wanted, fp, spare, refereed=self.shipper is not None)
+            return unseen_sets_allowed(wanted, fp, spare, refereed=self.shipper is not None, on_host=on_host)
         size = self.input_bytes.get(config.name) or 1
-        return unseen_sets_allowed(wanted, Footprint(input_bytes=size, output_bytes=size), None)
+        fp = Footprint(input_bytes=size, output_bytes=size)
+        return unseen_sets_allowed(wanted, fp, None, on_host=on_host)
 
     def wire_indexed(self, check: Check, rotated: int) -> Check:
         """`check` given the referee's index of an input set: the bench numbers unseen set j
