@@ -85,3 +85,25 @@ def test_a_content_memo_is_timed_where_it_computes(mode, tmp_path):
     assert all(t.unseen_slowdown > UNSEEN_SLOWDOWN_LIMIT for t in memo.timings)
     assert memo.timings[0].candidate.n_samples < memo.timings[0].rounds  # from the unseen rounds alone
     assert honest.outcome.value == "correct", honest.message
+
+
+# The memo above, replacing `torch.randn` once timing has begun (its 30th call) so that every set drawn after
+# it is zeros: the unseen sets would then all be one content, kept after the first (drawn with the patch in
+# place, they were zeros against expected outputs of the real sets: caught, but as wrong outputs).
+PATCHING_MEMO = MEMO.replace("_kept = []", "_kept = []\n_calls = []").replace(
+    "    def forward(self, A, B):\n", """    def forward(self, A, B):
+        _calls.append(1)
+        if len(_calls) == 30:
+            setattr(torch, "randn", lambda *shape, **kw: torch.zeros(*shape, **kw))
+""", 1)
+
+
+def test_unseen_sets_are_drawn_with_the_trusted_functions_put_back(tmp_path):
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), build_workers=1, seeds=1, static_policy=False,
+                        policy=Policy(allow_torch_ops=True),
+                        timing=TimingConfig(budget_ms=20, warmup_ms=5, baselines=("eager",)))
+    with Evaluator(config) as evaluator:
+        result = evaluator.evaluate(task_from_source(TASK, "matmul_cpu"),
+                                    solution_from_text(PATCHING_MEMO, "patching_memo"))
+    codes = {f.code for f in result.flags}
+    assert {"monkey_patch", "unseen_inputs_slower"} <= codes, (result.outcome, result.message, codes)

@@ -412,13 +412,17 @@ class Guards:
 
     def after(self, tf32: Any, config: str | None) -> list[Flag]:
         """Flags of one finished window: precision changes, replaced trusted functions (restored)."""
-        flags = [replace(f, config=f.config or config) for f in tf32.flags()]
-        if self.snapshot is not None:
-            changed = self.runtime.identity_changed(self.snapshot)
-            if changed:
-                self.runtime.restore_identities(self.snapshot)
-                flags += [replace(f, config=f.config or config) for f in changed]
-        return flags
+        return [replace(f, config=f.config or config) for f in tf32.flags()] + self.put_back(config)
+
+    def put_back(self, config: str | None) -> list[Flag]:
+        """Trusted functions the candidate replaced so far, flagged and put back (also inside a window,
+        before harness code there relies on them: an unseen input set drawn between timed rounds)."""
+        if self.snapshot is None:
+            return []
+        changed = self.runtime.identity_changed(self.snapshot)
+        if changed:
+            self.runtime.restore_identities(self.snapshot)
+        return [replace(f, config=f.config or config) for f in changed]
 
     def op_monitor(self):
         return self.runtime.TorchOpMonitor(self.policy)

@@ -962,8 +962,14 @@ class TorchSession(Session):
         for seed in self.unseen_seeds[:count]:
             if not refereed:
                 expected.append(_model_on_clone(entry, make_inputs(module, config, seed, self.device)))
-            sets.append(functools.partial(_drawn_aside, module, config, seed, self.device))
+            sets.append(functools.partial(self.draw_unseen, module, config, seed))
         return sets, expected
+
+    def draw_unseen(self, module: types.ModuleType, config: InputConfig, seed: int) -> list:
+        """One unseen input set, drawn between timed rounds: the trusted functions the candidate replaced
+        during the bench are flagged and put back first, so the task's `get_inputs` draws with its own."""
+        self.flags += self.guards.put_back(config.name)
+        return _drawn_aside(module, config, seed, self.device)
 
     def unseen_count(self, config: InputConfig) -> int:
         """How many unseen input sets `config` gets: the plan's footprint (the largest configuration's) and
