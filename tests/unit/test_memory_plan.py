@@ -247,3 +247,10 @@ def test_an_unseen_round_s_own_input_set_comes_out_of_the_spare_device_bytes():
     fp = Footprint(input_bytes=300, output_bytes=100)
     assert unseen_sets_allowed(5, fp, 450) == 1  # 300 for the round's set, 100 for one expected output
     assert unseen_device_bytes(fp, 1, refereed=False) == 400 and unseen_device_bytes(fp, 0, False) == 0
+
+
+def test_unseen_sets_drawn_on_the_gpu_are_not_bounded_by_the_host_bytes():
+    from cudaperf.execute.memory_plan import UNSEEN_HOST_BYTES, unseen_sets_allowed
+
+    fp = Footprint(input_bytes=UNSEEN_HOST_BYTES // 2, output_bytes=1)
+    assert unseen_sets_allowed(5, fp, None, on_host=False) == 5
