@@ -121,6 +121,8 @@ UNSEEN_SLOWDOWN_LIMIT = 1.25
 UNSEEN_QUORUM = 1.0
 UNSEEN_MIN_ROUNDS = 3  # fewer unseen rounds than this (a short run): no slowdown is judged
 UNSEEN_LAYOUT = "every unseen input set needs the layout (shapes, dtypes) of input_sets[0]"
+# An unseen input set: its contents (any device), or a function drawing them, called at its round alone
+UnseenSet = list | Callable[[], list]
 # A function whose host path per call exceeds its measured (GPU) time this many times over, behind a lead
 # lengthened for it, is flagged: work its host does inside the lead is in no sample (`host_path_hidden`).
 HOST_HIDDEN_RATIO = 2.0
@@ -526,10 +528,6 @@ def bench_interleaved(
     `options` go to `bench_interleaved_report`."""
     return bench_interleaved_report(fns, input_sets, budget_ms=budget_ms, warmup_ms=warmup_ms,
                                     l2_flush_bytes=l2_flush_bytes, check=check, **options).timings
-
-
-# An unseen input set: its contents (any device), or a function drawing them, called at its round alone
-UnseenSet = list | Callable[[], list]
 
 
 def bench_interleaved_report(
