@@ -35,20 +35,20 @@ inputs whole or samples them) are met by unseen rounds: `unseen_sets` are input 
 given (held anywhere, or drawn by a function at their round), each brought to the device and copied into a
 rotated set's tensors for exactly one timed round, every output re-checked against it (check index
 `len(input_sets) + j`). A memo misses there and computes, so a function in `silent_checks` whose time
-relative to `anchor` in the same round is, in each of its unseen rounds (`UNSEEN_QUORUM`), over
-`UNSEEN_SLOWDOWN_LIMIT` times its median ratio in the other rounds is timed from its unseen rounds alone and
-flagged (`unseen_inputs_slower`, WARNING: its timing is corrected, not thrown away;
-`BenchReport.unseen_slowdown` holds the median over its unseen rounds of that relative ratio, judged or
-not). A per-call host clock brackets each event pair and a sample whose event time exceeds its host time is
-counted as a clock violation (hack #7). A function given as `Disposed(fn, dispose, settle)` has every output
-handed to `dispose` once its sample is taken and its re-check done, before the next call of any function;
-its `settle()` runs before the next call of a function that is not `Disposed` (nor the empty one), and
-before the run returns or raises, once for all the disposals since it last ran. So a caller can overwrite a
-baseline's outputs (the right answers) after each call and finish the work common to them (the freed
-memory's overwrite, the wait for the device) once before the candidate's code runs again, not after each
-baseline call. Both run outside every timed window; their time is left out of the round estimate (the same
-number of rounds) and out of the loop's host total (`clock_consistent` as tight), and reported
-(`BenchReport.dispose_ms`, `settles`).
+relative to `anchor` in the same round is, in each of its unseen rounds (`UNSEEN_QUORUM`; or in all but one
+with their median past `UNSEEN_STRONG_SLOWDOWN`), over `UNSEEN_SLOWDOWN_LIMIT` times its median ratio in the
+other rounds is timed from its unseen rounds alone and flagged (`unseen_inputs_slower`, WARNING: its timing
+is corrected, not thrown away; `BenchReport.unseen_slowdown` holds the median over its unseen rounds of that
+relative ratio, judged or not). A per-call host clock brackets each event pair and a sample whose event time
+exceeds its host time is counted as a clock violation (hack #7). A function given as `Disposed(fn, dispose,
+settle)` has every output handed to `dispose` once its sample is taken and its re-check done, before the
+next call of any function; its `settle()` runs before the next call of a function that is not `Disposed`
+(nor the empty one), and before the run returns or raises, once for all the disposals since it last ran. So
+a caller can overwrite a baseline's outputs (the right answers) after each call and finish the work common
+to them (the freed memory's overwrite, the wait for the device) once before the candidate's code runs again,
+not after each baseline call. Both run outside every timed window; their time is left out of the round
+estimate (the same number of rounds) and out of the loop's host total (`clock_consistent` as tight), and
+reported (`BenchReport.dispose_ms`, `settles`).
 
 How long the lead is, per function (`lead_launches`): a lead shorter than a function's host path leaves
 the GPU idle inside its samples (the sample then holds host time, and a slower CPU makes the function look
@@ -119,6 +119,11 @@ MAX_LEAD_LAUNCHES = 8  # at most this many lead launches before one call (8 x 20
 # not much more (noise can bring one of its rounds under it), keeps its gain.
 UNSEEN_SLOWDOWN_LIMIT = 1.25
 UNSEEN_QUORUM = 1.0
+# ... or past the limit in every unseen round but one, with the median of them past this: one round's
+# anchor sample disturbed (5.16 ms against its 0.7 ms median, the CPU under load) spared a 5.45x memo. The
+# honest medians recorded stayed under it (CPU: at most 1.41 over 144 configurations; H100, RL mode with
+# the sets held on the host: at most 1.86 over 72).
+UNSEEN_STRONG_SLOWDOWN = 2.5
 UNSEEN_MIN_ROUNDS = 3  # fewer unseen rounds than this (a short run): no slowdown is judged
 UNSEEN_LAYOUT = "every unseen input set needs the layout (shapes, dtypes) of input_sets[0]"
 # An unseen input set: its contents (any device), or a function drawing them, called at its round alone
@@ -210,8 +215,9 @@ class BenchReport:
             return None
         return Flag("unseen_inputs_slower", f"{name}: {self.unseen_slowdown[name]:.2f}x slower (median) on "
                     f"input sets it had not been given before than on the rotated ones (relative to the same "
-                    f"rounds' anchor; over {UNSEEN_SLOWDOWN_LIMIT}x in {UNSEEN_QUORUM:.0%} of those "
-                    f"rounds), as outputs kept by input contents would be: timed from those "
+                    f"rounds' anchor; over {UNSEEN_SLOWDOWN_LIMIT}x in every one of those rounds, or in all "
+                    f"but one with a median over {UNSEEN_STRONG_SLOWDOWN}x), as outputs kept by input "
+                    f"contents would be: timed from those "
                     f"{len(self.unseen_rounds)} rounds alone, "
                     f"{self.timings[name].median_ms:.4g} ms, not {self.all_rounds_median_ms[name]:.4g} ms",
                     Severity.WARNING, config)
@@ -852,7 +858,7 @@ class _Run:
                     if (ratios := self.unseen_relative(name, anchor))}
         slowdown = {name: statistics.median(ratios) for name, ratios in relative.items()}
         replaced = {name: timings[name].median_ms for name, ratios in relative.items()
-                    if sum(r > UNSEEN_SLOWDOWN_LIMIT for r in ratios) >= UNSEEN_QUORUM * len(ratios)}
+                    if _unseen_slower(ratios)}
         for name in replaced:
             timings[name] = summarize([self.samples[name][r] for r in self.unseen_rounds],
                                       statistics.fmean(self.host[name][r] for r in self.unseen_rounds))
@@ -885,6 +891,14 @@ class _Run:
         ratios = [s / max(base[r], 1e-9) if base is not None else s for r, s in enumerate(self.samples[name])]
         seen = max(statistics.median(x for r, x in enumerate(ratios) if r not in unseen), 1e-12)
         return [ratios[r] / seen for r in self.unseen_rounds]
+
+
+def _unseen_slower(ratios: list[float]) -> bool:
+    """Whether unseen rounds' relative ratios judge a function slower there: past `UNSEEN_SLOWDOWN_LIMIT`
+    in `UNSEEN_QUORUM` of them, or in all but one with their median past `UNSEEN_STRONG_SLOWDOWN`."""
+    over = sum(r > UNSEEN_SLOWDOWN_LIMIT for r in ratios)
+    return over >= UNSEEN_QUORUM * len(ratios) or (
+        over >= len(ratios) - 1 and statistics.median(ratios) > UNSEEN_STRONG_SLOWDOWN)
 
 
 def _without_overhead(counts: dict[str, int]) -> dict[str, int]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
 import torch
 
-from cudaperf.timing import UNSEEN_MIN_ROUNDS, UNSEEN_QUORUM, UNSEEN_SLOWDOWN_LIMIT, bench_interleaved_report
+from cudaperf.timing import UNSEEN_MIN_ROUNDS, UNSEEN_SLOWDOWN_LIMIT, bench_interleaved_report
 
 WORK_S = 0.002  # what "computing" costs the functions below
 
@@ -70,17 +69,29 @@ def test_an_honest_function_keeps_every_round():
     assert report.timings["candidate"].n_samples == 20 and not report.all_rounds_median_ms
 
 
-def test_slower_in_fewer_unseen_rounds_than_the_quorum_keeps_every_round():
-    slow_on = [t[0] for t in _sets(5, 1)][:math.ceil(UNSEEN_QUORUM * 5) - 1]  # short of the quorum
+def test_slower_in_all_unseen_rounds_but_one_short_of_the_strong_bar_keeps_every_round():
+    slow_on = [t[0] for t in _sets(5, 1)][:4]  # all but one, 1.8x: past the limit, short of the strong bar
 
     def sometimes_slow(inputs):
         if any(torch.equal(inputs[0], t) for t in slow_on):
-            time.sleep(2 * WORK_S)
+            time.sleep(0.8 * WORK_S)
         return _computing(inputs)
 
     report = _bench({"candidate": sometimes_slow, "anchor": _computing})
     assert report.unseen_slowdown["candidate"] > UNSEEN_SLOWDOWN_LIMIT  # a majority: the median is past it
     assert not report.all_rounds_median_ms and not report.flags_for("candidate")
+
+
+@pytest.mark.parametrize(("ratios", "judged"), [
+    ([1.3] * 5, True),  # every round past the limit
+    ([5.0, 5.0, 5.0, 5.0, 0.9], True),  # all but one, median past the strong bar: one anchor sample disturbed
+    ([1.8, 1.8, 1.8, 1.8, 0.9], False),  # all but one, median short of the strong bar
+    ([5.0, 5.0, 5.0, 0.9, 0.9], False),  # two rounds under the limit
+])
+def test_the_unseen_rounds_rule(ratios, judged):
+    from cudaperf.timing import _unseen_slower
+
+    assert _unseen_slower(ratios) is judged
 
 
 def test_each_unseen_set_gets_one_round_after_the_rotated_sets_first_ones():
