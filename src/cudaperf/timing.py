@@ -913,10 +913,10 @@ def _same_layout(a: list, b: list) -> bool:
 
 
 def _mutated_from(held: list, working: list) -> bool:
-    """Whether `working` (the device's tensors) no longer holds the contents of `held` (on any device:
-    compared on `held`'s)."""
+    """Whether `working`'s tensors no longer hold the contents of `held`'s, tensor by tensor in order (each
+    pair on one device: a round brings its contents to the working set's devices)."""
     pairs = zip(flatten_tensors(list(held)), flatten_tensors(list(working)), strict=True)
-    return any(inputs_mutated(h, w if w.device == h.device else w.to(h.device)) for h, w in pairs)
+    return any(inputs_mutated(h, w) for h, w in pairs)
 
 
 def _copy_contents(dst: list, src: list) -> None:

@@ -47,7 +47,13 @@ from cudaperf.correctness import Comparison, compare, derive_seed
 from cudaperf.execute.device_state import context_alive, initialise_cpu_math, synchronize
 from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
 from cudaperf.jobs import EvalJob, EvalPayload, read_job
-from cudaperf.timing import UNSEEN_MIN_ROUNDS, BenchReport, FunctionFailed, bench_interleaved_report
+from cudaperf.timing import (
+    UNSEEN_MIN_ROUNDS,
+    BenchReport,
+    FunctionFailed,
+    UnseenSet,
+    bench_interleaved_report,
+)
 from cudaperf.types import (
     ConfigCorrectness,
     ConfigTiming,
@@ -239,7 +245,7 @@ class Session:
 
     # -- timing and coverage ---------------------------------------------------------------------
     def bench(self, fns: dict, input_sets: list, check: Callable | None, config: str,
-              unseen_sets: Sequence[list] = (), anchor: str | None = None) -> BenchReport:
+              unseen_sets: Sequence[UnseenSet] = (), anchor: str | None = None) -> BenchReport:
         """The interleaved run (with `unseen_sets` and the `anchor` they are judged against, which is
         dropped with its baseline if it fails); a failing baseline is dropped (flagged) and the run
         repeated once."""

@@ -954,14 +954,12 @@ class TorchSession(Session):
         exists before its round; without a referee, each one's expected output too (the seed-0 model on a
         clone, on the device, the set drawn for it and dropped); the referee computes its own from the
         seeds."""
-        from cudaperf.tasks.runtime import make_inputs
-
         count = self.unseen_count(config)
         self.note_unseen_count(count, config.name)
         module, sets, expected = self.module_for(config), [], []
         for seed in self.unseen_seeds[:count]:
             if not refereed:
-                expected.append(_model_on_clone(entry, make_inputs(module, config, seed, self.device)))
+                expected.append(_model_on_clone(entry, _drawn_aside(module, config, seed, self.device)))
             sets.append(functools.partial(self.draw_unseen, module, config, seed))
         return sets, expected
 
