@@ -6,9 +6,10 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    CPU mode, instead of one; a batch is drained by one thread per worker.
 2. One job per candidate, its GPU use gated. Correctness (static policy, build, correctness on every
    configuration and seed, the runtime guards, the referee's verdict, coverage) runs in several workers
-   at once, each job holding the GPU gate *shared*; the referee's "all correct" answer, which the worker
-   waits for before its timing stage, is held back by the parent until the job holds the gate
-   *exclusively* (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
+   at once, each job holding the GPU gate *shared*; after the referee's "all correct" answer the worker
+   does its timing stage's host work and says it is ready to time, and the parent's answer to that,
+   which the worker waits for, is held back until the job holds the gate *exclusively*
+   (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
    GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). A candidate
    that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is no
    go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off

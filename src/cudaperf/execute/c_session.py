@@ -36,6 +36,8 @@ each output shipped with the names of `in` arrays the call changed); the verdict
 claim here: it would cost a second serial C run per job); timing re-checks against the candidate's own
 first outputs, which the referee found correct (a timing-only seed's reference is computed after
 shipping), and the serial C time comes from a reference whose outputs are zeroed as soon as it exists.
+The timing stage's host work (input sets, the serial C references of timing-only and unseen seeds) is done
+before the worker asks for its turn on the GPU (`prepare_timing`), up to `PREPARED_HOST_BYTES`.
 
 Not covered: what every task kind shares (`execute.session`), PyTorch tasks (`torch_session.py`), which
 recipe runs a job (`dispatch.py`), process isolation and deadlines (the sandbox). The C reference is
@@ -95,6 +97,9 @@ C_BASELINES = (SERIAL_C, NAIVE_CUDA)
 FILL_BYTES = (0xFF, 0x5A)  # out-array fill per call: 0xFF.. is NaN / -1, 0x5A.. a finite, unlikely value
 SERIAL_C_REPEATS = (3, 30)  # least and most timed calls of the serial reference per configuration
 HOST_REFERENCE_CACHE_BYTES = 4 << 30
+# At most what a refereed job's timing stage draws on the host before it asks for the GPU
+# (`CSession.prepare_timing`); the rest is drawn in the stage, after the go-ahead.
+PREPARED_HOST_BYTES = 2 << 30
 NAIVE_MODULES_KEPT = 32
 
 
@@ -193,6 +198,9 @@ class CSession(Session):
         self.on_device: dict[tuple[str, int], _OnDevice] = {}
         self.kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # first-call outputs (referee)
         self.extra_expected: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # timing-only seeds
+        # drawn before the go-ahead (`prepare_timing`), by (config, seed): inputs, and serial C references
+        self.prepared_inputs: dict[tuple[str, int], dict[str, Any]] = {}
+        self.prepared_references: dict[tuple[str, int], CReference] = {}
 
     # -- stages ----------------------------------------------------------------------------------
     def load_task(self) -> None:
@@ -223,12 +231,56 @@ class CSession(Session):
             self.drop_device(config)
             self.release()
 
+    def prepare_timing(self) -> None:
+        """With a referee, the host's share of the timing stage before the worker asks for the GPU
+        (`Session.timing_stage`): for each timed configuration in order, the timing seeds' inputs and the
+        serial C references of the timing-only and unseen seeds (inputs and outputs on the host), while
+        they fit in `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across
+        jobs, `timing_reference`); what does not fit is drawn in the stage. Nothing reaches the device
+        here, and the serial C baseline is timed in the stage. Without a referee the whole job already
+        holds the GPU: nothing is done ahead."""
+        if self.shipper is None:
+            return
+        held = 0
+        for name in self.timed_names:
+            config = self.ctask.config(name)
+            if SERIAL_C in self.wanted:
+                self.timing_reference(config, self.timing_seeds[0])
+            fp = self.set_footprint(config)
+            unseen = self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]
+            for seed in (*self.timing_seeds, *unseen):
+                held += fp.input_bytes + (0 if seed in self.seeds else fp.output_bytes)
+                if held > PREPARED_HOST_BYTES:
+                    return
+                if seed in self.seeds:
+                    self.prepared_inputs[(name, seed)] = make_inputs(self.ctask, config, seed)
+                else:
+                    self.prepared_references[(name, seed)] = compute_reference(self.ctask, config, seed,
+                                                                               self.job.cache_dir)
+
     def time_configs(self) -> None:
         for name in self.timed_names:
             config = self.ctask.config(name)
             self.timings.append(self.time_config(config))
             self.drop_device(config)
+            self.drop_prepared(config)
             self.release()
+
+    def drop_prepared(self, config: CConfig | None = None) -> None:
+        """What `prepare_timing` drew for `config` (every configuration: None) and the stage left unused,
+        its reference outputs zeroed first."""
+        for key in [k for k in self.prepared_references if config is None or k[0] == config.name]:
+            zero_outputs(self.prepared_references.pop(key))
+        self.prepared_inputs = {k: v for k, v in self.prepared_inputs.items()
+                                if config is not None and k[0] != config.name}
+
+    def set_footprint(self, config: CConfig) -> Footprint:
+        """One input set's bytes (the `in` and `inout` arrays) and its outputs' bytes, from the task's
+        declared lengths."""
+        lengths = array_lengths(self.ctask, config)
+        sizes = {p.name: lengths[p.name] * np.dtype(C_TYPES[p.ctype]).itemsize for p in self.ctask.arrays}
+        return Footprint(input_bytes=sum(sizes[n] for n in self.input_names),
+                         output_bytes=sum(sizes[p.name] for p in self.ctask.outputs))
 
     def measure_coverage(self) -> None:
         """Coverage on the first timed configuration (`Session.coverage_of`)."""
@@ -252,7 +304,7 @@ class CSession(Session):
         key = (config.name, seed)
         if key not in self.on_device:
             if self.shipper is not None:  # inputs only: the outputs are the referee's business
-                values, expected = make_inputs(self.ctask, config, seed), ()
+                values, expected = self.host_inputs(config, seed), ()
             else:
                 entry = self.reference(config, seed)
                 values = entry.values
@@ -261,6 +313,20 @@ class CSession(Session):
             arrays = {name: to_device(values[name], self.device) for name in self.input_names}
             self.on_device[key] = _OnDevice(scalars, arrays, expected)
         return self.on_device[key]
+
+    def host_inputs(self, config: CConfig, seed: int) -> dict[str, Any]:
+        """(config, seed)'s scalars and arrays on the host: as `prepare_timing` drew them, or drawn now."""
+        key = (config.name, seed)
+        if key in self.prepared_inputs:
+            return self.prepared_inputs.pop(key)
+        if key in self.prepared_references:  # its outputs are taken later (`expected_of`)
+            return self.prepared_references[key].values
+        return make_inputs(self.ctask, config, seed)
+
+    def host_reference(self, config: CConfig, seed: int) -> CReference:
+        """(config, seed)'s serial C reference, not kept: as `prepare_timing` computed it, or now."""
+        entry = self.prepared_references.pop((config.name, seed), None)
+        return entry if entry is not None else compute_reference(self.ctask, config, seed, self.job.cache_dir)
 
     def expected_of(self, config: CConfig, seed: int) -> tuple[torch.Tensor, ...]:
         """What timing re-checks against: the reference outputs, or with a referee the candidate's own
@@ -273,7 +339,7 @@ class CSession(Session):
             return self.kept[(config.name, index)]
         key = (config.name, seed)
         if key not in self.extra_expected:
-            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
+            entry = self.host_reference(config, seed)
             self.extra_expected[key] = tuple(to_device(entry.outputs[p.name], self.device)
                                              for p in self.ctask.outputs)
             zero_outputs(entry)
@@ -301,6 +367,7 @@ class CSession(Session):
                 t.view(torch.uint8).zero_()
         self.kept.clear()
         self.extra_expected.clear()
+        self.drop_prepared()
         super().scrub()
 
     def drop_device(self, config: CConfig) -> None:
@@ -389,7 +456,7 @@ class CSession(Session):
         data = [self.device_data(config, seed) for seed in self.timing_seeds]
         input_sets = [[d.arrays[name] for name in self.input_names] for d in data]
         expected = [tuple(comparable(t) for t in self.expected_of(config, s)) for s in self.timing_seeds]
-        unseen, unseen_expected = self.unseen_sets(config, input_sets[0], expected[0])
+        unseen, unseen_expected = self.unseen_sets(config)
         expected += unseen_expected
         tol = self.ctask.tolerance_for(config)
         fns = {CANDIDATE: self.timed(self.entry_fn, data[0], scoped=True)}
@@ -407,18 +474,18 @@ class CSession(Session):
         bench = self.bench(fns, input_sets, check, config.name, unseen, anchor=NAIVE_CUDA)
         return self.summarize_c(config, data[0], bench)
 
-    def unseen_sets(self, config: CConfig, arrays: list, outputs: tuple) -> tuple[list[list], list[tuple]]:
+    def unseen_sets(self, config: CConfig) -> tuple[list[list], list[tuple]]:
         """`config`'s unseen input sets (`EvalJob.unseen_seeds`; as many as `unseen_sets_allowed` gives for
-        sets the size of `arrays` with outputs the size of `outputs`): their `in` arrays on the host, their
-        serial C reference outputs on the device, computed now and never cached (the seeds are this
+        its sets, `set_footprint`): their `in` arrays on the host, their serial C reference outputs on the
+        device, computed in the stage or before it (`prepare_timing`) and never cached (the seeds are this
         job's alone); with a referee the reference's own arrays are zeroed at once, as for any timing-only
         seed."""
-        fp = Footprint(input_bytes=sum(a.nbytes for a in arrays), output_bytes=sum(o.nbytes for o in outputs))
+        fp = self.set_footprint(config)
         count = unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)
         self.note_unseen_count(count, config.name)
         sets, expected = [], []
         for seed in self.unseen_seeds[:count]:
-            entry = compute_reference(self.ctask, config, seed, self.job.cache_dir)
+            entry = self.host_reference(config, seed)
             sets.append([to_device(entry.values[name], torch.device("cpu")) for name in self.input_names])
             expected.append(tuple(comparable(to_device(entry.outputs[p.name], self.device))
                                   for p in self.ctask.outputs))

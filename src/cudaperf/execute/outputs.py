@@ -468,6 +468,13 @@ class Shipper:
         self.flush()
         return self.exchange({"type": "done"})
 
+    def ready(self) -> dict:
+        """After a `done` that said proceed: the worker is about to time. The sandbox answers once the job
+        may take the GPU (a scheduler's exclusive turn, `sandbox.Worker.run`'s `on_proceed`); the referee
+        never sees this message."""
+        self.flush()
+        return self.exchange({"type": "ready"})
+
 
 @dataclass(frozen=True)
 class _Slot:

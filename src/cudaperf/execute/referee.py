@@ -914,6 +914,9 @@ class RefereeJob:
             if config in checked and config not in shipped:
                 mismatch(f"the worker reports timings of {str(config)[:100]} but never shipped the outputs "
                          "its timing stage re-checked", str(config)[:100])
+        if message.get("timings") and message.get("asked_to_time") is False:
+            mismatch("the worker reports timings but never said it was ready to time (its own code asks for "
+                     "its turn on the GPU first)")
         wall_ms = 1e3 * float(message.get("timing_wall_s") or 0.0)
         timed_ms = _timed_ms(_dicts(message.get("timings")))
         if timed_ms > WALL_SLACK * wall_ms + 1.0:

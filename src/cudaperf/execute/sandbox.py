@@ -324,7 +324,9 @@ class Worker:
         self.referee_s = 0.0  # this job's time spent waiting for the referee
         self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
         self._on_proceed: Callable[[], None] | None = None  # this job's (run)
-        self._go_ahead_at: float | None = None  # when this job's "all correct" answer was sent on
+        self._go_ahead_at: float | None = None  # when this job's "all correct" answer or go-ahead was sent
+        self._may_time = False  # this job's "all correct" answer was sent and its "ready" not yet seen
+        self._asked_to_time = False  # this job's worker said it was about to time (`outputs.Shipper.ready`)
         self._result_at: float | None = None  # when this job's result was read
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -524,13 +526,15 @@ class Worker:
         """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR.
 
         `on_proceed`, when given, is called before the candidate can be timed and may block (a scheduler
-        taking the GPU for itself, `eval_modes`): when the referee judges the job, as its "all correct"
-        answer reaches the worker (the worker waits for that answer before its timing stage; the time
-        waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the job
-        is sent. It is not called for a job that fails before that point."""
+        taking the GPU for itself, `eval_modes`): when the referee judges the job, as the worker says it
+        is ready to time (after the referee's "all correct" answer and the host work its timing stage
+        does first, `Session.prepare_timing`; the worker waits for the answer to that before timing; the
+        time waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the
+        job is sent. It is not called for a job that fails before that point."""
         self._busy = True
         self._on_proceed = on_proceed
         self._go_ahead_at = self._result_at = None
+        self._may_time = self._asked_to_time = False
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -626,6 +630,8 @@ class Worker:
         """A shipping message of the worker to the referee, and the referee's answer back to the worker.
         (None, seconds waited in `on_proceed`) when done; (a reply, 0) when the job must end here (a
         malformed message, a failed referee)."""
+        if isinstance(message, dict) and message.get("type") == "ready":
+            return self._go_ahead(deadline, stage, durations, stage_start)
         body = referee.forwardable(message)
         if body is None:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
@@ -643,15 +649,29 @@ class Worker:
             return WorkerReply(Outcome.HARNESS_ERROR, stage, f"referee: {error}"[:4000], logs=logs,
                                durations_s=durations, worker_replaced=True), 0.0
         ack = {k: v for k, v in answer.items() if k != "type"}
-        waited_s = 0.0
         if body["type"] == "done":
-            if ack.get("proceed") and self._on_proceed is not None:
-                started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
-                proceed()
-                waited_s = time.monotonic() - started
-                durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
+            self._may_time = bool(ack.get("proceed"))
             self._go_ahead_at = time.monotonic()  # the worker's timing stage cannot start before this
-        if not self._send(encode_message({"type": "ack", **ack}), deadline + waited_s):
+        if not self._send(encode_message({"type": "ack", **ack}), deadline):
+            pass  # the worker is gone: the next event reports how
+        return None, 0.0
+
+    def _go_ahead(self, deadline: float, stage: str, durations: dict,
+                  stage_start: float) -> tuple[WorkerReply | None, float]:
+        """The worker's "ready" (`outputs.Shipper.ready`), once per job and only after an "all correct"
+        answer: `on_proceed` (the scheduler's turn; the time waited is `gate_wait`), then the answer that
+        lets it time. The timing window (`_timing_window_s`) starts here."""
+        if not self._may_time:
+            durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
+            return self._forged(stage, durations, "a ready message without the referee's go-ahead"), 0.0
+        self._may_time, self._asked_to_time, waited_s = False, True, 0.0
+        if self._on_proceed is not None:
+            started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
+            proceed()
+            waited_s = time.monotonic() - started
+            durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
+        self._go_ahead_at = time.monotonic()
+        if not self._send(encode_message({"type": "ack"}), deadline + waited_s):
             pass  # the worker is gone: the next event reports how
         return None, waited_s
 
@@ -672,7 +692,7 @@ class Worker:
             verdict, error = link.request({
                 "type": "finish", "outcome": payload.get("outcome"),
                 "claim": payload.get("correctness") or [], "timings": payload.get("timings") or [],
-                "timing_wall_s": self._timing_window_s(reply),
+                "timing_wall_s": self._timing_window_s(reply), "asked_to_time": self._asked_to_time,
             }, deadline)
             self._waited("finish", time.monotonic() - started)
         else:  # a payload is never taken on the worker's word alone: no verdict, no correctness

@@ -1,0 +1,49 @@
+"""Worker handlers for test_timing_go_ahead.py: the real evaluation (`dispatch.run_eval_job`), with what the
+worker tells the parent before it times logged, sent too early, or left out (as native code in the worker
+could)."""
+
+from __future__ import annotations
+
+
+def events_logged(job, report):
+    """The real evaluation with every message to the parent and every serial C reference computed logged in
+    order (`events` in the payload: message types, and "reference")."""
+    from cudaperf.execute import c_session, dispatch
+
+    events: list[str] = []
+    exchange, real_reference = report.exchange, c_session.compute_reference
+
+    def logged_exchange(message):
+        events.append(message.get("type"))
+        return exchange(message)
+
+    def logged_reference(*args, **kwargs):
+        events.append("reference")
+        return real_reference(*args, **kwargs)
+
+    report.exchange, c_session.compute_reference = logged_exchange, logged_reference
+    try:
+        payload = dispatch.run_eval_job(job, report)
+    finally:
+        report.exchange, c_session.compute_reference = exchange, real_reference
+    payload["events"] = events
+    return payload
+
+
+def ready_first(job, report):
+    """Asks to time before anything is shipped (before the referee's go-ahead); never gets further."""
+    report("setup")
+    report.exchange({"type": "ready"})
+    return {"outcome": None, "stage": "setup", "message": "", "flags": [], "timings": [], "correctness": []}
+
+
+def timed_without_ready(job, report):
+    """The real evaluation with the worker's "ready" left out: it times without asking for its turn."""
+    from cudaperf.execute import dispatch, outputs
+
+    real = outputs.Shipper.ready
+    outputs.Shipper.ready = lambda self: {}
+    try:
+        return dispatch.run_eval_job(job, report)
+    finally:
+        outputs.Shipper.ready = real

@@ -1,0 +1,54 @@
+"""The worker's "ready" before its timing stage times (`outputs.Shipper.ready`, `Session.timing_stage`) and
+the parent's answer (`sandbox.Worker._go_ahead`): real sandboxed CPU-mode workers with the referee, the C
+task SQUARE of test_c_session.py and the small PyTorch task of test_referee.py. A C worker draws its timing
+references on the host before it asks for its turn on the GPU; a "ready" out of turn is a forged message;
+timings from a worker that never asked are a verdict mismatch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_c_session import SQUARE, SQUARE_OK
+from test_c_session import _job as c_job
+from test_referee import _codes, _job, cache_dir, pool  # noqa: F401 - the same worker pool (fixtures)
+from test_session import CORRECT
+
+from cudaperf.types import Outcome
+
+HANDLERS = str(Path(__file__).with_name("go_ahead_handlers.py"))
+
+
+def _c_events(pool, cache_dir) -> tuple[object, list[str]]:  # noqa: F811 - the fixtures' names
+    job = c_job(SQUARE, SQUARE_OK, cache_dir=cache_dir)
+    reply = pool.run({**job, "handler": f"{HANDLERS}:events_logged", "referee": True})
+    assert reply.outcome is None, (reply.message, reply.logs[-2000:])
+    return reply, reply.payload["events"]
+
+
+def test_a_c_worker_asks_to_time_after_the_referee_s_go_ahead(pool, cache_dir):  # noqa: F811
+    reply, events = _c_events(pool, cache_dir)
+    assert events.count("ready") == 1 and events.index("done") < events.index("ready"), events
+    assert reply.payload["timings"]
+
+
+def test_a_c_worker_draws_its_timing_references_before_it_asks_to_time(pool, cache_dir):  # noqa: F811
+    _, events = _c_events(pool, cache_dir)
+    ready = events.index("ready")
+    assert "reference" in events[events.index("done"):ready] and "reference" not in events[ready:], events
+
+
+def test_a_ready_before_the_go_ahead_is_a_forged_message(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT, handler=f"{HANDLERS}:ready_first", referee=True))
+    assert reply.outcome is Outcome.POLICY_VIOLATION, reply.message
+    assert [f.code for f in reply.flags] == ["channel_forged"] and reply.worker_replaced
+
+
+def test_timings_from_a_worker_that_never_asked_to_time_are_a_verdict_mismatch(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT, handler=f"{HANDLERS}:timed_without_ready", referee=True))
+    assert "verdict_mismatch" in _codes(reply, "error"), reply.payload.get("flags")
