@@ -237,9 +237,11 @@ class GpuGate:
 
 
 class GateTurn:
-    """One job's hold on a `GpuGate`: `hold()` takes it shared for the job's run; `upgrade()`, called
+    """One job's hold on a `GpuGate`: `hold()` takes it shared for the job's run; `step_aside()`, called
+    when the checks are over (`on_checked`), leaves it for the host work before timing; `upgrade()`, called
     from inside the run when the worker is about to time (`execute.sandbox.Worker.run`'s `on_proceed`),
-    leaves the shared side and waits for the exclusive one; leaving `hold()` leaves whichever side is held.
+    leaves the shared side (if still held) and waits for the exclusive one; leaving `hold()` leaves
+    whichever side is held.
     The shared side is left before the exclusive one is awaited, so two upgrading jobs never wait on each
     other."""
 
@@ -262,6 +264,15 @@ class GateTurn:
             raise RuntimeError("GateTurn.upgrade outside hold()")
         self._leave()
         self._leave = self._take(self.gate.exclusive)
+
+    def step_aside(self) -> None:
+        """Leave the shared side and hold nothing until `upgrade` (called as the referee's "all correct"
+        answer passes, `execute.sandbox.Worker.run`'s `on_checked`): the worker's host work before timing
+        then keeps no other job's exclusive turn waiting."""
+        if self._leave is None:
+            raise RuntimeError("GateTurn.step_aside outside hold()")
+        self._leave()
+        self._leave = lambda: None
 
     def _take(self, side: Callable[[], contextlib.AbstractContextManager[None]]) -> Callable[[], None]:
         start = time.perf_counter()
@@ -531,9 +542,10 @@ def fill_timings(timings: tuple[ConfigTiming, ...],
 
 Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 Finish = Callable[..., EvalResult]
-"""`Evaluator._finish_with(task, solution, start, submitted, timing, hold, on_proceed=None)`: the
-default recipe from the static verdict on, with the job's timing replaced, the worker's run held by
-`hold()` and `on_proceed()` called before the candidate can be timed."""
+"""`Evaluator._finish_with(task, solution, start, submitted, timing, hold, on_proceed=None,
+on_checked=None)`: the default recipe from the static verdict on, with the job's timing replaced, the
+worker's run held by `hold()`, `on_checked()` called when the referee finds the candidate correct and
+`on_proceed()` before the candidate can be timed."""
 Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
 """`evaluate.with_cached_baselines`: a result with cached baselines written in and its speedups redone."""
 
@@ -566,7 +578,8 @@ class RlScheduler:
         turn = self.gate.turn()
         result = None
         try:
-            result = self._finish(task, solution, start, submitted, plan.timing, turn.hold, turn.upgrade)
+            result = self._finish(task, solution, start, submitted, plan.timing, turn.hold, turn.upgrade,
+                                  turn.step_aside)
         finally:
             drift = self.baselines.settle(task, solution.solution_id, result) if plan.carrier else []
         self._count("checked")

@@ -63,6 +63,20 @@ def test_a_wait_for_the_go_ahead_longer_than_the_stage_limit_is_not_a_timeout(re
     assert calls and reply.payload["timings"] and reply.durations_s["gate_wait"] >= 6.0
 
 
+def test_the_checks_end_is_told_once_before_the_go_ahead(refereed):
+    order: list[str] = []
+    reply = refereed.run(_job(CORRECT), on_proceed=lambda: order.append("proceed"),
+                         on_checked=lambda: order.append("checked"))
+    assert reply.outcome is None and order == ["checked", "proceed"], (order, reply.message)
+
+
+def test_a_wrong_candidate_s_checks_end_is_not_told(refereed):
+    order: list[str] = []
+    refereed.run(_job(WRONG), on_proceed=lambda: order.append("proceed"),
+                 on_checked=lambda: order.append("checked"))
+    assert order == []
+
+
 def test_a_wrong_candidate_never_asks_for_the_go_ahead(refereed):
     reply, calls = _run(refereed, WRONG)
     assert calls == [] and not reply.payload.get("timings")
@@ -103,6 +117,20 @@ def test_a_turn_upgraded_to_exclusive_waits_for_the_shared_holders_and_keeps_new
     first.join(5)
     assert log == ["other leaves", "exclusive", "turn leaves", "late enters"]
     assert gate.readers == 0
+
+
+def test_a_turn_that_stepped_aside_holds_nothing_and_still_gets_its_exclusive_turn():
+    gate = GpuGate()
+    turn, other = gate.turn(), gate.turn()
+    with turn.hold():
+        turn.step_aside()
+        assert gate.readers == 0
+        with other.hold():
+            other.upgrade()  # would wait for ever if the first turn still held the shared side
+            assert gate.exclusive_held
+        turn.upgrade()
+        assert gate.exclusive_held
+    assert not gate.exclusive_held and gate.readers == 0
 
 
 def test_a_parent_slow_to_read_the_timing_stage_does_not_make_an_honest_candidate_a_cheat(refereed,

@@ -324,6 +324,7 @@ class Worker:
         self.referee_s = 0.0  # this job's time spent waiting for the referee
         self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
         self._on_proceed: Callable[[], None] | None = None  # this job's (run)
+        self._on_checked: Callable[[], None] | None = None  # likewise
         self._go_ahead_at: float | None = None  # when this job's "all correct" answer or go-ahead was sent
         self._may_time = False  # this job's "all correct" answer was sent and its "ready" not yet seen
         self._asked_to_time = False  # this job's worker said it was about to time (`outputs.Shipper.ready`)
@@ -522,7 +523,8 @@ class Worker:
     # -- one job -----------------------------------------------------------------------------------
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts,
-            on_proceed: Callable[[], None] | None = None) -> WorkerReply:
+            on_proceed: Callable[[], None] | None = None,
+            on_checked: Callable[[], None] | None = None) -> WorkerReply:
         """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR.
 
         `on_proceed`, when given, is called before the candidate can be timed and may block (a scheduler
@@ -530,9 +532,11 @@ class Worker:
         is ready to time (after the referee's "all correct" answer and the host work its timing stage
         does first, `Session.prepare_timing`; the worker waits for the answer to that before timing; the
         time waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the
-        job is sent. It is not called for a job that fails before that point."""
+        job is sent. It is not called for a job that fails before that point. `on_checked`, when given, is
+        called (refereed jobs only) as the referee's "all correct" answer passes through, before the
+        worker's host work for timing: a scheduler may let go of what it holds for the checks then."""
         self._busy = True
-        self._on_proceed = on_proceed
+        self._on_proceed, self._on_checked = on_proceed, on_checked
         self._go_ahead_at = self._result_at = None
         self._may_time = self._asked_to_time = False
         try:
@@ -544,7 +548,7 @@ class Worker:
                                worker_replaced=True)  # fmt: skip
         finally:
             self._busy = False
-            self._on_proceed = None
+            self._on_proceed = self._on_checked = None
 
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
@@ -652,6 +656,9 @@ class Worker:
         if body["type"] == "done":
             self._may_time = bool(ack.get("proceed"))
             self._go_ahead_at = time.monotonic()  # the worker's timing stage cannot start before this
+            if self._may_time and self._on_checked is not None:
+                checked, self._on_checked = self._on_checked, None
+                checked()
         if not self._send(encode_message({"type": "ack", **ack}), deadline):
             pass  # the worker is gone: the next event reports how
         return None, 0.0
@@ -1091,11 +1098,12 @@ class WorkerPool:
         return len(self.workers)
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts | None = None,
-            on_proceed: Callable[[], None] | None = None) -> WorkerReply:
-        """One job on the next idle worker (`Worker.run`; `on_proceed` as there)."""
+            on_proceed: Callable[[], None] | None = None,
+            on_checked: Callable[[], None] | None = None) -> WorkerReply:
+        """One job on the next idle worker (`Worker.run`; `on_proceed` and `on_checked` as there)."""
         worker = self._idle.get()
         try:
-            return worker.run(job, timeouts or self.timeouts, on_proceed)
+            return worker.run(job, timeouts or self.timeouts, on_proceed, on_checked)
         finally:
             self._idle.put(worker)
 
