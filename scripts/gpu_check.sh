@@ -14,9 +14,10 @@
 #   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
-#   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 4
-#   and 8 workers and with 8 at a 5 ms budget: ~360 s a run on the H200 (estimate); EVAL_MODES_ARGS=--append
-#   for a 2nd call) probe-memo (scripts/probe_memo_gpu.py) probe-unseen-cost
+#   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 8
+#   workers (EVAL_MODES_ARMS, default 8; e.g. 4,8,8/5 for more arms): about 120 s an arm on the H100, s26;
+#   EVAL_MODES_ARGS=--append for a 2nd call, with the first call's JSON in /tmp/eval_modes.json)
+#   probe-memo (scripts/probe_memo_gpu.py) probe-unseen-cost
 #   (scripts/probe_unseen_cost_gpu.py) rerun (the GPU test files in RERUN_PATHS)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
 #   eval-modes-long (the RL arms alone, 4 and 8 workers, each candidate three times: longer streams per task)
@@ -140,7 +141,7 @@ run_step() {
     # (copied on any exit, a kill at the limit too: the benchmark writes it after every mode's run)
     eval-modes) step eval-modes 480 bash -c "trap 'cp /tmp/eval_modes.json \"$OUT/\" 2>/dev/null' EXIT; \
       trap 'exit 143' TERM; python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 --c-tasks 3 \
-      --rl-workers 4,8,8/5 --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
+      --rl-workers ${EVAL_MODES_ARMS:-8} --cache-dir /tmp/em-cache --out /tmp/eval_modes.json ${EVAL_MODES_ARGS:-}" ;;
     # the RL arms alone over longer streams per task (each candidate 3 times): carriers and drift at a
     # steadier state than the short runs show
     eval-modes-long) step eval-modes-long 480 python3 benchmarks/eval_modes.py --repeats 1 --torch-tasks 5 \
