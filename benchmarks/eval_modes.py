@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import referee_spent, write_result
 
-STAGES = ("build_wait", "setup", "reference", "correctness", "timing", "coverage", "check_pass", "gate_wait",
-          "total")  # medians of these per run go to the JSON
+STAGES = ("build_wait", "setup", "reference", "correctness", "timing_prep", "timing", "coverage",
+          "check_pass", "gate_wait", "total")  # medians of these per run go to the JSON
 WRONG_GUARD = "if (blockIdx.x == 0 && threadIdx.x == 0) return;  // benchmark: a wrong kernel"
 BARRIERS = re.compile(r"__syncthreads|_sync\s*\(|__syncwarp|cooperative_groups|grid\.sync")
 

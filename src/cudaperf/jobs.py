@@ -33,8 +33,9 @@ from cudaperf.types import (
 )
 
 # The stages a worker reports as heartbeats, in order; the parent applies a deadline to each
-# (`execute.sandbox.StageTimeouts`). A C task has no `construct` stage (its candidate is a function).
-STAGES = ("setup", "reference", "import", "construct", "correctness", "timing", "coverage")
+# (`execute.sandbox.StageTimeouts`). A C task has no `construct` stage (its candidate is a function);
+# `timing_prep` (the timing's host work, then the go-ahead) is reported only with a referee.
+STAGES = ("setup", "reference", "import", "construct", "correctness", "timing_prep", "timing", "coverage")
 
 
 @dataclass(frozen=True)

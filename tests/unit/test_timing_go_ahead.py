@@ -1,8 +1,8 @@
-"""The worker's "ready" before its timing stage times (`outputs.Shipper.ready`, `Session.timing_stage`) and
-the parent's answer (`sandbox.Worker._go_ahead`): real sandboxed CPU-mode workers with the referee, the C
-task SQUARE of test_c_session.py and the small PyTorch task of test_referee.py. A C worker draws its timing
-references on the host before it asks for its turn on the GPU; a "ready" out of turn is a forged message;
-timings from a worker that never asked are a verdict mismatch."""
+"""The worker's "ready" before it times (`outputs.Shipper.ready`, `Session.prepare_and_ask`: the stage
+`timing_prep`) and the parent's answer (`sandbox.Worker._go_ahead`): real sandboxed CPU-mode workers with
+the referee, the C task SQUARE of test_c_session.py and the small PyTorch task of test_referee.py. A C
+worker draws its timing references on the host before it asks for its turn on the GPU; a "ready" out of
+turn is a forged message; timings from a worker that never asked are a verdict mismatch."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def test_a_c_worker_asks_to_time_after_the_referee_s_go_ahead(pool, cache_dir): 
     reply, events = _c_events(pool, cache_dir)
     assert events.count("ready") == 1 and events.index("done") < events.index("ready"), events
     assert reply.payload["timings"]
+
+
+def test_the_host_work_before_timing_is_a_stage_of_its_own(pool, cache_dir):  # noqa: F811
+    reply, _ = _c_events(pool, cache_dir)
+    assert reply.durations_s["timing_prep"] > 0 and reply.durations_s["timing"] > 0, reply.durations_s
 
 
 def test_a_c_worker_draws_its_timing_references_before_it_asks_to_time(pool, cache_dir):  # noqa: F811

@@ -28,7 +28,7 @@ from cudaperf.types import EvalResult
 
 FAST_P = (0.0, 1.0, 1.2, 1.5, 2.0)
 CORRECTNESS_STAGES = ("setup", "reference", "import", "construct", "correctness")
-TIMING_STAGES = ("timing", "coverage")
+TIMING_STAGES = ("timing_prep", "timing", "coverage")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _best_so_far(trajectories: Sequence[Trajectory], task_ids: list[str],
 
 def evaluation_split(results: Sequence[EvalResult]) -> dict[str, float]:
     """Candidate-seconds of build (the compile itself), correctness (setup, reference, import, construct,
-    correctness stages) and timing (timing, coverage), summed over `results`."""
+    correctness stages) and timing (timing_prep, timing, coverage), summed over `results`."""
     def stages(names: Sequence[str]) -> float:
         return sum(r.stage_durations_s.get(n, 0.0) for r in results for n in names)
 

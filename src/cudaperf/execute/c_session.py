@@ -233,7 +233,7 @@ class CSession(Session):
 
     def prepare_timing(self) -> None:
         """With a referee, the host's share of the timing stage before the worker asks for the GPU
-        (`Session.timing_stage`): for each timed configuration in order, the timing seeds' inputs and the
+        (`Session.prepare_and_ask`): for each timed configuration in order, the timing seeds' inputs and the
         serial C references of the timing-only and unseen seeds (inputs and outputs on the host), while
         they fit in `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across
         jobs, `timing_reference`); what does not fit is drawn in the stage. Nothing reaches the device

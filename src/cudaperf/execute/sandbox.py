@@ -85,6 +85,7 @@ DEFAULT_STAGE_S: dict[str, float] = {
     "import": 300.0,  # INLINE solutions may still run ninja to relink a prebuilt extension
     "construct": 120.0,
     "correctness": 300.0,
+    "timing_prep": 300.0,  # a refereed job's host work before timing; the gate's wait is added to it
     "timing": 600.0,
     "coverage": 300.0,
     "cleanup": 60.0,  # the child's own sweep; a candidate kernel still spinning shows up here

@@ -7,10 +7,10 @@ recipe, in stages (each one a heartbeat, `jobs.STAGES`):
   selected, TF32 off unless the task allows it, torch's lazy modules loaded, the runtime guards created;
   then the task kind's `load_task`;
 - the task kind's stages (`Session.STAGES`: reference, import, [construct,] correctness);
-- timing, when every configuration is correct and no ERROR flag was raised: first the task kind's
-  `prepare_timing` (host work that needs no GPU of its own), then, with a referee, the worker's word that
-  it is ready to time (`Shipper.ready`: the sandbox gives the GPU to the job only then, so a scheduler's
-  exclusive turn is not spent on host work), then `time_configs`;
+- timing, when every configuration is correct and no ERROR flag was raised; with a referee it is preceded
+  by `timing_prep`: the task kind's `prepare_timing` (host work that needs no GPU of its own), then the
+  worker's word that it is ready to time (`Shipper.ready`: the sandbox gives the GPU to the job only then,
+  so a scheduler's exclusive turn is not spent on host work);
 - coverage, on a GPU under the same condition.
 
 The shared safety steps: the stage wrapper (a failure of the task or of cudaperf is HARNESS_ERROR), the
@@ -110,7 +110,9 @@ class Session:
             for name, method in self.STAGES:
                 self.stage(name, getattr(self, method))
             if self.should_time():
-                self.stage("timing", self.timing_stage)
+                if self.shipper is not None:
+                    self.stage("timing_prep", self.prepare_and_ask)
+                self.stage("timing", self.time_configs)
             if self.should_measure_coverage():
                 self.stage("coverage", self.measure_coverage)
         except Stop as stop:
@@ -180,12 +182,10 @@ class Session:
         """The task kind's part of setup: the task module or declaration, `task_key`, `timed_names`."""
         raise NotImplementedError
 
-    def timing_stage(self) -> None:
-        """The timing stage: `prepare_timing`, then (with a referee) the go-ahead, then `time_configs`."""
+    def prepare_and_ask(self) -> None:
+        """With a referee, before timing: `prepare_timing`, then the go-ahead (`Shipper.ready`)."""
         self.prepare_timing()
-        if self.shipper is not None:
-            self.shipper.ready()
-        self.time_configs()
+        self.shipper.ready()
 
     def prepare_timing(self) -> None:
         """What the timing stage can do before it has the GPU to itself (host work: drawing input sets,
