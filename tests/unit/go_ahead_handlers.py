@@ -7,9 +7,14 @@ from __future__ import annotations
 
 def events_logged(job, report):
     """The real evaluation with every message to the parent and every serial C reference computed logged in
-    order (`events` in the payload: message types, and "reference")."""
+    order (`events` in the payload: message types, and "reference"). The job's `prepared_host_bytes`, when
+    given, replaces `c_session.PREPARED_HOST_BYTES` for it."""
     from cudaperf.execute import c_session, dispatch
 
+    budget, job = job.get("prepared_host_bytes"), {k: v for k, v in job.items() if k != "prepared_host_bytes"}
+    real_budget = c_session.PREPARED_HOST_BYTES
+    if budget is not None:
+        c_session.PREPARED_HOST_BYTES = budget
     events: list[str] = []
     exchange, real_reference = report.exchange, c_session.compute_reference
 
@@ -26,6 +31,7 @@ def events_logged(job, report):
         payload = dispatch.run_eval_job(job, report)
     finally:
         report.exchange, c_session.compute_reference = exchange, real_reference
+        c_session.PREPARED_HOST_BYTES = real_budget
     payload["events"] = events
     return payload
 

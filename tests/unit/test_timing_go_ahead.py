@@ -24,9 +24,9 @@ from cudaperf.types import Outcome
 HANDLERS = str(Path(__file__).with_name("go_ahead_handlers.py"))
 
 
-def _c_events(pool, cache_dir) -> tuple[object, list[str]]:  # noqa: F811 - the fixtures' names
+def _c_events(pool, cache_dir, **fields) -> tuple[object, list[str]]:  # noqa: F811 - the fixtures' names
     job = c_job(SQUARE, SQUARE_OK, cache_dir=cache_dir)
-    reply = pool.run({**job, "handler": f"{HANDLERS}:events_logged", "referee": True})
+    reply = pool.run({**job, "handler": f"{HANDLERS}:events_logged", "referee": True, **fields})
     assert reply.outcome is None, (reply.message, reply.logs[-2000:])
     return reply, reply.payload["events"]
 
@@ -57,3 +57,10 @@ def test_a_ready_before_the_go_ahead_is_a_forged_message(pool):  # noqa: F811
 def test_timings_from_a_worker_that_never_asked_to_time_are_a_verdict_mismatch(pool):  # noqa: F811
     reply = pool.run(_job(CORRECT, handler=f"{HANDLERS}:timed_without_ready", referee=True))
     assert "verdict_mismatch" in _codes(reply, "error"), reply.payload.get("flags")
+
+
+def test_what_does_not_fit_the_host_budget_is_drawn_after_the_go_ahead(pool, cache_dir):  # noqa: F811
+    reply, events = _c_events(pool, cache_dir, prepared_host_bytes=0)
+    assert "reference" in events[events.index("ready"):], events
+    correctness = reply.payload["correctness"]
+    assert correctness and all(c["correct"] for c in correctness) and reply.payload["timings"]
