@@ -1,0 +1,154 @@
+"""The RL evaluation mode on C->CUDA tasks, on a machine without a GPU: where a refereed C job's time goes,
+and evaluations per minute.
+
+Why a benchmark of its own: `eval_modes.py --cpu` has no C tasks (the dataset's C candidates are CUDA
+kernels, which a CPU machine cannot run), and on the GPU the C candidates held the RL mode's exclusive turn
+longest (H100, session 26: a C timing stage 2.7-3.8 s against 0.24-0.43 s for a PyTorch one). Here three
+C tasks declared in this file (elementwise square, saxpy with an inout array, a three-point stencil), each
+with a 16.8M-element configuration beside two small ones, are judged by CPU-mode workers with the referee;
+the candidates are pure PyTorch (torch ops allowed): per task a correct one, a correct slower one, and a
+wrong one. The serial C references (inputs drawn, the C reference run) are the host work a refereed C job
+does for timing, as on a GPU machine.
+
+A run: an Evaluator in the RL mode (`--workers` CPU workers), a warm pass (one correct candidate per task:
+the workers' start, the carriers), then the timed pass over every candidate, `--copies` times each.
+Printed per run: evaluations per minute, and the medians per timed candidate of the stages that hold the
+turn or wait for it (`timing_prep` where the code has it, `timing`, `gate_wait`). Alternate two trees (the
+one before a change through PYTHONPATH) to compare them.
+
+    python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2]
+
+Not covered: CUDA (no kernel runs; the naive CUDA port is unavailable in CPU mode), the default mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import write_result
+
+LARGE_N = 1 << 24  # 16.8M elements, the size of the dataset C tasks' large configurations
+STAGES = ("correctness", "timing_prep", "timing", "gate_wait", "total")
+
+
+def c_tasks() -> list:
+    """(task record, {kind: candidate source}) for the three C tasks of this benchmark."""
+    from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_task
+    from cudaperf.types import Tolerance
+
+    def configs(**scalars) -> tuple:
+        return (CConfig("small", {"n": 1000, **scalars}), CConfig("odd", {"n": 4099, **scalars}),
+                CConfig("large", {"n": LARGE_N, **scalars}))
+
+    arr = lambda name, kind: CParam(name, "float", kind, "n")  # noqa: E731 - a one-line helper
+    n = CParam("n", "int", ParamKind.SCALAR)
+    square = CTask(
+        task_id="c_bench_square", family="bench", entry="square",
+        source="void square(const float* x, float* out, int n) {\n"
+               "    for (int i = 0; i < n; ++i) out[i] = x[i] * x[i];\n}\n",
+        params=(arr("x", ParamKind.IN), arr("out", ParamKind.OUT), n),
+        inputs={"x": ArrayGen("normal", 0, 1)}, configs=configs(), tolerance=Tolerance(1e-5, 1e-5))
+    saxpy = CTask(
+        task_id="c_bench_saxpy", family="bench", entry="saxpy",
+        source="void saxpy(const float* x, float* y, float a, int n) {\n"
+               "    for (int i = 0; i < n; ++i) y[i] = a * x[i] + y[i];\n}\n",
+        params=(arr("x", ParamKind.IN), arr("y", ParamKind.INOUT), CParam("a", "float", ParamKind.SCALAR), n),
+        inputs={"x": ArrayGen("normal", 0, 1), "y": ArrayGen("uniform", -1, 1)}, configs=configs(a=2.0),
+        tolerance=Tolerance(1e-5, 1e-5))
+    stencil = CTask(
+        task_id="c_bench_stencil3", family="bench", entry="stencil3",
+        source="void stencil3(const float* x, float* out, int n) {\n"
+               "    for (int i = 0; i < n; ++i) {\n"
+               "        float l = i > 0 ? x[i - 1] : 0.0f, r = i + 1 < n ? x[i + 1] : 0.0f;\n"
+               "        out[i] = l + x[i] + r;\n    }\n}\n",
+        params=(arr("x", ParamKind.IN), arr("out", ParamKind.OUT), n),
+        inputs={"x": ArrayGen("uniform", -1, 1)}, configs=configs(), tolerance=Tolerance(1e-5, 1e-5))
+    sources = {
+        "square": {"right": "def square(x, out, n):\n    out.copy_(x * x)\n",
+                   "slower": "def square(x, out, n):\n    out.copy_((x * x + x * x) * 0.5)\n",
+                   "wrong": "def square(x, out, n):\n    out.copy_(x * x + 1.0)\n"},
+        "saxpy": {"right": "def saxpy(x, y, a, n):\n    y.copy_(a * x + y)\n",
+                  "slower": "def saxpy(x, y, a, n):\n    y.copy_((a * x + y + a * x + y) * 0.5)\n",
+                  "wrong": "def saxpy(x, y, a, n):\n    y.copy_(a * x - y)\n"},
+        "stencil3": {"right": STENCIL_RIGHT,
+                     "slower": STENCIL_RIGHT.replace("out.copy_(s)", "out.copy_(s + s - s)"),
+                     "wrong": STENCIL_RIGHT.replace("out.copy_(s)", "out.copy_(s * 2)")},
+    }
+    return [(to_task(t), sources[t.entry]) for t in (square, saxpy, stencil)]
+
+
+STENCIL_RIGHT = ("import torch.nn.functional as F\n\n"
+                 "def stencil3(x, out, n):\n"
+                 "    p = F.pad(x, (1, 1))\n"
+                 "    s = p[:-2] + p[1:-1] + p[2:]\n"
+                 "    out.copy_(s)\n")
+
+
+def pairs(tasks: list, copies: int, label: str) -> list:
+    from cudaperf.types import Solution, SolutionFormat
+
+    out = []
+    for copy in range(copies):
+        for task, sources in tasks:
+            for kind, source in sources.items():
+                sid = f"{task.task_id}/{kind}/{copy}"
+                out.append((task, Solution(sid, f"{source}# {label} {copy}\n", SolutionFormat.FAST)))
+    return out
+
+
+def one_run(label: str, args) -> dict:
+    from cudaperf.anticheat.policy import Policy
+    from cudaperf.eval_modes import RlSettings
+    from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
+
+    tasks = c_tasks()
+    config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
+                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=args.workers))
+    with Evaluator(config) as ev:
+        ev._workers.warm_up()
+        list(ev.evaluate_many([p for p in pairs(tasks, 1, label + "-warm") if "/right/" in p[1].solution_id]))
+        t0 = time.perf_counter()
+        results = list(ev.evaluate_many(pairs(tasks, args.copies, label)))
+        wall_s = time.perf_counter() - t0
+    timed = [r for r in results if r.timings]
+    return {"label": label, "n": len(results), "timed": len(timed), "wall_s": wall_s,
+            "evals_per_min": 60.0 * len(results) / wall_s,
+            "outcomes": {r.solution_id: r.outcome.value for r in results},
+            "timed_stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in timed])
+                                      for k in STAGES},
+            "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
+                         for r in results}}
+
+
+def _median(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--copies", type=int, default=2,
+                        help="each candidate this many times (distinct texts)")
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    row = one_run(args.label, args)
+    medians = ", ".join(f"{k} {v:.3f}" for k, v in row["timed_stage_medians_s"].items() if v is not None)
+    print(f"{row['label']}: {row['evals_per_min']:.1f} evaluations/min ({row['n']} in {row['wall_s']:.1f} s, "
+          f"{row['timed']} timed); timed candidates' median s: {medians}", flush=True)
+    wrong = {k: v for k, v in row["outcomes"].items() if (v == "correct") == ("/wrong/" in k)}
+    if wrong:
+        print(f"unexpected outcomes: {wrong}", flush=True)
+    if args.out:
+        write_result(args.out, {"row": row})
+
+
+if __name__ == "__main__":
+    main()
