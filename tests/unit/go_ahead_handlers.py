@@ -7,8 +7,8 @@ from __future__ import annotations
 
 def events_logged(job, report):
     """The real evaluation with every message to the parent and every serial C reference computed logged in
-    order (`events` in the payload: message types, and "reference"). The job's `prepared_host_bytes`, when
-    given, replaces `c_session.PREPARED_HOST_BYTES` for it."""
+    order (`events` in the payload: message types, "reference", and "inputs" for every input set drawn).
+    The job's `prepared_host_bytes`, when given, replaces `c_session.PREPARED_HOST_BYTES` for it."""
     from cudaperf.execute import c_session, dispatch
 
     budget, job = job.get("prepared_host_bytes"), {k: v for k, v in job.items() if k != "prepared_host_bytes"}
@@ -17,6 +17,7 @@ def events_logged(job, report):
         c_session.PREPARED_HOST_BYTES = budget
     events: list[str] = []
     exchange, real_reference = report.exchange, c_session.compute_reference
+    real_inputs = c_session.make_inputs
 
     def logged_exchange(message):
         events.append(message.get("type"))
@@ -26,11 +27,17 @@ def events_logged(job, report):
         events.append("reference")
         return real_reference(*args, **kwargs)
 
+    def logged_inputs(*args, **kwargs):  # a reference's own draw comes right after its "reference"
+        events.append("inputs")
+        return real_inputs(*args, **kwargs)
+
     report.exchange, c_session.compute_reference = logged_exchange, logged_reference
+    c_session.make_inputs = logged_inputs
     try:
         payload = dispatch.run_eval_job(job, report)
     finally:
         report.exchange, c_session.compute_reference = exchange, real_reference
+        c_session.make_inputs = real_inputs
         c_session.PREPARED_HOST_BYTES = real_budget
     payload["events"] = events
     return payload

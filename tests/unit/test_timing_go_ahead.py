@@ -59,6 +59,12 @@ def test_timings_from_a_worker_that_never_asked_to_time_are_a_verdict_mismatch(p
     assert "verdict_mismatch" in _codes(reply, "error"), reply.payload.get("flags")
 
 
+def test_a_c_worker_draws_each_correctness_seed_s_inputs_once_for_both_stages(pool, cache_dir):  # noqa: F811
+    _, events = _c_events(pool, cache_dir)
+    own = [i for i, e in enumerate(events) if e == "inputs" and (i == 0 or events[i - 1] != "reference")]
+    assert len(own) == len(SQUARE.configs) * 2, events  # two seeds (`c_job`), every configuration timed
+
+
 def test_what_does_not_fit_the_host_budget_is_drawn_after_the_go_ahead(pool, cache_dir):  # noqa: F811
     reply, events = _c_events(pool, cache_dir, prepared_host_bytes=0)
     assert "reference" in events[events.index("ready"):], events

@@ -233,7 +233,8 @@ class CSession(Session):
 
     def prepare_timing(self) -> None:
         """With a referee, the host's share of the timing stage before the worker asks for the GPU
-        (`Session.prepare_and_ask`): for each timed configuration in order, the timing seeds' inputs and the
+        (`Session.prepare_and_ask`): for each timed configuration in order, the timing seeds' inputs (the
+        correctness seeds' as the correctness stage drew them, `host_inputs`) and the
         serial C references of the timing-only and unseen seeds (inputs and outputs on the host), while
         they fit in `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across
         jobs, `timing_reference`); what does not fit is drawn in the stage. Nothing reaches the device
@@ -253,7 +254,8 @@ class CSession(Session):
                 if held > PREPARED_HOST_BYTES:
                     return
                 if seed in self.seeds:
-                    self.prepared_inputs[(name, seed)] = make_inputs(self.ctask, config, seed)
+                    if (name, seed) not in self.prepared_inputs:  # kept from the correctness stage
+                        self.prepared_inputs[(name, seed)] = make_inputs(self.ctask, config, seed)
                 else:
                     self.prepared_references[(name, seed)] = compute_reference(self.ctask, config, seed,
                                                                                self.job.cache_dir)
@@ -315,13 +317,19 @@ class CSession(Session):
         return self.on_device[key]
 
     def host_inputs(self, config: CConfig, seed: int) -> dict[str, Any]:
-        """(config, seed)'s scalars and arrays on the host: as `prepare_timing` drew them, or drawn now."""
+        """(config, seed)'s scalars and arrays on the host: as drawn before (for the timing stage, which
+        takes them once), or drawn now. Drawn in the correctness stage for a configuration that will be
+        timed, they are kept for the timing stage (the same seed's inputs: not drawn twice)."""
         key = (config.name, seed)
-        if key in self.prepared_inputs:
-            return self.prepared_inputs.pop(key)
         if key in self.prepared_references:  # its outputs are taken later (`expected_of`)
             return self.prepared_references[key].values
-        return make_inputs(self.ctask, config, seed)
+        if key in self.prepared_inputs:
+            return self.prepared_inputs.pop(key)
+        values = make_inputs(self.ctask, config, seed)
+        timed = self.job.timing.enabled and config.name in self.timed_names
+        if timed and self.current_stage == "correctness":
+            self.prepared_inputs[key] = values
+        return values
 
     def host_reference(self, config: CConfig, seed: int) -> CReference:
         """(config, seed)'s serial C reference, not kept: as `prepare_timing` computed it, or now."""
