@@ -36,8 +36,9 @@ each output shipped with the names of `in` arrays the call changed); the verdict
 claim here: it would cost a second serial C run per job); timing re-checks against the candidate's own
 first outputs, which the referee found correct (a timing-only seed's reference is computed after
 shipping), and the serial C time comes from a reference whose outputs are zeroed as soon as it exists.
-The timing stage's host work (input sets, the serial C references of timing-only and unseen seeds) is done
-before the worker asks for its turn on the GPU (`prepare_timing`), up to `PREPARED_HOST_BYTES`.
+The timing stage's host work (the serial C references of timing-only and unseen seeds, their inputs with
+them) is done before the worker asks for its turn on the GPU (`prepare_timing`), up to
+`PREPARED_HOST_BYTES`; the correctness seeds' inputs stay on the device from the correctness stage.
 
 Not covered: what every task kind shares (`execute.session`), PyTorch tasks (`torch_session.py`), which
 recipe runs a job (`dispatch.py`), process isolation and deadlines (the sandbox). The C reference is
@@ -198,8 +199,7 @@ class CSession(Session):
         self.on_device: dict[tuple[str, int], _OnDevice] = {}
         self.kept: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # first-call outputs (referee)
         self.extra_expected: dict[tuple[str, int], tuple[torch.Tensor, ...]] = {}  # timing-only seeds
-        # drawn before the go-ahead (`prepare_timing`), by (config, seed): inputs, and serial C references
-        self.prepared_inputs: dict[tuple[str, int], dict[str, Any]] = {}
+        # computed before the go-ahead (`prepare_timing`), by (config, seed)
         self.prepared_references: dict[tuple[str, int], CReference] = {}
 
     # -- stages ----------------------------------------------------------------------------------
@@ -233,13 +233,13 @@ class CSession(Session):
 
     def prepare_timing(self) -> None:
         """With a referee, the host's share of the timing stage before the worker asks for the GPU
-        (`Session.prepare_and_ask`): for each timed configuration in order, the timing seeds' inputs (the
-        correctness seeds' as the correctness stage drew them, `host_inputs`) and the
-        serial C references of the timing-only and unseen seeds (inputs and outputs on the host), while
-        they fit in `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across
-        jobs, `timing_reference`); what does not fit is drawn in the stage. Nothing reaches the device
-        here, and the serial C baseline is timed in the stage. Without a referee the whole job already
-        holds the GPU: nothing is done ahead."""
+        (`Session.prepare_and_ask`): for each timed configuration in order, the serial C references of the
+        timing-only and unseen seeds (inputs and outputs on the host), while they fit in
+        `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across jobs,
+        `timing_reference`); what does not fit is computed in the stage. The correctness seeds' inputs are
+        on the device already (`run_and_ship` keeps them for timing). Nothing reaches the device here, and
+        the serial C baseline is timed in the stage. Without a referee the whole job already holds the GPU:
+        nothing is done ahead."""
         if self.shipper is None:
             return
         held = 0
@@ -249,16 +249,12 @@ class CSession(Session):
                 self.timing_reference(config, self.timing_seeds[0])
             fp = self.set_footprint(config)
             unseen = self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]
-            for seed in (*self.timing_seeds, *unseen):
-                held += fp.input_bytes + (0 if seed in self.seeds else fp.output_bytes)
+            for seed in (*[s for s in self.timing_seeds if s not in self.seeds], *unseen):
+                held += fp.input_bytes + fp.output_bytes
                 if held > PREPARED_HOST_BYTES:
                     return
-                if seed in self.seeds:
-                    if (name, seed) not in self.prepared_inputs:  # kept from the correctness stage
-                        self.prepared_inputs[(name, seed)] = make_inputs(self.ctask, config, seed)
-                else:
-                    self.prepared_references[(name, seed)] = compute_reference(self.ctask, config, seed,
-                                                                               self.job.cache_dir)
+                self.prepared_references[(name, seed)] = compute_reference(self.ctask, config, seed,
+                                                                           self.job.cache_dir)
 
     def time_configs(self) -> None:
         for name in self.timed_names:
@@ -269,12 +265,10 @@ class CSession(Session):
             self.release()
 
     def drop_prepared(self, config: CConfig | None = None) -> None:
-        """What `prepare_timing` drew for `config` (every configuration: None) and the stage left unused,
-        its reference outputs zeroed first."""
+        """What `prepare_timing` computed for `config` (every configuration: None) and the stage left
+        unused, its outputs zeroed."""
         for key in [k for k in self.prepared_references if config is None or k[0] == config.name]:
             zero_outputs(self.prepared_references.pop(key))
-        self.prepared_inputs = {k: v for k, v in self.prepared_inputs.items()
-                                if config is not None and k[0] != config.name}
 
     def set_footprint(self, config: CConfig) -> Footprint:
         """One input set's bytes (the `in` and `inout` arrays) and its outputs' bytes, from the task's
@@ -317,19 +311,10 @@ class CSession(Session):
         return self.on_device[key]
 
     def host_inputs(self, config: CConfig, seed: int) -> dict[str, Any]:
-        """(config, seed)'s scalars and arrays on the host: as drawn before (for the timing stage, which
-        takes them once), or drawn now. Drawn in the correctness stage for a configuration that will be
-        timed, they are kept for the timing stage (the same seed's inputs: not drawn twice)."""
-        key = (config.name, seed)
-        if key in self.prepared_references:  # its outputs are taken later (`expected_of`)
-            return self.prepared_references[key].values
-        if key in self.prepared_inputs:
-            return self.prepared_inputs.pop(key)
-        values = make_inputs(self.ctask, config, seed)
-        timed = self.job.timing.enabled and config.name in self.timed_names
-        if timed and self.current_stage == "correctness":
-            self.prepared_inputs[key] = values
-        return values
+        """(config, seed)'s scalars and arrays on the host: those of its reference as `prepare_timing`
+        computed it (its outputs are taken later, `expected_of`), or drawn now."""
+        entry = self.prepared_references.get((config.name, seed))
+        return entry.values if entry is not None else make_inputs(self.ctask, config, seed)
 
     def host_reference(self, config: CConfig, seed: int) -> CReference:
         """(config, seed)'s serial C reference, not kept: as `prepare_timing` computed it, or now."""
