@@ -842,7 +842,7 @@ class _Run:
         if name == OVERHEAD_NAME:
             return
         self._verify_output(name, check_index, out)
-        if _mutated_from(contents, working):
+        if inputs_mutated(contents, working):  # both on the working set's devices (`unseen_round`)
             self.counts["input_mutations"][name] += 1
             _copy_contents(working, contents)  # so the next function is judged fairly
 
@@ -910,13 +910,6 @@ def _same_layout(a: list, b: list) -> bool:
     if len(ta) != len(tb):
         return False
     return all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(ta, tb, strict=True))
-
-
-def _mutated_from(held: list, working: list) -> bool:
-    """Whether `working`'s tensors no longer hold the contents of `held`'s, tensor by tensor in order (each
-    pair on one device: a round brings its contents to the working set's devices)."""
-    pairs = zip(flatten_tensors(list(held)), flatten_tensors(list(working)), strict=True)
-    return any(inputs_mutated(h, w) for h, w in pairs)
 
 
 def _copy_contents(dst: list, src: list) -> None:

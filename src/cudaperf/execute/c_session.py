@@ -248,7 +248,7 @@ class CSession(Session):
             if SERIAL_C in self.wanted:
                 self.timing_reference(config, self.timing_seeds[0])
             fp = self.set_footprint(config)
-            unseen = self.unseen_seeds[:unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)]
+            unseen = self.unseen_seeds[:self.unseen_count(config)]
             for seed in (*[s for s in self.timing_seeds if s not in self.seeds], *unseen):
                 held += fp.input_bytes + fp.output_bytes
                 if held > PREPARED_HOST_BYTES:
@@ -269,6 +269,11 @@ class CSession(Session):
         unused, its outputs zeroed."""
         for key in [k for k in self.prepared_references if config is None or k[0] == config.name]:
             zero_outputs(self.prepared_references.pop(key))
+
+    def unseen_count(self, config: CConfig) -> int:
+        """How many unseen input sets `config` gets (`unseen_sets_allowed` for its sets, `set_footprint`):
+        the one count `prepare_timing` and `unseen_sets` both follow."""
+        return unseen_sets_allowed(self.job.timing.unseen_sets, self.set_footprint(config), None)
 
     def set_footprint(self, config: CConfig) -> Footprint:
         """One input set's bytes (the `in` and `inout` arrays) and its outputs' bytes, from the task's
@@ -473,8 +478,7 @@ class CSession(Session):
         device, computed in the stage or before it (`prepare_timing`) and never cached (the seeds are this
         job's alone); with a referee the reference's own arrays are zeroed at once, as for any timing-only
         seed."""
-        fp = self.set_footprint(config)
-        count = unseen_sets_allowed(self.job.timing.unseen_sets, fp, None)
+        count = self.unseen_count(config)
         self.note_unseen_count(count, config.name)
         sets, expected = [], []
         for seed in self.unseen_seeds[:count]:
