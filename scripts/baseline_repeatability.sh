@@ -23,14 +23,19 @@
 # here, so fewer implementations give more tasks in the same minutes. It needs `dataset measure
 # --impls-per-task` (MeasureOptions.impls_per_task); without that flag every implementation is measured.
 # Four runs take about 6 minutes on one H200 (each ends when its N tasks are measured, at the latest
-# BUDGET_S after its start, plus ~30 s of start-up and summary).
+# BUDGET_S after its start, plus ~30 s of start-up and summary). PROTOCOLS="stable" measures only the
+# default protocol's pair (stable1, stable2: half the time, for a short lease; the legacy figures of an
+# earlier call stand for "before"). BUDGET_S below 60 s starts no PyTorch task (a measuring process's
+# start, 30 s, and a first task's expected 30 s): `dataset measure` refuses it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cudaperf-baseline-repeatability}
 N=${N:-60}
 BUDGET_S=${BUDGET_S:-75}
 IMPLS=${IMPLS:-2}
-RUNS=(stable1 legacy1 stable2 legacy2)
+read -ra PROTOCOL_LIST <<< "${PROTOCOLS:-stable legacy}"
+RUNS=()
+for n in 1 2; do for p in "${PROTOCOL_LIST[@]}"; do RUNS+=("$p$n"); done; done
 mkdir -p "$OUT"
 FILTER=$(mktemp -d)  # the CPU filter's verdicts only, no measurements
 cp benchmarks/dataset_measure/validate*.jsonl.gz "$FILTER"/ 2>/dev/null
@@ -56,8 +61,8 @@ shard() { ls "$OUT/$1"/measurements-*.jsonl.gz 2>/dev/null | head -n 1; }
 all=$(for r in "${RUNS[@]}"; do shard "$r"; done)
 rc=0
 : > "$OUT/compare.md"
-for pair in "stable1 stable2" "legacy1 legacy2"; do
-  read -r a b <<< "$pair"
+for p in "${PROTOCOL_LIST[@]}"; do
+  a=${p}1 b=${p}2
   if [[ -z $(shard "$a") || -z $(shard "$b") ]]; then
     echo "$a or $b left no measurements" | tee -a "$OUT/compare.md"
     rc=1
@@ -67,9 +72,9 @@ for pair in "stable1 stable2" "legacy1 legacy2"; do
     python3 scripts/compare_dataset_runs.py "$(shard "$a")" "$(shard "$b")" --only-keys-in $all; echo; } \
     | tee -a "$OUT/compare.md"
 done
-python3 - "$OUT" $all <<'EOF' | tee "$OUT/summary.md"
-"""Per protocol: each baseline's cross-run median |B/A - 1| beside eager's, on the keys all four timed;
-then the diagnostics of both protocols (compare_dataset_runs.diagnostics)."""
+python3 - "$OUT" "${PROTOCOL_LIST[*]}" $all <<'EOF' | tee "$OUT/summary.md"
+"""Per protocol: each baseline's cross-run median |B/A - 1| beside eager's, on the keys every run timed;
+then the diagnostics of each protocol (compare_dataset_runs.diagnostics)."""
 import sys
 from pathlib import Path
 
@@ -77,14 +82,15 @@ sys.path.insert(0, str(Path.cwd() / "scripts"))
 from compare_dataset_runs import _quantile, diagnostics, differences, only_keys_in, timed_rows
 
 out = Path(sys.argv[1])
-shards = {Path(p).parent.name: Path(p) for p in sys.argv[2:]}
-if len(shards) < 4:
-    sys.exit("fewer than four runs left measurements: no summary")
+protocols = sys.argv[2].split()
+shards = {Path(p).parent.name: Path(p) for p in sys.argv[3:]}
+if len(shards) < 2 * len(protocols):
+    sys.exit("a run left no measurements: no summary")
 rows = {name: timed_rows(path) for name, path in shards.items()}
 rows = {name: only_keys_in(r, [o for n, o in rows.items() if n != name]) for name, r in rows.items()}
 print("| protocol | field | keys | median abs diff | x eager's | target (<= 2x eager's) |")
 print("|---|---|---|---|---|---|")
-for protocol in ("stable", "legacy"):
+for protocol in protocols:
     a, b = rows[f"{protocol}1"], rows[f"{protocol}2"]
     figures = {f: differences(a, b, f) for f in ("eager_ms", "compile_ms", "serial_c_ms", "naive_ms",
                                                    "median_ms")}
@@ -97,7 +103,7 @@ for protocol in ("stable", "legacy"):
         target = ("yes" if eager and median <= 2 * eager else "no") if field in ("compile_ms",
                                                                                "serial_c_ms") else ""
         print(f"| {protocol} | {field} | {len(d)} | {median:.1%} | {ratio} | {target} |")
-for protocol in ("stable", "legacy"):
+for protocol in protocols:
     print(f"\n### {protocol}: diagnostics ({protocol}1 = A, {protocol}2 = B)\n")
     print("\n".join(diagnostics(rows[f"{protocol}1"], rows[f"{protocol}2"])))
 EOF

@@ -237,8 +237,18 @@ def test_a_bad_shard_is_refused_with_the_fix():
 
 
 def test_the_budget_stops_before_a_task_that_cannot_fit(tmp_path):
-    summary = measure_fake(options(tmp_path, time_budget_s=1.0, assumed_task_s=10.0))
-    assert summary.finished == 0 and summary.left == 2 and summary.exit_code == EXIT_BUDGET
+    # the first task is expected to fit (0.6 s of 1 s); once it has taken 0.6 s the second cannot
+    fits_once = options(tmp_path, time_budget_s=1.0, assumed_task_s=0.5, assumed_startup_s=0.0,
+                        test_hooks=(("sleep_s", "0.6"),))
+    summary = measure_fake(fits_once)
+    assert summary.finished == 1 and summary.left == 1 and summary.exit_code == EXIT_BUDGET
+
+
+def test_a_budget_too_short_for_any_task_is_refused_with_the_fix(tmp_path):
+    too_short = options(tmp_path, time_budget_s=55.0, kinds=("pytorch",))
+    with pytest.raises(ValueError, match="no task would start.*--time-budget-s 60 or more"):
+        measure_fake(too_short)
+    assert not (tmp_path / RESULTS_FILE).exists()
 
 
 def test_the_budget_kills_a_task_past_the_grace_and_the_next_run_finishes_it(tmp_path):

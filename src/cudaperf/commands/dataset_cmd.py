@@ -380,7 +380,11 @@ def measure(args: argparse.Namespace) -> int:
         print("cudaperf dataset measure needs a GPU: no CUDA device is visible here (run it on the GPU "
               "machine; `--features-only` and `cudaperf dataset stats` work anywhere)", file=sys.stderr)
         return EXIT_USAGE
-    summary = runner.measure(options, gpus)
+    try:
+        summary = runner.measure(options, gpus)
+    except ValueError as exc:
+        print(f"cudaperf dataset measure: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     _print_summary(options, summary)
     _write_summary_files(options)
     return summary.exit_code

@@ -15,6 +15,10 @@ from typing import TypeVar
 # `MeasureOptions.runner` by name; any other value is a dotted path "module:Class" to a class with the
 # `pool.Runner` protocol (the CPU tests inject a fake runner that way).
 RUNNERS: dict[str, str] = {"gpu": "cudaperf.datasets.measure.task_measurement:GpuRunner"}
+# Before any task of a kind finished in this run, the dispatcher assumes these durations (seconds, one
+# worker): PyTorch tasks pay three torch.compile baselines, C tasks the serial reference on the CPU.
+DEFAULT_TASK_S = {"pytorch": 25.0, "c": 10.0}
+EXPECTED_MARGIN = 1.2  # a task is dispatched only if its expected duration times this fits the budget
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ class MeasureOptions:
             raise ValueError("per_gpu and max_attempts must be >= 1")
         if self.impls_per_task < 0:
             raise ValueError("impls_per_task: 0 (all) or a positive number")
+
+    def first_task_s(self, kind: str) -> float:
+        """What the dispatcher expects a run's first task of this kind to need, its measuring process's
+        start included: a budget shorter than that for the first queued task measures nothing."""
+        return self.assumed_startup_s + EXPECTED_MARGIN * (self.assumed_task_s or DEFAULT_TASK_S[kind])
 
     @property
     def hooks(self) -> dict[str, str]:

@@ -42,15 +42,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.datasets.jsonl import ResultsWriter
-from cudaperf.datasets.measure.options import RUNNERS, MeasureOptions
+from cudaperf.datasets.measure.options import DEFAULT_TASK_S, EXPECTED_MARGIN, RUNNERS, MeasureOptions
 from cudaperf.datasets.measure.results import ROW_VERSION, Key
 from cudaperf.datasets.records import GeneratedTask
 from cudaperf.types import TaskKind
 
 EXIT_DONE, EXIT_USAGE, EXIT_BUDGET = 0, 2, 3
-# Before any task of a kind finished in this run, the dispatcher assumes these durations (seconds, one
-# worker): PyTorch tasks pay three torch.compile baselines, C tasks the serial reference on the CPU.
-DEFAULT_TASK_S = {"pytorch": 25.0, "c": 10.0}
 STARTUP_ALLOWANCE_S = 180.0  # a child's import of torch + CUDA init before its first task starts
 STARTUP_FAILED = "the measuring process could not start"
 
@@ -358,7 +355,7 @@ class Pool:
         """A task's likely duration: the 90th percentile of this run's recent tasks of its kind, +20%."""
         seen = sorted(self.durations.get(job.task.kind.value, [])[-30:])
         assumed = self.options.assumed_task_s or DEFAULT_TASK_S[job.task.kind.value]
-        return (seen[int(0.9 * (len(seen) - 1))] if seen else assumed) * 1.2
+        return (seen[int(0.9 * (len(seen) - 1))] if seen else assumed) * EXPECTED_MARGIN
 
     def _dispatch(self, deadline: float) -> None:
         for w in self.workers:

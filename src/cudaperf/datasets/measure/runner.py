@@ -122,8 +122,10 @@ def visible_gpus(wanted: int) -> list[str | None]:
 
 
 def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> RunSummary:
-    """Measure the selected tasks not measured yet; see the module docstring."""
+    """Measure the selected tasks not measured yet; see the module docstring. ValueError (before anything
+    is written) for a time budget too short for the first task to start."""
     jobs, summary = plan_jobs(options, progress_of(options))
+    refuse_a_budget_nothing_fits(options, jobs)
     gpus = visible_gpus(options.workers) if gpus is None else gpus
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     writer = ResultsWriter(options.out_dir / RESULTS_FILE)
@@ -142,6 +144,20 @@ def measure(options: MeasureOptions, gpus: list[str | None] | None = None) -> Ru
             features.close(wait_s=10.0)
         writer.close()
     return summary
+
+
+def refuse_a_budget_nothing_fits(options: MeasureOptions, jobs: list[Job]) -> None:
+    """The dispatcher starts a task only if it is expected to end within the budget, and stops at the first
+    that is not: a budget shorter than the first queued task's expectation would measure nothing and say
+    "run it again", which would measure nothing again."""
+    if not jobs or options.time_budget_s <= 0:
+        return
+    kind = jobs[0].task.kind.value
+    need_s = options.first_task_s(kind)
+    if options.time_budget_s < need_s:
+        raise ValueError(f"time budget {options.time_budget_s:g} s: no task would start (the first, a "
+                         f"{kind} task, is expected to need {need_s:g} s with its measuring process's start "
+                         f"of {options.assumed_startup_s:g} s); use --time-budget-s {need_s:g} or more")
 
 
 def plan_jobs(options: MeasureOptions, progress: Progress) -> tuple[list[Job], RunSummary]:
