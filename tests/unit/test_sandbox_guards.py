@@ -409,3 +409,15 @@ def test_a_workers_inductor_cache_is_its_own_even_after_the_parent_compiled(monk
     worker = Worker(None, Limits(), uid=61000)
     worker._root = "/nonexistent-root"
     assert worker._environment()["TORCHINDUCTOR_CACHE_DIR"] == "/nonexistent-root/tmp/torchinductor"
+
+
+def test_a_workers_triton_cache_is_its_own_even_after_the_parent_compiled_on_the_gpu(monkeypatch):
+    """Inductor puts TRITON_CACHE_DIR (its own cache dir's triton/<device>) into the parent's environment
+    at its first Triton kernel; inside the boundary that path is read-only, so a worker inheriting it had
+    its torch.compile baseline fail with EROFS."""
+    from cudaperf.execute.sandbox import Worker
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/torchinductor_root/triton/0")
+    worker = Worker(None, Limits(), uid=61000)
+    worker._root = "/nonexistent-root"
+    assert worker._environment()["TRITON_CACHE_DIR"] == "/nonexistent-root/tmp/torchinductor/triton"

@@ -429,8 +429,13 @@ class Worker:
                 # Inductor's cache in the worker's own temp directory (where the worker's TMPDIR would put
                 # it): Inductor writes its default cache dir, /tmp/torchinductor_<user>, into the parent's
                 # environment at its first compile, and a worker under its own uid cannot write that one
-                # (the torch.compile baseline failed with EACCES on its lock files).
+                # (the torch.compile baseline failed with EACCES on its lock files). Likewise Triton's
+                # cache: Inductor writes TRITON_CACHE_DIR (under its own cache dir) into the parent's
+                # environment at its first Triton kernel, and inside the boundary that path is read-only
+                # (the compiled baseline failed with EROFS in every worker of a process that had compiled
+                # on the GPU before: dev/LOG.md, session 27).
                 "TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "tmp", "torchinductor"),
+                "TRITON_CACHE_DIR": os.path.join(root, "tmp", "torchinductor", "triton"),
                 **self._user_names(),
                 **self._heap_settings(),
                 **thread_settings(self.cpu_threads),
