@@ -33,6 +33,12 @@
 #   COMPARE_BASE=none RL_STEPS=2 RL_S=430 bash scripts/model_day.sh C;
 #   COMPARE_BASE=none REFINE_S=0 bash scripts/model_day.sh D
 # (A's profile replaces D's PROFILE_S; with a static cache chosen, RL_STEPS can rise in B and C alike.)
+# Measured since (session 27, H100, results/2026-12-05-s27-h100/call2-generation-profile/): the rollout's
+# decoding step on a bfloat16 copy of the policy 21.0 ms against 97.7 ms for the autocast form, the static
+# cache in the rollout's form no faster (382 ms as measured). So skip A's profile and name the forms:
+#   RL_GEN_WEIGHTS=bfloat16 RL_GEN_CACHE=dynamic A_PROFILE_S=0 in every call (B and C read them), and
+#   a step (4 x 4 trajectories, 2 turns, 1,024 tokens) is ~2 x (1,024 x ~21 ms + ~12 s of evaluation at the
+#   RL mode's 83 evaluations/min) + ~3 s ~ 70 s: RL_STEPS=5 with RL_S=430 in C.
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
 # compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
