@@ -9,11 +9,11 @@ order (`--out` is rewritten after each, so a run stopped at its limit keeps what
 - `rollout_bf16`: the same generator with `weights="bfloat16"` (`RlConfig.generation_weights`: a bfloat16
   copy of the parameters, no autocast);
 - `rollout_static`: the same with `cache="static"` (`RlConfig.generation_cache`; float32, no autocast),
-  the form the RL trainer can switch to (its first call, compile included, reported on its own): these
-  two decide `model_day.sh`'s choice;
+  the form the RL trainer can switch to (its first call, compile included, and its first call at a second
+  length reported on their own, `compiled_form`): these two decide `model_day.sh`'s choice;
 - then a `torch.profiler` table of a few `rollout` steps: the operators with the most host and device time;
 - `bf16`: the model cast to bfloat16, plain sampling, no processor;
-- `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (first call reported).
+- `static`: `bf16` with a static KV cache, which `transformers` compiles on a GPU (first calls reported).
 
 `--model smollm2-shape` is a randomly initialised model of SmolLM2-135M's exact shape (no GGUF to carry):
 a decoding step's time does not depend on the weights' values, since every row is forced to full length.
@@ -127,39 +127,45 @@ def rollout_step_ms(gen, rows: list[list[int]], short: int, long: int, cuda: boo
     return per_step_ms(run, short, long)
 
 
-def compiled_form(name: str, first_call, step_ms) -> dict:
-    """A static-cache form: `first_call()` (seconds, compile included) then `step_ms()`, as figures keyed
-    by `name`; a form that fails is a finding (`<name>_error`), reported, not a crash."""
+def compiled_form(name: str, run, short: int, long: int) -> dict:
+    """A static-cache form, `run(n)` the wall seconds of an n-token call: its first call (short, compile
+    included), its first call at a second length (long: a static cache is sized to prompt + new tokens,
+    so a new length may compile again; what a caller whose lengths vary would pay), then its step from
+    calls at both lengths already seen. Figures keyed by `name`; a form that fails is a finding
+    (`<name>_error`), reported, not a crash."""
     try:
-        first = first_call()
-        step = step_ms()
+        first = run(short)
+        new_length = run(long)
+        step = per_step_ms(run, short, long)
     except Exception as exc:  # noqa: BLE001 - see the docstring
         error = f"{type(exc).__name__}: {exc}"[:500]
         print(f"RESULT gen {name} failed: {error}", flush=True)
         return {f"{name}_error": error}
-    print(f"RESULT gen {name} {step:.2f} ms a step (first call {first:.1f} s, compile included)", flush=True)
-    return {f"{name}_ms_per_step": step, f"{name}_first_call_s": first}
+    print(f"RESULT gen {name} {step:.2f} ms a step (first call {first:.1f} s, compile included; first call "
+          f"at a new length {new_length:.1f} s)", flush=True)
+    return {f"{name}_ms_per_step": step, f"{name}_first_call_s": first,
+            f"{name}_new_length_first_call_s": new_length}
 
 
 def rollout_static(model, tokenizer, rows: list[list[int]], short: int, long: int, cuda: bool) -> dict:
-    """The rollout's generator with a static cache: its first call (compile included) and its step."""
+    """The rollout's generator with a static cache (`compiled_form`)."""
     from cudaperf.train.rollout import ModelGenerator
 
     gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=len(rows), cache="static")
 
-    def first_call() -> float:
-        with full_length(model, short):
-            return wall_s(lambda: gen.generate(rows, short), cuda)
+    def run(n: int) -> float:
+        with full_length(model, n):
+            return wall_s(lambda: gen.generate(rows, n), cuda)
 
-    return compiled_form("rollout_static", first_call, lambda: rollout_step_ms(gen, rows, short, long, cuda))
+    return compiled_form("rollout_static", run, short, long)
 
 
 def bf16_static(bf16, ids, short: int, long: int) -> dict:
-    """`bf16` with a static cache: its first call (compile included) and its step."""
+    """`bf16` with a static cache (`compiled_form`)."""
     def run(n: int) -> float:
         return timed_generate(bf16, ids, n, cache_implementation="static")
 
-    return compiled_form("static", lambda: run(short), lambda: per_step_ms(run, short, long))
+    return compiled_form("static", run, short, long)
 
 
 def profile_table(gen, rows: list[list[int]], steps: int, cuda: bool) -> str:

@@ -261,15 +261,18 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
 }
 
 # The generation KV cache of the rollouts and the comparison: RL_GEN_CACHE when set; otherwise what call
-# A's profile of a SmolLM2-shaped model found (static when its decoding step is under 0.7x the dynamic one
-# and its first call, compile included, under 120 s); dynamic without a profile.
+# A's profile of a SmolLM2-shaped model found (static when its decoding step is under 0.7x the dynamic one,
+# its first call, compile included, under 120 s, and its first call at a new length under 10 s: the rollouts'
+# lengths vary from call to call); dynamic without a profile.
 gen_cache() {
   if [[ -n ${RL_GEN_CACHE:-} ]]; then echo "$RL_GEN_CACHE"; return; fi
   python3 - "$T/generation_profile.json" << 'PY' 2> /dev/null || echo dynamic
 import json, sys
 f = json.load(open(sys.argv[1]))
 static, dynamic = f.get("rollout_static_ms_per_step"), f.get("rollout_ms_per_step")
-fast = static is not None and dynamic and static < 0.7 * dynamic and f["rollout_static_first_call_s"] < 120
+again = f.get("rollout_static_new_length_first_call_s", 0.0)  # a compile per new length: lengths vary
+fast = (static is not None and dynamic and static < 0.7 * dynamic and f["rollout_static_first_call_s"] < 120
+        and again < 10)
 print("static" if fast else "dynamic")
 PY
 }
