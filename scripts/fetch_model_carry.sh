@@ -55,15 +55,5 @@ head -c "$part0" "$xzfile" > ".carry/model-1/$name.xz.part0"
 dd if="$xzfile" of=".carry/model-1b/$name.xz.part1" bs=1M iflag=skip_bytes,count_bytes skip="$part0" \
   count="$third" status=none  # not tail | head: head's early exit is a SIGPIPE that pipefail would stop on
 tail -c +"$((part0 + third + 1))" "$xzfile" > ".carry/model-2/$name.xz.part2"
-# The working tree that travels: tracked files and untracked files git does not ignore.
-tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } \
-  | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
-limit=$((64 * 1024 * 1024))
-for folder in .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3; do
-  size=$(du -sb "$folder" | cut -f1)
-  echo "$folder: $size bytes + working tree $tree = $((size + tree)) of $limit"
-  if (( size + tree > limit - 1024 * 1024 )); then
-    echo "too large for one call: shrink the working tree (untracked files count) or the carry" >&2
-    exit 1
-  fi
-done
+source scripts/carry_limit.sh
+check_carry_folders .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3

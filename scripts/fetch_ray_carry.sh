@@ -31,14 +31,5 @@ third=$(( (size + 2) / 3 ))
 split -b "$third" -d -a 1 --numeric-suffixes=1 "$wheel" "$root/whole/$name.part"
 mv "$root/whole/$name.part1" "$root/a/" && mv "$root/whole/$name.part2" "$root/b/"
 mv "$root/whole/$name.part3" "$root/c/" && rm -rf "$root/whole"
-tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } \
-  | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
-limit=$((64 * 1024 * 1024))
-for folder in "$root/a" "$root/b" "$root/c"; do
-  folder_bytes=$(du -sb "$folder" | cut -f1)
-  echo "$folder: $folder_bytes bytes + working tree $tree = $((folder_bytes + tree)) of $limit"
-  if (( folder_bytes + tree > limit - 1024 * 1024 )); then
-    echo "too large for one call: shrink the working tree (untracked files count) or cut the wheel finer" >&2
-    exit 1
-  fi
-done
+source scripts/carry_limit.sh
+check_carry_folders "$root/a" "$root/b" "$root/c"

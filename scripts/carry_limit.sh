@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sourced by the scripts that prepare carry folders for the GPU machine (fetch_model_carry.sh,
+# fetch_ray_carry.sh): `check_carry_folders FOLDER...` prints each folder's bytes beside the working tree
+# that travels with it (tracked files and untracked files git does not ignore) and fails when one would
+# not fit a device call's 64 MiB, less 1 MiB of headroom.
+check_carry_folders() {
+  local tree limit folder folder_bytes
+  tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } \
+    | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  limit=$((64 * 1024 * 1024))
+  for folder in "$@"; do
+    folder_bytes=$(du -sb "$folder" | cut -f1)
+    echo "$folder: $folder_bytes bytes + working tree $tree = $((folder_bytes + tree)) of $limit"
+    if (( folder_bytes + tree > limit - 1024 * 1024 )); then
+      echo "too large for one call: shrink the working tree (untracked files count) or the carry" >&2
+      return 1
+    fi
+  done
+}
