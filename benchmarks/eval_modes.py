@@ -171,21 +171,26 @@ def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
 
 @dataclasses.dataclass(frozen=True)
 class RlArm:
-    """One run of the RL mode in a repeat: its workers per GPU, and its ranking budget when not the
-    library's (`RlSettings.budget_ms`; the warm-up then half of it)."""
+    """One run of the RL mode in a repeat: its workers per GPU, its ranking budget when not the library's
+    (`RlSettings.budget_ms`; the warm-up then half of it), and whether jobs leave the gate at the worker's
+    result (`RlSettings.release_at_result`)."""
 
     workers: int
     budget_ms: float | None = None
+    release_at_result: bool = False
 
     @staticmethod
     def parse(text: str) -> RlArm:
-        """"W" or "W/B": W workers, a B ms budget."""
-        workers, _, budget = text.strip().partition("/")
-        return RlArm(int(workers), float(budget) if budget else None)
+        """"W", "W/B", either with "r" after it: W workers, a B ms budget, the gate left at the result."""
+        text = text.strip()
+        release = text.endswith("r")
+        workers, _, budget = text.removesuffix("r").partition("/")
+        return RlArm(int(workers), float(budget) if budget else None, release)
 
     @property
     def name(self) -> str:
-        return f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
+        return (f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
+                + ("-r" if self.release_at_result else ""))
 
 
 def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
@@ -204,7 +209,8 @@ def _rl_settings(args, arm: RlArm | None):
     return RlSettings(workers_per_gpu=workers or args.workers_per_gpu,
                       cpu_workers=workers or args.cpu_workers,
                       drift_every=args.drift_every or RlSettings().drift_every,
-                      live_anchor=args.live_anchor, **budget)
+                      live_anchor=args.live_anchor,
+                      release_at_result=arm is not None and arm.release_at_result, **budget)
 
 
 def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = None) -> dict:
@@ -440,8 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-per-gpu", type=int, default=4)
     parser.add_argument("--rl-workers", default=None,
                         help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
-                        "of B ms): the RL mode runs once per arm in the same run (rl-wW, rl-wW-bB); default: "
-                        "--workers-per-gpu (--cpu-workers with --cpu)")
+                        "of B ms), either with r after it (jobs leave the gate at the worker's result, "
+                        "RlSettings.release_at_result): the RL mode runs once per arm in the same run "
+                        "(rl-wW, rl-wW-bB, rl-wW-r); default: --workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,
                         help="RL mode: every Nth timed candidate of a task re-times every baseline (default: "

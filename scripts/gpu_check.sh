@@ -15,7 +15,8 @@
 #   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 8
-#   workers (EVAL_MODES_ARMS, default 8; e.g. 4,8,8/5 for more arms): about 120 s an arm on the H100, s26;
+#   workers (EVAL_MODES_ARMS, default 8; e.g. 4,8,8/5 for more arms, 8,8r for the gate left at the worker's
+#   result, RlSettings.release_at_result): about 120 s an arm on the H100, s26;
 #   EVAL_MODES_ARGS=--append for a 2nd call, with the first call's JSON in /tmp/eval_modes.json)
 #   probe-memo (scripts/probe_memo_gpu.py) probe-unseen-cost
 #   (scripts/probe_unseen_cost_gpu.py) rerun (the GPU test files in RERUN_PATHS)

@@ -10,7 +10,9 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    does its timing stage's host work and says it is ready to time, and the parent's answer to that,
    which the worker waits for, is held back until the job holds the gate *exclusively*
    (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
-   GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). A candidate
+   GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). The job
+   leaves the gate after the referee's verdict, or, with `RlSettings.release_at_result`, as the worker's
+   result comes in (`on_result`). A candidate
    that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is no
    go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
    (shared), then, if correct, the whole job again with timing on (exclusive); its verdict is the result
@@ -117,6 +119,12 @@ class RlSettings:
     """Live anchors this far from the task's live reference (relative; the median over its
     configurations), on the same side for two anchored candidates in a row, make the task's next timed
     candidate a carrier, so the cached baselines are timed again."""
+    release_at_result: bool = False
+    """Refereed jobs leave the gate when the worker's result is in (`Worker.run`'s `on_result`: its code
+    runs no more, its cleanup has waited for what it queued on the device) instead of after the referee's
+    verdict, so the verdict, the referee's release of cached device memory and the region's zeroing no
+    longer hold the next candidate's exclusive turn. Off until measured on a GPU: the referee's release
+    of its cache to the driver then overlaps another candidate's timing (no kernel of its own runs)."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -266,9 +274,10 @@ class GateTurn:
         self._leave = self._take(self.gate.exclusive)
 
     def step_aside(self) -> None:
-        """Leave the shared side and hold nothing until `upgrade` (called as the referee's "all correct"
-        answer passes, `execute.sandbox.Worker.run`'s `on_checked`): the worker's host work before timing
-        then keeps no other job's exclusive turn waiting."""
+        """Leave the side held and hold nothing until `upgrade`: called as the referee's "all correct"
+        answer passes (`execute.sandbox.Worker.run`'s `on_checked`), so the worker's host work before timing
+        keeps no other job's exclusive turn waiting; and, with `RlSettings.release_at_result`, as the
+        worker's result comes in (`on_result`), so the referee's verdict does not either."""
         if self._leave is None:
             raise RuntimeError("GateTurn.step_aside outside hold()")
         self._leave()
@@ -543,9 +552,10 @@ def fill_timings(timings: tuple[ConfigTiming, ...],
 Hold = Callable[[], contextlib.AbstractContextManager[Any]]
 Finish = Callable[..., EvalResult]
 """`Evaluator._finish_with(task, solution, start, submitted, timing, hold, on_proceed=None,
-on_checked=None)`: the default recipe from the static verdict on, with the job's timing replaced, the
-worker's run held by `hold()`, `on_checked()` called when the referee finds the candidate correct and
-`on_proceed()` before the candidate can be timed."""
+on_checked=None, on_result=None)`: the default recipe from the static verdict on, with the job's timing
+replaced, the worker's run held by `hold()`, `on_checked()` called when the referee finds the candidate
+correct, `on_proceed()` before the candidate can be timed and `on_result()` once the worker's result is
+in."""
 Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
 """`evaluate.with_cached_baselines`: a result with cached baselines written in and its speedups redone."""
 
@@ -579,7 +589,8 @@ class RlScheduler:
         result = None
         try:
             result = self._finish(task, solution, start, submitted, plan.timing, turn.hold, turn.upgrade,
-                                  turn.step_aside)
+                                  turn.step_aside,
+                                  turn.step_aside if self.settings.release_at_result else None)
         finally:
             drift = self.baselines.settle(task, solution.solution_id, result) if plan.carrier else []
         self._count("checked")

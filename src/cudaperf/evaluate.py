@@ -255,12 +255,13 @@ class Evaluator:
     def _finish(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                 timing: TimingConfig | None = None, hold: Callable | None = None,
                 on_proceed: Callable[[], None] | None = None,
-                on_checked: Callable[[], None] | None = None) -> EvalResult:
+                on_checked: Callable[[], None] | None = None,
+                on_result: Callable[[], None] | None = None) -> EvalResult:
         """The recipe once the static verdict is known and the build submitted: build, worker, features.
         `timing` replaces the configuration's for this job; `hold()`, a context manager, is held around
-        the worker's run; `on_checked()` is called when the referee finds the candidate correct and
-        `on_proceed()` before the candidate can be timed (`execute.sandbox.Worker.run`); all for an
-        evaluation mode's schedule, `eval_modes`."""
+        the worker's run; `on_checked()` is called when the referee finds the candidate correct,
+        `on_proceed()` before the candidate can be timed and `on_result()` once the worker's result is in
+        (`execute.sandbox.Worker.run`); all for an evaluation mode's schedule, `eval_modes`."""
         if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
             build = self._wait_build(submitted.build, start.durations)
             return dataclasses.replace(start.rejection, build=build)
@@ -271,17 +272,19 @@ class Evaluator:
             skipped = start.result(Outcome.SKIPPED, "execute", self._skip_reason(), build=build)
             return self._with_features(task, solution, skipped, submitted.analysis)
         with hold() if hold is not None else contextlib.nullcontext():
-            ran = self._run_in_worker(task, solution, build, start, timing, on_proceed, on_checked)
+            ran = self._run_in_worker(task, solution, build, start, timing, on_proceed, on_checked, on_result)
         return self._with_features(task, solution, with_native_timing_note(solution, ran), submitted.analysis)
 
     def _finish_with(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                      timing: TimingConfig, hold: Callable,
                      on_proceed: Callable[[], None] | None = None,
-                     on_checked: Callable[[], None] | None = None) -> EvalResult:
+                     on_checked: Callable[[], None] | None = None,
+                     on_result: Callable[[], None] | None = None) -> EvalResult:
         """`_finish` for an evaluation mode's schedule (`eval_modes.Finish`): on a copy of `start`'s
         durations, so one evaluation may reach a worker more than once."""
         start = dataclasses.replace(start, durations=dict(start.durations))
-        return self._finish(task, solution, start, submitted, timing, hold, on_proceed, on_checked)
+        return self._finish(task, solution, start, submitted, timing, hold, on_proceed, on_checked,
+                            on_result)
 
     def _skip_reason(self) -> str:
         why = "no CUDA GPU on this machine" if self.config.device != "none" else "EvalConfig.device='none'"
@@ -345,12 +348,13 @@ class Evaluator:
     def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,
                        start: _Start, timing: TimingConfig | None = None,
                        on_proceed: Callable[[], None] | None = None,
-                       on_checked: Callable[[], None] | None = None) -> EvalResult:
+                       on_checked: Callable[[], None] | None = None,
+                       on_result: Callable[[], None] | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
         timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
         reply = self._workers.run(job_message(self._job(task, solution, timing), self.secret), timeouts,
-                                  on_proceed, on_checked)
+                                  on_proceed, on_checked, on_result)
         start.durations.update(reply.durations_s or {})
         return _from_worker(start, reply, read_payload(reply.payload), build)
 

@@ -50,6 +50,12 @@ def test_the_summary_names_candidates_whose_verdicts_differ_between_runs():
     assert summary["differing"] == {"s": ["correct", "incorrect"]} and summary["rl_vs_default"] == 4.0
 
 
+def test_an_arm_marked_r_leaves_the_gate_at_the_result():
+    arm = RlArm.parse("8/5r")
+    assert arm == RlArm(8, 5.0, True) and arm.name == "rl-w8-b5-r"
+    assert RlArm.parse("8r").name == "rl-w8-r" and not RlArm.parse("8").release_at_result
+
+
 def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
     four, eight = RlArm.parse("4"), RlArm.parse("8/5")
     assert eight == RlArm(8, 5.0) and (four.name, eight.name) == ("rl-w4", "rl-w8-b5")

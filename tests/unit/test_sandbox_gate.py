@@ -77,6 +77,49 @@ def test_a_wrong_candidate_s_checks_end_is_not_told(refereed):
     assert order == []
 
 
+def test_the_result_is_told_once_after_the_go_ahead(refereed):
+    order: list[str] = []
+    reply = refereed.run(_job(CORRECT), on_proceed=lambda: order.append("proceed"),
+                         on_checked=lambda: order.append("checked"), on_result=lambda: order.append("result"))
+    assert reply.outcome is None and order == ["checked", "proceed", "result"], (order, reply.message)
+
+
+def test_a_wrong_candidate_s_result_is_told_too(refereed):
+    order: list[str] = []
+    refereed.run(_job(WRONG), on_result=lambda: order.append("result"))
+    assert order == ["result"]
+
+
+def _gate_at_verdict(pool, monkeypatch, release_at_result: bool) -> tuple[object, dict]:
+    """A correct candidate's job under a `GateTurn` as the RL mode holds it, and the gate's state when the
+    parent asks the referee for its verdict."""
+    gate = GpuGate()
+    turn, seen = gate.turn(), {}
+    for worker in pool.workers:
+        link, request = worker.referee, worker.referee.request
+
+        def asked(message, deadline, request=request):
+            if message.get("type") == "finish":
+                seen.update(exclusive=gate.exclusive_held, readers=gate.readers)
+            return request(message, deadline)
+        monkeypatch.setattr(link, "request", asked)
+    with turn.hold():
+        reply = pool.run(_job(CORRECT), on_proceed=turn.upgrade, on_checked=turn.step_aside,
+                         on_result=turn.step_aside if release_at_result else None)
+    return reply, seen
+
+
+def test_a_turn_released_at_the_result_leaves_the_gate_before_the_referees_verdict(refereed, monkeypatch):
+    reply, seen = _gate_at_verdict(refereed, monkeypatch, release_at_result=True)
+    assert reply.outcome is None and reply.payload["timings"], reply.message
+    assert reply.payload["correctness"] and seen == {"exclusive": False, "readers": 0}
+
+
+def test_a_turn_not_released_at_the_result_holds_the_gate_through_the_verdict(refereed, monkeypatch):
+    reply, seen = _gate_at_verdict(refereed, monkeypatch, release_at_result=False)
+    assert reply.outcome is None and seen == {"exclusive": True, "readers": 0}
+
+
 def test_a_wrong_candidate_never_asks_for_the_go_ahead(refereed):
     reply, calls = _run(refereed, WRONG)
     assert calls == [] and not reply.payload.get("timings")

@@ -326,6 +326,7 @@ class Worker:
         self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
         self._on_proceed: Callable[[], None] | None = None  # this job's (run)
         self._on_checked: Callable[[], None] | None = None  # likewise
+        self._on_result: Callable[[], None] | None = None  # likewise
         self._go_ahead_at: float | None = None  # when this job's "all correct" answer or go-ahead was sent
         self._may_time = False  # this job's "all correct" answer was sent and its "ready" not yet seen
         self._asked_to_time = False  # this job's worker said it was about to time (`outputs.Shipper.ready`)
@@ -530,7 +531,8 @@ class Worker:
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts,
             on_proceed: Callable[[], None] | None = None,
-            on_checked: Callable[[], None] | None = None) -> WorkerReply:
+            on_checked: Callable[[], None] | None = None,
+            on_result: Callable[[], None] | None = None) -> WorkerReply:
         """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR.
 
         `on_proceed`, when given, is called before the candidate can be timed and may block (a scheduler
@@ -540,9 +542,14 @@ class Worker:
         time waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the
         job is sent. It is not called for a job that fails before that point. `on_checked`, when given, is
         called (refereed jobs only) as the referee's "all correct" answer passes through, before the
-        worker's host work for timing: a scheduler may let go of what it holds for the checks then."""
+        worker's host work for timing: a scheduler may let go of what it holds for the checks then.
+        `on_result`, when given, is called once the worker's result is in (after its cleanup stage, which
+        waits for everything it queued on the device), before the referee's verdict is asked for: the job's
+        code runs no more; what follows is the parent's and the referee's host work (the verdict, the
+        referee giving cached device memory back to the driver, the region zeroed). Not called for a job
+        that fails before it is sent."""
         self._busy = True
-        self._on_proceed, self._on_checked = on_proceed, on_checked
+        self._on_proceed, self._on_checked, self._on_result = on_proceed, on_checked, on_result
         self._go_ahead_at = self._result_at = None
         self._may_time = self._asked_to_time = False
         try:
@@ -554,7 +561,7 @@ class Worker:
                                worker_replaced=True)  # fmt: skip
         finally:
             self._busy = False
-            self._on_proceed = self._on_checked = None
+            self._on_proceed = self._on_checked = self._on_result = None
 
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
@@ -587,6 +594,9 @@ class Worker:
                 return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", "the worker did not accept the job")
         info, state = dict(self.info), dict(self.boundary_state)  # of this job's worker, even if replaced
         reply = self._collect(nonce, timeouts)
+        if self._on_result is not None:
+            result_in, self._on_result = self._on_result, None
+            result_in()
         if self._engaged:
             reply = self._referee_end(reply, timeouts)
         sandbox = {**reply.sandbox, "pid": info.get("pid"), "device": self.device,
@@ -1105,11 +1115,12 @@ class WorkerPool:
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts | None = None,
             on_proceed: Callable[[], None] | None = None,
-            on_checked: Callable[[], None] | None = None) -> WorkerReply:
-        """One job on the next idle worker (`Worker.run`; `on_proceed` and `on_checked` as there)."""
+            on_checked: Callable[[], None] | None = None,
+            on_result: Callable[[], None] | None = None) -> WorkerReply:
+        """One job on the next idle worker (`Worker.run`; the callbacks as there)."""
         worker = self._idle.get()
         try:
-            return worker.run(job, timeouts or self.timeouts, on_proceed, on_checked)
+            return worker.run(job, timeouts or self.timeouts, on_proceed, on_checked, on_result)
         finally:
             self._idle.put(worker)
 
