@@ -90,6 +90,15 @@ def test_a_wrong_candidate_s_result_is_told_too(refereed):
     assert order == ["result"]
 
 
+def test_a_job_whose_worker_died_is_not_told_its_result(refereed):
+    order: list[str] = []
+    head = "def forward(self, x, z):"
+    dies = CORRECT.replace(head, head + "\n        import os; os._exit(3)")
+    assert dies != CORRECT
+    reply = refereed.run(_job(dies), on_result=lambda: order.append("result"))
+    assert reply.worker_replaced and order == [], (reply.outcome, reply.message)
+
+
 def _gate_at_verdict(pool, monkeypatch, release_at_result: bool) -> tuple[object, dict]:
     """A correct candidate's job under a `GateTurn` as the RL mode holds it, and the gate's state when the
     parent asks the referee for its verdict."""

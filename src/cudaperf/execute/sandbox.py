@@ -547,7 +547,8 @@ class Worker:
         waits for everything it queued on the device), before the referee's verdict is asked for: the job's
         code runs no more; what follows is the parent's and the referee's host work (the verdict, the
         referee giving cached device memory back to the driver, the region zeroed). Not called for a job
-        that fails before it is sent."""
+        that fails before it is sent, nor for one whose worker died or was killed (the driver's teardown
+        of its context and its replacement's start are still that job's)."""
         self._busy = True
         self._on_proceed, self._on_checked, self._on_result = on_proceed, on_checked, on_result
         self._go_ahead_at = self._result_at = None
@@ -594,7 +595,7 @@ class Worker:
                 return WorkerReply(Outcome.HARNESS_ERROR, "dispatch", "the worker did not accept the job")
         info, state = dict(self.info), dict(self.boundary_state)  # of this job's worker, even if replaced
         reply = self._collect(nonce, timeouts)
-        if self._on_result is not None:
+        if self._on_result is not None and not reply.worker_replaced:
             result_in, self._on_result = self._on_result, None
             result_in()
         if self._engaged:
