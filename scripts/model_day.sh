@@ -9,8 +9,9 @@
 #                                                             (+ A_EXTRA_S s of eval-modes, default 0; it
 #                                                             needs .carry/model-3 carried too)
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
-#                                                             travels in three parts so that every call keeps
-#                                                             ~17 MB under the 64 MiB carry limit)
+#                                                             travels in parts so that every call fits the
+#                                                             64 MiB carry limit; with PARTS=4 in
+#                                                             fetch_model_carry.sh, A2 again with model-1c)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
@@ -216,11 +217,14 @@ call_A() {
   fi
 }
 
-call_A2() {
-  [[ -d .carry/model-1b ]] || { echo "carry .carry/model-1b (fetch_model_carry.sh)" >&2; exit 2; }
+call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c ... with PARTS >= 4)
+  local parts
+  parts=$(compgen -G ".carry/model-1[b-h]/*.xz.part*") || {
+    echo "carry .carry/model-1b (or the next middle folder; fetch_model_carry.sh)" >&2; exit 2; }
   [[ -f $T/carry/done-A ]] || { echo "no $T/carry from call A: a fresh machine? run A first" >&2; exit 2; }
-  cp .carry/model-1b/*.part1 "$T/carry/" && touch "$T/carry/done-A2"
-  echo "| A2 | rc=$? | GGUF part 1 into $T/carry |" | tee -a "$SUMMARY"
+  # shellcheck disable=SC2086  # one path a line, none with spaces
+  cp $parts "$T/carry/"
+  echo "| A2 | rc=$? | GGUF $(basename -a $parts | sed 's/.*\.//' | tr '\n' ' ')into $T/carry |" | tee -a "$SUMMARY"
 }
 
 call_B() {
