@@ -16,7 +16,8 @@ mkdir -p "$G"
 name=$(awk '{print $2}' "$C/SHA256SUMS")
 files=()
 for ((k = 0; k < parts; k++)); do
-  [[ -f $C/$name.xz.part$k ]] || { echo "no part $k in $C: run call A2 with the folder that has it" >&2; exit 1; }
+  [[ -f $C/$name.xz.part$k ]] || {
+    echo "no part $k in $C: run call A2 with the folder that has it" >&2; exit 1; }
   files+=("$C/$name.xz.part$k")
 done
 if ! (cd "$G" && sha256sum -c --status "$C/SHA256SUMS" 2>/dev/null); then

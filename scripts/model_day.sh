@@ -224,7 +224,9 @@ call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c
   [[ -f $T/carry/done-A ]] || { echo "no $T/carry from call A: a fresh machine? run A first" >&2; exit 2; }
   # shellcheck disable=SC2086  # one path a line, none with spaces
   cp $parts "$T/carry/"
-  echo "| A2 | rc=$? | GGUF $(basename -a $parts | sed 's/.*\.//' | tr '\n' ' ')into $T/carry |" | tee -a "$SUMMARY"
+  local rc=$? names
+  names=$(basename -a $parts | sed 's/.*\.//' | tr '\n' ' ')
+  echo "| A2 | rc=$rc | GGUF ${names}into $T/carry |" | tee -a "$SUMMARY"
 }
 
 call_B() {
