@@ -273,6 +273,8 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
             "stage_sums_s": {k: sum(r.stage_durations_s.get(k) or 0.0 for r in results) for k in STAGES},
             "finished_s": finished_s,  # when each result reached the caller, from the timed pass's start
             "referee_ms_sums": _referee_sums(results),
+            # the same over the timed jobs alone: what their holds of the gate (the exclusive turn) include
+            "referee_ms_sums_timed": _referee_sums([r for r in results if r.timings]),
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results},
             "schedule": report}
