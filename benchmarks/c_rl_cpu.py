@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import write_result
+from common import referee_spent, write_result
 
 LARGE_N = 1 << 24  # 16.8M elements, the size of the dataset C tasks' large configurations
 STAGES = ("correctness", "timing_prep", "timing", "gate_wait", "total")
@@ -109,7 +109,8 @@ def one_run(label: str, args) -> dict:
 
     tasks = c_tasks()
     config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
-                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=args.workers))
+                        policy=Policy(allow_torch_ops=True),
+                        rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity))
     with Evaluator(config) as ev:
         ev._workers.warm_up()
         list(ev.evaluate_many([p for p in pairs(tasks, 1, label + "-warm") if "/right/" in p[1].solution_id]))
@@ -122,6 +123,8 @@ def one_run(label: str, args) -> dict:
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "timed_stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in timed])
                                       for k in STAGES},
+            # the referees' time computing references, summed over the run (cold tasks cost it)
+            "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in referee_spent(results)), 1),
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results}}
 
@@ -137,12 +140,15 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=2,
                         help="each candidate this many times (distinct texts)")
     parser.add_argument("--label", default="run")
+    parser.add_argument("--task-affinity", action="store_true",
+                        help="RlSettings.task_affinity: each batch thread on one worker, its last task first")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     row = one_run(args.label, args)
     medians = ", ".join(f"{k} {v:.3f}" for k, v in row["timed_stage_medians_s"].items() if v is not None)
     print(f"{row['label']}: {row['evals_per_min']:.1f} evaluations/min ({row['n']} in {row['wall_s']:.1f} s, "
-          f"{row['timed']} timed); timed candidates' median s: {medians}", flush=True)
+          f"{row['timed']} timed); timed candidates' median s: {medians}; referees' references "
+          f"{row['referee_reference_ms']:.0f} ms", flush=True)
     wrong = {k: v for k, v in row["outcomes"].items() if (v == "correct") == ("/wrong/" in k)}
     if wrong:
         print(f"unexpected outcomes: {wrong}", flush=True)

@@ -178,19 +178,21 @@ class RlArm:
     workers: int
     budget_ms: float | None = None
     release_at_result: bool = False
+    task_affinity: bool = False
 
     @staticmethod
     def parse(text: str) -> RlArm:
-        """"W", "W/B", either with "r" after it: W workers, a B ms budget, the gate left at the result."""
-        text = text.strip()
-        release = text.endswith("r")
-        workers, _, budget = text.removesuffix("r").partition("/")
-        return RlArm(int(workers), float(budget) if budget else None, release)
+        """"W" or "W/B", then any of the letters "r" and "a": W workers, a B ms budget, the gate left at
+        the worker's result (`RlSettings.release_at_result`), task affinity (`RlSettings.task_affinity`)."""
+        head = text.strip().rstrip("ra")
+        letters = text.strip()[len(head):]
+        workers, _, budget = head.partition("/")
+        return RlArm(int(workers), float(budget) if budget else None, "r" in letters, "a" in letters)
 
     @property
     def name(self) -> str:
         return (f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
-                + ("-r" if self.release_at_result else ""))
+                + ("-r" if self.release_at_result else "") + ("-a" if self.task_affinity else ""))
 
 
 def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
@@ -210,7 +212,8 @@ def _rl_settings(args, arm: RlArm | None):
                       cpu_workers=workers or args.cpu_workers,
                       drift_every=args.drift_every or RlSettings().drift_every,
                       live_anchor=args.live_anchor,
-                      release_at_result=arm is not None and arm.release_at_result, **budget)
+                      release_at_result=arm is not None and arm.release_at_result,
+                      task_affinity=arm is not None and arm.task_affinity, **budget)
 
 
 def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = None) -> dict:
@@ -448,9 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-per-gpu", type=int, default=4)
     parser.add_argument("--rl-workers", default=None,
                         help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
-                        "of B ms), either with r after it (jobs leave the gate at the worker's result, "
-                        "RlSettings.release_at_result): the RL mode runs once per arm in the same run "
-                        "(rl-wW, rl-wW-bB, rl-wW-r); default: --workers-per-gpu (--cpu-workers with --cpu)")
+                        "of B ms), then any of r (jobs leave the gate at the worker's result, "
+                        "RlSettings.release_at_result) and a (RlSettings.task_affinity): the RL mode runs "
+                        "once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a); default: "
+                        "--workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,
                         help="RL mode: every Nth timed candidate of a task re-times every baseline (default: "

@@ -119,6 +119,12 @@ class RlSettings:
     """Live anchors this far from the task's live reference (relative; the median over its
     configurations), on the same side for two anchored candidates in a row, make the task's next timed
     candidate a carrier, so the cached baselines are timed again."""
+    task_affinity: bool = False
+    """Each of the evaluator's batch threads runs its jobs on one worker and takes first the queued
+    candidates of the task that worker ran last (`evaluate.TaskQueue`): its referee then holds that task's
+    references and its session the task's timing references (each referee computes a C task's serial-C
+    references once; eight workers without affinity each met most tasks cold, session 27). Only the order
+    of the jobs changes; every check is the same. Off until measured on a GPU."""
     release_at_result: bool = False
     """Refereed jobs leave the gate when the worker's result is in (`Worker.run`'s `on_result`: its code
     runs no more, its cleanup has waited for what it queued on the device) instead of after the referee's

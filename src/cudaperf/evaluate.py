@@ -5,7 +5,9 @@ and the final outcome decision (`decide_outcome`). The static verdict (a syntax 
 flags, a missing entry point: `anticheat.entry_point`) is decided first, before anything is built, so a
 rejected candidate costs milliseconds, not a `load_inline` build of about a minute of CPU. In a batch the
 builds of the candidates that pass it are submitted to the CPU pool at once, so compilation overlaps with
-GPU work; one thread per GPU worker drains the queue; each result is appended to the store as soon as it
+GPU work; one thread per GPU worker drains the queue (with `RlSettings.task_affinity`, each bound to its
+worker and taking first the candidates of the task that worker ran last, `TaskQueue`); each result is
+appended to the store as soon as it
 exists, so an interrupted batch loses nothing and resumes. One candidate never ends a batch: an exception
 while finishing, storing or showing its result becomes a HARNESS_ERROR row for it (`harness_row`), stored,
 and the batch goes on. `EvalConfig.mode="rl"` keeps every check and changes only the schedule (several
@@ -159,6 +161,8 @@ class Evaluator:
         self._builds = None
         self._workers = None
         self._rl: RlScheduler | None = None  # the RL mode's schedule (`eval_modes`), made on entering
+        self._bound = threading.local()  # `worker`: the pool index this batch thread's jobs run on, if any
+        self._last_task: dict[int, str] = {}  # per worker index: the task its last bound job was of
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _resolve_devices(self) -> tuple[str, list[int]]:
@@ -353,8 +357,12 @@ class Evaluator:
         from cudaperf.execute.sandbox import StageTimeouts
 
         timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
-        reply = self._workers.run(job_message(self._job(task, solution, timing), self.secret), timeouts,
-                                  on_proceed, on_checked, on_result)
+        message = job_message(self._job(task, solution, timing), self.secret)
+        index = getattr(self._bound, "worker", None)
+        if index is None:
+            reply = self._workers.run(message, timeouts, on_proceed, on_checked, on_result)
+        else:
+            reply = self._workers.run_on(index, message, timeouts, on_proceed, on_checked, on_result)
         start.durations.update(reply.durations_s or {})
         return _from_worker(start, reply, read_payload(reply.payload), build)
 
@@ -369,15 +377,20 @@ class Evaluator:
         stop_at = None if deadline_s is None else time.monotonic() + deadline_s
         done = store.done() if store is not None else set()
         todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
-        jobs: queue.Queue = queue.Queue()
+        bound = self._task_affinity()
+        jobs: queue.Queue | TaskQueue = TaskQueue() if bound else queue.Queue()
         results: queue.Queue = queue.Queue()
         for task, sol in todo:  # builds submitted up front: the CPU pool runs ahead of the GPUs
             decided = self._queue_one(task, sol, jobs)
             if decided is not None:
                 results.put(decided)
         n_threads = self._workers.size if self._workers is not None else 1  # one per worker
-        threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at), daemon=True)
-                   for _ in range(n_threads)]
+        if bound:  # thread i runs its jobs on worker i, preferring the task that worker ran last
+            threads = [threading.Thread(target=self._drain_bound, args=(i, jobs, results, stop_at),
+                                        daemon=True) for i in range(n_threads)]
+        else:
+            threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at), daemon=True)
+                       for _ in range(n_threads)]
         for th in threads:
             th.start()
         with ProgressBar(progress, len(todo)) as advance:
@@ -388,7 +401,11 @@ class Evaluator:
         for th in threads:
             th.join()
 
-    def _queue_one(self, task: Task, sol: Solution, jobs: queue.Queue) -> EvalResult | None:
+    def _task_affinity(self) -> bool:
+        return (self._rl is not None and self._rl.settings.task_affinity and self._workers is not None
+                and self._workers.size > 1)
+
+    def _queue_one(self, task: Task, sol: Solution, jobs: queue.Queue | TaskQueue) -> EvalResult | None:
         """Queue one pair for the drain threads with its build submitted; or its result, when the static
         verdict decided it (never built) or the harness failed on it."""
         try:
@@ -408,18 +425,33 @@ class Evaluator:
         ends."""
         while True:
             try:
-                task, sol, start, submitted = jobs.get_nowait()
+                item = jobs.get_nowait()
             except queue.Empty:
                 return
-            try:
-                if stop_at is not None and time.monotonic() > stop_at:
-                    submitted.cancel()
-                    row = None
-                else:
-                    row = self._finish_safely(task, sol, start, submitted)
-            except Exception as exc:  # noqa: BLE001 - see the docstring
-                row = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "draining", exc)
-            results.put(row)
+            results.put(self._finish_queued(item, stop_at))
+
+    def _drain_bound(self, index: int, jobs: TaskQueue, results: queue.Queue,
+                     stop_at: float | None = None) -> None:
+        """`_drain` with every job on worker `index`, taking first the jobs of the task that worker ran
+        last (its referee holds that task's references, its session the task's timing references)."""
+        self._bound.worker = index
+        try:
+            while (item := jobs.take(self._last_task.get(index))) is not None:
+                self._last_task[index] = item[0].task_id
+                results.put(self._finish_queued(item, stop_at))
+        finally:
+            self._bound.worker = None
+
+    def _finish_queued(self, item: tuple, stop_at: float | None) -> EvalResult | None:
+        """One queued pair's row (None: left unstarted at the deadline); never raises (see `_drain`)."""
+        task, sol, start, submitted = item
+        try:
+            if stop_at is not None and time.monotonic() > stop_at:
+                submitted.cancel()
+                return None
+            return self._finish_safely(task, sol, start, submitted)
+        except Exception as exc:  # noqa: BLE001 - see `_drain`
+            return harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "draining", exc)
 
     def _finish_safely(self, task: Task, sol: Solution, start: _Start, submitted: _Submitted) -> EvalResult:
         """`_finish`, with a harness fault turned into the pair's HARNESS_ERROR row, and the wall time of
@@ -431,6 +463,26 @@ class Evaluator:
         except Exception as exc:  # noqa: BLE001 - a harness fault must not lose the pair: record it
             result = harness_row(start.result(Outcome.HARNESS_ERROR, "harness", ""), "finishing", exc)
         return _with_total(result, time.perf_counter() - t0 + result.stage_durations_s.get("static", 0.0))
+
+
+class TaskQueue:
+    """Queued pairs for batch threads bound to workers (`RlSettings.task_affinity`): `put` as
+    `queue.Queue.put`; `take(task_id)` the oldest pair of that task, else the oldest of any, else None."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple] = []
+        self._lock = threading.Lock()
+
+    def put(self, item: tuple) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    def take(self, task_id: str | None) -> tuple | None:
+        with self._lock:
+            if not self._items:
+                return None
+            at = next((i for i, item in enumerate(self._items) if item[0].task_id == task_id), 0)
+            return self._items.pop(at)
 
 
 def deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:

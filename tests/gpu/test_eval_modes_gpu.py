@@ -45,9 +45,9 @@ def _c_pairs() -> list:
     return [(task, solution_from_text(source + f"\n# copy {k}\n", f"c-naive-{k}")) for k in range(2)]
 
 
-def _run(mode: str, cache_dir: str, release_at_result: bool = False) -> tuple[dict, dict]:
+def _run(mode: str, cache_dir: str, **options: bool) -> tuple[dict, dict]:
     config = EvalConfig(device="cuda", seeds=1, timing=TIMING, mode=mode, cache_dir=cache_dir,
-                        rl=RlSettings(workers_per_gpu=3, release_at_result=release_at_result))
+                        rl=RlSettings(workers_per_gpu=3, **options))
     with Evaluator(config) as ev:
         results = {r.solution_id: r for r in ev.evaluate_many(_pairs())}
         return results, ev.mode_report
@@ -57,7 +57,7 @@ def _run(mode: str, cache_dir: str, release_at_result: bool = False) -> tuple[di
 def both(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("cache"))
     runs = {mode: _run(mode, cache) for mode in ("default", "rl")}
-    return {**runs, "rl-release": _run("rl", cache, release_at_result=True)}
+    return {**runs, "rl-options": _run("rl", cache, release_at_result=True, task_affinity=True)}
 
 
 def test_both_modes_reach_the_same_verdicts(both):
@@ -67,8 +67,8 @@ def test_both_modes_reach_the_same_verdicts(both):
     assert default["relu-build-error"].outcome is not Outcome.CORRECT
 
 
-def test_jobs_leaving_the_gate_at_the_workers_result_reach_the_same_verdicts_timed(both):
-    default, released = both["default"][0], both["rl-release"][0]
+def test_the_gate_left_at_the_result_and_task_affinity_reach_the_same_verdicts_timed(both):
+    default, released = both["default"][0], both["rl-options"][0]
     assert {k: r.outcome for k, r in released.items()} == {k: r.outcome for k, r in default.items()}
     assert all(r.timings for r in released.values() if r.outcome is Outcome.CORRECT)
 

@@ -56,6 +56,11 @@ def test_an_arm_marked_r_leaves_the_gate_at_the_result():
     assert RlArm.parse("8r").name == "rl-w8-r" and not RlArm.parse("8").release_at_result
 
 
+def test_an_arm_marked_a_binds_threads_to_workers_with_task_affinity():
+    assert RlArm.parse("8a") == RlArm(8, None, False, True)
+    assert RlArm.parse("8/5ar") == RlArm(8, 5.0, True, True) and RlArm.parse("8/5ra").name == "rl-w8-b5-r-a"
+
+
 def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
     four, eight = RlArm.parse("4"), RlArm.parse("8/5")
     assert eight == RlArm(8, 5.0) and (four.name, eight.name) == ("rl-w4", "rl-w8-b5")

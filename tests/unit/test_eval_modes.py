@@ -9,6 +9,7 @@ import json
 import pickle
 import threading
 import time
+import types
 
 import pytest
 
@@ -541,3 +542,19 @@ def test_cudaperf_optimize_passes_the_mode_to_the_evaluator():
     optimize_cmd.add_arguments(parser)
     _, eval_config, _ = optimize_cmd._configs(parser.parse_args(["examples", "--mode", "rl"]))
     assert eval_config.mode == "rl"
+
+
+# -- task affinity: the queue of a batch whose threads are bound to workers ------------------------------
+
+def _pair(task_id: str, n: int) -> tuple:
+    return (types.SimpleNamespace(task_id=task_id), n, None, None)
+
+
+def test_a_bound_thread_takes_the_oldest_pair_of_its_workers_last_task_first():
+    from cudaperf.evaluate import TaskQueue
+
+    jobs = TaskQueue()
+    for pair in (_pair("a", 0), _pair("b", 1), _pair("b", 2), _pair("a", 3)):
+        jobs.put(pair)
+    assert [jobs.take("b")[1], jobs.take("a")[1], jobs.take("c")[1], jobs.take(None)[1]] == [1, 0, 2, 3]
+    assert jobs.take("a") is None

@@ -8,7 +8,8 @@ The static source policy is off here (`EvalConfig.static_policy=False`), so that
 scan cannot see. What is checked: every pair gets exactly one row, each hostile kind the outcome that names
 it, every honest candidate after them correct and timed, every row storable and read back, the gate free and
 no worker process left once the evaluator closes, and the batch within its deadlines; with jobs leaving the
-gate after the referee's verdict and, `RlSettings.release_at_result`, as the worker's result comes in."""
+gate after the referee's verdict, as the worker's result comes in (`RlSettings.release_at_result`), and with
+each batch thread bound to a worker taking its last task's candidates first (`RlSettings.task_affinity`)."""
 
 from __future__ import annotations
 
@@ -63,13 +64,17 @@ ORDER = ["right-0", "exit", "spin", "right-1", "segfault", "spin-when-timed", "r
          "exit-when-timed", "channel-closed", "right-3"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["gate-left-at-verdict", "gate-left-at-result"])
+SCHEDULES = {"defaults": {}, "gate-left-at-result": {"release_at_result": True},
+             "task-affinity": {"task_affinity": True}}
+
+
+@pytest.fixture(scope="module", params=list(SCHEDULES))
 def batch(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos")
     config = EvalConfig(device="cpu", mode="rl", cache_dir=str(tmp / "cache"), analyze=False, build_workers=1,
                         static_policy=False, policy=Policy(allow_torch_ops=True),
                         stage_timeouts_s={"correctness": CORRECTNESS_S, "timing": TIMING_S},
-                        rl=RlSettings(cpu_workers=2, live_anchor=False, release_at_result=request.param),
+                        rl=RlSettings(cpu_workers=2, live_anchor=False, **SCHEDULES[request.param]),
                         timing=TimingConfig(baselines=("eager",), budget_ms=5.0, warmup_ms=1.0))
     task = task_from_source(TASK, "relu2")
     sources = {sid: src for sid, (src, _) in HOSTILE.items()} | {sid: RIGHT.format(k=sid) for sid in HONEST}

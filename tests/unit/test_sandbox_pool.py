@@ -326,3 +326,26 @@ def test_a_worker_restarted_by_a_thread_that_exits_survives_it(tmp_path):
     assert replies[0].sandbox["worker_start_s"] is not None  # the batch thread did restart it
     assert after.outcome is None and after.payload["echo"] == 3
     assert after.sandbox["worker_start_s"] is None and after.sandbox["pid"] == replies[0].sandbox["pid"]
+
+
+# -- a job on a named worker (`WorkerPool.run_on`: the evaluator's task affinity) --------------------
+
+@pytest.fixture(scope="module")
+def two():
+    with WorkerPool([None, None], LIMITS, timeouts=TIMEOUTS, preload=()) as p:
+        yield p
+
+
+def test_jobs_run_on_a_named_worker_stay_on_it(two):
+    pids = [two.run_on(i, job("ok", echo=i)).sandbox["pid"] for i in (1, 1, 0)]
+    assert pids[0] == pids[1] != pids[2]
+
+
+def test_while_a_named_worker_is_busy_another_job_runs_on_the_other(two):
+    busy = two.run_on(0, job("ok")).sandbox["pid"]
+    held = threading.Thread(target=two.run_on, args=(0, job("stages", stages=["setup"], sleep_s=1.0)))
+    held.start()
+    time.sleep(0.3)
+    elsewhere = two.run(job("ok")).sandbox["pid"]
+    held.join()
+    assert elsewhere != busy

@@ -44,6 +44,7 @@ Not covered: what runs inside the child (`child.py`, the guards in `guards.py`, 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -1069,6 +1070,28 @@ def _pidfd_open(pid: int) -> int:
 # The pool
 
 
+class _IdleWorkers:
+    """The pool's idle workers: `take()` the longest idle one, or `take(worker)` that one, waiting until
+    it is idle; `give(worker)` back."""
+
+    def __init__(self) -> None:
+        self._workers: collections.deque[Worker] = collections.deque()
+        self._changed = threading.Condition()
+
+    def take(self, wanted: Worker | None = None) -> Worker:
+        with self._changed:
+            self._changed.wait_for(lambda: wanted in self._workers if wanted is not None else self._workers)
+            if wanted is None:
+                return self._workers.popleft()
+            self._workers.remove(wanted)
+            return wanted
+
+    def give(self, worker: Worker) -> None:
+        with self._changed:
+            self._workers.append(worker)
+            self._changed.notify_all()
+
+
 class WorkerPool:
     """Sandboxed workers, one per GPU (or one CPU-mode worker when `devices` is None).
 
@@ -1104,10 +1127,10 @@ class WorkerPool:
             worker.cpu_threads = threads
             if worker.referee is not None:
                 worker.referee.cpu_threads = threads
-        self._idle: queue.SimpleQueue[Worker] = queue.SimpleQueue()
+        self._idle = _IdleWorkers()
         for worker in self.workers:
             worker.start()  # all start in parallel; readiness is awaited by the first job of each
-            self._idle.put(worker)
+            self._idle.give(worker)
         self._finalizer = weakref.finalize(self, _close_all, list(self.workers), self.spawner)
 
     @property
@@ -1119,16 +1142,28 @@ class WorkerPool:
             on_checked: Callable[[], None] | None = None,
             on_result: Callable[[], None] | None = None) -> WorkerReply:
         """One job on the next idle worker (`Worker.run`; the callbacks as there)."""
-        worker = self._idle.get()
+        worker = self._idle.take()
         try:
             return worker.run(job, timeouts or self.timeouts, on_proceed, on_checked, on_result)
         finally:
-            self._idle.put(worker)
+            self._idle.give(worker)
+
+    def run_on(self, index: int, job: dict[str, Any], timeouts: StageTimeouts | None = None,
+               on_proceed: Callable[[], None] | None = None,
+               on_checked: Callable[[], None] | None = None,
+               on_result: Callable[[], None] | None = None) -> WorkerReply:
+        """`run` on `self.workers[index]`, once it is idle (a caller keeping a task's jobs on one worker,
+        whose referee then holds that task's references already)."""
+        worker = self._idle.take(self.workers[index])
+        try:
+            return worker.run(job, timeouts or self.timeouts, on_proceed, on_checked, on_result)
+        finally:
+            self._idle.give(worker)
 
     def warm_up(self) -> list[float | None]:
         """Block until every idle worker (and its referee, when one was started) is ready; seconds each
         worker took since spawn (None: failed)."""
-        taken = [self._idle.get() for _ in self.workers]
+        taken = [self._idle.take() for _ in self.workers]
         try:
             ready = [w.wait_ready(self.timeouts) for w in taken]
             for w in taken:
@@ -1137,7 +1172,7 @@ class WorkerPool:
             return ready
         finally:
             for w in taken:
-                self._idle.put(w)
+                self._idle.give(w)
 
     def close(self) -> None:
         self._finalizer()
