@@ -80,10 +80,15 @@ class MeasureOptions:
         if self.impls_per_task < 0:
             raise ValueError("impls_per_task: 0 (all) or a positive number")
 
+    def assumed_s(self, kind: str) -> float:
+        """A task's duration before one of its kind finished in this run (`assumed_task_s`, else
+        `DEFAULT_TASK_S`)."""
+        return self.assumed_task_s or DEFAULT_TASK_S[kind]
+
     def first_task_s(self, kind: str) -> float:
         """What the dispatcher expects a run's first task of this kind to need, its measuring process's
         start included: a budget shorter than that for the first queued task measures nothing."""
-        return self.assumed_startup_s + EXPECTED_MARGIN * (self.assumed_task_s or DEFAULT_TASK_S[kind])
+        return self.assumed_startup_s + EXPECTED_MARGIN * self.assumed_s(kind)
 
     @property
     def hooks(self) -> dict[str, str]:

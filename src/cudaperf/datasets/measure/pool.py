@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.datasets.jsonl import ResultsWriter
-from cudaperf.datasets.measure.options import DEFAULT_TASK_S, EXPECTED_MARGIN, RUNNERS, MeasureOptions
+from cudaperf.datasets.measure.options import EXPECTED_MARGIN, RUNNERS, MeasureOptions
 from cudaperf.datasets.measure.results import ROW_VERSION, Key
 from cudaperf.datasets.records import GeneratedTask
 from cudaperf.types import TaskKind
@@ -354,7 +354,7 @@ class Pool:
     def expected_s(self, job: Job) -> float:
         """A task's likely duration: the 90th percentile of this run's recent tasks of its kind, +20%."""
         seen = sorted(self.durations.get(job.task.kind.value, [])[-30:])
-        assumed = self.options.assumed_task_s or DEFAULT_TASK_S[job.task.kind.value]
+        assumed = self.options.assumed_s(job.task.kind.value)
         return (seen[int(0.9 * (len(seen) - 1))] if seen else assumed) * EXPECTED_MARGIN
 
     def _dispatch(self, deadline: float) -> None:
