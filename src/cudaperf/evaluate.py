@@ -377,20 +377,16 @@ class Evaluator:
         stop_at = None if deadline_s is None else time.monotonic() + deadline_s
         done = store.done() if store is not None else set()
         todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
-        bound = self._task_affinity()
-        jobs: queue.Queue | TaskQueue = TaskQueue() if bound else queue.Queue()
+        jobs = TaskQueue()
         results: queue.Queue = queue.Queue()
         for task, sol in todo:  # builds submitted up front: the CPU pool runs ahead of the GPUs
             decided = self._queue_one(task, sol, jobs)
             if decided is not None:
                 results.put(decided)
         n_threads = self._workers.size if self._workers is not None else 1  # one per worker
-        if bound:  # thread i runs its jobs on worker i, preferring the task that worker ran last
-            threads = [threading.Thread(target=self._drain_bound, args=(i, jobs, results, stop_at),
-                                        daemon=True) for i in range(n_threads)]
-        else:
-            threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at), daemon=True)
-                       for _ in range(n_threads)]
+        bound = self._task_affinity()  # thread i on worker i, preferring the task that worker ran last
+        threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at, i if bound else None),
+                                    daemon=True) for i in range(n_threads)]
         for th in threads:
             th.start()
         with ProgressBar(progress, len(todo)) as advance:
@@ -405,7 +401,7 @@ class Evaluator:
         return (self._rl is not None and self._rl.settings.task_affinity and self._workers is not None
                 and self._workers.size > 1)
 
-    def _queue_one(self, task: Task, sol: Solution, jobs: queue.Queue | TaskQueue) -> EvalResult | None:
+    def _queue_one(self, task: Task, sol: Solution, jobs: TaskQueue) -> EvalResult | None:
         """Queue one pair for the drain threads with its build submitted; or its result, when the static
         verdict decided it (never built) or the harness failed on it."""
         try:
@@ -418,26 +414,19 @@ class Evaluator:
             return harness_row(EvalResult(task.task_id, sol.solution_id, Outcome.HARNESS_ERROR), "queueing",
                                exc)
 
-    def _drain(self, jobs: queue.Queue, results: queue.Queue, stop_at: float | None = None) -> None:
-        """Finish queued pairs until none is left. Every pair taken puts exactly one item in `results`
-        (its row, or None when the deadline left it unstarted): the caller waits for as many as it
-        queued, so a fault here becomes the pair's HARNESS_ERROR row rather than a batch that never
-        ends."""
-        while True:
-            try:
-                item = jobs.get_nowait()
-            except queue.Empty:
-                return
-            results.put(self._finish_queued(item, stop_at))
-
-    def _drain_bound(self, index: int, jobs: TaskQueue, results: queue.Queue,
-                     stop_at: float | None = None) -> None:
-        """`_drain` with every job on worker `index`, taking first the jobs of the task that worker ran
-        last (its referee holds that task's references, its session the task's timing references)."""
-        self._bound.worker = index
+    def _drain(self, jobs: TaskQueue, results: queue.Queue, stop_at: float | None = None,
+               worker: int | None = None) -> None:
+        """Finish queued pairs, oldest first, until none is left; with `worker` (`RlSettings.task_affinity`)
+        every job on that worker, taking first the pairs of the task it ran last (its referee holds that
+        task's references, its session the task's timing references). Every pair taken puts exactly one
+        item in `results` (its row, or None when the deadline left it unstarted): the caller waits for as
+        many as it queued, so a fault here becomes the pair's HARNESS_ERROR row rather than a batch that
+        never ends."""
+        self._bound.worker = worker
         try:
-            while (item := jobs.take(self._last_task.get(index))) is not None:
-                self._last_task[index] = item[0].task_id
+            while (item := jobs.take(self._last_task.get(worker))) is not None:
+                if worker is not None:
+                    self._last_task[worker] = item[0].task_id
                 results.put(self._finish_queued(item, stop_at))
         finally:
             self._bound.worker = None
@@ -466,8 +455,8 @@ class Evaluator:
 
 
 class TaskQueue:
-    """Queued pairs for batch threads bound to workers (`RlSettings.task_affinity`): `put` as
-    `queue.Queue.put`; `take(task_id)` the oldest pair of that task, else the oldest of any, else None."""
+    """A batch's queued pairs: `put` one; `take(task_id)` the oldest pair of that task (a batch thread
+    bound to a worker, `RlSettings.task_affinity`), else the oldest of any, else None."""
 
     def __init__(self) -> None:
         self._items: list[tuple] = []
