@@ -4,9 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 -d .whl tree-sitter==0.26.1 tree-sitter-cuda==0.21.2
+source scripts/carry.sh
+"${GPU_PIP_DOWNLOAD[@]}" -d .whl tree-sitter==0.26.1 tree-sitter-cuda==0.21.2
 # pytest-xdist runs the functional GPU tests on several workers (gpu_check.sh); pure Python.
 python3 -m pip download -q --no-deps -d .whl pytest-xdist==3.8.0 execnet==2.1.1
 # The sandbox boundary's seccomp filter (a ctypes binding of the machine's libseccomp.so.2; without it the

