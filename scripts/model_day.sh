@@ -40,7 +40,16 @@
 #   RL_GEN_WEIGHTS=bfloat16 RL_GEN_CACHE=dynamic A_PROFILE_S=0 in every call (B and C read them), and
 #   a step (4 x 4 trajectories, 2 turns, 1,024 tokens) is ~2 x (1,024 x ~21 ms + ~12 s of evaluation at the
 #   RL mode's 83 evaluations/min) + ~3 s ~ 70 s: RL_STEPS=5 with RL_S=430 in C.
+# Measured on the second model day (session 28, H200, results/2026-12-05-s28-h200/): the real rollouts
+# decoded at 80-103 ms a step on the bfloat16 copy, not ~21, so one RL step took 283 s (168 s generating,
+# 112 s evaluating) and one step fitted RL_S=430; a comparison round took ~95-105 s of generation plus
+# 60-120 s of evaluation, and the machine's start ~200 s of the 1,800. The day that fits: A and A2 as above;
+# B as above; C with RL_S=430 COMPARE_BASE=none COMPARE_TURNS=1; D with COMPARE_BASE=none COMPARE_TURNS=1
+# REFINE_S=0 (the first turns of SFT and RL; base's are session 16's). C writes the first rollout's decoding
+# probe (train/rl_decoding_probe.txt: every step's time, a profile of a few steps; --rl-profile-decoding).
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
+# SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
+# COMPARE_TURNS (default 2): the comparison's turns per trajectory; runs with other turns are not resumed.
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
 # compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
 # carried) and the later calls on the same machine take what it found (`gen_cache`).
@@ -170,6 +179,12 @@ for name in ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "
         info[name] = f"MISSING ({type(exc).__name__}: {exc})"[:160]
 import torch
 info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+import subprocess
+try:
+    info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=20).stdout.strip() or "unknown"
+except (OSError, subprocess.SubprocessError) as exc:
+    info["driver"] = f"unknown ({type(exc).__name__})"
 import os
 info["bwrap"] = os.environ.get("CUDAPERF_BWRAP", "on PATH or none")
 print("RESULT env " + json.dumps(info))
@@ -297,9 +312,10 @@ PY
 GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
-TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --final-on-limit --rl-steps "${RL_STEPS:-2}"
-            --rl-tasks-per-step "${RL_TASKS:-4}" --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
-            --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS"
+TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
+            --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
+            --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
+            --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
@@ -307,7 +323,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns 2 --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
+    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
     --generation-cache "$GEN_CACHE" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)

@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
     p.add_argument("--sft-val-limit-tasks", type=int, default=64,
                    help="validation tasks for the eval loss (every 200 steps and at the end)")
+    p.add_argument("--sft-fastest-per-task", type=int, default=0,
+                   help="each task's k fastest measured implementations (SftConfig.fastest_per_task)")
     p.add_argument("--sft-only", action="store_true", help="stop after SFT (RL in a later call)")
     p.add_argument("--promote-only", action="store_true",
                    help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
@@ -78,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-weights", default="autocast", choices=GENERATION_WEIGHTS,
                    help="how the rollouts' sampler holds the weights (RlConfig.generation_weights)")
+    p.add_argument("--rl-profile-decoding", action="store_true",
+                   help="time and profile the first rollout's decoding steps (RlConfig.profile_decoding)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
@@ -132,13 +136,15 @@ def _budget(explicit: float, left: float) -> float:
 
 def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> None:
     """The JSON so far and the stage's metrics to --out, at once (a later kill keeps them)."""
+    from cudaperf.train.decoding_probe import DECODING_PROBE_FILE
+
     _write(args.out, rows, stamp)
     metrics = args.work / stage / "metrics.jsonl"
     if metrics.is_file():
         shutil.copy(metrics, args.out / f"{stage}_metrics.jsonl")
-    rollouts = args.work / stage / "rollouts.jsonl"
-    if rollouts.is_file():
-        shutil.copy(rollouts, args.out / f"{stage}_rollouts.jsonl")
+    for name in ("rollouts.jsonl", DECODING_PROBE_FILE):
+        if (args.work / stage / name).is_file():
+            shutil.copy(args.work / stage / name, args.out / f"{stage}_{name}")
 
 
 FINAL_SKIP = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state")
@@ -195,7 +201,8 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
     config = SftConfig(model=args.model, output_dir=str(out), seed=args.seed, epochs=args.sft_epochs,
                        batch_size=args.sft_batch, learning_rate=args.sft_lr, limit_tasks=args.sft_limit_tasks,
                        val_limit_tasks=args.sft_val_limit_tasks,
-                       measurements=measurements, max_length=args.sft_max_length, save_steps=100,
+                       measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
+                       max_length=args.sft_max_length, save_steps=100,
                        eval_steps=200, logging_steps=10, max_minutes=minutes, lora=args.lora,
                        max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
     t0 = time.monotonic()
@@ -221,6 +228,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
                       max_minutes=minutes, lora=args.lora, generation_cache=args.rl_generation_cache,
                       generation_weights=args.rl_generation_weights,
+                      profile_decoding=args.rl_profile_decoding,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     t0 = time.monotonic()

@@ -1,8 +1,9 @@
 """The RL rollout's sampler (`train.rollout.ModelGenerator`) on a GPU, in each of its forms (marker `gpu`):
 float32 weights under bfloat16 autocast or a bfloat16 copy of them (`RlConfig.generation_weights`), with a
 dynamic or a static KV cache (`RlConfig.generation_cache`; on a GPU `transformers` compiles the static
-form's decoding step). Session 20's decoding profile found the static form failing only on the GPU (its
-compiled step wrote bfloat16 keys into a float32 cache), which no CPU test could see.
+form's decoding step), and the decoding probe (`probe_to`) with the device's times. Session 20's decoding
+profile found the static form failing only on the GPU (its compiled step wrote bfloat16 keys into a float32
+cache), which no CPU test could see.
 
 Run: `python3 -m pytest -q -s tests/gpu/test_rollout_generation_gpu.py`.
 """
@@ -24,20 +25,10 @@ pytestmark = [pytest.mark.gpu]
 def policy():
     """A small random Llama on the GPU in float32, as the trainer holds the policy, and the tiny ChatML
     tokenizer (built here: nothing carried)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from cudaperf.agent.backends.tiny import tiny_chat_model
 
-    from cudaperf.agent.backends.tiny import train_tokenizer
-
-    tokenizer = train_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to("cuda")
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model, tokenizer = tiny_chat_model(hidden_size=64)
+    model = model.to("cuda")
     return model, tokenizer
 
 
@@ -52,3 +43,18 @@ def test_each_form_of_the_sampler_generates_replies_with_their_logprobs(policy, 
     assert len(replies) == 2 and all(0 < len(r.ids) == len(r.logprobs) for r in replies)
     assert all(math.isfinite(lp) and lp <= 0 for r in replies for lp in r.logprobs)
     assert next(model.parameters()).dtype == torch.float32  # the policy itself is left as it was
+
+
+def test_the_decoding_probe_measures_device_time_on_the_gpu(policy, tmp_path):
+    import copy
+
+    model, tokenizer = policy
+    model = copy.deepcopy(model)  # one that never ends its turn, so the call reaches the profiled steps
+    eos = torch.tensor([tokenizer.eos_token_id], device="cuda")
+    model.lm_head.register_forward_hook(lambda module, args, out: out.index_fill(-1, eos, float("-inf")))
+    prompts = [tokenizer("__global__ void k(float* x)", add_special_tokens=False)["input_ids"]] * 2
+    path = tmp_path / "probe.txt"
+    ModelGenerator(model, tokenizer, temperature=1.0, top_p=1.0, weights="bfloat16",
+                   probe_to=str(path)).generate(prompts, 64)
+    text = path.read_text()
+    assert "device: cuda" in text and "new tokens: 64" in text and "device not measured" not in text

@@ -131,6 +131,11 @@ class SftConfig(CommonConfig):
     implementation (correct by construction, not verified on a GPU)."""
     strategies: tuple[str, ...] = ()
     """Only implementations of these strategies (empty: all)."""
+    fastest_per_task: int = 0
+    """Only the k implementations of each task with the shortest measured time (the geometric mean of
+    their medians over the configurations; needs `measurements`; 0: every verified one). With every
+    implementation the model learns the slow variants as often as the fast ones: session 28's SFT model
+    wrote a family's `naive` variant in 38 of 62 answers (dev/LOG.md)."""
     epochs: float = 3.0
     """Passes over the training examples (when max_steps is -1)."""
     batch_size: int = 8
@@ -171,6 +176,9 @@ class SftConfig(CommonConfig):
             raise ConfigError("max_steps=-1 needs epochs > 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio={self.warmup_ratio}: in [0, 1)")
+        if self.fastest_per_task < 0 or (self.fastest_per_task and not self.measurements):
+            raise ConfigError(f"fastest_per_task={self.fastest_per_task}: use >= 0, and name the "
+                              "measurements (the times it ranks implementations by)")
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,11 @@ class RlConfig(CommonConfig):
     GPU `transformers` compiles the decoding step, paying the compile once per batch shape, to cut the
     per-step host overhead; sampled in float32, without the dynamic cache's bfloat16 autocast;
     `scripts/generation_profile.py` measures both)."""
+    profile_decoding: bool = False
+    """Time every decoding step of the run's first rollout `generate` call and profile a few of them
+    (`train.decoding_probe`), written to `decoding_probe.txt` in `output_dir`: where a step's time goes in
+    the real run (dev/LOG.md, session 28: the real rollouts decoded 3-5x slower than the profile script's
+    replica). Costs the profiled steps' profiler overhead, once."""
     beta: float = 0.0
     """KL coefficient against the starting policy (0: off, no reference model; Kevin uses 0)."""
     epsilon: float = 0.2

@@ -20,7 +20,9 @@ Covers: batched sampling with the trainer's current weights (`ModelGenerator`: l
 context length respected, each chosen token's log-probability at the sampling temperature, recorded
 during generation), the turn loop over all trajectories of the step at once (one evaluation batch per
 turn, `step_many`), the per-sample rewards, and a summary of the step (`RolloutStats`): reward and each
-component, correct rates, speedups, anti-cheat flags by kind, tokens per turn, the time split.
+component, correct rates, speedups, anti-cheat flags by kind, tokens per turn, the time split (each turn's
+time per decoding step in its progress line; with `RlConfig.profile_decoding`, the first `generate` call's
+`DecodingProbe` report in the output folder).
 
 Not covered: the optimisation (GRPOTrainer), what a turn's score is (`cudaperf.reward`), evaluation
 (`agent.evaluation`). The policy's generator is a seam (`TokenGenerator`) so a test can drive the real
@@ -30,12 +32,15 @@ environment with scripted replies.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.agent.backends.base import Generation
@@ -45,6 +50,7 @@ from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
 from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
 from cudaperf.train.credit import sample_rewards
+from cudaperf.train.decoding_probe import DECODING_PROBE_FILE, DecodingProbe, DecodingReport
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
 
@@ -77,7 +83,7 @@ class ModelGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 16,
                  context_tokens: int | None = None, cache: str = "dynamic",
-                 weights: str = "autocast") -> None:
+                 weights: str = "autocast", probe_to: str | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.cache = cache  # `RlConfig.generation_cache`
@@ -87,6 +93,7 @@ class ModelGenerator:
             raise ValueError(STATIC_BFLOAT16)
         self.weights = weights  # `RlConfig.generation_weights`
         self._copy: Any = None  # the bfloat16 sampler, weights="bfloat16"
+        self.probe_to = probe_to  # the first generate call's `DecodingProbe` report goes here, once
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_tokens = context_tokens or int(getattr(cfg, "max_position_embeddings", 1 << 30))
 
@@ -156,11 +163,31 @@ class ModelGenerator:
         # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
         autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
-        with torch.no_grad(), bf16:
+        probe = self._probe(str(device), [len(p) for p in prompts], kwargs["logits_processor"])
+        with torch.no_grad(), bf16, probe or contextlib.nullcontext():
             output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        if probe is not None:
+            self._write_probe(probe.report())
         new = output[:, width:].cpu()
         logprobs = recorder.finish(new)
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
+
+    def _probe(self, device: str, prompt_tokens: list[int], processors: Any) -> DecodingProbe | None:
+        """A `DecodingProbe` among the call's processors when this is the first call with `probe_to` set."""
+        if self.probe_to is None:
+            return None
+        probe = DecodingProbe(device, prompt_tokens)
+        processors.append(probe)
+        return probe
+
+    def _write_probe(self, report: DecodingReport) -> None:
+        path, self.probe_to = Path(self.probe_to), None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.text())
+        steps = report.step_ms[1:]
+        median = f"{statistics.median(steps):.1f} ms" if steps else "no steps"
+        print(f"decoding probe: {report.rows} rows, {report.new_tokens} steps, median step {median} "
+              f"({path})", flush=True)
 
 
 class _ChosenLogprobs:
@@ -265,11 +292,21 @@ class TurnProgress:
     generate_s: float
     evaluate_s: float
     outcomes: dict[str, int]
+    longest_reply_tokens: int = 0
+
+    @property
+    def ms_per_decoding_step(self) -> float | None:
+        """The generate time over the longest reply's tokens: the time of a decoding step when the turn's
+        replies were sampled in one `generate` call (up to `GENERATE_ROWS` of them), prefill included."""
+        return 1e3 * self.generate_s / self.longest_reply_tokens if self.longest_reply_tokens else None
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items()))
+        step = self.ms_per_decoding_step
+        per_step = f" (longest {self.longest_reply_tokens}: {step:.1f} ms a step)" if step is not None else ""
         return (f"rollout turn {self.turn + 1}: {self.replies} replies ({self.reply_tokens} tokens) "
-                f"generated in {self.generate_s:.1f} s, evaluated in {self.evaluate_s:.1f} s: {counts}")
+                f"generated in {self.generate_s:.1f} s{per_step}, evaluated in {self.evaluate_s:.1f} s: "
+                f"{counts}")
 
 
 class MultiTurnRollout:
@@ -299,8 +336,14 @@ class MultiTurnRollout:
             return self._kept
         self._kept = ModelGenerator(model, self.tokenizer, self.config.temperature, self.config.top_p,
                                     batch_size=GENERATE_ROWS, cache=self.config.generation_cache,
-                                    weights=self.config.generation_weights)
+                                    weights=self.config.generation_weights, probe_to=self._probe_path())
         return self._kept
+
+    def _probe_path(self) -> str | None:
+        """Where the first rollout's decoding probe goes (`RlConfig.profile_decoding`)."""
+        if not self.config.profile_decoding:
+            return None
+        return str(Path(self.config.output_dir) / DECODING_PROBE_FILE)
 
     def run(self, prompts: Sequence[Any], generator: TokenGenerator) -> RolloutBatch:
         started = time.perf_counter()
@@ -360,7 +403,7 @@ class MultiTurnRollout:
             self._append(trace, prompt, reply, step)
         outcomes = collections.Counter(step.record.result.outcome.value for step in steps)
         return TurnProgress(turn, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
-                            dict(outcomes))
+                            dict(outcomes), max((len(r.ids) for r in replies), default=0))
 
     def _generation(self, reply: GeneratedTokens, prompt_tokens: int, seconds: float) -> Generation:
         text = self.tokenizer.decode(list(reply.ids), skip_special_tokens=True)

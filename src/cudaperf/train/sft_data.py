@@ -4,8 +4,9 @@ implementations, as token ids with the prompt masked out of the loss.
 Covers: choosing tasks by the dataset's family split (train families for training, held-out validation
 families for the eval loss; `cudaperf.datasets.splits`), every implementation of a chosen task (both task
 kinds), optionally only those a GPU measurement found correct on every configuration with their current
-source (`measurements`), the prompt exactly as the agent renders it (`agent.prompting.render_task_prompt`,
-chat template with the generation prompt), the answer in the form the agent's extractor accepts (one
+source (`measurements`) and of those each task's fastest by measured time (`fastest_per_task`), the
+prompt exactly as the agent renders it (`agent.prompting.render_task_prompt`, chat template with the
+generation prompt), the answer in the form the agent's extractor accepts (one
 ```python block; `answer_text`), and the token-length distribution (`LengthStats`). Examples longer than
 `max_length` are dropped and counted, never truncated.
 
@@ -84,8 +85,17 @@ def split_tasks(config: SftConfig) -> dict[str, list[GeneratedTask]]:
     return out
 
 
-def verified_impls(directory: str) -> dict[str, str]:
-    """impl_id -> the source hash it measured correct with on every configuration (last row per key)."""
+@dataclass(frozen=True)
+class MeasuredImpl:
+    """An implementation a GPU measurement found correct on every configuration it measured."""
+
+    source_hash: str  # the source it was measured with
+    geomean_ms: float | None  # geometric mean of its median times over those configurations
+
+
+def verified_impls(directory: str) -> dict[str, MeasuredImpl]:
+    """impl_id -> how it measured, for the implementations correct on every configuration with one source
+    (the last row per implementation and configuration counts)."""
     from cudaperf.datasets.jsonl import read_records
 
     records, _ = read_records([Path(directory)], "measurements")
@@ -93,24 +103,39 @@ def verified_impls(directory: str) -> dict[str, str]:
     for r in records:
         if r.get("record") == "row":
             last[(r["impl_id"], r["config"])] = r
-    good: dict[str, str] = {}
-    bad: set[str] = set()
+    rows: dict[str, list[dict[str, Any]]] = {}
     for (impl_id, _), row in last.items():
-        if row.get("status") != "ok" or good.get(impl_id, row.get("source_hash")) != row.get("source_hash"):
-            bad.add(impl_id)
-        good[impl_id] = row.get("source_hash")
-    return {k: v for k, v in good.items() if k not in bad and v}
+        rows.setdefault(impl_id, []).append(row)
+    out = {}
+    for impl_id, found in rows.items():
+        hashes = {row.get("source_hash") for row in found}
+        if all(row.get("status") == "ok" for row in found) and len(hashes) == 1 and None not in hashes:
+            out[impl_id] = MeasuredImpl(hashes.pop(), _geomean([row.get("median_ms") for row in found]))
+    return out
+
+
+def _geomean(values: Sequence[float | None]) -> float | None:
+    if not values or any(v is None or v <= 0 for v in values):
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def task_impls(task: GeneratedTask, config: SftConfig,
-               verified: dict[str, str] | None) -> list[Implementation]:
+               verified: dict[str, MeasuredImpl] | None) -> list[Implementation]:
+    """The task's implementations the configuration trains on: of its strategies, verified by the
+    measurements when given, and the `fastest_per_task` of them by measured time when set."""
     from cudaperf.datasets.measure.results import impl_hash
 
     impls = registry.implementations(task)
     if config.strategies:
         impls = [i for i in impls if i.strategy in config.strategies]
-    if verified is not None:
-        impls = [i for i in impls if verified.get(i.impl_id) == impl_hash(i.source)]
+    if verified is None:
+        return impls
+    impls = [i for i in impls
+             if i.impl_id in verified and verified[i.impl_id].source_hash == impl_hash(i.source)]
+    if config.fastest_per_task:
+        timed = [i for i in impls if verified[i.impl_id].geomean_ms is not None]
+        impls = sorted(timed, key=lambda i: verified[i.impl_id].geomean_ms)[:config.fastest_per_task]
     return impls
 
 
@@ -123,7 +148,7 @@ def task_messages(task: GeneratedTask, fmt: str = "fast") -> list[dict[str, str]
 
 
 def build_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config: SftConfig,
-                   verified: dict[str, str] | None = None) -> tuple[list[SftExample], LengthStats]:
+                   verified: dict[str, MeasuredImpl] | None = None) -> tuple[list[SftExample], LengthStats]:
     """Every (task prompt, implementation) example of `tasks` within `max_length`, and the lengths of all."""
     examples: list[SftExample] = []
     lengths: list[int] = []
@@ -168,5 +193,5 @@ def as_dataset(examples: Sequence[SftExample]) -> Any:
                               "labels": [list(e.labels) for e in examples]})
 
 
-__all__ = ["IGNORE", "LengthStats", "SftExample", "answer_text", "as_dataset", "build_examples",
-           "length_stats", "split_tasks", "task_messages", "verified_impls"]
+__all__ = ["IGNORE", "LengthStats", "MeasuredImpl", "SftExample", "answer_text", "as_dataset",
+           "build_examples", "length_stats", "split_tasks", "task_messages", "verified_impls"]

@@ -48,6 +48,15 @@ def train_tokenizer(vocab_size: int = 512):
 def build_tiny_chat_model(directory: Path, seed: int = 0, hidden_size: int = 32, layers: int = 2,
                           context_tokens: int = 512) -> Path:
     """Write a tiny random Llama chat model (config, weights, tokenizer) into `directory`; return it."""
+    model, tokenizer = tiny_chat_model(seed, hidden_size, layers, context_tokens)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def tiny_chat_model(seed: int = 0, hidden_size: int = 32, layers: int = 2, context_tokens: int = 512):
+    """A tiny random float32 Llama chat model on the CPU and its ChatML tokenizer (trained here)."""
     try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -65,7 +74,4 @@ def build_tiny_chat_model(directory: Path, seed: int = 0, hidden_size: int = 32,
     model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return model, tokenizer

@@ -1,0 +1,108 @@
+"""The decoding probe (`train.decoding_probe`) and its use by the rollout's sampler (`ModelGenerator`'s
+`probe_to`, `RlConfig.profile_decoding`): every step of a real `generate` call timed, a few profiled with
+the real `torch.profiler`, on a small random Llama on the CPU (the device side runs in
+`tests/gpu/test_rollout_generation_gpu.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from cudaperf.train.config import RlConfig
+from cudaperf.train.decoding_probe import DECODING_PROBE_FILE, DecodingReport
+from cudaperf.train.rollout import ModelGenerator, MultiTurnRollout, TurnProgress
+
+NEW_TOKENS = 40  # past the probe's 16 skipped + 1 warm-up + 8 profiled steps
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """A 2-layer random Llama that never emits its end-of-turn token (so every call runs its full length)
+    and the tiny ChatML tokenizer."""
+    from cudaperf.agent.backends.tiny import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model(hidden_size=64)
+    eos = torch.tensor([tokenizer.eos_token_id])
+    model.lm_head.register_forward_hook(lambda module, args, out: out.index_fill(-1, eos, float("-inf")))
+    return model, tokenizer
+
+
+def prompts(tokenizer):
+    return [tokenizer(text, add_special_tokens=False)["input_ids"]
+            for text in ("__global__ void k(float* x) { x[0] = 1; }", "int main() { return 0; }")]
+
+
+def test_the_first_call_writes_every_steps_time_and_a_profile(policy, tmp_path):
+    model, tokenizer = policy
+    path = tmp_path / "probe.txt"
+    ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path)).generate(prompts(tokenizer), NEW_TOKENS)
+    text = path.read_text()
+    assert "device: cpu" in text and "rows: 2;" in text and f"new tokens: {NEW_TOKENS}" in text
+    assert "decoding step, last third" in text and "profiled steps: 8; per step: host" in text
+    assert "aten::" in text  # the profiler's operator table
+
+
+def test_only_the_first_call_is_probed(policy, tmp_path):
+    model, tokenizer = policy
+    path = tmp_path / "probe.txt"
+    generator = ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path))
+    generator.generate(prompts(tokenizer), NEW_TOKENS)
+    path.unlink()
+    generator.generate(prompts(tokenizer), NEW_TOKENS)
+    assert generator.probe_to is None and not path.exists()
+
+
+def test_probing_leaves_the_sampled_tokens_as_they_are(policy, tmp_path):
+    model, tokenizer = policy
+    torch.manual_seed(7)
+    plain = ModelGenerator(model, tokenizer, 1.0, 1.0).generate(prompts(tokenizer), NEW_TOKENS)
+    torch.manual_seed(7)
+    probed = ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(tmp_path / "p.txt")).generate(
+        prompts(tokenizer), NEW_TOKENS)
+    assert [g.ids for g in probed] == [g.ids for g in plain]
+
+
+def test_a_call_too_short_for_the_profile_says_so(policy, tmp_path):
+    model, tokenizer = policy
+    path = tmp_path / "probe.txt"
+    ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path)).generate(prompts(tokenizer), 5)
+    assert "(no profile: the call ended after 5 steps" in path.read_text()
+
+
+def test_the_rollout_probes_into_its_output_folder_when_asked(policy, tmp_path):
+    model, tokenizer = policy
+    config = RlConfig(model="tiny", output_dir=str(tmp_path), profile_decoding=True)
+    generator = MultiTurnRollout(config, [], None, tokenizer)._generator(model)
+    assert generator.probe_to == str(tmp_path / DECODING_PROBE_FILE)
+
+
+def test_the_rollout_does_not_probe_by_default(policy, tmp_path):
+    model, tokenizer = policy
+    generator = MultiTurnRollout(RlConfig(model="tiny", output_dir=str(tmp_path)), [], None,
+                                 tokenizer)._generator(model)
+    assert generator.probe_to is None
+
+
+def test_the_padding_fraction_is_the_share_of_pad_tokens_in_the_prompt_batch():
+    report = DecodingReport("cpu", 2, (10, 30), 4, (1.0, 1.0, 1.0), 0, None, None, "")
+    assert report.padding_fraction == pytest.approx(20 / 60)
+
+
+def test_the_step_times_are_summarised_by_thirds_after_the_first_step():
+    steps = (100.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0)
+    text = DecodingReport("cpu", 1, (5,), 8, steps, 0, None, None, "").text()
+    assert "first third (2 steps): median 1.00 ms" in text and "last third (2 steps): median 3.00 ms" in text
+
+
+def test_a_turns_progress_line_gives_the_time_of_a_decoding_step():
+    progress = TurnProgress(0, 16, 8000, 92.0, 30.0, {"correct": 16}, longest_reply_tokens=920)
+    assert "(longest 920: 100.0 ms a step)" in progress.line()
+
+
+def test_a_call_ending_inside_the_profiled_steps_reports_no_profile(policy, tmp_path):
+    model, tokenizer = policy
+    path = tmp_path / "probe.txt"
+    ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path)).generate(prompts(tokenizer), 20)
+    assert "(no profile: the call ended after 20 steps" in path.read_text()
