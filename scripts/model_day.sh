@@ -49,7 +49,8 @@
 # probe (train/rl_decoding_probe.txt: every step's time, a profile of a few steps; --rl-profile-decoding).
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
-# COMPARE_TURNS (default 2): the comparison's turns per trajectory; runs with other turns are not resumed.
+# COMPARE_TURNS (default 2): the comparison's turns per trajectory (a call with other turns than the runs it
+# would continue is refused; a round cut by a call's end resumes with the replies it had generated).
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
 # compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
 # carried) and the later calls on the same machine take what it found (`gen_cache`).

@@ -56,6 +56,18 @@ def test_optimize_resume_of_a_finished_run_runs_nothing(tmp_path, capsys):
     assert "2 turns resumed" in capsys.readouterr().out
 
 
+def test_a_fresh_run_does_not_take_the_replies_a_stopped_run_left(tmp_path):
+    from cudaperf.agent.backends.base import Generation
+    from cudaperf.agent.pending_replies import PendingReplies
+
+    model = _replay(tmp_path, BROKEN, GOOD)
+    stale = PendingReplies.beside(tmp_path / "run" / "trajectories.jsonl")
+    stale.save(model, [("relu", 0, 0)], [Generation(f"```python\n{GOOD}```", 10, 10, "stop", 1.0)])
+    assert _optimize(tmp_path, model) == 0
+    first = json.loads((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()[0])
+    assert first["result"]["outcome"] == "compile_error"  # the replay's own first reply, not the stale one
+
+
 def test_optimize_resume_with_another_model_is_a_usage_error(tmp_path, capsys):
     assert _optimize(tmp_path, _replay(tmp_path, BROKEN, GOOD)) == 0
     other = tmp_path / "other.jsonl"

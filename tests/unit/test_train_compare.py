@@ -210,3 +210,14 @@ def test_heldout_tasks_cover_every_train_family_and_are_never_trained_on():
     trained = split_tasks(SftConfig(model="tiny", holdout_fraction=0.05, val_limit_tasks=1))["train"]
     assert not held & {g.task_id for g in trained}
     assert len(trained) + len(held) == sum(1 for v in assigned.values() if v == "train")
+
+
+def test_continuing_batched_seeds_with_other_settings_is_refused(tmp_path, task_file, cpu_evaluator):
+    import shutil
+
+    run_compare(compare_config(tmp_path, task_file, batch_seeds=True), evaluator=cpu_evaluator,
+                backend_factory=scripted_factory([]))
+    shutil.rmtree(tmp_path / "scripted" / "toy")  # as if stopped before the per-seed runs were written
+    with pytest.raises(ConfigError, match="turns: 2 -> 1"):
+        run_compare(compare_config(tmp_path, task_file, batch_seeds=True, turns=1), evaluator=cpu_evaluator,
+                    backend_factory=scripted_factory([]))

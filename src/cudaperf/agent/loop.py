@@ -10,7 +10,10 @@ structural hints, feedback, writing), so the loop's cost is measured, not guesse
 
 Resume: trajectories already in the file continue from their last recorded turn (the conversation is
 rebuilt from the records); finished ones are left alone. With a deadline, no round starts after it (the
-run stops between rounds, every finished turn on disk, and a resume picks it up).
+run stops between rounds, every finished turn on disk, and a resume picks it up). A round's replies are
+kept beside the trajectory file from the moment they are generated until the round's turns are synced
+(`pending_replies.py`), so a run stopped during a round's evaluation resumes it without generating its
+replies again (the round's `reused_replies` counts them; their generation time is in their records).
 
 Not covered: loading tasks (`taskset.py`), the model (`backends/`), the judge (`evaluation.py`), per-turn
 figures (`summary.py`), the command line (`cudaperf.commands.optimize_cmd`).
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from cudaperf.agent.backends.base import Generation, GenerationConfig, ModelBackend
 from cudaperf.agent.environment import EnvConfig, RankerFn, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.pending_replies import PendingReplies
 from cudaperf.agent.summary import evaluation_split
 from cudaperf.agent.trajectory import Trajectory, TrajectoryStore, TurnRecord, group
 from cudaperf.types import Task
@@ -72,6 +76,7 @@ class RoundTiming:
     build_s: float = 0.0  # the evaluation in candidate-seconds (overlapping): compiles,
     correctness_s: float = 0.0  # correctness stages,
     timing_s: float = 0.0  # timing and coverage stages (`summary.evaluation_split`)
+    reused_replies: int = 0  # replies an earlier, stopped run generated for this round (not generated now)
 
     @property
     def overhead_s(self) -> float:
@@ -103,10 +108,11 @@ def refine(tasks: Sequence[Task], backend: ModelBackend, evaluator: CandidateEva
     new round starts."""
     stop_at = time.monotonic() + deadline_s if deadline_s is not None else None
     envs, resumed = _environments(tasks, backend, evaluator, config, store, ranker)
+    pending = PendingReplies.beside(store.path) if store is not None else None
     rounds: list[RoundTiming] = []
     active = [e for e in envs if not e.done and e.turn < config.turns]
     while active and (stop_at is None or time.monotonic() < stop_at):
-        rounds.append(_round(len(rounds), active, backend, evaluator, config, store, on_turn))
+        rounds.append(_round(len(rounds), active, backend, evaluator, config, store, on_turn, pending))
         active = [e for e in active if not e.done]
     records = [r for e in envs for r in e.history]
     return RunResult(tuple(group(records)), tuple(rounds), resumed, len(active))
@@ -130,11 +136,12 @@ def _environments(tasks, backend, evaluator, config, store, ranker) -> tuple[lis
 
 
 def _round(index: int, active: list[RefineEnv], backend: ModelBackend, evaluator: CandidateEvaluator,
-           config: RefineConfig, store: TrajectoryStore | None, on_turn: OnTurn | None) -> RoundTiming:
+           config: RefineConfig, store: TrajectoryStore | None, on_turn: OnTurn | None,
+           pending: PendingReplies | None = None) -> RoundTiming:
     t0 = time.perf_counter()
     conversations = [env.context().messages for env in active]
     t1 = time.perf_counter()
-    replies = _generate(backend, conversations, config)
+    replies, reused = _replies(active, conversations, backend, config, pending)
     t2 = time.perf_counter()
     write_s = 0.0
 
@@ -151,13 +158,30 @@ def _round(index: int, active: list[RefineEnv], backend: ModelBackend, evaluator
     if store is not None:
         w0 = time.perf_counter()
         store.sync()
+        if pending is not None:
+            pending.clear()  # the round's turns are on disk
         write_s += time.perf_counter() - w0
     t3 = time.perf_counter()
     # The loop's own work inside step_many (extraction, reward, hints, feedback): measured per turn.
     loop_s = write_s + sum(sum(v for k, v in s.record.durations_s.items() if k != "generate") for s in steps)
     evaluate_s = max(0.0, (t3 - t2) - loop_s)
     split = evaluation_split([s.record.result for s in steps])
-    return RoundTiming(index, len(active), t3 - t0, t1 - t0, t2 - t1, evaluate_s, loop_s, write_s, **split)
+    return RoundTiming(index, len(active), t3 - t0, t1 - t0, t2 - t1, evaluate_s, loop_s, write_s,
+                       reused_replies=reused, **split)
+
+
+def _replies(active: list[RefineEnv], conversations: list, backend: ModelBackend, config: RefineConfig,
+             pending: PendingReplies | None) -> tuple[list[Generation], int]:
+    """Each active trajectory's reply for this round: kept from a stopped run where there is one, the
+    others generated (and kept until the round's turns are on disk); how many were kept."""
+    keys = [(env.task.task_id, env.sample, env.turn) for env in active]
+    kept = pending.take(backend.name, keys) if pending is not None else {}
+    todo = [i for i, key in enumerate(keys) if key not in kept]
+    fresh = iter(_generate(backend, [conversations[i] for i in todo], config) if todo else [])
+    replies = [kept[key] if key in kept else next(fresh) for key in keys]
+    if pending is not None and todo:
+        pending.save(backend.name, keys, replies)
+    return replies, len(keys) - len(todo)
 
 
 def _generate(backend: ModelBackend, conversations: list, config: RefineConfig) -> list[Generation]:

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int:
     from cudaperf.agent.backends.base import BackendSpecError, load_backend
     from cudaperf.agent.loop import refine
+    from cudaperf.agent.pending_replies import PendingReplies
     from cudaperf.agent.summary import summary_dict, write_best_kernels, write_summary
     from cudaperf.agent.trajectory import TrajectoryStore
 
@@ -115,6 +116,8 @@ def _run(args: argparse.Namespace, tasks: list, settings: dict[str, Any]) -> int
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "run.json").write_text(json.dumps(settings, indent=1, sort_keys=True))
     store = TrajectoryStore(args.out / "trajectories.jsonl")
+    if not args.resume:  # replies a stopped run left are not this run's (its settings may differ)
+        PendingReplies.beside(store.path).clear()
     try:
         total = len(tasks) * args.samples * args.turns
         with _evaluator(args.ray_address, eval_config) as evaluator, _Progress(total) as bar:

@@ -350,12 +350,22 @@ SETTINGS_FILE = "run.json"
 GENERATE_ROWS = 128  # rows per generate call of a local model
 
 
+def _settings(config: CompareConfig) -> dict[str, Any]:
+    values = {k: getattr(config, k) for k in RUN_SETTINGS}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
 def run_settings(config: CompareConfig, entry: str, set_name: str, seed: int) -> dict[str, Any]:
     """What a run's trajectories depend on; a later call must match it to continue or reuse the run."""
-    values = {k: getattr(config, k) for k in RUN_SETTINGS}
-    values = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
     return {"spec": model_spec(entry), "set": dict(map(set_spec, config.sets))[set_name], "seed": seed,
-            **values}
+            **_settings(config)}
+
+
+def batched_settings(config: CompareConfig, entry: str) -> dict[str, Any]:
+    """What a model's batched trajectories (`batch_seeds`) depend on: every run's settings but the set
+    and seed, and the sets and seeds themselves (trajectory k is seed k's)."""
+    return {"spec": model_spec(entry), "sets": [spec for _, spec in map(set_spec, config.sets)],
+            "seeds": list(config.seeds), **_settings(config)}
 
 
 def check_runs(config: CompareConfig) -> None:
@@ -364,15 +374,21 @@ def check_runs(config: CompareConfig) -> None:
     for entry in config.models:
         for set_name, _ in map(set_spec, config.sets):
             for seed in config.seeds:
-                path = _run_dir(out, entry, set_name, seed) / SETTINGS_FILE
-                if not path.is_file():
-                    continue
-                saved, now = json.loads(path.read_text()), run_settings(config, entry, set_name, seed)
-                changed = sorted(k for k in now if saved.get(k) != now[k])
-                if changed:
-                    diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in changed)
-                    raise ConfigError(f"{path.parent} was run with other settings ({diffs}): use the same "
-                                      "settings or another output_dir")
+                _check_settings(_run_dir(out, entry, set_name, seed) / SETTINGS_FILE,
+                                run_settings(config, entry, set_name, seed))
+        if config.batch_seeds:
+            _check_settings(out / model_name(entry) / BATCHED_SETTINGS_FILE, batched_settings(config, entry))
+
+
+def _check_settings(path: Path, now: dict[str, Any]) -> None:
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    changed = sorted(k for k in now if saved.get(k) != now[k])
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in changed)
+        raise ConfigError(f"{path.parent} was run with other settings ({diffs}): use the same settings or "
+                          "another output_dir")
 
 
 def _one_run(config: CompareConfig, entry: str, set_name: str, seed: int, tasks: list[Any], backend: Any,
@@ -404,6 +420,7 @@ def _write_figures(directory: Path, entry: str, set_name: str, seed: int, tasks:
 
 
 BATCHED_FILE = "batched_trajectories.jsonl"
+BATCHED_SETTINGS_FILE = "batched_run.json"
 
 
 def _batched_runs(config: CompareConfig, entry: str, pending: list[tuple[str, int]],
@@ -421,6 +438,8 @@ def _batched_runs(config: CompareConfig, entry: str, pending: list[tuple[str, in
     out = Path(config.output_dir)
     tasks = list({t.task_id: t for name in task_sets for t in task_sets[name]}.values())
     (out / model_name(entry)).mkdir(parents=True, exist_ok=True)
+    (out / model_name(entry) / BATCHED_SETTINGS_FILE).write_text(json.dumps(batched_settings(config, entry))
+                                                                  + "\n")
     store = TrajectoryStore(out / model_name(entry) / BATCHED_FILE)
     left = None if deadline is None else max(0.0, deadline - time.monotonic())
     run_config = replace(refine_config(config, config.seeds[0]), samples=len(config.seeds))
