@@ -106,3 +106,19 @@ def test_a_call_ending_inside_the_profiled_steps_reports_no_profile(policy, tmp_
     path = tmp_path / "probe.txt"
     ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path)).generate(prompts(tokenizer), 20)
     assert "(no profile: the call ended after 20 steps" in path.read_text()
+
+
+def test_a_profiler_that_fails_stops_the_profile_not_the_generation(policy, tmp_path, monkeypatch):
+    model, tokenizer = policy
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUPTI unavailable")
+
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    path = tmp_path / "probe.txt"
+    replies = ModelGenerator(model, tokenizer, 1.0, 1.0, probe_to=str(path)).generate(prompts(tokenizer),
+                                                                                      NEW_TOKENS)
+    assert [len(r.ids) for r in replies] == [NEW_TOKENS, NEW_TOKENS]
+    text = path.read_text()
+    assert "(no profile: the profiler failed: RuntimeError: CUPTI unavailable)" in text
+    assert "decoding step, last third" in text  # the step times are still there

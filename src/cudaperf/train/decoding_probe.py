@@ -10,7 +10,8 @@ durations; the steps around the profiled ones (the profiler's start and stop) ar
 widths, padding, new tokens), the step times at the start, middle and end of the call, and the profiled
 steps' operators with the most host and device time.
 
-Covers: one `generate` call, CPU or CUDA (device times only where the profiler sees a device).
+Covers: one `generate` call, CPU or CUDA (device times only where the profiler sees a device); a profiler
+that fails to start or step ends the profile (the report says why) and never the generation.
 Not covered: several calls (the rollout probes its first only), the prefill (before the first step),
 anything outside `generate`.
 """
@@ -85,6 +86,7 @@ class DecodingProbe:
     _clock: list[float] = field(default_factory=list)
     _profiler: Any = None
     _events: Any = None
+    _failed: str = ""  # why the profiler stopped, when it did: the call it watches goes on regardless
 
     def __enter__(self) -> "DecodingProbe":
         import torch
@@ -95,18 +97,34 @@ class DecodingProbe:
         # One warm-up step between the skipped and the recorded ones (the profiler's own start-up cost).
         schedule = torch.profiler.schedule(wait=max(0, self.skip_steps - 1), warmup=1,
                                            active=self.active_steps, repeat=1)
+        self._guard(lambda: self._start(activities, schedule))
+        return self
+
+    def _start(self, activities: list[Any], schedule: Any) -> None:
+        import torch
+
         self._profiler = torch.profiler.profile(activities=activities, schedule=schedule,
                                                 on_trace_ready=self._keep)
         self._profiler.__enter__()
-        return self
 
     def __exit__(self, *exc: object) -> None:
-        self._profiler.__exit__(*exc)
+        if self._profiler is not None:
+            self._guard(lambda: self._profiler.__exit__(None, None, None))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         self._clock.append(time.perf_counter())
-        self._profiler.step()
+        if self._profiler is not None and not self._failed:
+            self._guard(self._profiler.step)
         return scores
+
+    def _guard(self, action: Any) -> None:
+        """Run a profiler action; a failure stops the profile, never the generation (a probe rides along
+        a training run's real rollout)."""
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - whatever the profiler raises, generation must go on
+            self._failed = self._failed or f"{type(exc).__name__}: {exc}"[:300]
+            self._events = None
 
     def _keep(self, profiler: Any) -> None:
         self._events = profiler.key_averages()
@@ -115,12 +133,13 @@ class DecodingProbe:
         window = range(self.skip_steps - 2, self.skip_steps + self.active_steps + 2)  # under the profiler
         steps = tuple((b - a) * 1e3 for i, (a, b) in enumerate(zip(self._clock, self._clock[1:]))
                       if i not in window)
-        if self._events is None or len(self._clock) < self.skip_steps + self.active_steps:
+        if self._failed or self._events is None or len(self._clock) < self.skip_steps + self.active_steps:
             # (a call that ends inside the profiled window hands the profiler a part of it at its exit)
+            why = (f"the profiler failed: {self._failed}" if self._failed else
+                   f"the call ended after {len(self._clock)} steps, before the "
+                   f"{self.skip_steps + self.active_steps} the profile needs")
             return DecodingReport(self.device, len(self.prompt_tokens), tuple(self.prompt_tokens),
-                                  len(self._clock), steps, 0, None, None,
-                                  f"(no profile: the call ended after {len(self._clock)} steps, before the "
-                                  f"{self.skip_steps + self.active_steps} the profile needs)")
+                                  len(self._clock), steps, 0, None, None, f"(no profile: {why})")
         host_us = sum(e.self_cpu_time_total for e in self._events)
         device_us = sum(_device_us(e) for e in self._events)
         sort = "self_device_time_total" if device_us else "self_cpu_time_total"
