@@ -83,6 +83,10 @@ def test_resume_with_a_different_batch_size_is_refused():
         check_resume(SftConfig(), SftConfig(batch_size=4))
 
 
+def test_resume_may_switch_the_decoding_probe():
+    check_resume(RlConfig(), RlConfig(profile_decoding=True))  # a measurement, not what the run learns
+
+
 def test_resume_may_run_longer():
     check_resume(SftConfig(max_steps=10), SftConfig(max_steps=20))
 

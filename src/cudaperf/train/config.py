@@ -29,7 +29,7 @@ KINDS = ("pytorch", "c")
 # Fields a resumed run may change: where it runs and for how long, never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "build_workers", "ray_address"})
+                       "build_workers", "ray_address", "profile_decoding"})
 
 
 class ConfigError(ValueError):
