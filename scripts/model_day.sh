@@ -324,8 +324,8 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 --base "${COMPARE_BASE:-smollm2}" \
-    --generation-cache "$GEN_CACHE" \
+    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
+    --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"

@@ -2,8 +2,8 @@
 
 Covers: a byte-level BPE tokenizer trained with `tokenizers` on the package's own example kernels and
 tasks (so CUDA text tokenizes sensibly), ChatML special tokens and chat template (the same format as
-SmolLM2), and a randomly initialised `LlamaForCausalLM` of ~0.1 M parameters, saved as a normal model
-directory that `hf_local` (or `transformers serve`) loads.
+SmolLM2), and a randomly initialised `LlamaForCausalLM` of ~0.1 M parameters, in memory
+(`tiny_chat_model`) or saved as a normal model directory that `hf_local` (or `transformers serve`) loads.
 
 Not covered: anything a trained model does. Its replies are random tokens; it exercises the plumbing
 (templates, padding, batching, stop strings, servers), never the quality of a backend.
