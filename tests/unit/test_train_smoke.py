@@ -280,6 +280,28 @@ def test_a_bfloat16_sampler_follows_the_policys_weights_at_every_call(tiny):
             param.copy_(kept)
 
 
+def test_a_bfloat16_sampler_drops_the_trainers_autocast_wrapper_and_leaves_the_policys(tmp_path):
+    """A policy prepared as TRL's trainer prepares it with bf16=True (accelerate's mixed precision)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    config = rl_config(tmp_path, "tiny")
+    model, tokenizer = load_policy(config)
+    AcceleratorState._reset_state(True)  # the process-wide state the trainers of other tests set up
+    try:
+        accelerator = Accelerator(mixed_precision="bf16", cpu=True)
+        policy = accelerator.unwrap_model(accelerator.prepare(model))
+    finally:
+        AcceleratorState._reset_state(True)
+    assert "forward" in policy.__dict__  # the wrapper is there to drop
+    sampler = ModelGenerator(policy, tokenizer, temperature=1.0, top_p=1.0, weights="bfloat16").sampler()
+    autocast = []
+    sampler.lm_head.register_forward_hook(lambda m, a, o: autocast.append(torch.is_autocast_enabled("cpu")))
+    with torch.no_grad():
+        sampler(input_ids=torch.tensor([[5, 6, 7]]))
+    assert autocast == [False] and "forward" in policy.__dict__
+
+
 def test_a_bfloat16_sampler_generates_replies_with_logprobs(tiny):
     model, tokenizer = tiny
     prompt = tokenizer("__global__ void k(float* x)", add_special_tokens=False)["input_ids"]

@@ -116,8 +116,9 @@ class ModelGenerator:
     def sampler(self) -> Any:
         """The module that samples: the policy itself ('autocast'), or a copy of it whose parameters are
         bfloat16, refreshed from the policy's current weights at every call ('bfloat16'). Buffers stay as
-        they are (the rotary frequencies keep float32), the copy shares no storage with the policy, and it
-        samples with the policy's generation config."""
+        they are (the rotary frequencies keep float32), the copy shares no storage with the policy, runs
+        its class's plain forward (no autocast wrapper a trainer put on the policy), and samples with the
+        policy's generation config."""
         if self.weights != "bfloat16":
             return self.model
         import copy
@@ -127,6 +128,11 @@ class ModelGenerator:
         with torch.no_grad():
             if self._copy is None:
                 self._copy = copy.deepcopy(self.model)
+                # A trainer's policy (TRL with bf16=True) carries accelerate's mixed-precision wrapper on
+                # its instance (`forward` under autocast, outputs cast to float32, the plain one kept as
+                # `_original_forward`); the copy drops it, so it samples as the profile measured it.
+                for name in ("forward", "_original_forward"):
+                    self._copy.__dict__.pop(name, None)
                 for param in self._copy.parameters():
                     param.requires_grad_(False)
                     param.data = param.data.to(torch.bfloat16)
