@@ -46,7 +46,8 @@
 # 60-120 s of evaluation, and the machine's start ~200 s of the 1,800. The day that fits: A and A2 as above;
 # B as above; C with RL_S=430 COMPARE_BASE=none COMPARE_TURNS=1; D with COMPARE_BASE=none COMPARE_TURNS=1
 # REFINE_S=0 (the first turns of SFT and RL; base's are session 16's). C writes the first rollout's decoding
-# probe (train/rl_decoding_probe.txt: every step's time, a profile of a few steps; --rl-profile-decoding).
+# probe (train/rl_decoding_probe.txt: every step's time, a profile of a few steps; --rl-profile-decoding),
+# and the comparison each model's (compare/<model>-decoding_probe.txt; --profile-decoding).
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # COMPARE_TURNS (default 2): the comparison's turns per trajectory (a call with other turns than the runs it
@@ -325,12 +326,12 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
-    --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" \
+    --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"
-  for f in "$WORK"/compare/*/batched_trajectories.jsonl; do
-    [[ -f $f ]] && cp "$f" "$STAGE/compare/$(basename "$(dirname "$f")")-trajectories.jsonl"
+  for f in "$WORK"/compare/*/batched_trajectories.jsonl "$WORK"/compare/*/decoding_probe.txt; do
+    [[ -f $f ]] && cp "$f" "$STAGE/compare/$(basename "$(dirname "$f")")-$(basename "$f" | sed 's/^batched_//')"
   done
   pack
 }

@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="KV cache of the local models' generate (CompareConfig.generation_cache)")
     p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model; "
                    "'none': leave it out, when its runs were measured in an earlier lease)")
+    p.add_argument("--profile-decoding", action="store_true",
+                   help="time and profile each model's first generate call (CompareConfig.profile_decoding)")
     p.add_argument("--separate-seeds", action="store_true",
                    help="one agent loop per (set, seed) run instead of all of a model's runs side by side "
                    "(CompareConfig.batch_seeds; batching is what makes the default fit one call)")
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
         max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
         batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,
+        profile_decoding=args.profile_decoding,
         eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     report = run_compare(config)
     _copy_out(Path(config.output_dir), args.out)
@@ -112,6 +115,8 @@ def _copy_out(work: Path, out: Path) -> None:
     runs = {str(p.parent.relative_to(work)): json.loads(p.read_text())
             for p in work.glob("*/*/*/figures.json")}
     (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+    for probe in work.glob("*/decoding_probe.txt"):  # each model's first generate call
+        shutil.copy(probe, out / f"{probe.parent.name}-decoding_probe.txt")
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ def _budget(explicit: float, left: float) -> float:
 
 def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> None:
     """The JSON so far and the stage's metrics to --out, at once (a later kill keeps them)."""
-    from cudaperf.train.decoding_probe import DECODING_PROBE_FILE
+    from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 
     _write(args.out, rows, stamp)
     metrics = args.work / stage / "metrics.jsonl"

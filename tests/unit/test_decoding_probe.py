@@ -1,7 +1,7 @@
-"""The decoding probe (`train.decoding_probe`) and its use by the rollout's sampler (`ModelGenerator`'s
-`probe_to`, `RlConfig.profile_decoding`): every step of a real `generate` call timed, a few profiled with
-the real `torch.profiler`, on a small random Llama on the CPU (the device side runs in
-`tests/gpu/test_rollout_generation_gpu.py`)."""
+"""The decoding probe (`agent.backends.decoding_probe`) and its use by the rollout's sampler
+(`ModelGenerator`'s `probe_to`, `RlConfig.profile_decoding`) and by the local backend (`HFLocalBackend`'s
+`probe_to`): every step of a real `generate` call timed, a few profiled with the real `torch.profiler`, on
+a small random Llama on the CPU (the device side runs in `tests/gpu/test_rollout_generation_gpu.py`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, DecodingReport
 from cudaperf.train.config import RlConfig
-from cudaperf.train.decoding_probe import DECODING_PROBE_FILE, DecodingReport
 from cudaperf.train.rollout import ModelGenerator, MultiTurnRollout, TurnProgress
 
 NEW_TOKENS = 40  # past the probe's 16 skipped + 1 warm-up + 8 profiled steps
@@ -122,3 +122,16 @@ def test_a_profiler_that_fails_stops_the_profile_not_the_generation(policy, tmp_
     text = path.read_text()
     assert "(no profile: the profiler failed: RuntimeError: CUPTI unavailable)" in text
     assert "decoding step, last third" in text  # the step times are still there
+
+
+def test_the_local_backend_probes_its_next_call_once(policy, tmp_path):
+    from cudaperf.agent.backends.base import ChatMessage, GenerationConfig
+    from cudaperf.agent.backends.hf_local import HFLocalBackend
+
+    model, tokenizer = policy
+    backend = HFLocalBackend(model, tokenizer, "hf:tiny")
+    backend.probe_to = str(tmp_path / "probe.txt")
+    conversation = [ChatMessage("user", "Write a CUDA kernel.")]
+    (reply,) = backend.generate([conversation], GenerationConfig(max_new_tokens=NEW_TOKENS, seed=0))
+    assert reply.error is None and reply.completion_tokens == NEW_TOKENS
+    assert "rows: 1;" in (tmp_path / "probe.txt").read_text() and backend.probe_to is None

@@ -174,12 +174,14 @@ def test_tiny_model_from_a_config_runs_through_the_command(tmp_path, task_file, 
     train_cmd.add_arguments(parser)
     args = parser.parse_args(["eval", "--models", f"base={model}", "--sets", f"toy={task_file}", "--seeds",
                               "0", "--turns", "1", "--max-new-tokens", "6", "--eval-device", "cpu",
-                              "--allow-torch-ops", "--device", "cpu", "--output-dir", str(tmp_path / "out")])
+                              "--allow-torch-ops", "--device", "cpu", "--output-dir", str(tmp_path / "out"),
+                              "--profile-decoding"])
     assert train_cmd.run(args) == 0
     printed = capsys.readouterr().out
     assert "| toy | base | 1 | 1 |" in printed and "1 runs complete" in printed
     figures = json.loads((tmp_path / "out" / "base" / "toy" / "seed0" / FIGURES_FILE).read_text())
     assert figures["spec"] == f"hf:{model}" and figures["figures"]["turns"] == 1
+    assert "rows: 1;" in (tmp_path / "out" / "base" / "decoding_probe.txt").read_text()
 
 
 class _Unclosed:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.backends.base import GENERATION_CACHES
+from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 from cudaperf.train.config import ConfigError
 
 RUN_FILE = "trajectories.jsonl"
@@ -103,6 +104,10 @@ class CompareConfig:
     """Timing budget per candidate and configuration."""
     max_minutes: float = 0.0
     """Start no round after this many minutes (0: no limit); calling again continues."""
+    profile_decoding: bool = False
+    """Time every decoding step of each local model's first `generate` call and profile a few of them
+    (`agent.backends.decoding_probe`), written to `<output_dir>/<model>/decoding_probe.txt`. A measurement:
+    the runs' trajectories do not depend on it."""
     batch_seeds: bool = False
     """Run all (set, seed) runs of a model side by side: one agent loop over every set's tasks with one
     trajectory per seed (trajectory k is seed k's), so a round is one batched generate call instead of one
@@ -288,6 +293,8 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
                 unfinished += len(pending)
                 continue
             backend = (backend_factory or _load_backend(config))(model_spec(entry))
+            if config.profile_decoding and hasattr(backend, "probe_to"):
+                backend.probe_to = str(out / model_name(entry) / DECODING_PROBE_FILE)
             try:
                 if config.batch_seeds:
                     complete = _batched_runs(config, entry, pending, task_sets, backend, evaluator, deadline)

@@ -241,9 +241,9 @@ class RlConfig(CommonConfig):
     `scripts/generation_profile.py` measures both)."""
     profile_decoding: bool = False
     """Time every decoding step of the run's first rollout `generate` call and profile a few of them
-    (`train.decoding_probe`), written to `decoding_probe.txt` in `output_dir`: where a step's time goes in
-    the real run (dev/LOG.md, session 28: the real rollouts decoded 3-5x slower than the profile script's
-    replica). Costs the profiled steps' profiler overhead, once."""
+    (`agent.backends.decoding_probe`), written to `decoding_probe.txt` in `output_dir`: where a step's
+    time goes in the real run (dev/LOG.md, session 28: the real rollouts decoded 3-5x slower than the
+    profile script's replica). Costs the profiled steps' profiler overhead, once."""
     beta: float = 0.0
     """KL coefficient against the starting policy (0: off, no reference model; Kevin uses 0)."""
     epsilon: float = 0.2

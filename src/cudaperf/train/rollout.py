@@ -36,7 +36,6 @@ import contextlib
 import hashlib
 import json
 import math
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,13 +43,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.agent.backends.base import Generation
+from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, DecodingProbe, write_report
 from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
 from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
 from cudaperf.train.credit import sample_rewards
-from cudaperf.train.decoding_probe import DECODING_PROBE_FILE, DecodingProbe
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
 
@@ -173,7 +172,8 @@ class ModelGenerator:
         with torch.no_grad(), bf16, probe or contextlib.nullcontext():
             output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         if probe is not None:
-            self._write_probe(probe)
+            path, self.probe_to = self.probe_to, None
+            write_report(probe, path)
         new = output[:, width:].cpu()
         logprobs = recorder.finish(new)
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
@@ -186,20 +186,6 @@ class ModelGenerator:
         processors.append(probe)
         return probe
 
-    def _write_probe(self, probe: DecodingProbe) -> None:
-        """The probe's report to `probe_to` (once); a failure is printed, never raised into the rollout."""
-        path, self.probe_to = Path(self.probe_to), None
-        try:
-            report = probe.report()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(report.text())
-        except Exception as exc:  # noqa: BLE001 - a measurement riding along must not cost the step
-            print(f"decoding probe failed: {type(exc).__name__}: {exc}", flush=True)
-            return
-        steps = report.step_ms[1:]
-        median = f"{statistics.median(steps):.1f} ms" if steps else "no steps"
-        print(f"decoding probe: {report.rows} rows, {report.new_tokens} steps, median step {median} "
-              f"({path})", flush=True)
 
 
 class _ChosenLogprobs:

@@ -4,7 +4,8 @@ Covers: chat prompts built with the tokenizer's own chat template; conversations
 and generated in batches of `batch_size` with left padding (so every row's new tokens start at the same
 column); greedy decoding at temperature 0, sampling otherwise; stop strings (generation stops at them and
 the reply is cut before them); the context length respected (a prompt that leaves no room is an error
-`Generation`, a long one gets fewer new tokens); a seed per call. Any exception inside `generate`
+`Generation`, a long one gets fewer new tokens); a seed per call; with `probe_to` set, the next call's
+decoding steps timed and a few profiled (`decoding_probe.py`). Any exception inside `generate`
 (out of memory, a broken template) becomes error `Generation`s for the batch it hit.
 
 Not covered: continuous batching, paged attention or speculative decoding (use a vLLM or SGLang server
@@ -18,6 +19,7 @@ of the batch it was generated in; `completion_tokens` counts the end-of-turn tok
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -33,6 +35,7 @@ from cudaperf.agent.backends.base import (
     Generation,
     GenerationConfig,
 )
+from cudaperf.agent.backends.decoding_probe import DecodingProbe, write_report
 
 MISSING_EXTRA = "transformers is not installed: pip install 'cudaperf[agent]'"
 
@@ -90,6 +93,7 @@ class HFLocalBackend:
         self._eos_ids = _eos_ids(model, tokenizer)
         self._context_tokens = _context_tokens(model)
         self._lock = threading.Lock()  # generate mutates the model's caches: one call at a time
+        self.probe_to: str | None = None  # set: the next `generate` call's decoding probe goes here, once
 
     @classmethod
     def from_pretrained(cls, path: str, options: HFLocalOptions = HFLocalOptions(),
@@ -177,9 +181,23 @@ class HFLocalBackend:
             kwargs["cache_implementation"] = "static"
         if config.seed is not None:
             torch.manual_seed(config.seed)
-        with torch.inference_mode():
+        probe = self._probe(prompts, kwargs)
+        with torch.inference_mode(), probe or contextlib.nullcontext():
             output = self.model.generate(**batch, **kwargs)
+        if probe is not None:
+            path, self.probe_to = self.probe_to, None
+            write_report(probe, path)
         return output[:, batch["input_ids"].shape[1]:].tolist()
+
+    def _probe(self, prompts: list[list[int]], kwargs: dict[str, Any]) -> DecodingProbe | None:
+        """A `DecodingProbe` as the call's logits processor while `probe_to` is set."""
+        if self.probe_to is None:
+            return None
+        from transformers import LogitsProcessorList
+
+        probe = DecodingProbe(str(self.model.device), [len(p) for p in prompts])
+        kwargs["logits_processor"] = LogitsProcessorList([probe])
+        return probe
 
     def _reply(self, prompt_tokens: int, row: list[int], config: GenerationConfig, limit: int,
                duration_s: float) -> Generation:

@@ -10,6 +10,10 @@ durations; the steps around the profiled ones (the profiler's start and stop) ar
 widths, padding, new tokens), the step times at the start, middle and end of the call, and the profiled
 steps' operators with the most host and device time.
 
+`write_report` writes a probe's report and prints one line; it never raises into the generation it
+measured. Used by the RL rollouts' sampler (`train.rollout.ModelGenerator`, `RlConfig.profile_decoding`)
+and the local backend (`hf_local.HFLocalBackend.probe_to`, `CompareConfig.profile_decoding`).
+
 Covers: one `generate` call, CPU or CUDA (device times only where the profiler sees a device); a profiler
 that fails to start or step ends the profile (the report says why) and never the generation.
 Not covered: several calls (the rollout probes its first only), the prefill (before the first step),
@@ -22,9 +26,10 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-DECODING_PROBE_FILE = "decoding_probe.txt"  # its name in a run's output folder (`RlConfig.profile_decoding`)
+DECODING_PROBE_FILE = "decoding_probe.txt"  # its name in a run's output folder
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,23 @@ class DecodingProbe:
                               self._events.table(sort_by=sort, row_limit=25))
 
 
+def write_report(probe: DecodingProbe, path: str | Path) -> None:
+    """The probe's report to `path` and a line on stdout; a failure is printed, never raised (a
+    measurement riding along a run must not cost it)."""
+    path = Path(path)
+    try:
+        report = probe.report()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.text())
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        print(f"decoding probe failed: {type(exc).__name__}: {exc}", flush=True)
+        return
+    steps = report.step_ms[1:]
+    median = f"{statistics.median(steps):.1f} ms" if steps else "no steps"
+    print(f"decoding probe: {report.rows} rows, {report.new_tokens} steps, median step {median} ({path})",
+          flush=True)
+
+
 def _device_us(event: Any) -> float:
     """An operator's own device time (the attribute's name changed across torch versions)."""
     for name in ("self_device_time_total", "self_cuda_time_total"):
@@ -158,4 +180,4 @@ def _device_us(event: Any) -> float:
     return 0.0
 
 
-__all__ = ["DECODING_PROBE_FILE", "DecodingProbe", "DecodingReport"]
+__all__ = ["DECODING_PROBE_FILE", "DecodingProbe", "DecodingReport", "write_report"]
