@@ -1,5 +1,5 @@
 """Where the decoding steps of one real `generate` call go: every step's wall time and a profile of a few
-steps, measured inside the run that pays for them (the RL rollouts), not in a replica of it.
+steps, measured inside the run that pays for them (the RL rollouts, the comparison), not in a replica.
 
 `DecodingProbe` is a logits processor, so `generate` calls it once per decoding step, after the step's
 forward pass and before sampling: it records the host clock there and advances a `torch.profiler`
