@@ -32,7 +32,6 @@ environment with scripted replies.
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import json
 import math
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.agent.backends.base import Generation
-from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, DecodingProbe, write_report
+from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, probing
 from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
@@ -168,23 +167,12 @@ class ModelGenerator:
         # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
         autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
-        probe = self._probe(str(device), [len(p) for p in prompts], kwargs["logits_processor"])
-        with torch.no_grad(), bf16, probe or contextlib.nullcontext():
+        with torch.no_grad(), bf16, probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-        if probe is not None:
-            path, self.probe_to = self.probe_to, None
-            write_report(probe, path)
+        self.probe_to = None  # the first call only
         new = output[:, width:].cpu()
         logprobs = recorder.finish(new)
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
-
-    def _probe(self, device: str, prompt_tokens: list[int], processors: Any) -> DecodingProbe | None:
-        """A `DecodingProbe` among the call's processors when this is the first call with `probe_to` set."""
-        if self.probe_to is None:
-            return None
-        probe = DecodingProbe(device, prompt_tokens)
-        processors.append(probe)
-        return probe
 
 
 

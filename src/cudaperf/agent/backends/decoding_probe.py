@@ -11,8 +11,9 @@ widths, padding, new tokens), the step times at the start, middle and end of the
 steps' operators with the most host and device time.
 
 `write_report` writes a probe's report and prints one line; it never raises into the generation it
-measured. Used by the RL rollouts' sampler (`train.rollout.ModelGenerator`, `RlConfig.profile_decoding`)
-and the local backend (`hf_local.HFLocalBackend.probe_to`, `CompareConfig.profile_decoding`).
+measured. `probing` puts the two around one `generate` call (or nothing, without a path). Used by the RL
+rollouts' sampler (`train.rollout.ModelGenerator`, `RlConfig.profile_decoding`) and the local backend
+(`hf_local.HFLocalBackend.probe_to`, `CompareConfig.profile_decoding`).
 
 Covers: one `generate` call, CPU or CUDA (device times only where the profiler sees a device); a profiler
 that fails to start or step ends the profile (the report says why) and never the generation.
@@ -22,9 +23,10 @@ anything outside `generate`.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +173,24 @@ def write_report(probe: DecodingProbe, path: str | Path) -> None:
           flush=True)
 
 
+@contextlib.contextmanager
+def probing(path: str | None, device: str, prompt_tokens: Sequence[int],
+            generate_kwargs: dict[str, Any]) -> Iterator[None]:
+    """Around one `generate` call: with `path`, a `DecodingProbe` among the call's logits processors
+    (`generate_kwargs["logits_processor"]`, made when absent) and its report written to `path` once the
+    call has returned; without, nothing."""
+    if path is None:
+        yield
+        return
+    from transformers import LogitsProcessorList
+
+    probe = DecodingProbe(device, list(prompt_tokens))
+    generate_kwargs.setdefault("logits_processor", LogitsProcessorList()).append(probe)
+    with probe:
+        yield
+    write_report(probe, path)
+
+
 def _device_us(event: Any) -> float:
     """An operator's own device time (the attribute's name changed across torch versions)."""
     for name in ("self_device_time_total", "self_cuda_time_total"):
@@ -180,4 +200,4 @@ def _device_us(event: Any) -> float:
     return 0.0
 
 
-__all__ = ["DECODING_PROBE_FILE", "DecodingProbe", "DecodingReport", "write_report"]
+__all__ = ["DECODING_PROBE_FILE", "DecodingProbe", "DecodingReport", "probing", "write_report"]

@@ -19,7 +19,6 @@ of the batch it was generated in; `completion_tokens` counts the end-of-turn tok
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -35,7 +34,7 @@ from cudaperf.agent.backends.base import (
     Generation,
     GenerationConfig,
 )
-from cudaperf.agent.backends.decoding_probe import DecodingProbe, write_report
+from cudaperf.agent.backends.decoding_probe import probing
 
 MISSING_EXTRA = "transformers is not installed: pip install 'cudaperf[agent]'"
 
@@ -181,23 +180,11 @@ class HFLocalBackend:
             kwargs["cache_implementation"] = "static"
         if config.seed is not None:
             torch.manual_seed(config.seed)
-        probe = self._probe(prompts, kwargs)
-        with torch.inference_mode(), probe or contextlib.nullcontext():
+        with torch.inference_mode(), probing(self.probe_to, str(self.model.device), [len(p) for p in prompts],
+                                             kwargs):
             output = self.model.generate(**batch, **kwargs)
-        if probe is not None:
-            path, self.probe_to = self.probe_to, None
-            write_report(probe, path)
+        self.probe_to = None  # the next call only
         return output[:, batch["input_ids"].shape[1]:].tolist()
-
-    def _probe(self, prompts: list[list[int]], kwargs: dict[str, Any]) -> DecodingProbe | None:
-        """A `DecodingProbe` as the call's logits processor while `probe_to` is set."""
-        if self.probe_to is None:
-            return None
-        from transformers import LogitsProcessorList
-
-        probe = DecodingProbe(str(self.model.device), [len(p) for p in prompts])
-        kwargs["logits_processor"] = LogitsProcessorList([probe])
-        return probe
 
     def _reply(self, prompt_tokens: int, row: list[int], config: GenerationConfig, limit: int,
                duration_s: float) -> Generation:
