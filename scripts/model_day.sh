@@ -331,7 +331,8 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"
   for f in "$WORK"/compare/*/batched_trajectories.jsonl "$WORK"/compare/*/decoding_probe.txt; do
-    [[ -f $f ]] && cp "$f" "$STAGE/compare/$(basename "$(dirname "$f")")-$(basename "$f" | sed 's/^batched_//')"
+    local name=${f##*/} model=${f%/*}
+    [[ -f $f ]] && cp "$f" "$STAGE/compare/${model##*/}-${name#batched_}"
   done
   pack
 }
