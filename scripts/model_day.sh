@@ -50,6 +50,8 @@
 # and the comparison each model's (compare/<model>-decoding_probe.txt; --profile-decoding).
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
+# COMPARE_MODELS="sft rl" (default: base unless COMPARE_BASE=none, sft, rl): the trained models compared,
+# by name (their final checkpoints under the run's work folder).
 # COMPARE_TURNS (default 2): the comparison's turns per trajectory (a call with other turns than the runs it
 # would continue is refused; a round cut by a call's end resumes with the replies it had generated).
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
@@ -321,13 +323,15 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
-  local s seeds
+  local s seeds models=() m
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
+  for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
-    --max-minutes "$(mins "$s" "${ROUND_S:-120}")" "${X_COMPARE[@]}"
+    --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
+    "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
   mkdir -p "$STAGE/compare"
   for f in "$WORK"/compare/*/batched_trajectories.jsonl "$WORK"/compare/*/decoding_probe.txt; do
