@@ -12,19 +12,20 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
    GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). The job
    leaves the gate after the referee's verdict, or, with `RlSettings.release_at_result`, as the worker's
-   result comes in (`on_result`). The baselines' plan (point 3) is made at that go-ahead, outside the
-   gate, and travels with the answer: the job is sent with the whole timing and the answer can only
-   narrow it (`jobs.narrowed_timing`, which the referee holds the timings to as well), so a candidate
-   whose task has a carrier in flight runs its checks meanwhile and waits for the carrier (`plan_wait`
-   in `stage_durations_s`) only before timing. A candidate
-   that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is no
-   go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
+   result comes in (`on_result`). The baselines' plan (point 3) is made before the job, waiting while a
+   carrier of the task is in flight (`plan_wait` in `stage_durations_s`); with
+   `RlSettings.plan_at_go_ahead`, at that go-ahead instead, outside the gate, and it travels with the
+   answer: the job is sent with the whole timing and the answer can only narrow it
+   (`jobs.narrowed_timing`, which the referee holds the timings to as well), so a candidate whose task
+   has a carrier in flight runs its checks meanwhile and waits for the carrier only before timing. A
+   candidate that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is
+   no go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
    (shared), then, if correct, the whole job again with timing on (exclusive); its verdict is the result
    and `environment["rl_check_outcome"]` keeps a differing first one.
 3. Baselines timed once per (task, configuration) per run, not per candidate. The first candidate of a
-   task to reach its go-ahead (the two-pass schedule: its timed pass) is its carrier: its timed pass
-   times every baseline interleaved with it, with the default budget, exactly as the default mode does,
-   and `BaselineCache` keeps them. Later candidates of the task
+   task to be planned (before its job or its timed pass; with `plan_at_go_ahead`, at its go-ahead) is its
+   carrier: its timed pass times every baseline interleaved with it, with the default budget, exactly as
+   the default mode does, and `BaselineCache` keeps them. Later candidates of the task
    are anchored: they time themselves and the cheap baseline, the anchor (eager; the naive CUDA port for
    C tasks), interleaved, with the ranking budget (`budget_ms`, `warmup_ms`); the costly baselines
    (torch.compile, serial C) come from the cache into their `ConfigTiming` (`environment["baselines"]`
@@ -137,6 +138,15 @@ class RlSettings:
     verdict, so the verdict, the referee's release of cached device memory and the region's zeroing no
     longer hold the next candidate's exclusive turn. Off until measured on a GPU: the referee's release
     of its cache to the driver then overlaps another candidate's timing (no kernel of its own runs)."""
+    plan_at_go_ahead: bool = False
+    """Refereed jobs: the baselines' plan (carrier or anchored) is made at the candidate's go-ahead to time
+    rather than before its job, and narrows the timing the job was sent with (the carrier's), so a
+    candidate whose task has a carrier in flight runs its build and checks meanwhile and waits for the
+    carrier only before timing (on the H200, session 28, 34% of a comparison's evaluation time was that
+    wait before the job), and a candidate that is not correct never carries. The cost: every job is sent
+    with the carrier's timing, so a C job's host work before timing also computes the serial-C
+    baseline's reference (once per worker and task) when it ends up anchored. Off until measured on a
+    GPU: on the 2-core CPU machine no gain (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -386,7 +396,8 @@ class BaselineCache:
     the same side twice in a row, makes the next timed candidate a carrier); `lookup(task)` gives the
     cached baselines. While a carrier of a task is in flight, `plan` for that task waits for it to settle
     (the timed passes are serialised anyway), so one task is never timed by two carriers at once; the RL
-    mode asks at a candidate's go-ahead to time, holding no side of the gate (`_GoAhead`). Keyed
+    mode asks before a candidate's job or, with `plan_at_go_ahead`, at its go-ahead to time, holding no
+    side of the gate (`_GoAhead`). Keyed
     by task id and a hash of the task's text, configurations and declaration, so two tasks sharing an id
     never share baselines. `drift` keeps the carriers' records, `anchor_offset` the live references'
     against their carriers and `live_drift` the last `LIVE_DRIFT_KEPT` live anchors' against their
@@ -568,24 +579,34 @@ Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
 
 
 class _GoAhead:
-    """One candidate's go-ahead to time (`execute.sandbox.Worker.run`'s `on_proceed`): the baselines' plan
-    (`BaselineCache.plan`), then the exclusive turn; the plan's timing goes to the worker with the answer
-    (the worker and the referee take it only where it narrows the job's: `jobs.narrowed_timing`). The plan
-    waits for a carrier of the task in flight while this job holds no side of the gate (`step_aside`
-    first; the checks are over by then): that carrier needs the exclusive side to finish."""
+    """One candidate's baselines' plan (`BaselineCache.plan`) and go-ahead to time
+    (`execute.sandbox.Worker.run`'s `on_proceed`). The plan is made before the job (`plan_now`) or, when
+    it was not, at the go-ahead, where its timing goes to the worker with the answer (the worker and the
+    referee take it only where it narrows the job's: `jobs.narrowed_timing`); then the exclusive turn. At
+    the go-ahead the plan waits for a carrier of the task in flight while this job holds no side of the
+    gate (`step_aside` first; the checks are over by then): that carrier needs the exclusive side to
+    finish."""
 
     def __init__(self, cache: BaselineCache, task: Task, timing: TimingConfig, turn: GateTurn):
         self._cache, self._task, self._timing, self._turn = cache, task, timing, turn
-        self.plan: TimingPlan | None = None  # None until the go-ahead: a candidate never timed has none
+        self.plan: TimingPlan | None = None  # None until planned: a candidate never timed may have none
         self.waited_s = 0.0  # for the plan: a carrier of the task in flight (`plan_wait`)
 
-    def __call__(self) -> TimingConfig:
-        self._turn.step_aside()
+    def plan_now(self) -> TimingPlan:
         start = time.perf_counter()
         self.plan = self._cache.plan(self._task, self._timing)
         self.waited_s = time.perf_counter() - start
+        return self.plan
+
+    def __call__(self) -> TimingConfig | None:
+        """The plan if none was made before the job, then the exclusive turn; the timing planned here,
+        else None (the job was sent with it)."""
+        asked = None
+        if self.plan is None:
+            self._turn.step_aside()
+            asked = self.plan_now().timing
         self._turn.upgrade()
-        return self.plan.timing
+        return asked
 
 
 class RlScheduler:
@@ -608,15 +629,16 @@ class RlScheduler:
 
     def _finish_once(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead) with
-        it exclusive. The job is sent with the whole timing (a carrier's); the baselines' plan is made at
-        the go-ahead (`_GoAhead`) and can only narrow it, so a candidate of a task whose carrier is in
-        flight runs its checks meanwhile and waits, if at all, only before timing; a candidate that is
-        not correct never carries."""
+        it exclusive. The baselines' plan is made before the job (a carrier that turns out wrong then
+        times nothing and the task's next timed candidate carries) or, with `plan_at_go_ahead`, at the
+        go-ahead (`_GoAhead`): the job is then sent with the whole timing (a carrier's), which the plan
+        can only narrow, and a candidate of a task whose carrier is in flight runs its checks meanwhile."""
         turn = self.gate.turn()
         go = _GoAhead(self.baselines, task, self.timing, turn)
+        timing = self.timing if self.settings.plan_at_go_ahead else go.plan_now().timing
         result = None
         try:
-            result = self._finish(task, solution, start, submitted, self.timing, turn.hold, go,
+            result = self._finish(task, solution, start, submitted, timing, turn.hold, go,
                                   turn.step_aside,
                                   turn.step_aside if self.settings.release_at_result else None)
         finally:

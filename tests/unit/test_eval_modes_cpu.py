@@ -3,7 +3,8 @@ verdicts as the default mode on one batch of right, wrong, failing and rejected 
 timed by one carrier and cached for the rest. Pure-PyTorch candidates (torch ops allowed), as CPU mode
 runs; the GPU twin is tests/gpu/test_eval_modes_gpu.py. The live anchor is off here: eager is the only
 baseline a CPU run can afford, and with it live nothing would be cached (the unit tests cover that). Four
-right candidates of one task on two workers: the baselines' plan made at each go-ahead, no deadlock."""
+right candidates of one task on two workers with the baselines' plan made at each go-ahead
+(`RlSettings.plan_at_go_ahead`): one carrier, no deadlock."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ CANDIDATES = {
 }
 
 
-def _results(mode: str, tmp_path, candidates: dict = CANDIDATES) -> dict:
+def _results(mode: str, tmp_path, candidates: dict = CANDIDATES, at_go_ahead: bool = False) -> dict:
+    rl = RlSettings(cpu_workers=2, live_anchor=False, plan_at_go_ahead=at_go_ahead)
     config = EvalConfig(device="cpu", mode=mode, cache_dir=str(tmp_path), analyze=False, build_workers=1,
-                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=2, live_anchor=False),
+                        policy=Policy(allow_torch_ops=True), rl=rl,
                         timing=TimingConfig(baselines=("eager",), budget_ms=5.0, warmup_ms=1.0))
     task = task_from_source(TASK, "relu2")
     pairs = [(task, solution_from_text(src, sid)) for sid, src in candidates.items()]
@@ -67,10 +69,10 @@ def test_only_correct_candidates_reach_the_timed_pass(both):
     assert (report["checked"], report["timed"]) == (5, 3)  # the syntax error never reaches a worker
 
 
-def test_two_workers_finish_four_right_candidates_of_one_task_with_one_carrier(tmp_path):
+def test_planned_at_the_go_ahead_two_workers_finish_four_right_candidates_of_one_task(tmp_path):
     run: dict = {}
     right = {f"right-{k}": RIGHT.format(k=k) for k in range(4)}
-    thread = threading.Thread(target=lambda: run.update(_results("rl", tmp_path, right)), daemon=True)
+    thread = threading.Thread(target=lambda: run.update(_results("rl", tmp_path, right, True)), daemon=True)
     thread.start()
     thread.join(240)
     assert not thread.is_alive(), "the batch did not finish in 240 s"

@@ -1,8 +1,10 @@
-"""The RL mode's one-job schedule (`RlScheduler` with a referee's go-ahead): the baselines' plan is made at
-the go-ahead to time, so a candidate of a task whose carrier is in flight runs its checks meanwhile and
-waits only before timing. Driven by a stand-in for the evaluator's finish that calls the hooks in the order
-`execute.sandbox.Worker.run` does with a refereed worker (the real one runs in test_eval_modes_cpu.py; what
-the worker and the referee do with the go-ahead's timing, in test_timing_go_ahead.py)."""
+"""The RL mode's one-job schedule (`RlScheduler` with a referee's go-ahead) with
+`RlSettings.plan_at_go_ahead`: the baselines' plan is made at the go-ahead to time, so a candidate of a
+task whose carrier is in flight runs its checks meanwhile and waits only before timing; without it, the
+plan is made before the job. Driven by a stand-in for the evaluator's finish that calls the hooks in the
+order `execute.sandbox.Worker.run` does with a refereed worker (the real one runs in
+test_eval_modes_cpu.py; what the worker and the referee do with the go-ahead's timing, in
+test_timing_go_ahead.py)."""
 
 from __future__ import annotations
 
@@ -82,8 +84,9 @@ class _RefereedFinish:
         return self.events.index(first) < self.events.index(then)
 
 
-def _scheduler(fake: _RefereedFinish) -> RlScheduler:
-    return RlScheduler(fake, with_cached_baselines, FULL, RlSettings(), one_pass=True)
+def _scheduler(fake: _RefereedFinish, at_go_ahead: bool = True) -> RlScheduler:
+    return RlScheduler(fake, with_cached_baselines, FULL, RlSettings(plan_at_go_ahead=at_go_ahead),
+                       one_pass=True)
 
 
 def _in_thread(scheduler: RlScheduler, solution_id: str, results: dict) -> threading.Thread:
@@ -93,16 +96,18 @@ def _in_thread(scheduler: RlScheduler, solution_id: str, results: dict) -> threa
     return thread
 
 
-def _second_behind_a_paused_carrier(fake: _RefereedFinish) -> tuple[dict, list[threading.Thread], float]:
+def _second_behind_a_paused_carrier(fake: _RefereedFinish, at_go_ahead: bool = True,
+                                    ) -> tuple[dict, list[threading.Thread], float]:
     """"first" carries and is paused after its timing stage (out of the gate, its result not yet in) while
-    "second" runs; "first" is let go once "second" has asked to time. The results, both threads (joined)
-    and how long "first" was held then."""
-    scheduler, results = _scheduler(fake), {}
+    "second" runs; "first" is let go once "second" has asked to time (or, planned before its job, after a
+    while). The results, both threads (joined) and how long "first" was held then."""
+    scheduler, results = _scheduler(fake, at_go_ahead), {}
     fake.paused["first"] = threading.Event()
     threads = [_in_thread(scheduler, "first", results)]
     fake.wait_for(("timing", "first"))
     threads.append(_in_thread(scheduler, "second", results))
-    fake.wait_for(("proceed", "second"))
+    if at_go_ahead:
+        fake.wait_for(("proceed", "second"))
     held_s = 0.1
     time.sleep(held_s)
     fake.paused["first"].set()
@@ -150,6 +155,13 @@ def test_when_the_carrier_fails_in_its_timing_stage_the_waiting_candidate_carrie
     fake = _RefereedFinish(fails_timing={"first"})
     results, _, _ = _second_behind_a_paused_carrier(fake)
     assert fake.asked["second"] == FULL and results["second"].environment["baselines"] == "timed (first)"
+
+
+def test_planned_before_the_job_a_candidate_starts_its_checks_only_after_the_carrier_is_done():
+    fake = _RefereedFinish()
+    results, _, held_s = _second_behind_a_paused_carrier(fake, at_go_ahead=False)
+    assert fake.before(("done", "first"), ("checks", "second")), fake.events
+    assert results["second"].stage_durations_s["plan_wait"] >= held_s
 
 
 def test_a_candidate_that_fails_its_checks_never_carries():
