@@ -11,12 +11,15 @@ wrong one. The serial C references (inputs drawn, the C reference run) are the h
 does for timing, as on a GPU machine.
 
 A run: an Evaluator in the RL mode (`--workers` CPU workers), a warm pass (one correct candidate per task:
-the workers' start, the carriers), then the timed pass over every candidate, `--copies` times each.
-Printed per run: evaluations per minute, and the medians per timed candidate of the stages that hold the
-turn or wait for it (`timing_prep` where the code has it, `timing`, `gate_wait`). Alternate two trees (the
-one before a change through PYTHONPATH) to compare them.
+the workers' start, the carriers; with `--cold-tasks` only the workers' start, so the timed pass meets
+every task fresh and its first candidates carry, as a comparison round or an RL step does), then the
+timed pass over every candidate, `--copies` times each. Printed per run: evaluations per minute, the
+medians per timed candidate of the stages that hold the turn or wait for it (`timing_prep` where the code
+has it, `timing`, `gate_wait`), and the candidates' summed wait for their task's baseline carrier
+(`plan_wait`) against their summed evaluation time. Alternate two trees (the one before a change through
+PYTHONPATH) to compare them.
 
-    python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2]
+    python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2 --cold-tasks]
 
 Not covered: CUDA (no kernel runs; the naive CUDA port is unavailable in CPU mode), the default mode.
 """
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import referee_spent, write_result
 
 LARGE_N = 1 << 24  # 16.8M elements, the size of the dataset C tasks' large configurations
-STAGES = ("correctness", "timing_prep", "timing", "gate_wait", "total")
+STAGES = ("correctness", "timing_prep", "timing", "gate_wait", "plan_wait", "total")
 
 
 def c_tasks() -> list:
@@ -110,10 +113,14 @@ def one_run(label: str, args) -> dict:
     tasks = c_tasks()
     config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
                         policy=Policy(allow_torch_ops=True),
-                        rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity))
+                        # the setting named only when asked: a tree from before it runs this script too
+                        rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity,
+                                      **({"plan_at_go_ahead": True} if args.plan_at_go_ahead else {})))
     with Evaluator(config) as ev:
         ev._workers.warm_up()
-        list(ev.evaluate_many([p for p in pairs(tasks, 1, label + "-warm") if "/right/" in p[1].solution_id]))
+        if not args.cold_tasks:
+            warm = [p for p in pairs(tasks, 1, label + "-warm") if "/right/" in p[1].solution_id]
+            list(ev.evaluate_many(warm))
         t0 = time.perf_counter()
         results = list(ev.evaluate_many(pairs(tasks, args.copies, label)))
         wall_s = time.perf_counter() - t0
@@ -125,6 +132,10 @@ def one_run(label: str, args) -> dict:
                                       for k in STAGES},
             # the referees' time computing references, summed over the run (cold tasks cost it)
             "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in referee_spent(results)), 1),
+            # every candidate's wait for its task's carrier, and every candidate's evaluation time, summed
+            "plan_wait_sum_s": sum(r.stage_durations_s.get("plan_wait", 0.0) for r in results),
+            "total_sum_s": sum(r.stage_durations_s.get("total", 0.0) for r in results),
+            "carriers": sum(r.environment.get("baselines", "").startswith("timed") for r in results),
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results}}
 
@@ -142,13 +153,18 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--task-affinity", action="store_true",
                         help="RlSettings.task_affinity: each batch thread on one worker, its last task first")
+    parser.add_argument("--plan-at-go-ahead", action="store_true",
+                        help="RlSettings.plan_at_go_ahead: the baselines' plan at each candidate's go-ahead")
+    parser.add_argument("--cold-tasks", action="store_true",
+                        help="no warm pass of candidates: the timed pass's first candidates carry")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     row = one_run(args.label, args)
     medians = ", ".join(f"{k} {v:.3f}" for k, v in row["timed_stage_medians_s"].items() if v is not None)
     print(f"{row['label']}: {row['evals_per_min']:.1f} evaluations/min ({row['n']} in {row['wall_s']:.1f} s, "
-          f"{row['timed']} timed); timed candidates' median s: {medians}; referees' references "
-          f"{row['referee_reference_ms']:.0f} ms", flush=True)
+          f"{row['timed']} timed, {row['carriers']} carriers); timed candidates' median s: {medians}; "
+          f"referees' references {row['referee_reference_ms']:.0f} ms; plan_wait "
+          f"{row['plan_wait_sum_s']:.1f} of {row['total_sum_s']:.1f} s summed", flush=True)
     wrong = {k: v for k, v in row["outcomes"].items() if (v == "correct") == ("/wrong/" in k)}
     if wrong:
         print(f"unexpected outcomes: {wrong}", flush=True)

@@ -15,7 +15,9 @@ Each repeat runs the default mode and the RL mode (once per `--rl-workers` count
 order, each on a fresh Evaluator with its own copy of the candidates (a comment in the CUDA text differs per
 run, so every build is cold and overlaps with the evaluation). A run is an untimed warm pass (the workers'
 start, and one correct candidate per task: in the RL mode it carries the task's baselines, in the default mode
-it warms the worker's torch.compile and reference caches), then the timed pass over every candidate. Printed:
+it warms the worker's torch.compile and reference caches; with `--cold-tasks` the workers' start alone, so
+the timed pass's first candidates of each task carry, as in a comparison round), then the timed pass over
+every candidate. Printed:
 per mode the median evaluations per minute, the median |Δ| of each candidate's speedups between repeats (Δ =
 s_r / s_0 - 1), the median 95% confidence half-width of the candidates' medians
 (`eval_modes.median_ci95_rel`), the RL mode's schedule (passes, carriers, gate waits, baseline drift, and the
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import referee_spent, write_result
 
 STAGES = ("build_wait", "setup", "reference", "correctness", "timing_prep", "timing", "coverage",
-          "check_pass", "gate_wait", "total")  # medians of these per run go to the JSON
+          "check_pass", "gate_wait", "plan_wait", "total")  # medians of these per run go to the JSON
 WRONG_GUARD = "if (blockIdx.x == 0 && threadIdx.x == 0) return;  // benchmark: a wrong kernel"
 BARRIERS = re.compile(r"__syncthreads|_sync\s*\(|__syncwarp|cooperative_groups|grid\.sync")
 
@@ -172,27 +174,32 @@ def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
 @dataclasses.dataclass(frozen=True)
 class RlArm:
     """One run of the RL mode in a repeat: its workers per GPU, its ranking budget when not the library's
-    (`RlSettings.budget_ms`; the warm-up then half of it), and whether jobs leave the gate at the worker's
-    result (`RlSettings.release_at_result`)."""
+    (`RlSettings.budget_ms`; the warm-up then half of it), whether jobs leave the gate at the worker's
+    result (`RlSettings.release_at_result`), task affinity and the baselines' plan at the go-ahead
+    (`RlSettings.plan_at_go_ahead`)."""
 
     workers: int
     budget_ms: float | None = None
     release_at_result: bool = False
     task_affinity: bool = False
+    plan_at_go_ahead: bool = False
 
     @staticmethod
     def parse(text: str) -> RlArm:
-        """"W" or "W/B", then any of the letters "r" and "a": W workers, a B ms budget, the gate left at
-        the worker's result (`RlSettings.release_at_result`), task affinity (`RlSettings.task_affinity`)."""
-        head = text.strip().rstrip("ra")
+        """"W" or "W/B", then any of the letters "r", "a" and "p": W workers, a B ms budget, the gate left
+        at the worker's result (`RlSettings.release_at_result`), task affinity (`RlSettings.task_affinity`),
+        the plan at the go-ahead (`RlSettings.plan_at_go_ahead`)."""
+        head = text.strip().rstrip("rap")
         letters = text.strip()[len(head):]
         workers, _, budget = head.partition("/")
-        return RlArm(int(workers), float(budget) if budget else None, "r" in letters, "a" in letters)
+        return RlArm(int(workers), float(budget) if budget else None, "r" in letters, "a" in letters,
+                     "p" in letters)
 
     @property
     def name(self) -> str:
         return (f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
-                + ("-r" if self.release_at_result else "") + ("-a" if self.task_affinity else ""))
+                + ("-r" if self.release_at_result else "") + ("-a" if self.task_affinity else "")
+                + ("-p" if self.plan_at_go_ahead else ""))
 
 
 def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
@@ -213,7 +220,8 @@ def _rl_settings(args, arm: RlArm | None):
                       drift_every=args.drift_every or RlSettings().drift_every,
                       live_anchor=args.live_anchor,
                       release_at_result=arm is not None and arm.release_at_result,
-                      task_affinity=arm is not None and arm.task_affinity, **budget)
+                      task_affinity=arm is not None and arm.task_affinity,
+                      plan_at_go_ahead=arm is not None and arm.plan_at_go_ahead, **budget)
 
 
 def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = None) -> dict:
@@ -237,7 +245,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
         if ev._workers is not None:
             ev._workers.warm_up()
         warm = [p for p in pairs_for_run(tasks, candidates, label + "-warm") if p[1].solution_id in warm_ids]
-        list(ev.evaluate_many(warm))
+        list(ev.evaluate_many([] if args.cold_tasks else warm))
         warm_s = time.perf_counter() - started
         profile_into(args.profile_dir, label)  # the warm pass's jobs went to label-warm
         before = ev.mode_report  # the warm pass's share, taken off below
@@ -452,8 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rl-workers", default=None,
                         help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
                         "of B ms), then any of r (jobs leave the gate at the worker's result, "
-                        "RlSettings.release_at_result) and a (RlSettings.task_affinity): the RL mode runs "
-                        "once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a); default: "
+                        "RlSettings.release_at_result), a (RlSettings.task_affinity) and p "
+                        "(RlSettings.plan_at_go_ahead): the RL mode runs "
+                        "once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a-p); default: "
                         "--workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,
@@ -470,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=1,
                         help="each candidate this many times (distinct texts): longer streams per task")
     parser.add_argument("--rl-only", action="store_true", help="the RL arms only (no default-mode run)")
+    parser.add_argument("--cold-tasks", action="store_true",
+                        help="no candidates in the warm pass (the workers' start only): the timed pass meets "
+                        "every task fresh and its first candidates carry, as a comparison round does")
     parser.add_argument("--append", action="store_true", help="continue the runs already in --out (the same "
                         "options), so the repeats can be spread over several calls; the summary covers all")
     args = parser.parse_args(argv)

@@ -12,14 +12,20 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
    GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). The job
    leaves the gate after the referee's verdict, or, with `RlSettings.release_at_result`, as the worker's
-   result comes in (`on_result`). A candidate
-   that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is no
-   go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
+   result comes in (`on_result`). The baselines' plan (point 3) is made before the job, waiting while a
+   carrier of the task is in flight (`plan_wait` in `stage_durations_s`); with
+   `RlSettings.plan_at_go_ahead`, at that go-ahead instead, outside the gate, and it travels with the
+   answer: the job is sent with the whole timing and the answer can only narrow it
+   (`jobs.narrowed_timing`, which the referee holds the timings to as well), so a candidate whose task
+   has a carrier in flight runs its checks meanwhile and waits for the carrier only before timing. A
+   candidate that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is
+   no go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
    (shared), then, if correct, the whole job again with timing on (exclusive); its verdict is the result
    and `environment["rl_check_outcome"]` keeps a differing first one.
-3. Baselines timed once per (task, configuration) per run, not per candidate. The first timed candidate
-   of a task is its carrier: its timed pass times every baseline interleaved with it, with the default
-   budget, exactly as the default mode does, and `BaselineCache` keeps them. Later candidates of the task
+3. Baselines timed once per (task, configuration) per run, not per candidate. The first candidate of a
+   task to be planned (before its job or its timed pass; with `plan_at_go_ahead`, at its go-ahead) is its
+   carrier: its timed pass times every baseline interleaved with it, with the default budget, exactly as
+   the default mode does, and `BaselineCache` keeps them. Later candidates of the task
    are anchored: they time themselves and the cheap baseline, the anchor (eager; the naive CUDA port for
    C tasks), interleaved, with the ranking budget (`budget_ms`, `warmup_ms`); the costly baselines
    (torch.compile, serial C) come from the cache into their `ConfigTiming` (`environment["baselines"]`
@@ -74,6 +80,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from cudaperf import jobs
 from cudaperf.jobs import TimingConfig
 from cudaperf.stats import geomean
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
@@ -131,6 +138,15 @@ class RlSettings:
     verdict, so the verdict, the referee's release of cached device memory and the region's zeroing no
     longer hold the next candidate's exclusive turn. Off until measured on a GPU: the referee's release
     of its cache to the driver then overlaps another candidate's timing (no kernel of its own runs)."""
+    plan_at_go_ahead: bool = False
+    """Refereed jobs: the baselines' plan (carrier or anchored) is made at the candidate's go-ahead to time
+    rather than before its job, and narrows the timing the job was sent with (the carrier's), so a
+    candidate whose task has a carrier in flight runs its build and checks meanwhile and waits for the
+    carrier only before timing (on the H200, session 28, 34% of a comparison's evaluation time was that
+    wait before the job), and a candidate that is not correct never carries. The cost: every job is sent
+    with the carrier's timing, so a C job's host work before timing also computes the serial-C
+    baseline's reference (once per worker and task) when it ends up anchored. Off until measured on a
+    GPU: on the 2-core CPU machine no gain (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
@@ -348,20 +364,13 @@ class TimingPlan:
     anchor: str | None = None
 
 
-# The baselines a job times, by task kind. C tasks: the names among these two, both when the list names
-# neither (the PyTorch default) and none when it is empty: `execute.c_session.wanted_baselines`, which
-# imports torch, so its rule is restated here for a module that must not.
-TORCH_BASELINES = ("eager", "compile")
-C_BASELINES = ("serial_c", "naive_cuda")
 ANCHORS = {TaskKind.PYTORCH: "eager", TaskKind.C: "naive_cuda"}  # cheap to time: no compile, on the GPU
 
 
 def timed_baselines(task: Task, listed: tuple[str, ...]) -> tuple[str, ...]:
-    """The baselines a job of `task` with `TimingConfig.baselines == listed` times."""
-    if task.kind is TaskKind.C:
-        named = tuple(b for b in C_BASELINES if b in listed)
-        return named or (C_BASELINES if listed else ())
-    return tuple(b for b in TORCH_BASELINES if b in listed)
+    """The baselines a job of `task` with `TimingConfig.baselines == listed` times
+    (`jobs.timed_baselines`)."""
+    return jobs.timed_baselines(task.kind, listed)
 
 
 @dataclass
@@ -386,7 +395,9 @@ class BaselineCache:
     compares its live anchor with it (drift past `drift_tolerance`, the median over configurations, on
     the same side twice in a row, makes the next timed candidate a carrier); `lookup(task)` gives the
     cached baselines. While a carrier of a task is in flight, `plan` for that task waits for it to settle
-    (the timed passes are serialised anyway), so one task is never timed by two carriers at once. Keyed
+    (the timed passes are serialised anyway), so one task is never timed by two carriers at once; the RL
+    mode asks before a candidate's job or, with `plan_at_go_ahead`, at its go-ahead to time, holding no
+    side of the gate (`_GoAhead`). Keyed
     by task id and a hash of the task's text, configurations and declaration, so two tasks sharing an id
     never share baselines. `drift` keeps the carriers' records, `anchor_offset` the live references'
     against their carriers and `live_drift` the last `LIVE_DRIFT_KEPT` live anchors' against their
@@ -560,10 +571,42 @@ Finish = Callable[..., EvalResult]
 """`Evaluator._finish_with(task, solution, start, submitted, timing, hold, on_proceed=None,
 on_checked=None, on_result=None)`: the default recipe from the static verdict on, with the job's timing
 replaced, the worker's run held by `hold()`, `on_checked()` called when the referee finds the candidate
-correct, `on_proceed()` before the candidate can be timed and `on_result()` once the worker's result is
+correct, `on_proceed()` before the candidate can be timed (what it returns, a `TimingConfig` or None,
+narrows the job's timing: `execute.sandbox.Worker.run`) and `on_result()` once the worker's result is
 in."""
 Fill = Callable[[EvalResult, dict[str, CachedBaselines]], EvalResult]
 """`evaluate.with_cached_baselines`: a result with cached baselines written in and its speedups redone."""
+
+
+class _GoAhead:
+    """One candidate's baselines' plan (`BaselineCache.plan`) and go-ahead to time
+    (`execute.sandbox.Worker.run`'s `on_proceed`). The plan is made before the job (`plan_now`) or, when
+    it was not, at the go-ahead, where its timing goes to the worker with the answer (the worker and the
+    referee take it only where it narrows the job's: `jobs.narrowed_timing`); then the exclusive turn. At
+    the go-ahead the plan waits for a carrier of the task in flight while this job holds no side of the
+    gate (`step_aside` first; the checks are over by then): that carrier needs the exclusive side to
+    finish."""
+
+    def __init__(self, cache: BaselineCache, task: Task, timing: TimingConfig, turn: GateTurn):
+        self._cache, self._task, self._timing, self._turn = cache, task, timing, turn
+        self.plan: TimingPlan | None = None  # None until planned: a candidate never timed may have none
+        self.waited_s = 0.0  # for the plan: a carrier of the task in flight (`plan_wait`)
+
+    def plan_now(self) -> TimingPlan:
+        start = time.perf_counter()
+        self.plan = self._cache.plan(self._task, self._timing)
+        self.waited_s = time.perf_counter() - start
+        return self.plan
+
+    def __call__(self) -> TimingConfig | None:
+        """The plan if none was made before the job, then the exclusive turn; the timing planned here,
+        else None (the job was sent with it)."""
+        asked = None
+        if self.plan is None:
+            self._turn.step_aside()
+            asked = self.plan_now().timing
+        self._turn.upgrade()
+        return asked
 
 
 class RlScheduler:
@@ -585,23 +628,25 @@ class RlScheduler:
         return self._finish_twice(task, solution, start, submitted)
 
     def _finish_once(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
-        """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead)
-        with it exclusive; the baselines' plan is made before the job, so a carrier that turns out wrong
-        times nothing and the task's next timed candidate carries."""
-        t0 = time.perf_counter()
-        plan = self.baselines.plan(task, self.timing)  # waits while a carrier of the task is in flight
-        plan_wait_s = time.perf_counter() - t0
+        """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead) with
+        it exclusive. The baselines' plan is made before the job (a carrier that turns out wrong then
+        times nothing and the task's next timed candidate carries) or, with `plan_at_go_ahead`, at the
+        go-ahead (`_GoAhead`): the job is then sent with the whole timing (a carrier's), which the plan
+        can only narrow, and a candidate of a task whose carrier is in flight runs its checks meanwhile."""
         turn = self.gate.turn()
+        go = _GoAhead(self.baselines, task, self.timing, turn)
+        timing = self.timing if self.settings.plan_at_go_ahead else go.plan_now().timing
         result = None
         try:
-            result = self._finish(task, solution, start, submitted, plan.timing, turn.hold, turn.upgrade,
+            result = self._finish(task, solution, start, submitted, timing, turn.hold, go,
                                   turn.step_aside,
                                   turn.step_aside if self.settings.release_at_result else None)
         finally:
-            drift = self.baselines.settle(task, solution.solution_id, result) if plan.carrier else []
+            plan = go.plan
+            drift = self.baselines.settle(task, solution.solution_id, result) if plan and plan.carrier else []
         self._count("checked")
-        waits = {"gate_wait": turn.waited_s, "plan_wait": plan_wait_s}
-        if result.outcome is not Outcome.CORRECT or not result.timings:
+        waits = {"gate_wait": turn.waited_s, "plan_wait": go.waited_s}
+        if plan is None or result.outcome is not Outcome.CORRECT or not result.timings:
             return _noted(result, {"eval_mode": EvalMode.RL.value}, waits)
         self._count("timed")
         notes = {"eval_mode": EvalMode.RL.value, "passes": "one"}

@@ -258,14 +258,15 @@ class Evaluator:
 
     def _finish(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                 timing: TimingConfig | None = None, hold: Callable | None = None,
-                on_proceed: Callable[[], None] | None = None,
+                on_proceed: Callable[[], TimingConfig | None] | None = None,
                 on_checked: Callable[[], None] | None = None,
                 on_result: Callable[[], None] | None = None) -> EvalResult:
         """The recipe once the static verdict is known and the build submitted: build, worker, features.
         `timing` replaces the configuration's for this job; `hold()`, a context manager, is held around
         the worker's run; `on_checked()` is called when the referee finds the candidate correct,
-        `on_proceed()` before the candidate can be timed and `on_result()` once the worker's result is in
-        (`execute.sandbox.Worker.run`); all for an evaluation mode's schedule, `eval_modes`."""
+        `on_proceed()` before the candidate can be timed (a `TimingConfig` it returns narrows `timing`)
+        and `on_result()` once the worker's result is in (`execute.sandbox.Worker.run`); all for an
+        evaluation mode's schedule, `eval_modes`."""
         if start.rejection is not None:  # only with static_gate_first off: the build ran for nothing
             build = self._wait_build(submitted.build, start.durations)
             return dataclasses.replace(start.rejection, build=build)
@@ -281,7 +282,7 @@ class Evaluator:
 
     def _finish_with(self, task: Task, solution: Solution, start: _Start, submitted: _Submitted,
                      timing: TimingConfig, hold: Callable,
-                     on_proceed: Callable[[], None] | None = None,
+                     on_proceed: Callable[[], TimingConfig | None] | None = None,
                      on_checked: Callable[[], None] | None = None,
                      on_result: Callable[[], None] | None = None) -> EvalResult:
         """`_finish` for an evaluation mode's schedule (`eval_modes.Finish`): on a copy of `start`'s
@@ -351,7 +352,7 @@ class Evaluator:
 
     def _run_in_worker(self, task: Task, solution: Solution, build: BuildResult | None,
                        start: _Start, timing: TimingConfig | None = None,
-                       on_proceed: Callable[[], None] | None = None,
+                       on_proceed: Callable[[], TimingConfig | None] | None = None,
                        on_checked: Callable[[], None] | None = None,
                        on_result: Callable[[], None] | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts

@@ -1,12 +1,14 @@
 """The records that cross the pipe between the evaluator and a sandboxed worker: the job and its payload.
 
 Covers: `TimingConfig` (the one home of the timing defaults: `EvalConfig.timing` and `EvalJob.timing` are
-this record), `EvalJob` (what the evaluator asks a worker to do with one task and one candidate),
-`EvalPayload` (what the worker's evaluation handler sends back), their wire form, and `ProfileJob` (what
-the dynamic stage hands the process Nsight Compute profiles, `execute.profile_target`). The wire is plain
-JSON (`types.to_dict` / `types.from_dict`), never pickle: the parent must not run code the child chose.
-`job_message` / `read_job` add and remove the secret, which travels beside the record, not in it (see
-`read_job` for why); `read_payload` turns whatever came back into a payload, a malformed one included.
+this record), which baselines a job times (`timed_baselines`) and how the parent's go-ahead may narrow its
+timing (`narrowed_timing`), `EvalJob` (what the evaluator asks a worker to do with one task and one
+candidate), `EvalPayload` (what the worker's evaluation handler sends back), their wire form, and
+`ProfileJob` (what the dynamic stage hands the process Nsight Compute profiles, `execute.profile_target`).
+The wire is plain JSON (`types.to_dict` / `types.from_dict`), never pickle: the parent must not run code
+the child chose. `job_message` / `read_job` add and remove the secret, which travels beside the record, not
+in it (see `read_job` for why); `read_payload` turns whatever came back into a payload, a malformed one
+included.
 
 Not covered: how the job is carried (the sandbox's framing, nonces and deadlines: `execute.sandbox`), what
 the worker does with it (`execute.session` and the recipes beside it), the final outcome
@@ -16,7 +18,7 @@ tests can build jobs without them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cudaperf.anticheat.policy import Policy
@@ -27,6 +29,7 @@ from cudaperf.types import (
     Outcome,
     Solution,
     Task,
+    TaskKind,
     Timing,
     from_dict,
     to_dict,
@@ -67,6 +70,39 @@ class TimingConfig:
             raise ValueError(f"TimingConfig.input_sets={self.input_sets}: at least one input set is needed")
         if self.unseen_sets < 0:
             raise ValueError(f"TimingConfig.unseen_sets={self.unseen_sets}: give 0 or more")
+
+
+TORCH_BASELINES = ("eager", "compile")
+C_BASELINES = ("serial_c", "naive_cuda")
+
+
+def timed_baselines(kind: TaskKind, listed: tuple[str, ...]) -> tuple[str, ...]:
+    """The baselines a job of a `kind` task times with `TimingConfig.baselines == listed`: a PyTorch task
+    the names among `TORCH_BASELINES`; a C task the names among `C_BASELINES`, both when the list names
+    neither (the PyTorch default) and none when it is empty."""
+    if kind is TaskKind.C:
+        named = tuple(b for b in C_BASELINES if b in listed)
+        return named or (C_BASELINES if listed else ())
+    return tuple(b for b in TORCH_BASELINES if b in listed)
+
+
+def narrowed_timing(kind: TaskKind, sent: TimingConfig, asked: Any) -> TimingConfig:
+    """The timing a worker uses: `sent` (the job's) narrowed by `asked`, the parent's answer to its "ready"
+    as wire data (`to_dict` of a `TimingConfig`; None: as sent). Only narrower: fewer baselines, a smaller
+    budget or warm-up, the empty function left out; baselines `sent` does not time, anything larger and
+    every other field are `sent`'s, and a malformed answer leaves `sent` as it is. The worker and the
+    referee both apply this, so the referee holds the timings to what the worker was told to time."""
+    try:
+        want = from_dict(TimingConfig, asked)
+        baselines = tuple(str(b) for b in want.baselines)
+        budget_ms, warmup_ms = float(want.budget_ms), float(want.warmup_ms)
+    except (AttributeError, KeyError, TypeError, ValueError):  # None, or not a timing: as sent
+        return sent
+    fewer = set(timed_baselines(kind, baselines)) <= set(timed_baselines(kind, sent.baselines))
+    return replace(sent, baselines=baselines if fewer else sent.baselines,
+                   budget_ms=budget_ms if 0 < budget_ms < sent.budget_ms else sent.budget_ms,
+                   warmup_ms=warmup_ms if 0 <= warmup_ms < sent.warmup_ms else sent.warmup_ms,
+                   overhead=sent.overhead and want.overhead is not False)
 
 
 @dataclass(frozen=True)

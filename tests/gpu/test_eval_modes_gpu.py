@@ -1,7 +1,9 @@
 """The RL evaluation mode on a GPU: several workers on one GPU, the check and timed passes, baselines carried
 once per task and cached, the eager anchor live. One batch (the example tasks' fast solutions, each twice
 with distinct texts, a wrong kernel, a build error, and a C task's naive port as its candidate) runs in
-both modes; the verdicts must be the same. Short budgets and one seed keep it to about a minute."""
+both modes, and the RL mode again with its options (the gate left at the result and task affinity; the
+baselines' plan at the go-ahead); the verdicts must be the same. Short budgets and one seed keep it to
+about a minute and a half."""
 
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def _run(mode: str, cache_dir: str, **options: bool) -> tuple[dict, dict]:
 def both(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("cache"))
     runs = {mode: _run(mode, cache) for mode in ("default", "rl")}
-    return {**runs, "rl-options": _run("rl", cache, release_at_result=True, task_affinity=True)}
+    return {**runs, "rl-options": _run("rl", cache, release_at_result=True, task_affinity=True),
+            "rl-go-ahead": _run("rl", cache, plan_at_go_ahead=True)}
 
 
 def test_both_modes_reach_the_same_verdicts(both):
@@ -101,3 +104,20 @@ def test_only_correct_candidates_reach_the_timed_pass(both):
     results, report = both["rl"]
     assert report["checked"] == sum(r.stage != "static" for r in results.values())
     assert report["timed"] == sum(r.outcome is Outcome.CORRECT for r in results.values())
+
+
+def test_with_the_plan_at_the_go_ahead_the_verdicts_and_the_carriers_are_the_same(both):
+    default, (results, report) = both["default"][0], both["rl-go-ahead"]
+    assert {k: r.outcome for k, r in results.items()} == {k: r.outcome for k, r in default.items()}
+    correct = [r for r in results.values() if r.outcome is Outcome.CORRECT]
+    assert report["carriers"] == len({r.task_id for r in correct})
+
+
+def test_with_the_plan_at_the_go_ahead_anchored_candidates_time_their_anchor_alone(both):
+    results, _ = both["rl-go-ahead"]
+    c = [r for k, r in results.items() if k.startswith("c-naive") and "naive_cuda live" in
+         r.environment.get("baselines", "")]
+    assert c and all({"serial_c", "naive_cuda"} <= set(r.speedups) for r in c)
+    anchored = [r for r in results.values() if "eager live" in r.environment.get("baselines", "")]
+    assert anchored and {r.environment["timing"] for r in anchored} == {"10 ms budget, baselines eager"}
+    assert not any(f.code == "verdict_mismatch" for r in results.values() for f in r.flags)

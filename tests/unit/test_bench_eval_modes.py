@@ -61,6 +61,11 @@ def test_an_arm_marked_a_binds_threads_to_workers_with_task_affinity():
     assert RlArm.parse("8/5ar") == RlArm(8, 5.0, True, True) and RlArm.parse("8/5ra").name == "rl-w8-b5-r-a"
 
 
+def test_an_arm_marked_p_plans_the_baselines_at_the_go_ahead():
+    assert RlArm.parse("8p") == RlArm(8, None, False, False, True) and RlArm.parse("8p").name == "rl-w8-p"
+    assert not RlArm.parse("8ra").plan_at_go_ahead
+
+
 def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
     four, eight = RlArm.parse("4"), RlArm.parse("8/5")
     assert eight == RlArm(8, 5.0) and (four.name, eight.name) == ("rl-w4", "rl-w8-b5")

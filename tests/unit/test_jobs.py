@@ -1,5 +1,6 @@
 """The records between the evaluator and its workers (cudaperf.jobs): JSON round trips, the secret beside
-the record, one home for the timing defaults, and a malformed payload as a value."""
+the record, one home for the timing defaults, a malformed payload as a value, and the go-ahead's timing,
+which only narrows the job's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cudaperf.jobs import (
     ProfileJob,
     TimingConfig,
     job_message,
+    narrowed_timing,
     read_job,
     read_payload,
 )
@@ -125,3 +127,31 @@ def test_a_malformed_payload_is_a_harness_error_value():
 def test_the_profile_job_file_reads_back_as_its_record():
     job = ProfileJob(task=_job().task, solution=_job().solution, config="small", temp_dir="/tmp/p", calls=2)
     assert from_dict(ProfileJob, json.loads(json.dumps(to_dict(job)))) == job
+
+
+# -- the go-ahead's timing -------------------------------------------------------------------------------
+
+RANKING = TimingConfig(budget_ms=10.0, warmup_ms=5.0, baselines=("eager",), overhead=False)
+
+
+def test_the_go_ahead_s_timing_narrows_baselines_budget_and_the_empty_function():
+    got = narrowed_timing(TaskKind.PYTORCH, TimingConfig(), to_dict(RANKING))
+    assert (got.baselines, got.budget_ms, got.warmup_ms, got.overhead) == (("eager",), 10.0, 5.0, False)
+
+
+def test_the_go_ahead_s_timing_never_widens_the_job_s():
+    sent = TimingConfig(budget_ms=1.0, warmup_ms=0.5, baselines=("eager",), overhead=False)
+    wider = TimingConfig(budget_ms=100.0, warmup_ms=25.0, baselines=("eager", "compile"), overhead=True)
+    assert narrowed_timing(TaskKind.PYTORCH, sent, to_dict(wider)) == sent
+
+
+def test_a_c_job_s_go_ahead_narrows_by_the_baselines_it_times():
+    got = narrowed_timing(TaskKind.C, TimingConfig(), to_dict(TimingConfig(baselines=("naive_cuda",))))
+    assert got.baselines == ("naive_cuda",)
+    sent = TimingConfig(baselines=("naive_cuda",))  # ("eager",) means both C baselines: wider
+    assert narrowed_timing(TaskKind.C, sent, to_dict(TimingConfig(baselines=("eager",)))) == sent
+
+
+@pytest.mark.parametrize("asked", [None, 3, "x", {"budget_ms": "abc"}, {"input_sets": 0}, {"nope": 1}])
+def test_a_missing_or_malformed_go_ahead_timing_leaves_the_job_s(asked):
+    assert narrowed_timing(TaskKind.PYTORCH, TimingConfig(), asked) == TimingConfig()

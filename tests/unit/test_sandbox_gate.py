@@ -139,6 +139,14 @@ def test_without_the_referee_the_whole_job_waits_for_the_go_ahead(unrefereed):
     assert len(calls) == 1
 
 
+def test_without_the_referee_the_go_ahead_s_timing_narrows_the_job(unrefereed):
+    from cudaperf.jobs import TimingConfig
+
+    reply = unrefereed.run(_job(CORRECT), on_proceed=lambda: TimingConfig(baselines=(), overhead=False))
+    assert reply.outcome is None and reply.payload["timings"], (reply.message, reply.logs[-2000:])
+    assert all(t["eager"] is None and t["overhead_ms"] is None for t in reply.payload["timings"])
+
+
 def test_a_turn_upgraded_to_exclusive_waits_for_the_shared_holders_and_keeps_new_ones_out():
     gate, log = GpuGate(), []
     turn = gate.turn()

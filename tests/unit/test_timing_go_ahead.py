@@ -2,7 +2,9 @@
 `timing_prep`) and the parent's answer (`sandbox.Worker._go_ahead`): real sandboxed CPU-mode workers with
 the referee, the C task SQUARE of test_c_session.py and the small PyTorch task of test_referee.py. A C
 worker draws its timing references on the host before it asks for its turn on the GPU; a "ready" out of
-turn is a forged message; timings from a worker that never asked are a verdict mismatch."""
+turn is a forged message; timings from a worker that never asked are a verdict mismatch. The answer may
+narrow the job's timing (what `on_proceed` returns: `jobs.narrowed_timing`), never widen it, and the
+referee holds the worker's timings to the narrowed one."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from test_c_session import _job as c_job
 from test_referee import _codes, _job, cache_dir, pool  # noqa: F401 - the same worker pool (fixtures)
 from test_session import CORRECT
 
+from cudaperf.jobs import TimingConfig
 from cudaperf.types import Outcome
 
 HANDLERS = str(Path(__file__).with_name("go_ahead_handlers.py"))
@@ -75,3 +78,40 @@ def test_what_does_not_fit_the_host_budget_is_drawn_after_the_go_ahead(pool, cac
     assert "reference" in events[events.index("ready"):], events
     correctness = reply.payload["correctness"]
     assert correctness and all(c["correct"] for c in correctness) and reply.payload["timings"]
+
+
+ANCHOR_ONLY = TimingConfig(budget_ms=0.3, warmup_ms=0.05, baselines=(), overhead=False)
+
+
+def test_the_go_ahead_s_timing_narrows_what_the_worker_times(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT), on_proceed=lambda: ANCHOR_ONLY)
+    assert reply.outcome is None and reply.payload["timings"], (reply.message, reply.logs[-2000:])
+    assert all(t["eager"] is None and t["overhead_ms"] is None for t in reply.payload["timings"])
+
+
+def test_the_referee_accepts_timings_of_the_narrowed_timing(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT), on_proceed=lambda: ANCHOR_ONLY)
+    assert "verdict_mismatch" not in _codes(reply), reply.payload.get("flags")
+    assert all(c["correct"] for c in reply.payload["correctness"])
+
+
+def test_a_go_ahead_asking_for_a_baseline_the_job_does_not_time_is_ignored(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT, timing={**_job(CORRECT)["timing"], "baselines": []}),
+                     on_proceed=lambda: TimingConfig(baselines=("eager",)))
+    assert reply.payload["timings"] and all(t["eager"] is None for t in reply.payload["timings"])
+    assert "verdict_mismatch" not in _codes(reply), reply.payload.get("flags")
+
+
+def test_a_worker_timing_a_baseline_its_go_ahead_left_out_is_a_verdict_mismatch(pool):  # noqa: F811
+    reply = pool.run(_job(CORRECT, handler=f"{HANDLERS}:narrowing_ignored", referee=True),
+                     on_proceed=lambda: ANCHOR_ONLY)
+    assert any(t["eager"] for t in reply.payload["timings"]), reply.payload["timings"]
+    assert "verdict_mismatch" in _codes(reply, "error"), reply.payload.get("flags")
+
+
+def test_a_c_worker_leaves_out_the_serial_baseline_its_go_ahead_left_out(pool, cache_dir):  # noqa: F811
+    job = c_job(SQUARE, SQUARE_OK, cache_dir=cache_dir)
+    reply = pool.run(job, on_proceed=lambda: TimingConfig(baselines=("naive_cuda",)))
+    assert reply.outcome is None and reply.payload["timings"], (reply.message, reply.logs[-2000:])
+    assert all("serial_c" not in b for b in reply.payload["extra_baselines"].values())
+    assert "verdict_mismatch" not in _codes(reply), reply.payload.get("flags")

@@ -72,7 +72,7 @@ from cudaperf.correctness import (
 )
 from cudaperf.execute.memory_plan import Footprint, unseen_sets_allowed
 from cudaperf.execute.session import CANDIDATE, Session, Stop, summarize_correctness
-from cudaperf.jobs import EvalPayload
+from cudaperf.jobs import EvalPayload, timed_baselines
 from cudaperf.sol import estimate, min_bytes, speed_flags
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import (
@@ -90,7 +90,7 @@ from cudaperf.tasks.ctask import (
     validate,
 )
 from cudaperf.timing import BenchReport, summarize
-from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, Outcome, Severity, Timing, to_dict
+from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, Outcome, Severity, TaskKind, Timing, to_dict
 
 SERIAL_C = "serial_c"  # the C reference on the CPU (its time: the serial baseline)
 RESTORE = "inout_restore"  # the inout restore alone, timed with the others (see the module docstring)
@@ -211,6 +211,10 @@ class CSession(Session):
         self.wanted = wanted_baselines(self.job.timing.baselines)
         if self.shipper is not None:
             self.STAGES = self.REFEREED_STAGES
+
+    def narrow_timing(self, asked: Any) -> None:
+        super().narrow_timing(asked)
+        self.wanted = wanted_baselines(self.job.timing.baselines)
 
     def compute_references(self) -> None:
         for config in self.ctask.configs:
@@ -616,9 +620,9 @@ def _declared_ctask(task: Any) -> CTask:
 
 def wanted_baselines(listed: Sequence[str]) -> set[str]:
     """The C baselines to time: those named in `listed` (`TimingConfig.baselines`); both when the list
-    names neither (the PyTorch default ("eager", "compile")); none when the list is empty."""
-    named = {b for b in listed if b in C_BASELINES}
-    return named or (set(C_BASELINES) if listed else set())
+    names neither (the PyTorch default ("eager", "compile")); none when the list is empty
+    (`jobs.timed_baselines`)."""
+    return set(timed_baselines(TaskKind.C, tuple(listed)))
 
 
 def entry_function(module: Any, entry: str, names: tuple[str, ...]) -> tuple[Callable | None, str]:

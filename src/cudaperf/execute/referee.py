@@ -36,7 +36,8 @@ Covers:
   its memory from what the driver reports free.
 - `finish`: the parent sends what the worker reported (any claim of its own, its timings, the time from
   its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only widens)
-  and gets the verdict back: the correctness, the judging flags, `timed_output_mismatch` (ERROR) or
+  and the timing its go-ahead named, if any (which can only narrow the job's: `jobs.narrowed_timing`), and
+  gets the verdict back: the correctness, the judging flags, `timed_output_mismatch` (ERROR) or
   `baseline_output_mismatch` (WARNING) for re-checked timing outputs it found wrong, the speed-of-light
   figures and flags of PyTorch tasks (from the referee's own reference time, so a forged baseline cannot
   switch the floor off), its time per message kind and per part (`referee_ms`, instrumentation, with the
@@ -46,7 +47,8 @@ Covers:
   own code sends: a correctness verdict of its own (a refereed worker writes none), a verdict with outputs
   never shipped, an outcome of "correct" or "incorrect" (its code leaves the outcome to correctness),
   timings of a configuration whose re-checked outputs never came, of one the job does not time or twice
-  of one, an announcement no honest worker sends (among the timed ones: a key sent twice, a negative
+  of one, timings or re-checked outputs of a baseline the timing (as the go-ahead narrowed it) does not
+  time, an announcement no honest worker sends (among the timed ones: a key sent twice, a negative
   re-check index, a later output of a baseline or before its set's first, more than
   `outputs.KEPT_RECHECKS` later ones per set: `RefereeJob.check_timed_key`), a payload that does not
   parse, timed calls adding up (by every figure of theirs: `_least_ms`) to more than the timing stage
@@ -584,6 +586,8 @@ class RefereeJob:
         self.judge = None
         self.policy: Any = None
         self.timed: tuple[str, ...] = ()
+        self.kind: Any = None  # the task's kind and the job's timing: what the go-ahead may narrow
+        self.timing: Any = None
         # timing's re-checked outputs: per (configuration, function), [(input set, re-check, comparison)]
         self.timed_results: dict[tuple[str, str], list[tuple[int, Any]]] = {}
         self.timed_received: set[Any] = set()
@@ -633,7 +637,7 @@ class RefereeJob:
         timing_seeds = tuple(derive_seed(s, secret) for s in job.timing_seeds() + job.unseen_seeds())
         del secret
         referee = self.referee
-        self.policy = job.policy
+        self.policy, self.kind, self.timing = job.policy, job.task.kind, job.timing
         # the configurations whose timings may come back (and whose speed-of-light floors are needed)
         self.timed = timed_configs(job.task) if job.timing.enabled else ()
         if job.task.kind is TaskKind.C:
@@ -914,6 +918,10 @@ class RefereeJob:
             if config in checked and config not in shipped:
                 mismatch(f"the worker reports timings of {str(config)[:100]} but never shipped the outputs "
                          "its timing stage re-checked", str(config)[:100])
+        unasked = sorted(self._baselines_reported(message) - self._baselines_timed(message.get("timing")))
+        if unasked:
+            mismatch(f"the worker reports timings or re-checked outputs of {', '.join(unasked)[:200]}, "
+                     "baselines its timing (as the go-ahead narrowed it) does not time")
         if message.get("timings") and message.get("asked_to_time") is False:
             mismatch("the worker reports timings but never said it was ready to time (its own code asks for "
                      "its turn on the GPU first)")
@@ -924,6 +932,28 @@ class RefereeJob:
                      f"medians and samples), more than the {wall_ms:.1f} ms the timing stage can have "
                      "lasted (from the go-ahead to the result)")
         return flags
+
+    def _baselines_timed(self, asked: Any) -> set[str]:
+        """The baselines the worker was told to time: the job's timing narrowed by the go-ahead's
+        (`jobs.narrowed_timing`, as the worker applies it); a C job's inout restore is timed beside them."""
+        from cudaperf.jobs import narrowed_timing, timed_baselines
+        from cudaperf.types import TaskKind
+
+        timing = narrowed_timing(self.kind, self.timing, asked)
+        restore = {"inout_restore"} if self.kind is TaskKind.C else set()
+        return set(timed_baselines(self.kind, timing.baselines)) | restore
+
+    def _baselines_reported(self, message: dict[str, Any]) -> set[str]:
+        """The baselines the worker's timings name (a PyTorch task's `eager` and `compiled` fields, a C
+        task's `extra_baselines`) and those whose re-checked timing outputs it shipped."""
+        named = {name for t in _dicts(message.get("timings"))
+                 for name, field in (("eager", "eager"), ("compile", "compiled")) if t.get(field)}
+        named |= {str(b)[:100] for t in _dicts(message.get("timings")) if isinstance(t.get("baselines"), dict)
+                  for b in t["baselines"]}
+        extra = message.get("extra_baselines")
+        named |= {str(b)[:100] for per in (extra.values() if isinstance(extra, dict) else ())
+                  if isinstance(per, dict) for b in per}
+        return named | {f for _, f in self.timed_results if f != CANDIDATE}
 
     def timed_checked(self) -> set[str]:
         """Timed configurations whose outputs the worker's timing stage re-checks (and so ships): those

@@ -68,7 +68,8 @@ from typing import Any, Self
 from cudaperf.execute import boundary, guards, job_profile, referee, views
 from cudaperf.execute.cpu_share import cpu_threads_per_process, thread_settings
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all  # noqa: F401 - re-exported
-from cudaperf.types import Flag, Outcome, Severity
+from cudaperf.jobs import TimingConfig, narrowed_timing
+from cudaperf.types import Flag, Outcome, Severity, TaskKind, from_dict, to_dict
 
 DEFAULT_HANDLER = "cudaperf.execute.dispatch:run_eval_job"
 # Imported (and, for "module:function", called) by each worker before it reports ready: jobs do not pay
@@ -325,12 +326,13 @@ class Worker:
         self._engaged = False  # the current job is judged by the referee
         self.referee_s = 0.0  # this job's time spent waiting for the referee
         self.referee_wait_ms: dict[str, float] = {}  # the same, per message kind (instrumentation)
-        self._on_proceed: Callable[[], None] | None = None  # this job's (run)
+        self._on_proceed: Callable[[], Any] | None = None  # this job's (run)
         self._on_checked: Callable[[], None] | None = None  # likewise
         self._on_result: Callable[[], None] | None = None  # likewise
         self._go_ahead_at: float | None = None  # when this job's "all correct" answer or go-ahead was sent
         self._may_time = False  # this job's "all correct" answer was sent and its "ready" not yet seen
         self._asked_to_time = False  # this job's worker said it was about to time (`outputs.Shipper.ready`)
+        self._timing_asked: dict[str, Any] | None = None  # the timing this job's go-ahead named (wire form)
         self._result_at: float | None = None  # when this job's result was read
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -531,7 +533,7 @@ class Worker:
     # -- one job -----------------------------------------------------------------------------------
 
     def run(self, job: dict[str, Any], timeouts: StageTimeouts,
-            on_proceed: Callable[[], None] | None = None,
+            on_proceed: Callable[[], TimingConfig | None] | None = None,
             on_checked: Callable[[], None] | None = None,
             on_result: Callable[[], None] | None = None) -> WorkerReply:
         """Run one job to a reply. Never raises: a fault of the sandbox itself is HARNESS_ERROR.
@@ -541,7 +543,10 @@ class Worker:
         is ready to time (after the referee's "all correct" answer and the host work its timing stage
         does first, `Session.prepare_timing`; the worker waits for the answer to that before timing; the
         time waited is recorded as `gate_wait` and added to the stage's deadline); otherwise before the
-        job is sent. It is not called for a job that fails before that point. `on_checked`, when given, is
+        job is sent. It is not called for a job that fails before that point. What it returns, a
+        `TimingConfig` (anything else: None), narrows the job's timing (`jobs.narrowed_timing`: fewer
+        baselines, a smaller budget): sent with the answer, or in the job when there is none to wait for,
+        and to the referee with the worker's timings, which it holds to it. `on_checked`, when given, is
         called (refereed jobs only) as the referee's "all correct" answer passes through, before the
         worker's host work for timing: a scheduler may let go of what it holds for the checks then.
         `on_result`, when given, is called once the worker's result is in (after its cleanup stage, which
@@ -554,6 +559,7 @@ class Worker:
         self._on_proceed, self._on_checked, self._on_result = on_proceed, on_checked, on_result
         self._go_ahead_at = self._result_at = None
         self._may_time = self._asked_to_time = False
+        self._timing_asked = None
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -583,8 +589,11 @@ class Worker:
                 return failure
         note = self._prepare_views(job)
         if self._on_proceed is not None and not self._engaged:
-            self._on_proceed()  # no answer to wait for before timing: the whole job is gated
+            # no answer to wait for before timing: the whole job is gated, and any narrowing is the job's
+            asked = _timing_of(self._on_proceed())
             self._on_proceed = None
+            if asked is not None:
+                data, nonce = self._job_message(_narrowed(job, asked))
         if not self._send(data, time.monotonic() + timeouts.for_stage("setup")):
             # Died between the readiness check and the job: not the candidate's doing; retry once.
             self._replace()
@@ -685,18 +694,21 @@ class Worker:
                   stage_start: float) -> tuple[WorkerReply | None, float]:
         """The worker's "ready" (`outputs.Shipper.ready`), once per job and only after an "all correct"
         answer: `on_proceed` (the scheduler's turn; the time waited is `gate_wait`), then the answer that
-        lets it time. The timing window (`_timing_window_s`) starts here."""
+        lets it time, with the timing `on_proceed` named, if any. The timing window (`_timing_window_s`)
+        starts here."""
         if not self._may_time:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
             return self._forged(stage, durations, "a ready message without the referee's go-ahead"), 0.0
         self._may_time, self._asked_to_time, waited_s = False, True, 0.0
         if self._on_proceed is not None:
             started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
-            proceed()
+            self._timing_asked = _timing_of(proceed())
             waited_s = time.monotonic() - started
             durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
         self._go_ahead_at = time.monotonic()
-        if not self._send(encode_message({"type": "ack"}), deadline + waited_s):
+        answer = {"type": "ack"} if self._timing_asked is None else {"type": "ack",
+                                                                       "timing": self._timing_asked}
+        if not self._send(encode_message(answer), deadline + waited_s):
             pass  # the worker is gone: the next event reports how
         return None, waited_s
 
@@ -717,6 +729,7 @@ class Worker:
             verdict, error = link.request({
                 "type": "finish", "outcome": payload.get("outcome"),
                 "claim": payload.get("correctness") or [], "timings": payload.get("timings") or [],
+                "extra_baselines": payload.get("extra_baselines") or {}, "timing": self._timing_asked,
                 "timing_wall_s": self._timing_window_s(reply), "asked_to_time": self._asked_to_time,
             }, deadline)
             self._waited("finish", time.monotonic() - started)
@@ -1032,6 +1045,21 @@ class Worker:
         if not isinstance(message, dict):
             return _Event("garbled", detail="a message that is not a JSON object")
         return _Event("message", message=message)
+
+
+def _timing_of(asked: Any) -> dict[str, Any] | None:
+    """The wire form of the timing an `on_proceed` returned; None for anything but a `TimingConfig`."""
+    return to_dict(asked) if isinstance(asked, TimingConfig) else None
+
+
+def _narrowed(job: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+    """`job` (wire form) with its timing narrowed by `asked` (`jobs.narrowed_timing`); as it is when its
+    task or timing does not parse (the worker then reports the job malformed)."""
+    try:
+        kind, sent = TaskKind(job["task"]["kind"]), from_dict(TimingConfig, job["timing"])
+    except (KeyError, TypeError, ValueError):
+        return job
+    return {**job, "timing": to_dict(narrowed_timing(kind, sent, asked))}
 
 
 def _with_boundary(payload: dict[str, Any], state: dict[str, Any],

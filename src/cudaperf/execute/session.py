@@ -49,7 +49,7 @@ import torch
 from cudaperf.correctness import Comparison, compare, derive_seed
 from cudaperf.execute.device_state import context_alive, initialise_cpu_math, synchronize
 from cudaperf.execute.judge import summarize_correctness, unique_flags  # noqa: F401 - re-exported
-from cudaperf.jobs import EvalJob, EvalPayload, read_job
+from cudaperf.jobs import EvalJob, EvalPayload, narrowed_timing, read_job
 from cudaperf.timing import (
     UNSEEN_MIN_ROUNDS,
     BenchReport,
@@ -183,9 +183,15 @@ class Session:
         raise NotImplementedError
 
     def prepare_and_ask(self) -> None:
-        """With a referee, before timing: `prepare_timing`, then the go-ahead (`Shipper.ready`)."""
+        """With a referee, before timing: `prepare_timing` (for the job's whole timing), then the go-ahead
+        (`Shipper.ready`), whose answer may narrow the timing (`narrow_timing`)."""
         self.prepare_timing()
-        self.shipper.ready()
+        self.narrow_timing(self.shipper.ready().get("timing"))
+
+    def narrow_timing(self, asked: Any) -> None:
+        """The job's timing narrowed by the parent's answer to "ready" (`jobs.narrowed_timing`: fewer
+        baselines, a smaller budget; never wider than the job's)."""
+        self.job = replace(self.job, timing=narrowed_timing(self.job.task.kind, self.job.timing, asked))
 
     def prepare_timing(self) -> None:
         """What the timing stage can do before it has the GPU to itself (host work: drawing input sets,
