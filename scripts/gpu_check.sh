@@ -19,7 +19,7 @@
 #   result, RlSettings.release_at_result): about 120 s an arm on the H100, s26;
 #   EVAL_MODES_ARGS=--append for a 2nd call, with the first call's JSON in /tmp/eval_modes.json)
 #   probe-memo (scripts/probe_memo_gpu.py) probe-unseen-cost
-#   (scripts/probe_unseen_cost_gpu.py) rerun (the GPU test files in RERUN_PATHS)
+#   (scripts/probe_unseen_cost_gpu.py) rerun (the GPU test files in RERUN_PATHS, but their `timing` tests)
 #   eval-profile (one such run with every worker's jobs profiled: $OUT/profiles/, $OUT/profile_summary.md)
 #   eval-modes-long (the RL arms alone, 4 and 8 workers, each candidate three times: longer streams per task)
 #   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
@@ -170,7 +170,9 @@ run_step() {
     # what the unseen rounds cost the timing stage (three example tasks, unseen sets 5 against 0)
     probe-unseen-cost) step probe-unseen-cost 150 python3 scripts/probe_unseen_cost_gpu.py ;;
     # a few GPU test files apart from the rest (RERUN_PATHS, space-separated; on the xdist workers)
-    rerun) step rerun 300 "${PYTEST[@]}" "${XDIST[@]}" -m gpu ${RERUN_PATHS:-tests/gpu/test_sandbox_gpu.py} ;;
+    # (its tests marked `timing` left out: beside xdist workers their medians mean nothing)
+    rerun) step rerun 300 "${PYTEST[@]}" "${XDIST[@]}" -m "gpu and not timing" \
+      ${RERUN_PATHS:-tests/gpu/test_sandbox_gpu.py} ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
   esac
 }
