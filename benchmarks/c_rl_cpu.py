@@ -13,8 +13,10 @@ does for timing, as on a GPU machine.
 A run: an Evaluator in the RL mode (`--workers` CPU workers), a warm pass (one correct candidate per task:
 the workers' start, the carriers), then the timed pass over every candidate, `--copies` times each.
 Printed per run: evaluations per minute, and the medians per timed candidate of the stages that hold the
-turn or wait for it (`timing_prep` where the code has it, `timing`, `gate_wait`). Alternate two trees (the
-one before a change through PYTHONPATH) to compare them.
+turn or wait for it (`timing_prep` where the code has it, `timing`, `gate_wait`), and the referees' C
+references over the timed pass: milliseconds computing them and fetching them from the referees' shared
+store, and how many were computed, served by that store or kept from an earlier job. Alternate two trees
+(the one before a change through PYTHONPATH) to compare them.
 
     python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2]
 
@@ -108,8 +110,10 @@ def one_run(label: str, args) -> dict:
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     tasks = c_tasks()
+    store = ({} if args.shared_c_references_bytes is None  # a tree without the setting runs too
+             else {"shared_c_references_bytes": args.shared_c_references_bytes})
     config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
-                        policy=Policy(allow_torch_ops=True),
+                        policy=Policy(allow_torch_ops=True), **store,
                         rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity))
     with Evaluator(config) as ev:
         ev._workers.warm_up()
@@ -117,14 +121,24 @@ def one_run(label: str, args) -> dict:
         t0 = time.perf_counter()
         results = list(ev.evaluate_many(pairs(tasks, args.copies, label)))
         wall_s = time.perf_counter() - t0
+        store_report = getattr(ev, "reference_store_report", {})  # over both passes
     timed = [r for r in results if r.timings]
+    spent = referee_spent(results)
     return {"label": label, "n": len(results), "timed": len(timed), "wall_s": wall_s,
             "evals_per_min": 60.0 * len(results) / wall_s,
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "timed_stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in timed])
                                       for k in STAGES},
             # the referees' time computing references, summed over the run (cold tasks cost it)
-            "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in referee_spent(results)), 1),
+            "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in spent), 1),
+            # fetching from the referees' shared store (waits for another referee's computation included),
+            # and its own cost around a computation (asking, publishing); then how many references the
+            # referees computed, were served by the shared store, or kept from an earlier job
+            "referee_reference_shared_ms": round(sum(s.get("reference_shared", 0.0) for s in spent), 1),
+            "referee_reference_store_ms": round(sum(s.get("reference_store", 0.0) for s in spent), 1),
+            "referee_reference_counts": {k: int(sum(s.get(f"reference_{k}_count", 0) for s in spent))
+                                         for k in ("computed", "shared", "kept")},
+            "reference_store": store_report,
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results}}
 
@@ -142,13 +156,17 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--task-affinity", action="store_true",
                         help="RlSettings.task_affinity: each batch thread on one worker, its last task first")
+    parser.add_argument("--shared-c-references-bytes", type=int, default=None,
+                        help="EvalConfig.shared_c_references_bytes (0: each referee computes its own); "
+                             "unset: the tree's default")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     row = one_run(args.label, args)
     medians = ", ".join(f"{k} {v:.3f}" for k, v in row["timed_stage_medians_s"].items() if v is not None)
     print(f"{row['label']}: {row['evals_per_min']:.1f} evaluations/min ({row['n']} in {row['wall_s']:.1f} s, "
           f"{row['timed']} timed); timed candidates' median s: {medians}; referees' references "
-          f"{row['referee_reference_ms']:.0f} ms", flush=True)
+          f"{row['referee_reference_ms']:.0f} ms computing, {row['referee_reference_shared_ms']:.0f} ms "
+          f"served ({row['referee_reference_counts']})", flush=True)
     wrong = {k: v for k, v in row["outcomes"].items() if (v == "correct") == ("/wrong/" in k)}
     if wrong:
         print(f"unexpected outcomes: {wrong}", flush=True)
