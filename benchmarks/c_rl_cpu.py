@@ -15,7 +15,7 @@ the workers' start, the carriers), then the timed pass over every candidate, `--
 Printed per run: evaluations per minute, and the medians per timed candidate of the stages that hold the
 turn or wait for it (`timing_prep` where the code has it, `timing`, `gate_wait`), and the referees' C
 references over the timed pass: milliseconds computing them and fetching them from the referees' shared
-store, and how many were computed, served by that store or kept from an earlier job. Alternate two trees
+store, and how many were computed and how many that store served. Alternate two trees
 (the one before a change through PYTHONPATH) to compare them.
 
     python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2]
@@ -133,11 +133,11 @@ def one_run(label: str, args) -> dict:
             "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in spent), 1),
             # fetching from the referees' shared store (waits for another referee's computation included),
             # and its own cost around a computation (asking, publishing); then how many references the
-            # referees computed, were served by the shared store, or kept from an earlier job
+            # referees computed, and how many the shared store served them
             "referee_reference_shared_ms": round(sum(s.get("reference_shared", 0.0) for s in spent), 1),
             "referee_reference_store_ms": round(sum(s.get("reference_store", 0.0) for s in spent), 1),
             "referee_reference_counts": {k: int(sum(s.get(f"reference_{k}_count", 0) for s in spent))
-                                         for k in ("computed", "shared", "kept")},
+                                         for k in ("computed", "shared")},
             "reference_store": store_report,
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results}}

@@ -37,9 +37,8 @@ class CJudge(Judge):
     referees share, which computes each reference once for all of them). Counted in `spent`:
     `reference` (milliseconds computing here), `reference_shared` (fetching from the shared store, the
     wait for another referee included), `reference_store` (asking the shared store and publishing to it
-    around a computation here), and how many references were computed here
-    (`reference_computed`), served by the shared store (`reference_shared`) or kept in `store`
-    (`reference_kept`)."""
+    around a computation here), and how many references were computed here (`reference_computed`) and
+    how many the shared store served (`reference_shared`)."""
 
     def __init__(self, job: EvalJob, seeds: tuple[int, ...], device: torch.device, store: ReferenceStore,
                  ctask: Any, shared: Any = None):
@@ -62,7 +61,6 @@ class CJudge(Judge):
         key = (*self.task_key, config, seed)
         entry = self.store.get(key)
         if entry is not None:
-            self.spent.count("reference_kept")
             return entry
         if self.shared is None:
             entry = self._computed(config, seed)

@@ -149,8 +149,11 @@ class Broker:
             for key, _ in self._selector.select(timeout=1.0):
                 if key.fileobj == self._wake_r:
                     self._take_new()
-                else:
+                    continue
+                try:
                     self._serve(key.fileobj)
+                except Exception:  # noqa: BLE001 - ours: that referee computes alone from now on, and
+                    self._drop(key.fileobj)  # whoever waits on its keys is handed them (never stuck)
         self._release_all()
 
     def _take_new(self) -> None:
