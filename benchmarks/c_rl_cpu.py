@@ -15,9 +15,11 @@ the workers' start, the carriers; with `--cold-tasks` only the workers' start, s
 every task fresh and its first candidates carry, as a comparison round or an RL step does), then the
 timed pass over every candidate, `--copies` times each. Printed per run: evaluations per minute, the
 medians per timed candidate of the stages that hold the turn or wait for it (`timing_prep` where the code
-has it, `timing`, `gate_wait`), and the candidates' summed wait for their task's baseline carrier
-(`plan_wait`) against their summed evaluation time. Alternate two trees (the one before a change through
-PYTHONPATH) to compare them.
+has it, `timing`, `gate_wait`), the candidates' summed wait for their task's baseline carrier
+(`plan_wait`) against their summed evaluation time, and the referees' C references over the timed pass:
+milliseconds computing them and fetching them from the referees' shared store, and how many were computed
+and how many that store served. Alternate two trees (the one before a change through PYTHONPATH) to
+compare them.
 
     python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2 --cold-tasks]
 
@@ -111,8 +113,10 @@ def one_run(label: str, args) -> dict:
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
     tasks = c_tasks()
+    store = ({} if args.shared_c_references_bytes is None  # a tree without the setting runs too
+             else {"shared_c_references_bytes": args.shared_c_references_bytes})
     config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
-                        policy=Policy(allow_torch_ops=True),
+                        policy=Policy(allow_torch_ops=True), **store,
                         # the setting named only when asked: a tree from before it runs this script too
                         rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity,
                                       **({"plan_at_go_ahead": True} if args.plan_at_go_ahead else {})))
@@ -124,18 +128,28 @@ def one_run(label: str, args) -> dict:
         t0 = time.perf_counter()
         results = list(ev.evaluate_many(pairs(tasks, args.copies, label)))
         wall_s = time.perf_counter() - t0
+        store_report = getattr(ev, "reference_store_report", {})  # over both passes
     timed = [r for r in results if r.timings]
+    spent = referee_spent(results)
     return {"label": label, "n": len(results), "timed": len(timed), "wall_s": wall_s,
             "evals_per_min": 60.0 * len(results) / wall_s,
             "outcomes": {r.solution_id: r.outcome.value for r in results},
             "timed_stage_medians_s": {k: _median([r.stage_durations_s.get(k) for r in timed])
                                       for k in STAGES},
             # the referees' time computing references, summed over the run (cold tasks cost it)
-            "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in referee_spent(results)), 1),
+            "referee_reference_ms": round(sum(s.get("reference", 0.0) for s in spent), 1),
             # every candidate's wait for its task's carrier, and every candidate's evaluation time, summed
             "plan_wait_sum_s": sum(r.stage_durations_s.get("plan_wait", 0.0) for r in results),
             "total_sum_s": sum(r.stage_durations_s.get("total", 0.0) for r in results),
             "carriers": sum(r.environment.get("baselines", "").startswith("timed") for r in results),
+            # fetching from the referees' shared store (waits for another referee's computation included),
+            # and its own cost around a computation (asking, publishing); then how many references the
+            # referees computed, and how many the shared store served them
+            "referee_reference_shared_ms": round(sum(s.get("reference_shared", 0.0) for s in spent), 1),
+            "referee_reference_store_ms": round(sum(s.get("reference_store", 0.0) for s in spent), 1),
+            "referee_reference_counts": {k: int(sum(s.get(f"reference_{k}_count", 0) for s in spent))
+                                         for k in ("computed", "shared")},
+            "reference_store": store_report,
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
                          for r in results}}
 
@@ -157,14 +171,18 @@ def main() -> None:
                         help="RlSettings.plan_at_go_ahead: the baselines' plan at each candidate's go-ahead")
     parser.add_argument("--cold-tasks", action="store_true",
                         help="no warm pass of candidates: the timed pass's first candidates carry")
+    parser.add_argument("--shared-c-references-bytes", type=int, default=None,
+                        help="EvalConfig.shared_c_references_bytes (0: each referee computes its own); "
+                             "unset: the tree's default")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     row = one_run(args.label, args)
     medians = ", ".join(f"{k} {v:.3f}" for k, v in row["timed_stage_medians_s"].items() if v is not None)
     print(f"{row['label']}: {row['evals_per_min']:.1f} evaluations/min ({row['n']} in {row['wall_s']:.1f} s, "
           f"{row['timed']} timed, {row['carriers']} carriers); timed candidates' median s: {medians}; "
-          f"referees' references {row['referee_reference_ms']:.0f} ms; plan_wait "
-          f"{row['plan_wait_sum_s']:.1f} of {row['total_sum_s']:.1f} s summed", flush=True)
+          f"referees' references {row['referee_reference_ms']:.0f} ms computing, "
+          f"{row['referee_reference_shared_ms']:.0f} ms served ({row['referee_reference_counts']}); "
+          f"plan_wait {row['plan_wait_sum_s']:.1f} of {row['total_sum_s']:.1f} s summed", flush=True)
     wrong = {k: v for k, v in row["outcomes"].items() if (v == "correct") == ("/wrong/" in k)}
     if wrong:
         print(f"unexpected outcomes: {wrong}", flush=True)

@@ -175,31 +175,34 @@ def pairs_for_run(tasks: list, candidates: list[Candidate], label: str) -> list:
 class RlArm:
     """One run of the RL mode in a repeat: its workers per GPU, its ranking budget when not the library's
     (`RlSettings.budget_ms`; the warm-up then half of it), whether jobs leave the gate at the worker's
-    result (`RlSettings.release_at_result`), task affinity and the baselines' plan at the go-ahead
-    (`RlSettings.plan_at_go_ahead`)."""
+    result (`RlSettings.release_at_result`), task affinity, the baselines' plan at the go-ahead
+    (`RlSettings.plan_at_go_ahead`) and whether the referees share one store of C references
+    (`EvalConfig.shared_c_references_bytes`; on by default)."""
 
     workers: int
     budget_ms: float | None = None
     release_at_result: bool = False
     task_affinity: bool = False
     plan_at_go_ahead: bool = False
+    shared_references: bool = True
 
     @staticmethod
     def parse(text: str) -> RlArm:
-        """"W" or "W/B", then any of the letters "r", "a" and "p": W workers, a B ms budget, the gate left
-        at the worker's result (`RlSettings.release_at_result`), task affinity (`RlSettings.task_affinity`),
-        the plan at the go-ahead (`RlSettings.plan_at_go_ahead`)."""
-        head = text.strip().rstrip("rap")
+        """"W" or "W/B", then any of the letters "r", "a", "p" and "n": W workers, a B ms budget, the gate
+        left at the worker's result (`RlSettings.release_at_result`), task affinity
+        (`RlSettings.task_affinity`), the plan at the go-ahead (`RlSettings.plan_at_go_ahead`), no shared
+        store of C references (each referee computes its own)."""
+        head = text.strip().rstrip("rapn")
         letters = text.strip()[len(head):]
         workers, _, budget = head.partition("/")
         return RlArm(int(workers), float(budget) if budget else None, "r" in letters, "a" in letters,
-                     "p" in letters)
+                     "p" in letters, "n" not in letters)
 
     @property
     def name(self) -> str:
         return (f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
                 + ("-r" if self.release_at_result else "") + ("-a" if self.task_affinity else "")
-                + ("-p" if self.plan_at_go_ahead else ""))
+                + ("-p" if self.plan_at_go_ahead else "") + ("" if self.shared_references else "-n"))
 
 
 def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
@@ -235,7 +238,8 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
     config = EvalConfig(device="cpu" if args.cpu else "cuda", mode=mode, cache_dir=args.cache_dir,
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,
-                        rl=_rl_settings(args, arm))
+                        rl=_rl_settings(args, arm),
+                        **({} if arm is None or arm.shared_references else {"shared_c_references_bytes": 0}))
     pairs = pairs_for_run(tasks, candidates, label)
     warm_ids = {next(c.solution_id for c in candidates if c.task_index == ti and c.kind == "right")
                 for ti in range(len(tasks))}
@@ -260,6 +264,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
         wall_s = time.perf_counter() - t0
         parent_cpu_s = time.process_time() - cpu0
         report = ev.mode_report
+        store = getattr(ev, "reference_store_report", {})  # both passes: computed, served, waited...
     report = timed_pass_share(report, before)
     cis = [median_ci95_rel(t.candidate) for r in results for t in r.timings]
     return {"mode": mode, "label": label, "n": len(results), "wall_s": wall_s, "warm_pass_s": warm_s,
@@ -284,6 +289,7 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
             "stage_sums_s": {k: sum(r.stage_durations_s.get(k) or 0.0 for r in results) for k in STAGES},
             "finished_s": finished_s,  # when each result reached the caller, from the timed pass's start
             "referee_ms_sums": _referee_sums(results),
+            "reference_store": store,
             # the same over the timed jobs alone: what their holds of the gate (the exclusive turn) include
             "referee_ms_sums_timed": _referee_sums([r for r in results if r.timings]),
             "stages_s": {r.solution_id: {k: round(v, 4) for k, v in r.stage_durations_s.items()}
@@ -460,9 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rl-workers", default=None,
                         help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
                         "of B ms), then any of r (jobs leave the gate at the worker's result, "
-                        "RlSettings.release_at_result), a (RlSettings.task_affinity) and p "
-                        "(RlSettings.plan_at_go_ahead): the RL mode runs "
-                        "once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a-p); default: "
+                        "RlSettings.release_at_result), a (RlSettings.task_affinity), p "
+                        "(RlSettings.plan_at_go_ahead) and n (no shared store of C references): the RL mode "
+                        "runs once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a-p-n); default: "
                         "--workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,

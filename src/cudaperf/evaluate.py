@@ -105,6 +105,11 @@ class EvalConfig:
     referee: bool = True
     """Judge correctness in a referee process beside each worker, where candidate code never runs
     (`execute.referee`). Off only to measure what it costs, or to show what it catches (a control arm)."""
+    shared_c_references_bytes: int = 4 << 30
+    """Byte budget of the one store of C reference outputs the referees share (in the evaluator's
+    process, out of every worker's reach: `execute.shared_references`), so each (task, configuration,
+    seed) is computed once per evaluator, not once per referee; 0: each referee computes its own.
+    `Evaluator.reference_store_report` says how many were computed and served."""
     static_policy: bool = True
     """Apply the static source policy (`anticheat.static.check_source`). False only for the self-check,
     whose candidate is the task's own trusted reference (`self_check_config`); a syntax error and a
@@ -127,6 +132,9 @@ class EvalConfig:
             raise ValueError(f"EvalConfig.seeds={self.seeds}: at least one seed is needed")
         if self.device == "cpu" and self.gpus:
             raise ValueError("EvalConfig.device='cpu' with gpus set: drop gpus or use device='cuda'")
+        if self.shared_c_references_bytes < 0:
+            raise ValueError(f"EvalConfig.shared_c_references_bytes={self.shared_c_references_bytes}: use 0 "
+                             "to turn the referees' shared store off, or a positive byte budget")
         if self.mode not in {m.value for m in EvalMode}:
             raise ValueError(f"EvalConfig.mode={self.mode!r}: use 'default' or 'rl'")
 
@@ -190,7 +198,8 @@ class Evaluator:
             # The cache named from the start: each worker's view covers it, so no worker restarts on
             # its first job to widen its view. The baseline protocol's switch reaches the workers.
             limits = Limits(cache_dir=str(self.cache_dir), boundary=self.config.boundary,
-                            referee=self.config.referee, env_allow=(PROTOCOL_ENV,))
+                            referee=self.config.referee, env_allow=(PROTOCOL_ENV,),
+                            shared_c_references_bytes=self.config.shared_c_references_bytes)
             self._workers = WorkerPool(self._worker_devices(), limits)
         if self.config.mode == EvalMode.RL.value:
             self._rl = RlScheduler(self._finish_with, with_cached_baselines, self.config.timing,
@@ -209,6 +218,13 @@ class Evaluator:
         """What the evaluation mode's schedule did (the RL mode: passes, carriers, gate waits, baseline
         drift); empty in the default mode."""
         return self._rl.report() if self._rl is not None else {}
+
+    @property
+    def reference_store_report(self) -> dict[str, int]:
+        """The referees' shared store of C references over the evaluator's life: references computed
+        for it, served from it, waits for another referee's computation, evictions (`WorkerPool.
+        reference_store_report`); empty without one."""
+        return self._workers.reference_store_report() if self._workers is not None else {}
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -66,6 +66,12 @@ def test_an_arm_marked_p_plans_the_baselines_at_the_go_ahead():
     assert not RlArm.parse("8ra").plan_at_go_ahead
 
 
+def test_an_arm_marked_n_turns_the_referees_shared_store_of_c_references_off():
+    assert RlArm.parse("8").shared_references and not RlArm.parse("8n").shared_references
+    assert RlArm.parse("8/5rn") == RlArm(8, 5.0, True, False, False, False)
+    assert RlArm.parse("8n").name == "rl-w8-n" and RlArm.parse("8pn").name == "rl-w8-p-n"
+
+
 def test_the_rl_mode_runs_once_per_worker_count_and_the_best_arm_is_set_against_default():
     four, eight = RlArm.parse("4"), RlArm.parse("8/5")
     assert eight == RlArm(8, 5.0) and (four.name, eight.name) == ("rl-w4", "rl-w8-b5")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -31,12 +32,18 @@ from cudaperf.types import Flag, Severity, to_dict
 
 
 class CJudge(Judge):
-    """Judging for one C job; references through `store` (host memory, kept across jobs by the caller)."""
+    """Judging for one C job; references through `store` (host memory, kept across jobs by the caller),
+    and on a miss there through `shared` when given (`shared_references.Client`: the store the pool's
+    referees share, which computes each reference once for all of them). Counted in `spent`:
+    `reference` (milliseconds computing here), `reference_shared` (fetching from the shared store, the
+    wait for another referee included), `reference_store` (asking the shared store and publishing to it
+    around a computation here), and how many references were computed here (`reference_computed`) and
+    how many the shared store served (`reference_shared`)."""
 
     def __init__(self, job: EvalJob, seeds: tuple[int, ...], device: torch.device, store: ReferenceStore,
-                 ctask: Any):
+                 ctask: Any, shared: Any = None):
         super().__init__(seeds, job.seeds)
-        self.job, self.ctask, self.device, self.store = job, ctask, device, store
+        self.job, self.ctask, self.device, self.store, self.shared = job, ctask, device, store, shared
         digest = hashlib.sha256(json.dumps(to_dict(ctask), sort_keys=True).encode()).hexdigest()
         self.task_key = (ctask.task_id, digest)
         self.names = tuple(c.name for c in ctask.configs)
@@ -49,17 +56,37 @@ class CJudge(Judge):
         return False  # C tasks declare their configurations
 
     def reference_for(self, config: str, seed: int) -> Any:
-        from cudaperf.execute.c_session import compute_reference
+        from cudaperf.execute.shared_references import shared_key
 
         key = (*self.task_key, config, seed)
         entry = self.store.get(key)
-        if entry is None:
-            try:
-                with self.spent("reference"):
-                    entry = compute_reference(self.ctask, self.ctask.config(config), seed, self.job.cache_dir)
-            except Exception as exc:
-                raise ReferenceFailed(config, f"{type(exc).__name__}: {exc}"[:2000]) from exc
-            self.store.put(key, entry)
+        if entry is not None:
+            return entry
+        if self.shared is None:
+            entry = self._computed(config, seed)
+        else:
+            began, computing_ms = time.perf_counter(), self.spent.ms.get("reference", 0.0)
+            entry, how = self.shared.fetch(shared_key(*key), lambda: self._computed(config, seed))
+            elapsed_s = time.perf_counter() - began
+            if how == "shared":
+                self.spent.add("reference_shared", elapsed_s)
+                self.spent.count("reference_shared")
+            else:  # the store's own cost beside the computation: asking, publishing, mapping back
+                computed_s = (self.spent.ms["reference"] - computing_ms) / 1e3
+                self.spent.add("reference_store", elapsed_s - computed_s)
+        self.store.put(key, entry)
+        return entry
+
+    def _computed(self, config: str, seed: int) -> Any:
+        """The reference of (config, seed) computed here; ReferenceFailed when it cannot be."""
+        from cudaperf.execute.c_session import compute_reference
+
+        try:
+            with self.spent("reference"):
+                entry = compute_reference(self.ctask, self.ctask.config(config), seed, self.job.cache_dir)
+        except Exception as exc:
+            raise ReferenceFailed(config, f"{type(exc).__name__}: {exc}"[:2000]) from exc
+        self.spent.count("reference_computed")
         return entry
 
     def output_limit(self, key: Any) -> int:

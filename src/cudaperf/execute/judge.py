@@ -64,10 +64,12 @@ class Verdict:
 
 class Spent:
     """Milliseconds spent per named part of the work (the referee's, per job: returned with its verdict
-    as `referee_ms`, instrumentation only). `with spent("compare"): ...` adds the block's wall time."""
+    as `referee_ms`, instrumentation only). `with spent("compare"): ...` adds the block's wall time;
+    `count(name)` counts events beside them (`rounded` gives both, counts under `<name>_count`)."""
 
     def __init__(self) -> None:
         self.ms: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -80,8 +82,12 @@ class Spent:
     def add(self, name: str, seconds: float) -> None:
         self.ms[name] = self.ms.get(name, 0.0) + 1e3 * seconds
 
+    def count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
     def rounded(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in self.ms.items()}
+        return {**{k: round(v, 3) for k, v in self.ms.items()},
+                **{f"{k}_count": float(v) for k, v in self.counts.items()}}
 
 
 class Judge:

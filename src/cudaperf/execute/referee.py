@@ -31,9 +31,11 @@ Covers:
   `outputs.TimedOutputs`: the candidate's first on each input set, and its later ones there that were
   not bit for bit that first, each with its re-check index) against the first seed's model on that set
   (`TorchJudge.check_timed`), under the task's tolerance. PyTorch references are kept across jobs (a
-  quarter of the device's memory), C ones in host memory. Device memory it cached beyond
-  `RELEASE_ABOVE_BYTES` goes back to the driver after each message (`Referee._release`): the worker plans
-  its memory from what the driver reports free.
+  quarter of the device's memory), C ones in host memory, and, in a pool that shares them
+  (`shared_references`, `Limits.shared_c_references_bytes`), computed once for all its referees: a
+  socket to the parent's store (`--store-fd`), which the worker has no way to reach. Device memory it
+  cached beyond `RELEASE_ABOVE_BYTES` goes back to the driver after each message (`Referee._release`):
+  the worker plans its memory from what the driver reports free.
 - `finish`: the parent sends what the worker reported (any claim of its own, its timings, the time from
   its go-ahead to the worker's result, an upper bound on the timing stage that a slow parent only widens)
   and the timing its go-ahead named, if any (which can only narrow the job's: `jobs.narrowed_timing`), and
@@ -84,6 +86,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from cudaperf.execute import shared_references
 from cudaperf.execute.cpu_share import thread_settings
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all
 
@@ -111,8 +114,10 @@ class RefereeLink:
     The region (a sealed memfd) lives as long as the link: every incarnation of the worker and of the
     referee gets the same one. `spawn(fn)` runs `fn` on the pool's spawner thread (see sandbox.Spawner)."""
 
-    def __init__(self, device: int | None, region_bytes: int, *, kill_wait_s: float = 30.0):
+    def __init__(self, device: int | None, region_bytes: int, *, kill_wait_s: float = 30.0,
+                 references: Any = None):
         self.device = device
+        self.references = references  # the pool's `shared_references.Broker`, or None (a store of its own)
         self.region_bytes = region_bytes
         self.region_fd = create_region_fd(region_bytes)
         self.kill_wait_s = kill_wait_s
@@ -144,13 +149,25 @@ class RefereeLink:
         argv = [sys.executable, "-u", "-X", "faulthandler", "-m", "cudaperf.execute.referee",
                 "--cmd-fd", str(cmd_r), "--reply-fd", str(reply_w), "--region-fd", str(self.region_fd),
                 "--region-bytes", str(self.region_bytes), "--parent-pid", str(os.getpid())]
+        ours, theirs = shared_references.socket_pair() if self.references is not None else (None, None)
+        passed = (cmd_r, reply_w, self.region_fd, *((theirs.fileno(),) if theirs is not None else ()))
+        if theirs is not None:
+            argv += ["--store-fd", str(theirs.fileno())]
         try:
             self._proc = spawn(lambda: subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                pass_fds=(cmd_r, reply_w, self.region_fd), start_new_session=True, env=self._environment()))
+                pass_fds=passed, start_new_session=True, env=self._environment()))
+        except BaseException:
+            if ours is not None:
+                ours.close()
+            raise
         finally:
             for fd in (cmd_r, reply_w, log_fd):
                 os.close(fd)
+            if theirs is not None:
+                theirs.close()
+        if ours is not None:
+            self.references.attach(ours)  # served until this referee's end closes (it exits or is killed)
         self._cmd_fd, self._reply_fd = cmd_w, reply_r
         os.set_blocking(self._reply_fd, False)
         self._buffer.clear()
@@ -407,12 +424,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="cudaperf.execute.referee")
     for name in ("--cmd-fd", "--reply-fd", "--region-fd", "--region-bytes", "--parent-pid"):
         parser.add_argument(name, type=int, required=True)
+    parser.add_argument("--store-fd", type=int, default=-1)  # the pool's shared C references, if any
     args = parser.parse_args(argv)
     from cudaperf.execute import guards
 
     guards.set_process_flags(parent_death_signal=True)  # spawned from the pool's long-lived thread
     guards.watch_parent(args.parent_pid)
-    referee = Referee.start(args.region_fd, args.region_bytes)
+    shared = shared_references.Client.from_fd(args.store_fd) if args.store_fd >= 0 else None
+    referee = Referee.start(args.region_fd, args.region_bytes, shared)
     _send(args.reply_fd, {"type": "ready", "pid": os.getpid()})
     while True:
         message = read_message(args.cmd_fd)
@@ -433,22 +452,25 @@ def _send(fd: int, message: dict[str, Any]) -> None:
 
 
 class Referee:
-    """The referee's state: the region, the reference stores (kept across jobs) and the current job."""
+    """The referee's state: the region, the reference stores (kept across jobs) and the current job.
+    `shared`: the pool's store of C references (`shared_references.Client`), consulted on a miss of
+    `c_store`; None: this referee computes every C reference it needs."""
 
-    def __init__(self, region: Any, device: Any):
+    def __init__(self, region: Any, device: Any, shared: Any = None):
         from cudaperf.execute.judge import ReferenceStore, Spent
         from cudaperf.execute.torch_judge import cache_budget
 
         self.region, self.device = region, device
         self.torch_store = ReferenceStore(lambda: cache_budget(device), fingerprinted=False)
         self.c_store = ReferenceStore(lambda: 4 << 30, fingerprinted=False)
+        self.shared = shared
         self.job: RefereeJob | None = None
         self.poisoned = False
         self.spent = Spent()  # this job's time per message kind and per part (`referee_ms` at finish)
         self.figures: dict[str, float] = {}  # this job's bytes moved and rates (`RefereeJob.figures`)
 
     @classmethod
-    def start(cls, region_fd: int, region_bytes: int) -> Referee:
+    def start(cls, region_fd: int, region_bytes: int, shared: Any = None) -> Referee:
         """Load torch and create the CUDA context (when there is a GPU) before reporting ready."""
         import torch
 
@@ -466,7 +488,7 @@ class Referee:
             region.pin()  # or pageable copies, with why in `pin_note` (each verdict's "region")
         else:
             region.pin_note = "a CPU referee: its copies are memcpy"
-        return cls(region, device)
+        return cls(region, device, shared)
 
     def handle(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """One message from the parent to its reply (None: no reply). Never raises. The time it takes
@@ -648,7 +670,7 @@ class RefereeJob:
             problems = validate(ctask)
             if problems:
                 raise ValueError(f"the C task {ctask.task_id} is malformed: " + "; ".join(problems))
-            return CJudge(job, seeds, referee.device, referee.c_store, ctask)
+            return CJudge(job, seeds, referee.device, referee.c_store, ctask, referee.shared)
         import torch
 
         from cudaperf.execute.session import set_precision

@@ -33,7 +33,9 @@ Covers:
   messages (frames of type "referee" on the reply pipe; the bytes are in a shared region) and answers the
   worker on its job pipe; after the worker's result it merges the referee's verdict into the payload
   (`referee.apply_verdict`) and replaces a worker whose report the referee contradicted. A referee that
-  fails or misses a deadline is a HARNESS_ERROR (never the candidate's fault), and it is restarted.
+  fails or misses a deadline is a HARNESS_ERROR (never the candidate's fault), and it is restarted. A
+  pool's referees share one store of C references in this process (`shared_references.Broker`,
+  `Limits.shared_c_references_bytes`), each referee through a socket of its own that no worker holds.
 - `Spawner`: every worker and referee of a pool is forked from one long-lived thread, because the
   parent-death signal (bubblewrap's `--die-with-parent`, the child's own) follows the forking thread.
 
@@ -65,7 +67,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from cudaperf.execute import boundary, guards, job_profile, referee, views
+from cudaperf.execute import boundary, guards, job_profile, referee, shared_references, views
 from cudaperf.execute.cpu_share import cpu_threads_per_process, thread_settings
 from cudaperf.execute.framing import HEADER, encode_message, read_message, write_all  # noqa: F401 - re-exported
 from cudaperf.jobs import TimingConfig, narrowed_timing
@@ -168,6 +170,11 @@ class Limits:
     """Judge evaluation jobs in a referee process beside each worker (referee.py): the verdict then comes
     from a process the candidate never runs in. Off only to measure what it costs: the worker then judges
     its own candidate, as far as native code lets it."""
+    shared_c_references_bytes: int = shared_references.DEFAULT_BUDGET_BYTES
+    """Byte budget of the one store of C reference outputs a pool's referees share
+    (`shared_references`: sealed memfds in the parent, least recently used evicted; an entry larger
+    than the budget is not stored), so each (task, configuration, seed) is computed once per pool, not
+    once per referee. 0: each referee computes its own (as a lone `Worker` always does)."""
     output_region_bytes: int = 64 << 20
     """Size of the shared region through which outputs travel to the referee (chunk size, not a cap)."""
     cpu_threads: int | None = None
@@ -183,6 +190,9 @@ class Limits:
             raise ValueError("Limits: max_reply_bytes must be > 0 and max_log_bytes >= 0")
         if self.max_jobs_per_worker is not None and self.max_jobs_per_worker < 1:
             raise ValueError("Limits: max_jobs_per_worker must be >= 1 or None (never recycle)")
+        if self.shared_c_references_bytes < 0:
+            raise ValueError(f"Limits.shared_c_references_bytes={self.shared_c_references_bytes}: use 0 "
+                             "to turn the shared store off, or a positive byte budget")
         if self.output_region_bytes < 4096:
             raise ValueError(f"Limits.output_region_bytes={self.output_region_bytes}: at least 4096 bytes")
 
@@ -294,6 +304,7 @@ class Worker:
     def __init__(
         self, device: int | None, limits: Limits, *, preload: tuple[str, ...] = (), uid: int | None = None,
         plan: boundary.Plan | None = None, spawner: Spawner | None = None,
+        references: shared_references.Broker | None = None,
     ):
         self.device = device
         self.limits = limits
@@ -320,7 +331,8 @@ class Worker:
         self._own_spawner = spawner is None
         self.spawner = spawner or Spawner()
         self.referee: referee.RefereeLink | None = (
-            referee.RefereeLink(device, limits.output_region_bytes, kill_wait_s=limits.kill_wait_s)
+            referee.RefereeLink(device, limits.output_region_bytes, kill_wait_s=limits.kill_wait_s,
+                                references=references)
             if limits.referee else None)
         self.cpu_threads = limits.cpu_threads  # the pool sets its share (WorkerPool)
         self._engaged = False  # the current job is judged by the referee
@@ -1144,9 +1156,12 @@ class WorkerPool:
         self.plan, base_uid = _plan_and_uid(self.limits)
         boundary.log_missing(self.plan)
         self.spawner = Spawner()  # every worker and referee is forked from its one long-lived thread
+        # one store of C references for every referee of the pool (each computed once, not per referee)
+        self.references = (shared_references.Broker(self.limits.shared_c_references_bytes)
+                           if self.limits.referee and self.limits.shared_c_references_bytes > 0 else None)
         self.workers = [
             Worker(d, self.limits, preload=preload, uid=None if base_uid is None else base_uid + i,
-                   plan=self.plan, spawner=self.spawner)
+                   plan=self.plan, spawner=self.spawner, references=self.references)
             for i, d in enumerate(devices or [None])
         ]
         threads = self.limits.cpu_threads or cpu_threads_per_process(
@@ -1159,7 +1174,8 @@ class WorkerPool:
         for worker in self.workers:
             worker.start()  # all start in parallel; readiness is awaited by the first job of each
             self._idle.give(worker)
-        self._finalizer = weakref.finalize(self, _close_all, list(self.workers), self.spawner)
+        self._finalizer = weakref.finalize(self, _close_all, list(self.workers), self.spawner,
+                                           self.references)
 
     @property
     def size(self) -> int:
@@ -1202,6 +1218,11 @@ class WorkerPool:
             for w in taken:
                 self._idle.give(w)
 
+    def reference_store_report(self) -> dict[str, int]:
+        """What the referees' shared store of C references did (`shared_references.Broker.report`:
+        computed, served, waited, evicted...); {} when the pool has none."""
+        return self.references.report() if self.references is not None else {}
+
     def close(self) -> None:
         self._finalizer()
 
@@ -1230,7 +1251,10 @@ def _plan_and_uid(limits: Limits) -> tuple[boundary.Plan, int | None]:
     return plan, boundary.DEFAULT_WORKER_UID
 
 
-def _close_all(workers: list[Worker], spawner: Spawner) -> None:
+def _close_all(workers: list[Worker], spawner: Spawner,
+               references: shared_references.Broker | None = None) -> None:
     for worker in workers:
         worker.close()
     spawner.close()
+    if references is not None:
+        references.close()
