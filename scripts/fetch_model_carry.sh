@@ -4,16 +4,17 @@
 # scripts/model_day.sh names them):
 #   .carry/model-1/  (call A) wheels/: trl, datasets 5.2, dill, multiprocess, gguf; part 0 of the
 #                    xz-compressed GGUF
-#   .carry/model-1b/ (call A2, a few seconds) part 1 of the compressed GGUF; with PARTS=4 or more, one
-#                    more folder (.carry/model-1c, ...) and A2 call per further middle part
+#   .carry/model-1b/, .carry/model-1c/ (one A2 call each, a few seconds) parts 1 and 2 of the compressed
+#                    GGUF; with PARTS=5 or more, one more folder (.carry/model-1d, ...) and A2 call per part
 #   .carry/model-2/  (call B) the last part of the compressed GGUF, the GGUF's sha256 and PARTS (the count)
 #   .carry/model-3/  (call C) wheels/: tree-sitter, tree-sitter-cuda, pyseccomp (the evaluator's structural
 #                    analysis and seccomp filter) and the bubblewrap .deb (its sandbox boundary); first
 #                    needed by RL, so they stay out of the two calls that are full
 # What travels in a call is the working tree AND its carry, 64 MiB in all: the tree grows with every
 # session's results (33.5 MB at session 27), so the GGUF (98 MB; 90 MB under xz -9) is compressed and cut
-# in PARTS parts (default 3) of equal headroom, and the script refuses folders that would not fit beside
-# the tree as it is now (untracked files count too): then run it again with PARTS=4.
+# in PARTS parts (default 4: the tree was 35.3 MB at session 29, and three parts of 29.4 MB no longer fitted)
+# of equal headroom, and the script refuses folders that would not fit beside the tree as it is now
+# (untracked files count too): then run it again with PARTS=5.
 # On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry, each A2 its middle
 # part; B, straight after on the same warm machine, runs `bash scripts/join_model_carry.sh`, which
 # decompresses and checks the GGUF into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
@@ -23,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-PARTS=${PARTS:-3}  # the compressed GGUF's parts: call A, one A2 call per middle part, call B
+PARTS=${PARTS:-4}  # the compressed GGUF's parts: call A, one A2 call per middle part, call B
 (( PARTS >= 2 && PARTS <= 9 )) || { echo "PARTS must be 2 to 9" >&2; exit 2; }
 middle=()  # .carry/model-1b, model-1c, ...: one folder (one A2 call) per middle part
 letters=bcdefgh

@@ -10,8 +10,9 @@
 #                                                             needs .carry/model-3 carried too)
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
 #                                                             travels in parts so that every call fits the
-#                                                             64 MiB carry limit; with PARTS=4 in
-#                                                             fetch_model_carry.sh, A2 again with model-1c)
+#                                                             64 MiB carry limit; A2 again with
+#                                                             .carry/model-1c: part 2, PARTS=4 being the
+#                                                             default of fetch_model_carry.sh)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
