@@ -94,7 +94,6 @@ from cudaperf.types import ConfigCorrectness, ConfigTiming, Flag, Outcome, Sever
 
 SERIAL_C = "serial_c"  # the C reference on the CPU (its time: the serial baseline)
 RESTORE = "inout_restore"  # the inout restore alone, timed with the others (see the module docstring)
-C_BASELINES = (SERIAL_C, NAIVE_CUDA)
 FILL_BYTES = (0xFF, 0x5A)  # out-array fill per call: 0xFF.. is NaN / -1, 0x5A.. a finite, unlikely value
 SERIAL_C_REPEATS = (3, 30)  # least and most timed calls of the serial reference per configuration
 HOST_REFERENCE_CACHE_BYTES = 4 << 30

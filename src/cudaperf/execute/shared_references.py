@@ -262,9 +262,8 @@ class Broker:
 
     def _send(self, sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:
         """One reply; a referee that is gone is dropped (its keys pass to their waiters)."""
-        data = json.dumps(message).encode()
         try:
-            socket.send_fds(sock, [data], [fd]) if fd is not None else sock.send(data)
+            _send_json(sock, message, fd)
         except OSError:
             self._drop(sock, locked=True)
 
@@ -298,6 +297,12 @@ class Broker:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _send_json(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:
+    """One message, with `fd` beside it when given; OSError when the other end is gone."""
+    data = json.dumps(message).encode()
+    socket.send_fds(sock, [data], [fd]) if fd is not None else sock.send(data)
 
 
 def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
@@ -376,7 +381,7 @@ class Client:
         if self.broken:
             return {}, []
         try:
-            self.sock.send(json.dumps(message).encode())
+            _send_json(self.sock, message)
             data, fds = _receive(self.sock)
         except OSError:
             data, fds = b"", []
@@ -388,9 +393,8 @@ class Client:
     def _tell(self, message: dict[str, Any], fd: int | None = None) -> None:
         if self.broken:
             return
-        data = json.dumps(message).encode()
         try:
-            socket.send_fds(self.sock, [data], [fd]) if fd is not None else self.sock.send(data)
+            _send_json(self.sock, message, fd)
         except OSError:
             self.broken = True
 
