@@ -83,6 +83,7 @@ from cudaperf.datasets.measure.serial import (
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.execute.device_state import context_alive, synchronize
 from cudaperf.host_timing import isolated_host_timing
+from cudaperf.jobs import TORCH_BASELINES
 from cudaperf.tasks import cref
 from cudaperf.tasks.ctask import ParamKind, from_json, make_inputs
 from cudaperf.timing import BenchReport, FunctionFailed, bench_interleaved_report, compile_baseline
@@ -98,7 +99,6 @@ SOURCE = r"""extern "C" __global__ void boom(float* p) { p[threadIdx.x] = 1.0f; 
 def ENTRY(**kwargs):
     cuda.load(SOURCE).boom((1,), (32,), None)  # None: a NULL pointer
 '''
-TORCH_BASELINES = ("eager", "compile")
 NAIVE = "naive"  # the C->CUDA baseline's name among the timed functions when it is not measured itself
 Emit = Callable[..., None]
 
