@@ -23,7 +23,8 @@ three, or the first step after a resume, does not move it); the time split over 
 (`step_s` of the trainer's log): generation, evaluation, optimiser (step less rollout). The ratio pool /
 one-gpu of both. The arms run one after the other, one-gpu first. Each arm checkpoints every step
 (`save_steps=1`) and stops with a checkpoint before the call's budget ends (`RlConfig.max_minutes`, from
-`--max-minutes` less what is spent); a re-run skips an arm whose `final/` exists and resumes the other. On a
+`--max-minutes` less what is spent); a re-run skips an arm whose `final/` holds `--steps` steps and resumes
+the other from its last checkpoint. On a
 2-GPU machine the pool holds one evaluation GPU, as many as the one-gpu arm: what differs is only that the
 policy no longer shares its GPU, and a rollout generates then evaluates (never both at once), so no speedup
 is expected there; the ratio is reported, not judged. Both arms sample with the same seed, but from the
@@ -47,8 +48,10 @@ training does, without a candidate of its own. Warm-up first: every actor evalua
 order. Statistic: per candidate the spread of its speedup against eager = (max - min) / median over its R
 repeats; per side the median over candidates; the ratio training / idle. Threshold 1.5x: that ratio, when
 both sides draw from the same noise, exceeds 1.5 in 5% of cases with the default set (17 candidates, R = 3;
-simulated with normal noise: 11% with 9 candidates, 0.8% with R = 5), so 1.5x is the smallest rise this
-design tells from chance at 95%; a smaller rise is not detected.
+simulated with normal noise: 11% with 9 candidates, 0.8% with R = 5): a FAIL is a rise that chance gives
+one time in twenty; a true rise near 1.5x passes about half the time, and a smaller one is not resolved at
+this size. The spread runs once both arms are finished (when they are among `--parts`); its result is kept
+in `--work` (spread.json) once its load ran, and a re-run reuses it.
 
 Checks (PASS or FAIL each, in the JSON too): (1) rollout throughput reported: both arms finished with
 positive turns/min, and the ratio; (2) the training load ran throughout the training side (its child alive
@@ -91,7 +94,7 @@ SIDES = ("idle", "training")
 SPREAD_LIMIT = 1.5  # see the module docstring: the 95th percentile of the ratio without interference
 BASELINE = "eager"
 # Each form's defaults (an option given on the command line wins). GPU: 3 steps of 2 tasks x 4 trajectories
-# x 2 turns at 256 new tokens: ~75 s a step on an H200 (dev/LOG.md, session 28: 80-100 ms a decoding step),
+# x 2 turns at 256 new tokens: ~75 s a step on an H200 (dev/LOG.md, session 28: 80-103 ms a decoding step),
 # ~4.5 min an arm with its start, so both arms fit a 10-minute call or resume in the next.
 FORMS = {
     "gpu": {"policy": "smollm2", "steps": 3, "tasks": ["split:train"], "limit_tasks": 8, "tasks_per_step": 2,
@@ -609,7 +612,8 @@ def run_spread(args: argparse.Namespace, policy: str, left_s: float, notes: list
         say(notes, f"spread: not started ({left_s:.0f} s left): call again")
         return None
     spread = measure_spread(args, policy)
-    path.write_text(json.dumps(spread, indent=1, default=str))
+    if spread["load"]["started"]:  # a load that never trained is measured again by the next call
+        path.write_text(json.dumps(spread, indent=1, default=str))
     return spread
 
 
