@@ -24,7 +24,7 @@ same size in every run (cores - 1, split between the actors). Printed: the table
 evaluations per minute, speedup against the 1-GPU pool, verdict agreement) and the checks. Expected on
 one H200: checks 1-4 PASS, the 1-GPU pool within ~10% of the local evaluator; on two GPUs >= 1.8x.
 
-Not covered: training beside the pool (issue 22, item 3: an RL run with the policy on one GPU).
+Not covered: training beside the pool (issue 22, item 3: `scripts/ray_train_gpu.py`).
 """
 
 from __future__ import annotations
