@@ -321,16 +321,31 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(run_pool(args, tasks, found, n))
         checks.append(check_placement(rows[-1], n, args.cpu))
     checks.append(check_verdicts(rows))
+    print(table(rows), flush=True)
+    write_out(args, rows, checks)  # the measured rows kept whatever the kill check does
     out_dir = Path(args.out).parent if args.out else Path(args.cache_dir)
-    checks.append(check_kill(args, tasks, found, rows[0]["outcomes"], max(1, n), out_dir))
-    print(table(rows))
+    checks.append(guarded("an actor killed mid-batch",
+                          lambda: check_kill(args, tasks, found, rows[0]["outcomes"], max(1, n), out_dir)))
     for c in checks:
         print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}: {c['detail']}")
+    write_out(args, rows, checks)
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+def guarded(name: str, check) -> dict:
+    """The check's row, or a failed one naming the exception it raised (a check that crashes is a FAIL,
+    not the loss of the rows measured before it)."""
+    try:
+        return check()
+    except Exception as exc:  # noqa: BLE001 - reported as the check's failure, with its cause
+        return {"check": name, "ok": False, "detail": f"raised {type(exc).__name__}: {exc}"[:500]}
+
+
+def write_out(args: argparse.Namespace, rows: list[dict], checks: list[dict]) -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "checks": checks,
                                               "environment": _environment()}, indent=1, default=str))
-    return 0 if all(c["ok"] for c in checks) else 1
 
 
 def _environment() -> dict:

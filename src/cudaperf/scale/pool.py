@@ -43,6 +43,11 @@ from cudaperf.types import EvalResult, Outcome, Solution, Task
 
 Key = tuple[str, str]
 POLL_S = 0.1  # longest a new submission waits for the dispatcher while every actor is busy
+# How long resources a removed placement group held may take to come back. Ray removes a group
+# asynchronously: on an H100 machine a pool opened right after another one closed on the same Ray instance
+# saw 0 GPUs free and refused to start. So `close` waits for its group's removal, and `open` waits this
+# long for GPUs the cluster has but does not yet show free, before it decides.
+RESOURCE_RETURN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,9 @@ class RayEvalPool:
         ray = _ray()
         self._join_ray(ray)
         try:
-            gpus = ray.available_resources().get("GPU", 0.0)
+            wanted = self.pool.gpus_per_actor * max(1, self.pool.actors)
+            cpu_only = self.config.device in ("none", "cpu")
+            gpus = 0.0 if cpu_only else _free_gpus(ray, wanted, RESOURCE_RETURN_S)
             self.kind = _actor_kind(self.config, self.pool, gpus)
             count = self.pool.actors or (int(gpus // self.pool.gpus_per_actor) if self.kind == "gpu"
                                          else self.pool.cpu_actors)
@@ -235,6 +242,7 @@ class RayEvalPool:
         if self._pg is not None:
             with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._pg)
+                _await_removal(ray, self._pg, RESOURCE_RETURN_S)
             self._pg = None
         if self._started_ray:
             ray.shutdown()
@@ -437,6 +445,28 @@ def _ray() -> Any:
     except ImportError as exc:
         raise PoolError("the Ray evaluation pool needs Ray: pip install 'cudaperf[scale]'") from exc
     return ray
+
+
+def _free_gpus(ray: Any, wanted: float, wait_s: float) -> float:
+    """GPUs free in the cluster, waiting up to `wait_s` while fewer than `wanted` (or none) are free but the
+    cluster has them: resources of a placement group removed a moment ago come back asynchronously. A
+    cluster with fewer GPUs than wanted is answered at once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = ray.available_resources().get("GPU", 0.0)
+        total = ray.cluster_resources().get("GPU", 0.0)
+        if free >= min(wanted, total) and (free > 0 or total == 0) or time.monotonic() >= deadline:
+            return free
+        time.sleep(0.2)
+
+
+def _await_removal(ray: Any, pg: Any, wait_s: float) -> None:
+    """Until Ray reports `pg` removed (or `wait_s` passes): its bundles' resources are then free again."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if ray.util.placement_group_table(pg).get("state") == "REMOVED":
+            return
+        time.sleep(0.1)
 
 
 def _actor_kind(config: EvalConfig, pool: PoolConfig, free_gpus: float) -> str:
