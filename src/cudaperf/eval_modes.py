@@ -145,8 +145,10 @@ class RlSettings:
     carrier only before timing (on the H200, session 28, 34% of a comparison's evaluation time was that
     wait before the job), and a candidate that is not correct never carries. The cost: every job is sent
     with the carrier's timing, so a C job's host work before timing also computes the serial-C
-    baseline's reference (once per worker and task) when it ends up anchored. Off until measured on a
-    GPU: on the 2-core CPU machine no gain (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
+    baseline's reference (once per worker and task) when it ends up anchored. Off: on the 2-core CPU
+    machine no gain (`benchmarks/results/cpu-2026-12-06-s29-planwait/`), on an H100 one cold-task run
+    each, 32.0 against 29.7 evaluations/min (`benchmarks/results/2026-12-06-s30-h100/call2-eval-modes/`),
+    which one run cannot tell from noise."""
 
     def __post_init__(self) -> None:
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
