@@ -52,7 +52,7 @@ def test_a_gpu_held_throughout_is_reported_taken_after_the_wait(one_gpu):
         _await_removal(ray, pg, 30.0)
 
 
-def test_wanting_more_gpus_than_the_cluster_has_is_answered_without_waiting(one_gpu):
+def test_wanting_more_gpus_than_the_cluster_has_settles_for_all_of_them_at_once(one_gpu):
     started = time.monotonic()
     free = _free_gpus(ray, 4.0, 30.0)
     assert free == 1.0 and time.monotonic() - started < 10.0

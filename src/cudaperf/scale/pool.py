@@ -448,14 +448,14 @@ def _ray() -> Any:
 
 
 def _free_gpus(ray: Any, wanted: float, wait_s: float) -> float:
-    """GPUs free in the cluster, waiting up to `wait_s` while fewer than `wanted` (or none) are free but the
-    cluster has them: resources of a placement group removed a moment ago come back asynchronously. A
-    cluster with fewer GPUs than wanted is answered at once."""
+    """GPUs free in the cluster, waiting up to `wait_s` while fewer than `wanted` are free and the cluster
+    has more than are free (all of them, when it has fewer than `wanted`): resources of a placement group
+    removed a moment ago come back asynchronously. A cluster without GPUs is answered at once."""
     deadline = time.monotonic() + wait_s
     while True:
         free = ray.available_resources().get("GPU", 0.0)
         total = ray.cluster_resources().get("GPU", 0.0)
-        if free >= min(wanted, total) and (free > 0 or total == 0) or time.monotonic() >= deadline:
+        if free >= min(wanted, total) or time.monotonic() >= deadline:
             return free
         time.sleep(0.2)
 
