@@ -958,11 +958,12 @@ class RefereeJob:
     def _baselines_timed(self, asked: Any) -> set[str]:
         """The baselines the worker was told to time: the job's timing narrowed by the go-ahead's
         (`jobs.narrowed_timing`, as the worker applies it); a C job's inout restore is timed beside them."""
+        from cudaperf.execute.c_session import RESTORE
         from cudaperf.jobs import narrowed_timing, timed_baselines
         from cudaperf.types import TaskKind
 
         timing = narrowed_timing(self.kind, self.timing, asked)
-        restore = {"inout_restore"} if self.kind is TaskKind.C else set()
+        restore = {RESTORE} if self.kind is TaskKind.C else set()
         return set(timed_baselines(self.kind, timing.baselines)) | restore
 
     def _baselines_reported(self, message: dict[str, Any]) -> set[str]:
