@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -345,15 +346,18 @@ def write_out(args: argparse.Namespace, rows: list[dict], checks: list[dict]) ->
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "checks": checks,
-                                              "environment": _environment()}, indent=1, default=str))
+                                              "environment": environment()}, indent=1, default=str))
 
 
-def _environment() -> dict:
+@functools.cache  # once per run: the JSON is written before and after the kill check
+def environment() -> dict:
+    """The machine (`scripts/env_info.py`) and Ray's version where Ray is installed."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from env_info import env_info
 
     info = env_info()
-    info["ray"] = _ray().__version__
+    if importlib.util.find_spec("ray") is not None:
+        info["ray"] = _ray().__version__
     return info
 
 

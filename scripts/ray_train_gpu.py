@@ -87,7 +87,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 # ray_pool_gpu puts src/ and benchmarks/ on sys.path and src/ on PYTHONPATH (children and Ray workers find
 # this tree's cudaperf); install_ray joins and installs the carried Ray wheels.
-from ray_pool_gpu import build_share, install_ray  # noqa: E402
+from ray_pool_gpu import build_share, environment, install_ray  # noqa: E402
 
 ARMS = ("one-gpu", "pool")
 SIDES = ("idle", "training")
@@ -467,6 +467,11 @@ def measure_spread(args: argparse.Namespace, policy: str) -> dict:
                      "log": str(args.work / "logs" / "load-sft.log")}}
 
 
+def spread_rows(spread: dict) -> list[SpreadRow]:
+    """The spread part's rows (as measured now, or as an earlier call stored them) as records."""
+    return [SpreadRow(r["candidate"], tuple(r["idle"]), tuple(r["training"])) for r in spread["rows"]]
+
+
 def spread_summary(rows: list[SpreadRow]) -> dict:
     """Per side the median spread over candidates with every repeat correct on both sides; the ratio."""
     both = [r for r in rows if r.spread("idle") is not None and r.spread("training") is not None]
@@ -543,15 +548,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _environment() -> dict:
-    from env_info import env_info
-
-    info = env_info()
-    if importlib.util.find_spec("ray") is not None:
-        info["ray"] = __import__("ray").__version__
-    return info
-
-
 def write_out(args: argparse.Namespace, result: dict) -> None:
     if args.out is None:
         return
@@ -579,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     def left_s() -> float:
         return 60 * args.max_minutes - (time.monotonic() - started)
 
-    result: dict = {"args": vars(args), "gpus": gpus, "policy": policy, "environment": _environment()}
+    result: dict = {"args": vars(args), "gpus": gpus, "policy": policy, "environment": environment()}
     notes: list[str] = []
     if "arms" in args.parts:
         for arm in ARMS:
@@ -588,15 +584,15 @@ def main(argv: list[str] | None = None) -> int:
     result["arms"] = {a: dataclasses.asdict(r) if r else None for a, r in arms.items()}
     write_out(args, result)
     spread = run_spread(args, policy, left_s(), notes) if "spread" in args.parts else None
+    rows = spread_rows(spread) if spread is not None else []
     if spread is not None:
-        rows = [SpreadRow(r["candidate"], tuple(r["idle"]), tuple(r["training"])) for r in spread["rows"]]
         result["spread"] = {**spread, "summary": spread_summary(rows)}
     checks = ([check_throughput(arms)] if "arms" in args.parts else []) + (
         [check_load(spread), check_spread(result["spread"]["summary"])] if spread else [])
     result["checks"] = [dataclasses.asdict(c) for c in checks]
     result["notes"] = notes
     write_out(args, result)
-    return report(args, arms, result, checks)
+    return report(args, arms, result, rows, checks)
 
 
 def run_spread(args: argparse.Namespace, policy: str, left_s: float, notes: list[str]) -> dict | None:
@@ -623,12 +619,11 @@ def say(notes: list[str], line: str) -> None:
     notes.append(line)
 
 
-def report(args: argparse.Namespace, arms: dict, result: dict, checks: list[Check]) -> int:
+def report(args: argparse.Namespace, arms: dict, result: dict, rows: list[SpreadRow],
+           checks: list[Check]) -> int:
     if "arms" in args.parts:
         print(arms_table(arms))
     if "spread" in result:
-        rows = [SpreadRow(r["candidate"], tuple(r["idle"]), tuple(r["training"]))
-                for r in result["spread"]["rows"]]
         print(spread_table(result["spread"]["summary"], rows, args.verbose))
     for c in checks:
         print(f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}")
