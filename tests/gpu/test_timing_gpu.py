@@ -13,7 +13,13 @@ torch = pytest.importorskip("torch")
 from cudaperf.correctness import compare, poison_allocator
 from cudaperf.lead import Lead
 from cudaperf.sol import bandwidth_gbps, peak_tflops, speed_of_light
-from cudaperf.timing import bench_interleaved_report, default_l2_flush_bytes
+from cudaperf.timing import (
+    DEFAULT_LEAD_US,
+    MAX_LEAD_LAUNCHES,
+    BenchReport,
+    bench_interleaved_report,
+    default_l2_flush_bytes,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 
@@ -230,9 +236,9 @@ def _host_busy(us: float) -> None:
         pass
 
 
-def _copy_after_host_time(host_us: float) -> tuple[float, float, int]:
-    """Medians (ms) of a ~20 us copy launched at once and of the same copy launched after `host_us` on
-    the host, timed in one run; and the lead write's size in bytes."""
+def _copy_after_host_time(host_us: float) -> BenchReport:
+    """One run timing a ~20 us copy launched at once ("prompt") and the same copy launched after
+    `host_us` on the host ("slow_host")."""
     src = torch.randn(1 << 23, device=DEVICE)
     dst = torch.empty_like(src)
 
@@ -243,27 +249,49 @@ def _copy_after_host_time(host_us: float) -> tuple[float, float, int]:
         _host_busy(host_us)
         return dst.copy_(inputs[0])
 
-    report = bench_interleaved_report({"prompt": prompt, "slow_host": slow_host}, [[src]], budget_ms=100,
-                                      warmup_ms=10, device=DEVICE)
-    return report.timings["prompt"].median_ms, report.timings["slow_host"].median_ms, report.l2_flush_bytes
+    return bench_interleaved_report({"prompt": prompt, "slow_host": slow_host}, [[src]], budget_ms=100,
+                                    warmup_ms=10, device=DEVICE)
+
+
+def _medians_ms(report: BenchReport) -> tuple[float, float]:
+    return report.timings["prompt"].median_ms, report.timings["slow_host"].median_ms
 
 
 def test_the_lead_hides_a_host_path_shorter_than_it():
     """The flush is sized to last DEFAULT_LEAD_US, so a function that spends 60 us on the host before
     launching a ~20 us copy is timed like the copy launched at once (session 6: the host path of a
     cuda-core forward, ~35-50 us, showed up in every sample). Medians within 10% + 3 us. Prints both."""
-    fast_ms, slow_ms, lead_bytes = _copy_after_host_time(60)
+    report = _copy_after_host_time(60)
+    fast_ms, slow_ms = _medians_ms(report)
     print(f"copy {fast_ms * 1e3:.1f} us; after 60 us on the host {slow_ms * 1e3:.1f} us; "
-          f"lead write {lead_bytes / 2**20:.0f} MiB")
+          f"lead write {report.l2_flush_bytes / 2**20:.0f} MiB")
     assert slow_ms <= 1.1 * fast_ms + 0.003
 
 
-def test_host_time_beyond_the_lead_is_counted():
-    """The lead is not a free pass: 1 ms on the host before the copy (five times the lead) shows up in
-    the sample, at least 0.5 ms over the prompt copy. Prints both medians."""
-    fast_ms, slow_ms, _ = _copy_after_host_time(1000)
-    print(f"copy {fast_ms * 1e3:.1f} us; after 1 ms on the host {slow_ms * 1e3:.1f} us")
-    assert slow_ms >= fast_ms + 0.5
+def test_a_host_path_the_leads_can_cover_is_hidden_and_flagged():
+    """1 ms on the host before the copy: the leads are lengthened to cover it (under MAX_LEAD_LAUNCHES
+    launches), so the sample is the copy's GPU time, and the report says so (`host_path_hidden`, the
+    host path being over HOST_HIDDEN_RATIO x the measured time). Prints both medians and the launches."""
+    report = _copy_after_host_time(1000)
+    fast_ms, slow_ms = _medians_ms(report)
+    print(f"copy {fast_ms * 1e3:.1f} us; after 1 ms on the host {slow_ms * 1e3:.1f} us; "
+          f"{report.lead_launches['slow_host']} lead launches of {report.lead_launch_ms * 1e3:.0f} us")
+    assert slow_ms <= 1.1 * fast_ms + 0.003
+    assert "host_path_hidden" in {f.code for f in report.flags_for("slow_host")}
+
+
+def test_host_time_beyond_the_longest_lead_is_counted():
+    """The lead is not a free pass: a host path of twice what MAX_LEAD_LAUNCHES launches last leaves the
+    GPU idle inside the sample once the leads are done, so at least half of the uncovered host time
+    (host path less the leads queued) shows in the median over the prompt copy's. Prints the figures."""
+    report = _copy_after_host_time(2 * MAX_LEAD_LAUNCHES * DEFAULT_LEAD_US)
+    fast_ms, slow_ms = _medians_ms(report)
+    covered_ms = report.lead_launches["slow_host"] * report.lead_launch_ms
+    uncovered_ms = 2 * MAX_LEAD_LAUNCHES * DEFAULT_LEAD_US / 1e3 - covered_ms
+    print(f"copy {fast_ms * 1e3:.1f} us; after {2 * MAX_LEAD_LAUNCHES * DEFAULT_LEAD_US / 1e3:.1f} ms on the "
+          f"host {slow_ms * 1e3:.1f} us; leads cover {covered_ms * 1e3:.0f} us")
+    assert report.lead_launches["slow_host"] == MAX_LEAD_LAUNCHES
+    assert slow_ms >= fast_ms + 0.5 * uncovered_ms
 
 
 def test_poison_makes_the_uninitialised_empty_hack_fail():
