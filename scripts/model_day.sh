@@ -49,6 +49,9 @@
 # REFINE_S=0 (the first turns of SFT and RL; base's are session 16's). C writes the first rollout's decoding
 # probe (train/rl_decoding_probe.txt: every step's time, a profile of a few steps; --rl-profile-decoding),
 # and the comparison each model's (compare/<model>-decoding_probe.txt; --profile-decoding).
+# A lease with ~1,450 s left (a refused start costs 90-180 s): B with BUDGET_S=420, C with RL_S=380 (one
+# GRPO step, then SFT's comparison round, whose evaluation D resumes from the kept replies), D as above:
+# ~1,435 s with the start (dev/LOG.md, GPU machine practice, session 31).
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # COMPARE_MODELS="sft rl" (default: base unless COMPARE_BASE=none, sft, rl): the trained models compared,
