@@ -24,7 +24,9 @@
 #   eval-modes-long (the RL arms alone, 4 and 8 workers, each candidate three times: longer streams per task)
 #   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
-#   RL rollout's forms, dynamic and static KV cache; nothing carried) baseline-memory (what the baselines'
+#   RL rollout's forms, dynamic and static KV cache; nothing carried) decoding-conditions (the rollout's step
+#   under the real runs' conditions one at a time: uneven prompts, 1,000-token rounds, the RL evaluator open;
+#   scripts/decoding_conditions_gpu.py) baseline-memory (what the baselines'
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
 #   held-out families, held out of the dataset: their GPU tests, then `cudaperf dataset measure` of them
 #   into $OUT/fresh-measure/measurements-*.jsonl.gz; commit that shard into benchmarks/fresh_measure/ with
@@ -153,6 +155,8 @@ run_step() {
       python3 benchmarks/profile_summary.py \"$OUT/profiles\" --top 40 > \"$OUT/profile_summary.md\"" ;;
     generation-profile) step generation-profile 240 python3 scripts/generation_profile.py --model smollm2-shape \
       --out "$OUT/generation_profile.json" ;;
+    decoding-conditions) step decoding-conditions 480 python3 scripts/decoding_conditions_gpu.py \
+      --out "$OUT/decoding/conditions.json" ;;
     eval-modes-tests) step eval-modes-tests 240 "${PYTEST[@]}" -s -m gpu tests/gpu/test_eval_modes_gpu.py ;;
     baselines) step baselines 480 env OUT="$OUT/baselines" N="${BASELINES_N:-60}" BUDGET_S="${BASELINES_BUDGET_S:-70}" \
       IMPLS="${BASELINES_IMPLS:-2}" bash scripts/baseline_repeatability.sh ;;
