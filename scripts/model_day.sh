@@ -51,9 +51,16 @@
 # and the comparison each model's (compare/<model>-decoding_probe.txt; --profile-decoding).
 # A lease with ~1,450 s left (a refused start costs 90-180 s): B with BUDGET_S=420, C with RL_S=380 (one
 # GRPO step, then SFT's comparison round, whose evaluation D resumes from the kept replies), D as above:
-# ~1,435 s with the start (dev/LOG.md, GPU machine practice, session 31).
+# ~1,435 s with the start (dev/LOG.md, GPU machine practice, session 31). With SFT_LORA=16 in B and C, the
+# SFT adapter comes back, and later leases skip SFT (SFT_LORA below): ~1,000 s.
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
+# SFT_LORA=r: SFT trains LoRA adapters of rank r (default 0: full fine-tuning); call B then returns the adapter
+# as $OUT/sft-adapter.tgz (in 15 MiB parts when larger; rank 16 of SmolLM2-135M: ~20 MB in float32), to be
+# kept in .carry/sft-adapter (export_adapter below says how). A later lease skips SFT: B with
+# SFT_FROM_ADAPTER=1 (join and convert only), C with .carry/sft-adapter carried beside .carry/model-3 (it
+# merges the adapter into the base as sft/final first; SFT_ADAPTER_DIR names another folder); the same SFT
+# model every lease, so each lease's RL run is one more seed from it.
 # COMPARE_MODELS="sft rl" (default: base unless COMPARE_BASE=none, sft, rl): the trained models compared,
 # by name (their final checkpoints under the run's work folder).
 # COMPARE_TURNS (default 2): the comparison's turns per trajectory (a call with other turns than the runs it
@@ -281,12 +288,31 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
     ranker_pid=$!
   fi
   s=$(cap 9999)
-  step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
-    --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
+  if (( ${SFT_FROM_ADAPTER:-0} )); then  # SFT comes from a carried adapter, merged in call C
+    echo "| sft | skipped: SFT_FROM_ADAPTER=1 (call C merges the carried adapter) |" | tee -a "$SUMMARY"
+  else
+    step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
+      --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
+    export_adapter
+  fi
   if [[ -n $ranker_pid ]]; then
     wait "$ranker_pid"
     { tail -n 1 "$STAGE/ranker.log"; grep -a '^RESULT' "$STAGE/ranker.log" || true; } | tee -a "$SUMMARY"
   fi
+}
+
+# A LoRA SFT's adapter (SFT_LORA=rank) back through $OUT: sft-adapter.tgz, in parts of 15 MiB when larger (a
+# file that comes back holds 16 MiB at most). Here, keep it for later leases (ignored, carried in call C):
+#   mkdir -p .carry/sft-adapter && cat DIR/sft-adapter.tgz* | tar xz -C .carry/sft-adapter --strip-components=1
+export_adapter() {
+  local adapter=$WORK/sft/final/adapter
+  [[ -f $adapter/adapter_config.json ]] || return 0
+  tar czf "$OUT/sft-adapter.tgz" -C "$WORK/sft/final" adapter
+  if (( $(stat -c %s "$OUT/sft-adapter.tgz") > 15 * 1024 * 1024 )); then
+    split -b 15M -d "$OUT/sft-adapter.tgz" "$OUT/sft-adapter.tgz.part" && rm "$OUT/sft-adapter.tgz"
+  fi
+  echo "| sft adapter | $(cat "$OUT"/sft-adapter.tgz* | sha256sum | cut -c1-16) | $(du -cb "$OUT"/sft-adapter.tgz* \
+    | tail -n 1 | cut -f1) bytes in $OUT/sft-adapter.tgz* |" | tee -a "$SUMMARY"
 }
 
 # The generation KV cache of the rollouts and the comparison: RL_GEN_CACHE when set; otherwise what call
@@ -321,6 +347,7 @@ GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
+            --sft-lora-rank "${SFT_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
@@ -351,6 +378,11 @@ call_C() {
     || { echo "carry .carry/model-3 (the evaluator's tree-sitter, pyseccomp, bubblewrap)" >&2; exit 2; }
   eval_deps
   step env 60 python3 -c "$ENV_PY"
+  local carried=${SFT_ADAPTER_DIR:-.carry/sft-adapter}
+  if [[ -f $carried/adapter_config.json && ! -f $WORK/sft/final/config.json ]]; then
+    step sft-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
+      --sft-from-adapter "$carried"
+  fi
   local s
   s=$(cap "${RL_S:-270}")
   step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \

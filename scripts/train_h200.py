@@ -21,7 +21,10 @@ best of turns), geometric-mean speedup of correct turns, anti-cheat flags by kin
 time split (generation, evaluation, optimiser) with turns per minute. One `RESULT sft ...` / `RESULT rl ...`
 line per stage as it ends; --out gets the JSON and each stage's metrics.jsonl after each stage (a call
 killed later keeps them). With --final-on-limit a stage stopped by its budget still leaves a `final/`
-model: its last checkpoint, marked by `stopped_early.json` (the next stage and the comparison use it).
+model: its last checkpoint, marked by `stopped_early.json` (the next stage and the comparison use it; a
+LoRA checkpoint merged into the stage's starting model). With --sft-lora-rank SFT trains LoRA adapters and
+keeps the adapter in sft/final/adapter (megabytes: it can come back through $OUT and be carried to a later
+lease, where --sft-from-adapter makes sft/final from it and the base without training).
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -85,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
+    p.add_argument("--sft-lora-rank", type=int, default=0,
+                   help="SFT alone with LoRA adapters of this rank (0: full fine-tuning; RL as --lora says); "
+                        "the adapter is kept in sft/final/adapter, megabytes that can leave the machine")
+    p.add_argument("--sft-from-adapter", type=Path, default=None,
+                   help="no SFT training: sft/final is the base model merged with this LoRA adapter folder "
+                        "(an earlier run's sft/final/adapter)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="run here on the CPU (use with --model tiny and small limits): training on the CPU, "
@@ -95,8 +104,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.promote_only:
+        bases = {"sft": lambda: _sft_base(args), "rl": lambda: args.work / "sft" / "final"}
         done = {stage: (args.work / stage / "final" / "config.json").is_file()
-                or _promote(args.work / stage, -1, None) for stage in ("sft", "rl")}
+                or _promote(args.work / stage, -1, None, bases[stage]) for stage in ("sft", "rl")}
         print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
         return 0
     started = time.monotonic()
@@ -150,19 +160,25 @@ def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> 
 FINAL_SKIP = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state")
 
 
-def _promote(out: Path, steps: int, max_steps: int | None) -> bool:
-    """Copy the last checkpoint's model (not its optimiser state) to out/final, marked stopped early. False
-    when there is none or it holds a LoRA adapter only (it would need merging)."""
+def _promote(out: Path, steps: int, max_steps: int | None, base=None) -> bool:
+    """Copy the last checkpoint's model (not its optimiser state) to out/final, marked stopped early; a
+    checkpoint of a LoRA run (an adapter alone) is merged into the model `base()` names (the stage's
+    starting model). False when there is no checkpoint, or an adapter and no `base`."""
+    from cudaperf.train.models import merge_adapter
     from cudaperf.train.monitor import last_checkpoint
 
     checkpoint = last_checkpoint(out)
-    if checkpoint is None or not (Path(checkpoint) / "config.json").is_file():
+    adapter_only = checkpoint is not None and (Path(checkpoint) / "adapter_config.json").is_file()
+    if checkpoint is None or not ((Path(checkpoint) / "config.json").is_file() or (adapter_only and base)):
         return False
     final = out / "final"
     scratch = out / "final.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(checkpoint, scratch,
-                    ignore=lambda _d, names: [n for n in names if n.startswith(FINAL_SKIP)])
+    if adapter_only:
+        merge_adapter(base(), Path(checkpoint), scratch)
+    else:
+        shutil.copytree(checkpoint, scratch,
+                        ignore=lambda _d, names: [n for n in names if n.startswith(FINAL_SKIP)])
     (scratch / "stopped_early.json").write_text(json.dumps(
         {"checkpoint": Path(checkpoint).name, "max_steps": max_steps,
          "steps": steps if steps >= 0 else int(Path(checkpoint).name.rsplit("-", 1)[-1])}) + "\n")
@@ -188,8 +204,29 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def _sft(args: argparse.Namespace, minutes: float) -> dict:
+def _sft_config(args: argparse.Namespace, minutes: float):
     from cudaperf.train.config import SftConfig
+
+    measurements = args.measurements if args.measurements and Path(args.measurements).is_dir() else ""
+    lora = ({"lora": True, "lora_rank": args.sft_lora_rank} if args.sft_lora_rank > 0
+            else {"lora": args.lora})
+    return SftConfig(model=args.model, output_dir=str(args.work / "sft"), seed=args.seed,
+                     epochs=args.sft_epochs, batch_size=args.sft_batch, learning_rate=args.sft_lr,
+                     limit_tasks=args.sft_limit_tasks, val_limit_tasks=args.sft_val_limit_tasks,
+                     measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
+                     max_length=args.sft_max_length, save_steps=100,
+                     eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
+                     max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
+
+
+def _sft_base(args: argparse.Namespace) -> Path:
+    """The model SFT starts from (converted or built first when needed)."""
+    from cudaperf.train.models import model_directory
+
+    return model_directory(_sft_config(args, 0.0))
+
+
+def _sft(args: argparse.Namespace, minutes: float) -> dict:
     from cudaperf.train.sft import run_sft
 
     out = args.work / "sft"
@@ -197,23 +234,36 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
         early = (out / "final" / "stopped_early.json").is_file()
         return {"finished": not early, "usable": True, "final_dir": str(out / "final"),
                 "note": "already trained" + (" (stopped early)" if early else "")}
-    measurements = args.measurements if args.measurements and Path(args.measurements).is_dir() else ""
-    config = SftConfig(model=args.model, output_dir=str(out), seed=args.seed, epochs=args.sft_epochs,
-                       batch_size=args.sft_batch, learning_rate=args.sft_lr, limit_tasks=args.sft_limit_tasks,
-                       val_limit_tasks=args.sft_val_limit_tasks,
-                       measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
-                       max_length=args.sft_max_length, save_steps=100,
-                       eval_steps=200, logging_steps=10, max_minutes=minutes, lora=args.lora,
-                       max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
+    if args.sft_from_adapter is not None:
+        return _sft_from_adapter(args, out / "final")
+    config = _sft_config(args, minutes)
     t0 = time.monotonic()
     report = run_sft(config)
-    promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None)
+    promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None,
+                                                                        lambda: _sft_base(args))
     return {"finished": report.finished, "usable": report.finished or promoted,
             "stopped_early": bool(promoted), "final_dir": report.final_dir, "steps": report.steps,
             "train_examples": report.train_examples, "val_examples": report.val_examples,
             "tokens": report.train_lengths.line(), "train_loss": report.train_loss,
             "eval_loss": report.eval_loss, "minutes": (time.monotonic() - t0) / 60,
             "resumed_from": report.resumed_from}
+
+
+def _sft_from_adapter(args: argparse.Namespace, final: Path) -> dict:
+    """sft/final made of the base and a carried adapter (`train.models.merge_adapter`), with a note of
+    where it came from (`from_adapter.json`: the adapter's folder and its weights' sha256)."""
+    import hashlib
+
+    from cudaperf.train.models import merge_adapter
+
+    t0 = time.monotonic()
+    adapter = args.sft_from_adapter
+    merge_adapter(_sft_base(args), adapter, final)
+    weights = sorted(adapter.glob("adapter_model.*"))
+    digest = hashlib.sha256(weights[0].read_bytes()).hexdigest() if weights else None
+    (final / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": digest}) + "\n")
+    return {"finished": True, "usable": True, "final_dir": str(final), "from_adapter": str(adapter),
+            "adapter_sha256": digest, "minutes": (time.monotonic() - t0) / 60}
 
 
 def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
@@ -235,7 +285,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
     report = run_rl(config)
     steps = _rl_steps(read_metrics(config.output_dir))
     promoted = not report.finished and args.final_on_limit and _promote(
-        args.work / "rl", report.steps, config.max_steps)
+        args.work / "rl", report.steps, config.max_steps, lambda: Path(model_dir))
     return {"finished": report.finished, "stopped_early": bool(promoted), "steps": report.steps,
             "tasks": report.tasks,
             "minutes": (time.monotonic() - t0) / 60, "per_step": steps, "resumed_from": report.resumed_from}

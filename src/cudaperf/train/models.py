@@ -4,7 +4,8 @@ the agent share.
 Covers: resolving `model` ('tiny', 'smollm2' or a directory) to a plain, trainable causal LM and its
 tokenizer (SmolLM2 through the agent's offline GGUF conversion; the tiny model built once per run under
 `<output_dir>/tiny-init`), the tokenizer fixes training needs (a pad token, `<|im_end|>` as end of turn),
-optional LoRA (peft), and token ids of a prompt (`prompt_ids`: the chat template with the generation
+optional LoRA (peft; a LoRA run's adapter kept beside its merged model, and merged again into its base
+elsewhere: `merge_adapter`), and token ids of a prompt (`prompt_ids`: the chat template with the generation
 prompt, exactly as `agent.backends.hf_local` renders it) and of an answer (`answer_ids`: the text and the
 end-of-turn token the model must learn to emit).
 
@@ -92,13 +93,47 @@ def lora_config(config: CommonConfig) -> Any:
                       target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
 
 
+ADAPTER_DIR = "adapter"  # a LoRA run's adapter, kept beside the merged model it made
+
+
 def save_model(trainer: Any, tokenizer: Any, directory: Path) -> None:
-    """The trained model as a plain model directory (a LoRA adapter merged into its base weights)."""
+    """The trained model as a plain model directory; a LoRA run's adapter is merged into its base weights
+    and also kept on its own under `directory/ADAPTER_DIR` (megabytes where the model is hundreds: what can
+    leave a machine and be merged again, `merge_adapter`)."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
+        model.save_pretrained(directory / ADAPTER_DIR)
         model = model.merge_and_unload()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
+
+
+def merge_adapter(base: Path, adapter: Path, directory: Path) -> None:
+    """A plain model directory made of the model directory `base` and the LoRA adapter directory `adapter`
+    (peft's files, as `save_model` or a checkpoint of a LoRA run keeps them), merged in float32 as
+    `save_model` merges; the tokenizer is `base`'s with the training fixes (`load_policy`), and the adapter
+    is kept under `directory/ADAPTER_DIR`. Written to a scratch folder first, so `directory` is either
+    whole or absent."""
+    import shutil
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (Path(adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter}: no adapter_config.json (not a LoRA adapter directory)")
+    tokenizer = AutoTokenizer.from_pretrained(str(base))
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+    fix_special_tokens(model, tokenizer)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    scratch = Path(f"{directory}.tmp")
+    shutil.rmtree(scratch, ignore_errors=True)
+    merged.save_pretrained(scratch)
+    tokenizer.save_pretrained(scratch)
+    shutil.copytree(adapter, scratch / ADAPTER_DIR,
+                    ignore=lambda _d, names: [n for n in names if not n.startswith(("adapter_", "README"))])
+    shutil.rmtree(directory, ignore_errors=True)
+    scratch.rename(directory)
 
 
 def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
