@@ -137,28 +137,12 @@ def open_and_warm(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     return evaluator, outcomes
 
 
-def environment(cpu: bool) -> dict[str, str]:
-    import platform
-
-    import torch
+def environment() -> dict[str, str]:
+    """The machine (`scripts/env_info.py`, as every committed result carries it) and transformers' version."""
     import transformers
+    from env_info import env_info
 
-    env = {"python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__}
-    if not cpu and torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-        env["driver"] = _driver()
-    return env
-
-
-def _driver() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"unknown ({type(exc).__name__})"
+    return {**env_info(), "transformers": transformers.__version__}
 
 
 def table(rows: list[Measured]) -> str:
@@ -205,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = ModelGenerator(model, tokenizer, temperature=0.7, top_p=0.95, batch_size=args.rows,
                          weights="bfloat16")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "environment": environment(args.cpu),
+    record: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "environment": environment(),
                     "forms": [], "warm_up": {}}
     evaluator = None
     started = time.perf_counter()
