@@ -228,7 +228,6 @@ def _sft_base(args: argparse.Namespace) -> Path:
 
 
 def _sft(args: argparse.Namespace, minutes: float) -> dict:
-    from cudaperf.train.models import ADAPTER_DIR
     from cudaperf.train.sft import run_sft
 
     out = args.work / "sft"
@@ -241,8 +240,6 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
     config = _sft_config(args, minutes)
     t0 = time.monotonic()
     report = run_sft(config)
-    if report.finished and (Path(report.final_dir) / ADAPTER_DIR).is_dir():
-        _remerge(args, config, Path(report.final_dir))
     promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None,
                                                                         lambda: _sft_base(args))
     return {"finished": report.finished, "usable": report.finished or promoted,
@@ -251,16 +248,6 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
             "tokens": report.train_lengths.line(), "train_loss": report.train_loss,
             "eval_loss": report.eval_loss, "minutes": (time.monotonic() - t0) / 60,
             "resumed_from": report.resumed_from}
-
-
-def _remerge(args: argparse.Namespace, config, final: Path) -> None:
-    """A finished LoRA SFT's final/ rebuilt from the base and its own adapter on the CPU, the merge every
-    later lease does (`--sft-from-adapter`): the trainer merged on the GPU, whose rounding may differ."""
-    from cudaperf.train.config import save_config
-    from cudaperf.train.models import ADAPTER_DIR, merge_adapter
-
-    merge_adapter(_sft_base(args), final / ADAPTER_DIR, final)
-    save_config(config, final)
 
 
 def _sft_from_adapter(args: argparse.Namespace, final: Path) -> dict:

@@ -61,15 +61,19 @@ def load_policy(config: CommonConfig) -> tuple[Any, Any]:
     """(model, tokenizer): float32 weights (on a GPU the trainers compute in bfloat16 autocast, and the
     optimiser keeps float32 updates); the tokenizer padded with `<|endoftext|>` and ending turns with
     `<|im_end|>` when the vocabulary has them."""
+    model, tokenizer = _load(model_directory(config))
+    return model.to(resolve_device(config.device)), tokenizer
+
+
+def _load(directory: Path) -> tuple[Any, Any]:
+    """(float32 model on the CPU, tokenizer) of a model directory, with the training fixes."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    directory = model_directory(config)
-    device = resolve_device(config.device)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
     fix_special_tokens(model, tokenizer)
-    return model.to(device), tokenizer
+    return model, tokenizer
 
 
 def fix_special_tokens(model: Any, tokenizer: Any) -> None:
@@ -97,34 +101,31 @@ ADAPTER_DIR = "adapter"  # a LoRA run's adapter, kept beside the merged model it
 
 
 def save_model(trainer: Any, tokenizer: Any, directory: Path) -> None:
-    """The trained model as a plain model directory; a LoRA run's adapter is merged into its base weights
-    and also kept on its own under `directory/ADAPTER_DIR` (megabytes where the model is hundreds: what can
-    leave a machine and be merged again, `merge_adapter`)."""
+    """The trained model as a plain model directory (called once training has ended); a LoRA run's adapter
+    is kept on its own under `directory/ADAPTER_DIR` (megabytes where the model is hundreds: what can leave a
+    machine) and merged into its base weights on the CPU, the merge `merge_adapter` does elsewhere, so the
+    two give the same model (a GPU's matrix products may round otherwise)."""
     model = trainer.accelerator.unwrap_model(trainer.model)
     if hasattr(model, "merge_and_unload"):
         model.save_pretrained(directory / ADAPTER_DIR)
-        model = model.merge_and_unload()
+        model = model.to("cpu").merge_and_unload()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
 
 def merge_adapter(base: Path, adapter: Path, directory: Path) -> None:
     """A plain model directory made of the model directory `base` and the LoRA adapter directory `adapter`
-    (peft's files, as `save_model` or a checkpoint of a LoRA run keeps them), merged in float32 as
-    `save_model` merges; the tokenizer is `base`'s with the training fixes (`load_policy`), and the adapter
-    is kept under `directory/ADAPTER_DIR`. Written to a scratch folder first, so `directory` is either
+    (peft's files, as `save_model` or a checkpoint of a LoRA run keeps them), merged in float32 on the CPU
+    as `save_model` merges; the tokenizer is `base`'s with the training fixes (`load_policy`), and the
+    adapter is kept under `directory/ADAPTER_DIR`. Written to a scratch folder first, so `directory` is either
     whole or absent."""
     import shutil
 
-    import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not (Path(adapter) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{adapter}: no adapter_config.json (not a LoRA adapter directory)")
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    fix_special_tokens(model, tokenizer)
+    model, tokenizer = _load(Path(base))
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
     scratch = Path(f"{directory}.tmp")
     shutil.rmtree(scratch, ignore_errors=True)
