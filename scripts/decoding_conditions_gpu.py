@@ -1,34 +1,41 @@
-"""Which condition of the real runs slows the rollouts' decoding step (dev/LOG.md, open questions: 80-103 ms
-a step in session 28's RL rollouts and ~90-100 ms in its comparison, against 21.0 ms for the same form in
-the generation profile, H100, session 27).
+"""What a rollout's decoding step costs with and without cuDNN's attention, on key lengths new to cuDNN's
+plan cache and on lengths it has seen, and with the RL trainer's evaluator open beside the model.
+
+Session 32's probes of the real runs (benchmarks/results/2026-12-06-s32-h100/) found cuDNN's attention
+building a plan at every decoding step (a step's key length is new to its shape-keyed cache), about half
+of a step's host time; this script's first form (session 31) had measured the same lengths in several
+calls, so every call after the first found its plans cached and decoded up to twice as fast. Here every
+form's key lengths are chosen so that the cache holds exactly what the form says.
 
 One run, the RL rollout's own sampler (`train.rollout.ModelGenerator` on a bfloat16 copy of the weights,
-dynamic cache, temperature 0.7, top-p 0.95, the log-probability recorder), every row forced to its full
-length. Each form adds one condition of the real runs to the one before it, in this order:
-- `equal`: `--rows` prompts of `--prompt-tokens` each, `--new-tokens` new tokens (the profile's condition
-  at the rollout's rows);
-- `padded`: prompts of uneven length (uniform in prompt-tokens +- `--spread`, so left padding), same mean;
-- `padded_long`: the same with `--long-tokens` new tokens (the real rounds' ~1,000: caches reach
-  prompt + long);
-- `evaluator_idle` and `evaluator_idle_long`: `padded` and `padded_long` again with the RL trainer's
-  evaluator open beside the model (`train.rl.make_evaluator` with `RlConfig`'s defaults: its workers and
-  referees started, each worker's CUDA context made, `--warm-candidates` honest candidates of dataset tasks
-  evaluated, as many as the RL mode's workers by default), idle, as it is while a rollout generates;
-- `after_close`: `padded` once the evaluator is closed (what moved over the run without it).
-After one untimed call (the copy's first refresh, first kernels), a form's step is (wall of an n-token call -
-wall of an n/8-token call) / (n - n/8), so the prefill and set-up cancel (`generation_profile.per_step_ms`).
-The long forms' n-token call carries a decoding probe (`agent.backends.decoding_probe`: every step's time in
-thirds, 8 steps profiled, host against device time a step; the profiled steps add ~1% to that call), written
-beside `--out`.
+dynamic cache, temperature 0.7, top-p 0.95, the log-probability recorder), `--rows` prompts of uneven
+length (uniform in `--prompt-tokens` +- `--spread`, so left padding and an attention mask, as in every
+real batch), every row forced to `--new-tokens` new tokens. The forms, in this order:
+- `no_cudnn`: `generation_attention='no_cudnn'` (the default: PyTorch's flash, memory-efficient and math
+  kernels);
+- `cudnn_new_shapes`: 'any' (cuDNN's attention where it applies), nothing before it having used cuDNN
+  for these key lengths (the real runs' case: every call brings new prompt widths);
+- `cudnn_seen_shapes`: 'any' again over the same lengths (every plan cached: the old form's case);
+- `no_cudnn_evaluator_open`: `no_cudnn` with the RL trainer's evaluator open beside the model
+  (`train.rl.make_evaluator` with `RlConfig`'s defaults, its workers and referees started, `--warm-candidates`
+  honest candidates of dataset tasks evaluated), idle, as it is while a rollout generates.
+A form's step is (wall of the n-token call - wall of an n/8-token call) / (n - n/8), so the prefill and
+set-up cancel (`generation_profile.per_step_ms`); the long call runs first, and the short one's prompts
+are n + 1 tokens longer than the long one's, so no key length of the short call was reached by the long
+call (its longer prefill adds ~0.01 ms to a step's figure on an H100). Each long call carries a decoding
+probe (`agent.backends.decoding_probe`: every step's time in thirds, 8 steps profiled, host and device
+time a step; the profiled steps add ~1% to that call), written beside `--out`.
 
 `--model smollm2-shape` (default) is a random model of SmolLM2-135M's shape: nothing to carry, and a step's
 time does not depend on the weights' values. The evaluator needs the GPU machine's carried `.whl` and
-`.probe` (gpu_check.sh installs them; `--cpu` needs nothing).
+`.probe` (gpu_check.sh installs them; `--cpu` needs nothing; on a CPU the two attention choices are the
+same kernels).
 
 Not covered: the trainer's own state beside the model (its optimiser, TRL's wrappers), a real policy's
-prompts (random tokens of the same lengths), the comparison's backend (`agent.backends.hf_local`).
+prompts (random tokens of the same lengths), the comparison's backend (`agent.backends.hf_local`, which
+takes the same setting).
 
-    python3 scripts/decoding_conditions_gpu.py --out "$OUT/decoding/conditions.json"      # GPU, ~2-5 min
+    python3 scripts/decoding_conditions_gpu.py --out "$OUT/decoding/conditions.json"      # GPU, ~6-7 min
     python3 scripts/decoding_conditions_gpu.py --cpu --out /tmp/decoding/conditions.json  # CPU form
 """
 
@@ -56,6 +63,7 @@ class Form:
     lengths: tuple[int, ...]  # each row's prompt tokens
     new_tokens: int
     evaluator: bool  # the evaluator open beside the model
+    attention: str  # `RlConfig.generation_attention`
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,7 @@ class Measured:
     prompt_max: int
     new_tokens: int
     evaluator: bool
+    attention: str
     ms_per_step: float
     short_call_s: float
     long_call_s: float
@@ -83,14 +92,19 @@ def uneven_lengths(rows: int, mean: int, spread: int, seed: int = 0) -> tuple[in
 
 
 def forms(args: argparse.Namespace) -> list[Form]:
-    equal = (args.prompt_tokens,) * args.rows
+    """The module docstring's forms, in its order (all over the same prompt lengths)."""
     uneven = uneven_lengths(args.rows, args.prompt_tokens, args.spread)
-    return [Form("equal", equal, args.new_tokens, False),
-            Form("padded", uneven, args.new_tokens, False),
-            Form("padded_long", uneven, args.long_tokens, False),
-            Form("evaluator_idle", uneven, args.new_tokens, True),
-            Form("evaluator_idle_long", uneven, args.long_tokens, True),
-            Form("after_close", uneven, args.new_tokens, False)]
+    n = args.new_tokens
+    return [Form("no_cudnn", uneven, n, False, "no_cudnn"),
+            Form("cudnn_new_shapes", uneven, n, False, "any"),
+            Form("cudnn_seen_shapes", uneven, n, False, "any"),
+            Form("no_cudnn_evaluator_open", uneven, n, True, "no_cudnn")]
+
+
+def short_call_lengths(lengths: tuple[int, ...], new_tokens: int) -> tuple[int, ...]:
+    """The short call's prompt lengths: each `new_tokens` + 1 longer, so its padded width (its first key
+    length) is past the long call's last key length (the long call's width + `new_tokens`)."""
+    return tuple(n + new_tokens + 1 for n in lengths)
 
 
 def prompt_rows(tokenizer, lengths: tuple[int, ...]) -> list[list[int]]:
@@ -100,23 +114,23 @@ def prompt_rows(tokenizer, lengths: tuple[int, ...]) -> list[list[int]]:
 
 
 def measure(gen, tokenizer, form: Form, cuda: bool, probe_dir: Path | None) -> Measured:
-    """One form's step time (the module docstring); a probe on the long call of a long form."""
-    from generation_profile import full_length, per_step_ms, wall_s
+    """One form's step time (the module docstring: the long call first, the short one on longer prompts);
+    a probe on the long call."""
+    from generation_profile import full_length, wall_s
 
-    rows = prompt_rows(tokenizer, form.lengths)
+    long, short = form.new_tokens, max(2, form.new_tokens // 8)
+    rows = {long: prompt_rows(tokenizer, form.lengths),
+            short: prompt_rows(tokenizer, short_call_lengths(form.lengths, long))}
+    gen.attention = form.attention
     calls: dict[int, float] = {}
-
-    def run(n: int) -> float:
-        if probe_dir is not None and n == form.new_tokens and n >= 256:
+    for n in (long, short):
+        if probe_dir is not None and n == long and n >= 256:
             gen.probe_to = str(probe_dir / f"{form.name}-decoding_probe.txt")
         with full_length(gen.model, n):
-            calls[n] = wall_s(lambda: gen.generate(rows, n), cuda)
-        return calls[n]
-
-    short = max(2, form.new_tokens // 8)
-    step = per_step_ms(run, short, form.new_tokens)
-    return Measured(form.name, len(rows), min(form.lengths), max(form.lengths), form.new_tokens,
-                    form.evaluator, round(step, 3), round(calls[short], 3), round(calls[form.new_tokens], 3))
+            calls[n] = wall_s(lambda n=n: gen.generate(rows[n], n), cuda)
+    step = 1e3 * (calls[long] - calls[short]) / (long - short)
+    return Measured(form.name, len(form.lengths), min(form.lengths), max(form.lengths), long, form.evaluator,
+                    form.attention, round(step, 3), round(calls[short], 3), round(calls[long], 3))
 
 
 def open_and_warm(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
@@ -146,14 +160,15 @@ def environment() -> dict[str, str]:
 
 
 def table(rows: list[Measured]) -> str:
-    """Markdown: each form's step time and its ratio to `equal`'s."""
-    base = next((m.ms_per_step for m in rows if m.form == "equal"), None)
-    lines = ["| form | rows | prompt tokens | new tokens | evaluator open | ms a step | vs equal |",
-             "|---|---|---|---|---|---|---|"]
+    """Markdown: each form's step time and its ratio to `no_cudnn`'s."""
+    base = next((m.ms_per_step for m in rows if m.form == "no_cudnn"), None)
+    lines = ["| form | attention | rows | prompt tokens | new tokens | evaluator open | ms a step "
+             "| vs no_cudnn |",
+             "|---|---|---|---|---|---|---|---|"]
     for m in rows:
         ratio = f"{m.ms_per_step / base:.2f}x" if base else "n/a"
-        lines.append(f"| {m.form} | {m.rows} | {m.prompt_min}-{m.prompt_max} | {m.new_tokens} | "
-                     f"{'yes' if m.evaluator else 'no'} | {m.ms_per_step:.2f} | {ratio} |")
+        lines.append(f"| {m.form} | {m.attention} | {m.rows} | {m.prompt_min}-{m.prompt_max} | "
+                     f"{m.new_tokens} | {'yes' if m.evaluator else 'no'} | {m.ms_per_step:.2f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -164,15 +179,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=16, help="rows a call (the rollout's: 4 tasks x 4)")
     p.add_argument("--prompt-tokens", type=int, default=1800, help="mean prompt tokens")
     p.add_argument("--spread", type=int, default=600, help="uneven prompts: mean +- this many tokens")
-    p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--long-tokens", type=int, default=1000)
+    p.add_argument("--new-tokens", type=int, default=1000, help="new tokens of a form's long call (the "
+                   "real rounds' ~1,000)")
     p.add_argument("--warm-tasks", type=int, default=4, help="dataset PyTorch tasks of the warm-up")
     p.add_argument("--warm-candidates", type=int, default=8, help="honest candidates evaluated to warm up")
     p.add_argument("--out", type=Path, required=True, help="JSON of every figure; probes beside it")
     args = p.parse_args(argv)
     if args.cpu:  # small sizes for a 2-core machine (given values are replaced)
         args.model, args.rows, args.prompt_tokens, args.spread = "tiny", 2, 48, 16
-        args.new_tokens, args.long_tokens, args.warm_tasks, args.warm_candidates = 16, 256, 1, 2
+        args.new_tokens, args.warm_tasks, args.warm_candidates = 256, 1, 2
     if args.spread >= args.prompt_tokens:
         p.error("--spread must be under --prompt-tokens (every prompt at least one token)")
     return args
@@ -194,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluator = None
     started = time.perf_counter()
     gen.generate(prompt_rows(tokenizer, (args.prompt_tokens,) * args.rows), 8)  # one-off costs, untimed
+    # (no_cudnn: its 8 key lengths stay out of cuDNN's cache; the forms' widths are other lengths anyway)
     try:
         for form in forms(args):
             if form.evaluator and evaluator is None:

@@ -25,8 +25,8 @@
 #   anchor-probe (eager timed under the RL mode's carrier and ranking protocols and two halfway ones)
 #   eval-modes-tests (their GPU tests) generation-profile (a decoding step of a SmolLM2-135M-shaped model in the
 #   RL rollout's forms, dynamic and static KV cache; nothing carried) decoding-conditions (the rollout's step
-#   under the real runs' conditions one at a time: uneven prompts, 1,000-token rounds, the RL evaluator open;
-#   scripts/decoding_conditions_gpu.py) baseline-memory (what the baselines'
+#   with and without cuDNN's attention, on key lengths new to its plan cache and seen, and beside the open RL
+#   evaluator; scripts/decoding_conditions_gpu.py) baseline-memory (what the baselines'
 #   private pool and its scrub do to their timed samples, and the scrub's cost) fresh-measure (the ranker's fresh
 #   held-out families, held out of the dataset: their GPU tests, then `cudaperf dataset measure` of them
 #   into $OUT/fresh-measure/measurements-*.jsonl.gz; commit that shard into benchmarks/fresh_measure/ with

@@ -65,6 +65,9 @@
 # by name (their final checkpoints under the run's work folder).
 # COMPARE_TURNS (default 2): the comparison's turns per trajectory (a call with other turns than the runs it
 # would continue is refused; a round cut by a call's end resumes with the replies it had generated).
+# RL_GEN_ATTENTION=no_cudnn|any (default no_cudnn): the attention kernels the rollouts and the comparison
+# decode with (RlConfig.generation_attention; session 32's probes: cuDNN's attention built a plan every
+# decoding step, about half of a step's host time).
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
 # compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
 # carried) and the later calls on the same machine take what it found (`gen_cache`).
@@ -351,6 +354,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
+            --rl-generation-attention "${RL_GEN_ATTENTION:-no_cudnn}"
             "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
@@ -361,6 +365,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
+    --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
     "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cudaperf.agent.backends.base import GENERATION_CACHES
+    from cudaperf.agent.backends.decoding_attention import DECODING_ATTENTION
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "compare")
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="KV cache of the local models' generate (CompareConfig.generation_cache)")
+    p.add_argument("--generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
+                   help="attention kernels of the local models' generate "
+                   "(CompareConfig.generation_attention)")
     p.add_argument("--base", default="smollm2", help="the base model's spec ('hf:DIR': a tiny smoke model; "
                    "'none': leave it out, when its runs were measured in an earlier lease)")
     p.add_argument("--profile-decoding", action="store_true",
@@ -78,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
         max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
         batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,
+        generation_attention=args.generation_attention,
         profile_decoding=args.profile_decoding,
         eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
     report = run_compare(config)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cudaperf.agent.backends.base import GENERATION_CACHES
+    from cudaperf.agent.backends.decoding_attention import DECODING_ATTENTION
     from cudaperf.train.config import GENERATION_WEIGHTS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -82,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-lr", type=float, default=2e-6)
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
+    p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
+                   help="the rollouts' attention kernels (RlConfig.generation_attention)")
     p.add_argument("--rl-generation-weights", default="autocast", choices=GENERATION_WEIGHTS,
                    help="how the rollouts' sampler holds the weights (RlConfig.generation_weights)")
     p.add_argument("--rl-profile-decoding", action="store_true",
@@ -279,6 +282,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
                       max_minutes=minutes, lora=args.lora, generation_cache=args.rl_generation_cache,
                       generation_weights=args.rl_generation_weights,
+                      generation_attention=args.rl_generation_attention,
                       profile_decoding=args.rl_profile_decoding,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)

@@ -1,8 +1,8 @@
-"""scripts/decoding_conditions_gpu.py (which condition of the real runs slows the rollouts' decoding step).
-Slow: the `--cpu` form end to end through the real script (a tiny model built from a config, the rollout's
-real sampler, the RL trainer's real sandboxed CPU evaluator opened and warmed beside it; about 35 s on the
-2-core machine). Unmarked: the prompt lengths, the forms' order, the table and the refused options. The
-GPU form is the lead's to run (`gpu_check.sh decoding-conditions`).
+"""scripts/decoding_conditions_gpu.py (a rollout's decoding step with and without cuDNN's attention, on key
+lengths new and seen, and beside the open evaluator). Slow: the `--cpu` form end to end through the real
+script (a tiny model built from a config, the rollout's real sampler, the RL trainer's real sandboxed CPU
+evaluator opened and warmed beside it). Unmarked: the prompt lengths, the forms' order, the short call's
+lengths, the table and the refused options. The GPU form runs in `gpu_check.sh decoding-conditions`.
 """
 
 from __future__ import annotations
@@ -38,23 +38,28 @@ def test_uneven_lengths_keep_the_mean_and_stay_within_the_spread(script):
     assert len(set(lengths)) > 1
 
 
-def test_forms_add_one_condition_at_a_time(script):
-    args = script.parse(["--out", "x.json"])
-    found = script.forms(args)
-    assert [f.name for f in found] == ["equal", "padded", "padded_long", "evaluator_idle",
-                                       "evaluator_idle_long", "after_close"]
-    assert found[0].lengths == (1800,) * 16
-    assert found[1].lengths == found[2].lengths == found[3].lengths
-    assert [f.new_tokens for f in found] == [128, 128, 1000, 128, 1000, 128]
-    assert [f.evaluator for f in found] == [False, False, False, True, True, False]
+def test_the_forms_compare_the_attention_choices_on_one_set_of_lengths(script):
+    found = script.forms(script.parse(["--out", "x.json"]))
+    assert [f.name for f in found] == ["no_cudnn", "cudnn_new_shapes", "cudnn_seen_shapes",
+                                       "no_cudnn_evaluator_open"]
+    assert [f.attention for f in found] == ["no_cudnn", "any", "any", "no_cudnn"]
+    assert [f.evaluator for f in found] == [False, False, False, True]
+    assert len({f.lengths for f in found}) == 1 and {f.new_tokens for f in found} == {1000}
 
 
-def test_the_table_gives_each_form_against_equal(script):
-    rows = [script.Measured("equal", 16, 1800, 1800, 128, False, 20.0, 1.0, 3.0),
-            script.Measured("evaluator_idle", 16, 1200, 2400, 128, True, 80.0, 1.0, 11.0)]
+def test_the_short_calls_key_lengths_start_past_the_long_calls_last(script):
+    lengths = (1200, 2400)
+    short = script.short_call_lengths(lengths, 1000)
+    assert short == (2201, 3401)
+    assert max(short) > max(lengths) + 1000  # a call's key lengths: its padded width + the steps so far
+
+
+def test_the_table_gives_each_form_against_no_cudnn(script):
+    rows = [script.Measured("no_cudnn", 16, 1800, 1800, 1000, False, "no_cudnn", 40.0, 1.0, 3.0),
+            script.Measured("cudnn_new_shapes", 16, 1200, 2400, 1000, False, "any", 100.0, 1.0, 11.0)]
     text = script.table(rows)
-    assert "| equal | 16 | 1800-1800 | 128 | no | 20.00 | 1.00x |" in text
-    assert "| evaluator_idle | 16 | 1200-2400 | 128 | yes | 80.00 | 4.00x |" in text
+    assert "| no_cudnn | no_cudnn | 16 | 1800-1800 | 1000 | no | 40.00 | 1.00x |" in text
+    assert "| cudnn_new_shapes | any | 16 | 1200-2400 | 1000 | no | 100.00 | 2.50x |" in text
 
 
 def test_a_spread_as_wide_as_the_prompts_is_refused(script):
@@ -63,7 +68,7 @@ def test_a_spread_as_wide_as_the_prompts_is_refused(script):
 
 
 @pytest.mark.slow
-def test_the_cpu_form_measures_every_form_beside_a_warmed_evaluator(tmp_path):
+def test_the_cpu_form_measures_every_form_and_probes_each_long_call(tmp_path):
     out = tmp_path / "decoding" / "conditions.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SCRIPTS.parent / "src"),
                                                         os.environ.get("PYTHONPATH", "")]))
@@ -71,10 +76,10 @@ def test_the_cpu_form_measures_every_form_beside_a_warmed_evaluator(tmp_path):
                           text=True, timeout=400, env=env, cwd=SCRIPTS.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
-    assert [f["form"] for f in record["forms"]] == ["equal", "padded", "padded_long", "evaluator_idle",
-                                                    "evaluator_idle_long", "after_close"]
+    names = ["no_cudnn", "cudnn_new_shapes", "cudnn_seen_shapes", "no_cudnn_evaluator_open"]
+    assert [f["form"] for f in record["forms"]] == names
     assert all(f["ms_per_step"] > 0 for f in record["forms"])
     assert record["warm_up"] and set(record["warm_up"].values()) == {"correct"}
-    assert {p.name for p in out.parent.glob("*-decoding_probe.txt")} == {
-        "padded_long-decoding_probe.txt", "evaluator_idle_long-decoding_probe.txt"}
-    assert "| after_close |" in done.stdout
+    probes = {p.name for p in out.parent.glob("*-decoding_probe.txt")}
+    assert probes == {f"{n}-decoding_probe.txt" for n in names}
+    assert "| no_cudnn_evaluator_open | no_cudnn |" in done.stdout

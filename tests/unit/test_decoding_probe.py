@@ -135,3 +135,26 @@ def test_the_local_backend_probes_its_next_call_once(policy, tmp_path):
     (reply,) = backend.generate([conversation], GenerationConfig(max_new_tokens=NEW_TOKENS, seed=0))
     assert reply.error is None and reply.completion_tokens == NEW_TOKENS
     assert "rows: 1;" in (tmp_path / "probe.txt").read_text() and backend.probe_to is None
+
+
+class _Event:
+    """One row of `torch.profiler`'s key averages, as much of it as the probe reads."""
+
+    def __init__(self, key: str, cpu_us: float, device_us: float) -> None:
+        self.key, self.self_cpu_time_total, self.self_device_time_total = key, cpu_us, device_us
+
+
+class _Events(list):
+    def table(self, **kwargs) -> str:
+        return "operators"
+
+
+def test_the_per_step_device_time_leaves_out_the_profilers_own_step_rows():
+    from cudaperf.agent.backends.decoding_probe import DecodingProbe
+
+    probe = DecodingProbe("cuda:0", [4], skip_steps=1, active_steps=2)
+    probe._clock = [0.0, 1.0, 2.0, 3.0]
+    probe._events = _Events([_Event("ProfilerStep*", 0.0, 200_000.0), _Event("aten::mm", 3_000.0, 1_000.0),
+                             _Event("void gemm_kernel", 0.0, 3_000.0)])
+    report = probe.report()
+    assert report.device_ms_per_profiled_step == 2.0 and report.host_ms_per_profiled_step == 1.5

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.backends.base import GENERATION_CACHES
+from cudaperf.agent.backends.decoding_attention import check_attention
 from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 from cudaperf.train.config import ConfigError
 
@@ -91,6 +92,8 @@ class CompareConfig:
     """Conversations per backend call (0: all of a round at once)."""
     generation_cache: str = "dynamic"
     """KV cache of a local model's `generate` ('dynamic' or 'static': `HFLocalOptions.cache`)."""
+    generation_attention: str = "no_cudnn"
+    """Attention kernels of a local model's `generate` ('no_cudnn' or 'any': `HFLocalOptions.attention`)."""
     eval_device: str = "auto"
     """Where candidates run: 'cuda', 'cpu' (pure-PyTorch answers only, needs allow_torch_ops), 'none' or
     'auto'."""
@@ -127,6 +130,8 @@ class CompareConfig:
             raise ConfigError("batch_seeds puts seed k in trajectory k of each task: use samples=1")
         if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
+        if why := check_attention(self.generation_attention):
+            raise ConfigError(f"generation_{why}")
         if self.eval_device == "cpu" and not self.allow_torch_ops:
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers: set allow_torch_ops=True "
                               "(a smoke run) or eval_device='cuda'")
@@ -340,7 +345,7 @@ def _load_backend(config: CompareConfig) -> BackendFactory:
     def load(spec: str) -> Any:
         if spec.startswith(("hf:", "smollm2")):  # a round's conversations in few generate calls (decoding
             return load_backend(spec, device=config.device, batch_size=GENERATE_ROWS,  # is overhead-bound)
-                                cache=config.generation_cache)
+                                cache=config.generation_cache, attention=config.generation_attention)
         return load_backend(spec)
 
     return load

@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.backends.base import GENERATION_CACHES
+from cudaperf.agent.backends.decoding_attention import check_attention
 
 # How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
 GENERATION_WEIGHTS = ("autocast", "bfloat16")
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
-# Fields a resumed run may change: where it runs and for how long, never what it learns from.
+# Fields a resumed run may change: where it runs, for how long and with which kernels for the same function
+# (the attention's), never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "build_workers", "ray_address", "profile_decoding"})
+                       "build_workers", "ray_address", "profile_decoding", "generation_attention"})
 
 
 class ConfigError(ValueError):
@@ -239,6 +241,11 @@ class RlConfig(CommonConfig):
     GPU `transformers` compiles the decoding step, paying the compile once per batch shape, to cut the
     per-step host overhead; sampled in float32, without the dynamic cache's bfloat16 autocast;
     `scripts/generation_profile.py` measures both)."""
+    generation_attention: str = "no_cudnn"
+    """The attention kernels of the rollouts' `generate`: 'no_cudnn' (on a GPU, PyTorch's flash,
+    memory-efficient and math kernels: cuDNN's builds a plan for every new key length, so for every
+    decoding step, about half a step's host time in session 32's rollouts) or 'any' (PyTorch's choice;
+    `agent.backends.decoding_attention`)."""
     profile_decoding: bool = False
     """Time every decoding step of the run's first rollout `generate` call and profile a few of them
     (`agent.backends.decoding_probe`), written to `decoding_probe.txt` in `output_dir`: where a step's
@@ -307,6 +314,8 @@ class RlConfig(CommonConfig):
                               "run) or eval_device='cuda'")
         if self.generation_cache not in GENERATION_CACHES:
             raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
+        if why := check_attention(self.generation_attention):
+            raise ConfigError(f"generation_{why}")
         if self.generation_weights not in GENERATION_WEIGHTS:
             raise ConfigError(f"generation_weights={self.generation_weights!r}: use 'autocast' or 'bfloat16'")
         if self.generation_cache == "static" and self.generation_weights == "bfloat16":

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cudaperf.agent.backends.base import Generation
+from cudaperf.agent.backends.decoding_attention import attention_kernels, check_attention
 from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, probing
 from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
@@ -81,10 +82,13 @@ class ModelGenerator:
 
     def __init__(self, model: Any, tokenizer: Any, temperature: float, top_p: float, batch_size: int = 16,
                  context_tokens: int | None = None, cache: str = "dynamic",
-                 weights: str = "autocast", probe_to: str | None = None) -> None:
+                 weights: str = "autocast", probe_to: str | None = None, attention: str = "no_cudnn") -> None:
+        if why := check_attention(attention):
+            raise ValueError(why)
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p, self.batch_size = temperature, top_p, batch_size
         self.cache = cache  # `RlConfig.generation_cache`
+        self.attention = attention  # `RlConfig.generation_attention`
         if weights not in GENERATION_WEIGHTS:
             raise ValueError(f"weights={weights!r}: use one of {GENERATION_WEIGHTS}")
         if cache == "static" and weights == "bfloat16":
@@ -167,7 +171,8 @@ class ModelGenerator:
         # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
         autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
-        with torch.no_grad(), bf16, probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
+        with torch.no_grad(), bf16, attention_kernels(self.attention, device.type), \
+                probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         self.probe_to = None  # the first call only
         new = output[:, width:].cpu()
@@ -322,7 +327,8 @@ class MultiTurnRollout:
             return self._kept
         self._kept = ModelGenerator(model, self.tokenizer, self.config.temperature, self.config.top_p,
                                     batch_size=GENERATE_ROWS, cache=self.config.generation_cache,
-                                    weights=self.config.generation_weights, probe_to=self._probe_path())
+                                    weights=self.config.generation_weights, probe_to=self._probe_path(),
+                                    attention=self.config.generation_attention)
         return self._kept
 
     def _probe_path(self) -> str | None:

@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 DECODING_PROBE_FILE = "decoding_probe.txt"  # its name in a run's output folder
+# The profiler's own row per profiled step: its "device time" is the span of the step's kernels' stream
+# activity, not kernel time, so the per-step sums leave it out (the table still shows it).
+STEP_MARKER = "ProfilerStep"
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,9 @@ class DecodingProbe:
                    f"{self.skip_steps + self.active_steps} the profile needs")
             return DecodingReport(self.device, len(self.prompt_tokens), tuple(self.prompt_tokens),
                                   len(self._clock), steps, 0, None, None, f"(no profile: {why})")
-        host_us = sum(e.self_cpu_time_total for e in self._events)
-        device_us = sum(_device_us(e) for e in self._events)
+        operators = [e for e in self._events if not str(e.key).startswith(STEP_MARKER)]
+        host_us = sum(e.self_cpu_time_total for e in operators)
+        device_us = sum(_device_us(e) for e in operators)
         sort = "self_device_time_total" if device_us else "self_cpu_time_total"
         return DecodingReport(self.device, len(self.prompt_tokens), tuple(self.prompt_tokens),
                               len(self._clock), steps, self.active_steps, host_us / 1e3 / self.active_steps,

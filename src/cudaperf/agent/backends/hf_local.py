@@ -5,7 +5,8 @@ and generated in batches of `batch_size` with left padding (so every row's new t
 column); greedy decoding at temperature 0, sampling otherwise; stop strings (generation stops at them and
 the reply is cut before them); the context length respected (a prompt that leaves no room is an error
 `Generation`, a long one gets fewer new tokens); a seed per call; with `probe_to` set, the next call's
-decoding steps timed and a few profiled (`decoding_probe.py`). Any exception inside `generate`
+decoding steps timed and a few profiled (`decoding_probe.py`); the attention kernels `generate` may use
+(`decoding_attention.py`: no cuDNN attention by default). Any exception inside `generate`
 (out of memory, a broken template) becomes error `Generation`s for the batch it hit.
 
 Not covered: continuous batching, paged attention or speculative decoding (use a vLLM or SGLang server
@@ -34,6 +35,7 @@ from cudaperf.agent.backends.base import (
     Generation,
     GenerationConfig,
 )
+from cudaperf.agent.backends.decoding_attention import attention_kernels, check_attention
 from cudaperf.agent.backends.decoding_probe import probing
 
 MISSING_EXTRA = "transformers is not installed: pip install 'cudaperf[agent]'"
@@ -53,12 +55,17 @@ class HFLocalOptions:
     cache: str = "dynamic"
     """KV cache of `generate`: "dynamic" or "static" (preallocated; on a GPU `transformers` compiles the
     decoding step once per batch shape, which cuts a step's per-launch host overhead)."""
+    attention: str = "no_cudnn"
+    """The attention kernels `generate` may use: "no_cudnn" (on a GPU, not cuDNN's, which builds a plan
+    for every new key length, so for every decoding step) or "any" (`decoding_attention.py`)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise BackendSpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.cache not in GENERATION_CACHES:
             raise BackendSpecError(f"cache must be 'dynamic' or 'static', got {self.cache!r}")
+        if why := check_attention(self.attention):
+            raise BackendSpecError(why)
 
 
 def resolve_device_dtype(options: HFLocalOptions) -> tuple[str, Any]:
@@ -79,12 +86,16 @@ def resolve_device_dtype(options: HFLocalOptions) -> tuple[str, Any]:
 class HFLocalBackend:
     """A `ModelBackend` over an already loaded causal LM and its tokenizer (one `generate` at a time)."""
 
-    def __init__(self, model, tokenizer, name: str, batch_size: int = 16, cache: str = "dynamic") -> None:
+    def __init__(self, model, tokenizer, name: str, batch_size: int = 16, cache: str = "dynamic",
+                 attention: str = "no_cudnn") -> None:
+        if why := check_attention(attention):
+            raise BackendSpecError(why)
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.cache = cache
+        self.attention = attention  # `HFLocalOptions.attention`
         # Left padding: new tokens of every row then start at the same column of the output.
         tokenizer.padding_side = "left"
         if tokenizer.pad_token_id is None:
@@ -109,7 +120,7 @@ class HFLocalBackend:
         except (OSError, ValueError) as exc:
             raise BackendSpecError(f"cannot load a model from {path!r}: {exc}") from exc
         return cls(model, tokenizer, name or f"hf:{Path(path).name or path}", options.batch_size,
-                   options.cache)
+                   options.cache, options.attention)
 
     def generate(
         self, conversations: Sequence[Sequence[ChatMessage]], config: GenerationConfig
@@ -180,8 +191,9 @@ class HFLocalBackend:
             kwargs["cache_implementation"] = "static"
         if config.seed is not None:
             torch.manual_seed(config.seed)
-        with torch.inference_mode(), probing(self.probe_to, str(self.model.device), [len(p) for p in prompts],
-                                             kwargs):
+        device = self.model.device
+        with torch.inference_mode(), attention_kernels(self.attention, device.type), \
+                probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             output = self.model.generate(**batch, **kwargs)
         self.probe_to = None  # the next call only
         return output[:, batch["input_ids"].shape[1]:].tolist()
@@ -219,7 +231,8 @@ def _too_long(prompt_tokens: int, context_tokens: int) -> Generation:
 
 
 def from_spec(rest: str, **options) -> HFLocalBackend:
-    """`hf:<path or id>` with `HFLocalOptions` fields (device, dtype, batch_size, cache) as options."""
+    """`hf:<path or id>` with `HFLocalOptions` fields (device, dtype, batch_size, cache, attention) as
+    options."""
     if not rest:
         raise BackendSpecError("the hf backend needs a model: 'hf:<path or id>'")
     try:

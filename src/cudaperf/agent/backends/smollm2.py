@@ -55,6 +55,8 @@ class SmolLM2Options:
     """Conversations generated together."""
     cache: str = "dynamic"
     """As in `HFLocalOptions`: the KV cache of `generate`, "dynamic" or "static"."""
+    attention: str = "no_cudnn"
+    """As in `HFLocalOptions`: the attention kernels of `generate`, "no_cudnn" or "any"."""
 
 
 def find_gguf(explicit: str | None = None) -> Path:
@@ -141,7 +143,7 @@ def load_smollm2(options: SmolLM2Options = SmolLM2Options()) -> HFLocalBackend:
     if not (directory / "config.json").is_file():
         convert(gguf, directory, options.cache_dtype)
     local = HFLocalOptions(device=options.device, dtype=options.dtype, batch_size=options.batch_size,
-                           cache=options.cache)
+                           cache=options.cache, attention=options.attention)
     return HFLocalBackend.from_pretrained(str(directory), local, name=f"hf:{MODEL_NAME}")
 
 
