@@ -55,6 +55,8 @@
 # SFT adapter comes back, and later leases skip SFT (SFT_LORA below): ~1,000 s.
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
+# SFT_REFINE=k: besides, k second-turn examples a task (the conversation after a slower measured
+# implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only).
 # SFT_LORA=r: SFT trains LoRA adapters of rank r (default 0: full fine-tuning); call B then returns the adapter
 # as $OUT/sft-adapter.tgz (in 15 MiB parts when larger; rank 16 of SmolLM2-135M: ~20 MB in float32), to be
 # kept in .carry/sft-adapter (export_adapter below says how). A later lease skips SFT: B with
@@ -350,6 +352,7 @@ GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
+            --sft-refine-per-task "${SFT_REFINE:-0}"
             --sft-lora-rank "${SFT_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024

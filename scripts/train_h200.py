@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="validation tasks for the eval loss (every 200 steps and at the end)")
     p.add_argument("--sft-fastest-per-task", type=int, default=0,
                    help="each task's k fastest measured implementations (SftConfig.fastest_per_task)")
+    p.add_argument("--sft-refine-per-task", type=int, default=0,
+                   help="second-turn examples a task, improving on a slower measured implementation "
+                   "(SftConfig.refine_per_task)")
     p.add_argument("--sft-only", action="store_true", help="stop after SFT (RL in a later call)")
     p.add_argument("--promote-only", action="store_true",
                    help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
@@ -218,6 +221,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      epochs=args.sft_epochs, batch_size=args.sft_batch, learning_rate=args.sft_lr,
                      limit_tasks=args.sft_limit_tasks, val_limit_tasks=args.sft_val_limit_tasks,
                      measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
+                     refine_per_task=args.sft_refine_per_task,
                      max_length=args.sft_max_length, save_steps=100,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
                      max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")

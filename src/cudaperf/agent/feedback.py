@@ -18,6 +18,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cudaperf.agent.extract import Extraction
 from cudaperf.types import EvalResult, Flag, Outcome, RewardBreakdown, Severity
@@ -354,10 +355,17 @@ def structural_hints(result: EvalResult, code: str | None, arch: str = "sm_90") 
     return _analysis_feedback(code, arch)
 
 
-@functools.lru_cache(maxsize=256)
 def _analysis_feedback(code: str, arch: str) -> tuple[str, ...]:
+    report = source_analysis(code, arch)
+    return tuple(report.feedback) if report is not None else ()
+
+
+@functools.lru_cache(maxsize=256)
+def source_analysis(code: str, arch: str = "sm_90") -> Any:
+    """The static structural analysis of `code` (`cudaperf.analysis.analyze_source`, no SASS), remembered
+    for the last 256 texts; None without the `analysis` extra (tree-sitter)."""
     try:
         from cudaperf.analysis import analyze_source
     except ImportError:
-        return ()
-    return tuple(analyze_source(code, arch=arch, sass=False).feedback)
+        return None
+    return analyze_source(code, arch=arch, sass=False)

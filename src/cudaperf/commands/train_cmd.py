@@ -113,14 +113,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(config: Any) -> int:
     from cudaperf.train.models import load_policy
-    from cudaperf.train.sft_data import build_examples, split_tasks, verified_impls
+    from cudaperf.train.refine_data import build_refine_examples
+    from cudaperf.train.sft_data import build_examples, measured_rows, split_tasks, verified_from_rows
 
     _, tokenizer = load_policy(config)
     tasks = split_tasks(config)
-    verified = verified_impls(config.measurements) if config.measurements else None
+    rows = measured_rows(config.measurements) if config.measurements else None
+    verified = verified_from_rows(rows) if rows is not None else None
     for split in ("train", "val"):
         examples, stats = build_examples(tasks[split], tokenizer, config, verified)
         print(f"{split}: {len(tasks[split])} tasks, {len(examples)} examples kept; {stats.line()}")
+        if config.refine_per_task and rows is not None and verified is not None:
+            refine, lengths = build_refine_examples(tasks[split], tokenizer, verified, rows,
+                                                    config.refine_per_task, config.refine_min_speedup,
+                                                    config.max_length)
+            print(f"{split}: {len(refine)} refinement examples kept of {len(lengths)}")
     return 0
 
 

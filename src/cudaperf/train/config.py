@@ -138,6 +138,15 @@ class SftConfig(CommonConfig):
     their medians over the configurations; needs `measurements`; 0: every verified one). With every
     implementation the model learns the slow variants as often as the fast ones: session 28's SFT model
     wrote a family's `naive` variant in 38 of 62 answers (dev/LOG.md)."""
+    refine_per_task: int = 0
+    """Refinement examples per task besides the first-turn ones (`train.refine_data`): the conversation
+    at turn 2 after a slower verified implementation, measured, answered by the task's fastest one. Needs
+    `measurements` (the times and the feedback come from them); 0: first turns only. Without them the
+    SFT model had never seen a second turn: in session 32's GRPO step 10 of 16 second replies carried no
+    solution (dev/LOG.md)."""
+    refine_min_speedup: float = 1.2
+    """A refinement pair's answer is at least this many times faster than its first reply (measured
+    geometric means over the configurations)."""
     epochs: float = 3.0
     """Passes over the training examples (when max_steps is -1)."""
     batch_size: int = 8
@@ -178,6 +187,12 @@ class SftConfig(CommonConfig):
             raise ConfigError("max_steps=-1 needs epochs > 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio={self.warmup_ratio}: in [0, 1)")
+        if self.refine_per_task < 0 or (self.refine_per_task and not self.measurements):
+            raise ConfigError(f"refine_per_task={self.refine_per_task}: use >= 0, and name the measurements "
+                              "(the first reply's feedback and the pairs' times come from them)")
+        if not self.refine_min_speedup >= 1.0:
+            raise ConfigError(f"refine_min_speedup={self.refine_min_speedup}: at least 1 (the answer must "
+                              "not be slower than the first reply)")
         if self.fastest_per_task < 0 or (self.fastest_per_task and not self.measurements):
             raise ConfigError(f"fastest_per_task={self.fastest_per_task}: use >= 0, and name the "
                               "measurements (the times it ranks implementations by)")

@@ -1,7 +1,8 @@
 """`cudaperf train sft`: supervised fine-tuning on the dataset's implementations with TRL's SFTTrainer.
 
 Recipe: tasks of the train families (val families for the eval loss) -> examples (`sft_data.py`: the
-agent's prompt, one implementation as the answer, loss on the answer only) -> SFTTrainer (optionally a
+agent's prompt, one implementation as the answer, loss on the answer only; with `refine_per_task`, also
+second turns that improve on a slower implementation, `refine_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
 batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that).
@@ -23,13 +24,15 @@ from typing import Any
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
+from cudaperf.train.refine_data import build_refine_examples
 from cudaperf.train.sft_data import (
     LengthStats,
     SftExample,
     as_dataset,
     build_examples,
+    measured_rows,
     split_tasks,
-    verified_impls,
+    verified_from_rows,
 )
 
 
@@ -101,9 +104,13 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
         return ([_example(e) for e in data["train"]], [_example(e) for e in data["val"]],
                 LengthStats(**data["lengths"]))
     tasks = split_tasks(config)
-    verified = verified_impls(config.measurements) if config.measurements else None
+    rows = measured_rows(config.measurements) if config.measurements else None
+    verified = verified_from_rows(rows) if rows is not None else None
     train, lengths = build_examples(tasks["train"], tokenizer, config, verified)
     val, _ = build_examples(tasks["val"], tokenizer, config, verified)
+    if config.refine_per_task and rows is not None and verified is not None:
+        train += _refine(tasks["train"], tokenizer, config, verified, rows)
+        val += _refine(tasks["val"], tokenizer, config, verified, rows)
     if not train:
         raise ConfigError("no training example: check kinds, families, strategies, measurements and "
                           f"max_length ({lengths.line()})")
@@ -113,6 +120,15 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     tmp.write_bytes(gzip.compress(json.dumps(data).encode()))
     tmp.replace(path)
     return train, val, lengths
+
+
+def _refine(tasks: list, tokenizer: Any, config: SftConfig, verified: dict, rows: dict) -> list[SftExample]:
+    """The refinement examples of `tasks` (`refine_data`), with a line saying how many were kept."""
+    examples, lengths = build_refine_examples(tasks, tokenizer, verified, rows, config.refine_per_task,
+                                              config.refine_min_speedup, config.max_length)
+    print(f"refinement examples: {len(examples)} of {len(lengths)} within max_length {config.max_length} "
+          f"({len(tasks)} tasks)", flush=True)
+    return examples
 
 
 def _example(row: list[Any]) -> SftExample:

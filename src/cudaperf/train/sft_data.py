@@ -93,21 +93,30 @@ class MeasuredImpl:
     geomean_ms: float | None  # geometric mean of its median times over those configurations
 
 
-def verified_impls(directory: str) -> dict[str, MeasuredImpl]:
-    """impl_id -> how it measured, for the implementations correct on every configuration with one source
-    (the last row per implementation and configuration counts)."""
+def measured_rows(directory: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """impl_id -> configuration -> its measurement row (the last row per implementation and configuration
+    counts)."""
     from cudaperf.datasets.jsonl import read_records
 
     records, _ = read_records([Path(directory)], "measurements")
-    last: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for r in records:
         if r.get("record") == "row":
-            last[(r["impl_id"], r["config"])] = r
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for (impl_id, _), row in last.items():
-        rows.setdefault(impl_id, []).append(row)
+            out.setdefault(r["impl_id"], {})[r["config"]] = r
+    return out
+
+
+def verified_impls(directory: str) -> dict[str, MeasuredImpl]:
+    """impl_id -> how it measured, for the implementations correct on every configuration with one source
+    (the last row per implementation and configuration counts)."""
+    return verified_from_rows(measured_rows(directory))
+
+
+def verified_from_rows(rows: dict[str, dict[str, dict[str, Any]]]) -> dict[str, MeasuredImpl]:
+    """`verified_impls` of rows already read (`measured_rows`)."""
     out = {}
-    for impl_id, found in rows.items():
+    for impl_id, by_config in rows.items():
+        found = list(by_config.values())
         hashes = {row.get("source_hash") for row in found}
         if all(row.get("status") == "ok" for row in found) and len(hashes) == 1 and None not in hashes:
             out[impl_id] = MeasuredImpl(hashes.pop(), _geomean([row.get("median_ms") for row in found]))
