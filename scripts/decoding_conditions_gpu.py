@@ -13,6 +13,8 @@ length (uniform in `--prompt-tokens` +- `--spread`, so left padding and an atten
 real batch), every row forced to `--new-tokens` new tokens. The forms, in this order:
 - `no_cudnn`: `generation_attention='no_cudnn'` (the default: PyTorch's flash, memory-efficient and math
   kernels);
+- `graph`: the same with `generation_cache='graph'` (`train.step_decoder`: a static cache, the decoding
+  step one captured CUDA graph);
 - `cudnn_new_shapes`: 'any' (cuDNN's attention where it applies), nothing before it having used cuDNN
   for these key lengths (the real runs' case: every call brings new prompt widths);
 - `cudnn_seen_shapes`: 'any' again over the same lengths (every plan cached: the old form's case);
@@ -64,6 +66,7 @@ class Form:
     new_tokens: int
     evaluator: bool  # the evaluator open beside the model
     attention: str  # `RlConfig.generation_attention`
+    cache: str = "dynamic"  # `RlConfig.generation_cache`
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Measured:
     ms_per_step: float
     short_call_s: float
     long_call_s: float
+    cache: str = "dynamic"
 
 
 def uneven_lengths(rows: int, mean: int, spread: int, seed: int = 0) -> tuple[int, ...]:
@@ -96,6 +100,7 @@ def forms(args: argparse.Namespace) -> list[Form]:
     uneven = uneven_lengths(args.rows, args.prompt_tokens, args.spread)
     n = args.new_tokens
     return [Form("no_cudnn", uneven, n, False, "no_cudnn"),
+            Form("graph", uneven, n, False, "no_cudnn", "graph"),
             Form("cudnn_new_shapes", uneven, n, False, "any"),
             Form("cudnn_seen_shapes", uneven, n, False, "any"),
             Form("no_cudnn_evaluator_open", uneven, n, True, "no_cudnn")]
@@ -121,7 +126,7 @@ def measure(gen, tokenizer, form: Form, cuda: bool, probe_dir: Path | None) -> M
     long, short = form.new_tokens, max(2, form.new_tokens // 8)
     rows = {long: prompt_rows(tokenizer, form.lengths),
             short: prompt_rows(tokenizer, short_call_lengths(form.lengths, long))}
-    gen.attention = form.attention
+    gen.attention, gen.cache = form.attention, form.cache
     calls: dict[int, float] = {}
     for n in (long, short):
         if probe_dir is not None and n == long and n >= 256:
@@ -130,7 +135,7 @@ def measure(gen, tokenizer, form: Form, cuda: bool, probe_dir: Path | None) -> M
             calls[n] = wall_s(lambda n=n: gen.generate(rows[n], n), cuda)
     step = 1e3 * (calls[long] - calls[short]) / (long - short)
     return Measured(form.name, len(form.lengths), min(form.lengths), max(form.lengths), long, form.evaluator,
-                    form.attention, round(step, 3), round(calls[short], 3), round(calls[long], 3))
+                    form.attention, round(step, 3), round(calls[short], 3), round(calls[long], 3), form.cache)
 
 
 def open_and_warm(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
@@ -162,12 +167,12 @@ def environment() -> dict[str, str]:
 def table(rows: list[Measured]) -> str:
     """Markdown: each form's step time and its ratio to `no_cudnn`'s."""
     base = next((m.ms_per_step for m in rows if m.form == "no_cudnn"), None)
-    lines = ["| form | attention | rows | prompt tokens | new tokens | evaluator open | ms a step "
+    lines = ["| form | attention | decoding | rows | prompt tokens | new tokens | evaluator open | ms a step "
              "| vs no_cudnn |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for m in rows:
         ratio = f"{m.ms_per_step / base:.2f}x" if base else "n/a"
-        lines.append(f"| {m.form} | {m.attention} | {m.rows} | {m.prompt_min}-{m.prompt_max} | "
+        lines.append(f"| {m.form} | {m.attention} | {m.cache} | {m.rows} | {m.prompt_min}-{m.prompt_max} | "
                      f"{m.new_tokens} | {'yes' if m.evaluator else 'no'} | {m.ms_per_step:.2f} | {ratio} |")
     return "\n".join(lines)
 

@@ -40,10 +40,11 @@ def test_uneven_lengths_keep_the_mean_and_stay_within_the_spread(script):
 
 def test_the_forms_compare_the_attention_choices_on_one_set_of_lengths(script):
     found = script.forms(script.parse(["--out", "x.json"]))
-    assert [f.name for f in found] == ["no_cudnn", "cudnn_new_shapes", "cudnn_seen_shapes",
+    assert [f.name for f in found] == ["no_cudnn", "graph", "cudnn_new_shapes", "cudnn_seen_shapes",
                                        "no_cudnn_evaluator_open"]
-    assert [f.attention for f in found] == ["no_cudnn", "any", "any", "no_cudnn"]
-    assert [f.evaluator for f in found] == [False, False, False, True]
+    assert [f.attention for f in found] == ["no_cudnn", "no_cudnn", "any", "any", "no_cudnn"]
+    assert [f.cache for f in found] == ["dynamic", "graph", "dynamic", "dynamic", "dynamic"]
+    assert [f.evaluator for f in found] == [False, False, False, False, True]
     assert len({f.lengths for f in found}) == 1 and {f.new_tokens for f in found} == {1000}
 
 
@@ -58,8 +59,8 @@ def test_the_table_gives_each_form_against_no_cudnn(script):
     rows = [script.Measured("no_cudnn", 16, 1800, 1800, 1000, False, "no_cudnn", 40.0, 1.0, 3.0),
             script.Measured("cudnn_new_shapes", 16, 1200, 2400, 1000, False, "any", 100.0, 1.0, 11.0)]
     text = script.table(rows)
-    assert "| no_cudnn | no_cudnn | 16 | 1800-1800 | 1000 | no | 40.00 | 1.00x |" in text
-    assert "| cudnn_new_shapes | any | 16 | 1200-2400 | 1000 | no | 100.00 | 2.50x |" in text
+    assert "| no_cudnn | no_cudnn | dynamic | 16 | 1800-1800 | 1000 | no | 40.00 | 1.00x |" in text
+    assert "| cudnn_new_shapes | any | dynamic | 16 | 1200-2400 | 1000 | no | 100.00 | 2.50x |" in text
 
 
 def test_a_spread_as_wide_as_the_prompts_is_refused(script):
@@ -76,10 +77,11 @@ def test_the_cpu_form_measures_every_form_and_probes_each_long_call(tmp_path):
                           text=True, timeout=400, env=env, cwd=SCRIPTS.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
-    names = ["no_cudnn", "cudnn_new_shapes", "cudnn_seen_shapes", "no_cudnn_evaluator_open"]
+    names = ["no_cudnn", "graph", "cudnn_new_shapes", "cudnn_seen_shapes", "no_cudnn_evaluator_open"]
     assert [f["form"] for f in record["forms"]] == names
     assert all(f["ms_per_step"] > 0 for f in record["forms"])
     assert record["warm_up"] and set(record["warm_up"].values()) == {"correct"}
     probes = {p.name for p in out.parent.glob("*-decoding_probe.txt")}
     assert probes == {f"{n}-decoding_probe.txt" for n in names}
-    assert "| no_cudnn_evaluator_open | no_cudnn |" in done.stdout
+    assert "| no_cudnn_evaluator_open | no_cudnn | dynamic |" in done.stdout
+    assert "| graph | no_cudnn | graph |" in done.stdout

@@ -48,7 +48,7 @@ from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
-from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
+from cudaperf.train.config import GENERATION_WEIGHTS, ROLLOUT_CACHES, RlConfig
 from cudaperf.train.credit import sample_rewards
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
@@ -91,6 +91,8 @@ class ModelGenerator:
         self.attention = attention  # `RlConfig.generation_attention`
         if weights not in GENERATION_WEIGHTS:
             raise ValueError(f"weights={weights!r}: use one of {GENERATION_WEIGHTS}")
+        if cache not in ROLLOUT_CACHES:
+            raise ValueError(f"cache={cache!r}: use one of {ROLLOUT_CACHES}")
         if cache == "static" and weights == "bfloat16":
             raise ValueError(STATIC_BFLOAT16)
         self.weights = weights  # `RlConfig.generation_weights`
@@ -173,11 +175,28 @@ class ModelGenerator:
         bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
         with torch.no_grad(), bf16, attention_kernels(self.attention, device.type), \
                 probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
-            output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+            if self.cache == "graph":
+                new, logprobs = self._decode(sampler, ids.to(device), mask.to(device), limit, kwargs)
+            else:
+                output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+                new = output[:, width:].cpu()
+                logprobs = recorder.finish(new)
         self.probe_to = None  # the first call only
-        new = output[:, width:].cpu()
-        logprobs = recorder.finish(new)
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
+
+    def _decode(self, sampler: Any, ids: Any, mask: Any, limit: int,
+                kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """`generate`'s work by `step_decoder.decode` (cache='graph'): the same sampling settings, the
+        sampler's `min_new_tokens`, and the decoding probe `probing` put among `kwargs`' processors."""
+        from cudaperf.train.step_decoder import Sampling, decode
+
+        probes = [p for p in kwargs["logits_processor"] if not isinstance(p, _ChosenLogprobs)]
+        config = getattr(sampler, "generation_config", None)
+        sampling = Sampling(self.temperature, self.top_p, self.tokenizer.eos_token_id,
+                            self.tokenizer.pad_token_id, int(getattr(config, "min_new_tokens", None) or 0))
+        new, logprobs = decode(sampler, ids, mask, limit, sampling,
+                               on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)
+        return new.cpu(), logprobs.float().cpu()
 
 
 

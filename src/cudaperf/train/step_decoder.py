@@ -1,0 +1,194 @@
+"""A sampling loop over a static KV cache whose decoding step runs as one captured CUDA graph.
+
+Why: the rollouts' decoding step is bound by the host, not the GPU. In session 32's RL run a step of
+SmolLM2-135M took 90-105 ms while its kernels took 6.5 ms: ~1,700 operators a step, each launched from
+Python at 20-40 us of host time on the GPU machine (dev/LOG.md). A CUDA graph replays all of a step's
+kernels in one launch. `transformers` offers this through its static cache and `torch.compile`, which
+failed on the bfloat16 copy the rollouts sample from (torch 2.11, transformers 5.17:
+`rollout.STATIC_BFLOAT16`); this loop captures the model's plain eager forward instead
+(`torch.cuda.CUDAGraph`), which needs no compiler, and only the forward: sampling runs eagerly after each
+replay.
+
+`decode` does what the rollouts' `generate` call does, row for row: left-padded prompts, one prefill
+forward, then one token a step for every row with the tempered log-probability of the chosen token
+(before nucleus truncation, as `rollout._ChosenLogprobs` records it), temperature and top-p sampling
+(greedy at temperature 0), end-of-turn handling (a finished row gets the pad token after it), and
+`min_new_tokens` (the end-of-turn token suppressed before it). How a step is made capturable: the cache is
+`transformers.StaticCache` (fixed addresses; each layer advances its own write position on the device),
+the attention mask is a 4-D boolean tensor over the whole cache (`transformers` passes a 4-D mask through
+as it is, so no mask is built, and no value is read back to the host, inside the step), positions are a
+device tensor advanced in place. The first decoding step runs eagerly (it is also the capture's warm-up);
+the graph, captured for the second step's inputs, is replayed for every later step. Rows that finish early
+keep decoding pad tokens until every row has finished (checked every `check_every` steps, the only reads
+back to the host).
+
+On a CPU (or with `graph=False`) the same loop runs eagerly: that is how the CPU tests check it against
+`generate`. Covers: decoder-only `transformers` models whose forward takes `position_ids`, a 4-D mask and
+a `StaticCache` as `past_key_values` (Llama-family: SmolLM2). Not covered: beam search, repetition
+penalties or other logits processors, sliding-window caches, several GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+CHECK_EVERY = 8  # steps between reads of "has every row finished?" (each read waits for the GPU)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each step's token is chosen."""
+
+    temperature: float  # 0: greedy
+    top_p: float = 1.0
+    eos_id: int | None = None
+    pad_id: int = 0
+    min_new_tokens: int = 0
+
+
+def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampling, *, graph: bool = True,
+           on_step: Callable[[Any], None] | None = None, check_every: int = CHECK_EVERY) -> tuple[Any, Any]:
+    """(new tokens [rows, n], their log-probabilities [rows, n]) for left-padded `ids` and `mask`
+    [rows, width]; n <= `max_new_tokens` (fewer when every row finished). `graph`: capture the step as a
+    CUDA graph (on a CUDA device; elsewhere ignored). `on_step(scores)` sees each step's scores (a decoding
+    probe)."""
+    import torch
+
+    rows, width = ids.shape
+    length = width + max_new_tokens
+    device = ids.device
+    state = _State.start(model, ids, mask, length)
+    with torch.no_grad():
+        scores = _prefill(model, ids, state, width, length)
+        tokens, logprobs = [], []
+        unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+        step = _Step(model, state)
+        for t in range(max_new_tokens):
+            if on_step is not None:
+                on_step(scores)
+            token, logprob = _choose(scores, sampling, t)
+            token = torch.where(unfinished, token, torch.full_like(token, sampling.pad_id))
+            tokens.append(token)
+            logprobs.append(logprob)
+            if sampling.eos_id is not None:
+                unfinished &= token != sampling.eos_id
+            if t + 1 == max_new_tokens or ((t + 1) % check_every == 0 and not bool(unfinished.any())):
+                break
+            state.advance(token, width + t)
+            scores = step.run(graph and device.type == "cuda")
+    return torch.stack(tokens, 1), torch.stack(logprobs, 1)
+
+
+@dataclass
+class _State:
+    """The step's inputs at fixed addresses: the cache, the next token, its position, the key mask."""
+
+    cache: Any
+    token: Any  # [rows, 1]
+    position: Any  # [rows, 1]
+    keys: Any  # [rows, length] bool: which cache slots a query may attend to
+    cache_argument: str  # the forward's name for the cache
+
+    @classmethod
+    def start(cls, model: Any, ids: Any, mask: Any, length: int) -> "_State":
+        import inspect
+
+        import torch
+        from transformers import StaticCache
+
+        rows, width = ids.shape
+        keys = torch.zeros(rows, length, dtype=torch.bool, device=ids.device)
+        keys[:, :width] = mask.bool()
+        position = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -1:].clone()
+        names = inspect.signature(model.forward).parameters
+        argument = "cache" if "cache" in names and "past_key_values" not in names else "past_key_values"
+        cache = StaticCache(config=model.config, max_cache_len=length)
+        return cls(cache, torch.zeros(rows, 1, dtype=torch.long, device=ids.device), position, keys, argument)
+
+    def advance(self, token: Any, slot: int) -> None:
+        """The inputs of the step that writes cache slot `slot` (in place: a captured graph reads them)."""
+        self.token.copy_(token[:, None])
+        self.position.add_(1)
+        self.keys[:, slot] = True
+
+    def forward(self, model: Any, **inputs: Any) -> Any:
+        out = model(**inputs, **{self.cache_argument: self.cache}, use_cache=True)
+        return out.logits[:, -1].float()
+
+
+def _prefill(model: Any, ids: Any, state: _State, width: int, length: int) -> Any:
+    """The prompts' forward: each query position attends to the prompt's real tokens up to itself, and a
+    padding position to itself alone (a query with nothing to attend to would give NaN, which the
+    cache would then hold under masked slots, where 0 x NaN is still NaN)."""
+    import torch
+
+    causal = torch.zeros(width, length, dtype=torch.bool, device=ids.device)
+    causal[:, :width] = torch.tril(torch.ones(width, width, dtype=torch.bool, device=ids.device))
+    itself = torch.zeros(width, length, dtype=torch.bool, device=ids.device)
+    itself[:, :width] = torch.eye(width, dtype=torch.bool, device=ids.device)
+    positions = (state.keys[:, :width].long().cumsum(-1) - 1).clamp(min=0)
+    allowed = (state.keys[:, None, None, :] & causal) | itself
+    return state.forward(model, input_ids=ids, attention_mask=allowed, position_ids=positions)
+
+
+class _Step:
+    """One decoding forward: eager the first time (the capture's warm-up), then a captured graph."""
+
+    def __init__(self, model: Any, state: _State) -> None:
+        self.model, self.state = model, state
+        self.calls = 0
+        self._graph: Any = None
+        self._scores: Any = None
+
+    def run(self, graph: bool) -> Any:
+        self.calls += 1
+        if not graph or self.calls == 1:
+            return self._eager()
+        if self._graph is None:
+            self._capture()
+        self._graph.replay()
+        return self._scores.clone()
+
+    def _eager(self) -> Any:
+        s = self.state
+        return s.forward(self.model, input_ids=s.token, attention_mask=s.keys[:, None, None, :],
+                         position_ids=s.position)
+
+    def _capture(self) -> None:
+        """The step captured with the current inputs; capturing runs nothing, so the replay that follows
+        computes this step (the cache's write positions advance on the device, at each replay)."""
+        import torch
+
+        torch.cuda.synchronize()
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._scores = self._eager()
+
+
+def _choose(scores: Any, sampling: Sampling, step: int) -> tuple[Any, Any]:
+    """Each row's token and its tempered log-probability (before nucleus truncation)."""
+    import torch
+
+    if sampling.eos_id is not None and step < sampling.min_new_tokens:
+        scores = scores.clone()
+        scores[:, sampling.eos_id] = float("-inf")
+    temperature = sampling.temperature if sampling.temperature > 0 else 1.0
+    logp = torch.log_softmax(scores / temperature, dim=-1)
+    if sampling.temperature <= 0:
+        token = scores.argmax(-1)
+    else:
+        token = torch.multinomial(_nucleus(logp.exp(), sampling.top_p), 1).squeeze(1)
+    return token, logp.gather(1, token[:, None]).squeeze(1)
+
+
+def _nucleus(probs: Any, top_p: float) -> Any:
+    """`probs` with everything outside the smallest set of tokens whose mass reaches `top_p` set to 0 (the
+    most likely token always kept), as `transformers`' top-p warper keeps them."""
+    if top_p >= 1.0:
+        return probs
+    ordered, order = probs.sort(dim=-1, descending=True)
+    outside = ordered.cumsum(-1) - ordered >= top_p  # the mass before a token already reaches top_p
+    outside[:, 0] = False
+    return probs.scatter(-1, order, ordered.masked_fill(outside, 0.0))

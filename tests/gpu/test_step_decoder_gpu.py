@@ -1,0 +1,75 @@
+"""The rollouts' decoding loop with its step captured as a CUDA graph (`train.step_decoder`,
+`RlConfig.generation_cache='graph'`) on a GPU (marker `gpu`): the captured step replays what the eager
+loop computes, and in float32 the loop decodes `generate`'s own greedy tokens. Its speed is measured by
+`scripts/decoding_conditions_gpu.py` (form `graph`), not here.
+
+Run: `python3 -m pytest -q -s tests/gpu/test_step_decoder_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudaperf.train.rollout import ModelGenerator
+from cudaperf.train.step_decoder import Sampling, decode
+
+pytestmark = [pytest.mark.gpu]
+
+NEW_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """A small random Llama on the GPU, weights scaled up so that its greedy tokens vary, and the tiny
+    ChatML tokenizer (built here: nothing carried)."""
+    from cudaperf.agent.backends.tiny import tiny_chat_model
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_chat_model(hidden_size=64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8)
+    return model.to("cuda").eval(), tokenizer
+
+
+def batch(tokenizer):
+    texts = ["__global__ void k(float* x) { x[0] = 1; } and more", "int main() { return 0; }", "x"]
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width, pad = max(map(len, prompts)), tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device="cuda")
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device="cuda")
+    return prompts, ids, mask
+
+
+def test_the_captured_step_replays_the_eager_loop_in_bfloat16(lm):
+    model, tokenizer = lm
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    _, ids, mask = batch(tokenizer)
+    sampling = Sampling(0.0, pad_id=tokenizer.pad_token_id)
+    graph, graph_lp = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=True)
+    eager, eager_lp = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=False)
+    assert len(set(eager[0].tolist())) > 3
+    assert torch.equal(graph, eager) and torch.equal(graph_lp, eager_lp)
+
+
+def test_in_float32_the_loop_decodes_generates_greedy_tokens(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    expected = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=None)[:, ids.shape[1]:]
+    tokens, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    assert torch.equal(tokens, expected)
+
+
+@pytest.mark.parametrize("weights", ["bfloat16", "autocast"])
+def test_the_rollouts_generator_samples_in_the_graph_form(lm, weights):
+    model, tokenizer = lm
+    prompts, _, _ = batch(tokenizer)
+    replies = ModelGenerator(model, tokenizer, 0.7, 0.95, cache="graph", weights=weights).generate(prompts,
+                                                                                                  NEW_TOKENS)
+    assert len(replies) == 3 and all(0 < len(r.ids) == len(r.logprobs) for r in replies)
+    assert all(lp <= 0 for r in replies for lp in r.logprobs)

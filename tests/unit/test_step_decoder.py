@@ -1,0 +1,133 @@
+"""The rollouts' decoding loop over a static cache (`train.step_decoder`, `RlConfig.generation_cache=
+'graph'`), checked on the CPU against `transformers`' own `generate` with a small random Llama whose
+weights are scaled up so that its greedy tokens vary. The CUDA graph's capture and replay run on the GPU
+(`tests/gpu/test_step_decoder_gpu.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from cudaperf.train.rollout import ModelGenerator
+from cudaperf.train.step_decoder import Sampling, _nucleus, decode
+
+NEW_TOKENS = 20
+
+
+@pytest.fixture(scope="module")
+def lm():
+    from cudaperf.agent.backends.tiny import tiny_chat_model
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_chat_model(hidden_size=64)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8)  # sharper logits: the greedy tokens of a barely trained model would all be one
+    return model.eval(), tokenizer
+
+
+def batch(tokenizer):
+    """Three prompts of different lengths (one of a single token), left-padded."""
+    texts = ["__global__ void k(float* x) { x[0] = 1; } and more", "int main() { return 0; }", "x"]
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width, pad = max(map(len, prompts)), tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return prompts, ids, mask
+
+
+def reference(model, tokenizer, ids, mask, eos=None):
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, output_logits=True,
+                         return_dict_in_generate=True)
+    return out.sequences[:, ids.shape[1]:], out.logits
+
+
+def test_greedy_tokens_are_generates_with_left_padding(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    expected, _ = reference(model, tokenizer, ids, mask)
+    tokens, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    assert len(set(expected[0].tolist())) > 3  # the check means something: the tokens vary
+    assert torch.equal(tokens, expected)
+
+
+def test_each_tokens_log_probability_is_generates(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    expected, logits = reference(model, tokenizer, ids, mask)
+    _, logprobs = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    wanted = torch.stack([torch.log_softmax(s.float(), -1).gather(1, expected[:, i:i + 1]).squeeze(1)
+                          for i, s in enumerate(logits)], 1)
+    assert torch.allclose(logprobs, wanted, atol=1e-4)
+
+
+def test_a_row_that_ends_gets_pad_tokens_after_its_end_as_in_generate(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    free, _ = reference(model, tokenizer, ids, mask)
+    eos = int(free[0, 3])  # row 0's fourth token ends it
+    expected, _ = reference(model, tokenizer, ids, mask, eos=eos)
+    tokens, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, eos_id=eos, pad_id=tokenizer.pad_token_id))
+    assert torch.equal(tokens, expected[:, :tokens.shape[1]])
+    assert (tokens[0, 4:] == tokenizer.pad_token_id).all()
+
+
+def test_min_new_tokens_holds_the_end_back(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    free, _ = reference(model, tokenizer, ids, mask)
+    eos = int(free[0, 0])
+    tokens, _ = decode(model, ids, mask, 6, Sampling(0.0, eos_id=eos, pad_id=tokenizer.pad_token_id,
+                                                       min_new_tokens=6))
+    assert not (tokens == eos).any()
+
+
+def test_a_tiny_nucleus_samples_the_greedy_tokens(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    greedy, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    sampled, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(1.0, top_p=1e-6,
+                                                               pad_id=tokenizer.pad_token_id))
+    assert torch.equal(sampled, greedy)
+
+
+def test_the_nucleus_is_the_smallest_set_reaching_top_p():
+    probs = torch.tensor([[0.1, 0.5, 0.3, 0.1]])
+    assert (_nucleus(probs, 0.7) > 0).tolist() == [[False, True, True, False]]
+    assert (_nucleus(probs, 0.5) > 0).tolist() == [[False, True, False, False]]
+    assert torch.equal(_nucleus(probs, 0.7)[0, 1:3], probs[0, 1:3])  # kept mass is not renormalised here
+    assert _nucleus(probs, 1.0) is probs
+
+
+def test_the_rollouts_generator_decodes_the_same_replies_in_the_graph_form(lm):
+    model, tokenizer = lm
+    prompts, _, _ = batch(tokenizer)
+    plain = ModelGenerator(model, tokenizer, 0.0, 1.0).generate(prompts, NEW_TOKENS)
+    graph = ModelGenerator(model, tokenizer, 0.0, 1.0, cache="graph").generate(prompts, NEW_TOKENS)
+    assert [g.ids for g in graph] == [p.ids for p in plain]
+    assert all(max(abs(a - b) for a, b in zip(g.logprobs, p.logprobs, strict=True)) < 1e-4
+               for g, p in zip(graph, plain, strict=True))
+
+
+def test_the_graph_form_carries_the_decoding_probe(lm, tmp_path):
+    model, tokenizer = lm
+    prompts, _, _ = batch(tokenizer)
+    path = tmp_path / "probe.txt"
+    ModelGenerator(model, tokenizer, 1.0, 1.0, cache="graph", probe_to=str(path)).generate(prompts, 40)
+    text = path.read_text()
+    assert "rows: 3;" in text and "new tokens: 40" in text and "profiled steps: 8" in text
+
+
+def test_an_unknown_form_is_refused(lm):
+    model, tokenizer = lm
+    with pytest.raises(ValueError, match="use one of"):
+        ModelGenerator(model, tokenizer, 1.0, 1.0, cache="paged")
+
+
+def test_the_rl_config_takes_the_graph_form():
+    from cudaperf.train.config import RlConfig
+
+    assert RlConfig(generation_cache="graph", generation_weights="bfloat16").generation_cache == "graph"
