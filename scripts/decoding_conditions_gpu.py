@@ -13,8 +13,8 @@ length (uniform in `--prompt-tokens` +- `--spread`, so left padding and an atten
 real batch), every row forced to `--new-tokens` new tokens. The forms, in this order:
 - `no_cudnn`: `generation_attention='no_cudnn'` (the default: PyTorch's flash, memory-efficient and math
   kernels);
-- `graph`: the same with `generation_cache='graph'` (`train.step_decoder`: a static cache, the decoding
-  step one captured CUDA graph);
+- `graph`: the same with `generation_cache='graph'` (`agent.backends.step_decoder`: a static cache, the
+  decoding step one captured CUDA graph);
 - `cudnn_new_shapes`: 'any' (cuDNN's attention where it applies), nothing before it having used cuDNN
   for these key lengths (the real runs' case: every call brings new prompt widths);
 - `cudnn_seen_shapes`: 'any' again over the same lengths (every plan cached: the old form's case);

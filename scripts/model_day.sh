@@ -72,8 +72,8 @@
 # RL_GEN_ATTENTION=no_cudnn|any (default no_cudnn): the attention kernels the rollouts and the comparison
 # decode with (RlConfig.generation_attention; session 32's probes: cuDNN's attention built a plan every
 # decoding step, about half of a step's host time).
-# RL_GEN_CACHE=graph: the rollouts decode with a captured CUDA graph a step (RlConfig.generation_cache; not
-# the comparison, whose backend keeps `generate` and the dynamic cache then). Not yet run on a GPU.
+# RL_GEN_CACHE=graph: the rollouts and the comparison decode with a captured CUDA graph a step
+# (RlConfig.generation_cache, agent.backends.step_decoder). Not yet run on a GPU.
 # RL_GEN_CACHE=static|dynamic: the KV cache the rollouts and the comparison generate with (static: a
 # compiled decoding step). Unset, call A profiles a SmolLM2-shaped model (A_PROFILE_S=150 s, nothing
 # carried) and the later calls on the same machine take what it found (`gen_cache`).
@@ -376,7 +376,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
-    --base "${COMPARE_BASE:-smollm2}" --generation-cache "${GEN_CACHE/graph/dynamic}" --profile-decoding \
+    --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
     "${X_COMPARE[@]}"

@@ -43,8 +43,9 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from cudaperf.agent.backends.base import GENERATION_CACHES
     from cudaperf.agent.backends.decoding_attention import DECODING_ATTENTION
-    from cudaperf.train.config import GENERATION_WEIGHTS, ROLLOUT_CACHES
+    from cudaperf.train.config import GENERATION_WEIGHTS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
@@ -83,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-tasks-per-step", type=int, default=4)
     p.add_argument("--rl-max-new-tokens", type=int, default=1536)
     p.add_argument("--rl-lr", type=float, default=2e-6)
-    p.add_argument("--rl-generation-cache", default="dynamic", choices=ROLLOUT_CACHES,
+    p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
                    help="the rollouts' attention kernels (RlConfig.generation_attention)")

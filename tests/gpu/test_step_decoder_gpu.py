@@ -1,4 +1,4 @@
-"""The rollouts' decoding loop with its step captured as a CUDA graph (`train.step_decoder`,
+"""The rollouts' decoding loop with its step captured as a CUDA graph (`agent.backends.step_decoder`,
 `RlConfig.generation_cache='graph'`) on a GPU (marker `gpu`): the captured step replays what the eager
 loop computes, and in float32 the loop decodes `generate`'s own greedy tokens. Its speed is measured by
 `scripts/decoding_conditions_gpu.py` (form `graph`), not here.
@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudaperf.agent.backends.step_decoder import Sampling, decode
 from cudaperf.train.rollout import ModelGenerator
-from cudaperf.train.step_decoder import Sampling, decode
 
 pytestmark = [pytest.mark.gpu]
 
@@ -73,3 +73,14 @@ def test_the_rollouts_generator_samples_in_the_graph_form(lm, weights):
                                                                                                   NEW_TOKENS)
     assert len(replies) == 3 and all(0 < len(r.ids) == len(r.logprobs) for r in replies)
     assert all(lp <= 0 for r in replies for lp in r.logprobs)
+
+
+def test_the_local_backend_generates_in_the_graph_form(lm):
+    from cudaperf.agent.backends.base import ChatMessage, GenerationConfig
+    from cudaperf.agent.backends.hf_local import HFLocalBackend
+
+    model, tokenizer = lm
+    backend = HFLocalBackend(copy.deepcopy(model).to(torch.bfloat16), tokenizer, "hf:tiny", cache="graph")
+    replies = backend.generate([[ChatMessage("user", "Write a CUDA kernel.")]] * 3,
+                               GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.7, seed=0))
+    assert all(r.error is None and 0 < r.completion_tokens <= NEW_TOKENS for r in replies)

@@ -1,4 +1,4 @@
-"""The rollouts' decoding loop over a static cache (`train.step_decoder`, `RlConfig.generation_cache=
+"""The rollouts' decoding loop over a static cache (`agent.backends.step_decoder`, `RlConfig.generation_cache=
 'graph'`), checked on the CPU against `transformers`' own `generate` with a small random Llama whose
 weights are scaled up so that its greedy tokens vary. The CUDA graph's capture and replay run on the GPU
 (`tests/gpu/test_step_decoder_gpu.py`)."""
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from cudaperf.agent.backends.step_decoder import Sampling, _nucleus, decode
 from cudaperf.train.rollout import ModelGenerator
-from cudaperf.train.step_decoder import Sampling, _nucleus, decode
 
 NEW_TOKENS = 20
 
@@ -70,7 +70,8 @@ def test_a_row_that_ends_gets_pad_tokens_after_its_end_as_in_generate(lm):
     free, _ = reference(model, tokenizer, ids, mask)
     eos = int(free[0, 3])  # row 0's fourth token ends it
     expected, _ = reference(model, tokenizer, ids, mask, eos=eos)
-    tokens, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, eos_id=eos, pad_id=tokenizer.pad_token_id))
+    sampling = Sampling(0.0, eos_ids=(eos,), pad_id=tokenizer.pad_token_id)
+    tokens, _ = decode(model, ids, mask, NEW_TOKENS, sampling)
     assert torch.equal(tokens, expected[:, :tokens.shape[1]])
     assert (tokens[0, 4:] == tokenizer.pad_token_id).all()
 
@@ -80,7 +81,7 @@ def test_min_new_tokens_holds_the_end_back(lm):
     _, ids, mask = batch(tokenizer)
     free, _ = reference(model, tokenizer, ids, mask)
     eos = int(free[0, 0])
-    tokens, _ = decode(model, ids, mask, 6, Sampling(0.0, eos_id=eos, pad_id=tokenizer.pad_token_id,
+    tokens, _ = decode(model, ids, mask, 6, Sampling(0.0, eos_ids=(eos,), pad_id=tokenizer.pad_token_id,
                                                        min_new_tokens=6))
     assert not (tokens == eos).any()
 
@@ -131,3 +132,41 @@ def test_the_rl_config_takes_the_graph_form():
     from cudaperf.train.config import RlConfig
 
     assert RlConfig(generation_cache="graph", generation_weights="bfloat16").generation_cache == "graph"
+
+
+def test_a_step_that_cannot_be_captured_decodes_eagerly(lm, monkeypatch, capsys):
+    import contextlib
+
+    from cudaperf.agent.backends.step_decoder import _prefill, _State, _Step
+
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+
+    @contextlib.contextmanager
+    def refused(graph):
+        raise RuntimeError("operation not permitted when stream is capturing")
+        yield
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "graph", refused)
+    state = _State.start(model, ids, mask, ids.shape[1] + 4)
+    with torch.no_grad():
+        _prefill(model, ids, state, ids.shape[1], ids.shape[1] + 4)
+        step = _Step(model, state)
+        first, second = step.run(graph=True), step.run(graph=True)  # eager warm-up, then a refused capture
+    assert "stream is capturing" in step.failed and "decoding eagerly" in capsys.readouterr().out
+    assert first.shape == second.shape == (3, model.config.vocab_size)
+
+
+def test_the_local_backend_gives_the_same_greedy_replies_in_the_graph_form(lm):
+    from cudaperf.agent.backends.base import ChatMessage, GenerationConfig
+    from cudaperf.agent.backends.hf_local import HFLocalBackend
+
+    model, tokenizer = lm
+    conversations = [[ChatMessage("user", "Write a CUDA kernel.")], [ChatMessage("user", "Add two arrays")]]
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.0, seed=0)
+    plain = HFLocalBackend(model, tokenizer, "hf:tiny").generate(conversations, config)
+    graph = HFLocalBackend(model, tokenizer, "hf:tiny", cache="graph").generate(conversations, config)
+    assert [g.text for g in graph] == [p.text for p in plain]
+    assert [g.completion_tokens for g in graph] == [p.completion_tokens for p in plain]

@@ -91,7 +91,7 @@ class CompareConfig:
     generate_batch: int = 0
     """Conversations per backend call (0: all of a round at once)."""
     generation_cache: str = "dynamic"
-    """KV cache of a local model's `generate` ('dynamic' or 'static': `HFLocalOptions.cache`)."""
+    """How a local model decodes ('dynamic', 'static' or 'graph': `HFLocalOptions.cache`)."""
     generation_attention: str = "no_cudnn"
     """Attention kernels of a local model's `generate` ('no_cudnn' or 'any': `HFLocalOptions.attention`)."""
     eval_device: str = "auto"
@@ -129,7 +129,7 @@ class CompareConfig:
         if self.batch_seeds and self.samples != 1:
             raise ConfigError("batch_seeds puts seed k in trajectory k of each task: use samples=1")
         if self.generation_cache not in GENERATION_CACHES:
-            raise ConfigError(f"generation_cache={self.generation_cache!r}: use 'dynamic' or 'static'")
+            raise ConfigError(f"generation_cache={self.generation_cache!r}: use one of {GENERATION_CACHES}")
         if why := check_attention(self.generation_attention):
             raise ConfigError(f"generation_{why}")
         if self.eval_device == "cpu" and not self.allow_torch_ops:

@@ -24,9 +24,6 @@ from cudaperf.agent.backends.decoding_attention import check_attention
 
 # How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
 GENERATION_WEIGHTS = ("autocast", "bfloat16")
-# The rollouts' decoding forms (`RlConfig.generation_cache`): `generate` with either KV cache, or the
-# loop whose step is a captured CUDA graph (`train.step_decoder`).
-ROLLOUT_CACHES = (*GENERATION_CACHES, "graph")
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
@@ -258,9 +255,9 @@ class RlConfig(CommonConfig):
     """The rollouts' decoding: `generate` with the 'dynamic' KV cache (grows per step) or the 'static' one
     (preallocated; on a GPU `transformers` compiles the decoding step, paying the compile once per batch
     shape, to cut the per-step host overhead; sampled in float32, without the dynamic cache's bfloat16
-    autocast; `scripts/generation_profile.py` measures both), or 'graph': `train.step_decoder`'s loop over
-    a static cache whose decoding step is one captured CUDA graph (no compiler; any weights form; on a
-    CPU the same loop, eager). Session 32's rollout steps took 90-105 ms for 6.5 ms of kernels."""
+    autocast; `scripts/generation_profile.py` measures both), or 'graph': `agent.backends.step_decoder`'s
+    loop over a static cache whose decoding step is one captured CUDA graph (no compiler; any weights
+    form; on a CPU the same loop, eager). Session 32's rollout steps took 90-105 ms for 6.5 ms of kernels."""
     generation_attention: str = "no_cudnn"
     """The attention kernels of the rollouts' `generate`: 'no_cudnn' (on a GPU, PyTorch's flash,
     memory-efficient and math kernels: cuDNN's builds a plan for every new key length, so for every
@@ -332,8 +329,8 @@ class RlConfig(CommonConfig):
             raise ConfigError("eval_device='cpu' runs only pure-PyTorch answers (no GPU for kernels), so "
                               "every reward would be 'not applicable': set allow_torch_ops=True (a smoke "
                               "run) or eval_device='cuda'")
-        if self.generation_cache not in ROLLOUT_CACHES:
-            raise ConfigError(f"generation_cache={self.generation_cache!r}: use one of {ROLLOUT_CACHES}")
+        if self.generation_cache not in GENERATION_CACHES:
+            raise ConfigError(f"generation_cache={self.generation_cache!r}: use one of {GENERATION_CACHES}")
         if why := check_attention(self.generation_attention):
             raise ConfigError(f"generation_{why}")
         if self.generation_weights not in GENERATION_WEIGHTS:

@@ -41,14 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cudaperf.agent.backends.base import Generation
+from cudaperf.agent.backends.base import GENERATION_CACHES, Generation
 from cudaperf.agent.backends.decoding_attention import attention_kernels, check_attention
 from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, probing
 from cudaperf.agent.context import ContextConfig
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
-from cudaperf.train.config import GENERATION_WEIGHTS, ROLLOUT_CACHES, RlConfig
+from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
 from cudaperf.train.credit import sample_rewards
 from cudaperf.train.models import between_turns_ids, prompt_ids
 from cudaperf.types import Outcome, Task
@@ -91,8 +91,8 @@ class ModelGenerator:
         self.attention = attention  # `RlConfig.generation_attention`
         if weights not in GENERATION_WEIGHTS:
             raise ValueError(f"weights={weights!r}: use one of {GENERATION_WEIGHTS}")
-        if cache not in ROLLOUT_CACHES:
-            raise ValueError(f"cache={cache!r}: use one of {ROLLOUT_CACHES}")
+        if cache not in GENERATION_CACHES:
+            raise ValueError(f"cache={cache!r}: use one of {GENERATION_CACHES}")
         if cache == "static" and weights == "bfloat16":
             raise ValueError(STATIC_BFLOAT16)
         self.weights = weights  # `RlConfig.generation_weights`
@@ -188,11 +188,11 @@ class ModelGenerator:
                 kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """`generate`'s work by `step_decoder.decode` (cache='graph'): the same sampling settings, the
         sampler's `min_new_tokens`, and the decoding probe `probing` put among `kwargs`' processors."""
-        from cudaperf.train.step_decoder import Sampling, decode
+        from cudaperf.agent.backends.step_decoder import Sampling, decode
 
         probes = [p for p in kwargs["logits_processor"] if not isinstance(p, _ChosenLogprobs)]
         config = getattr(sampler, "generation_config", None)
-        sampling = Sampling(self.temperature, self.top_p, self.tokenizer.eos_token_id,
+        sampling = Sampling(self.temperature, self.top_p, (self.tokenizer.eos_token_id,),
                             self.tokenizer.pad_token_id, int(getattr(config, "min_new_tokens", None) or 0))
         new, logprobs = decode(sampler, ids, mask, limit, sampling,
                                on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)

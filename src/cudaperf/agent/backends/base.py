@@ -32,8 +32,9 @@ class ChatMessage:
     content: str
 
 
-# The KV caches a local model can generate with (`HFLocalOptions.cache`, and the trainers' settings).
-GENERATION_CACHES = ("dynamic", "static")
+# How a local model decodes (`HFLocalOptions.cache`, and the trainers' settings): `generate` with the
+# dynamic or the static KV cache, or `step_decoder`'s loop whose step is a captured CUDA graph.
+GENERATION_CACHES = ("dynamic", "static", "graph")
 
 
 @dataclass(frozen=True)

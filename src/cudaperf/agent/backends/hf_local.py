@@ -53,8 +53,10 @@ class HFLocalOptions:
     batch_size: int = 16
     """Conversations generated together; larger is faster per token until memory runs out."""
     cache: str = "dynamic"
-    """KV cache of `generate`: "dynamic" or "static" (preallocated; on a GPU `transformers` compiles the
-    decoding step once per batch shape, which cuts a step's per-launch host overhead)."""
+    """How it decodes: `generate` with the "dynamic" or the "static" KV cache (preallocated; on a GPU
+    `transformers` compiles the decoding step once per batch shape, which cuts a step's per-launch host
+    overhead), or "graph" (`step_decoder.py`: a static cache and the decoding step one captured CUDA
+    graph; calls with stop strings use `generate`)."""
     attention: str = "no_cudnn"
     """The attention kernels `generate` may use: "no_cudnn" (on a GPU, not cuDNN's, which builds a plan
     for every new key length, so for every decoding step) or "any" (`decoding_attention.py`)."""
@@ -63,7 +65,7 @@ class HFLocalOptions:
         if self.batch_size < 1:
             raise BackendSpecError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.cache not in GENERATION_CACHES:
-            raise BackendSpecError(f"cache must be 'dynamic' or 'static', got {self.cache!r}")
+            raise BackendSpecError(f"cache must be one of {GENERATION_CACHES}, got {self.cache!r}")
         if why := check_attention(self.attention):
             raise BackendSpecError(why)
 
@@ -194,9 +196,24 @@ class HFLocalBackend:
         device = self.model.device
         with torch.inference_mode(), attention_kernels(self.attention, device.type), \
                 probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
-            output = self.model.generate(**batch, **kwargs)
+            if self.cache == "graph" and not config.stop:
+                new = self._decode(batch, config, limit, kwargs)
+            else:
+                new = self.model.generate(**batch, **kwargs)[:, batch["input_ids"].shape[1]:]
         self.probe_to = None  # the next call only
-        return output[:, batch["input_ids"].shape[1]:].tolist()
+        return new.tolist()
+
+    def _decode(self, batch: Any, config: GenerationConfig, limit: int, kwargs: dict[str, Any]) -> Any:
+        """`generate`'s work by `step_decoder.decode` (cache="graph"), the decoding probe among `kwargs`'
+        processors when `probing` put one there."""
+        from cudaperf.agent.backends.step_decoder import Sampling, decode
+
+        probes = list(kwargs.get("logits_processor") or ())
+        sampling = Sampling(config.temperature, config.top_p if config.temperature > 0 else 1.0,
+                            tuple(sorted(self._eos_ids)), self.tokenizer.pad_token_id)
+        new, _ = decode(self.model, batch["input_ids"], batch["attention_mask"], limit, sampling,
+                        on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)
+        return new
 
     def _reply(self, prompt_tokens: int, row: list[int], config: GenerationConfig, limit: int,
                duration_s: float) -> Generation:

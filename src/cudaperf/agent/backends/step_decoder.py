@@ -1,13 +1,13 @@
 """A sampling loop over a static KV cache whose decoding step runs as one captured CUDA graph.
 
-Why: the rollouts' decoding step is bound by the host, not the GPU. In session 32's RL run a step of
-SmolLM2-135M took 90-105 ms while its kernels took 6.5 ms: ~1,700 operators a step, each launched from
-Python at 20-40 us of host time on the GPU machine (dev/LOG.md). A CUDA graph replays all of a step's
-kernels in one launch. `transformers` offers this through its static cache and `torch.compile`, which
-failed on the bfloat16 copy the rollouts sample from (torch 2.11, transformers 5.17:
-`rollout.STATIC_BFLOAT16`); this loop captures the model's plain eager forward instead
-(`torch.cuda.CUDAGraph`), which needs no compiler, and only the forward: sampling runs eagerly after each
-replay.
+Used by the RL rollouts' sampler (`train.rollout.ModelGenerator`) and the local backend (`hf_local`) with
+cache='graph'. Why: the rollouts' decoding step is bound by the host, not the GPU. In session 32's RL run a
+step of SmolLM2-135M took 90-105 ms while its kernels took 6.5 ms: ~1,700 operators a step, each launched from
+Python at 20-40 us of host time on the GPU machine (dev/LOG.md). A CUDA graph replays all of a step's kernels
+in one launch. `transformers` offers this through its static cache and `torch.compile`, which failed on the
+bfloat16 copy the rollouts sample from (torch 2.11, transformers 5.17: `rollout.STATIC_BFLOAT16`); this loop
+captures the model's plain eager forward instead (`torch.cuda.CUDAGraph`), which needs no compiler, and only
+the forward: sampling runs eagerly after each replay.
 
 `decode` does what the rollouts' `generate` call does, row for row: left-padded prompts, one prefill
 forward, then one token a step for every row with the tempered log-probability of the chosen token
@@ -43,7 +43,7 @@ class Sampling:
 
     temperature: float  # 0: greedy
     top_p: float = 1.0
-    eos_id: int | None = None
+    eos_ids: tuple[int, ...] = ()  # any of them ends a row
     pad_id: int = 0
     min_new_tokens: int = 0
 
@@ -64,6 +64,7 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
         scores = _prefill(model, ids, state, width, length)
         tokens, logprobs = [], []
         unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+        eos = torch.tensor(sampling.eos_ids, dtype=torch.long, device=device)
         step = _Step(model, state)
         for t in range(max_new_tokens):
             if on_step is not None:
@@ -72,8 +73,8 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
             token = torch.where(unfinished, token, torch.full_like(token, sampling.pad_id))
             tokens.append(token)
             logprobs.append(logprob)
-            if sampling.eos_id is not None:
-                unfinished &= token != sampling.eos_id
+            if sampling.eos_ids:
+                unfinished &= ~torch.isin(token, eos)
             if t + 1 == max_new_tokens or ((t + 1) % check_every == 0 and not bool(unfinished.any())):
                 break
             state.advance(token, width + t)
@@ -139,15 +140,16 @@ class _Step:
     def __init__(self, model: Any, state: _State) -> None:
         self.model, self.state = model, state
         self.calls = 0
+        self.failed = ""  # why the capture failed, when it did
         self._graph: Any = None
         self._scores: Any = None
 
     def run(self, graph: bool) -> Any:
         self.calls += 1
-        if not graph or self.calls == 1:
+        if not graph or self.calls == 1 or self.failed:
             return self._eager()
-        if self._graph is None:
-            self._capture()
+        if self._graph is None and not self._capture():
+            return self._eager()
         self._graph.replay()
         return self._scores.clone()
 
@@ -156,24 +158,35 @@ class _Step:
         return s.forward(self.model, input_ids=s.token, attention_mask=s.keys[:, None, None, :],
                          position_ids=s.position)
 
-    def _capture(self) -> None:
+    def _capture(self) -> bool:
         """The step captured with the current inputs; capturing runs nothing, so the replay that follows
-        computes this step (the cache's write positions advance on the device, at each replay)."""
+        computes this step (the cache's write positions advance on the device, at each replay). A model
+        whose forward cannot be captured (it reads a value back to the host, say) decodes eagerly from
+        here on, said once on stdout: slower, never wrong."""
         import torch
 
         torch.cuda.synchronize()
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._scores = self._eager()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self._scores = self._eager()
+        except Exception as exc:  # noqa: BLE001 - whatever the capture refuses, the eager step still works
+            self.failed = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"step_decoder: the decoding step could not be captured ({self.failed}); decoding eagerly",
+                  flush=True)
+            torch.cuda.synchronize()
+            return False
+        self._graph = graph
+        return True
 
 
 def _choose(scores: Any, sampling: Sampling, step: int) -> tuple[Any, Any]:
     """Each row's token and its tempered log-probability (before nucleus truncation)."""
     import torch
 
-    if sampling.eos_id is not None and step < sampling.min_new_tokens:
+    if sampling.eos_ids and step < sampling.min_new_tokens:
         scores = scores.clone()
-        scores[:, sampling.eos_id] = float("-inf")
+        scores[:, list(sampling.eos_ids)] = float("-inf")
     temperature = sampling.temperature if sampling.temperature > 0 else 1.0
     logp = torch.log_softmax(scores / temperature, dim=-1)
     if sampling.temperature <= 0:
