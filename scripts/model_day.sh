@@ -7,7 +7,8 @@
 #   call  carry              command                          what
 #   A     .carry/model-1     bash scripts/model_day.sh A      wheels -> /tmp/site, GGUF part 0 -> /tmp/carry
 #                                                             (+ A_EXTRA_S s of eval-modes, default 0; it
-#                                                             needs .carry/model-3 carried too)
+#                                                             needs .carry/model-3 carried too; + the GPU
+#                                                             tests named in A_TESTS)
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
 #                                                             travels in parts so that every call fits the
 #                                                             64 MiB carry limit; A2 again with
@@ -248,6 +249,11 @@ call_A() {
     cp "$T/generation_profile.json" "$STAGE/" 2> /dev/null
     echo "| generation cache for the later calls | $(gen_cache) |" | tee -a "$SUMMARY"
     echo "| rollout weights for the later calls | $(gen_weights) |" | tee -a "$SUMMARY"
+  fi
+  if [[ -n ${A_TESTS:-} ]]; then  # GPU tests that need no model, e.g. the decoding forms the later calls use
+    # (A_TESTS="tests/gpu/test_step_decoder_gpu.py"), within A_TESTS_S seconds (default 120)
+    read -r -a tests <<< "$A_TESTS"
+    step gpu-tests "${A_TESTS_S:-120}" python3 -m pytest -q -s -p no:cacheprovider -rfE "${tests[@]}"
   fi
   if (( ${A_EXTRA_S:-0} > 0 )); then  # a GPU step that needs no model (issue 21's evaluation modes; it
     # needs .carry/model-3 in this call's carry too)
