@@ -172,7 +172,10 @@ class ModelGenerator:
         # bfloat16 keys into a cache the eager prefill had made float32 (`index_copy_` refused the mix;
         # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
         autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
-        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
+        # A captured graph must not read autocast's cached weight casts: the cache is freed when the
+        # autocast region ends, and the graph holds their addresses (PyTorch's CUDA graph notes).
+        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast,
+                              cache_enabled=self.cache != "graph")
         with torch.no_grad(), bf16, attention_kernels(self.attention, device.type), \
                 probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             if self.cache == "graph":
