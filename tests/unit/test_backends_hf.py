@@ -98,5 +98,5 @@ def test_a_static_cache_gives_the_greedy_replies_of_the_dynamic_one(backend, mod
 
 
 def test_an_unknown_cache_is_refused_with_the_choices(model_dir):
-    with pytest.raises(BackendSpecError, match="'dynamic' or 'static'"):
+    with pytest.raises(BackendSpecError, match=r"one of \('dynamic', 'static', 'graph'\)"):
         load_backend(f"hf:{model_dir}", cache="paged")
