@@ -146,8 +146,9 @@ def test_rl_from_the_sft_model_logs_rewards_and_checkpoints(sft_run, cpu_evaluat
     assert load_config(tmp_path / "rl" / "checkpoint-2") == config
 
 
-@pytest.mark.parametrize("sampling", [{"generation_cache": "static"}, {"generation_weights": "bfloat16"}],
-                         ids=["static cache", "bfloat16 copy"])
+@pytest.mark.parametrize("sampling", [{"generation_cache": "static"}, {"generation_weights": "bfloat16"},
+                                      {"generation_cache": "graph", "generation_weights": "bfloat16"}],
+                         ids=["static cache", "bfloat16 copy", "graph step"])
 def test_rl_trains_with_rollouts_sampled_in_each_other_form(sft_run, cpu_evaluator, tmp_path, sampling):
     _, sft_report = sft_run
     config = rl_config(tmp_path / "rl", sft_report.final_dir, tasks=(_task_file(tmp_path),), **sampling)
