@@ -170,3 +170,15 @@ def test_the_local_backend_gives_the_same_greedy_replies_in_the_graph_form(lm):
     graph = HFLocalBackend(model, tokenizer, "hf:tiny", cache="graph").generate(conversations, config)
     assert [g.text for g in graph] == [p.text for p in plain]
     assert [g.completion_tokens for g in graph] == [p.completion_tokens for p in plain]
+
+
+def test_the_prefill_computes_the_last_positions_logits_only(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    widths = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: widths.append(out.shape[1]))
+    try:
+        decode(model, ids, mask, 4, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    finally:
+        hook.remove()
+    assert widths == [1, 1, 1, 1]  # the prefill's (a width of ids.shape[1] would be rows x width x vocab)
