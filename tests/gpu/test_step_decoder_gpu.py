@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from cudaperf.agent.backends.decoding_attention import attention_kernels
 from cudaperf.agent.backends.step_decoder import Sampling, decode
 from cudaperf.train.rollout import ModelGenerator
 
@@ -45,25 +46,29 @@ def batch(tokenizer):
     return prompts, ids, mask
 
 
-def test_the_captured_step_replays_the_eager_loop(lm):
+def test_the_captured_step_replays_the_eager_loop(lm, capsys):
     model, tokenizer = lm
     _, ids, mask = batch(tokenizer)
     sampling = Sampling(0.0, pad_id=tokenizer.pad_token_id)
-    graph, graph_lp = decode(model, ids, mask, NEW_TOKENS, sampling, graph=True)
-    eager, eager_lp = decode(model, ids, mask, NEW_TOKENS, sampling, graph=False)
+    with attention_kernels("no_cudnn", "cuda"):
+        graph, graph_lp = decode(model, ids, mask, NEW_TOKENS, sampling, graph=True)
+        eager, eager_lp = decode(model, ids, mask, NEW_TOKENS, sampling, graph=False)
+    assert "could not be captured" not in capsys.readouterr().out  # the graph did replay
     assert len(set(eager[0].tolist())) > 3
     assert torch.equal(graph, eager) and torch.allclose(graph_lp, eager_lp, atol=1e-4)
 
 
-def test_in_bfloat16_the_capture_starts_as_the_eager_loop(lm):
+def test_in_bfloat16_the_capture_starts_as_the_eager_loop(lm, capsys):
     """bfloat16 rounding may part the two after some steps (a library may pick other kernels inside a
-    capture); their first tokens agree."""
+    capture); their first tokens agree. With the rollouts' attention kernels (no cuDNN)."""
     model, tokenizer = lm
     bf16 = copy.deepcopy(model).to(torch.bfloat16)
     _, ids, mask = batch(tokenizer)
     sampling = Sampling(0.0, pad_id=tokenizer.pad_token_id)
-    graph, graph_lp = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=True)
-    eager, _ = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=False)
+    with attention_kernels("no_cudnn", "cuda"):
+        graph, graph_lp = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=True)
+        eager, _ = decode(bf16, ids, mask, NEW_TOKENS, sampling, graph=False)
+    assert "could not be captured" not in capsys.readouterr().out
     assert torch.equal(graph[:, :8], eager[:, :8]) and bool(torch.isfinite(graph_lp).all())
 
 
@@ -77,16 +82,17 @@ def test_in_float32_the_loop_decodes_generates_greedy_tokens(lm):
 
 
 @pytest.mark.parametrize("weights", ["bfloat16", "autocast"])
-def test_the_rollouts_generator_samples_in_the_graph_form(lm, weights):
+def test_the_rollouts_generator_samples_in_the_graph_form(lm, weights, capsys):
     model, tokenizer = lm
     prompts, _, _ = batch(tokenizer)
     replies = ModelGenerator(model, tokenizer, 0.7, 0.95, cache="graph", weights=weights).generate(prompts,
                                                                                                   NEW_TOKENS)
+    assert "could not be captured" not in capsys.readouterr().out
     assert len(replies) == 3 and all(0 < len(r.ids) == len(r.logprobs) for r in replies)
     assert all(lp <= 0 for r in replies for lp in r.logprobs)
 
 
-def test_the_local_backend_generates_in_the_graph_form(lm):
+def test_the_local_backend_generates_in_the_graph_form(lm, capsys):
     from cudaperf.agent.backends.base import ChatMessage, GenerationConfig
     from cudaperf.agent.backends.hf_local import HFLocalBackend
 
@@ -95,3 +101,4 @@ def test_the_local_backend_generates_in_the_graph_form(lm):
     replies = backend.generate([[ChatMessage("user", "Write a CUDA kernel.")]] * 3,
                                GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.7, seed=0))
     assert all(r.error is None and 0 < r.completion_tokens <= NEW_TOKENS for r in replies)
+    assert "could not be captured" not in capsys.readouterr().out
