@@ -145,3 +145,13 @@ def test_the_sft_run_trains_on_the_refinement_examples_beside_the_first_turns(tm
     refine = [e for e in train if "->" in e.example_id]
     assert refine and len({e.task_id for e in refine}) == len(refine)  # one a task
     assert len(train) > len(refine)  # the first turns are still there
+
+
+def test_the_dry_run_counts_the_refinement_examples(tmp_path, capsys):
+    from cudaperf.cli import main
+
+    code = main(["train", "sft", "--dry-run", "--model", "tiny", "--output-dir", str(tmp_path),
+                 "--limit-tasks", "2", "--val-limit-tasks", "1", "--kinds", "c", "--families", "gemv",
+                 "--measurements", str(MEASUREMENTS), "--refine-per-task", "1", "--max-length", "65536"])
+    out = capsys.readouterr().out
+    assert code == 0 and "train: 2 tasks" in out and "train: 2 refinement examples kept of 2" in out
