@@ -56,6 +56,8 @@
 # SFT adapter comes back, and later leases skip SFT (SFT_LORA below): ~1,000 s.
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
+# SEED=k: the training seed of SFT and RL (default 0; the same in B and C). With SFT_FROM_ADAPTER=1 only
+# RL trains, so each lease with another SEED adds one RL seed from the same SFT model (the seed spread).
 # SFT_REFINE=k: besides, k second-turn examples a task (the conversation after a slower measured
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
@@ -367,7 +369,7 @@ GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
-            --sft-refine-per-task "${SFT_REFINE:-0}"
+            --sft-refine-per-task "${SFT_REFINE:-0}" --seed "${SEED:-0}"
             --sft-lora-rank "${SFT_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
