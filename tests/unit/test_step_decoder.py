@@ -182,3 +182,47 @@ def test_the_prefill_computes_the_last_positions_logits_only(lm):
     finally:
         hook.remove()
     assert widths == [1, 1, 1, 1]  # the prefill's (a width of ids.shape[1] would be rows x width x vocab)
+
+
+def test_the_folded_attention_is_the_sdpa_attention_of_one_query_token():
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from cudaperf.agent.backends.step_decoder import _folded_sdpa
+
+    torch.manual_seed(0)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
+    query, key, value = torch.randn(2, 9, 1, 8), torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8)
+    mask = torch.rand(2, 1, 1, 10) > 0.3
+    mask[:, :, :, 0] = True
+    folded, _ = _folded_sdpa(module, query, key, value, mask, scaling=0.5)
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.5)
+    assert folded.shape == expected.shape == (2, 1, 9, 8)
+    assert torch.allclose(folded, expected, atol=1e-6)
+
+
+def test_decoding_leaves_the_models_attention_as_it_found_it(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    decode(model, ids, mask, 2, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_every_decoding_step_takes_the_folded_path(lm, monkeypatch):
+    from cudaperf.agent.backends import step_decoder
+
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    seen = []
+    original = step_decoder._folded_sdpa
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        seen.append((query.shape[2], tuple(attention_mask.shape)))
+        return original(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setattr(step_decoder, "_folded_sdpa", spy)
+    decode(model, ids, mask, 3, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+    layers, width = model.config.num_hidden_layers, ids.shape[1]
+    assert [q for q, _ in seen] == [width] * layers + [1] * 2 * layers  # prefill, then two decoding steps
+    assert all(shape[2] == 1 for q, shape in seen if q == 1)  # one query row: the fold applies

@@ -9,18 +9,20 @@ bfloat16 copy the rollouts sample from (torch 2.11, transformers 5.17: `rollout.
 captures the model's plain eager forward instead (`torch.cuda.CUDAGraph`), which needs no compiler, and only
 the forward: sampling runs eagerly after each replay.
 
-`decode` does what the rollouts' `generate` call does, row for row: left-padded prompts, one prefill
-forward, then one token a step for every row with the tempered log-probability of the chosen token
-(before nucleus truncation, as `rollout._ChosenLogprobs` records it), temperature and top-p sampling
-(greedy at temperature 0), end-of-turn handling (a finished row gets the pad token after it), and
-`min_new_tokens` (the end-of-turn token suppressed before it). How a step is made capturable: the cache is
-`transformers.StaticCache` (fixed addresses; each layer advances its own write position on the device),
-the attention mask is a 4-D boolean tensor over the whole cache (`transformers` passes a 4-D mask through
-as it is, so no mask is built, and no value is read back to the host, inside the step), positions are a
-device tensor advanced in place. The first decoding step runs eagerly (it is also the capture's warm-up);
-the graph, captured for the second step's inputs, is replayed for every later step. Rows that finish early
-keep decoding pad tokens until every row has finished (checked every `check_every` steps, the only reads
-back to the host).
+`decode` does what the rollouts' `generate` call does, row for row: left-padded prompts, one prefill forward,
+then one token a step for every row with the tempered log-probability of the chosen token (before nucleus
+truncation, as `rollout._ChosenLogprobs` records it), temperature and top-p sampling (greedy at temperature
+0), end-of-turn handling (a finished row gets the pad token after it), and `min_new_tokens` (the end-of-turn
+token suppressed before it). How a step is made capturable: the cache is `transformers.StaticCache` (fixed
+addresses; each layer advances its own write position on the device), the attention mask is a 4-D boolean
+tensor over the whole cache (`transformers` passes a 4-D mask through as it is, so no mask is built, and no
+value is read back to the host, inside the step), positions are a device tensor advanced in place. While it
+decodes, a model on `transformers`' SDPA path attends with `_folded_sdpa`: for one query token with grouped
+key/value heads, the query heads of each key/value head are folded into the query length, so the cache is read
+as it is instead of copied per group first (the copies were about a third of a step's kernel time in session
+32's profile). The first decoding step runs eagerly (it is also the capture's warm-up); the graph, captured
+for the second step's inputs, is replayed for every later step. Rows that finish early keep decoding pad
+tokens until every row has finished (checked every `check_every` steps, the only reads back to the host).
 
 On a CPU (or with `graph=False`) the same loop runs eagerly: that is how the CPU tests check it against
 `generate`. Covers: decoder-only `transformers` models whose forward takes `position_ids`, a 4-D mask and
@@ -30,7 +32,8 @@ penalties or other logits processors, sliding-window caches, several GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +63,7 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
     length = width + max_new_tokens
     device = ids.device
     state = _State.start(model, ids, mask, length)
-    with torch.no_grad():
+    with torch.no_grad(), folded_attention(model):
         scores = _prefill(model, ids, state, width, length)
         tokens, logprobs = [], []
         unfinished = torch.ones(rows, dtype=torch.bool, device=device)
@@ -211,3 +214,46 @@ def _nucleus(probs: Any, top_p: float) -> Any:
     outside = ordered.cumsum(-1) - ordered >= top_p  # the mass before a token already reaches top_p
     outside[:, 0] = False
     return probs.scatter(-1, order, ordered.masked_fill(outside, 0.0))
+
+
+FOLDED = "cudaperf_folded_decode"  # its name among `transformers`' attention functions
+
+
+def _folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                 scaling: float | None = None, **kwargs: Any) -> tuple[Any, None]:
+    """`transformers`' SDPA attention, except for one query token with grouped key/value heads and a 4-D
+    mask of one query row: there the query heads of each key/value head are folded into the query length
+    ([rows, kv heads, group, dim]) and attend to the cache as it is, where the SDPA path would first copy
+    every key and value head `group` times (`repeat_kv`: for SmolLM2's 3 groups, a copy of the whole
+    cache per layer and step). Query head i reads key/value head i // group in both."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    rows, heads, q_len, dim = query.shape
+    if (q_len != 1 or groups == 1 or attention_mask is None or attention_mask.dim() != 4
+            or attention_mask.shape[2] != 1 or dropout):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    folded = query.reshape(rows, key.shape[1], groups, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, key, value, attn_mask=attention_mask[:, :, :, :key.shape[2]], scale=scaling)
+    return out.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def folded_attention(model: Any) -> Iterator[None]:
+    """The model's attention as `_folded_sdpa` for the duration (models on `transformers`' SDPA path only;
+    others are left as they are)."""
+    from transformers import AttentionInterface
+
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    AttentionInterface.register(FOLDED, _folded_sdpa)
+    config._attn_implementation = FOLDED
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
