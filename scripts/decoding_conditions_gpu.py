@@ -21,12 +21,12 @@ real batch), every row forced to `--new-tokens` new tokens. The forms, in this o
 - `no_cudnn_evaluator_open`: `no_cudnn` with the RL trainer's evaluator open beside the model
   (`train.rl.make_evaluator` with `RlConfig`'s defaults, its workers and referees started, `--warm-candidates`
   honest candidates of dataset tasks evaluated), idle, as it is while a rollout generates.
-A form's step is (wall of the n-token call - wall of an n/8-token call) / (n - n/8), so the prefill and
-set-up cancel (`generation_profile.per_step_ms`); the long call runs first, and the short one's prompts
-are n + 1 tokens longer than the long one's, so no key length of the short call was reached by the long
-call (its longer prefill adds ~0.01 ms to a step's figure on an H100). Each long call carries a decoding
-probe (`agent.backends.decoding_probe`: every step's time in thirds, 8 steps profiled, host and device
-time a step; the profiled steps add ~1% to that call), written beside `--out`.
+A form's step is (wall of the n-token call - wall of an n/8-token call) / (n - n/8), so the prefill and set-up
+cancel (as `generation_profile.per_step_ms` measures, in the other order: `measure`); the long call runs
+first, and the short one's prompts are n + 1 tokens longer than the long one's, so no key length of the short
+call was reached by the long call (its longer prefill, one forward pass, is spread over n - n/8 steps). Each
+long call carries a decoding probe (`agent.backends.decoding_probe`: every step's time in thirds, 8 steps
+profiled, host and device time a step; the profiled steps add ~1% to that call), written beside `--out`.
 
 `--model smollm2-shape` (default) is a random model of SmolLM2-135M's shape: nothing to carry, and a step's
 time does not depend on the weights' values. The evaluator needs the GPU machine's carried `.whl` and

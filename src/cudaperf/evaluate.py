@@ -639,7 +639,8 @@ def _from_worker(start: _Start, reply: Any, payload: EvalPayload, build: BuildRe
         outcome, reply.stage, message, more_flags=worker_flags, build=build, logs=reply.logs or "",
         correctness=payload.correctness, timings=timings,
         speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
-        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings),
+        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
+        speedups=speedups_by_baseline(timings),
         coverage=payload.coverage, kernel_time_ms=payload.kernel_time_ms, environment=payload.environment,
     )
 
@@ -666,7 +667,8 @@ def with_cached_baselines(result: EvalResult, cached: dict[str, CachedBaselines]
     timings = fill_timings(result.timings, cached)
     return dataclasses.replace(
         result, timings=timings, speedup_vs_eager=geomean(t.speedup_vs_eager for t in timings),
-        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings), speedups=_speedups(timings))
+        speedup_vs_compile=geomean(t.speedup_vs_compile for t in timings),
+        speedups=speedups_by_baseline(timings))
 
 
 def _with_extra_baselines(timings: tuple[ConfigTiming, ...],
@@ -680,7 +682,8 @@ def _with_extra_baselines(timings: tuple[ConfigTiming, ...],
     return tuple(out)
 
 
-def _speedups(timings: tuple[ConfigTiming, ...]) -> dict[str, float]:
+def speedups_by_baseline(timings: tuple[ConfigTiming, ...]) -> dict[str, float]:
+    """Each baseline's speedup, the geometric mean over the configurations that timed it."""
     names = {"eager", "compile"} | {n for t in timings for n in t.baselines}
     means = {n: geomean(t.speedup(n) for t in timings) for n in sorted(names)}
     return {n: v for n, v in means.items() if v is not None}

@@ -238,14 +238,14 @@ def test_cpu_mode_times_the_torch_compile_baseline_through_the_sandbox(tmp_path)
 
 
 def test_extra_baselines_from_the_worker_become_config_baselines_and_speedups():
-    from cudaperf.evaluate import _speedups, _with_extra_baselines
+    from cudaperf.evaluate import _with_extra_baselines, speedups_by_baseline
     from cudaperf.types import ConfigTiming, Timing
 
     cand = Timing(median_ms=1.0, iqr_ms=0.0, min_ms=1.0, mean_ms=1.0, n_samples=10)
     serial = Timing(median_ms=40.0, iqr_ms=0.0, min_ms=40.0, mean_ms=40.0, n_samples=3)
     timings = _with_extra_baselines((ConfigTiming("large", cand),), {"large": {"serial_c": serial}})
     assert timings[0].baselines["serial_c"].median_ms == 40.0
-    assert _speedups(timings) == {"serial_c": pytest.approx(40.0)}
+    assert speedups_by_baseline(timings) == {"serial_c": pytest.approx(40.0)}
 
 
 def test_the_referee_and_boundary_switches_reach_the_worker_pool(tmp_path):

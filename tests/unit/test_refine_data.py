@@ -41,6 +41,12 @@ def rows_of(impl, ms: float) -> dict[str, dict]:
             for config, scale in CONFIGS}
 
 
+def refining(per_task: int, max_length: int) -> SftConfig:
+    """An SFT configuration with `per_task` refinement examples a task (min speedup 1.2, the default)."""
+    return SftConfig(model="tiny", measurements=str(MEASUREMENTS), refine_per_task=per_task,
+                     max_length=max_length)
+
+
 @pytest.fixture(scope="module")
 def measured(task):
     """The task's implementations timed 4, 1, 3, 2... ms (the second is the fastest)."""
@@ -98,7 +104,7 @@ def test_an_example_learns_the_faster_answer_only(task, measured):
 
     impls, rows, verified = measured
     _, tokenizer = tiny_chat_model(hidden_size=64)
-    (example,), _ = build_refine_examples([task], tokenizer, verified, rows, 1, 1.2, 1 << 16)
+    (example,), _ = build_refine_examples([task], tokenizer, refining(1, 1 << 16), verified, rows)
     answer = tokenizer(answer_text(impls[1].source), add_special_tokens=False)["input_ids"]
     learned = [t for t in example.labels if t != IGNORE]
     assert learned == answer + [tokenizer.eos_token_id]
@@ -110,7 +116,7 @@ def test_an_example_over_max_length_is_dropped_and_counted(task, measured):
 
     _, rows, verified = measured
     _, tokenizer = tiny_chat_model(hidden_size=64)
-    examples, lengths = build_refine_examples([task], tokenizer, verified, rows, 2, 1.2, 256)
+    examples, lengths = build_refine_examples([task], tokenizer, refining(2, 256), verified, rows)
     assert examples == [] and len(lengths) == 2
 
 

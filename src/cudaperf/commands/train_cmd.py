@@ -124,9 +124,7 @@ def _dry_run(config: Any) -> int:
         examples, stats = build_examples(tasks[split], tokenizer, config, verified)
         print(f"{split}: {len(tasks[split])} tasks, {len(examples)} examples kept; {stats.line()}")
         if config.refine_per_task and rows is not None and verified is not None:
-            refine, lengths = build_refine_examples(tasks[split], tokenizer, verified, rows,
-                                                    config.refine_per_task, config.refine_min_speedup,
-                                                    config.max_length)
+            refine, lengths = build_refine_examples(tasks[split], tokenizer, config, verified, rows)
             print(f"{split}: {len(refine)} refinement examples kept of {len(lengths)}")
     return 0
 

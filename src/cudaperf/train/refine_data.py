@@ -32,9 +32,9 @@ from cudaperf.agent.feedback import source_analysis
 from cudaperf.agent.taskset import task_from_generated
 from cudaperf.datasets import registry
 from cudaperf.datasets.records import GeneratedTask, Implementation
-from cudaperf.stats import geomean
+from cudaperf.train.config import SftConfig
 from cudaperf.train.models import answer_ids, prompt_ids
-from cudaperf.train.sft_data import IGNORE, MeasuredImpl, SftExample, answer_text
+from cudaperf.train.sft_data import IGNORE, MeasuredImpl, SftExample, answer_text, fastest_first, verified_of
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Timing
 
 ARCH = "sm_90"  # the structural features' target (H100 and H200, the machines the dataset was measured on)
@@ -56,15 +56,10 @@ def refine_pairs(task: GeneratedTask, verified: dict[str, MeasuredImpl], per_tas
                  min_speedup: float) -> list[RefinePair]:
     """Up to `per_task` pairs of `task`: its fastest verified, timed implementation as the answer after
     each other one at least `min_speedup` times slower, the slowest first."""
-    from cudaperf.datasets.measure.results import impl_hash
-
-    timed = [i for i in registry.implementations(task)
-             if i.impl_id in verified and verified[i.impl_id].source_hash == impl_hash(i.source)
-             and verified[i.impl_id].geomean_ms is not None]
-    if len(timed) < 2 or per_task < 1:
+    order = fastest_first(verified_of(registry.implementations(task), verified), verified)
+    if len(order) < 2 or per_task < 1:
         return []
-    ms = {i.impl_id: float(verified[i.impl_id].geomean_ms) for i in timed}  # type: ignore[arg-type]
-    order = sorted(timed, key=lambda i: (ms[i.impl_id], i.impl_id))
+    ms = {i.impl_id: float(verified[i.impl_id].geomean_ms) for i in order}  # type: ignore[arg-type]
     fastest = order[0]
     slower = [i for i in reversed(order[1:]) if ms[i.impl_id] >= min_speedup * ms[fastest.impl_id]]
     return [RefinePair(task.task_id, i, fastest, ms[i.impl_id] / ms[fastest.impl_id])
@@ -75,9 +70,10 @@ def measured_result(task_id: str, solution_id: str, rows: dict[str, dict[str, An
                     features: tuple = ()) -> EvalResult:
     """The evaluator's result for an implementation that measured correct: `rows` are its measurement
     rows by configuration (`sft_data.measured_rows`)."""
+    from cudaperf.evaluate import speedups_by_baseline
+
     timings = tuple(_config_timing(config, row) for config, row in sorted(rows.items()))
-    names = {"eager", "compile"} | {n for t in timings for n in t.baselines}
-    speedups = {n: g for n in sorted(names) if (g := geomean(t.speedup(n) for t in timings)) is not None}
+    speedups = speedups_by_baseline(timings)
     return EvalResult(task_id=task_id, solution_id=solution_id, outcome=Outcome.CORRECT, stage="timing",
                       timings=timings, speedup_vs_eager=speedups.get("eager"),
                       speedup_vs_compile=speedups.get("compile"), speedups=speedups, features=features)
@@ -124,16 +120,18 @@ def second_turn_messages(task: GeneratedTask, pair: RefinePair, rows: dict[str, 
     return env.prompt_messages()
 
 
-def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, verified: dict[str, MeasuredImpl],
-                          rows: dict[str, dict[str, dict[str, Any]]], per_task: int, min_speedup: float,
-                          max_length: int) -> tuple[list[SftExample], list[int]]:
-    """Every refinement example of `tasks` within `max_length` (longer ones are dropped, never cut), and
-    the lengths of all (prompt + answer tokens)."""
+def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config: SftConfig,
+                          verified: dict[str, MeasuredImpl],
+                          rows: dict[str, dict[str, dict[str, Any]]]) -> tuple[list[SftExample], list[int]]:
+    """Every refinement example of `tasks` (`config.refine_per_task` a task at most, answers at least
+    `config.refine_min_speedup` times faster) within `config.max_length` (longer ones are dropped, never
+    cut), and the lengths of all (prompt + answer tokens); as `sft_data.build_examples` for first turns."""
     examples: list[SftExample] = []
     lengths: list[int] = []
+    max_length = config.max_length
     count = _token_counter(tokenizer)
     for task in tasks:
-        for pair in refine_pairs(task, verified, per_task, min_speedup):
+        for pair in refine_pairs(task, verified, config.refine_per_task, config.refine_min_speedup):
             prompt = prompt_ids(tokenizer, second_turn_messages(task, pair, rows[pair.first.impl_id], count))
             answer = answer_ids(tokenizer, answer_text(pair.answer.source))
             lengths.append(len(prompt) + len(answer))

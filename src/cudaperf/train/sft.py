@@ -124,8 +124,7 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
 
 def _refine(tasks: list, tokenizer: Any, config: SftConfig, verified: dict, rows: dict) -> list[SftExample]:
     """The refinement examples of `tasks` (`refine_data`), with a line saying how many were kept."""
-    examples, lengths = build_refine_examples(tasks, tokenizer, verified, rows, config.refine_per_task,
-                                              config.refine_min_speedup, config.max_length)
+    examples, lengths = build_refine_examples(tasks, tokenizer, config, verified, rows)
     print(f"refinement examples: {len(examples)} of {len(lengths)} within max_length {config.max_length} "
           f"({len(tasks)} tasks)", flush=True)
     return examples

@@ -133,19 +133,29 @@ def task_impls(task: GeneratedTask, config: SftConfig,
                verified: dict[str, MeasuredImpl] | None) -> list[Implementation]:
     """The task's implementations the configuration trains on: of its strategies, verified by the
     measurements when given, and the `fastest_per_task` of them by measured time when set."""
-    from cudaperf.datasets.measure.results import impl_hash
-
     impls = registry.implementations(task)
     if config.strategies:
         impls = [i for i in impls if i.strategy in config.strategies]
     if verified is None:
         return impls
-    impls = [i for i in impls
-             if i.impl_id in verified and verified[i.impl_id].source_hash == impl_hash(i.source)]
+    impls = verified_of(impls, verified)
     if config.fastest_per_task:
-        timed = [i for i in impls if verified[i.impl_id].geomean_ms is not None]
-        impls = sorted(timed, key=lambda i: verified[i.impl_id].geomean_ms)[:config.fastest_per_task]
+        impls = fastest_first(impls, verified)[:config.fastest_per_task]
     return impls
+
+
+def verified_of(impls: Sequence[Implementation], verified: dict[str, MeasuredImpl]) -> list[Implementation]:
+    """Those of `impls` the measurements verified with their current source."""
+    from cudaperf.datasets.measure.results import impl_hash
+
+    return [i for i in impls
+            if i.impl_id in verified and verified[i.impl_id].source_hash == impl_hash(i.source)]
+
+
+def fastest_first(impls: Sequence[Implementation], verified: dict[str, MeasuredImpl]) -> list[Implementation]:
+    """Those of verified `impls` with a measured time, fastest first (ties in their given order)."""
+    timed = [i for i in impls if verified[i.impl_id].geomean_ms is not None]
+    return sorted(timed, key=lambda i: verified[i.impl_id].geomean_ms)
 
 
 def task_messages(task: GeneratedTask, fmt: str = "fast") -> list[dict[str, str]]:

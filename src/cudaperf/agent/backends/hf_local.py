@@ -209,8 +209,8 @@ class HFLocalBackend:
         from cudaperf.agent.backends.step_decoder import Sampling, decode
 
         probes = list(kwargs.get("logits_processor") or ())
-        sampling = Sampling(config.temperature, config.top_p if config.temperature > 0 else 1.0,
-                            tuple(sorted(self._eos_ids)), self.tokenizer.pad_token_id)
+        sampling = Sampling(config.temperature, config.top_p, tuple(sorted(self._eos_ids)),
+                            self.tokenizer.pad_token_id)
         new, _ = decode(self.model, batch["input_ids"], batch["attention_mask"], limit, sampling,
                         on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)
         return new

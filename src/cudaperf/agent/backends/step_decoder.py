@@ -106,7 +106,7 @@ class _State:
         rows, width = ids.shape
         keys = torch.zeros(rows, length, dtype=torch.bool, device=ids.device)
         keys[:, :width] = mask.bool()
-        position = (mask.long().cumsum(-1) - 1).clamp(min=0)[:, -1:].clone()
+        position = torch.zeros(rows, 1, dtype=torch.long, device=ids.device)  # set by the prefill
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
         names = inspect.signature(base.forward).parameters  # passes its keyword arguments on
         argument = "cache" if "cache" in names and "past_key_values" not in names else "past_key_values"
@@ -139,6 +139,7 @@ def _prefill(model: Any, ids: Any, state: _State, width: int, length: int) -> An
     itself = torch.zeros(width, length, dtype=torch.bool, device=ids.device)
     itself[:, :width] = torch.eye(width, dtype=torch.bool, device=ids.device)
     positions = (state.keys[:, :width].long().cumsum(-1) - 1).clamp(min=0)
+    state.position.copy_(positions[:, -1:])  # each row's last prompt position: the steps go on from it
     allowed = (state.keys[:, None, None, :] & causal) | itself
     return state.forward(model, input_ids=ids, attention_mask=allowed, position_ids=positions)
 
