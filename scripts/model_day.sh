@@ -412,6 +412,11 @@ call_C() {
   s=$(cap "${RL_S:-270}")
   step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
     --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8
+  # a train step killed by its limit never reached its own copy of RL's records: keep what they hold
+  mkdir -p "$STAGE/train"
+  for f in metrics.jsonl rollouts.jsonl decoding_probe.txt; do
+    [[ -f $WORK/rl/$f ]] && cp -u "$WORK/rl/$f" "$STAGE/train/rl_$f"
+  done
   step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only  # after a kill, if any
   compare 9999
 }

@@ -5,11 +5,11 @@ evaluation. Prints a table and writes it (and the metrics) under --out.
     python3 scripts/train_h200.py --out "$OUT/train"            # call again until it prints "done"
 
 One call stops starting work after --max-minutes (default 8.5, so a 10-minute call holds it; each stage's
-own budget is what is left less --margin-minutes, which covers loading before the trainer's clock starts,
-the step running when it stops and the final save); every stage checkpoints under --work (default
-/tmp/cudaperf_train, which survives between back-to-back calls on the same warm machine: a 135M checkpoint
-is too large to come back through $OUT) and the next call resumes where the last one stopped: SFT from its
-last checkpoint, RL from its last checkpoint once SFT is final.
+own budget is what is left less --margin-minutes, counted from the stage's start (its loading and examples
+included), so the margin covers a step longer than the one before it and the final save); every stage
+checkpoints under --work (default /tmp/cudaperf_train, which survives between back-to-back calls on the
+same warm machine: a 135M checkpoint is too large to come back through $OUT) and the next call resumes
+where the last one stopped: SFT from its last checkpoint, RL from its last checkpoint once SFT is final.
 
 Needs on the machine: trl 1.16 and datasets (wheels carried, see shared/docs/gpu-machine.md), the
 SmolLM2 GGUF and `gguf` (as for `cudaperf optimize --model smollm2`). Everything is a field of
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
     p.add_argument("--max-minutes", type=float, default=8.5, help="start no work after this")
     p.add_argument("--margin-minutes", type=float, default=1.0,
-                   help="kept free at the end of each stage's budget (loading, the last step, saving)")
+                   help="kept free at the end of each stage's budget (a longer last step, saving)")
     p.add_argument("--sft-max-minutes", type=float, default=0.0, help="SFT's own budget (0: what is left)")
     p.add_argument("--rl-max-minutes", type=float, default=0.0, help="RL's own budget (0: what is left)")
     p.add_argument("--final-on-limit", action="store_true",

@@ -32,3 +32,13 @@ def test_a_step_that_would_end_past_the_limit_is_not_started(tmp_path):
     assert not first.should_training_stop
     assert second.should_training_stop and second.should_save
     writer.close()
+
+
+def test_the_limit_counts_from_the_runs_start_not_the_callbacks(tmp_path):
+    """Time spent before the trainer (loading, building examples) is part of the run's minutes: session
+    33's SFT built its examples for minutes outside its clock and was killed by its call's limit."""
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    config = SftConfig(output_dir=str(tmp_path), max_minutes=0.3 / 60)
+    callback = make_callback(config, writer, started_s=time.perf_counter() - 0.25)
+    assert _step(callback, 0.03).should_training_stop  # 0.28 s since the start, the next ends past 0.3 s
+    writer.close()

@@ -65,8 +65,9 @@ class CommonConfig:
     """Checkpoints kept (older ones are deleted); at least 1."""
     max_minutes: float = 0.0
     """Stop with a checkpoint once the next step (taken to last as long as the last one) would end past
-    this many minutes of training (0: no limit); starting the same run again resumes it (how a long run
-    fits machines lent for a few minutes at a time)."""
+    this many minutes of the run, counted from its start (loading and building its data included; 0: no
+    limit); starting the same run again resumes it (how a long run fits machines lent for a few minutes at
+    a time)."""
     resume: bool = True
     """Continue from the last checkpoint in `output_dir` when there is one (the saved configuration must
     match: see `check_resume`); False refuses to start over an existing run."""
@@ -256,8 +257,9 @@ class RlConfig(CommonConfig):
     (preallocated; on a GPU `transformers` compiles the decoding step, paying the compile once per batch
     shape, to cut the per-step host overhead; sampled in float32, without the dynamic cache's bfloat16
     autocast; `scripts/generation_profile.py` measures both), or 'graph': `agent.backends.step_decoder`'s
-    loop over a static cache whose decoding step is one captured CUDA graph (no compiler; any weights
-    form; on a CPU the same loop, eager). Session 32's rollout steps took 90-105 ms for 6.5 ms of kernels."""
+    loop over a static cache whose decoding step is one captured CUDA graph (no compiler; with
+    generation_weights 'autocast', in float32 as 'static'; on a CPU the same loop, eager). Session 32's
+    rollout steps took 90-105 ms for 6.5 ms of kernels; in session 33's, 'graph' took 7.5-10.4 ms."""
     generation_attention: str = "no_cudnn"
     """The attention kernels of the rollouts' `generate`: 'no_cudnn' (on a GPU, PyTorch's flash,
     memory-efficient and math kernels: cuDNN's builds a plan for every new key length, so for every

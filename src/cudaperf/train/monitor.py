@@ -120,15 +120,18 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(directory))
 
 
-def make_callback(config: CommonConfig, writer: MetricsWriter) -> Any:
+def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float | None = None) -> Any:
     """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
     stops the run with a checkpoint at the end of the last step that fits `config.max_minutes` (the next
-    step is taken to last as long as the one just ended)."""
+    step is taken to last as long as the one just ended). `started_s`: the `time.perf_counter()` at which
+    the run began, so that the minutes count what came before the trainer too (loading, building the
+    examples, starting the evaluator); default: now."""
     from transformers import TrainerCallback
 
     class RunCallback(TrainerCallback):
         def __init__(self) -> None:
-            self.started = self.step_started = time.perf_counter()
+            self.step_started = time.perf_counter()
+            self.started = self.step_started if started_s is None else started_s
             self.step_seconds: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):

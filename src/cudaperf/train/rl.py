@@ -98,7 +98,7 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
         print(progress.line(), file=sys.stderr, flush=True)
 
     rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch, on_turn=on_turn)
-    trainer = _trainer(config, model, tokenizer, tasks, rollout, writer)
+    trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -133,7 +133,7 @@ def _dataset(tasks: list[Any], config: RlConfig) -> Any:
 
 
 def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rollout: MultiTurnRollout,
-             writer: MetricsWriter) -> Any:
+             writer: MetricsWriter, started_s: float) -> Any:
     from trl import GRPOConfig, GRPOTrainer
 
     class RecordingGRPOTrainer(RecordsBatches, GRPOTrainer):
@@ -156,7 +156,7 @@ def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rol
     return RecordingGRPOTrainer(model=model, reward_funcs=[TurnReturnReward()], args=args,
                                 train_dataset=_dataset(tasks, config), processing_class=tokenizer,
                                 peft_config=lora_config(config), rollout_func=rollout,
-                                callbacks=[make_callback(config, writer)])
+                                callbacks=[make_callback(config, writer, started_s)])
 
 
 __all__ = ["ROLLOUTS_FILE", "RlReport", "load_tasks", "make_evaluator", "run_rl"]

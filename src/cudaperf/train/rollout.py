@@ -168,14 +168,12 @@ class ModelGenerator:
             temperature=None, top_p=None, top_k=None)
         if self.cache == "static":
             kwargs["cache_implementation"] = "static"
-        # No autocast with the static cache: on the H200 (transformers 5.17) its compiled decoding step wrote
-        # bfloat16 keys into a cache the eager prefill had made float32 (`index_copy_` refused the mix;
-        # results/2026-12-05-s20/call5-generation-profile/). In float32 throughout the two agree.
-        autocast = device.type == "cuda" and self.cache != "static" and self.weights == "autocast"
-        # A captured graph must not read autocast's cached weight casts: the cache is freed when the
-        # autocast region ends, and the graph holds their addresses (PyTorch's CUDA graph notes).
-        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast,
-                              cache_enabled=self.cache != "graph")
+        # No autocast with a static cache ('static', 'graph'): it is made with one dtype for keys and
+        # values, and under autocast the keys leave the rotary embedding in float32 and the values in
+        # bfloat16, so `index_copy_` refused the mix (H200, results/2026-12-05-s20/call5-generation-profile/;
+        # H100, 'graph', results/2026-12-06-s33-h100/A/gpu-tests.log). In float32 throughout they agree.
+        autocast = device.type == "cuda" and self.cache == "dynamic" and self.weights == "autocast"
+        bf16 = torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast)
         with torch.no_grad(), bf16, attention_kernels(self.attention, device.type), \
                 probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             if self.cache == "graph":

@@ -76,7 +76,7 @@ def run_sft(config: SftConfig) -> SftReport:
     writer = MetricsWriter(config.output_dir)
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val),
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
-    trainer = _trainer(config, model, tokenizer, train, val, writer)
+    trainer = _trainer(config, model, tokenizer, train, val, writer, started)
     final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -160,7 +160,7 @@ def length_grouping(args_class: type, wanted: bool) -> dict[str, Any]:
 
 
 def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: list,
-             writer: MetricsWriter) -> Any:
+             writer: MetricsWriter, started_s: float) -> Any:
     from trl import SFTConfig as TrlSFTConfig
     from trl import SFTTrainer
 
@@ -187,7 +187,7 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
                                processing_class=tokenizer, peft_config=lora_config(config),
-                               callbacks=[make_callback(config, writer)])
+                               callbacks=[make_callback(config, writer, started_s)])
 
 
 __all__ = ["SftReport", "prepare_run", "run_sft"]

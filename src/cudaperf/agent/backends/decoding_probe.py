@@ -3,9 +3,11 @@ steps, measured inside the run that pays for them (the RL rollouts, the comparis
 
 `DecodingProbe` is a logits processor, so `generate` calls it once per decoding step, after the step's
 forward pass and before sampling: it records the host clock there and advances a `torch.profiler`
-schedule that profiles `active_steps` steps after `skip_steps`. `generate` checks after every step whether
-all rows have finished, which waits for the device, so consecutive host clocks are the steps' real
-durations; the steps around the profiled ones (the profiler's start and stop) are left out of them.
+schedule that profiles `active_steps` steps after `skip_steps`. On a GPU it waits for the device first
+(`generate` does so every step anyway; `step_decoder`'s graph loop only every few, so without the wait its
+clocks read the host's launches: 1.4-2.3 ms "steps" of 9.5 ms ones in session 33), so consecutive host
+clocks are the steps' real durations; the steps around the profiled ones (the profiler's start and stop)
+are left out of them.
 `DecodingReport` (pure) holds what one call measured and renders it as text: the conditions (rows, prompt
 widths, padding, new tokens), the step times at the start, middle and end of the call, and the profiled
 steps' operators with the most host and device time.
@@ -122,6 +124,12 @@ class DecodingProbe:
             self._guard(lambda: self._profiler.__exit__(None, None, None))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if getattr(scores, "is_cuda", False):
+            # `generate` waits for the device every step, the graph loop (`step_decoder`) every few: wait
+            # here, so that the clock reads each step's real duration in both
+            import torch
+
+            torch.cuda.synchronize(scores.device)
         self._clock.append(time.perf_counter())
         if self._profiler is not None and not self._failed:
             self._guard(self._profiler.step)
