@@ -62,6 +62,9 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
+# implementation, judged by the evaluator without a GPU, answered by the intact one; SftConfig.repair_per_task;
+# default 0). SFT's budget counts building the examples (session 33's B, before it did, ran past its call).
 # SFT_LORA=r: SFT trains LoRA adapters of rank r (default 0: full fine-tuning); call B then returns the adapter
 # as $OUT/sft-adapter.tgz (in 15 MiB parts when larger; rank 16 of SmolLM2-135M: ~20 MB in float32), to be
 # kept in .carry/sft-adapter (export_adapter below says how). A later lease skips SFT: B with
@@ -369,7 +372,8 @@ GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
-            --sft-refine-per-task "${SFT_REFINE:-0}" --seed "${SEED:-0}"
+            --sft-refine-per-task "${SFT_REFINE:-0}" --sft-repair-per-task "${SFT_REPAIR:-0}"
+            --seed "${SEED:-0}"
             --sft-lora-rank "${SFT_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024

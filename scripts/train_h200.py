@@ -66,6 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-refine-per-task", type=int, default=0,
                    help="second-turn examples a task, improving on a slower measured implementation "
                    "(SftConfig.refine_per_task)")
+    p.add_argument("--sft-repair-per-task", type=int, default=0,
+                   help="repair examples a task: a broken copy of a verified implementation, its feedback, "
+                   "the intact one (SftConfig.repair_per_task)")
     p.add_argument("--sft-only", action="store_true", help="stop after SFT (RL in a later call)")
     p.add_argument("--promote-only", action="store_true",
                    help="only give each stage without final/ its last checkpoint as final/ (after a kill)")
@@ -222,6 +225,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      limit_tasks=args.sft_limit_tasks, val_limit_tasks=args.sft_val_limit_tasks,
                      measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
                      refine_per_task=args.sft_refine_per_task,
+                     repair_per_task=args.sft_repair_per_task,
                      max_length=args.sft_max_length, save_steps=100,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
                      max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")

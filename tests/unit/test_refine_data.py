@@ -160,4 +160,4 @@ def test_the_dry_run_counts_the_refinement_examples(tmp_path, capsys):
                  "--limit-tasks", "2", "--val-limit-tasks", "1", "--kinds", "c", "--families", "gemv",
                  "--measurements", str(MEASUREMENTS), "--refine-per-task", "1", "--max-length", "65536"])
     out = capsys.readouterr().out
-    assert code == 0 and "train: 2 tasks" in out and "train: 2 refinement examples kept of 2" in out
+    assert code == 0 and "train: 2 tasks" in out and "refinement examples: 2 of 2 within" in out

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(config: Any) -> int:
     from cudaperf.train.models import load_policy
-    from cudaperf.train.refine_data import build_refine_examples
+    from cudaperf.train.sft import second_turn_examples
     from cudaperf.train.sft_data import build_examples, measured_rows, split_tasks, verified_from_rows
 
     _, tokenizer = load_policy(config)
@@ -123,9 +123,9 @@ def _dry_run(config: Any) -> int:
     for split in ("train", "val"):
         examples, stats = build_examples(tasks[split], tokenizer, config, verified)
         print(f"{split}: {len(tasks[split])} tasks, {len(examples)} examples kept; {stats.line()}")
-        if config.refine_per_task and rows is not None and verified is not None:
-            refine, lengths = build_refine_examples(tasks[split], tokenizer, config, verified, rows)
-            print(f"{split}: {len(refine)} refinement examples kept of {len(lengths)}")
+        second = second_turn_examples(tasks[split], tokenizer, config, verified, rows)
+        if second:
+            print(f"{split}: {len(second)} second-turn examples kept")
     return 0
 
 

@@ -27,6 +27,7 @@ GENERATION_WEIGHTS = ("autocast", "bfloat16")
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
+REPAIR_FAULT_KINDS = 5  # the kinds of fault `train.repair_data.FAULTS` knows
 # Fields a resumed run may change: where it runs, for how long and with which kernels for the same function
 # (the attention's), never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
@@ -148,6 +149,12 @@ class SftConfig(CommonConfig):
     refine_min_speedup: float = 1.2
     """A refinement pair's answer is at least this many times faster than its first reply (measured
     geometric means over the configurations)."""
+    repair_per_task: int = 0
+    """Repair examples per task besides the first-turn ones (`train.repair_data`): the conversation at
+    turn 2 after a broken copy of a verified implementation (cut short, entry point renamed, a syntax
+    error, a forbidden import, a compile error; one kind each, so at most 5), judged by the evaluator
+    without a GPU, answered by the intact implementation; 0: none. In session 33's comparison the SFT
+    model's second replies fixed none of its 35 failed first replies (dev/LOG.md)."""
     epochs: float = 3.0
     """Passes over the training examples (when max_steps is -1)."""
     batch_size: int = 8
@@ -191,6 +198,9 @@ class SftConfig(CommonConfig):
         if self.refine_per_task < 0 or (self.refine_per_task and not self.measurements):
             raise ConfigError(f"refine_per_task={self.refine_per_task}: use >= 0, and name the measurements "
                               "(the first reply's feedback and the pairs' times come from them)")
+        if not 0 <= self.repair_per_task <= REPAIR_FAULT_KINDS:
+            raise ConfigError(f"repair_per_task={self.repair_per_task}: 0 to {REPAIR_FAULT_KINDS} (one "
+                              "example of each kind of fault at most)")
         if not self.refine_min_speedup >= 1.0:
             raise ConfigError(f"refine_min_speedup={self.refine_min_speedup}: at least 1 (the answer must "
                               "not be slower than the first reply)")

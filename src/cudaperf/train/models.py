@@ -143,6 +143,11 @@ def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def token_counter(tokenizer: Any) -> Any:
+    """Counts tokens as the rollouts' environment does with the same tokenizer (the feedback's budget)."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def answer_ids(tokenizer: Any, answer: str) -> list[int]:
     """Token ids of an assistant reply followed by the end-of-turn token."""
     return tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -164,4 +169,4 @@ def between_turns_ids(tokenizer: Any, user_message: str, reply_ended: bool) -> l
 
 
 __all__ = ["answer_ids", "between_turns_ids", "fix_special_tokens", "load_policy", "lora_config",
-           "model_directory", "prompt_ids", "resolve_device", "save_model"]
+           "model_directory", "prompt_ids", "resolve_device", "save_model", "token_counter"]

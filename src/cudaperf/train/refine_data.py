@@ -33,7 +33,7 @@ from cudaperf.agent.taskset import task_from_generated
 from cudaperf.datasets import registry
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.train.config import SftConfig
-from cudaperf.train.models import answer_ids, prompt_ids
+from cudaperf.train.models import answer_ids, prompt_ids, token_counter
 from cudaperf.train.sft_data import IGNORE, MeasuredImpl, SftExample, answer_text, fastest_first, verified_of
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Timing
 
@@ -129,7 +129,7 @@ def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config
     examples: list[SftExample] = []
     lengths: list[int] = []
     max_length = config.max_length
-    count = _token_counter(tokenizer)
+    count = token_counter(tokenizer)
     for task in tasks:
         for pair in refine_pairs(task, verified, config.refine_per_task, config.refine_min_speedup):
             prompt = prompt_ids(tokenizer, second_turn_messages(task, pair, rows[pair.first.impl_id], count))
@@ -141,11 +141,6 @@ def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config
                                        task.family, task.kind.value, tuple(prompt + answer),
                                        tuple([IGNORE] * len(prompt) + answer), len(prompt), len(answer)))
     return examples, lengths
-
-
-def _token_counter(tokenizer: Any) -> Any:
-    """Counts tokens as the rollouts' environment does with the same tokenizer (the feedback's budget)."""
-    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 __all__ = ["RefinePair", "build_refine_examples", "measured_result", "refine_pairs", "second_turn_messages",

@@ -95,10 +95,12 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
         _append_turns(Path(config.output_dir) / ROLLOUTS_FILE, batch, step)
 
     def on_turn(progress: TurnProgress) -> None:  # a step's turns as they end (a step takes minutes)
-        print(progress.line(), file=sys.stderr, flush=True)
+        print(f"[{time.perf_counter() - started:.0f} s] {progress.line()}", file=sys.stderr, flush=True)
 
     rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
+    print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
+          file=sys.stderr, flush=True)
     final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)

@@ -2,7 +2,8 @@
 
 Recipe: tasks of the train families (val families for the eval loss) -> examples (`sft_data.py`: the
 agent's prompt, one implementation as the answer, loss on the answer only; with `refine_per_task`, also
-second turns that improve on a slower implementation, `refine_data.py`) -> SFTTrainer (optionally a
+second turns that improve on a slower implementation, `refine_data.py`; with `repair_per_task`, second
+turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
 batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that).
@@ -25,6 +26,7 @@ from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_res
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
 from cudaperf.train.refine_data import build_refine_examples
+from cudaperf.train.repair_data import build_repair_examples
 from cudaperf.train.sft_data import (
     LengthStats,
     SftExample,
@@ -72,9 +74,13 @@ def run_sft(config: SftConfig) -> SftReport:
     started = time.perf_counter()
     checkpoint = prepare_run(config)
     model, tokenizer = load_policy(config)
+    built = time.perf_counter()
     train, val, lengths = _examples(config, tokenizer)
+    built_s = time.perf_counter() - built
+    print(f"SFT examples: {len(train)} train, {len(val)} val, built in {built_s:.0f} s (the setup before "
+          f"them: {built - started:.0f} s)", flush=True)
     writer = MetricsWriter(config.output_dir)
-    writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val),
+    writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
     trainer = _trainer(config, model, tokenizer, train, val, writer, started)
     final = Path(config.output_dir) / "final"
@@ -108,9 +114,8 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     verified = verified_from_rows(rows) if rows is not None else None
     train, lengths = build_examples(tasks["train"], tokenizer, config, verified)
     val, _ = build_examples(tasks["val"], tokenizer, config, verified)
-    if config.refine_per_task and rows is not None and verified is not None:
-        train += _refine(tasks["train"], tokenizer, config, verified, rows)
-        val += _refine(tasks["val"], tokenizer, config, verified, rows)
+    train += second_turn_examples(tasks["train"], tokenizer, config, verified, rows)
+    val += second_turn_examples(tasks["val"], tokenizer, config, verified, rows)
     if not train:
         raise ConfigError("no training example: check kinds, families, strategies, measurements and "
                           f"max_length ({lengths.line()})")
@@ -122,11 +127,21 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     return train, val, lengths
 
 
-def _refine(tasks: list, tokenizer: Any, config: SftConfig, verified: dict, rows: dict) -> list[SftExample]:
-    """The refinement examples of `tasks` (`refine_data`), with a line saying how many were kept."""
-    examples, lengths = build_refine_examples(tasks, tokenizer, config, verified, rows)
-    print(f"refinement examples: {len(examples)} of {len(lengths)} within max_length {config.max_length} "
-          f"({len(tasks)} tasks)", flush=True)
+def second_turn_examples(tasks: list, tokenizer: Any, config: SftConfig, verified: dict | None,
+                         rows: dict | None) -> list[SftExample]:
+    """The refinement (`refine_data`) and repair (`repair_data`) examples of `tasks` as configured, each
+    kind with a line saying how many were kept."""
+    examples: list[SftExample] = []
+    if config.refine_per_task and rows is not None and verified is not None:
+        refine, lengths = build_refine_examples(tasks, tokenizer, config, verified, rows)
+        print(f"refinement examples: {len(refine)} of {len(lengths)} within max_length {config.max_length} "
+              f"({len(tasks)} tasks)", flush=True)
+        examples += refine
+    if config.repair_per_task:
+        repair, counts = build_repair_examples(tasks, tokenizer, config, verified)
+        print(f"repair examples: {len(repair)} ({', '.join(f'{k} {n}' for k, n in sorted(counts.items()))}; "
+              f"{len(tasks)} tasks)", flush=True)
+        examples += repair
     return examples
 
 
