@@ -62,6 +62,8 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
+# and learning rate (default 2e-6); the same in B and C.
 # SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
 # implementation, judged by the evaluator without a GPU, answered by the intact one; SftConfig.repair_per_task;
 # default 0). SFT's budget counts building the examples (session 33's B, before it did, ran past its call).
@@ -371,11 +373,13 @@ PY
 GEN_WEIGHTS=$(gen_weights)
 
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
+# shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
             --sft-refine-per-task "${SFT_REFINE:-0}" --sft-repair-per-task "${SFT_REPAIR:-0}"
             --seed "${SEED:-0}"
             --sft-lora-rank "${SFT_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
+            --rl-lr "${RL_LR:-2e-6}" --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
             --rl-generation-attention "${RL_GEN_ATTENTION:-no_cudnn}"

@@ -82,6 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-steps", type=int, default=4)
     p.add_argument("--rl-tasks", nargs="+", default=["split:train"])
     p.add_argument("--rl-limit-tasks", type=int, default=32)
+    p.add_argument("--rl-kinds", nargs="+", default=["pytorch", "c"],
+                   help="the RL tasks' kinds (RlConfig.kinds): a curriculum starts where SFT succeeds")
+    p.add_argument("--rl-families", nargs="*", default=[], help="the RL tasks' families (default: all)")
     p.add_argument("--rl-turns", type=int, default=2)
     p.add_argument("--rl-trajectories", type=int, default=4)
     p.add_argument("--rl-tasks-per-step", type=int, default=4)
@@ -285,6 +288,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
 
     config = RlConfig(model=model_dir, output_dir=str(args.work / "rl"), seed=args.seed,
                       tasks=tuple(args.rl_tasks), limit_tasks=args.rl_limit_tasks, max_turns=args.rl_turns,
+                      kinds=tuple(args.rl_kinds), families=tuple(args.rl_families),
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
