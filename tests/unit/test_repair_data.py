@@ -16,7 +16,7 @@ from cudaperf.train.repair_data import (
     break_reply,
     build_repair_examples,
     faults_of,
-    second_turn_messages,
+    repair_turn_messages,
 )
 from cudaperf.train.sft_data import IGNORE, answer_text
 
@@ -54,7 +54,7 @@ def entry_of(task):
 def test_each_fault_fails_as_intended_and_the_feedback_says_so(task, fault, evaluator):
     impl = registry.implementations(task)[0]
     reply = break_reply(impl.source, fault, *entry_of(task))
-    messages = second_turn_messages(task, reply, evaluator)
+    messages = repair_turn_messages(task, reply, evaluator)
     assert messages is not None and messages[-1]["role"] == "user"
     assert SAYS[fault] in messages[-1]["content"]
 
@@ -64,7 +64,7 @@ def test_an_intact_reply_gives_no_example(task, evaluator):
     from cudaperf.train.repair_data import BrokenReply
 
     intact = BrokenReply("compile", answer_text(registry.implementations(task)[0].source), "stop")
-    assert second_turn_messages(task, intact, evaluator) is None
+    assert repair_turn_messages(task, intact, evaluator) is None
 
 
 def test_a_fault_without_a_place_in_the_source_gives_no_reply():

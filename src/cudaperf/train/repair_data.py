@@ -13,7 +13,7 @@ Why: in session 33's comparison (H100, dev/LOG.md) 35 of 48 first replies of the
 second replies fixed none of them: 21 of 48 carried no solution at all. SFT had shown the model first turns
 only (and, with `refine_per_task`, second turns after correct answers), never a failure and its fix.
 
-The faults (`FAULTS`), each the failure the evaluator names in that session's replies:
+The faults (`FAULTS`), each a failure the evaluator named in the replies of sessions 32 and 33:
 - 'truncated': the reply cut half way between the entry point's definition and its end, as by the token
   limit (extraction: truncated);
 - 'no_entry': the entry point renamed where it is defined (extraction: no_solution);
@@ -108,7 +108,7 @@ def _drop_kernel_semicolon(source: str, entry: str, entry_kind: EntryKind) -> st
     return source[:semicolon] + source[semicolon + 1:] if semicolon > 0 else None
 
 
-def second_turn_messages(task: GeneratedTask, reply: BrokenReply, evaluator: Any,
+def repair_turn_messages(task: GeneratedTask, reply: BrokenReply, evaluator: Any,
                          count_tokens: Any = None) -> list[dict[str, str]] | None:
     """The conversation the environment gives the model at turn 2 after `reply`, judged by `evaluator`
     (an `Evaluator` without a GPU); None when the reply did not fail as its fault intends."""
@@ -159,7 +159,7 @@ def _example(task: GeneratedTask, impl: Implementation, fault: str, tokenizer: A
     reply = break_reply(impl.source, fault, prompt.entry, prompt.entry_kind)
     if reply is None:
         return "no_place"
-    messages = second_turn_messages(task, reply, evaluator, count)
+    messages = repair_turn_messages(task, reply, evaluator, count)
     if messages is None:
         return "did_not_fail"
     ids = prompt_ids(tokenizer, messages)
@@ -171,4 +171,4 @@ def _example(task: GeneratedTask, impl: Implementation, fault: str, tokenizer: A
 
 
 __all__ = ["EXPECTED", "FAULTS", "BrokenReply", "break_reply", "build_repair_examples", "faults_of",
-           "second_turn_messages"]
+           "repair_turn_messages"]
