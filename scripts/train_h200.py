@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.promote_only:
         bases = {"sft": lambda: _sft_base(args), "rl": lambda: args.work / "sft" / "final"}
-        done = {stage: (args.work / stage / "final" / "config.json").is_file()
+        done = {stage: _final_is_current(args.work / stage)
                 or _promote(args.work / stage, -1, None, bases[stage]) for stage in ("sft", "rl")}
         print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
         return 0
@@ -198,6 +198,21 @@ def _promote(out: Path, steps: int, max_steps: int | None, base: Callable[[], Pa
     shutil.rmtree(final, ignore_errors=True)
     scratch.rename(final)
     return True
+
+
+def _final_is_current(out: Path) -> bool:
+    """out/final is the stage's last word: a finished run's model, or a promoted checkpoint that is still
+    the last one (a run resumed in a later call and killed there has newer checkpoints to promote)."""
+    from cudaperf.train.monitor import last_checkpoint
+
+    final = out / "final"
+    if not (final / "config.json").is_file():
+        return False
+    early = final / "stopped_early.json"
+    if not early.is_file():
+        return True
+    checkpoint = last_checkpoint(out)
+    return checkpoint is None or json.loads(early.read_text()).get("checkpoint") == Path(checkpoint).name
 
 
 def _missing(module: str) -> bool:

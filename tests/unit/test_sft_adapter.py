@@ -81,3 +81,21 @@ def test_a_lora_checkpoint_is_promoted_by_merging_it_into_the_base(lora_run, tmp
     assert (run / "final" / "stopped_early.json").is_file()
     assert (run / "final" / ADAPTER_DIR / "adapter_config.json").is_file()
 
+
+
+def test_a_promoted_final_is_promoted_again_once_a_later_checkpoint_exists(lora_run, tmp_path):
+    """A stage resumed in a later call and killed there has a newer checkpoint than the final/ an earlier
+    call promoted: `--promote-only` promotes it (`_final_is_current`), a final of the last one stays."""
+    import shutil
+
+    from script_module import load_script
+
+    config, _ = lora_run
+    run = tmp_path / "sft"
+    shutil.copytree(config.output_dir, run, ignore=shutil.ignore_patterns("final"))
+    train_h200 = load_script("train_h200")
+    assert not train_h200._final_is_current(run)  # none yet
+    assert train_h200._promote(run, 2, None, lambda: run / TINY_DIR)
+    assert train_h200._final_is_current(run)
+    shutil.copytree(run / "checkpoint-2", run / "checkpoint-3")  # a later call's checkpoint
+    assert not train_h200._final_is_current(run)
