@@ -202,6 +202,23 @@ def test_the_folded_attention_is_the_sdpa_attention_of_one_query_token():
     assert torch.allclose(folded, expected, atol=1e-6)
 
 
+def test_the_folded_attention_takes_an_additive_mask_as_sdpa_does():
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from cudaperf.agent.backends.step_decoder import _folded_sdpa
+
+    torch.manual_seed(1)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True, training=False)
+    query, key, value = torch.randn(2, 9, 1, 8), torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8)
+    mask = torch.where(torch.rand(2, 1, 1, 10) > 0.3, 0.0, float("-inf"))
+    mask[:, :, :, 0] = 0.0
+    folded, _ = _folded_sdpa(module, query, key, value, mask)
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask)
+    assert torch.allclose(folded, expected, atol=1e-6)
+
+
 def test_decoding_leaves_the_models_attention_as_it_found_it(lm):
     model, tokenizer = lm
     _, ids, mask = batch(tokenizer)

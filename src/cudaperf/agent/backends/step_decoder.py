@@ -20,9 +20,11 @@ value is read back to the host, inside the step), positions are a device tensor 
 decodes, a model on `transformers`' SDPA path attends with `_folded_sdpa`: for one query token with grouped
 key/value heads, the query heads of each key/value head are folded into the query length, so the cache is read
 as it is instead of copied per group first (the copies were about a third of a step's kernel time in session
-32's profile). The first decoding step runs eagerly (it is also the capture's warm-up); the graph, captured
-for the second step's inputs, is replayed for every later step. Rows that finish early keep decoding pad
-tokens until every row has finished (checked every `check_every` steps, the only reads back to the host).
+32's profile), and attends by two batched matrix products rather than PyTorch's memory-efficient kernel
+(64% of a graph step's kernel time in session 33's profile: `_one_token_attention`). The first decoding
+step runs eagerly (it is also the capture's warm-up); the graph, captured for the second step's inputs, is
+replayed for every later step. Rows that finish early keep decoding pad tokens until every row has finished
+(checked every `check_every` steps, the only reads back to the host).
 
 On a CPU (or with `graph=False`) the same loop runs eagerly: that is how the CPU tests check it against
 `generate`. Covers: decoder-only `transformers` models whose forward takes `position_ids`, a 4-D mask and
@@ -227,7 +229,6 @@ def _folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     ([rows, kv heads, group, dim]) and attend to the cache as it is, where the SDPA path would first copy
     every key and value head `group` times (`repeat_kv`: for SmolLM2's 3 groups, a copy of the whole
     cache per layer and step). Query head i reads key/value head i // group in both."""
-    import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = getattr(module, "num_key_value_groups", 1)
@@ -237,9 +238,23 @@ def _folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     folded = query.reshape(rows, key.shape[1], groups, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        folded, key, value, attn_mask=attention_mask[:, :, :, :key.shape[2]], scale=scaling)
+    out = _one_token_attention(folded, key, value, attention_mask[:, :, :, :key.shape[2]],
+                               scaling if scaling is not None else dim ** -0.5)
     return out.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def _one_token_attention(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
+    """softmax(query key^T * scale, masked) value as two batched matrix products, the scores in float32.
+    Why not `scaled_dot_product_attention`: for a few query rows against the whole static cache PyTorch
+    picks its memory-efficient kernel, which parallelises over queries and heads (16 rows x 3 key/value
+    heads: 48 blocks for 132 SMs) and read the cache at ~0.2 TB/s in session 33's profile (188 us a layer
+    of a 10 ms step, 64% of it); a batched product is bound by reading the cache once. `mask`: boolean
+    (True: attend) or additive, broadcast over [rows, kv heads, query rows, keys]."""
+    import torch
+
+    scores = torch.matmul(query, key.transpose(-1, -2)).float() * scale
+    scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    return torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)
 
 
 @contextlib.contextmanager
