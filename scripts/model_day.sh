@@ -62,6 +62,7 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C.
 # SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
@@ -391,7 +392,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks 8 --max-new-tokens 1024 \
+    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks "${COMPARE_TASKS:-8}" --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
