@@ -14,6 +14,8 @@
 #                                                             64 MiB carry limit; A2 again with
 #                                                             .carry/model-1c: part 2, PARTS=4 being the
 #                                                             default of fetch_model_carry.sh)
+#   K     .carry/*-adapter   bash scripts/model_day.sh K      carried LoRA adapters -> /tmp/adapters (when C's
+#                                                             carry cannot hold them; C looks there first)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
@@ -62,6 +64,11 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# RL_LORA=r: RL trains LoRA adapters of rank r (default 0: full weights); call C then returns the RL
+# adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
+# lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
+# into SFT's model and trains a new adapter on top, a fresh optimiser; carry it in call K when C's carry is
+# full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C.
@@ -126,8 +133,8 @@
 #   refinement run's third turn; never SFT, which everything after it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-CALL=${1:?usage: bash scripts/model_day.sh A|A2|B|C|D}
-declare -A BUDGETS=([A]=570 [A2]=60 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
+CALL=${1:?usage: bash scripts/model_day.sh A|A2|K|B|C|D}
+declare -A BUDGETS=([A]=570 [A2]=60 [K]=60 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
 BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
 # SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
 # the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
@@ -282,6 +289,18 @@ call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c
   echo "| A2 | rc=$rc | GGUF ${names}into $T/carry |" | tee -a "$SUMMARY"
 }
 
+call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-adapter: those present), for
+  # a call C whose carry cannot hold them beside its own
+  local name n=0
+  for name in sft-adapter rl-adapter; do
+    [[ -f .carry/$name/adapter_config.json ]] || continue
+    mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r ".carry/$name" "$T/adapters/$name"
+    n=$((n + 1))
+    echo "| K | $name into $T/adapters |" | tee -a "$SUMMARY"
+  done
+  (( n )) || { echo "carry .carry/sft-adapter and/or .carry/rl-adapter" >&2; exit 2; }
+}
+
 call_B() {
   [[ -d .carry/model-2 ]] || { echo "carry .carry/model-2 (scripts/fetch_model_carry.sh)" >&2; exit 2; }
   local exports
@@ -321,7 +340,7 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   else
     step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
       --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
-    export_adapter
+    export_adapter sft
   fi
   if [[ -n $ranker_pid ]]; then
     wait "$ranker_pid"
@@ -329,19 +348,25 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   fi
 }
 
-# A LoRA SFT's adapter (SFT_LORA=rank) back through $OUT: sft-adapter.tgz, in parts of 15 MiB when larger (a
-# file that comes back holds 16 MiB at most). Here, keep it for later leases (ignored, carried in call C):
+# A LoRA stage's adapter (SFT_LORA=rank: sft, RL_LORA=rank: rl) back through $OUT: <stage>-adapter.tgz, in
+# parts of 15 MiB when larger (a file that comes back holds 16 MiB at most). Here, keep it for later leases
+# (ignored; carried in call K, or in C when it fits), e.g. for sft:
 #   mkdir -p .carry/sft-adapter && cat DIR/sft-adapter.tgz* | tar xz -C .carry/sft-adapter --strip-components=1
 export_adapter() {
-  local adapter=$WORK/sft/final/adapter
+  local stage=$1 adapter=$WORK/$1/final/adapter
   [[ -f $adapter/adapter_config.json ]] || return 0
-  tar czf "$OUT/sft-adapter.tgz" -C "$WORK/sft/final" adapter
-  if (( $(stat -c %s "$OUT/sft-adapter.tgz") > 15 * 1024 * 1024 )); then
-    split -b 15M -d "$OUT/sft-adapter.tgz" "$OUT/sft-adapter.tgz.part" && rm "$OUT/sft-adapter.tgz"
+  rm -f "$OUT/$stage-adapter.tgz"*
+  tar czf "$OUT/$stage-adapter.tgz" -C "$WORK/$stage/final" adapter
+  if (( $(stat -c %s "$OUT/$stage-adapter.tgz") > 15 * 1024 * 1024 )); then
+    split -b 15M -d "$OUT/$stage-adapter.tgz" "$OUT/$stage-adapter.tgz.part" && rm "$OUT/$stage-adapter.tgz"
   fi
-  echo "| sft adapter | $(cat "$OUT"/sft-adapter.tgz* | sha256sum | cut -c1-16) | $(du -cb "$OUT"/sft-adapter.tgz* \
-    | tail -n 1 | cut -f1) bytes in $OUT/sft-adapter.tgz* |" | tee -a "$SUMMARY"
+  echo "| $stage adapter | $(cat "$OUT/$stage"-adapter.tgz* | sha256sum | cut -c1-16) | $(du -cb \
+    "$OUT/$stage"-adapter.tgz* | tail -n 1 | cut -f1) bytes in $OUT/$stage-adapter.tgz* |" | tee -a "$SUMMARY"
 }
+
+# A carried adapter folder: where call K put it on this machine, else the carried one (K: C's carry did not
+# hold it with the rest).
+adapter_dir() { [[ -f $T/adapters/$1/adapter_config.json ]] && echo "$T/adapters/$1" || echo ".carry/$1"; }
 
 # The generation KV cache of the rollouts and the comparison: RL_GEN_CACHE when set; otherwise what call
 # A's profile of a SmolLM2-shaped model found (static when its decoding step is under 0.7x the dynamic one,
@@ -378,7 +403,7 @@ GEN_WEIGHTS=$(gen_weights)
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
             --sft-refine-per-task "${SFT_REFINE:-0}" --sft-repair-per-task "${SFT_REPAIR:-0}"
             --seed "${SEED:-0}"
-            --sft-lora-rank "${SFT_LORA:-0}"
+            --sft-lora-rank "${SFT_LORA:-0}" --rl-lora-rank "${RL_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-lr "${RL_LR:-2e-6}" --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
@@ -412,21 +437,28 @@ call_C() {
     || { echo "carry .carry/model-3 (the evaluator's tree-sitter, pyseccomp, bubblewrap)" >&2; exit 2; }
   eval_deps
   step env 60 python3 -c "$ENV_PY"
-  local carried=${SFT_ADAPTER_DIR:-.carry/sft-adapter}
+  local carried=${SFT_ADAPTER_DIR:-$(adapter_dir sft-adapter)} rl_from=()
   if [[ -f $carried/adapter_config.json && ! -f $WORK/sft/final/config.json ]]; then
     step sft-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
       --sft-from-adapter "$carried"
   fi
+  if (( ${RL_FROM_ADAPTER:-0} )); then  # RL continues from an earlier lease's RL adapter (RL_LORA there)
+    carried=${RL_ADAPTER_DIR:-$(adapter_dir rl-adapter)}
+    [[ -f $carried/adapter_config.json ]] || { echo "RL_FROM_ADAPTER=1 but no $carried" >&2; exit 2; }
+    rl_from=(--rl-from-adapter "$carried")
+  fi
   local s
   s=$(cap "${RL_S:-270}")
-  step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+  step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" "${rl_from[@]}" \
     --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8
   # a train step killed by its limit never reached its own copy of RL's records: keep what they hold
   mkdir -p "$STAGE/train"
   for f in metrics.jsonl rollouts.jsonl decoding_probe.txt; do
     [[ -f $WORK/rl/$f ]] && cp -u "$WORK/rl/$f" "$STAGE/train/rl_$f"
   done
-  step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only  # after a kill, if any
+  step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only --seed "${SEED:-0}" \
+    "${rl_from[@]}"  # after a kill
+  export_adapter rl
   compare 9999
 }
 
@@ -454,10 +486,11 @@ call_D() {
 case $CALL in
   A) call_A ;;
   A2) call_A2 ;;
+  K) call_K ;;
   B) call_B ;;
   C) call_C ;;
   D) call_D ;;
-  *) echo "usage: bash scripts/model_day.sh A|A2|B|C|D" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/model_day.sh A|A2|K|B|C|D" >&2; exit 2 ;;
 esac
 pack
 echo

@@ -24,7 +24,10 @@ killed later keeps them). With --final-on-limit a stage stopped by its budget st
 model: its last checkpoint, marked by `stopped_early.json` (the next stage and the comparison use it; a
 LoRA checkpoint merged into the stage's starting model). With --sft-lora-rank SFT trains LoRA adapters and
 keeps the adapter in sft/final/adapter (megabytes: it can come back through $OUT and be carried to a later
-lease, where --sft-from-adapter makes sft/final from it and the base without training).
+lease, where --sft-from-adapter makes sft/final from it and the base without training). With --rl-lora-rank
+RL trains LoRA adapters too, kept in rl/final/adapter with `rl_lineage.json` (the RL steps behind it, over
+every lease); --rl-from-adapter starts RL from sft/final merged with such an adapter (rl_start/), so RL
+continues in a later lease, with a fresh optimiser, on a new adapter.
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -107,6 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-from-adapter", type=Path, default=None,
                    help="no SFT training: sft/final is the base model merged with this LoRA adapter folder "
                         "(an earlier run's sft/final/adapter)")
+    p.add_argument("--rl-lora-rank", type=int, default=0,
+                   help="RL alone with LoRA adapters of this rank (0: as --lora says); the adapter is kept "
+                        "in rl/final/adapter with its lineage (rl_lineage.json), megabytes that can leave "
+                        "the machine")
+    p.add_argument("--rl-from-adapter", type=Path, default=None,
+                   help="RL starts from sft/final merged with this adapter of an earlier RL run (its "
+                        "rl/final/adapter): RL continued in a later lease, a new adapter trained on top")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="run here on the CPU (use with --model tiny and small limits): training on the CPU, "
@@ -117,9 +127,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.promote_only:
-        bases = {"sft": lambda: _sft_base(args), "rl": lambda: args.work / "sft" / "final"}
-        done = {stage: _final_is_current(args.work / stage)
-                or _promote(args.work / stage, -1, None, bases[stage]) for stage in ("sft", "rl")}
+        bases = {"sft": lambda: _sft_base(args), "rl": lambda: _rl_base(args)}
+        current = {stage: _final_is_current(args.work / stage) for stage in ("sft", "rl")}
+        done = {stage: current[stage] or _promote(args.work / stage, -1, None, bases[stage])
+                for stage in ("sft", "rl")}
+        if done["rl"] and not current["rl"]:  # promoted now: its lineage counts the checkpoint's steps
+            _write_lineage(args, args.work / "rl" / "final", None)
         print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
         return 0
     started = time.monotonic()
@@ -141,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     print("RESULT sft " + json.dumps({k: v for k, v in sft.items() if k != "final_dir"}, default=str),
           flush=True)
     if sft.get("usable") and not args.sft_only and left() > args.margin_minutes + 0.5:
-        rows["rl"] = _rl(args, sft["final_dir"], _budget(args.rl_max_minutes, left() - args.margin_minutes))
+        start = _rl_start(args, Path(sft["final_dir"]))
+        rows["rl"] = _rl(args, str(start), _budget(args.rl_max_minutes, left() - args.margin_minutes))
         _stage_out(args, rows, stamp, "rl")
         print("RESULT rl " + json.dumps({k: v for k, v in rows["rl"].items() if k != "per_step"},
                                         default=str), flush=True)
@@ -280,20 +294,67 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
 
 
 def _sft_from_adapter(args: argparse.Namespace, final: Path) -> dict:
-    """sft/final made of the base and a carried adapter (`train.models.merge_adapter`), with a note of
-    where it came from (`from_adapter.json`: the adapter's folder and its weights' sha256)."""
+    """sft/final made of the base and a carried adapter, with a note of where it came from."""
+    t0 = time.monotonic()
+    digest = _merged_from_adapter(_sft_base(args), args.sft_from_adapter, final)
+    return {"finished": True, "usable": True, "final_dir": str(final),
+            "from_adapter": str(args.sft_from_adapter), "adapter_sha256": digest,
+            "minutes": (time.monotonic() - t0) / 60}
+
+
+def _merged_from_adapter(base: Path, adapter: Path, out: Path) -> str | None:
+    """out = base merged with a carried LoRA adapter (`train.models.merge_adapter`), noted in
+    `from_adapter.json` (the adapter's folder and its weights' sha256, returned)."""
     import hashlib
 
     from cudaperf.train.models import merge_adapter
 
-    t0 = time.monotonic()
-    adapter = args.sft_from_adapter
-    merge_adapter(_sft_base(args), adapter, final)
+    merge_adapter(base, adapter, out)
     weights = sorted(adapter.glob("adapter_model.*"))
     digest = hashlib.sha256(weights[0].read_bytes()).hexdigest() if weights else None
-    (final / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": digest}) + "\n")
-    return {"finished": True, "usable": True, "final_dir": str(final), "from_adapter": str(adapter),
-            "adapter_sha256": digest, "minutes": (time.monotonic() - t0) / 60}
+    (out / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": digest}) + "\n")
+    return digest
+
+
+LINEAGE = "rl_lineage.json"  # beside an RL adapter: the RL steps behind it, over every lease
+
+
+def _rl_start(args: argparse.Namespace, sft_final: Path) -> Path:
+    """The model RL starts from: SFT's, or with --rl-from-adapter SFT's merged with an earlier RL run's
+    adapter (made once per machine, in rl_start/)."""
+    if args.rl_from_adapter is None:
+        return sft_final
+    start = args.work / "rl_start"
+    if not (start / "config.json").is_file():
+        _merged_from_adapter(sft_final, args.rl_from_adapter, start)
+    return start
+
+
+def _rl_base(args: argparse.Namespace) -> Path:
+    """The model the RL run started from (what its LoRA checkpoints merge into)."""
+    start = args.work / "rl_start"
+    return start if (start / "config.json").is_file() else args.work / "sft" / "final"
+
+
+def _prior_steps(args: argparse.Namespace) -> int:
+    """RL steps behind the carried adapter RL started from (0 without one, or one without a lineage)."""
+    if args.rl_from_adapter is None or not (args.rl_from_adapter / LINEAGE).is_file():
+        return 0
+    return int(json.loads((args.rl_from_adapter / LINEAGE).read_text()).get("steps_total", 0))
+
+
+def _write_lineage(args: argparse.Namespace, final: Path, steps: int | None) -> None:
+    """The RL steps behind final/'s adapter, in final/adapter/rl_lineage.json (which leaves the machine with
+    it): this run's (`steps`, or the promoted checkpoint's) and the carried adapter's before them."""
+    adapter = final / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        return
+    if steps is None:
+        early = final / "stopped_early.json"
+        steps = int(json.loads(early.read_text())["steps"]) if early.is_file() else 0
+    prior = _prior_steps(args)
+    (adapter / LINEAGE).write_text(json.dumps({"steps_before": prior, "steps": steps,
+                                               "steps_total": prior + steps, "seed": args.seed}) + "\n")
 
 
 def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
@@ -307,7 +368,9 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
-                      max_minutes=minutes, lora=args.lora, generation_cache=args.rl_generation_cache,
+                      max_minutes=minutes, generation_cache=args.rl_generation_cache,
+                      **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
+                         else {"lora": args.lora}),
                       generation_weights=args.rl_generation_weights,
                       generation_attention=args.rl_generation_attention,
                       profile_decoding=args.rl_profile_decoding,
@@ -318,6 +381,8 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
     steps = _rl_steps(read_metrics(config.output_dir))
     promoted = not report.finished and args.final_on_limit and _promote(
         args.work / "rl", report.steps, config.max_steps, lambda: Path(model_dir))
+    if report.finished or promoted:
+        _write_lineage(args, args.work / "rl" / "final", report.steps)
     return {"finished": report.finished, "stopped_early": bool(promoted), "steps": report.steps,
             "tasks": report.tasks,
             "minutes": (time.monotonic() - t0) / 60, "per_step": steps, "resumed_from": report.resumed_from}
