@@ -69,6 +69,8 @@
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
 # into SFT's model and trains a new adapter on top, a fresh optimiser; carry it in call K when C's carry is
 # full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all).
+# C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
+# the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C.
@@ -459,7 +461,7 @@ call_C() {
   step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only --seed "${SEED:-0}" \
     "${rl_from[@]}"  # after a kill
   export_adapter rl
-  compare 9999
+  if (( ${C_COMPARE:-1} )); then compare 9999; fi  # C_COMPARE=0: a C whose RL the next C call resumes
 }
 
 call_D() {

@@ -42,3 +42,28 @@ def test_the_limit_counts_from_the_runs_start_not_the_callbacks(tmp_path):
     callback = make_callback(config, writer, started_s=time.perf_counter() - 0.25)
     assert _step(callback, 0.03).should_training_stop  # 0.28 s since the start, the next ends past 0.3 s
     writer.close()
+
+
+def test_a_checkpoints_step_is_its_trainer_states(tmp_path):
+    from cudaperf.train.monitor import checkpoint_step
+
+    (tmp_path / "checkpoint-3").mkdir()
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    assert checkpoint_step(tmp_path / "checkpoint-3") == 3 and checkpoint_step(None) == 0
+
+
+def test_a_finished_rl_run_started_again_trains_nothing(tmp_path):
+    """The trainer, resumed at its last step, would take one step past max_steps (a model day's second C
+    call on a run the first finished): `run_rl` returns the finished run as it is, without a model."""
+    from cudaperf.train.config import RlConfig, save_config
+    from cudaperf.train.rl import run_rl
+
+    config = RlConfig(model="tiny", output_dir=str(tmp_path), tasks=("examples",), max_steps=2,
+                      device="cpu", eval_device="cpu", allow_torch_ops=True)
+    save_config(config, tmp_path)
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")  # not a model: loading it would fail
+    report = run_rl(config)
+    assert report.finished and report.steps == 2 and report.resumed_from.endswith("checkpoint-2")

@@ -120,6 +120,14 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(directory))
 
 
+def checkpoint_step(checkpoint: str | Path | None) -> int:
+    """The optimiser steps a checkpoint folder holds (its trainer state's `global_step`; 0 for none)."""
+    if checkpoint is None:
+        return 0
+    state = Path(checkpoint) / "trainer_state.json"
+    return int(json.loads(state.read_text()).get("global_step", 0)) if state.is_file() else 0
+
+
 def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float | None = None) -> Any:
     """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
     stops the run with a checkpoint at the end of the last step that fits `config.max_minutes` (the next
@@ -160,5 +168,6 @@ def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float 
     return RunCallback()
 
 
-__all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "fingerprint", "last_checkpoint",
-           "make_callback", "read_batches", "read_metrics", "record_batch", "RecordsBatches"]
+__all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "checkpoint_step", "fingerprint",
+           "last_checkpoint", "make_callback", "read_batches", "read_metrics", "record_batch",
+           "RecordsBatches"]

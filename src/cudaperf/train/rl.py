@@ -25,7 +25,7 @@ from typing import Any
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
-from cudaperf.train.monitor import MetricsWriter, RecordsBatches, make_callback
+from cudaperf.train.monitor import MetricsWriter, RecordsBatches, checkpoint_step, make_callback
 from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, TurnProgress, first_prompt, rollout_stats
 from cudaperf.train.sft import prepare_run
 
@@ -81,6 +81,12 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     checkpoint = prepare_run(config)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API
     tasks = load_tasks(config)
+    final = Path(config.output_dir) / "final"
+    if checkpoint_step(checkpoint) >= config.max_steps and (final / "config.json").is_file():
+        # a finished run started again: nothing to train (the trainer, resumed at its last step, would
+        # take one step past max_steps)
+        return RlReport(config.output_dir, str(final), len(tasks), checkpoint_step(checkpoint), checkpoint,
+                        {}, time.perf_counter() - started, True)
     model, tokenizer = load_policy(config)
     own_evaluator = evaluator is None
     evaluator = evaluator or make_evaluator(config)
@@ -101,7 +107,6 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
           file=sys.stderr, flush=True)
-    final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
         finished = trainer.state.global_step >= config.max_steps
