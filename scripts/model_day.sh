@@ -136,7 +136,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 CALL=${1:?usage: bash scripts/model_day.sh A|A2|K|B|C|D}
-declare -A BUDGETS=([A]=570 [A2]=60 [K]=60 [B]=540 [C]=540 [D]=480)  # A ends when its copy and install are done
+# A ends when its copy and install are done
+declare -A BUDGETS=([A]=570 [A2]=60 [K]=60 [B]=540 [C]=540 [D]=480)
 BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
 # SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
 # the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
@@ -419,7 +420,8 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks "${COMPARE_TASKS:-8}" --max-new-tokens 1024 \
+    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks "${COMPARE_TASKS:-8}" \
+    --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
