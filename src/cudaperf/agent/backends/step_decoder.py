@@ -244,7 +244,9 @@ def _folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
 
 
 def _one_token_attention(query: Any, key: Any, value: Any, mask: Any, scale: float) -> Any:
-    """softmax(query key^T * scale, masked) value as two batched matrix products, the scores in float32.
+    """softmax(query key^T * scale, masked) value as two batched matrix products: the products in the
+    cache's dtype, scale, mask and softmax in float32 (as `transformers`' eager attention, whose products
+    are bfloat16 too in a bfloat16 model).
     Why not `scaled_dot_product_attention`: for a few query rows against the whole static cache PyTorch
     picks its memory-efficient kernel, which parallelises over queries and heads (16 rows x 3 key/value
     heads: 48 blocks for 132 SMs) and read the cache at ~0.2 TB/s in session 33's profile (188 us a layer
