@@ -34,7 +34,14 @@ from cudaperf.datasets import registry
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.train.config import SftConfig
 from cudaperf.train.models import answer_ids, prompt_ids, token_counter
-from cudaperf.train.sft_data import IGNORE, MeasuredImpl, SftExample, answer_text, fastest_first, verified_of
+from cudaperf.train.sft_data import (
+    MeasuredImpl,
+    SftExample,
+    answer_text,
+    fastest_first,
+    masked_example,
+    verified_of,
+)
 from cudaperf.types import ConfigTiming, EvalResult, Outcome, Timing
 
 ARCH = "sm_90"  # the structural features' target (H100 and H200, the machines the dataset was measured on)
@@ -137,9 +144,8 @@ def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config
             lengths.append(len(prompt) + len(answer))
             if len(prompt) + len(answer) > max_length:
                 continue
-            examples.append(SftExample(f"{pair.first.impl_id}->{pair.answer.strategy}", task.task_id,
-                                       task.family, task.kind.value, tuple(prompt + answer),
-                                       tuple([IGNORE] * len(prompt) + answer), len(prompt), len(answer)))
+            examples.append(masked_example(f"{pair.first.impl_id}->{pair.answer.strategy}", task, prompt,
+                                           answer))
     return examples, lengths
 
 

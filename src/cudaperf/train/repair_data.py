@@ -38,12 +38,12 @@ from typing import Any
 
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.environment import EnvConfig, RefineEnv
-from cudaperf.agent.prompting import EntryKind
+from cudaperf.agent.prompting import EntryKind, render_task_prompt
 from cudaperf.agent.taskset import task_from_generated
 from cudaperf.datasets.records import GeneratedTask, Implementation
 from cudaperf.train.config import SftConfig
 from cudaperf.train.models import answer_ids, prompt_ids, token_counter
-from cudaperf.train.sft_data import IGNORE, MeasuredImpl, SftExample, answer_text, task_impls
+from cudaperf.train.sft_data import MeasuredImpl, SftExample, answer_text, masked_example, task_impls
 from cudaperf.types import EvalResult, Outcome
 
 # config.REPAIR_FAULT_KINDS of them
@@ -142,21 +142,22 @@ def build_repair_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config
     count = token_counter(tokenizer)
     for task in tasks:
         impls = task_impls(task, config, verified)
-        for k, fault in enumerate(faults_of(task.task_id, config.repair_per_task) if impls else ()):
-            example = _example(task, impls[k % len(impls)], fault, tokenizer, config, evaluator, count)
+        if not impls:
+            continue
+        entry = render_task_prompt(task_from_generated(task))  # the name the faults break, once a task
+        for k, fault in enumerate(faults_of(task.task_id, config.repair_per_task)):
+            impl = impls[k % len(impls)]
+            reply = break_reply(impl.source, fault, entry.entry, entry.entry_kind)
+            example = _example(task, impl, reply, tokenizer, config, evaluator, count)
             counts[fault if isinstance(example, SftExample) else f"{fault}:{example}"] += 1
             if isinstance(example, SftExample):
                 examples.append(example)
     return examples, counts
 
 
-def _example(task: GeneratedTask, impl: Implementation, fault: str, tokenizer: Any, config: SftConfig,
-             evaluator: Any, count: Any) -> SftExample | str:
-    """The example of `impl` broken by `fault`, or why there is none."""
-    from cudaperf.agent.prompting import render_task_prompt
-
-    prompt = render_task_prompt(task_from_generated(task))
-    reply = break_reply(impl.source, fault, prompt.entry, prompt.entry_kind)
+def _example(task: GeneratedTask, impl: Implementation, reply: BrokenReply | None, tokenizer: Any,
+             config: SftConfig, evaluator: Any, count: Any) -> SftExample | str:
+    """The example of `impl` broken into `reply`, or why there is none."""
     if reply is None:
         return "no_place"
     messages = repair_turn_messages(task, reply, evaluator, count)
@@ -166,8 +167,7 @@ def _example(task: GeneratedTask, impl: Implementation, fault: str, tokenizer: A
     answer = answer_ids(tokenizer, answer_text(impl.source))
     if len(ids) + len(answer) > config.max_length:
         return "too_long"
-    return SftExample(f"{impl.impl_id}~{fault}", task.task_id, task.family, task.kind.value,
-                      tuple(ids + answer), tuple([IGNORE] * len(ids) + answer), len(ids), len(answer))
+    return masked_example(f"{impl.impl_id}~{reply.fault}", task, ids, answer)
 
 
 __all__ = ["EXPECTED", "FAULTS", "BrokenReply", "break_reply", "build_repair_examples", "faults_of",

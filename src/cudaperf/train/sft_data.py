@@ -183,10 +183,14 @@ def build_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config: SftCo
             answers.append(len(answer))
             if len(prompt) + len(answer) > config.max_length:
                 continue
-            examples.append(SftExample(impl.impl_id, task.task_id, task.family, task.kind.value,
-                                       tuple(prompt + answer), tuple([IGNORE] * len(prompt) + answer),
-                                       len(prompt), len(answer)))
+            examples.append(masked_example(impl.impl_id, task, prompt, answer))
     return examples, length_stats(lengths, answers, config.max_length)
+
+
+def masked_example(example_id: str, task: GeneratedTask, prompt: list[int], answer: list[int]) -> SftExample:
+    """The example of `prompt` then `answer` token ids, the prompt masked out of the loss."""
+    return SftExample(example_id, task.task_id, task.family, task.kind.value, tuple(prompt + answer),
+                      tuple([IGNORE] * len(prompt) + answer), len(prompt), len(answer))
 
 
 def _quantile(values: Sequence[int], q: float) -> int:
@@ -213,4 +217,5 @@ def as_dataset(examples: Sequence[SftExample]) -> Any:
 
 
 __all__ = ["IGNORE", "LengthStats", "MeasuredImpl", "SftExample", "answer_text", "as_dataset",
-           "build_examples", "length_stats", "split_tasks", "task_messages", "verified_impls"]
+           "build_examples", "length_stats", "masked_example", "split_tasks", "task_messages",
+           "verified_impls"]
