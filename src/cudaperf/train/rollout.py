@@ -189,14 +189,13 @@ class ModelGenerator:
                 kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """`generate`'s work by `step_decoder.decode` (cache='graph'): the same sampling settings, the
         sampler's `min_new_tokens`, and the decoding probe `probing` put among `kwargs`' processors."""
-        from cudaperf.agent.backends.step_decoder import Sampling, decode
+        from cudaperf.agent.backends.step_decoder import Sampling, calling, decode
 
         probes = [p for p in kwargs["logits_processor"] if not isinstance(p, _ChosenLogprobs)]
         config = getattr(sampler, "generation_config", None)
         sampling = Sampling(self.temperature, self.top_p, (self.tokenizer.eos_token_id,),
                             self.tokenizer.pad_token_id, int(getattr(config, "min_new_tokens", None) or 0))
-        new, logprobs = decode(sampler, ids, mask, limit, sampling,
-                               on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)
+        new, logprobs = decode(sampler, ids, mask, limit, sampling, on_step=calling(probes))
         return new.cpu(), logprobs.float().cpu()
 
 

@@ -206,13 +206,12 @@ class HFLocalBackend:
     def _decode(self, batch: Any, config: GenerationConfig, limit: int, kwargs: dict[str, Any]) -> Any:
         """`generate`'s work by `step_decoder.decode` (cache="graph"), the decoding probe among `kwargs`'
         processors when `probing` put one there."""
-        from cudaperf.agent.backends.step_decoder import Sampling, decode
+        from cudaperf.agent.backends.step_decoder import Sampling, calling, decode
 
-        probes = list(kwargs.get("logits_processor") or ())
         sampling = Sampling(config.temperature, config.top_p, tuple(sorted(self._eos_ids)),
                             self.tokenizer.pad_token_id)
         new, _ = decode(self.model, batch["input_ids"], batch["attention_mask"], limit, sampling,
-                        on_step=(lambda scores: [p(None, scores) for p in probes]) if probes else None)
+                        on_step=calling(list(kwargs.get("logits_processor") or ())))
         return new
 
     def _reply(self, prompt_tokens: int, row: list[int], config: GenerationConfig, limit: int,

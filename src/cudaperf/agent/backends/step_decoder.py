@@ -87,6 +87,14 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
 
 
+def calling(processors: list[Any]) -> Callable[[Any], None] | None:
+    """An `on_step` that hands each step's scores to `generate`-style logits processors (the decoding
+    probe `probing` puts among them), or None without any."""
+    if not processors:
+        return None
+    return lambda scores: [p(None, scores) for p in processors]
+
+
 @dataclass
 class _State:
     """The step's inputs at fixed addresses: the cache, the next token, its position, the key mask."""
