@@ -455,13 +455,9 @@ call_C() {
   s=$(cap "${RL_S:-270}")
   step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" "${rl_from[@]}" \
     --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8
-  # a train step killed by its limit never reached its own copy of RL's records: keep what they hold
-  mkdir -p "$STAGE/train"
-  for f in metrics.jsonl rollouts.jsonl decoding_probe.txt; do
-    [[ -f $WORK/rl/$f ]] && cp -u "$WORK/rl/$f" "$STAGE/train/rl_$f"
-  done
-  step promote 60 python3 scripts/train_h200.py --work "$WORK" --promote-only --seed "${SEED:-0}" \
-    "${rl_from[@]}"  # after a kill
+  # after a kill: the last checkpoint promoted, RL's records copied (the killed call never copied them)
+  step promote 60 python3 scripts/train_h200.py --work "$WORK" --out "$STAGE/train" --promote-only \
+    --seed "${SEED:-0}" "${rl_from[@]}"
   export_adapter rl
   if (( ${C_COMPARE:-1} )); then compare 9999; fi  # C_COMPARE=0: a C whose RL the next C call resumes
 }

@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 for stage in ("sft", "rl")}
         if done["rl"] and not current["rl"]:  # promoted now: its lineage counts the checkpoint's steps
             _write_lineage(args, args.work / "rl" / "final", None)
+        _stage_records(args, "rl")  # a train call killed by its limit never copied them
         print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
         return 0
     started = time.monotonic()
@@ -172,14 +173,17 @@ def _budget(explicit: float, left: float) -> float:
 
 
 def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> None:
-    """The JSON so far and the stage's metrics to --out, at once (a later kill keeps them)."""
+    """The JSON so far and the stage's records to --out, at once (a later kill keeps them)."""
+    _write(args.out, rows, stamp)
+    _stage_records(args, stage)
+
+
+def _stage_records(args: argparse.Namespace, stage: str) -> None:
+    """The stage's metrics, rollouts and decoding probe, as far as they go, to --out as <stage>_<name>."""
     from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 
-    _write(args.out, rows, stamp)
-    metrics = args.work / stage / "metrics.jsonl"
-    if metrics.is_file():
-        shutil.copy(metrics, args.out / f"{stage}_metrics.jsonl")
-    for name in ("rollouts.jsonl", DECODING_PROBE_FILE):
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "rollouts.jsonl", DECODING_PROBE_FILE):
         if (args.work / stage / name).is_file():
             shutil.copy(args.work / stage / name, args.out / f"{stage}_{name}")
 
@@ -317,6 +321,7 @@ def _merged_from_adapter(base: Path, adapter: Path, out: Path) -> str | None:
 
 
 LINEAGE = "rl_lineage.json"  # beside an RL adapter: the RL steps behind it, over every lease
+RL_START = "rl_start"  # under --work: SFT's model merged with a carried RL adapter, where RL starts
 
 
 def _rl_start(args: argparse.Namespace, sft_final: Path) -> Path:
@@ -324,7 +329,7 @@ def _rl_start(args: argparse.Namespace, sft_final: Path) -> Path:
     adapter (made once per machine, in rl_start/)."""
     if args.rl_from_adapter is None:
         return sft_final
-    start = args.work / "rl_start"
+    start = args.work / RL_START
     if not (start / "config.json").is_file():
         _merged_from_adapter(sft_final, args.rl_from_adapter, start)
     return start
@@ -332,7 +337,7 @@ def _rl_start(args: argparse.Namespace, sft_final: Path) -> Path:
 
 def _rl_base(args: argparse.Namespace) -> Path:
     """The model the RL run started from (what its LoRA checkpoints merge into)."""
-    start = args.work / "rl_start"
+    start = args.work / RL_START
     return start if (start / "config.json").is_file() else args.work / "sft" / "final"
 
 
