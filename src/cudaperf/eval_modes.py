@@ -48,6 +48,9 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    it is shown beside the times, never subtracted, so no figure changes). The 95% confidence interval of a
    median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark (`benchmarks/eval_modes.py`)
    reports its width per mode.
+5. Deadlines: the stages that run candidate code (import, construct, correctness, timing, coverage,
+   cleanup) end after a minute or two (`RL_STAGE_TIMEOUTS_S`), not the sandbox's minutes, since a batch
+   waits for its slowest candidate and a spinning one holds the gate.
 Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
 correct is never timed, in either mode.
 
@@ -95,6 +98,13 @@ class EvalMode(str, Enum):
 
     DEFAULT = "default"
     RL = "rl"
+
+
+RL_STAGE_TIMEOUTS_S: dict[str, float] = {"import": 60.0, "construct": 60.0, "correctness": 60.0,
+                                          "timing": 120.0, "coverage": 60.0, "cleanup": 30.0}
+"""The RL mode's deadlines of the stages that run candidate code (`RlSettings.stage_timeouts_s`): 50x an
+honest candidate's longest correctness stage measured on the H100 (1.2 s), and 3x the longest per-job
+correctness stage of the RL-mode benchmarks on the loaded 2-core CPU (20.4 s, a wrong C candidate)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +160,19 @@ class RlSettings:
     each, 32.0 against 29.7 evaluations/min (`benchmarks/results/2026-12-06-s30-h100/call2-eval-modes/`),
     which one run cannot tell from noise."""
 
+    stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_STAGE_TIMEOUTS_S))
+    """Deadlines, in seconds, of the stages that run candidate code, in place of the sandbox's defaults
+    (minutes, sized for the full protocol on the largest tasks); `EvalConfig.stage_timeouts_s` overrides
+    both. A candidate that runs past one is a TIMEOUT and its worker is replaced. Why tighter here: a
+    batch waits for its slowest candidate, and one that spins holds the GPU gate shared, so every other
+    candidate's timing waits too: on the H100 (session 34) one spinning C candidate held a comparison
+    round for the default 300 s and kept an RL step from ending in 420 s, while honest candidates' whole
+    correctness stage took at most 1.2 s (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
+
     def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.stage_timeouts_s.items() if not v > 0}
+        if bad:
+            raise ValueError(f"RlSettings: stage_timeouts_s must be positive seconds, got {bad}")
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
             raise ValueError(f"RlSettings: workers_per_gpu={self.workers_per_gpu} and cpu_workers="
                              f"{self.cpu_workers} must be at least 1")

@@ -98,7 +98,7 @@ class EvalConfig:
     (`execute.memory_plan`); a number caps that further."""
     stage_timeouts_s: dict[str, float] = field(default_factory=dict)
     """Per-stage deadline overrides (stages: setup, reference, import, construct, correctness, timing,
-    coverage); unnamed stages use the sandbox defaults."""
+    coverage); unnamed stages use the mode's deadlines (`deadlines_s`)."""
     boundary: bool = True
     """The sandbox's operating-system boundary (`execute.sandbox.Limits.boundary`). Off only to measure
     what it costs (an A/B benchmark); the sandbox logs and records what is then missing."""
@@ -137,6 +137,12 @@ class EvalConfig:
                              "to turn the referees' shared store off, or a positive byte budget")
         if self.mode not in {m.value for m in EvalMode}:
             raise ValueError(f"EvalConfig.mode={self.mode!r}: use 'default' or 'rl'")
+
+    def deadlines_s(self) -> dict[str, float]:
+        """The stage deadlines a job runs under, beyond the sandbox's defaults: the RL mode's own
+        (`RlSettings.stage_timeouts_s`), then `stage_timeouts_s` over them."""
+        own = self.rl.stage_timeouts_s if self.mode == EvalMode.RL.value else {}
+        return {**own, **self.stage_timeouts_s}
 
 
 def _cuda_devices() -> list[int]:
@@ -373,7 +379,7 @@ class Evaluator:
                        on_result: Callable[[], None] | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
-        timeouts = StageTimeouts.from_overrides(self.config.stage_timeouts_s)
+        timeouts = StageTimeouts.from_overrides(self.config.deadlines_s())
         message = job_message(self._job(task, solution, timing), self.secret)
         index = getattr(self._bound, "worker", None)
         if index is None:

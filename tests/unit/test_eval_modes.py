@@ -14,6 +14,7 @@ import types
 import pytest
 
 from cudaperf.eval_modes import (
+    RL_STAGE_TIMEOUTS_S,
     BaselineCache,
     CachedBaselines,
     GpuGate,
@@ -500,10 +501,24 @@ def test_an_unknown_mode_is_refused_with_the_choices():
 
 
 @pytest.mark.parametrize("bad", [{"workers_per_gpu": 0}, {"budget_ms": 0.0}, {"drift_every": 0},
-                                 {"drift_tolerance": 0.0}])
+                                 {"drift_tolerance": 0.0}, {"stage_timeouts_s": {"correctness": 0.0}}])
 def test_impossible_rl_settings_are_refused(bad):
     with pytest.raises(ValueError, match="RlSettings"):
         RlSettings(**bad)
+
+
+def test_the_rl_mode_gives_candidate_stages_its_own_deadlines():
+    assert EvalConfig(mode="rl").deadlines_s()["correctness"] == RL_STAGE_TIMEOUTS_S["correctness"] < 300
+
+
+def test_the_default_mode_keeps_the_sandbox_deadlines():
+    assert EvalConfig().deadlines_s() == {}
+
+
+def test_named_stage_deadlines_override_the_rl_modes():
+    config = EvalConfig(mode="rl", stage_timeouts_s={"correctness": 5.0})
+    assert config.deadlines_s()["correctness"] == 5.0
+    assert config.deadlines_s()["timing"] == RL_STAGE_TIMEOUTS_S["timing"]
 
 
 def test_the_rl_mode_starts_several_workers_per_gpu():

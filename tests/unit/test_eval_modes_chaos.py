@@ -26,7 +26,7 @@ from cudaperf.tasks import task_from_source
 from cudaperf.types import Outcome
 
 TASK = relu2_source("a test of hostile candidates in the RL mode")
-CORRECTNESS_S, TIMING_S = 5.0, 8.0  # the stages' deadlines here; an honest job takes well under 1 s
+CORRECTNESS_S, TIMING_S = 5.0, 8.0  # the RL mode's stage deadlines here; an honest job takes well under 1 s
 TIMED_AFTER_CALLS = 20  # correctness calls the candidate 12 times (2 configurations x 3 seeds x 2 runs);
 # the timing stage at least 30 (2 configurations x 15: one call and three estimate rounds, a warm-up round,
 # ten timed rounds at the least)
@@ -73,8 +73,8 @@ def batch(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos")
     config = EvalConfig(device="cpu", mode="rl", cache_dir=str(tmp / "cache"), analyze=False, build_workers=1,
                         static_policy=False, policy=Policy(allow_torch_ops=True),
-                        stage_timeouts_s={"correctness": CORRECTNESS_S, "timing": TIMING_S},
-                        rl=RlSettings(cpu_workers=2, live_anchor=False, **SCHEDULES[request.param]),
+                        rl=RlSettings(cpu_workers=2, live_anchor=False, **SCHEDULES[request.param],
+                                      stage_timeouts_s={"correctness": CORRECTNESS_S, "timing": TIMING_S}),
                         timing=TimingConfig(baselines=("eager",), budget_ms=5.0, warmup_ms=1.0))
     task = task_from_source(TASK, "relu2")
     sources = {sid: src for sid, (src, _) in HOSTILE.items()} | {sid: RIGHT.format(k=sid) for sid in HONEST}
