@@ -303,6 +303,28 @@ def test_a_bfloat16_sampler_drops_the_trainers_autocast_wrapper_and_leaves_the_p
     assert autocast == [False] and "forward" in policy.__dict__
 
 
+def test_a_bfloat16_sampler_of_a_lora_policy_runs_its_own_bfloat16_weights(tmp_path):
+    """A LoRA policy as TRL's trainer holds it: the wrapper sits on peft's inner model, and a copy that kept
+    it ran the float32 policy (session 34)."""
+    from cudaperf.train.monitor import MetricsWriter
+    from cudaperf.train.rl import _trainer, load_tasks
+
+    config = dataclasses.replace(rl_config(tmp_path, "tiny"), lora=True, lora_rank=4,
+                                 generation_weights="bfloat16")
+    model, tokenizer = load_policy(config)
+    tasks = load_tasks(config)
+    rollout = MultiTurnRollout(config, tasks, None, tokenizer)
+    trainer = _trainer(config, model, tokenizer, tasks, rollout, MetricsWriter(config.output_dir), 0.0)
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    assert any("forward" in m.__dict__ for m in policy.modules())  # the wrapper is there to drop
+    sampler = rollout._generator(policy).sampler()
+    inputs = []
+    sampler.get_output_embeddings().register_forward_hook(lambda m, a, o: inputs.append(a[0].dtype))
+    with torch.no_grad():
+        logits = sampler(input_ids=torch.tensor([[5, 6, 7]])).logits
+    assert inputs == [torch.bfloat16] and logits.dtype == torch.bfloat16
+
+
 def test_a_bfloat16_sampler_generates_replies_with_logprobs(tiny):
     model, tokenizer = tiny
     prompt = tokenizer("__global__ void k(float* x)", add_special_tokens=False)["input_ids"]

@@ -133,10 +133,14 @@ class ModelGenerator:
             if self._copy is None:
                 self._copy = copy.deepcopy(self.model)
                 # A trainer's policy (TRL with bf16=True) carries accelerate's mixed-precision wrapper on
-                # its instance (`forward` under autocast, outputs cast to float32, the plain one kept as
-                # `_original_forward`); the copy drops it, so it samples as the profile measured it.
-                for name in ("forward", "_original_forward"):
-                    self._copy.__dict__.pop(name, None)
+                # an instance (`forward` under autocast, outputs cast to float32, the plain one kept as
+                # `_original_forward`): the policy's own, or with LoRA its inner model's (peft's
+                # `base_model.model`). The copy drops every one: the wrapper is a closure over the
+                # *policy's* forward, so a copy that kept it ran the float32 policy (session 34's RL
+                # probe: float32 kernels, 25.5 ms a step against 10.0 in bfloat16).
+                for module in self._copy.modules():
+                    for name in ("forward", "_original_forward"):
+                        module.__dict__.pop(name, None)
                 for param in self._copy.parameters():
                     param.requires_grad_(False)
                     param.data = param.data.to(torch.bfloat16)
