@@ -15,7 +15,10 @@
 #                                                             .carry/model-1c: part 2, PARTS=4 being the
 #                                                             default of fetch_model_carry.sh)
 #   K     .carry/*-adapter   bash scripts/model_day.sh K      carried LoRA adapters -> /tmp/adapters (when C's
-#                                                             carry cannot hold them; C looks there first)
+#         .carry/sft-examples                                 carry cannot hold them; C looks there first);
+#                                                             SFT's prebuilt examples -> /tmp/carry (for B)
+#   examples (here, no GPU)  bash scripts/model_day.sh examples   SFT's examples with B's settings ->
+#                                                             .carry/sft-examples/ (minutes; before the lease)
 #   B     .carry/model-2     bash scripts/model_day.sh B      join + convert SmolLM2; SFT (issue 23) with the
 #                                                             LM ranker (issue 20) beside it on the same GPU
 #   C     .carry/model-3     bash scripts/model_day.sh C      the evaluator's wheels + bubblewrap; RL (GRPO),
@@ -74,6 +77,10 @@
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C.
+# SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
+# order, its optimiser state), so SFT can span two calls.
+# SFT's examples: built in the run unless call K carried `bash scripts/model_day.sh examples`' file (made
+# here with the same settings; session 34's B spent 234 s building them and 117 s training).
 # SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
 # implementation, judged by the evaluator without a GPU, answered by the intact one; SftConfig.repair_per_task;
 # default 0). SFT's budget counts building the examples (session 33's B, before it did, ran past its call).
@@ -135,9 +142,9 @@
 #   refinement run's third turn; never SFT, which everything after it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-CALL=${1:?usage: bash scripts/model_day.sh A|A2|K|B|C|D}
+CALL=${1:?usage: bash scripts/model_day.sh A|A2|K|B|C|D|examples}
 # A ends when its copy and install are done
-declare -A BUDGETS=([A]=570 [A2]=60 [K]=60 [B]=540 [C]=540 [D]=480)
+declare -A BUDGETS=([A]=570 [A2]=60 [K]=60 [B]=540 [C]=540 [D]=480 [examples]=3600)
 BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
 # SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
 # the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
@@ -293,7 +300,8 @@ call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c
 }
 
 call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-adapter: those present), for
-  # a call C whose carry cannot hold them beside its own
+  # a call C whose carry cannot hold them beside its own, and SFT's prebuilt examples (.carry/sft-examples,
+  # made here by `bash scripts/model_day.sh examples`), for call B, whose carry is full
   local name n=0
   for name in sft-adapter rl-adapter; do
     [[ -f .carry/$name/adapter_config.json ]] || continue
@@ -301,7 +309,22 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
     n=$((n + 1))
     echo "| K | $name into $T/adapters |" | tee -a "$SUMMARY"
   done
-  (( n )) || { echo "carry .carry/sft-adapter and/or .carry/rl-adapter" >&2; exit 2; }
+  if [[ -f .carry/sft-examples/$SFT_EXAMPLES_FILE ]]; then
+    mkdir -p "$T/carry" && cp ".carry/sft-examples/$SFT_EXAMPLES_FILE" "$T/carry/"
+    n=$((n + 1))
+    echo "| K | sft-examples into $T/carry |" | tee -a "$SUMMARY"
+  fi
+  (( n )) || { echo "carry .carry/sft-adapter, .carry/rl-adapter and/or .carry/sft-examples" >&2; exit 2; }
+}
+
+call_examples() {  # here, not on the GPU machine: SFT's examples with the settings B trains with, into
+  # .carry/sft-examples/ (carried in call K); B then trains on them instead of building them (234 s of
+  # session 34's B). A file built for other settings or another tokenizer is refused there, and B builds.
+  mkdir -p .carry/sft-examples
+  python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+    --build-sft-examples ".carry/sft-examples/$SFT_EXAMPLES_FILE" 2>&1 | tee "$STAGE/examples.log" \
+    | grep -a '^RESULT' | tee -a "$SUMMARY"
+  du -b ".carry/sft-examples/$SFT_EXAMPLES_FILE"
 }
 
 call_B() {
@@ -338,11 +361,13 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
     ranker_pid=$!
   fi
   s=$(cap 9999)
+  local more=()
+  (( ${SFT_CONTINUE:-0} )) && more=(--sft-continue)  # B again: SFT stopped by B's limit trains on
   if (( ${SFT_FROM_ADAPTER:-0} )); then  # SFT comes from a carried adapter, merged in call C
     echo "| sft | skipped: SFT_FROM_ADAPTER=1 (call C merges the carried adapter) |" | tee -a "$SUMMARY"
   else
     step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
-      --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
+      "${more[@]}" --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
     export_adapter sft
   fi
   if [[ -n $ranker_pid ]]; then
@@ -401,6 +426,7 @@ PY
 }
 GEN_WEIGHTS=$(gen_weights)
 
+SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carries it, B trains on it
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 # shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
@@ -412,7 +438,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
             --rl-generation-attention "${RL_GEN_ATTENTION:-no_cudnn}"
-            "${X_SFT[@]}" "${X_RL[@]}")
+            --sft-examples "$T/carry/$SFT_EXAMPLES_FILE" "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
   local s seeds models=() m
@@ -487,10 +513,11 @@ case $CALL in
   A) call_A ;;
   A2) call_A2 ;;
   K) call_K ;;
+  examples) call_examples ;;
   B) call_B ;;
   C) call_C ;;
   D) call_D ;;
-  *) echo "usage: bash scripts/model_day.sh A|A2|K|B|C|D" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/model_day.sh A|A2|K|B|C|D|examples" >&2; exit 2 ;;
 esac
 pack
 echo

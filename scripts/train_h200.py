@@ -27,7 +27,10 @@ keeps the adapter in sft/final/adapter (megabytes: it can come back through $OUT
 lease, where --sft-from-adapter makes sft/final from it and the base without training). With --rl-lora-rank
 RL trains LoRA adapters too, kept in rl/final/adapter with `rl_lineage.json` (the RL steps behind it, over
 every lease); --rl-from-adapter starts RL from sft/final merged with such an adapter (rl_start/), so RL
-continues in a later lease, with a fresh optimiser, on a new adapter.
+continues in a later lease, with a fresh optimiser, on a new adapter. --build-sft-examples FILE builds
+SFT's examples with the options given and stops (on a machine without a GPU, before the lease);
+--sft-examples FILE trains on them (built in the run when the file was built for other options or another
+tokenizer). --sft-continue trains an SFT stopped by its limit on from its last checkpoint (a second call).
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -110,6 +113,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-from-adapter", type=Path, default=None,
                    help="no SFT training: sft/final is the base model merged with this LoRA adapter folder "
                         "(an earlier run's sft/final/adapter)")
+    p.add_argument("--sft-examples", type=Path, default=None,
+                   help="train SFT on this file's examples (--build-sft-examples, built on another machine "
+                        "with the same SFT options) instead of building them here; a file built for other "
+                        "options or another tokenizer is refused and the examples are built here")
+    p.add_argument("--build-sft-examples", type=Path, default=None,
+                   help="build SFT's examples with these options into this file and stop (no training)")
+    p.add_argument("--sft-continue", action="store_true",
+                   help="an SFT run stopped early by its time limit trains on from its last checkpoint "
+                        "(without this its promoted model is final)")
     p.add_argument("--rl-lora-rank", type=int, default=0,
                    help="RL alone with LoRA adapters of this rank (0: as --lora says); the adapter is kept "
                         "in rl/final/adapter with its lineage (rl_lineage.json), megabytes that can leave "
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
+    if args.build_sft_examples is not None:
+        return _build_sft_examples(args)
     missing = [m for m in ("trl", "datasets", "peft") if _missing(m)]
     if missing:
         print(f"missing on this machine: {', '.join(missing)} (carry their wheels)", file=sys.stderr)
@@ -264,7 +278,9 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      repair_per_task=args.sft_repair_per_task,
                      max_length=args.sft_max_length, save_steps=100,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
-                     max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda")
+                     max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda",
+                     examples_file=str(args.sft_examples) if args.sft_examples and args.sft_examples.is_file()
+                     else "")
 
 
 def _sft_base(args: argparse.Namespace) -> Path:
@@ -275,18 +291,19 @@ def _sft_base(args: argparse.Namespace) -> Path:
 
 
 def _sft(args: argparse.Namespace, minutes: float) -> dict:
-    from cudaperf.train.sft import run_sft
 
     out = args.work / "sft"
     if (out / "final" / "config.json").is_file():
         early = (out / "final" / "stopped_early.json").is_file()
-        return {"finished": not early, "usable": True, "final_dir": str(out / "final"),
-                "note": "already trained" + (" (stopped early)" if early else "")}
+        if not (early and args.sft_continue and args.sft_from_adapter is None):
+            return {"finished": not early, "usable": True, "final_dir": str(out / "final"),
+                    "note": "already trained" + (" (stopped early)" if early else "")}
+        shutil.rmtree(out / "final")  # trained on from its last checkpoint (the promoted copy of it)
     if args.sft_from_adapter is not None:
         return _sft_from_adapter(args, out / "final")
     config = _sft_config(args, minutes)
     t0 = time.monotonic()
-    report = run_sft(config)
+    report = _run_sft_with_examples(config)
     promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None,
                                                                         lambda: _sft_base(args))
     return {"finished": report.finished, "usable": report.finished or promoted,
@@ -295,6 +312,34 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
             "tokens": report.train_lengths.line(), "train_loss": report.train_loss,
             "eval_loss": report.eval_loss, "minutes": (time.monotonic() - t0) / 60,
             "resumed_from": report.resumed_from}
+
+
+def _run_sft_with_examples(config):
+    """`run_sft`; when the examples file was built for other options or another tokenizer, say so and
+    build the examples in the run instead (minutes, but the call still trains)."""
+    from dataclasses import replace
+
+    from cudaperf.train.config import ConfigError
+    from cudaperf.train.sft import run_sft
+
+    try:
+        return run_sft(config)
+    except ConfigError as exc:
+        if not config.examples_file or not str(exc).startswith("examples_file="):
+            raise
+        print(f"SFT examples file refused, building them here: {exc}", flush=True)
+        return run_sft(replace(config, examples_file=""))
+
+
+def _build_sft_examples(args: argparse.Namespace) -> int:
+    from cudaperf.train.sft import build_examples_file
+
+    t0 = time.monotonic()
+    built = build_examples_file(_sft_config(args, 0.0), args.build_sft_examples)
+    result = {"file": built.path, "train": built.train_examples, "val": built.val_examples,
+              "fingerprint": built.fingerprint, "seconds": round(time.monotonic() - t0, 1)}
+    print("RESULT sft_examples " + json.dumps(result))
+    return 0
 
 
 def _sft_from_adapter(args: argparse.Namespace, final: Path) -> dict:

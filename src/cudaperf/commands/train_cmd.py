@@ -9,7 +9,8 @@ Every option is a field of `cudaperf.train.config.SftConfig` / `RlConfig` /
 saved configuration (train_config.json, or eval's compare_config.json) and the options given override it.
 Starting again with the same --output-dir resumes from the last checkpoint (eval: skips complete runs and
 continues partial ones). `sft --dry-run` builds the examples and prints their token-length distribution
-without training. `eval` prints the comparison table (mean ± std over seeds per model and task set).
+without training; `sft --build-examples FILE` builds them into FILE, for `--examples-file` of a run on
+another machine. `eval` prints the comparison table (mean ± std over seeds per model and task set).
 
 Exit status: 0 when training finished, 2 for a configuration error (the message says the fix).
 
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "sft":
             p.add_argument("--dry-run", action="store_true",
                            help="build the examples, print their token lengths, do not train")
+            p.add_argument("--build-examples", metavar="FILE", default=None,
+                           help="build the examples into FILE (for --examples-file of a run elsewhere), "
+                                "do not train")
         add_config_options(p, cls)
 
 
@@ -94,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if args.train_command == "sft" and args.dry_run:
             return _dry_run(config)
+        if args.train_command == "sft" and args.build_examples:
+            return _build_examples(config, Path(args.build_examples))
         if args.train_command == "sft":
             from cudaperf.train.sft import run_sft
 
@@ -126,6 +132,15 @@ def _dry_run(config: Any) -> int:
         second = second_turn_examples(tasks[split], tokenizer, config, verified, rows)
         if second:
             print(f"{split}: {len(second)} second-turn examples kept")
+    return 0
+
+
+def _build_examples(config: Any, path: Path) -> int:
+    from cudaperf.train.sft import build_examples_file
+
+    built = build_examples_file(config, path)
+    print(f"{built.path}: {built.train_examples} train, {built.val_examples} val examples, fingerprint "
+          f"{built.fingerprint}; first turns: {built.first_turn_lengths.line()}")
     return 0
 
 

@@ -32,7 +32,8 @@ REPAIR_FAULT_KINDS = 5  # the kinds of fault `train.repair_data.FAULTS` knows
 # (the attention's), never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "build_workers", "ray_address", "profile_decoding", "generation_attention"})
+                       "build_workers", "ray_address", "profile_decoding", "generation_attention",
+                       "examples_file"})
 
 
 class ConfigError(ValueError):
@@ -177,6 +178,10 @@ class SftConfig(CommonConfig):
     """Compute the validation loss every this many steps (0: never)."""
     format: str = "fast"
     """Prompt format. Only 'fast': the dataset's implementations are fast-format modules."""
+    examples_file: str = ""
+    """Train on the examples of this file (`cudaperf train sft --build-examples FILE`, built on any machine
+    with the same data options and model) instead of building them in the run; a file built for other data
+    or another tokenizer is refused (`train.sft_examples_file`). Empty: build them in the run."""
 
     def __post_init__(self) -> None:
         self.check_common()

@@ -15,10 +15,8 @@ or `scripts/train_h200.py`).
 
 from __future__ import annotations
 
-import gzip
-import json
 import time
-from dataclasses import asdict, astuple, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from cudaperf.train.sft_data import (
     split_tasks,
     verified_from_rows,
 )
+from cudaperf.train.sft_examples_file import examples_fingerprint, read_examples, write_examples
 
 
 @dataclass(frozen=True)
@@ -102,13 +101,24 @@ EXAMPLES_FILE = "examples.json.gz"
 
 
 def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list[SftExample], LengthStats]:
-    """The run's examples, built once and kept in the run directory (loading thousands of PyTorch tasks
-    takes minutes; a resumed run reads them back, and its configuration matches, so they are the same)."""
+    """The run's examples, kept in the run directory (a resumed run reads them back, and its configuration
+    matches, so they are the same): else `config.examples_file`'s, when built for this run's data and
+    tokenizer (`sft_examples_file`), else built here (loading thousands of tasks takes minutes)."""
     path = Path(config.output_dir) / EXAMPLES_FILE
     if path.is_file():
-        data = json.loads(gzip.decompress(path.read_bytes()))
-        return ([_example(e) for e in data["train"]], [_example(e) for e in data["val"]],
-                LengthStats(**data["lengths"]))
+        return read_examples(path)
+    fingerprint = examples_fingerprint(config, tokenizer)
+    if config.examples_file:
+        train, val, lengths = read_examples(Path(config.examples_file), fingerprint)
+    else:
+        train, val, lengths = build_all_examples(config, tokenizer)
+    write_examples(path, train, val, lengths, fingerprint)
+    return train, val, lengths
+
+
+def build_all_examples(config: SftConfig, tokenizer: Any
+                       ) -> tuple[list[SftExample], list[SftExample], LengthStats]:
+    """Train and validation examples as configured: first turns, then the second turns."""
     tasks = split_tasks(config)
     rows = measured_rows(config.measurements) if config.measurements else None
     verified = verified_from_rows(rows) if rows is not None else None
@@ -119,12 +129,28 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     if not train:
         raise ConfigError("no training example: check kinds, families, strategies, measurements and "
                           f"max_length ({lengths.line()})")
-    data = {"train": [astuple(e) for e in train], "val": [astuple(e) for e in val],
-            "lengths": asdict(lengths)}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(gzip.compress(json.dumps(data).encode()))
-    tmp.replace(path)
     return train, val, lengths
+
+
+@dataclass(frozen=True)
+class BuiltExamples:
+    """What `build_examples_file` wrote."""
+
+    path: str
+    train_examples: int
+    val_examples: int
+    fingerprint: str
+    first_turn_lengths: LengthStats
+
+
+def build_examples_file(config: SftConfig, path: Path) -> BuiltExamples:
+    """The examples as `config` says, with its model's tokenizer (loaded on the CPU), into `path`, for a run
+    elsewhere (`SftConfig.examples_file`)."""
+    _, tokenizer = load_policy(replace(config, device="cpu"))
+    train, val, lengths = build_all_examples(config, tokenizer)
+    fingerprint = examples_fingerprint(config, tokenizer)
+    write_examples(path, train, val, lengths, fingerprint)
+    return BuiltExamples(str(path), len(train), len(val), fingerprint, lengths)
 
 
 def second_turn_examples(tasks: list, tokenizer: Any, config: SftConfig, verified: dict | None,
@@ -143,12 +169,6 @@ def second_turn_examples(tasks: list, tokenizer: Any, config: SftConfig, verifie
               f"{len(tasks)} tasks)", flush=True)
         examples += repair
     return examples
-
-
-def _example(row: list[Any]) -> SftExample:
-    example_id, task_id, family, kind, input_ids, labels, prompt_tokens, answer_tokens = row
-    return SftExample(example_id, task_id, family, kind, tuple(input_ids), tuple(labels), prompt_tokens,
-                      answer_tokens)
 
 
 def _last(logs: list[dict[str, Any]], key: str) -> float | None:
