@@ -1,0 +1,90 @@
+"""The comparison's table from the merged trajectories a model-day call brings back
+(`$OUT/<call>/compare/<model>-trajectories.jsonl`, a model's `batched_trajectories.jsonl`), complete or
+not: a batched comparison writes its run directories and figures only once every trajectory is done, and
+those stay on the GPU machine, so a comparison cut by its call's end leaves no table. Trajectory k of a
+task is seed k's (`train.compare._batched_runs`); the tasks of each set are resolved here as the
+comparison resolved them (same `--tasks` and kinds).
+
+    python3 scripts/compare_partial.py sft=DIR/sft-trajectories.jsonl rl=DIR/rl-trajectories.jsonl --tasks 16
+
+(a file may be gzipped, as those committed under benchmarks/results/ are).
+
+Prints the table (`train.compare.table_markdown`) and, per model and set, how many trajectories are done:
+a trajectory cut before its last turn counts with the turns it has (its best-of-turns figure can only be
+lower than the finished one's).
+
+Not covered: running the comparison (`cudaperf train eval`, `scripts/train_compare_h200.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="+", help="NAME=TRAJECTORIES.jsonl")
+    p.add_argument("--tasks", type=int, default=16, help="tasks a set (the comparison's --limit-tasks)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds of the comparison (trajectories a task)")
+    p.add_argument("--turns", type=int, default=2, help="turns a trajectory")
+    p.add_argument("--sets", nargs="+", default=["heldout", "test"])
+    p.add_argument("--kinds", nargs="*", default=[], help="task kinds of the comparison (empty: both)")
+    return p.parse_args(argv)
+
+
+def partial_table(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """model -> set -> figure spread (as `train.compare.comparison_table`), and one line a run on how
+    many of its trajectories are done."""
+    from cudaperf.agent.trajectory import TrajectoryStore, group
+    from cudaperf.train.compare import FIGURES, SETS, CompareConfig, _tasks, run_figures, spread
+
+    config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
+    sets = {name: [t.task_id for t in _tasks(SETS.get(name, name), config)] for name in args.sets}
+    table: dict = {}
+    notes = []
+    for entry in args.models:
+        name, _, path = entry.partition("=")
+        records = _load(Path(path), TrajectoryStore)
+        for set_name, ids in sets.items():
+            runs = []
+            for seed in range(args.seeds):
+                trajectories = group(r for r in records if r.task_id in ids and r.sample == seed)
+                done = sum(1 for tr in trajectories if tr.done or len(tr.turns) >= args.turns)
+                notes.append(f"{name} {set_name} seed {seed}: {done} of {len(ids)} trajectories done, "
+                             f"{len(trajectories)} begun")
+                if trajectories:
+                    runs.append(run_figures(trajectories, ids))
+            if runs:
+                row = {"seeds": list(range(len(runs))), "tasks": len(ids)}
+                row.update({f: asdict(spread([getattr(r, f) for r in runs])) for f in FIGURES})
+                table.setdefault(name, {})[set_name] = row
+    return table, notes
+
+
+def _load(path: Path, store: type) -> list:
+    """A trajectories file's records; a .gz one (as committed under benchmarks/results/) unpacked first."""
+    if path.suffix != ".gz":
+        return store(path).load()
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / path.stem
+        plain.write_bytes(gzip.decompress(path.read_bytes()))
+        return store(plain).load()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cudaperf.train.compare import table_markdown
+
+    args = parse_args(argv)
+    table, notes = partial_table(args)
+    print(table_markdown(table, args.turns))
+    print("\n".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
