@@ -29,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=16, help="tasks a set (the comparison's --limit-tasks)")
     p.add_argument("--seeds", type=int, default=3, help="seeds of the comparison (trajectories a task)")
     p.add_argument("--turns", type=int, default=2, help="turns a trajectory")
-    p.add_argument("--sets", nargs="+", default=["heldout", "test"])
+    p.add_argument("--sets", nargs="+", default=["heldout", "test"],
+                   help="the comparison's sets: heldout, val, test, train or NAME=TASK_SPEC")
     p.add_argument("--kinds", nargs="*", default=[], help="task kinds of the comparison (empty: both)")
     return p.parse_args(argv)
 
@@ -38,10 +39,10 @@ def partial_table(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """model -> set -> figure spread (as `train.compare.comparison_table`), and one line a run on how
     many of its trajectories are done."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
-    from cudaperf.train.compare import FIGURES, SETS, CompareConfig, _tasks, run_figures, spread
+    from cudaperf.train.compare import FIGURES, CompareConfig, _tasks, run_figures, set_spec, spread
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
-    sets = {name: [t.task_id for t in _tasks(SETS.get(name, name), config)] for name in args.sets}
+    sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
     table: dict = {}
     notes = []
     for entry in args.models:

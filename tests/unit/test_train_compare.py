@@ -223,3 +223,26 @@ def test_continuing_batched_seeds_with_other_settings_is_refused(tmp_path, task_
     with pytest.raises(ConfigError, match="turns: 2 -> 1"):
         run_compare(compare_config(tmp_path, task_file, batch_seeds=True, turns=1), evaluator=cpu_evaluator,
                     backend_factory=scripted_factory([]))
+
+
+def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_unfinished(
+        tmp_path, task_file, cpu_evaluator):
+    """`scripts/compare_partial.py`: the table a model-day call can make from the trajectories that came
+    back, complete or not."""
+    from script_module import load_script
+
+    config = compare_config(tmp_path, task_file, batch_seeds=True)
+    report = run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    batched = tmp_path / "scripted" / "batched_trajectories.jsonl"
+    partial = load_script("compare_partial")
+    argv = [f"scripted={batched}", "--seeds", "2", "--sets", f"toy={task_file}"]
+    table, notes = partial.partial_table(partial.parse_args(argv))
+    for name in ("first_turn_correct", "best_of_turns_correct", "fast_1"):
+        assert table["scripted"]["toy"][name] == report.table["scripted"]["toy"][name]
+    assert notes == [f"scripted toy seed {k}: 1 of 1 trajectories done, 1 begun" for k in (0, 1)]
+    lines = batched.read_text().splitlines()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(x for x in lines if json.loads(x)["turn"] == 0) + "\n")  # second turns lost
+    table, notes = partial.partial_table(partial.parse_args([f"scripted={cut}", *argv[1:]]))
+    assert table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 0.0
+    assert notes[0] == "scripted toy seed 0: 0 of 1 trajectories done, 1 begun"
