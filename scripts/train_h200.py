@@ -291,7 +291,6 @@ def _sft_base(args: argparse.Namespace) -> Path:
 
 
 def _sft(args: argparse.Namespace, minutes: float) -> dict:
-
     out = args.work / "sft"
     if (out / "final" / "config.json").is_file():
         early = (out / "final" / "stopped_early.json").is_file()
@@ -319,14 +318,12 @@ def _run_sft_with_examples(config):
     build the examples in the run instead (minutes, but the call still trains)."""
     from dataclasses import replace
 
-    from cudaperf.train.config import ConfigError
     from cudaperf.train.sft import run_sft
+    from cudaperf.train.sft_examples_file import ExamplesMismatch
 
     try:
         return run_sft(config)
-    except ConfigError as exc:
-        if not config.examples_file or not str(exc).startswith("examples_file="):
-            raise
+    except ExamplesMismatch as exc:
         print(f"SFT examples file refused, building them here: {exc}", flush=True)
         return run_sft(replace(config, examples_file=""))
 

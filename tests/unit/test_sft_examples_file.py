@@ -15,10 +15,15 @@ pytest.importorskip("trl")
 
 from cudaperf.cli import main as cli_main
 from cudaperf.train import sft
-from cudaperf.train.config import ConfigError, SftConfig
+from cudaperf.train.config import SftConfig
 from cudaperf.train.models import load_policy
 from cudaperf.train.sft_data import LengthStats, SftExample
-from cudaperf.train.sft_examples_file import examples_fingerprint, read_examples, write_examples
+from cudaperf.train.sft_examples_file import (
+    ExamplesMismatch,
+    examples_fingerprint,
+    read_examples,
+    write_examples,
+)
 
 SMALL = {"model": "tiny", "kinds": ("c",), "limit_tasks": 2, "val_limit_tasks": 1, "strategies": ("naive",),
          "device": "cpu"}
@@ -47,7 +52,7 @@ def test_a_written_file_reads_back_the_same_examples(tmp_path):
 
 def test_a_file_built_for_another_fingerprint_is_refused_with_the_fix(tmp_path):
     write_examples(tmp_path / "ex.json.gz", [example(0)], [], LENGTHS, "abc")
-    with pytest.raises(ConfigError, match="--build-examples"):
+    with pytest.raises(ExamplesMismatch, match="--build-examples"):
         read_examples(tmp_path / "ex.json.gz", "def")
 
 

@@ -10,6 +10,7 @@ import pytest
 from script_module import load_script
 
 from cudaperf.train.config import ConfigError, SftConfig
+from cudaperf.train.sft_examples_file import ExamplesMismatch
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def test_a_refused_examples_file_is_replaced_by_building_them(train_h200, tmp_pa
     def run_sft(config):
         files.append(config.examples_file)
         if config.examples_file:
-            raise ConfigError(f"examples_file={config.examples_file}: built for other data")
+            raise ExamplesMismatch(f"examples_file={config.examples_file}: built for other data")
         return "report"
 
     monkeypatch.setattr(sft, "run_sft", run_sft)

@@ -7,7 +7,9 @@ turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
 batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that).
-The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`.
+The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
+beforehand, on any machine (`build_examples_file`; `examples_file` names them to the run, which checks
+their fingerprint: `sft_examples_file.py`).
 
 Not covered: building the examples (`sft_data.py`), evaluating the model on kernels (`cudaperf optimize`
 or `scripts/train_h200.py`).

@@ -69,14 +69,19 @@ def write_examples(path: Path, train: list[SftExample], val: list[SftExample], l
     tmp.replace(path)
 
 
+class ExamplesMismatch(ConfigError):
+    """An examples file built for other data or another tokenizer than the run's."""
+
+
 def read_examples(path: Path, fingerprint: str | None = None
                   ) -> tuple[list[SftExample], list[SftExample], LengthStats]:
     """The examples of `path`; with `fingerprint`, refused unless the file was built for it."""
     data = json.loads(gzip.decompress(Path(path).read_bytes()))
     if fingerprint is not None and data.get("fingerprint") != fingerprint:
-        raise ConfigError(f"examples_file={path}: built for other data or another tokenizer (fingerprint "
-                          f"{data.get('fingerprint')}, this run's {fingerprint}); build it again with the "
-                          "run's settings (`cudaperf train sft --build-examples FILE` and the same options)")
+        raise ExamplesMismatch(f"examples_file={path}: built for other data or another tokenizer "
+                               f"(fingerprint {data.get('fingerprint')}, this run's {fingerprint}); build it "
+                               "again with the run's settings (`cudaperf train sft --build-examples FILE` "
+                               "and the same options)")
     train, val = [_example(e) for e in data["train"]], [_example(e) for e in data["val"]]
     return train, val, LengthStats(**data["lengths"])
 
@@ -87,4 +92,5 @@ def _example(row: list[Any]) -> SftExample:
                       answer_tokens)
 
 
-__all__ = ["DATA_FIELDS", "examples_fingerprint", "read_examples", "tokenizer_digest", "write_examples"]
+__all__ = ["DATA_FIELDS", "ExamplesMismatch", "examples_fingerprint", "read_examples", "tokenizer_digest",
+           "write_examples"]
