@@ -9,9 +9,9 @@ comparison resolved them (same `--tasks` and kinds).
 
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
-Prints the table (`train.compare.table_markdown`) and, per model and set, how many trajectories are done:
-a trajectory cut before its last turn counts with the turns it has (its best-of-turns figure can only be
-lower than the finished one's).
+Prints the table (`train.compare.table_markdown`), per model and set how many trajectories are done (a
+trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
+lower than the finished one's), and a `RESULT partial` line of means a model and set.
 
 Not covered: running the comparison (`cudaperf train eval`, `scripts/train_compare_h200.py`).
 """
@@ -19,6 +19,7 @@ Not covered: running the comparison (`cudaperf train eval`, `scripts/train_compa
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     table, notes = partial_table(args)
     print(table_markdown(table, args.turns))
     print("\n".join(notes))
+    for model, by_set in table.items():  # one line a model and set, for a model-day call's summary
+        for set_name, row in by_set.items():
+            means = {name: row[name]["mean"] for name in ("first_turn_correct", "best_of_turns_correct",
+                                                           "fast_1", "speedup_geomean_all")}
+            print("RESULT partial " + json.dumps({"model": model, "set": set_name, **means}))
     return 0
 
 

@@ -164,13 +164,14 @@ export CUDAPERF_CACHE_DIR=$T/cudaperf-cache  # evaluator builds and the converte
 if ! command -v bwrap > /dev/null && [[ -z ${CUDAPERF_BWRAP:-} && -x $T/bwrap-pkg/usr/bin/bwrap ]]; then
   export CUDAPERF_BWRAP=$T/bwrap-pkg/usr/bin/bwrap
 fi
-X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=() X_PROFILE=()
+X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=() X_PROFILE=() X_PARTIAL=()
 if [[ $SMOKE == 1 ]]; then
   X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2
          --sft-val-limit-tasks 1)
   X_RL=(--cpu-smoke --rl-steps 1 --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
         --rl-max-new-tokens 16)
   X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
+  X_PARTIAL=(--tasks 1)
   X_REFINE=(--device cpu --limit 2 --samples 1 --turns 2 --max-new-tokens 16)
   X_BACKENDS=(--device cpu --batches "1,2" --max-new-tokens 8)
   X_PROFILE=(--device cpu --batch 2 --prompt-tokens 64 --new-tokens 8 --profile-steps 2)
@@ -459,6 +460,13 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
     [[ -f $f ]] && cp "$f" "$STAGE/compare/${model##*/}-${name#batched_}"
   done
   pack
+  # the table so far, from the trajectories above (a cut comparison writes none of its own)
+  local entries=()
+  for f in "$STAGE"/compare/*-trajectories.jsonl; do
+    [[ -f $f ]] && { m=${f##*/}; entries+=("${m%-trajectories.jsonl}=$f"); }
+  done
+  (( ${#entries[@]} )) && step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" \
+    --tasks "${COMPARE_TASKS:-8}" --seeds "${#seeds[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
 }
 
 call_C() {
