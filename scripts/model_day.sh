@@ -465,8 +465,10 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   for f in "$STAGE"/compare/*-trajectories.jsonl; do
     [[ -f $f ]] && { m=${f##*/}; entries+=("${m%-trajectories.jsonl}=$f"); }
   done
-  (( ${#entries[@]} )) && step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" \
-    --tasks "${COMPARE_TASKS:-8}" --seeds "${#seeds[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
+  if (( ${#entries[@]} )); then
+    step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" --tasks "${COMPARE_TASKS:-8}" \
+      --seeds "${#seeds[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
+  fi
 }
 
 call_C() {

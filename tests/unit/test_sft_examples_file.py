@@ -80,6 +80,14 @@ def test_the_fingerprint_changes_with_the_tokenizer(tmp_path, tokenizer):
         tokenizer.chat_template = template
 
 
+def test_the_fingerprint_changes_with_the_packages_source(tmp_path, tokenizer, monkeypatch):
+    from cudaperf.train import sft_examples_file
+
+    before = examples_fingerprint(config(tmp_path), tokenizer)
+    monkeypatch.setattr(sft_examples_file, "source_digest", lambda: "other code")
+    assert examples_fingerprint(config(tmp_path), tokenizer) != before
+
+
 def test_a_run_trains_on_the_built_file_without_building_examples(tmp_path, monkeypatch):
     built = tmp_path / "examples.json.gz"
     assert cli_main(["train", "sft", "--model", "tiny", "--kinds", "c", "--limit-tasks", "2",

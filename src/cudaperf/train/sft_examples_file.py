@@ -4,9 +4,9 @@ Building them loads thousands of tasks and judges the repair examples' broken co
 34's 375-s SFT call on the H100, where the training itself took 117 s.
 
 The file carries a fingerprint of what shapes the examples (`DATA_FIELDS` of the configuration, the
-measurement files' names and sizes, and the tokenizer's vocabulary, merges, normaliser, pre-tokeniser,
-special tokens and chat template), so
-a run refuses a file built for other data or another tokenizer instead of training on it.
+measurement files' names and sizes, the tokenizer's vocabulary, merges, normaliser, pre-tokeniser,
+special tokens and chat template, and the package's source, which renders the prompts and the feedback),
+so a run refuses a file built for other data, another tokenizer or other code instead of training on it.
 
 Covers: the fingerprint, writing and reading (the run directory's own copy, which a resumed run reads
 back, has the same format). Not covered: building the examples (`train.sft`, `train.sft_data`).
@@ -51,10 +51,21 @@ def tokenizer_digest(tokenizer: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def source_digest() -> str:
+    """The cudaperf package's Python source, all of it: the prompts, the feedback and the dataset's tasks
+    come from many modules, and a file built by other code would hold other examples."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def examples_fingerprint(config: SftConfig, tokenizer: Any) -> str:
     fields = {name: getattr(config, name) for name in DATA_FIELDS}
     fields["measurement_files"] = _measurement_files(config.measurements)
     fields["tokenizer"] = tokenizer_digest(tokenizer)
+    fields["source"] = source_digest()
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
@@ -92,5 +103,5 @@ def _example(row: list[Any]) -> SftExample:
                       answer_tokens)
 
 
-__all__ = ["DATA_FIELDS", "ExamplesMismatch", "examples_fingerprint", "read_examples", "tokenizer_digest",
-           "write_examples"]
+__all__ = ["DATA_FIELDS", "ExamplesMismatch", "examples_fingerprint", "read_examples", "source_digest",
+           "tokenizer_digest", "write_examples"]
