@@ -5,7 +5,8 @@ take `EvalResult`s back as they finish; they never touch workers, builds or timi
 evaluation mode (say one sized for RL batches: correctness in many workers, baselines timed once per
 task and configuration, timing only for correct candidates) drops in by implementing the same two methods.
 
-Covers: the contract, and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
+Covers: the contract, `ReportingEvaluator` (any evaluator, each result reported as it arrives with the
+candidates still out), and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
 and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
 `LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
 (each process then starts its own evaluator there). Threads may share one: `Evaluator.evaluate_many` takes
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
 from cudaperf.types import EvalResult, Solution, Task
@@ -54,6 +57,50 @@ def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solu
         raise RuntimeError(f"the evaluator returned no result for pairs {missing}: a broken "
                            "CandidateEvaluator")
     return results  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One result of a batch as it arrived (`ReportingEvaluator`)."""
+
+    done: int
+    total: int
+    result: EvalResult
+    still_out: tuple[str, ...]  # "task_id/solution_id" of the pairs without a result yet
+    elapsed_s: float  # since the batch was handed in
+
+    def line(self, shown: int = 4) -> str:
+        r = self.result
+        took = (r.stage_durations_s or {}).get("total")
+        stage = f" in stage '{r.stage}'" if r.stage else ""
+        what = f"{r.task_id}/{r.solution_id} {r.outcome.value}{stage}"
+        out = ", ".join(self.still_out[:shown]) + (" ..." if len(self.still_out) > shown else "")
+        return (f"evaluated {self.done} of {self.total} after {self.elapsed_s:.0f} s: {what}"
+                + (f" ({took:.1f} s)" if took is not None else "") + (f"; still out: {out}" if out else ""))
+
+
+class ReportingEvaluator:
+    """A `CandidateEvaluator` that hands each result, as it arrives, to `on_result` with the candidates
+    still out, so a batch that stalls says on which candidates (the batch waits for its slowest)."""
+
+    def __init__(self, inner: CandidateEvaluator, on_result: Callable[[BatchProgress], None]):
+        self.inner, self.on_result = inner, on_result
+
+    @property
+    def arch(self) -> str:
+        return self.inner.arch
+
+    def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+        out = {i: f"{task.task_id}/{solution.solution_id}" for i, (task, solution) in enumerate(pairs)}
+        started = time.perf_counter()
+        for index, result in self.inner.evaluate_stream(pairs):
+            out.pop(index, None)
+            self.on_result(BatchProgress(len(pairs) - len(out), len(pairs), result, tuple(out.values()),
+                                         time.perf_counter() - started))
+            yield index, result
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _unique_ids(pairs: Sequence[tuple[Task, Solution]]) -> tuple[list, dict[tuple[str, str], int]]:

@@ -283,8 +283,12 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     check_runs(config)
     task_sets = {name: _tasks(spec, config) for name, spec in map(set_spec, config.sets)}
     deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
+    from cudaperf.agent.evaluation import ReportingEvaluator
+    from cudaperf.train.monitor import report_slow_results
+
     own = evaluator is None
     evaluator = evaluator or make_evaluator(config)
+    judge = ReportingEvaluator(evaluator, report_slow_results(started))  # a stalled round names its laggards
     done = skipped = unfinished = 0
     try:
         for entry in config.models:
@@ -302,11 +306,11 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
                 backend.probe_to = str(out / model_name(entry) / DECODING_PROBE_FILE)
             try:
                 if config.batch_seeds:
-                    complete = _batched_runs(config, entry, pending, task_sets, backend, evaluator, deadline)
+                    complete = _batched_runs(config, entry, pending, task_sets, backend, judge, deadline)
                     done, unfinished = done + complete, unfinished + len(pending) - complete
                 for set_name, seed in pending if not config.batch_seeds else ():
                     complete = _one_run(config, entry, set_name, seed, task_sets[set_name], backend,
-                                        evaluator, deadline)
+                                        judge, deadline)
                     done, unfinished = done + complete, unfinished + (not complete)
             finally:
                 backend.close()

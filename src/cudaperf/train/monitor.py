@@ -7,7 +7,7 @@ line being written; the same scalars to TensorBoard under `<output_dir>/tensorbo
 `transformers.TrainerCallback`: the trainer's logs to the writer, the configuration into each
 `checkpoint-<step>/`, the wall time of each optimiser step), `record_batch` (the fingerprint line of one
 micro-batch in `batches.jsonl`; `RecordsBatches`, the trainer mix-in that calls it every training step),
-and `last_checkpoint`.
+`last_checkpoint`, and `report_slow_results` (a slow evaluation batch's results in the run's log).
 
 Not covered: what the metrics mean (the rollout computes its own, `rollout.py`), plotting.
 """
@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,24 @@ def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float 
     return RunCallback()
 
 
+SLOW_RESULT_S = 20.0  # a result that took this long is reported
+BATCH_TAIL_S = 30.0  # and every result once a batch has been out this long, with the candidates still out
+
+
+def report_slow_results(started_s: float, slow_s: float = SLOW_RESULT_S, tail_s: float = BATCH_TAIL_S
+                        ) -> Callable[[Any], None]:
+    """The `on_result` of an `agent.evaluation.ReportingEvaluator` for a training run's log: a line
+    (seconds since `started_s`, a `time.perf_counter()` reading) for a slow result, and for every result
+    of a batch out longer than `tail_s`, naming the candidates still out; a fast batch prints nothing."""
+
+    def on_result(progress: Any) -> None:
+        took = (progress.result.stage_durations_s or {}).get("total") or 0.0
+        if took >= slow_s or progress.elapsed_s >= tail_s:
+            print(f"[{time.perf_counter() - started_s:.0f} s] {progress.line()}", file=sys.stderr, flush=True)
+
+    return on_result
+
+
 __all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "checkpoint_step", "fingerprint",
            "last_checkpoint", "make_callback", "read_batches", "read_metrics", "record_batch",
-           "RecordsBatches"]
+           "RecordsBatches", "report_slow_results"]

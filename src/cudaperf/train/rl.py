@@ -22,10 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cudaperf.agent.evaluation import ReportingEvaluator
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
-from cudaperf.train.monitor import MetricsWriter, RecordsBatches, checkpoint_step, make_callback
+from cudaperf.train.monitor import (
+    MetricsWriter,
+    RecordsBatches,
+    checkpoint_step,
+    make_callback,
+    report_slow_results,
+)
 from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, TurnProgress, first_prompt, rollout_stats
 from cudaperf.train.sft import prepare_run
 
@@ -103,7 +110,8 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     def on_turn(progress: TurnProgress) -> None:  # a step's turns as they end (a step takes minutes)
         print(f"[{time.perf_counter() - started:.0f} s] {progress.line()}", file=sys.stderr, flush=True)
 
-    rollout = MultiTurnRollout(config, tasks, evaluator, tokenizer, on_batch=on_batch, on_turn=on_turn)
+    judge = ReportingEvaluator(evaluator, report_slow_results(started))  # a stalled turn names its laggards
+    rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
           file=sys.stderr, flush=True)

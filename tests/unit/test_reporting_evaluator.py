@@ -1,0 +1,76 @@
+"""A batch that stalls says on which candidates (`agent.evaluation.ReportingEvaluator`,
+`train.monitor.report_slow_results`): every result reaches `on_result` as it arrives, with the candidates
+still out, and passes through unchanged; a training run's log gets a line for a slow result and for every
+result of a batch out long, and none for a fast batch. The inner evaluator here yields results in a set
+order with set durations (what is tested is the wrapper's bookkeeping); the real evaluator goes through it
+in the training and comparison tests."""
+
+from __future__ import annotations
+
+import time
+
+from cudaperf.agent.evaluation import BatchProgress, CandidateEvaluator, ReportingEvaluator
+from cudaperf.train.monitor import report_slow_results
+from cudaperf.types import EvalResult, Outcome, Solution, SolutionFormat, Task, TaskKind
+
+
+class InOrder:
+    """Yields each pair's result in `order`, each taking `took_s[i]` seconds by its durations."""
+
+    arch = "sm_90"
+
+    def __init__(self, order, took_s):
+        self.order, self.took_s, self.closed = order, took_s, False
+
+    def evaluate_stream(self, pairs):
+        for i in self.order:
+            task, solution = pairs[i]
+            yield i, EvalResult(task.task_id, solution.solution_id, Outcome.CORRECT, stage="timing",
+                                stage_durations_s={"total": self.took_s[i]})
+
+    def close(self):
+        self.closed = True
+
+
+def pairs(n):
+    task = Task("t", TaskKind.PYTORCH, "", ())
+    return [(task, Solution(f"s{k}", "", SolutionFormat.FAST)) for k in range(n)]
+
+
+def test_each_result_is_reported_with_the_candidates_still_out():
+    seen: list[BatchProgress] = []
+    judge = ReportingEvaluator(InOrder([2, 0, 1], [0.1] * 3), seen.append)
+    results = list(judge.evaluate_stream(pairs(3)))
+    assert [i for i, _ in results] == [2, 0, 1]
+    assert [(p.done, p.total, p.still_out) for p in seen] == [(1, 3, ("t/s0", "t/s1")), (2, 3, ("t/s1",)),
+                                                               (3, 3, ())]
+
+
+def test_results_pass_through_unchanged_and_close_reaches_the_inner_evaluator():
+    inner = InOrder([0, 1], [0.1, 0.1])
+    judge = ReportingEvaluator(inner, lambda p: None)
+    assert isinstance(judge, CandidateEvaluator) and judge.arch == "sm_90"
+    assert [r for _, r in judge.evaluate_stream(pairs(2))] == [r for _, r in inner.evaluate_stream(pairs(2))]
+    judge.close()
+    assert inner.closed
+
+
+def test_a_fast_batch_prints_nothing(capsys):
+    judge = ReportingEvaluator(InOrder([0, 1], [0.5, 0.5]), report_slow_results(time.perf_counter()))
+    list(judge.evaluate_stream(pairs(2)))
+    assert capsys.readouterr().err == ""
+
+
+def test_a_slow_result_is_printed_with_what_is_still_out(capsys):
+    judge = ReportingEvaluator(InOrder([1, 0], [0.5, 61.0]), report_slow_results(time.perf_counter()))
+    list(judge.evaluate_stream(pairs(2)))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "evaluated 1 of 2" in lines[0] and "t/s1 correct in stage 'timing' (61.0 s)" \
+        in lines[0] and lines[0].endswith("still out: t/s0")
+
+
+def test_every_result_of_a_batch_out_long_is_printed(capsys):
+    on_result = report_slow_results(time.perf_counter(), tail_s=0.0)
+    judge = ReportingEvaluator(InOrder([0, 1], [0.5, 0.5]), on_result)
+    list(judge.evaluate_stream(pairs(2)))
+    assert len(capsys.readouterr().err.splitlines()) == 2
