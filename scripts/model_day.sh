@@ -62,8 +62,9 @@
 # (RL_STEPS and RL_TASKS must be the same in B and C: a resumed run must match its saved configuration).
 # Measured on session 34's lease (H100, results/2026-12-06-s34-h100/): B's 7,985 SFT examples (first turns,
 # refinement, repair) took 234 s to build and left 117 s of training (0.6 s a step, LoRA rank 16, batch 16:
-# an epoch ~300 s): build them here first (`examples`, carried in K). A candidate spinning to a deadline
-# holds every batch behind it (C's RL finished no step in 420 s); the RL mode stops it at 60 s since.
+# an epoch ~300 s): build them here first (`examples`, carried in K). C's RL finished no step in 420 s
+# (cause not established; a slow batch's log now names the candidates still out), and a candidate that
+# spun to the 300-s deadline held a comparison round: the RL mode stops such a stage at 60 s since.
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # SEED=k: the training seed of SFT and RL (default 0; the same in B and C). With SFT_FROM_ADAPTER=1 only
 # RL trains, so each lease with another SEED adds one RL seed from the same SFT model (the seed spread).

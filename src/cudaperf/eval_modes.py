@@ -166,8 +166,8 @@ class RlSettings:
     both. A candidate that runs past one is a TIMEOUT and its worker is replaced. Why tighter here: a
     batch waits for its slowest candidate, and one that spins holds the GPU gate shared, so every other
     candidate's timing waits too: on the H100 (session 34) one spinning C candidate held a comparison
-    round for the default 300 s and kept an RL step from ending in 420 s, while honest candidates' whole
-    correctness stage took at most 1.2 s (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
+    round for the default 300 s, while honest candidates' whole correctness stage took at most 1.2 s
+    (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.stage_timeouts_s.items() if not v > 0}
