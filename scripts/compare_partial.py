@@ -40,7 +40,7 @@ def partial_table(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """model -> set -> figure spread (as `train.compare.comparison_table`), and one line a run on how
     many of its trajectories are done."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
-    from cudaperf.train.compare import FIGURES, CompareConfig, _tasks, run_figures, set_spec, spread
+    from cudaperf.train.compare import CompareConfig, _tasks, run_figures, set_spec, table_row
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
     sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
@@ -50,18 +50,17 @@ def partial_table(args: argparse.Namespace) -> tuple[dict, list[str]]:
         name, _, path = entry.partition("=")
         records = _load(Path(path), TrajectoryStore)
         for set_name, ids in sets.items():
-            runs = []
+            seeds, runs = [], []
             for seed in range(args.seeds):
                 trajectories = group(r for r in records if r.task_id in ids and r.sample == seed)
                 done = sum(1 for tr in trajectories if tr.done or len(tr.turns) >= args.turns)
                 notes.append(f"{name} {set_name} seed {seed}: {done} of {len(ids)} trajectories done, "
                              f"{len(trajectories)} begun")
                 if trajectories:
-                    runs.append(run_figures(trajectories, ids))
+                    seeds.append(seed)
+                    runs.append(asdict(run_figures(trajectories, ids)))
             if runs:
-                row = {"seeds": list(range(len(runs))), "tasks": len(ids)}
-                row.update({f: asdict(spread([getattr(r, f) for r in runs])) for f in FIGURES})
-                table.setdefault(name, {})[set_name] = row
+                table.setdefault(name, {})[set_name] = table_row(seeds, runs)
     return table, notes
 
 

@@ -276,6 +276,9 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
                 backend_factory: BackendFactory | None = None) -> CompareReport:
     """Every (model, set, seed) run not yet complete, then the table over what is complete.
     `evaluator` replaces the configured one; `backend_factory(spec)` replaces `load_backend`."""
+    from cudaperf.agent.evaluation import ReportingEvaluator
+    from cudaperf.train.monitor import report_slow_results
+
     started = time.perf_counter()
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -283,9 +286,6 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     check_runs(config)
     task_sets = {name: _tasks(spec, config) for name, spec in map(set_spec, config.sets)}
     deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
-    from cudaperf.agent.evaluation import ReportingEvaluator
-    from cudaperf.train.monitor import report_slow_results
-
     own = evaluator is None
     evaluator = evaluator or make_evaluator(config)
     judge = ReportingEvaluator(evaluator, report_slow_results(started))  # a stalled round names its laggards
@@ -509,11 +509,17 @@ def comparison_table(config: CompareConfig) -> dict[str, dict[str, dict[str, Any
                     if (p := _run_dir(out, entry, set_name, k) / FIGURES_FILE).is_file()]
             if not runs:
                 continue
-            row: dict[str, Any] = {"seeds": [r["seed"] for r in runs], "tasks": runs[0]["figures"]["tasks"]}
-            for name in FIGURES:
-                row[name] = asdict(spread([r["figures"][name] for r in runs]))
-            table.setdefault(model_name(entry), {})[set_name] = row
+            table.setdefault(model_name(entry), {})[set_name] = table_row([r["seed"] for r in runs],
+                                                                          [r["figures"] for r in runs])
     return table
+
+
+def table_row(seeds: Sequence[int], figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One model and set of the table: each figure's spread over the seeds' runs (`RunFigures` as dicts)."""
+    row: dict[str, Any] = {"seeds": list(seeds), "tasks": figures[0]["tasks"]}
+    for name in FIGURES:
+        row[name] = asdict(spread([f[name] for f in figures]))
+    return row
 
 
 PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "correct_rate", "flagged_rate",
@@ -559,4 +565,4 @@ def config_fields() -> tuple[str, ...]:
 
 __all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "FIGURES", "RunFigures",
            "Spread", "comparison_table", "make_evaluator", "model_name", "model_spec", "refine_config",
-           "run_compare", "run_figures", "set_spec", "spread", "table_markdown"]
+           "run_compare", "run_figures", "set_spec", "spread", "table_markdown", "table_row"]

@@ -89,11 +89,12 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental API
     tasks = load_tasks(config)
     final = Path(config.output_dir) / "final"
-    if checkpoint_step(checkpoint) >= config.max_steps and (final / "config.json").is_file():
+    steps_done = checkpoint_step(checkpoint)
+    if steps_done >= config.max_steps and (final / "config.json").is_file():
         # a finished run started again: nothing to train (the trainer, resumed at its last step, would
         # take one step past max_steps)
-        return RlReport(config.output_dir, str(final), len(tasks), checkpoint_step(checkpoint), checkpoint,
-                        {}, time.perf_counter() - started, True)
+        return RlReport(config.output_dir, str(final), len(tasks), steps_done, checkpoint, {},
+                        time.perf_counter() - started, True)
     model, tokenizer = load_policy(config)
     own_evaluator = evaluator is None
     evaluator = evaluator or make_evaluator(config)

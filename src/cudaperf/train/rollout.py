@@ -50,7 +50,7 @@ from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
 from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
 from cudaperf.train.credit import sample_rewards
-from cudaperf.train.models import between_turns_ids, prompt_ids
+from cudaperf.train.models import between_turns_ids, prompt_ids, token_counter
 from cudaperf.types import Outcome, Task
 
 
@@ -368,7 +368,7 @@ class MultiTurnRollout:
         for g, task in enumerate(groups):
             for k in range(per_group):
                 env = RefineEnv(self.env_config, evaluator=self.evaluator, sample=k,
-                                count_tokens=self._count_tokens)
+                                count_tokens=token_counter(self.tokenizer))
                 traces.append(_Trace(g, prompt_ids(self.tokenizer, env.reset(task))))
                 envs.append(env)
         seconds = {"generate": 0.0, "evaluate": 0.0}
@@ -382,9 +382,6 @@ class MultiTurnRollout:
                 self.on_turn(progress)
         seconds["total"] = time.perf_counter() - started
         return self._batch(traces, seconds)
-
-    def _count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _groups(self, prompts: Sequence[Any]) -> list[Task]:
         size = self.config.num_generations
