@@ -12,13 +12,13 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    (`execute.sandbox.Worker.run`'s `on_proceed`, `GateTurn`), so nothing else runs on the
    GPUs while a candidate is timed (the timing stage's own checks run as in the default mode). The job
    leaves the gate after the referee's verdict, or, with `RlSettings.release_at_result`, as the worker's
-   result comes in (`on_result`). The baselines' plan (point 3) is made before the job, waiting while a
-   carrier of the task is in flight (`plan_wait` in `stage_durations_s`); with
-   `RlSettings.plan_at_go_ahead`, at that go-ahead instead, outside the gate, and it travels with the
-   answer: the job is sent with the whole timing and the answer can only narrow it
+   result comes in (`on_result`). The baselines' plan (point 3) is made at that go-ahead, outside the
+   gate, waiting while a carrier of the task is in flight (`plan_wait` in `stage_durations_s`), and it
+   travels with the answer: the job is sent with the whole timing and the answer can only narrow it
    (`jobs.narrowed_timing`, which the referee holds the timings to as well), so a candidate whose task
-   has a carrier in flight runs its checks meanwhile and waits for the carrier only before timing. A
-   candidate that is not correct is never timed. Without a referee (`EvalConfig.referee=False`) there is
+   has a carrier in flight runs its checks meanwhile and waits for the carrier only before timing; with
+   `RlSettings.plan_at_go_ahead=False` the plan is made before the job instead. A candidate that is not
+   correct is never timed. Without a referee (`EvalConfig.referee=False`) there is
    no go-ahead to hold back, and each candidate takes two passes instead: the check pass with timing off
    (shared), then, if correct, the whole job again with timing on (exclusive); its verdict is the result
    and `environment["rl_check_outcome"]` keeps a differing first one.
@@ -148,17 +148,21 @@ class RlSettings:
     verdict, so the verdict, the referee's release of cached device memory and the region's zeroing no
     longer hold the next candidate's exclusive turn. Off until measured on a GPU: the referee's release
     of its cache to the driver then overlaps another candidate's timing (no kernel of its own runs)."""
-    plan_at_go_ahead: bool = False
+    plan_at_go_ahead: bool = True
     """Refereed jobs: the baselines' plan (carrier or anchored) is made at the candidate's go-ahead to time
     rather than before its job, and narrows the timing the job was sent with (the carrier's), so a
     candidate whose task has a carrier in flight runs its build and checks meanwhile and waits for the
-    carrier only before timing (on the H200, session 28, 34% of a comparison's evaluation time was that
-    wait before the job), and a candidate that is not correct never carries. The cost: every job is sent
+    carrier only before timing, and a candidate that is not correct never carries. Planned before the
+    job instead, every candidate of a task waits for the whole job of the task's carrier in flight, and
+    a carrier that fails hands the carry to the next one, so a task's failing candidates run one after
+    another, each batch thread that takes one waiting: on the H100 (session 34) a candidate that did not
+    even compile waited 300 s for a carrier spinning in its correctness stage (`plan_wait`), and on the
+    H200 (session 28) that wait was 34% of a comparison's evaluation time. The cost: every job is sent
     with the carrier's timing, so a C job's host work before timing also computes the serial-C
-    baseline's reference (once per worker and task) when it ends up anchored. Off: on the 2-core CPU
-    machine no gain (`benchmarks/results/cpu-2026-12-06-s29-planwait/`), on an H100 one cold-task run
-    each, 32.0 against 29.7 evaluations/min (`benchmarks/results/2026-12-06-s30-h100/call2-eval-modes/`),
-    which one run cannot tell from noise."""
+    baseline's reference (once per worker and task) when it ends up anchored. Throughput with mostly
+    correct candidates: on an H100 one cold-task run each, 32.0 evaluations/min planned here against
+    29.7 before the job (`benchmarks/results/2026-12-06-s30-h100/call2-eval-modes/`); on the 2-core CPU
+    machine no difference (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
 
     stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_STAGE_TIMEOUTS_S))
     """Deadlines, in seconds, of the stages that run candidate code, in place of the sandbox's defaults
@@ -284,6 +288,12 @@ class GpuGate:
     @property
     def readers(self) -> int:
         return self._readers
+
+    def describe(self) -> str:
+        """Who holds the gate and who waits, in words (a stalled batch's report)."""
+        with self._state:
+            held = "a timed pass holds it" if self._writing else f"{self._readers} job(s) checking"
+            return f"GPU gate: {held}, {self._writers_waiting} waiting to time"
 
     @property
     def exclusive_held(self) -> bool:
@@ -435,6 +445,7 @@ class BaselineCache:
         self._lock = threading.Condition()
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._pending: set[tuple[str, str]] = set()  # tasks whose carrier is in flight
+        self._plan_waiting: collections.Counter[str] = collections.Counter()  # task id -> plans waiting
         self.drift: list[BaselineDrift] = []
         self.live_drift: collections.deque[BaselineDrift] = collections.deque(maxlen=self.LIVE_DRIFT_KEPT)
         self.anchor_offset: collections.deque[BaselineDrift] = collections.deque(maxlen=self.LIVE_DRIFT_KEPT)
@@ -456,7 +467,11 @@ class BaselineCache:
             return TimingPlan(False, ranking, "live only" if wanted else "no baselines requested", anchor)
         key = self.key(task)
         with self._lock:
-            self._lock.wait_for(lambda: key not in self._pending)
+            self._plan_waiting[task.task_id] += 1
+            try:
+                self._lock.wait_for(lambda: key not in self._pending)
+            finally:
+                self._plan_waiting[task.task_id] -= 1
             entry = self._entries.get(key)
             why = ("first" if entry is None
                    else "drift" if entry.stale
@@ -517,6 +532,14 @@ class BaselineCache:
                 entry.stale = entry.stale or (side != 0 and side == entry.last_side)
                 entry.last_side = side
         return drift
+
+    def describe(self) -> str:
+        """The tasks whose carrier is in flight and the plans waiting for one, in words."""
+        with self._lock:
+            flying = sorted(task_id for task_id, _ in self._pending)
+            waiting = {task_id: n for task_id, n in sorted(self._plan_waiting.items()) if n}
+        return (f"carriers in flight: {', '.join(flying) or 'none'}; plans waiting for one: "
+                + (", ".join(f"{n} of {task_id}" for task_id, n in waiting.items()) or "none"))
 
     def lookup(self, task: Task) -> tuple[dict[str, CachedBaselines], str, float] | None:
         """(baselines per configuration, the carrier's solution id, their age in seconds), or None."""
@@ -747,6 +770,10 @@ class RlScheduler:
     def _count(self, what: str) -> None:
         with self._count_lock:
             self.counts[what] += 1
+
+    def describe(self) -> str:
+        """Where the schedule's jobs wait now, in words: the gate and the baselines' carriers."""
+        return f"{self.gate.describe()}; {self.baselines.describe()}"
 
     def report(self) -> dict[str, Any]:
         """What the schedule did so far: passes, carriers, gate waits, drift (carriers' re-timings, the

@@ -225,6 +225,14 @@ class Evaluator:
         drift); empty in the default mode."""
         return self._rl.report() if self._rl is not None else {}
 
+    def activity(self) -> tuple[str, ...]:
+        """Where the evaluator's jobs are now, one line each: every worker's job and stage and how long
+        it has been there (`WorkerPool.activity`), and the RL mode's gate and carriers
+        (`RlScheduler.describe`). For a batch that stalls (`agent.evaluation.ReportingEvaluator`)."""
+        workers, rl = self._workers, self._rl
+        lines = workers.activity() if workers is not None else ()
+        return lines + ((rl.describe(),) if rl is not None else ())
+
     @property
     def reference_store_report(self) -> dict[str, int]:
         """The referees' shared store of C references over the evaluator's life: references computed

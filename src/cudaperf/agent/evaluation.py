@@ -6,7 +6,8 @@ evaluation mode (say one sized for RL batches: correctness in many workers, base
 task and configuration, timing only for correct candidates) drops in by implementing the same two methods.
 
 Covers: the contract, `ReportingEvaluator` (any evaluator, each result reported as it arrives with the
-candidates still out), and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
+candidates still out, and a batch long without any result reported with where its jobs and threads wait:
+`BatchStall`), and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
 and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
 `LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
 (each process then starts its own evaluator there). Threads may share one: `Evaluator.evaluate_many` takes
@@ -20,8 +21,10 @@ Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.r
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -79,12 +82,51 @@ class BatchProgress:
                 + (f" ({took:.1f} s)" if took is not None else "") + (f"; still out: {out}" if out else ""))
 
 
+STALL_S = 60.0
+"""`ReportingEvaluator`'s default: a batch this long without a result is reported (again every as long)."""
+
+
+@dataclass(frozen=True)
+class BatchStall:
+    """A batch that has gone `since_result_s` without a result (`ReportingEvaluator`): which candidates
+    are out, where the evaluator says its jobs are, and where every thread of this process waits."""
+
+    done: int
+    total: int
+    still_out: tuple[str, ...]  # "task_id/solution_id"
+    elapsed_s: float  # since the batch was handed in
+    since_result_s: float  # since its last result (or since it was handed in)
+    activity: tuple[str, ...]  # the evaluator's account of its jobs (`LocalEvaluator.activity`), if any
+    stacks: str  # every thread's stack, innermost call last
+
+    def line(self, shown: int = 4) -> str:
+        out = ", ".join(self.still_out[:shown]) + (" ..." if len(self.still_out) > shown else "")
+        return (f"batch stalled: {self.done} of {self.total} evaluated after {self.elapsed_s:.0f} s, none in "
+                f"the last {self.since_result_s:.0f} s; still out: {out}")
+
+
+def thread_stacks() -> str:
+    """Every thread of this process with its stack (`sys._current_frames`), as text."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    blocks = []
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame))
+        blocks.append(f"--- thread {names.get(ident, '?')} ({ident})\n{stack}")
+    return "\n".join(blocks)
+
+
 class ReportingEvaluator:
     """A `CandidateEvaluator` that hands each result, as it arrives, to `on_result` with the candidates
-    still out, so a batch that stalls says on which candidates (the batch waits for its slowest)."""
+    still out, so a batch that stalls says on which candidates (the batch waits for its slowest); and,
+    with `on_stall`, a batch that goes `stall_s` without any result to it (`BatchStall`: the candidates
+    out, the inner evaluator's `activity()` when it has one, every thread's stack), again every `stall_s`
+    while none comes, so a batch held with no result at all says where."""
 
-    def __init__(self, inner: CandidateEvaluator, on_result: Callable[[BatchProgress], None]):
-        self.inner, self.on_result = inner, on_result
+    def __init__(self, inner: CandidateEvaluator, on_result: Callable[[BatchProgress], None],
+                 on_stall: Callable[[BatchStall], None] | None = None, stall_s: float = STALL_S):
+        if not stall_s > 0:
+            raise ValueError(f"ReportingEvaluator: stall_s={stall_s} must be positive seconds")
+        self.inner, self.on_result, self.on_stall, self.stall_s = inner, on_result, on_stall, stall_s
 
     @property
     def arch(self) -> str:
@@ -93,14 +135,70 @@ class ReportingEvaluator:
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
         out = {i: f"{task.task_id}/{solution.solution_id}" for i, (task, solution) in enumerate(pairs)}
         started = time.perf_counter()
-        for index, result in self.inner.evaluate_stream(pairs):
-            out.pop(index, None)
-            self.on_result(BatchProgress(len(pairs) - len(out), len(pairs), result, tuple(out.values()),
-                                         time.perf_counter() - started))
-            yield index, result
+        watch = _StallWatch(self, out, len(pairs), started) if self.on_stall is not None and pairs else None
+        try:
+            for index, result in self.inner.evaluate_stream(pairs):
+                if watch is not None:
+                    watch.arrived(index)
+                else:
+                    out.pop(index, None)
+                self.on_result(BatchProgress(len(pairs) - len(out), len(pairs), result, tuple(out.values()),
+                                             time.perf_counter() - started))
+                yield index, result
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def activity(self) -> tuple[str, ...]:
+        activity = getattr(self.inner, "activity", None)
+        return tuple(activity()) if callable(activity) else ()
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _StallWatch:
+    """A thread that calls its evaluator's `on_stall` while a batch has had no result for `stall_s`."""
+
+    def __init__(self, owner: ReportingEvaluator, out: dict[int, str], total: int, started: float):
+        self._owner, self._out, self._total, self._started = owner, out, total, started
+        self._lock = threading.Lock()
+        self._last = started  # the last result, or the batch's start
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cudaperf-stall-watch", daemon=True)
+        self._thread.start()
+
+    def arrived(self, index: int) -> None:
+        with self._lock:
+            self._out.pop(index, None)
+            self._last = time.perf_counter()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        stall_s = self._owner.stall_s
+        reported = self._started
+        while not self._stopped.wait(min(stall_s, 1.0)):
+            now = time.perf_counter()
+            with self._lock:
+                quiet_s, still_out = now - self._last, tuple(self._out.values())
+            if quiet_s < stall_s or now - reported < stall_s or not still_out:
+                continue
+            reported = now
+            stall = BatchStall(self._total - len(still_out), self._total, still_out, now - self._started,
+                               quiet_s, self._activity(), thread_stacks())
+            try:
+                self._owner.on_stall(stall)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - a report must never end the batch it reports on
+                print(f"cudaperf: the stall report failed: {exc!r}", file=sys.stderr)
+
+    def _activity(self) -> tuple[str, ...]:
+        try:
+            return self._owner.activity()
+        except Exception as exc:  # noqa: BLE001 - the stacks still say where the batch is
+            return (f"the evaluator's activity could not be read: {exc!r}",)
 
 
 def _unique_ids(pairs: Sequence[tuple[Task, Solution]]) -> tuple[list, dict[tuple[str, str], int]]:
@@ -162,6 +260,11 @@ class LocalEvaluator:
             index = waiting.pop((result.task_id, result.solution_id), None)
             if index is not None:
                 yield index, dataclasses.replace(result, solution_id=pairs[index][1].solution_id)
+
+    def activity(self) -> tuple[str, ...]:
+        """Where the evaluator's jobs are now (`Evaluator.activity`); none before its first batch."""
+        evaluator = self._evaluator
+        return evaluator.activity() if evaluator is not None else ()
 
     def close(self) -> None:
         with self._lock:

@@ -346,8 +346,18 @@ class Worker:
         self._asked_to_time = False  # this job's worker said it was about to time (`outputs.Shipper.ready`)
         self._timing_asked: dict[str, Any] | None = None  # the timing this job's go-ahead named (wire form)
         self._result_at: float | None = None  # when this job's result was read
+        self._activity: tuple[str, float] | None = None  # what this job does now, since (monotonic)
 
     # -- lifecycle ---------------------------------------------------------------------------------
+
+    def activity(self, now: float | None = None) -> str:
+        """What the worker's job does now and for how long ("stage 'correctness' for 41 s", "waiting for
+        its turn to time for 3 s"), or "idle"; read from another thread to say where a batch is held."""
+        doing = self._activity
+        if doing is None:
+            return "idle"
+        what, since = doing
+        return f"{what} for {(now if now is not None else time.monotonic()) - since:.0f} s"
 
     @property
     def pid(self) -> int | None:
@@ -572,6 +582,7 @@ class Worker:
         self._go_ahead_at = self._result_at = None
         self._may_time = self._asked_to_time = False
         self._timing_asked = None
+        self._activity = ("starting the job", time.monotonic())
         try:
             return self._run(job, timeouts)
         except Exception:  # noqa: BLE001 - our own bug: report it, never reuse a worker in an unknown state
@@ -582,6 +593,7 @@ class Worker:
         finally:
             self._busy = False
             self._on_proceed = self._on_checked = self._on_result = None
+            self._activity = None
 
     def _run(self, job: dict[str, Any], timeouts: StageTimeouts) -> WorkerReply:
         if self._closed:
@@ -602,6 +614,7 @@ class Worker:
         note = self._prepare_views(job)
         if self._on_proceed is not None and not self._engaged:
             # no answer to wait for before timing: the whole job is gated, and any narrowing is the job's
+            self._activity = ("waiting for its turn to run", time.monotonic())
             asked = _timing_of(self._on_proceed())
             self._on_proceed = None
             if asked is not None:
@@ -621,6 +634,7 @@ class Worker:
             result_in, self._on_result = self._on_result, None
             result_in()
         if self._engaged:
+            self._activity = ("waiting for the referee's verdict", time.monotonic())
             reply = self._referee_end(reply, timeouts)
         sandbox = {**reply.sandbox, "pid": info.get("pid"), "device": self.device,
                    "network": info.get("network"), "worker_start_s": start_s, "boundary": state}  # fmt: skip
@@ -682,7 +696,10 @@ class Worker:
         link = self.referee
         link.used_bytes = max(link.used_bytes, min(referee.region_used(body), link.region_bytes))
         started = time.monotonic()
+        doing, self._activity = self._activity, (f"stage '{stage}', the referee answering '{body['type']}'",
+                                                 started)
         answer, error = self.referee.request(body, deadline)
+        self._activity = doing
         self._waited(body["type"], time.monotonic() - started)
         if error:
             durations[stage] = durations.get(stage, 0.0) + time.monotonic() - stage_start
@@ -714,9 +731,11 @@ class Worker:
         self._may_time, self._asked_to_time, waited_s = False, True, 0.0
         if self._on_proceed is not None:
             started, proceed, self._on_proceed = time.monotonic(), self._on_proceed, None
+            doing, self._activity = self._activity, ("waiting for its turn to time", started)
             self._timing_asked = _timing_of(proceed())
             waited_s = time.monotonic() - started
             durations["gate_wait"] = durations.get("gate_wait", 0.0) + waited_s
+            self._activity = doing if doing is None else (doing[0], doing[1] + waited_s)
         self._go_ahead_at = time.monotonic()
         answer = {"type": "ack"} if self._timing_asked is None else {"type": "ack",
                                                                        "timing": self._timing_asked}
@@ -870,6 +889,7 @@ class Worker:
         stage, stage_start = "setup", started
         deadline = started + timeouts.for_stage(stage)
         durations: dict[str, float] = {}
+        self._activity = (f"stage '{stage}'", stage_start)
         while True:
             event = self._next_event(min(deadline, job_deadline))
             now = time.monotonic()
@@ -899,6 +919,7 @@ class Worker:
                 return self._result(message, stage, durations, now - started)
             stage, stage_start = str(message.get("name", "?"))[:64], now
             deadline = now + timeouts.for_stage(stage)
+            self._activity = (f"stage '{stage}'", stage_start)
 
     def _write_profile(self, stats: Any) -> None:
         """A profiled job's statistics to the folder `CUDAPERF_PROFILE_JOBS` names now, else to the one it
@@ -1217,6 +1238,11 @@ class WorkerPool:
         finally:
             for w in taken:
                 self._idle.give(w)
+
+    def activity(self) -> tuple[str, ...]:
+        """Each worker's `Worker.activity`, with its index and its child's pid."""
+        now = time.monotonic()
+        return tuple(f"worker {i} (pid {w.pid}): {w.activity(now)}" for i, w in enumerate(self.workers))
 
     def reference_store_report(self) -> dict[str, int]:
         """What the referees' shared store of C references did (`shared_references.Broker.report`:

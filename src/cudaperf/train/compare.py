@@ -277,7 +277,7 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     """Every (model, set, seed) run not yet complete, then the table over what is complete.
     `evaluator` replaces the configured one; `backend_factory(spec)` replaces `load_backend`."""
     from cudaperf.agent.evaluation import ReportingEvaluator
-    from cudaperf.train.monitor import report_slow_results
+    from cudaperf.train.monitor import report_slow_results, report_stalls
 
     started = time.perf_counter()
     out = Path(config.output_dir)
@@ -288,7 +288,8 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
     own = evaluator is None
     evaluator = evaluator or make_evaluator(config)
-    judge = ReportingEvaluator(evaluator, report_slow_results(started))  # a stalled round names its laggards
+    # a stalled round names its laggards, and one with no result at all says where its jobs wait
+    judge = ReportingEvaluator(evaluator, report_slow_results(started), report_stalls(started, out))
     done = skipped = unfinished = 0
     try:
         for entry in config.models:

@@ -7,7 +7,9 @@ line being written; the same scalars to TensorBoard under `<output_dir>/tensorbo
 `transformers.TrainerCallback`: the trainer's logs to the writer, the configuration into each
 `checkpoint-<step>/`, the wall time of each optimiser step), `record_batch` (the fingerprint line of one
 micro-batch in `batches.jsonl`; `RecordsBatches`, the trainer mix-in that calls it every training step),
-`last_checkpoint`, and `report_slow_results` (a slow evaluation batch's results in the run's log).
+`last_checkpoint`, `report_slow_results` (a slow evaluation batch's results in the run's log) and
+`report_stalls` (a batch long without a result: where its jobs are in the log, every thread's stack in
+`stalls.txt`).
 
 Not covered: what the metrics mean (the rollout computes its own, `rollout.py`), plotting.
 """
@@ -187,6 +189,28 @@ def report_slow_results(started_s: float, slow_s: float = SLOW_RESULT_S, tail_s:
     return on_result
 
 
+STALLS_FILE = "stalls.txt"
+
+
+def report_stalls(started_s: float, directory: str | Path) -> Callable[[Any], None]:
+    """The `on_stall` of an `agent.evaluation.ReportingEvaluator` for a training run: the stall's line and
+    the evaluator's account of its jobs in the log (seconds since `started_s`, a `time.perf_counter()`
+    reading), and every thread's stack appended to `<directory>/stalls.txt`."""
+    path = Path(directory) / STALLS_FILE
+
+    def on_stall(stall: Any) -> None:
+        at = f"[{time.perf_counter() - started_s:.0f} s]"
+        lines = [f"{at} {stall.line()}", *(f"{at}   {a}" for a in stall.activity),
+                 f"{at}   every thread's stack: {path}"]
+        print("\n".join(lines), file=sys.stderr, flush=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n".join([f"=== {at} {stall.line(shown=len(stall.still_out))}", *stall.activity,
+                               stall.stacks, ""]))
+
+    return on_stall
+
+
 __all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "checkpoint_step", "fingerprint",
            "last_checkpoint", "make_callback", "read_batches", "read_metrics", "record_batch",
-           "RecordsBatches", "report_slow_results"]
+           "RecordsBatches", "report_slow_results", "report_stalls", "STALLS_FILE"]

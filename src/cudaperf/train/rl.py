@@ -32,6 +32,7 @@ from cudaperf.train.monitor import (
     checkpoint_step,
     make_callback,
     report_slow_results,
+    report_stalls,
 )
 from cudaperf.train.rollout import MultiTurnRollout, RolloutBatch, TurnProgress, first_prompt, rollout_stats
 from cudaperf.train.sft import prepare_run
@@ -111,7 +112,9 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     def on_turn(progress: TurnProgress) -> None:  # a step's turns as they end (a step takes minutes)
         print(f"[{time.perf_counter() - started:.0f} s] {progress.line()}", file=sys.stderr, flush=True)
 
-    judge = ReportingEvaluator(evaluator, report_slow_results(started))  # a stalled turn names its laggards
+    # a stalled turn names its laggards, and one with no result at all says where its jobs wait
+    judge = ReportingEvaluator(evaluator, report_slow_results(started),
+                               report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
