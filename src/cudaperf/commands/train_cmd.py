@@ -119,19 +119,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(config: Any) -> int:
     from cudaperf.train.models import load_policy
-    from cudaperf.train.sft import second_turn_examples
-    from cudaperf.train.sft_data import build_examples, measured_rows, split_tasks, verified_from_rows
+    from cudaperf.train.sft import examples_by_split
 
     _, tokenizer = load_policy(config)
-    tasks = split_tasks(config)
-    rows = measured_rows(config.measurements) if config.measurements else None
-    verified = verified_from_rows(rows) if rows is not None else None
-    for split in ("train", "val"):
-        examples, stats = build_examples(tasks[split], tokenizer, config, verified)
-        print(f"{split}: {len(tasks[split])} tasks, {len(examples)} examples kept; {stats.line()}")
-        second = second_turn_examples(tasks[split], tokenizer, config, verified, rows)
-        if second:
-            print(f"{split}: {len(second)} second-turn examples kept")
+    for split, got in examples_by_split(config, tokenizer).items():
+        print(f"{split}: {got.tasks} tasks, {len(got.first)} examples kept; {got.lengths.line()}")
+        if got.second:
+            print(f"{split}: {len(got.second)} second-turn examples kept")
     return 0
 
 

@@ -118,20 +118,40 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     return train, val, lengths
 
 
-def build_all_examples(config: SftConfig, tokenizer: Any
-                       ) -> tuple[list[SftExample], list[SftExample], LengthStats]:
-    """Train and validation examples as configured: first turns, then the second turns."""
+@dataclass(frozen=True)
+class SplitExamples:
+    """One split's examples: how many tasks it has, its first turns (with their length statistics) and its
+    second turns (refinement and repair)."""
+
+    tasks: int
+    first: list[SftExample]
+    lengths: LengthStats
+    second: list[SftExample]
+
+
+def examples_by_split(config: SftConfig, tokenizer: Any) -> dict[str, SplitExamples]:
+    """The train and validation splits' examples as configured."""
     tasks = split_tasks(config)
     rows = measured_rows(config.measurements) if config.measurements else None
     verified = verified_from_rows(rows) if rows is not None else None
-    train, lengths = build_examples(tasks["train"], tokenizer, config, verified)
-    val, _ = build_examples(tasks["val"], tokenizer, config, verified)
-    train += second_turn_examples(tasks["train"], tokenizer, config, verified, rows)
-    val += second_turn_examples(tasks["val"], tokenizer, config, verified, rows)
-    if not train:
+    out = {}
+    for split in ("train", "val"):
+        first, lengths = build_examples(tasks[split], tokenizer, config, verified)
+        second = second_turn_examples(tasks[split], tokenizer, config, verified, rows)
+        out[split] = SplitExamples(len(tasks[split]), first, lengths, second)
+    return out
+
+
+def build_all_examples(config: SftConfig, tokenizer: Any
+                       ) -> tuple[list[SftExample], list[SftExample], LengthStats]:
+    """Train and validation examples as configured, each first turns then second turns, and the train
+    first turns' length statistics."""
+    splits = examples_by_split(config, tokenizer)
+    train, val = splits["train"], splits["val"]
+    if not (train.first or train.second):
         raise ConfigError("no training example: check kinds, families, strategies, measurements and "
-                          f"max_length ({lengths.line()})")
-    return train, val, lengths
+                          f"max_length ({train.lengths.line()})")
+    return train.first + train.second, val.first + val.second, train.lengths
 
 
 @dataclass(frozen=True)
