@@ -9,7 +9,8 @@ comparison resolved them (same `--tasks` and kinds).
 
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
-Prints the table (`train.compare.table_markdown`), per model and set how many trajectories are done (a
+Prints the table (`train.compare.table_markdown`) and the paired changes over seeds (`paired_gains`), per
+model and set how many trajectories are done (a
 trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
 lower than the finished one's), and a `RESULT partial` line of means a model and set.
 
@@ -22,6 +23,10 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cudaperf.train.compare import SeedRuns
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,32 +41,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def partial_table(args: argparse.Namespace) -> tuple[dict, list[str]]:
-    """model -> set -> figure spread (as `train.compare.comparison_table`), and one line a run on how
-    many of its trajectories are done."""
+def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str]]:
+    """model -> set -> seed -> that seed's figures over the trajectories there are (as
+    `train.compare.complete_runs`), and one line a run on how many of its trajectories are done."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
-    from cudaperf.train.compare import CompareConfig, _tasks, run_figures, set_spec, table_row
+    from cudaperf.train.compare import CompareConfig, _tasks, run_figures, set_spec
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
     sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
-    table: dict = {}
+    runs: SeedRuns = {}
     notes = []
     for entry in args.models:
         name, _, path = entry.partition("=")
         records = _load(Path(path), TrajectoryStore)
         for set_name, ids in sets.items():
-            seeds, runs = [], []
             for seed in range(args.seeds):
                 trajectories = group(r for r in records if r.task_id in ids and r.sample == seed)
                 done = sum(1 for tr in trajectories if tr.done or len(tr.turns) >= args.turns)
                 notes.append(f"{name} {set_name} seed {seed}: {done} of {len(ids)} trajectories done, "
                              f"{len(trajectories)} begun")
                 if trajectories:
-                    seeds.append(seed)
-                    runs.append(asdict(run_figures(trajectories, ids)))
-            if runs:
-                table.setdefault(name, {})[set_name] = table_row(seeds, runs)
-    return table, notes
+                    by_seed = runs.setdefault(name, {}).setdefault(set_name, {})
+                    by_seed[seed] = asdict(run_figures(trajectories, ids))
+    return runs, notes
 
 
 def _load(path: Path, store: type) -> list:
@@ -78,11 +80,12 @@ def _load(path: Path, store: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cudaperf.train.compare import table_markdown
+    from cudaperf.train.compare import gains_markdown, paired_gains, table_from_runs, table_markdown
 
     args = parse_args(argv)
-    table, notes = partial_table(args)
-    print(table_markdown(table, args.turns))
+    runs, notes = partial_runs(args)
+    table = table_from_runs(runs)
+    print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs)))
     print("\n".join(notes))
     for model, by_set in table.items():  # one line a model and set, for a model-day call's summary
         for set_name, row in by_set.items():

@@ -19,8 +19,11 @@ from cudaperf.train.compare import (
     FIGURES_FILE,
     RUN_FILE,
     CompareConfig,
+    gains_markdown,
+    paired_gains,
     run_compare,
     spread,
+    table_from_runs,
 )
 from cudaperf.train.config import ConfigError
 
@@ -110,6 +113,16 @@ def test_every_turn_is_written_and_the_table_lands_in_json_and_markdown(tmp_path
     saved = json.loads((tmp_path / COMPARISON_JSON).read_text())
     assert saved["table"]["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0
     assert "| toy | scripted | 1 | 1 | 0.0% | 100.0% |" in (tmp_path / "comparison.md").read_text()
+
+
+def test_the_comparison_keeps_what_refinement_adds_seed_by_seed(tmp_path, task_file, cpu_evaluator):
+    config = compare_config(tmp_path, task_file, seeds=(0,))
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    [gain] = json.loads((tmp_path / COMPARISON_JSON).read_text())["gains"]
+    assert (gain["what"], gain["change"]["mean"], gain["gain_every_seed"]) == (
+        "scripted: best of turns vs first turn", 1.0, True)
+    assert "| toy | scripted: best of turns vs first turn | correct | 1 | 100.0 pt | yes |" in \
+        (tmp_path / "comparison.md").read_text()
 
 
 def test_a_second_call_skips_complete_runs_and_continues_a_partial_one(tmp_path, task_file, cpu_evaluator):
@@ -236,13 +249,59 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     batched = tmp_path / "scripted" / "batched_trajectories.jsonl"
     partial = load_script("compare_partial")
     argv = [f"scripted={batched}", "--seeds", "2", "--sets", f"toy={task_file}"]
-    table, notes = partial.partial_table(partial.parse_args(argv))
+    runs, notes = partial.partial_runs(partial.parse_args(argv))
+    table = table_from_runs(runs)
     for name in ("first_turn_correct", "best_of_turns_correct", "fast_1"):
         assert table["scripted"]["toy"][name] == report.table["scripted"]["toy"][name]
     assert notes == [f"scripted toy seed {k}: 1 of 1 trajectories done, 1 begun" for k in (0, 1)]
     lines = batched.read_text().splitlines()
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(x for x in lines if json.loads(x)["turn"] == 0) + "\n")  # second turns lost
-    table, notes = partial.partial_table(partial.parse_args([f"scripted={cut}", *argv[1:]]))
-    assert table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 0.0
+    runs, notes = partial.partial_runs(partial.parse_args([f"scripted={cut}", *argv[1:]]))
+    assert table_from_runs(runs)["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 0.0
     assert notes[0] == "scripted toy seed 0: 0 of 1 trajectories done, 1 begun"
+
+
+def _figures(first: float, best: float, geomean: float = 1.0) -> dict:
+    return {"first_turn_correct": first, "best_of_turns_correct": best, "speedup_geomean_all": geomean}
+
+
+PAIRED = {"sft": {"heldout": {0: _figures(0.25, 0.25, 1.0), 1: _figures(0.5, 0.5, 1.2),
+                               2: _figures(0.5, 0.75)}},
+          "rl": {"heldout": {0: _figures(0.5, 0.5, 1.5), 1: _figures(0.5, 0.75, 1.8)}}}
+
+
+def _row(rows, what, figure):
+    return next(r for r in rows if (r["what"], r["figure"]) == (what, figure))
+
+
+def test_a_later_model_is_compared_with_an_earlier_one_on_the_seeds_both_ran():
+    row = _row(paired_gains(PAIRED), "rl vs sft", "first_turn_correct")
+    assert (row["seeds"], row["change"]["mean"], row["change"]["min"]) == ([0, 1], 0.125, 0.0)
+
+
+def test_a_gain_on_every_seed_needs_each_seed_above_nothing():
+    rows = paired_gains(PAIRED)
+    assert not _row(rows, "rl vs sft", "first_turn_correct")["gain_every_seed"]  # seed 1: no change
+    assert _row(rows, "rl vs sft", "best_of_turns_correct")["gain_every_seed"]
+
+
+def test_the_geometric_mean_speedups_are_compared_as_a_ratio():
+    row = _row(paired_gains(PAIRED), "rl vs sft", "speedup_geomean_all")
+    assert row["neutral"] == 1.0 and abs(row["change"]["mean"] - 1.5) < 1e-12  # 1.5 / 1.0 and 1.8 / 1.2
+
+
+def test_every_model_gets_what_its_later_turns_add():
+    row = _row(paired_gains(PAIRED), "sft: best of turns vs first turn", "correct")
+    assert (row["seeds"], row["change"]["max"], row["gain_every_seed"]) == ([0, 1, 2], 0.25, False)
+
+
+def test_no_model_is_compared_with_a_later_one():
+    assert not [r for r in paired_gains(PAIRED) if r["what"].startswith("sft vs")]
+
+
+def test_the_gains_table_shows_points_and_ratios():
+    text = gains_markdown(paired_gains(PAIRED))
+    points = "12.5 pt ± 17.7 pt (0.0 pt–25.0 pt)"
+    assert f"| heldout | rl vs sft | first_turn_correct | 2 | {points} | no |" in text
+    assert "| heldout | rl vs sft | speedup_geomean_all | 2 | 1.500 ± 0.000 (1.500–1.500) | yes |" in text

@@ -17,7 +17,9 @@ the baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `bas
 geometric-mean speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted
 1.0: it keeps its baseline), mean structural score of the correct turns (`structural_score` of the
 unified reward), and the anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max
-(`Spread`); `table_markdown` and `comparison.json` show them per model and set.
+(`Spread`); `table_markdown` and `comparison.json` show them per model and set. Paired over seeds
+(`paired_gains`, both sides on the same tasks and sampling seed): every model against every model before
+it, and every model's best-of-turns against its first turn, each seed's change and their spread.
 
 Not covered: training (`sft.py`, `rl.py`), the evaluator's own checks (`cudaperf.evaluate`), drawing
 (`cudaperf report --html` reads each run's trajectories.jsonl).
@@ -318,8 +320,9 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     finally:
         if own:
             evaluator.close()
-    table = comparison_table(config)
-    write_comparison(config, table)
+    runs = complete_runs(config)
+    table = table_from_runs(runs)
+    write_comparison(config, table, paired_gains(runs))
     return CompareReport(str(out), done, skipped, unfinished, table, time.perf_counter() - started)
 
 
@@ -500,19 +503,101 @@ def refine_config(config: CompareConfig, seed: int) -> Any:
 # The table
 
 
-def comparison_table(config: CompareConfig) -> dict[str, dict[str, dict[str, Any]]]:
-    """model -> set -> figure -> spread over the complete seeds (`figures.json` files), plus 'seeds'."""
+SeedRuns = dict[str, dict[str, dict[int, dict[str, Any]]]]
+"""model -> set -> seed -> that run's figures (`RunFigures` as a dict), models in the comparison's order."""
+
+
+def complete_runs(config: CompareConfig) -> SeedRuns:
+    """The figures of every complete run (`figures.json` files)."""
     out = Path(config.output_dir)
-    table: dict[str, dict[str, dict[str, Any]]] = {}
+    runs: SeedRuns = {}
     for entry in config.models:
         for set_name, _ in map(set_spec, config.sets):
-            runs = [json.loads(p.read_text()) for k in config.seeds
-                    if (p := _run_dir(out, entry, set_name, k) / FIGURES_FILE).is_file()]
-            if not runs:
-                continue
-            table.setdefault(model_name(entry), {})[set_name] = table_row([r["seed"] for r in runs],
-                                                                          [r["figures"] for r in runs])
-    return table
+            for k in config.seeds:
+                path = _run_dir(out, entry, set_name, k) / FIGURES_FILE
+                if path.is_file():
+                    run = json.loads(path.read_text())
+                    by_seed = runs.setdefault(model_name(entry), {}).setdefault(set_name, {})
+                    by_seed[run["seed"]] = run["figures"]
+    return runs
+
+
+def comparison_table(config: CompareConfig) -> dict[str, dict[str, dict[str, Any]]]:
+    """model -> set -> figure -> spread over the complete seeds (`figures.json` files), plus 'seeds'."""
+    return table_from_runs(complete_runs(config))
+
+
+def table_from_runs(runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
+    """model -> set -> `table_row` of its seeds' runs."""
+    return {model: {set_name: table_row(sorted(by_seed), [by_seed[k] for k in sorted(by_seed)])
+                    for set_name, by_seed in by_set.items() if by_seed}
+            for model, by_set in runs.items()}
+
+
+GAIN_FIGURES = ("first_turn_correct", "best_of_turns_correct", "speedup_geomean_all")
+RATIO_FIGURES = {"speedup_geomean_all"}  # compared as later / earlier, not as a difference
+
+
+def paired_gains(runs: SeedRuns) -> list[dict[str, Any]]:
+    """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
+    model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
+    geometric-mean speedup), and every model's best-of-turns correct rate against its first-turn one (what
+    refinement adds). Each row: set, what, figure, seeds, the spread of the seeds' changes and whether
+    every seed's is a gain. The seed spread of such a change is what a claimed gain must exceed."""
+    rows: list[dict[str, Any]] = []
+    models = list(runs)
+    for set_name in sorted({s for by_set in runs.values() for s in by_set}):
+        for i, later in enumerate(models):
+            for earlier in models[:i]:
+                rows += _model_gains(set_name, later, earlier, runs[later].get(set_name, {}),
+                                     runs[earlier].get(set_name, {}))
+        for model in models:
+            rows += _refinement_gain(set_name, model, runs[model].get(set_name, {}))
+    return rows
+
+
+def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str, Any]],
+                 a: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    seeds = sorted(set(a) & set(b))
+    rows = []
+    for figure in GAIN_FIGURES if seeds else ():
+        if figure in RATIO_FIGURES:
+            rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds,
+                              [b[k][figure] / a[k][figure] for k in seeds], 1.0))
+        else:
+            rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds,
+                              [b[k][figure] - a[k][figure] for k in seeds], 0.0))
+    return rows
+
+
+def _refinement_gain(set_name: str, model: str, by_seed: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    seeds = sorted(by_seed)
+    if not seeds:
+        return []
+    values = [by_seed[k]["best_of_turns_correct"] - by_seed[k]["first_turn_correct"] for k in seeds]
+    return [_gain(set_name, f"{model}: best of turns vs first turn", "correct", seeds, values, 0.0)]
+
+
+def _gain(set_name: str, what: str, figure: str, seeds: list[int], values: list[float],
+          neutral: float) -> dict[str, Any]:
+    return {"set": set_name, "what": what, "figure": figure, "seeds": seeds, "neutral": neutral,
+            "change": asdict(spread(values)), "gain_every_seed": all(v > neutral for v in values)}
+
+
+def gains_markdown(rows: list[dict[str, Any]]) -> str:
+    """`paired_gains` as a table: each change's mean ± sample std (min–max) over the seeds."""
+    if not rows:
+        return ""
+    head = ["set", "comparison", "figure", "seeds", "change over seeds", "a gain on every seed"]
+    lines = [_row(head), _row(["---"] * len(head))]
+    for r in rows:
+        change = Spread(**r["change"])
+        cell = change.cell(pct=False) if r["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
+        lines.append(_row([r["set"], r["what"], r["figure"], len(r["seeds"]), cell,
+                           "yes" if r["gain_every_seed"] else "no"]))
+    return ("\nPaired over seeds (both sides on the same tasks with the same sampling seed): each seed's "
+            "change, in percentage points (pt), or as a ratio for the geometric-mean speedup (1 = none).\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def table_row(seeds: Sequence[int], figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -553,11 +638,12 @@ def _row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def write_comparison(config: CompareConfig, table: dict[str, dict[str, dict[str, Any]]]) -> None:
+def write_comparison(config: CompareConfig, table: dict[str, dict[str, dict[str, Any]]],
+                     gains: list[dict[str, Any]]) -> None:
     out = Path(config.output_dir)
-    (out / COMPARISON_JSON).write_text(json.dumps({"config": asdict(config), "table": table}, indent=1,
-                                                  allow_nan=False) + "\n")
-    (out / COMPARISON_MD).write_text(table_markdown(table, config.turns))
+    (out / COMPARISON_JSON).write_text(json.dumps({"config": asdict(config), "table": table, "gains": gains},
+                                                  indent=1, allow_nan=False) + "\n")
+    (out / COMPARISON_MD).write_text(table_markdown(table, config.turns) + gains_markdown(gains))
 
 
 def config_fields() -> tuple[str, ...]:
@@ -565,5 +651,6 @@ def config_fields() -> tuple[str, ...]:
 
 
 __all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "FIGURES", "RunFigures",
-           "Spread", "comparison_table", "make_evaluator", "model_name", "model_spec", "refine_config",
-           "run_compare", "run_figures", "set_spec", "spread", "table_markdown", "table_row"]
+           "SeedRuns", "Spread", "comparison_table", "complete_runs", "gains_markdown", "make_evaluator",
+           "model_name", "model_spec", "paired_gains", "refine_config", "run_compare", "run_figures",
+           "set_spec", "spread", "table_from_runs", "table_markdown", "table_row"]
