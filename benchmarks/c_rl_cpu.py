@@ -23,6 +23,9 @@ compare them.
 
     python benchmarks/c_rl_cpu.py --out FILE.json [--workers 2 --copies 2 --cold-tasks]
 
+`--weak K` makes the batch a weak policy's: per task and copy K wrong candidates, then its right one (the
+baselines' plan before the job against at the go-ahead on it: `--plan-before-job`, `--plan-at-go-ahead`).
+
 Not covered: CUDA (no kernel runs; the naive CUDA port is unavailable in CPU mode), the default mode.
 """
 
@@ -95,15 +98,20 @@ STENCIL_RIGHT = ("import torch.nn.functional as F\n\n"
                  "    out.copy_(s)\n")
 
 
-def pairs(tasks: list, copies: int, label: str) -> list:
+def pairs(tasks: list, copies: int, label: str, weak: int = 0) -> list:
+    """Each task's candidates together, `copies` times; with `weak`, a weak policy's group instead: per
+    task and copy `weak` wrong candidates (distinct texts) before its one right one."""
     from cudaperf.types import Solution, SolutionFormat
 
     out = []
     for copy in range(copies):
         for task, sources in tasks:
-            for kind, source in sources.items():
-                sid = f"{task.task_id}/{kind}/{copy}"
-                out.append((task, Solution(sid, f"{source}# {label} {copy}\n", SolutionFormat.FAST)))
+            kinds = ([("wrong", k) for k in range(weak)] + [("right", 0)] if weak
+                     else [(kind, 0) for kind in sources])
+            for kind, k in kinds:
+                sid = f"{task.task_id}/{kind}/{copy}" + (f".{k}" if weak else "")
+                text = f"{sources[kind]}# {label} {copy} {k}\n"
+                out.append((task, Solution(sid, text, SolutionFormat.FAST)))
     return out
 
 
@@ -119,14 +127,14 @@ def one_run(label: str, args) -> dict:
                         policy=Policy(allow_torch_ops=True), **store,
                         # the setting named only when asked: a tree from before it runs this script too
                         rl=RlSettings(cpu_workers=args.workers, task_affinity=args.task_affinity,
-                                      **({"plan_at_go_ahead": True} if args.plan_at_go_ahead else {})))
+                                      **_plan_setting(args)))
     with Evaluator(config) as ev:
         ev._workers.warm_up()
         if not args.cold_tasks:
             warm = [p for p in pairs(tasks, 1, label + "-warm") if "/right/" in p[1].solution_id]
             list(ev.evaluate_many(warm))
         t0 = time.perf_counter()
-        results = list(ev.evaluate_many(pairs(tasks, args.copies, label)))
+        results = list(ev.evaluate_many(pairs(tasks, args.copies, label, args.weak)))
         wall_s = time.perf_counter() - t0
         store_report = getattr(ev, "reference_store_report", {})  # over both passes
     timed = [r for r in results if r.timings]
@@ -154,6 +162,13 @@ def one_run(label: str, args) -> dict:
                          for r in results}}
 
 
+def _plan_setting(args) -> dict:
+    """`RlSettings.plan_at_go_ahead` when named (a tree from before the setting runs with neither flag)."""
+    if args.plan_at_go_ahead or args.plan_before_job:
+        return {"plan_at_go_ahead": not args.plan_before_job}
+    return {}
+
+
 def _median(values: list) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -169,6 +184,11 @@ def main() -> None:
                         help="RlSettings.task_affinity: each batch thread on one worker, its last task first")
     parser.add_argument("--plan-at-go-ahead", action="store_true",
                         help="RlSettings.plan_at_go_ahead: the baselines' plan at each candidate's go-ahead")
+    parser.add_argument("--plan-before-job", action="store_true",
+                        help="RlSettings.plan_at_go_ahead=False: the plan before each candidate's job")
+    parser.add_argument("--weak", type=int, default=0,
+                        help="a weak policy's batch: per task and copy this many wrong candidates, then "
+                             "its right one (instead of one right, one slower, one wrong)")
     parser.add_argument("--cold-tasks", action="store_true",
                         help="no warm pass of candidates: the timed pass's first candidates carry")
     parser.add_argument("--shared-c-references-bytes", type=int, default=None,
