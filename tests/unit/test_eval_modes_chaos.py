@@ -7,9 +7,10 @@ The static source policy is off here (`EvalConfig.static_policy=False`), so that
 (`os._exit`, `os.fork`, `faulthandler._sigsegv`) reaches the worker: it stands in for native code, which the
 scan cannot see. What is checked: every pair gets exactly one row, each hostile kind the outcome that names
 it, every honest candidate after them correct and timed, every row storable and read back, the gate free and
-no worker process left once the evaluator closes, and the batch within its deadlines; with jobs leaving the
-gate after the referee's verdict, as the worker's result comes in (`RlSettings.release_at_result`), and with
-each batch thread bound to a worker taking its last task's candidates first (`RlSettings.task_affinity`)."""
+no worker process left once the evaluator closes, and the batch within its deadlines; with the default
+schedule, and (marked slow) with jobs leaving the gate after the referee's verdict, as the worker's result
+comes in (`RlSettings.release_at_result`), and with each batch thread bound to a worker taking its last
+task's candidates first (`RlSettings.task_affinity`)."""
 
 from __future__ import annotations
 
@@ -66,9 +67,11 @@ ORDER = ["right-0", "exit", "spin", "right-1", "segfault", "spin-when-timed", "r
 
 SCHEDULES = {"defaults": {}, "gate-left-at-result": {"release_at_result": True},
              "task-affinity": {"task_affinity": True}}
+# The opt-in schedules (off by default) run with `-m slow`: about 30 s each on the 2-core machine.
+OPT_IN = [pytest.param(name, marks=pytest.mark.slow) for name in SCHEDULES if name != "defaults"]
 
 
-@pytest.fixture(scope="module", params=list(SCHEDULES))
+@pytest.fixture(scope="module", params=["defaults", *OPT_IN])
 def batch(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chaos")
     config = EvalConfig(device="cpu", mode="rl", cache_dir=str(tmp / "cache"), analyze=False, build_workers=1,
