@@ -561,12 +561,9 @@ def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str,
     seeds = sorted(set(a) & set(b))
     rows = []
     for figure in GAIN_FIGURES if seeds else ():
-        if figure in RATIO_FIGURES:
-            rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds,
-                              [b[k][figure] / a[k][figure] for k in seeds], 1.0))
-        else:
-            rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds,
-                              [b[k][figure] - a[k][figure] for k in seeds], 0.0))
+        ratio = figure in RATIO_FIGURES
+        values = [b[k][figure] / a[k][figure] if ratio else b[k][figure] - a[k][figure] for k in seeds]
+        rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds, values, 1.0 if ratio else 0.0))
     return rows
 
 
