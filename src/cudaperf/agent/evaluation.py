@@ -77,9 +77,14 @@ class BatchProgress:
         took = (r.stage_durations_s or {}).get("total")
         stage = f" in stage '{r.stage}'" if r.stage else ""
         what = f"{r.task_id}/{r.solution_id} {r.outcome.value}{stage}"
-        out = ", ".join(self.still_out[:shown]) + (" ..." if len(self.still_out) > shown else "")
+        out = _listed(self.still_out, shown)
         return (f"evaluated {self.done} of {self.total} after {self.elapsed_s:.0f} s: {what}"
                 + (f" ({took:.1f} s)" if took is not None else "") + (f"; still out: {out}" if out else ""))
+
+
+def _listed(still_out: tuple[str, ...], shown: int) -> str:
+    """The first `shown` candidates still out, "..." after them when there are more."""
+    return ", ".join(still_out[:shown]) + (" ..." if len(still_out) > shown else "")
 
 
 STALL_S = 60.0
@@ -100,7 +105,7 @@ class BatchStall:
     stacks: str  # every thread's stack, innermost call last
 
     def line(self, shown: int = 4) -> str:
-        out = ", ".join(self.still_out[:shown]) + (" ..." if len(self.still_out) > shown else "")
+        out = _listed(self.still_out, shown)
         return (f"batch stalled: {self.done} of {self.total} evaluated after {self.elapsed_s:.0f} s, none in "
                 f"the last {self.since_result_s:.0f} s; still out: {out}")
 
@@ -133,21 +138,15 @@ class ReportingEvaluator:
         return self.inner.arch
 
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
-        out = {i: f"{task.task_id}/{solution.solution_id}" for i, (task, solution) in enumerate(pairs)}
-        started = time.perf_counter()
-        watch = _StallWatch(self, out, len(pairs), started) if self.on_stall is not None and pairs else None
+        watch = _StallWatch(self, pairs, watched=self.on_stall is not None and bool(pairs))
         try:
             for index, result in self.inner.evaluate_stream(pairs):
-                if watch is not None:
-                    watch.arrived(index)
-                else:
-                    out.pop(index, None)
-                self.on_result(BatchProgress(len(pairs) - len(out), len(pairs), result, tuple(out.values()),
-                                             time.perf_counter() - started))
+                still_out = watch.arrived(index)
+                self.on_result(BatchProgress(len(pairs) - len(still_out), len(pairs), result, still_out,
+                                             time.perf_counter() - watch.started))
                 yield index, result
         finally:
-            if watch is not None:
-                watch.stop()
+            watch.stop()
 
     def activity(self) -> tuple[str, ...]:
         activity = getattr(self.inner, "activity", None)
@@ -158,28 +157,35 @@ class ReportingEvaluator:
 
 
 class _StallWatch:
-    """A thread that calls its evaluator's `on_stall` while a batch has had no result for `stall_s`."""
+    """One batch's candidates still out and the time of its last result; when `watched`, a thread that
+    calls its evaluator's `on_stall` while the batch has had no result for `stall_s`."""
 
-    def __init__(self, owner: ReportingEvaluator, out: dict[int, str], total: int, started: float):
-        self._owner, self._out, self._total, self._started = owner, out, total, started
+    def __init__(self, owner: ReportingEvaluator, pairs: Sequence[tuple[Task, Solution]], watched: bool):
+        self._owner, self._total = owner, len(pairs)
+        self._out = {i: f"{task.task_id}/{solution.solution_id}" for i, (task, solution) in enumerate(pairs)}
         self._lock = threading.Lock()
-        self._last = started  # the last result, or the batch's start
+        self.started = self._last = time.perf_counter()  # the batch's start; the last result
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="cudaperf-stall-watch", daemon=True)
-        self._thread.start()
+        self._thread = None
+        if watched:
+            self._thread = threading.Thread(target=self._watch, name="cudaperf-stall-watch", daemon=True)
+            self._thread.start()
 
-    def arrived(self, index: int) -> None:
+    def arrived(self, index: int) -> tuple[str, ...]:
+        """Pair `index` has its result; the candidates still out."""
         with self._lock:
             self._out.pop(index, None)
             self._last = time.perf_counter()
+            return tuple(self._out.values())
 
     def stop(self) -> None:
         self._stopped.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     def _watch(self) -> None:
         stall_s = self._owner.stall_s
-        reported = self._started
+        reported = self.started
         while not self._stopped.wait(min(stall_s, 1.0)):
             now = time.perf_counter()
             with self._lock:
@@ -187,7 +193,7 @@ class _StallWatch:
             if quiet_s < stall_s or now - reported < stall_s or not still_out:
                 continue
             reported = now
-            stall = BatchStall(self._total - len(still_out), self._total, still_out, now - self._started,
+            stall = BatchStall(self._total - len(still_out), self._total, still_out, now - self.started,
                                quiet_s, self._activity(), thread_stacks())
             try:
                 self._owner.on_stall(stall)  # type: ignore[misc]
