@@ -317,8 +317,8 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
 
 
 def _run_sft_with_examples(config):
-    """`run_sft`; when the examples file was built for other options or another tokenizer, say so and
-    build the examples in the run instead (minutes, but the call still trains)."""
+    """`run_sft`; when the examples file was built for other options, another tokenizer or other code,
+    say so and build the examples in the run instead (minutes, but the call still trains)."""
     from dataclasses import replace
 
     from cudaperf.train.sft import run_sft

@@ -81,7 +81,7 @@ def write_examples(path: Path, train: list[SftExample], val: list[SftExample], l
 
 
 class ExamplesMismatch(ConfigError):
-    """An examples file built for other data or another tokenizer than the run's."""
+    """An examples file built for other data, another tokenizer or other code than the run's."""
 
 
 def read_examples(path: Path, fingerprint: str | None = None
@@ -89,7 +89,7 @@ def read_examples(path: Path, fingerprint: str | None = None
     """The examples of `path`; with `fingerprint`, refused unless the file was built for it."""
     data = json.loads(gzip.decompress(Path(path).read_bytes()))
     if fingerprint is not None and data.get("fingerprint") != fingerprint:
-        raise ExamplesMismatch(f"examples_file={path}: built for other data or another tokenizer "
+        raise ExamplesMismatch(f"examples_file={path}: built for other data, another tokenizer or other code "
                                f"(fingerprint {data.get('fingerprint')}, this run's {fingerprint}); build it "
                                "again with the run's settings (`cudaperf train sft --build-examples FILE` "
                                "and the same options)")
