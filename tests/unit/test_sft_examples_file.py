@@ -21,7 +21,9 @@ from cudaperf.train.sft_data import LengthStats, SftExample
 from cudaperf.train.sft_examples_file import (
     ExamplesMismatch,
     examples_fingerprint,
+    fingerprint_parts,
     read_examples,
+    tokenizer_digest,
     write_examples,
 )
 
@@ -45,15 +47,24 @@ def example(k: int) -> SftExample:
 LENGTHS = LengthStats(2, 3.0, 3, 3, 3, 3, 0, 2, 2)
 
 
+PARTS = {"fields": "f", "measurement_files": "m", "tokenizer": "t", "source": "s"}
+
+
 def test_a_written_file_reads_back_the_same_examples(tmp_path):
-    write_examples(tmp_path / "ex.json.gz", [example(0), example(1)], [example(2)], LENGTHS, "abc")
-    assert read_examples(tmp_path / "ex.json.gz", "abc") == ([example(0), example(1)], [example(2)], LENGTHS)
+    write_examples(tmp_path / "ex.json.gz", [example(0), example(1)], [example(2)], LENGTHS, PARTS)
+    assert read_examples(tmp_path / "ex.json.gz", PARTS) == ([example(0), example(1)], [example(2)], LENGTHS)
 
 
 def test_a_file_built_for_another_fingerprint_is_refused_with_the_fix(tmp_path):
-    write_examples(tmp_path / "ex.json.gz", [example(0)], [], LENGTHS, "abc")
+    write_examples(tmp_path / "ex.json.gz", [example(0)], [], LENGTHS, PARTS)
     with pytest.raises(ExamplesMismatch, match="--build-examples"):
-        read_examples(tmp_path / "ex.json.gz", "def")
+        read_examples(tmp_path / "ex.json.gz", {**PARTS, "fields": "g"})
+
+
+def test_the_refusal_names_the_parts_that_differ(tmp_path):
+    write_examples(tmp_path / "ex.json.gz", [example(0)], [], LENGTHS, PARTS)
+    with pytest.raises(ExamplesMismatch, match=r"built for another tokenizer, other code \("):
+        read_examples(tmp_path / "ex.json.gz", {**PARTS, "tokenizer": "u", "source": "r"})
 
 
 @pytest.mark.parametrize("change", [{"repair_per_task": 1}, {"limit_tasks": 3}, {"max_length": 2048},
@@ -78,6 +89,43 @@ def test_the_fingerprint_changes_with_the_tokenizer(tmp_path, tokenizer):
         assert examples_fingerprint(config(tmp_path), tokenizer) != before
     finally:
         tokenizer.chat_template = template
+
+
+def _with_backend(tokenizer, change):
+    """A copy of `tokenizer` whose `tokenizers` backend is its serialised form changed by `change`."""
+    import copy
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    change(spec)
+    other = copy.deepcopy(tokenizer)
+    other._tokenizer = Tokenizer.from_str(json.dumps(spec))
+    return other
+
+
+def _equivalent_form(spec):  # as transformers 5.17 converts SmolLM2's GGUF (its ids are the same)
+    spec["normalizer"] = {"type": "Sequence", "normalizers": []}
+    spec["pre_tokenizer"]["trim_offsets"] = False
+
+
+def _lowercased(spec):
+    spec["normalizer"] = {"type": "Lowercase"}
+
+
+def test_the_tokenizers_digest_ignores_a_form_that_gives_the_same_ids(tokenizer):
+    assert tokenizer_digest(_with_backend(tokenizer, _equivalent_form)) == tokenizer_digest(tokenizer)
+
+
+def test_the_tokenizers_digest_changes_with_a_normaliser_that_changes_ids(tokenizer):
+    assert tokenizer_digest(_with_backend(tokenizer, _lowercased)) != tokenizer_digest(tokenizer)
+
+
+def test_the_parts_name_the_tokenizer_alone_when_only_it_changes(tmp_path, tokenizer):
+    before, after = (fingerprint_parts(config(tmp_path), t)
+                     for t in (tokenizer, _with_backend(tokenizer, _lowercased)))
+    assert [name for name in before if before[name] != after[name]] == ["tokenizer"]
 
 
 def test_the_fingerprint_changes_with_the_packages_source(tmp_path, tokenizer, monkeypatch):

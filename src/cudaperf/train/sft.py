@@ -36,7 +36,7 @@ from cudaperf.train.sft_data import (
     split_tasks,
     verified_from_rows,
 )
-from cudaperf.train.sft_examples_file import examples_fingerprint, read_examples, write_examples
+from cudaperf.train.sft_examples_file import fingerprint_of, fingerprint_parts, read_examples, write_examples
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,12 @@ def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list
     path = Path(config.output_dir) / EXAMPLES_FILE
     if path.is_file():
         return read_examples(path)
-    fingerprint = examples_fingerprint(config, tokenizer)
+    parts = fingerprint_parts(config, tokenizer)
     if config.examples_file:
-        train, val, lengths = read_examples(Path(config.examples_file), fingerprint)
+        train, val, lengths = read_examples(Path(config.examples_file), parts)
     else:
         train, val, lengths = build_all_examples(config, tokenizer)
-    write_examples(path, train, val, lengths, fingerprint)
+    write_examples(path, train, val, lengths, parts)
     return train, val, lengths
 
 
@@ -170,9 +170,9 @@ def build_examples_file(config: SftConfig, path: Path) -> BuiltExamples:
     elsewhere (`SftConfig.examples_file`)."""
     _, tokenizer = load_policy(replace(config, device="cpu"))
     train, val, lengths = build_all_examples(config, tokenizer)
-    fingerprint = examples_fingerprint(config, tokenizer)
-    write_examples(path, train, val, lengths, fingerprint)
-    return BuiltExamples(str(path), len(train), len(val), fingerprint, lengths)
+    parts = fingerprint_parts(config, tokenizer)
+    write_examples(path, train, val, lengths, parts)
+    return BuiltExamples(str(path), len(train), len(val), fingerprint_of(parts), lengths)
 
 
 def second_turn_examples(tasks: list, tokenizer: Any, config: SftConfig, verified: dict | None,
