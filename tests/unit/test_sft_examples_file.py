@@ -151,3 +151,14 @@ def test_a_run_trains_on_the_built_file_without_building_examples(tmp_path, monk
                                 save_steps=1))
     assert report.steps == 1 and report.train_examples == len(expected)
     assert read_examples(tmp_path / "run" / sft.EXAMPLES_FILE)[0] == expected
+
+
+def test_a_run_says_it_read_its_examples_from_the_file(tmp_path, capsys):
+    built = tmp_path / "examples.json.gz"
+    assert cli_main(["train", "sft", "--model", "tiny", "--kinds", "c", "--limit-tasks", "2",
+                     "--val-limit-tasks", "1", "--strategies", "naive", "--device", "cpu",
+                     "--output-dir", str(tmp_path / "unused"), "--build-examples", str(built)]) == 0
+    capsys.readouterr()
+    sft.run_sft(config(tmp_path, examples_file=str(built), max_steps=1, batch_size=1, eval_steps=0,
+                       save_steps=1))
+    assert f"read from {built} in" in capsys.readouterr().out

@@ -75,11 +75,11 @@ def run_sft(config: SftConfig) -> SftReport:
     started = time.perf_counter()
     checkpoint = prepare_run(config)
     model, tokenizer = load_policy(config)
-    built = time.perf_counter()
+    built, origin = time.perf_counter(), _origin(config)
     train, val, lengths = _examples(config, tokenizer)
     built_s = time.perf_counter() - built
-    print(f"SFT examples: {len(train)} train, {len(val)} val, built in {built_s:.0f} s (the setup before "
-          f"them: {built - started:.0f} s)", flush=True)
+    print(f"SFT examples: {len(train)} train, {len(val)} val, {origin} in {built_s:.0f} s (the setup "
+          f"before them: {built - started:.0f} s)", flush=True)
     writer = MetricsWriter(config.output_dir)
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
@@ -100,6 +100,13 @@ def run_sft(config: SftConfig) -> SftReport:
 
 
 EXAMPLES_FILE = "examples.json.gz"
+
+
+def _origin(config: SftConfig) -> str:
+    """Where `_examples` takes the run's examples from (said before it runs)."""
+    if (Path(config.output_dir) / EXAMPLES_FILE).is_file():
+        return "read back from the run directory"
+    return f"read from {config.examples_file}" if config.examples_file else "built"
 
 
 def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list[SftExample], LengthStats]:
