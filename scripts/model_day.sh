@@ -76,7 +76,9 @@
 # adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
 # into SFT's model and trains a new adapter on top, a fresh optimiser; carry it in call K when C's carry is
-# full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all).
+# full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
+# with RL_S=0: no RL step; rl/final is the carried adapter merged into SFT's model, and C compares (a lease
+# that compares what an earlier one trained, with SFT_FROM_ADAPTER=1 and both adapters carried in K).
 # C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
@@ -493,6 +495,13 @@ call_C() {
     rl_from=(--rl-from-adapter "$carried")
   fi
   local s
+  if (( ${RL_FROM_ADAPTER:-0} )) && [[ ${RL_S:-270} == 0 ]]; then  # compare only: rl/final is the carried
+    # RL adapter merged into SFT's model, no RL step (a lease that compares what an earlier one trained)
+    step rl-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+      --rl-final-from-adapter "${rl_from[1]}"
+    if (( ${C_COMPARE:-1} )); then compare 9999; fi
+    return
+  fi
   s=$(cap "${RL_S:-270}")
   step train "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" "${rl_from[@]}" \
     --max-minutes "$(mins "$s" 10)" --margin-minutes 0.8

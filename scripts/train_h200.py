@@ -27,10 +27,11 @@ keeps the adapter in sft/final/adapter (megabytes: it can come back through $OUT
 lease, where --sft-from-adapter makes sft/final from it and the base without training). With --rl-lora-rank
 RL trains LoRA adapters too, kept in rl/final/adapter with `rl_lineage.json` (the RL steps behind it, over
 every lease); --rl-from-adapter starts RL from sft/final merged with such an adapter (rl_start/), so RL
-continues in a later lease, with a fresh optimiser, on a new adapter. --build-sft-examples FILE builds
-SFT's examples with the options given and stops (on a machine without a GPU, before the lease);
---sft-examples FILE trains on them (built in the run when the file was built for other options or another
-tokenizer). --sft-continue trains an SFT stopped by its limit on from its last checkpoint (a second call).
+continues in a later lease, with a fresh optimiser, on a new adapter; --rl-final-from-adapter makes
+rl/final from sft/final and such an adapter without training (a later lease that compares it).
+--build-sft-examples FILE builds SFT's examples with the options given and stops (on a machine without a
+GPU, before the lease); --sft-examples FILE trains on them (built in the run when the file was built for
+other options or another tokenizer). --sft-continue trains an SFT stopped by its limit on from its last checkpoint (a second call).
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -129,6 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-from-adapter", type=Path, default=None,
                    help="RL starts from sft/final merged with this adapter of an earlier RL run (its "
                         "rl/final/adapter): RL continued in a later lease, a new adapter trained on top")
+    p.add_argument("--rl-final-from-adapter", type=Path, default=None,
+                   help="no RL training: rl/final is sft/final merged with this adapter of an earlier RL run "
+                        "(its rl/final/adapter, with rl_lineage.json), so that a later lease compares it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="run here on the CPU (use with --model tiny and small limits): training on the CPU, "
@@ -168,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     _stage_out(args, rows, stamp, "sft")
     print("RESULT sft " + json.dumps({k: v for k, v in sft.items() if k != "final_dir"}, default=str),
           flush=True)
-    if sft.get("usable") and not args.sft_only and left() > args.margin_minutes + 0.5:
+    if sft.get("usable") and args.rl_final_from_adapter is not None:
+        rows["rl"] = _rl_final_from_adapter(args, Path(sft["final_dir"]))
+        _write(args.out, rows, stamp)
+        print("RESULT rl " + json.dumps(rows["rl"], default=str), flush=True)
+    elif sft.get("usable") and not args.sft_only and left() > args.margin_minutes + 0.5:
         start = _rl_start(args, Path(sft["final_dir"]))
         rows["rl"] = _rl(args, str(start), _budget(args.rl_max_minutes, left() - args.margin_minutes))
         _stage_out(args, rows, stamp, "rl")
@@ -405,6 +413,25 @@ def _write_lineage(args: argparse.Namespace, final: Path, steps: int | None) -> 
     prior = _prior_steps(args)
     (adapter / LINEAGE).write_text(json.dumps({"steps_before": prior, "steps": steps,
                                                "steps_total": prior + steps, "seed": args.seed}) + "\n")
+
+
+def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
+    """rl/final made of sft/final and a carried RL adapter, its lineage copied beside it (rl/final/
+    rl_lineage.json); a final already made from the same adapter is kept."""
+    adapter, final = args.rl_final_from_adapter, args.work / "rl" / "final"
+    if not (adapter / "adapter_config.json").is_file():
+        raise SystemExit(f"--rl-final-from-adapter {adapter}: no adapter_config.json there")
+    t0 = time.monotonic()
+    if not (final / "from_adapter.json").is_file():
+        if final.exists():
+            shutil.rmtree(final)
+        _merged_from_adapter(sft_final, adapter, final)
+    if (adapter / LINEAGE).is_file():
+        shutil.copyfile(adapter / LINEAGE, final / LINEAGE)
+    lineage = json.loads((final / LINEAGE).read_text()) if (final / LINEAGE).is_file() else {}
+    return {"finished": True, "from_adapter": str(adapter),
+            "adapter_sha256": json.loads((final / "from_adapter.json").read_text())["sha256"],
+            "steps_total": lineage.get("steps_total"), "minutes": (time.monotonic() - t0) / 60}
 
 
 def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:

@@ -1,13 +1,15 @@
-"""RL continued across leases (`scripts/train_h200.py --rl-lora-rank`, `--rl-from-adapter`): the RL steps
-behind an adapter add up over every lease (`rl_lineage.json` beside it), for a finished run and for a
-checkpoint promoted after a kill; the model a continued run's checkpoints merge into is its start. Files
-only (the training itself: the model day's CPU smoke, `SMOKE=1`)."""
+"""RL continued across leases (`scripts/train_h200.py --rl-lora-rank`, `--rl-from-adapter`,
+`--rl-final-from-adapter`): the RL steps behind an adapter add up over every lease (`rl_lineage.json`
+beside it), for a finished run and for a checkpoint promoted after a kill; the model a continued run's
+checkpoints merge into is its start; a carried adapter made the final RL model keeps its lineage. Files
+only (the merge and the training: the model day's CPU smoke, `SMOKE=1`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+import pytest
 from script_module import load_script
 
 train_h200 = load_script("train_h200")
@@ -21,8 +23,19 @@ def adapter_dir(path, lineage=None):
     return path
 
 
-def args(tmp_path, carried=None):
-    return argparse.Namespace(work=tmp_path / "work", rl_from_adapter=carried, seed=1)
+def args(tmp_path, carried=None, final_from=None):
+    return argparse.Namespace(work=tmp_path / "work", rl_from_adapter=carried, seed=1,
+                              rl_final_from_adapter=final_from)
+
+
+def fake_merge(merges):
+    def merge(base, adapter, out):
+        merges.append((base, adapter))
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        (out / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": "ab"}))
+        return "ab"
+    return merge
 
 
 def test_a_finished_runs_steps_add_to_the_carried_adapters(tmp_path):
@@ -55,3 +68,27 @@ def test_a_continued_runs_checkpoints_merge_into_its_start(tmp_path):
     (a.work / "rl_start").mkdir(parents=True)
     (a.work / "rl_start" / "config.json").write_text("{}")
     assert train_h200._rl_base(a) == a.work / "rl_start"
+
+
+def test_a_carried_adapter_made_final_keeps_its_lineage(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_h200, "_merged_from_adapter", fake_merge([]))
+    carried = adapter_dir(tmp_path / "carried", lineage=8)
+    result = train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried), tmp_path / "sft")
+    final = tmp_path / "work" / "rl" / "final"
+    assert result["steps_total"] == 8 and json.loads((final / train_h200.LINEAGE).read_text()) == \
+        {"steps_total": 8}
+
+
+def test_a_final_made_from_an_adapter_is_not_merged_again(tmp_path, monkeypatch):
+    merges = []
+    monkeypatch.setattr(train_h200, "_merged_from_adapter", fake_merge(merges))
+    carried = adapter_dir(tmp_path / "carried", lineage=8)
+    for _ in range(2):
+        train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried), tmp_path / "sft")
+    assert merges == [(tmp_path / "sft", carried)]
+
+
+def test_a_folder_without_an_adapter_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no adapter_config.json"):
+        train_h200._rl_final_from_adapter(args(tmp_path, final_from=tmp_path / "empty"), tmp_path / "sft")
