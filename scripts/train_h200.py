@@ -31,7 +31,8 @@ continues in a later lease, with a fresh optimiser, on a new adapter; --rl-final
 rl/final from sft/final and such an adapter without training (a later lease that compares it).
 --build-sft-examples FILE builds SFT's examples with the options given and stops (on a machine without a
 GPU, before the lease); --sft-examples FILE trains on them (built in the run when the file was built for
-other options or another tokenizer). --sft-continue trains an SFT stopped by its limit on from its last checkpoint (a second call).
+other options or another tokenizer). --sft-continue trains an SFT stopped by its limit on from its
+last checkpoint (a second call).
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
