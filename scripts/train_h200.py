@@ -502,6 +502,8 @@ def _print_table(rows: dict) -> None:
     if not rl:
         return
     print("RL:", json.dumps({k: v for k, v in rl.items() if k != "per_step"}, default=str))  # type: ignore
+    if "per_step" not in rl:  # a final made from a carried adapter: no step here
+        return
     print(" | ".join(name for name, _ in COLUMNS))
     for row in rl["per_step"]:  # type: ignore[index]
         print(" | ".join(_cell(fmt, row.get(name)) for name, fmt in COLUMNS))

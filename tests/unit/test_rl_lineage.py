@@ -92,3 +92,8 @@ def test_a_folder_without_an_adapter_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="no adapter_config.json"):
         train_h200._rl_final_from_adapter(args(tmp_path, final_from=tmp_path / "empty"), tmp_path / "sft")
+
+
+def test_the_runs_table_prints_a_final_made_from_an_adapter(capsys):
+    train_h200._print_table({"sft": {"finished": True}, "rl": {"finished": True, "steps_total": 8}})
+    assert '"steps_total": 8' in capsys.readouterr().out
