@@ -4,17 +4,18 @@
 # scripts/model_day.sh names them):
 #   .carry/model-1/  (call A) wheels/: trl, datasets 5.2, dill, multiprocess, gguf; part 0 of the
 #                    xz-compressed GGUF
-#   .carry/model-1b/, .carry/model-1c/ (one A2 call each, a few seconds) parts 1 and 2 of the compressed
-#                    GGUF; with PARTS=5 or more, one more folder (.carry/model-1d, ...) and A2 call per part
+#   .carry/model-1b/, -1c/, -1d/ (one A2 call each, a second) parts 1 to 3 of the compressed GGUF (PARTS
+#                    5); one folder and A2 call per middle part
 #   .carry/model-2/  (call B) the last part of the compressed GGUF, the GGUF's sha256 and PARTS (the count)
 #   .carry/model-3/  (call C) wheels/: tree-sitter, tree-sitter-cuda, pyseccomp (the evaluator's structural
 #                    analysis and seccomp filter) and the bubblewrap .deb (its sandbox boundary); first
 #                    needed by RL, so they stay out of the two calls that are full
 # What travels in a call is the working tree AND its carry, 64 MiB in all: the tree grows with every
 # session's results (33.5 MB at session 27), so the GGUF (98 MB; 90 MB under xz -9) is compressed and cut
-# in PARTS parts (default 4: the tree was 35.3 MB at session 29, and three parts of 29.4 MB no longer fitted)
+# in PARTS parts (default 5: the tree was 41.4 MB at session 36, where four parts of 23 MB left call B,
+# which carries the last part with .carry/model-3, over the limit)
 # of equal headroom, and the script refuses folders that would not fit beside the tree as it is now
-# (untracked files count too): then run it again with PARTS=5.
+# (untracked files count too): then run it again with PARTS=6.
 # On the machine: A installs its wheels into /tmp/site and copies part 0 to /tmp/carry, each A2 its middle
 # part; B, straight after on the same warm machine, runs `bash scripts/join_model_carry.sh`, which
 # decompresses and checks the GGUF into /tmp/smollm2/; C installs its wheels and unpacks bubblewrap.
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
-PARTS=${PARTS:-4}  # the compressed GGUF's parts: call A, one A2 call per middle part, call B
+PARTS=${PARTS:-5}  # the compressed GGUF's parts: call A, one A2 call per middle part, call B
 (( PARTS >= 2 && PARTS <= 9 )) || { echo "PARTS must be 2 to 9" >&2; exit 2; }
 middle=()  # .carry/model-1b, model-1c, ...: one folder (one A2 call) per middle part
 letters=bcdefgh
@@ -67,4 +68,4 @@ for ((k = 1; k < PARTS - 1; k++)); do
 done
 tail -c +"$((offset + 1))" "$xzfile" > ".carry/model-2/$name.xz.part$((PARTS - 1))"
 echo "$PARTS" > .carry/model-2/PARTS
-check_carry_folders .carry/model-1 "${middle[@]}" .carry/model-2 .carry/model-3
+check_carry_folders .carry/model-1 "${middle[@]}" ".carry/model-2 .carry/model-3"

@@ -12,8 +12,9 @@
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
 #                                                             travels in parts so that every call fits the
 #                                                             64 MiB carry limit; A2 again with
-#                                                             .carry/model-1c: part 2, PARTS=4 being the
-#                                                             default of fetch_model_carry.sh)
+#                                                             .carry/model-1c and -1d: parts 2 and 3,
+#                                                             PARTS=5 being the default of
+#                                                             fetch_model_carry.sh)
 #   K     .carry/*-adapter   bash scripts/model_day.sh K      carried LoRA adapters -> /tmp/adapters (when C's
 #         .carry/sft-examples                                 carry cannot hold them; C looks there first);
 #                                                             SFT's prebuilt examples -> /tmp/carry (for B)
