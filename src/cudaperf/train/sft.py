@@ -6,7 +6,9 @@ second turns that improve on a slower implementation, `refine_data.py`; with `re
 turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
-batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that).
+batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that; a
+checkpoint carried from another machine without its optimiser state resumes with the same data order and
+schedule and a fresh optimiser: `carried_state.py`).
 The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
 beforehand, on any machine (`build_examples_file`; `examples_file` names them to the run, which checks
 their fingerprint: `sft_examples_file.py`).
@@ -22,7 +24,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cudaperf.train.carried_state import lacks_optimizer, schedule_callback
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
+from cudaperf.train.epoch_order import EpochOrderSampler
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
 from cudaperf.train.refine_data import build_refine_examples
@@ -84,6 +88,10 @@ def run_sft(config: SftConfig) -> SftReport:
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
     trainer = _trainer(config, model, tokenizer, train, val, writer, started)
+    if lacks_optimizer(checkpoint):  # carried from another machine (`train.carried_state`)
+        trainer.add_callback(schedule_callback(checkpoint))
+        print(f"SFT resumes from {checkpoint}, carried without its optimiser state: the same data order and "
+              "learning-rate schedule, a fresh optimiser", flush=True)
     final = Path(config.output_dir) / "final"
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -229,7 +237,13 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
     from trl import SFTTrainer
 
     class RecordingSFTTrainer(RecordsBatches, SFTTrainer):
-        """SFTTrainer that appends a fingerprint of each training batch to batches.jsonl."""
+        """SFTTrainer that appends a fingerprint of each training batch to batches.jsonl, its examples in
+        an order fixed by the seed and the epoch (`epoch_order`: a resumed run takes up the same order)."""
+
+        def _get_train_sampler(self, train_dataset=None):
+            return EpochOrderSampler([len(e.input_ids) for e in train],
+                                     self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                     config.seed, config.group_by_length)
 
     cuda = resolve_device(config.device) == "cuda"
     evaluate = bool(val) and config.eval_steps > 0
