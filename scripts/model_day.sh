@@ -86,7 +86,10 @@
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C.
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
-# order, its optimiser state), so SFT can span two calls.
+# order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
+# without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
+# lease's B with SFT_FROM_STATE=1 (.carry/sft-state carried in a K call of its own) trains on from it: the
+# same data order and learning-rate schedule, a fresh optimiser (train.carried_state), so SFT spans leases.
 # SFT's examples: built in the run unless call K carried `bash scripts/model_day.sh examples`' file (made
 # here with the same settings; session 34's B spent 234 s building them and 117 s training).
 # SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
@@ -309,10 +312,11 @@ call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c
 }
 
 call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-adapter: those present), for
-  # a call C whose carry cannot hold them beside its own, and SFT's prebuilt examples (.carry/sft-examples,
-  # made here by `bash scripts/model_day.sh examples`), for call B, whose carry is full
+  # a call C whose carry cannot hold them beside its own; SFT's carried state (.carry/sft-state) and its
+  # prebuilt examples (.carry/sft-examples, made here by `bash scripts/model_day.sh examples`), for call
+  # B, whose carry is full (one K call for each: the tree and ~20 MB fill a call)
   local name n=0
-  for name in sft-adapter rl-adapter; do
+  for name in sft-adapter rl-adapter sft-state; do
     [[ -f .carry/$name/adapter_config.json ]] || continue
     mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r ".carry/$name" "$T/adapters/$name"
     n=$((n + 1))
@@ -372,12 +376,19 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   s=$(cap 9999)
   local more=()
   (( ${SFT_CONTINUE:-0} )) && more=(--sft-continue)  # B again: SFT stopped by B's limit trains on
+  if (( ${SFT_FROM_STATE:-0} )); then  # SFT continues an earlier lease's run (its state carried in K)
+    [[ -f $(adapter_dir sft-state)/trainer_state.json ]] || {
+      echo "SFT_FROM_STATE=1 but no $(adapter_dir sft-state)/trainer_state.json (carry .carry/sft-state" \
+        "in call K)" >&2; exit 2; }
+    more+=(--sft-from-state "$(adapter_dir sft-state)")
+  fi
   if (( ${SFT_FROM_ADAPTER:-0} )); then  # SFT comes from a carried adapter, merged in call C
     echo "| sft | skipped: SFT_FROM_ADAPTER=1 (call C merges the carried adapter) |" | tee -a "$SUMMARY"
   else
     step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
       "${more[@]}" --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
     export_adapter sft
+    export_sft_state
   fi
   if [[ -n $ranker_pid ]]; then
     wait "$ranker_pid"
@@ -399,6 +410,25 @@ export_adapter() {
   fi
   echo "| $stage adapter | $(cat "$OUT/$stage"-adapter.tgz* | sha256sum | cut -c1-16) | $(du -cb \
     "$OUT/$stage"-adapter.tgz* | tail -n 1 | cut -f1) bytes in $OUT/$stage-adapter.tgz* |" | tee -a "$SUMMARY"
+}
+
+# SFT's last checkpoint without its optimiser state (an adapter, the trainer's state, the schedule, the
+# random generators, the configuration: ~18 MB) back through $OUT as sft-state.tgz (parts as for the
+# adapter), when SFT stopped at its limit: kept in .carry/sft-state, a later lease's B continues the run
+# from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh optimiser: train.carried_state).
+export_sft_state() {
+  local checkpoint
+  [[ -f $WORK/sft/final/stopped_early.json ]] || return 0
+  checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -t- -k2 -n | tail -n 1)
+  [[ -f $checkpoint/adapter_config.json ]] || return 0
+  rm -f "$OUT/sft-state.tgz"*
+  tar czf "$OUT/sft-state.tgz" --exclude='optimizer.*' -C "$(dirname "$checkpoint")" \
+    "$(basename "$checkpoint")"
+  if (( $(stat -c %s "$OUT/sft-state.tgz") > 15 * 1024 * 1024 )); then
+    split -b 15M -d "$OUT/sft-state.tgz" "$OUT/sft-state.tgz.part" && rm "$OUT/sft-state.tgz"
+  fi
+  echo "| sft state | $(basename "$checkpoint") | $(du -cb "$OUT"/sft-state.tgz* | tail -n 1 | cut -f1) bytes" \
+    "in $OUT/sft-state.tgz* |" | tee -a "$SUMMARY"
 }
 
 # A carried adapter folder: where call K put it on this machine, else the carried one (K: C's carry did not

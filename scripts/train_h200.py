@@ -32,7 +32,8 @@ rl/final from sft/final and such an adapter without training (a later lease that
 --build-sft-examples FILE builds SFT's examples with the options given and stops (on a machine without a
 GPU, before the lease); --sft-examples FILE trains on them (built in the run when the file was built for
 other options or another tokenizer). --sft-continue trains an SFT stopped by its limit on from its
-last checkpoint (a second call).
+last checkpoint (a second call); --sft-from-state DIR from an earlier lease's last checkpoint, carried
+without its optimiser state.
 
 Not covered: the before/after comparison of base, SFT and RL models on held-out tasks over several seeds
 (`scripts/train_compare_h200.py`, run after this one on the same warm machine), verl.
@@ -124,6 +125,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-continue", action="store_true",
                    help="an SFT run stopped early by its time limit trains on from its last checkpoint "
                         "(without this its promoted model is final)")
+    p.add_argument("--sft-from-state", type=Path, default=None,
+                   help="SFT continues from this checkpoint of an earlier lease's run, carried without its "
+                        "optimiser state (export_sft_state in model_day.sh): placed in sft/ as its "
+                        "checkpoint when sft/ holds none, then resumed with the same data order and schedule")
     p.add_argument("--rl-lora-rank", type=int, default=0,
                    help="RL alone with LoRA adapters of this rank (0: as --lora says); the adapter is kept "
                         "in rl/final/adapter with its lineage (rl_lineage.json), megabytes that can leave "
@@ -303,6 +308,8 @@ def _sft_base(args: argparse.Namespace) -> Path:
 
 
 def _sft(args: argparse.Namespace, minutes: float) -> dict:
+    from cudaperf.train.monitor import last_checkpoint
+
     out = args.work / "sft"
     if (out / "final" / "config.json").is_file():
         early = (out / "final" / "stopped_early.json").is_file()
@@ -314,6 +321,10 @@ def _sft(args: argparse.Namespace, minutes: float) -> dict:
         return _sft_from_adapter(args, out / "final")
     config = _sft_config(args, minutes)
     t0 = time.monotonic()
+    if args.sft_from_state is not None and last_checkpoint(out) is None:
+        from cudaperf.train.carried_state import seed_run_directory
+
+        print(f"SFT continues from {seed_run_directory(args.sft_from_state, out)}", flush=True)
     report = _run_sft_with_examples(config)
     promoted = not report.finished and args.final_on_limit and _promote(out, report.steps, None,
                                                                         lambda: _sft_base(args))
