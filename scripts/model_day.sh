@@ -414,11 +414,10 @@ export_adapter() {
 
 # SFT's last checkpoint without its optimiser state (an adapter, the trainer's state, the schedule, the
 # random generators, the configuration: ~18 MB) back through $OUT as sft-state.tgz (parts as for the
-# adapter), when SFT stopped at its limit: kept in .carry/sft-state, a later lease's B continues the run
+# adapter; a LoRA run stopped at its limit saves one there): kept in .carry/sft-state, a later lease's B continues the run
 # from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh optimiser: train.carried_state).
 export_sft_state() {
   local checkpoint
-  [[ -f $WORK/sft/final/stopped_early.json ]] || return 0
   checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -t- -k2 -n | tail -n 1)
   [[ -f $checkpoint/adapter_config.json ]] || return 0
   rm -f "$OUT/sft-state.tgz"*
