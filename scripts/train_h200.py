@@ -125,6 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-continue", action="store_true",
                    help="an SFT run stopped early by its time limit trains on from its last checkpoint "
                         "(without this its promoted model is final)")
+    p.add_argument("--sft-save-steps", type=int, default=100, help="SFT checkpoints every this many steps")
     p.add_argument("--sft-from-state", type=Path, default=None,
                    help="SFT continues from this checkpoint of an earlier lease's run, carried without its "
                         "optimiser state (export_sft_state in model_day.sh): placed in sft/ as its "
@@ -293,7 +294,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
                      refine_per_task=args.sft_refine_per_task,
                      repair_per_task=args.sft_repair_per_task,
-                     max_length=args.sft_max_length, save_steps=100,
+                     max_length=args.sft_max_length, save_steps=args.sft_save_steps,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
                      max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda",
                      examples_file=str(args.sft_examples) if args.sft_examples and args.sft_examples.is_file()
