@@ -91,18 +91,6 @@ def test_resume_may_run_longer():
     check_resume(SftConfig(max_steps=10), SftConfig(max_steps=20))
 
 
-def test_sft_groups_batches_by_length_in_the_installed_trainers_spelling(tmp_path):
-    pytest.importorskip("trl")
-    from trl import SFTConfig as TrlSFTConfig
-
-    from cudaperf.train.sft import length_grouping
-
-    args = TrlSFTConfig(output_dir=str(tmp_path), use_cpu=True, **length_grouping(TrlSFTConfig, True))
-    grouped = getattr(args, "train_sampling_strategy", None) == "group_by_length" or getattr(
-        args, "group_by_length", False) is True
-    assert grouped
-
-
 def test_the_static_cache_with_bfloat16_weights_is_refused_with_the_alternatives():
     with pytest.raises(ConfigError, match="dynamic cache with bfloat16 weights"):
         RlConfig(generation_cache="static", generation_weights="bfloat16")

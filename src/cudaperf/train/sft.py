@@ -6,7 +6,8 @@ second turns that improve on a slower implementation, `refine_data.py`; with `re
 turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
-batches already seen, so the data order continues unchanged: `batches.jsonl` lets a test check that; a
+batches already seen, and each epoch's order is fixed by the seed and the epoch, `epoch_order.py`, so the
+data order continues unchanged: `batches.jsonl` lets a test check that; a
 checkpoint carried from another machine without its optimiser state resumes with the same data order and
 schedule and a fresh optimiser: `carried_state.py`).
 The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
@@ -213,24 +214,6 @@ def _last(logs: list[dict[str, Any]], key: str) -> float | None:
     return float(values[-1]) if values else None
 
 
-def length_grouping(args_class: type, wanted: bool) -> dict[str, Any]:
-    """The trainer argument that groups batches by length, in the spelling this `transformers` knows
-    (`train_sampling_strategy="group_by_length"` in recent releases, `group_by_length=True` before)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(args_class)}
-    if "train_sampling_strategy" in names:
-        return {"train_sampling_strategy": "group_by_length" if wanted else "random"}
-    if "group_by_length" in names:
-        return {"group_by_length": wanted}
-    if wanted:
-        import warnings
-
-        warnings.warn("this transformers has no length-grouped sampling: SFT batches are random",
-                      stacklevel=2)
-    return {}
-
-
 def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: list,
              writer: MetricsWriter, started_s: float) -> Any:
     from trl import SFTConfig as TrlSFTConfig
@@ -260,7 +243,6 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
         completion_only_loss=True, packing=False, bf16=cuda, use_cpu=not cuda,
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         gradient_checkpointing=config.gradient_checkpointing,
-        **length_grouping(TrlSFTConfig, config.group_by_length),
     )
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
