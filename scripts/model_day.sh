@@ -418,7 +418,7 @@ export_adapter() {
 # from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh optimiser: train.carried_state).
 export_sft_state() {
   local checkpoint
-  checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -t- -k2 -n | tail -n 1)
+  checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -V | tail -n 1)
   [[ -f $checkpoint/adapter_config.json ]] || return 0
   rm -f "$OUT/sft-state.tgz"*
   tar czf "$OUT/sft-state.tgz" --exclude='optimizer.*' -C "$(dirname "$checkpoint")" \
