@@ -162,9 +162,9 @@ class SftConfig(CommonConfig):
     """Examples per device batch."""
     group_by_length: bool = True
     """Batches of examples of similar length (`transformers`' length grouping, in an order fixed by the
-    seed and the epoch: `train.epoch_order`, so a resumed run sees the same order): a batch is padded to its longest example, and in a
-    random batch of 16 that is near the p90-p99 of the lengths (2,250-3,570 tokens, mean 1,750; see
-    docs/training.md), so a third or more of its tokens are padding."""
+    seed and the epoch: `train.epoch_order`, so a resumed run sees the same order): a batch is padded to
+    its longest example, and in a random batch of 16 that is near the p90-p99 of the lengths (2,250-3,570
+    tokens, mean 1,750; see docs/training.md), so a third or more of its tokens are padding."""
     grad_accum: int = 1
     """Batches per optimiser step."""
     max_length: int = 4096
