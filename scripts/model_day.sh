@@ -396,38 +396,40 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   fi
 }
 
-# A LoRA stage's adapter (SFT_LORA=rank: sft, RL_LORA=rank: rl) back through $OUT: <stage>-adapter.tgz, in
-# parts of 15 MiB when larger (a file that comes back holds 16 MiB at most). Here, keep it for later leases
-# (ignored; carried in call K, or in C when it fits), e.g. for sft:
+# A folder back through $OUT as NAME.tgz, in parts of 15 MiB when larger (a file that comes back holds
+# 16 MiB at most), with a summary line: LABEL, the archive's sha256 and bytes. ship NAME LABEL DIR ENTRY
+# [tar options...] packs DIR/ENTRY.
+ship() {
+  local name=$1 label=$2 dir=$3 entry=$4
+  shift 4
+  rm -f "$OUT/$name.tgz"*
+  tar czf "$OUT/$name.tgz" "$@" -C "$dir" "$entry"
+  if (( $(stat -c %s "$OUT/$name.tgz") > 15 * 1024 * 1024 )); then
+    split -b 15M -d "$OUT/$name.tgz" "$OUT/$name.tgz.part" && rm "$OUT/$name.tgz"
+  fi
+  echo "| $label | $(cat "$OUT/$name".tgz* | sha256sum | cut -c1-16) | $(du -cb "$OUT/$name".tgz* \
+    | tail -n 1 | cut -f1) bytes in $OUT/$name.tgz* |" | tee -a "$SUMMARY"
+}
+
+# A LoRA stage's adapter (SFT_LORA=rank: sft, RL_LORA=rank: rl) back through $OUT: <stage>-adapter.tgz
+# (`ship`). Here, keep it for later leases (ignored; carried in call K, or in C when it fits), e.g. for sft:
 #   mkdir -p .carry/sft-adapter && cat DIR/sft-adapter.tgz* | tar xz -C .carry/sft-adapter --strip-components=1
 export_adapter() {
-  local stage=$1 adapter=$WORK/$1/final/adapter
-  [[ -f $adapter/adapter_config.json ]] || return 0
-  rm -f "$OUT/$stage-adapter.tgz"*
-  tar czf "$OUT/$stage-adapter.tgz" -C "$WORK/$stage/final" adapter
-  if (( $(stat -c %s "$OUT/$stage-adapter.tgz") > 15 * 1024 * 1024 )); then
-    split -b 15M -d "$OUT/$stage-adapter.tgz" "$OUT/$stage-adapter.tgz.part" && rm "$OUT/$stage-adapter.tgz"
-  fi
-  echo "| $stage adapter | $(cat "$OUT/$stage"-adapter.tgz* | sha256sum | cut -c1-16) | $(du -cb \
-    "$OUT/$stage"-adapter.tgz* | tail -n 1 | cut -f1) bytes in $OUT/$stage-adapter.tgz* |" | tee -a "$SUMMARY"
+  [[ -f $WORK/$1/final/adapter/adapter_config.json ]] || return 0
+  ship "$1-adapter" "$1 adapter" "$WORK/$1/final" adapter
 }
 
 # SFT's last checkpoint without its optimiser state (an adapter, the trainer's state, the schedule, the
-# random generators, the configuration: ~18 MB) back through $OUT as sft-state.tgz (parts as for the
-# adapter; a LoRA run stopped at its limit saves one there): kept in .carry/sft-state, a later lease's B continues the run
-# from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh optimiser: train.carried_state).
+# random generators, the configuration: ~18 MB) back through $OUT as sft-state.tgz (`ship`; a LoRA run
+# stopped at its limit saves one there): kept in .carry/sft-state (restored as the adapter is), a later
+# lease's B continues the run from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh
+# optimiser: train.carried_state).
 export_sft_state() {
   local checkpoint
   checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -V | tail -n 1)
   [[ -f $checkpoint/adapter_config.json ]] || return 0
-  rm -f "$OUT/sft-state.tgz"*
-  tar czf "$OUT/sft-state.tgz" --exclude='optimizer.*' -C "$(dirname "$checkpoint")" \
-    "$(basename "$checkpoint")"
-  if (( $(stat -c %s "$OUT/sft-state.tgz") > 15 * 1024 * 1024 )); then
-    split -b 15M -d "$OUT/sft-state.tgz" "$OUT/sft-state.tgz.part" && rm "$OUT/sft-state.tgz"
-  fi
-  echo "| sft state | $(basename "$checkpoint") | $(du -cb "$OUT"/sft-state.tgz* | tail -n 1 | cut -f1) bytes" \
-    "in $OUT/sft-state.tgz* |" | tee -a "$SUMMARY"
+  ship sft-state "sft state $(basename "$checkpoint")" "$(dirname "$checkpoint")" "$(basename "$checkpoint")" \
+    --exclude='optimizer.*'
 }
 
 # A carried adapter folder: where call K put it on this machine, else the carried one (K: C's carry did not
