@@ -375,15 +375,20 @@ def _sft_from_adapter(args: argparse.Namespace, final: Path) -> dict:
 def _merged_from_adapter(base: Path, adapter: Path, out: Path) -> str | None:
     """out = base merged with a carried LoRA adapter (`train.models.merge_adapter`), noted in
     `from_adapter.json` (the adapter's folder and its weights' sha256, returned)."""
-    import hashlib
-
     from cudaperf.train.models import merge_adapter
 
     merge_adapter(base, adapter, out)
-    weights = sorted(adapter.glob("adapter_model.*"))
-    digest = hashlib.sha256(weights[0].read_bytes()).hexdigest() if weights else None
+    digest = _adapter_sha(adapter)
     (out / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": digest}) + "\n")
     return digest
+
+
+def _adapter_sha(adapter: Path) -> str | None:
+    """The sha256 of an adapter folder's weights (None without weights)."""
+    import hashlib
+
+    weights = sorted(adapter.glob("adapter_model.*"))
+    return hashlib.sha256(weights[0].read_bytes()).hexdigest() if weights else None
 
 
 LINEAGE = "rl_lineage.json"  # beside an RL adapter: the RL steps behind it, over every lease
@@ -430,12 +435,13 @@ def _write_lineage(args: argparse.Namespace, final: Path, steps: int | None) -> 
 
 def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
     """rl/final made of sft/final and a carried RL adapter, its lineage copied beside it (rl/final/
-    rl_lineage.json); a final already made from the same adapter is kept."""
+    rl_lineage.json); a final already made from the same adapter (its weights' sha256) is kept."""
     adapter, final = args.rl_final_from_adapter, args.work / "rl" / "final"
     if not (adapter / "adapter_config.json").is_file():
         raise SystemExit(f"--rl-final-from-adapter {adapter}: no adapter_config.json there")
     t0 = time.monotonic()
-    if not (final / "from_adapter.json").is_file():
+    made_from = final / "from_adapter.json"
+    if not (made_from.is_file() and json.loads(made_from.read_text())["sha256"] == _adapter_sha(adapter)):
         if final.exists():
             shutil.rmtree(final)
         _merged_from_adapter(sft_final, adapter, final)
@@ -443,7 +449,7 @@ def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
         shutil.copyfile(adapter / LINEAGE, final / LINEAGE)
     lineage = json.loads((final / LINEAGE).read_text()) if (final / LINEAGE).is_file() else {}
     return {"finished": True, "from_adapter": str(adapter),
-            "adapter_sha256": json.loads((final / "from_adapter.json").read_text())["sha256"],
+            "adapter_sha256": json.loads(made_from.read_text())["sha256"],
             "steps_total": lineage.get("steps_total"), "minutes": (time.monotonic() - t0) / 60}
 
 

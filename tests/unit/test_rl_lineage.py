@@ -33,8 +33,9 @@ def fake_merge(merges):
         merges.append((base, adapter))
         out.mkdir(parents=True)
         (out / "config.json").write_text("{}")
-        (out / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": "ab"}))
-        return "ab"
+        digest = train_h200._adapter_sha(adapter)
+        (out / "from_adapter.json").write_text(json.dumps({"adapter": str(adapter), "sha256": digest}))
+        return digest
     return merge
 
 
@@ -86,6 +87,16 @@ def test_a_final_made_from_an_adapter_is_not_merged_again(tmp_path, monkeypatch)
     for _ in range(2):
         train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried), tmp_path / "sft")
     assert merges == [(tmp_path / "sft", carried)]
+
+
+def test_a_final_made_from_another_adapter_is_merged_again(tmp_path, monkeypatch):
+    merges = []
+    monkeypatch.setattr(train_h200, "_merged_from_adapter", fake_merge(merges))
+    first, second = (adapter_dir(tmp_path / name, lineage=8) for name in ("first", "second"))
+    (second / "adapter_model.safetensors").write_bytes(b"other weights")
+    for carried in (first, second):
+        train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried), tmp_path / "sft")
+    assert merges == [(tmp_path / "sft", first), (tmp_path / "sft", second)]
 
 
 def test_a_folder_without_an_adapter_is_refused(tmp_path):
