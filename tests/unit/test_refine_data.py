@@ -147,7 +147,7 @@ def test_the_sft_run_trains_on_the_refinement_examples_beside_the_first_turns(tm
     config = SftConfig(model="tiny", output_dir=str(tmp_path), limit_tasks=4, val_limit_tasks=1,
                        families=("gemv", "conv2d"), kinds=("c",), measurements=str(MEASUREMENTS),
                        refine_per_task=1, max_length=1 << 16)
-    train, _, _ = _examples(config, tokenizer)
+    train, _, _, _ = _examples(config, tokenizer)
     refine = [e for e in train if "->" in e.example_id]
     assert refine and len({e.task_id for e in refine}) == len(refine)  # one a task
     assert len(train) > len(refine)  # the first turns are still there

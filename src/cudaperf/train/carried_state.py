@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.train.config import CONFIG_FILE, ConfigError
+from cudaperf.train.monitor import last_checkpoint
 
 OPTIMIZER_FILES = ("optimizer.pt", "optimizer.bin")
 SCHEDULER_FILE = "scheduler.pt"
@@ -50,8 +51,6 @@ def seed_run_directory(state: Path, output_dir: Path) -> Path:
     """Place the carried checkpoint `state` as `output_dir`/checkpoint-<step>, with its saved configuration
     as the run's, so that the run resumes from it. Refused over a run directory that already holds a
     checkpoint (that run continues from its own). Returns the checkpoint's folder."""
-    from cudaperf.train.monitor import last_checkpoint
-
     state, output_dir = Path(state), Path(output_dir)
     if not (state / CONFIG_FILE).is_file():
         raise ConfigError(f"{state}: no {CONFIG_FILE}: the run's configuration must travel with its state")

@@ -522,11 +522,6 @@ def complete_runs(config: CompareConfig) -> SeedRuns:
     return runs
 
 
-def comparison_table(config: CompareConfig) -> dict[str, dict[str, dict[str, Any]]]:
-    """model -> set -> figure -> spread over the complete seeds (`figures.json` files), plus 'seeds'."""
-    return table_from_runs(complete_runs(config))
-
-
 def table_from_runs(runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
     """model -> set -> `table_row` of its seeds' runs."""
     return {model: {set_name: table_row(sorted(by_seed), [by_seed[k] for k in sorted(by_seed)])
@@ -648,6 +643,6 @@ def config_fields() -> tuple[str, ...]:
 
 
 __all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "FIGURES", "RunFigures",
-           "SeedRuns", "Spread", "comparison_table", "complete_runs", "gains_markdown", "make_evaluator",
+           "SeedRuns", "Spread", "complete_runs", "gains_markdown", "make_evaluator",
            "model_name", "model_spec", "paired_gains", "refine_config", "run_compare", "run_figures",
            "set_spec", "spread", "table_from_runs", "table_markdown", "table_row"]

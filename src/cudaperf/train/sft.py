@@ -7,9 +7,9 @@ turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
 LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
 one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
 batches already seen, and each epoch's order is fixed by the seed and the epoch, `epoch_order.py`, so the
-data order continues unchanged: `batches.jsonl` lets a test check that; a
-checkpoint carried from another machine without its optimiser state resumes with the same data order and
-schedule and a fresh optimiser: `carried_state.py`).
+data order continues unchanged: `batches.jsonl` lets a test check that; a checkpoint carried from another
+machine without its optimiser state resumes with the same data order and schedule and a fresh optimiser:
+`carried_state.py`).
 The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
 beforehand, on any machine (`build_examples_file`; `examples_file` names them to the run, which checks
 their fingerprint: `sft_examples_file.py`).
@@ -80,8 +80,8 @@ def run_sft(config: SftConfig) -> SftReport:
     started = time.perf_counter()
     checkpoint = prepare_run(config)
     model, tokenizer = load_policy(config)
-    built, origin = time.perf_counter(), _origin(config)
-    train, val, lengths = _examples(config, tokenizer)
+    built = time.perf_counter()
+    train, val, lengths, origin = _examples(config, tokenizer)
     built_s = time.perf_counter() - built
     print(f"SFT examples: {len(train)} train, {len(val)} val, {origin} in {built_s:.0f} s (the setup "
           f"before them: {built - started:.0f} s)", flush=True)
@@ -111,27 +111,24 @@ def run_sft(config: SftConfig) -> SftReport:
 EXAMPLES_FILE = "examples.json.gz"
 
 
-def _origin(config: SftConfig) -> str:
-    """Where `_examples` takes the run's examples from (said before it runs)."""
-    if (Path(config.output_dir) / EXAMPLES_FILE).is_file():
-        return "read back from the run directory"
-    return f"read from {config.examples_file}" if config.examples_file else "built"
-
-
-def _examples(config: SftConfig, tokenizer: Any) -> tuple[list[SftExample], list[SftExample], LengthStats]:
-    """The run's examples, kept in the run directory (a resumed run reads them back, and its configuration
-    matches, so they are the same): else `config.examples_file`'s, when built for this run's data and
-    tokenizer (`sft_examples_file`), else built here (loading thousands of tasks takes minutes)."""
+def _examples(config: SftConfig, tokenizer: Any
+              ) -> tuple[list[SftExample], list[SftExample], LengthStats, str]:
+    """The run's examples and where they came from: kept in the run directory (a resumed run reads them
+    back, and its configuration matches, so they are the same), else `config.examples_file`'s, when built
+    for this run's data and tokenizer (`sft_examples_file`), else built here (loading thousands of tasks
+    takes minutes)."""
     path = Path(config.output_dir) / EXAMPLES_FILE
     if path.is_file():
-        return read_examples(path)
+        return *read_examples(path), "read back from the run directory"
     parts = fingerprint_parts(config, tokenizer)
     if config.examples_file:
         train, val, lengths = read_examples(Path(config.examples_file), parts)
+        origin = f"read from {config.examples_file}"
     else:
         train, val, lengths = build_all_examples(config, tokenizer)
+        origin = "built"
     write_examples(path, train, val, lengths, parts)
-    return train, val, lengths
+    return train, val, lengths, origin
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,7 @@ def _probe_ids(tokenizer: Any) -> dict[str, Any]:
     rendered = None
     if getattr(tokenizer, "chat_template", None):
         rendered = tokenizer.apply_chat_template(list(PROBE_CONVERSATION), tokenize=True)
-        rendered = list(rendered["input_ids"] if isinstance(rendered, dict) or hasattr(rendered, "keys")
-                        else rendered)
+        rendered = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)  # ids or encoding
     return {"texts": ids, "conversation": rendered}
 
 
