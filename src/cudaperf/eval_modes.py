@@ -49,8 +49,9 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    median is about +-1.57 IQR / sqrt(n) (`median_ci95_rel`); the benchmark (`benchmarks/eval_modes.py`)
    reports its width per mode.
 5. Deadlines: the stages that run candidate code (import, construct, correctness, timing, coverage,
-   cleanup) end after a minute or two (`RL_STAGE_TIMEOUTS_S`), not the sandbox's minutes, since a batch
-   waits for its slowest candidate and a spinning one holds the gate.
+   cleanup) end after a minute or two (`RL_STAGE_TIMEOUTS_S`; on a GPU the correctness stage after 15 s,
+   `RL_GPU_STAGE_TIMEOUTS_S`), not the sandbox's minutes, since a batch waits for its slowest candidate
+   and a spinning one holds the gate.
 Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
 correct is never timed, in either mode.
 
@@ -105,6 +106,15 @@ RL_STAGE_TIMEOUTS_S: dict[str, float] = {"import": 60.0, "construct": 60.0, "cor
 """The RL mode's deadlines of the stages that run candidate code (`RlSettings.stage_timeouts_s`): 50x an
 honest candidate's longest correctness stage measured on the H100 (1.2 s), and 3x the longest per-job
 correctness stage of the RL-mode benchmarks on the loaded 2-core CPU (20.4 s, a wrong C candidate)."""
+
+RL_GPU_STAGE_TIMEOUTS_S: dict[str, float] = {**RL_STAGE_TIMEOUTS_S, "correctness": 15.0}
+"""The RL mode's deadlines where candidates run on a GPU (`RlSettings.gpu_stage_timeouts_s`): the
+correctness stage gets 15 s, 12x an honest candidate's longest on the H100 (1.2 s). At 60 s, five of the
+sixteen first turns of one RL step (H100, session 37, all five answers to `scan` tasks; their code
+was not kept) ran it to the deadline, and the turn's evaluation took 153 s against 11 s of generation. The
+other stages keep the CPU's deadlines: a carrier's timing stage times every baseline of its task with the
+configuration's own budget (serial C on the largest C tasks takes seconds a call), and the import stage
+may build a `load_inline` extension."""
 
 
 @dataclass(frozen=True)
@@ -173,10 +183,16 @@ class RlSettings:
     round for the default 300 s, while honest candidates' whole correctness stage took at most 1.2 s
     (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
 
+    gpu_stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_GPU_STAGE_TIMEOUTS_S))
+    """`stage_timeouts_s` for an evaluator whose workers run on a GPU (`EvalConfig.deadlines_s`): tighter
+    where a GPU runs an honest candidate's stage in seconds (`RL_GPU_STAGE_TIMEOUTS_S` says why)."""
+
     def __post_init__(self) -> None:
-        bad = {k: v for k, v in self.stage_timeouts_s.items() if not v > 0}
+        bad = [(k, v) for timeouts in (self.stage_timeouts_s, self.gpu_stage_timeouts_s)
+               for k, v in timeouts.items() if not v > 0]
         if bad:
-            raise ValueError(f"RlSettings: stage_timeouts_s must be positive seconds, got {bad}")
+            raise ValueError(f"RlSettings: stage_timeouts_s and gpu_stage_timeouts_s must be positive "
+                             f"seconds, got {bad}")
         if self.workers_per_gpu < 1 or self.cpu_workers < 1:
             raise ValueError(f"RlSettings: workers_per_gpu={self.workers_per_gpu} and cpu_workers="
                              f"{self.cpu_workers} must be at least 1")

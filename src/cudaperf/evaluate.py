@@ -138,10 +138,12 @@ class EvalConfig:
         if self.mode not in {m.value for m in EvalMode}:
             raise ValueError(f"EvalConfig.mode={self.mode!r}: use 'default' or 'rl'")
 
-    def deadlines_s(self) -> dict[str, float]:
+    def deadlines_s(self, gpu: bool = False) -> dict[str, float]:
         """The stage deadlines a job runs under, beyond the sandbox's defaults: the RL mode's own
-        (`RlSettings.stage_timeouts_s`), then `stage_timeouts_s` over them."""
-        own = self.rl.stage_timeouts_s if self.mode == EvalMode.RL.value else {}
+        (`RlSettings.gpu_stage_timeouts_s` where the workers run on a GPU, else `stage_timeouts_s`), then
+        `stage_timeouts_s` over them."""
+        own = {} if self.mode != EvalMode.RL.value else \
+            self.rl.gpu_stage_timeouts_s if gpu else self.rl.stage_timeouts_s
         return {**own, **self.stage_timeouts_s}
 
 
@@ -387,7 +389,7 @@ class Evaluator:
                        on_result: Callable[[], None] | None = None) -> EvalResult:
         from cudaperf.execute.sandbox import StageTimeouts
 
-        timeouts = StageTimeouts.from_overrides(self.config.deadlines_s())
+        timeouts = StageTimeouts.from_overrides(self.config.deadlines_s(gpu=self.mode == "cuda"))
         message = job_message(self._job(task, solution, timing), self.secret)
         index = getattr(self._bound, "worker", None)
         if index is None:

@@ -14,6 +14,7 @@ import types
 import pytest
 
 from cudaperf.eval_modes import (
+    RL_GPU_STAGE_TIMEOUTS_S,
     RL_STAGE_TIMEOUTS_S,
     BaselineCache,
     CachedBaselines,
@@ -511,8 +512,23 @@ def test_the_rl_mode_gives_candidate_stages_its_own_deadlines():
     assert EvalConfig(mode="rl").deadlines_s()["correctness"] == RL_STAGE_TIMEOUTS_S["correctness"] < 300
 
 
+def test_the_rl_mode_on_a_gpu_gives_the_correctness_stage_a_shorter_deadline():
+    assert EvalConfig(mode="rl").deadlines_s(gpu=True)["correctness"] \
+        == RL_GPU_STAGE_TIMEOUTS_S["correctness"] < RL_STAGE_TIMEOUTS_S["correctness"]
+
+
+def test_named_stage_deadlines_override_the_rl_modes_gpu_ones():
+    config = EvalConfig(mode="rl", stage_timeouts_s={"correctness": 40.0})
+    assert config.deadlines_s(gpu=True)["correctness"] == 40.0
+
+
+def test_a_non_positive_gpu_deadline_is_refused():
+    with pytest.raises(ValueError, match="gpu_stage_timeouts_s"):
+        RlSettings(gpu_stage_timeouts_s={"correctness": -1.0})
+
+
 def test_the_default_mode_keeps_the_sandbox_deadlines():
-    assert EvalConfig().deadlines_s() == {}
+    assert EvalConfig().deadlines_s() == {} == EvalConfig().deadlines_s(gpu=True)
 
 
 def test_named_stage_deadlines_override_the_rl_modes():
