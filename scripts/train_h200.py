@@ -208,14 +208,15 @@ def _stage_out(args: argparse.Namespace, rows: dict, stamp: str, stage: str) -> 
 
 
 def _stage_records(args: argparse.Namespace, stage: str) -> None:
-    """The stage's metrics, rollouts, batches' fingerprints, decoding probe and evaluation stalls (every
-    thread's stack), as far as they go, to --out as <stage>_<name>."""
+    """The stage's metrics, rollouts, batches' fingerprints, decoding probe, evaluation stalls (every
+    thread's stack) and evaluated candidates, as far as they go, to --out as <stage>_<name>."""
     from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
-    from cudaperf.train.monitor import BATCHES_FILE, METRICS_FILE, STALLS_FILE
+    from cudaperf.train.monitor import BATCHES_FILE, EVALUATIONS_FILE, METRICS_FILE, STALLS_FILE
     from cudaperf.train.rl import ROLLOUTS_FILE
 
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in (METRICS_FILE, ROLLOUTS_FILE, BATCHES_FILE, DECODING_PROBE_FILE, STALLS_FILE):
+    for name in (METRICS_FILE, ROLLOUTS_FILE, BATCHES_FILE, DECODING_PROBE_FILE, STALLS_FILE,
+                 EVALUATIONS_FILE):
         if (args.work / stage / name).is_file():
             shutil.copy(args.work / stage / name, args.out / f"{stage}_{name}")
 

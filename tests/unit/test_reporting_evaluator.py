@@ -1,16 +1,18 @@
 """A batch that stalls says on which candidates (`agent.evaluation.ReportingEvaluator`,
 `train.monitor.report_slow_results`): every result reaches `on_result` as it arrives, with the candidates
 still out, and passes through unchanged; a training run's log gets a line for a slow result and for every
-result of a batch out long, and none for a fast batch. The inner evaluator here yields results in a set
+result of a batch out long, and none for a fast batch; `record_evaluations` keeps every result with its
+candidate's code as it arrives. The inner evaluator here yields results in a set
 order with set durations (what is tested is the wrapper's bookkeeping); the real evaluator goes through it
 in the training and comparison tests."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from cudaperf.agent.evaluation import BatchProgress, CandidateEvaluator, ReportingEvaluator
-from cudaperf.train.monitor import report_slow_results
+from cudaperf.train.monitor import EVALUATIONS_FILE, record_evaluations, report_slow_results
 from cudaperf.types import EvalResult, Outcome, Solution, SolutionFormat, Task, TaskKind
 
 
@@ -34,7 +36,7 @@ class InOrder:
 
 def pairs(n):
     task = Task("t", TaskKind.PYTORCH, "", ())
-    return [(task, Solution(f"s{k}", "", SolutionFormat.FAST)) for k in range(n)]
+    return [(task, Solution(f"s{k}", f"// code {k}", SolutionFormat.FAST)) for k in range(n)]
 
 
 def test_each_result_is_reported_with_the_candidates_still_out():
@@ -74,3 +76,15 @@ def test_every_result_of_a_batch_out_long_is_printed(capsys):
     judge = ReportingEvaluator(InOrder([0, 1], [0.5, 0.5]), on_result)
     list(judge.evaluate_stream(pairs(2)))
     assert len(capsys.readouterr().err.splitlines()) == 2
+
+
+def test_each_result_reaches_the_evaluations_file_with_its_candidates_code_as_it_arrives(tmp_path):
+    judge = ReportingEvaluator(InOrder([1, 0], [0.5, 2.0]), record_evaluations(time.perf_counter(), tmp_path))
+    stream = judge.evaluate_stream(pairs(2))
+    next(stream)  # the first result: on file before the batch ends
+    first = [json.loads(line) for line in (tmp_path / EVALUATIONS_FILE).read_text().splitlines()]
+    assert [(r["solution_id"], r["source"], r["outcome"], r["stage"]) for r in first] == \
+        [("s1", "// code 1", "correct", "timing")]
+    list(stream)
+    lines = (tmp_path / EVALUATIONS_FILE).read_text().splitlines()
+    assert [json.loads(line)["stage_durations_s"]["total"] for line in lines] == [2.0, 0.5]

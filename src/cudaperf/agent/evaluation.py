@@ -71,6 +71,7 @@ class BatchProgress:
     result: EvalResult
     still_out: tuple[str, ...]  # "task_id/solution_id" of the pairs without a result yet
     elapsed_s: float  # since the batch was handed in
+    solution: Solution | None = None  # the candidate the result is for
 
     def line(self, shown: int = 4) -> str:
         r = self.result
@@ -143,7 +144,7 @@ class ReportingEvaluator:
             for index, result in self.inner.evaluate_stream(pairs):
                 still_out = watch.arrived(index)
                 self.on_result(BatchProgress(len(pairs) - len(still_out), len(pairs), result, still_out,
-                                             time.perf_counter() - watch.started))
+                                             time.perf_counter() - watch.started, pairs[index][1]))
                 yield index, result
         finally:
             watch.stop()

@@ -9,7 +9,9 @@ line being written; the same scalars to TensorBoard under `<output_dir>/tensorbo
 micro-batch in `batches.jsonl`; `RecordsBatches`, the trainer mix-in that calls it every training step),
 `last_checkpoint`, `report_slow_results` (a slow evaluation batch's results in the run's log) and
 `report_stalls` (a batch long without a result: where its jobs are in the log, every thread's stack in
-`stalls.txt`).
+`stalls.txt`), `record_evaluations` (every evaluated candidate, its code with it, in `evaluations.jsonl`
+as its result arrives, so a step killed mid-rollout keeps what its candidates were and how long each
+stage took).
 
 Not covered: what the metrics mean (the rollout computes its own, `rollout.py`), plotting.
 """
@@ -189,6 +191,28 @@ def report_slow_results(started_s: float, slow_s: float = SLOW_RESULT_S, tail_s:
     return on_result
 
 
+EVALUATIONS_FILE = "evaluations.jsonl"
+
+
+def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any], None]:
+    """An `on_result` of an `agent.evaluation.ReportingEvaluator`: one line per result in
+    `<directory>/evaluations.jsonl` (seconds since `started_s`, a `time.perf_counter()` reading; the
+    result's outcome, stage, stage times and flags; the candidate's source)."""
+    path = Path(directory) / EVALUATIONS_FILE
+
+    def on_result(progress: Any) -> None:
+        r = progress.result
+        line = {"at_s": round(time.perf_counter() - started_s, 1), "task_id": r.task_id,
+                "solution_id": r.solution_id, "outcome": r.outcome.value, "stage": r.stage,
+                "stage_durations_s": r.stage_durations_s, "flags": sorted({f.code for f in r.flags}),
+                "source": progress.solution.source if progress.solution is not None else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+    return on_result
+
+
 STALLS_FILE = "stalls.txt"
 
 
@@ -213,4 +237,5 @@ def report_stalls(started_s: float, directory: str | Path) -> Callable[[Any], No
 
 __all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "checkpoint_step", "fingerprint",
            "last_checkpoint", "make_callback", "read_batches", "read_metrics", "record_batch",
-           "RecordsBatches", "report_slow_results", "report_stalls", "STALLS_FILE"]
+           "RecordsBatches", "record_evaluations", "report_slow_results", "report_stalls", "STALLS_FILE",
+           "EVALUATIONS_FILE"]

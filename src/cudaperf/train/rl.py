@@ -7,7 +7,9 @@ sandboxed workers of `agent.evaluation.LocalEvaluator`, feedback masked by `env_
 Defaults follow Kevin: KL off (beta 0, no reference model), clip-high (epsilon_high 0.28), constant
 length normalisation (dr_grpo), gradient clip 0.05. Each step's rollouts are summarised into
 metrics.jsonl / TensorBoard (kind "rollout") and every turn is appended to rollouts.jsonl (outcome,
-score, return, anti-cheat flags), checkpoints hold the configuration and resume like SFT's.
+score, return, anti-cheat flags) at the step's end, and every evaluation to evaluations.jsonl (with the
+candidate's code and its stage times) as it ends; checkpoints hold the configuration and resume like
+SFT's.
 
 Not covered: the rollouts (`rollout.py`), the reward (`cudaperf.reward`), verl (many nodes).
 """
@@ -31,6 +33,7 @@ from cudaperf.train.monitor import (
     RecordsBatches,
     checkpoint_step,
     make_callback,
+    record_evaluations,
     report_slow_results,
     report_stalls,
 )
@@ -112,8 +115,10 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     def on_turn(progress: TurnProgress) -> None:  # a step's turns as they end (a step takes minutes)
         print(f"[{time.perf_counter() - started:.0f} s] {progress.line()}", file=sys.stderr, flush=True)
 
-    # a stalled turn names its laggards, and one with no result at all says where its jobs wait
-    judge = ReportingEvaluator(evaluator, report_slow_results(started),
+    # a stalled turn names its laggards, and one with no result at all says where its jobs wait; every
+    # result goes to evaluations.jsonl with its candidate's code as it arrives
+    slow, record = report_slow_results(started), record_evaluations(started, config.output_dir)
+    judge = ReportingEvaluator(evaluator, lambda progress: (slow(progress), record(progress)),
                                report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
