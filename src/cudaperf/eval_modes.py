@@ -105,7 +105,8 @@ RL_STAGE_TIMEOUTS_S: dict[str, float] = {"import": 60.0, "construct": 60.0, "cor
                                           "timing": 120.0, "coverage": 60.0, "cleanup": 30.0}
 """The RL mode's deadlines of the stages that run candidate code (`RlSettings.stage_timeouts_s`): 50x an
 honest candidate's longest correctness stage measured on the H100 (1.2 s), and 3x the longest per-job
-correctness stage of the RL-mode benchmarks on the loaded 2-core CPU (20.4 s, a wrong C candidate)."""
+correctness stage of the RL-mode benchmarks on the loaded 2-core CPU (20.4 s, a wrong C candidate). On a
+GPU, `RL_GPU_STAGE_TIMEOUTS_S` replaces them."""
 
 RL_GPU_STAGE_TIMEOUTS_S: dict[str, float] = {**RL_STAGE_TIMEOUTS_S, "correctness": 15.0}
 """The RL mode's deadlines where candidates run on a GPU (`RlSettings.gpu_stage_timeouts_s`): the
@@ -175,13 +176,13 @@ class RlSettings:
     machine no difference (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
 
     stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_STAGE_TIMEOUTS_S))
-    """Deadlines, in seconds, of the stages that run candidate code, in place of the sandbox's defaults
-    (minutes, sized for the full protocol on the largest tasks); `EvalConfig.stage_timeouts_s` overrides
-    both. A candidate that runs past one is a TIMEOUT and its worker is replaced. Why tighter here: a
-    batch waits for its slowest candidate, and one that spins holds the GPU gate shared, so every other
-    candidate's timing waits too: on the H100 (session 34) one spinning C candidate held a comparison
-    round for the default 300 s, while honest candidates' whole correctness stage took at most 1.2 s
-    (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
+    """Deadlines, in seconds, of the stages that run candidate code on a CPU (`gpu_stage_timeouts_s` on a
+    GPU), in place of the sandbox's defaults (minutes, sized for the full protocol on the largest tasks);
+    `EvalConfig.stage_timeouts_s` overrides both. A candidate that runs past one is a TIMEOUT and its worker
+    is replaced. Why tighter here: a batch waits for its slowest candidate, and one that spins holds the GPU
+    gate shared, so every other candidate's timing waits too: on the H100 (session 34) one spinning C
+    candidate held a comparison round for the default 300 s, while honest candidates' whole correctness stage
+    took at most 1.2 s (medians 0.3-0.7 s) and their timing stage at most 4.4 s."""
 
     gpu_stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_GPU_STAGE_TIMEOUTS_S))
     """`stage_timeouts_s` for an evaluator whose workers run on a GPU (`EvalConfig.deadlines_s`): tighter

@@ -142,8 +142,9 @@ class EvalConfig:
         """The stage deadlines a job runs under, beyond the sandbox's defaults: the RL mode's own
         (`RlSettings.gpu_stage_timeouts_s` where the workers run on a GPU, else `stage_timeouts_s`), then
         `stage_timeouts_s` over them."""
-        own = {} if self.mode != EvalMode.RL.value else \
-            self.rl.gpu_stage_timeouts_s if gpu else self.rl.stage_timeouts_s
+        if self.mode != EvalMode.RL.value:
+            return dict(self.stage_timeouts_s)
+        own = self.rl.gpu_stage_timeouts_s if gpu else self.rl.stage_timeouts_s
         return {**own, **self.stage_timeouts_s}
 
 

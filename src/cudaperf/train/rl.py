@@ -118,8 +118,12 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     # a stalled turn names its laggards, and one with no result at all says where its jobs wait; every
     # result goes to evaluations.jsonl with its candidate's code as it arrives
     slow, record = report_slow_results(started), record_evaluations(started, config.output_dir)
-    judge = ReportingEvaluator(evaluator, lambda progress: (slow(progress), record(progress)),
-                               report_stalls(started, config.output_dir))
+
+    def on_result(progress: Any) -> None:
+        slow(progress)
+        record(progress)
+
+    judge = ReportingEvaluator(evaluator, on_result, report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
