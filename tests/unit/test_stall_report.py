@@ -2,10 +2,12 @@
 `on_stall`, `train.monitor.report_stalls`): the candidates out, the evaluator's account of its jobs and
 every thread's stack, again while none comes, and nothing for a batch whose results keep coming. The
 stand-in evaluator holds its results on an event; the real evaluator's account of a candidate spinning in
-its correctness stage is read through the same wrapper at the end."""
+its correctness stage is read through the same wrapper at the end, and its results reach a training run's
+`evaluations.jsonl` (`train.monitor.record_evaluations`) with the candidate's code."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -15,7 +17,7 @@ from cudaperf.eval_modes import RlSettings
 from cudaperf.evaluate import EvalConfig, TimingConfig
 from cudaperf.solutions import solution_from_text
 from cudaperf.tasks import task_from_source
-from cudaperf.train.monitor import STALLS_FILE, report_stalls
+from cudaperf.train.monitor import EVALUATIONS_FILE, STALLS_FILE, record_evaluations, report_stalls
 from cudaperf.types import EvalResult, Outcome, Solution, SolutionFormat, Task, TaskKind
 
 STALL_S = 0.3
@@ -138,3 +140,22 @@ def test_the_real_evaluator_says_which_stage_holds_a_spinning_candidate(tmp_path
     activity = [line for stall in stalls for line in stall.activity]
     assert any("stage 'correctness' for" in line for line in activity), activity
     assert any(line.startswith("GPU gate: 1 job(s) checking") for line in activity)
+
+
+def test_the_real_evaluators_results_reach_the_evaluations_file_with_their_code(tmp_path):
+    config = EvalConfig(device="cpu", mode="rl", cache_dir=str(tmp_path), build_workers=1, seeds=1,
+                        policy=Policy(allow_torch_ops=True), rl=RlSettings(cpu_workers=1),
+                        timing=TimingConfig(budget_ms=20, warmup_ms=5, baselines=("eager",)),
+                        stage_timeouts_s={"correctness": 8.0})
+    task = task_from_source(SPIN_TASK, "double")
+    candidates = [solution_from_text(SPIN, "spin"), solution_from_text(SPIN.replace("while True:\n"
+                  "            pass", "return x * 2"), "double")]
+    with LocalEvaluator(config) as evaluator:
+        judge = ReportingEvaluator(evaluator, record_evaluations(time.perf_counter(), tmp_path / "run"))
+        results = dict(judge.evaluate_stream([(task, c) for c in candidates]))
+    lines = {r["solution_id"]: r for r in map(json.loads, (tmp_path / "run" / EVALUATIONS_FILE).open())}
+    expected = {r.solution_id: r.outcome.value for r in results.values()}
+    assert {k: line["outcome"] for k, line in lines.items()} == expected
+    assert lines["double"]["outcome"] == "correct" and lines["spin"]["outcome"] == "timeout"
+    assert lines["spin"]["source"] == candidates[0].source and lines["spin"]["stage"] == "correctness"
+    assert lines["double"]["stage_durations_s"]["total"] > 0

@@ -208,7 +208,7 @@ def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any
                 "source": progress.solution.source if progress.solution is not None else None}
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+            f.write(json.dumps(line, default=str) + "\n")  # a stray type must not stop the run
 
     return on_result
 
