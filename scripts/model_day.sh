@@ -66,6 +66,11 @@
 # an epoch ~300 s): build them here first (`examples`, carried in K). C's RL finished no step in 420 s
 # (cause not established; a slow batch's log now names the candidates still out), and a candidate that
 # spun to the 300-s deadline held a comparison round: the RL mode stops such a stage at 60 s since.
+# Measured on session 37's lease (H100, results/2026-12-06-s37-h100/): with the examples carried, B's
+# BUDGET_S=500 gave 477 SFT steps (0.95 epoch) in 342 s; C's RL from that model ended no step in 440 s, its
+# first turn evaluated in 153 s (answers run to the correctness deadline, 15 s on a GPU since) and its
+# second held by a correct candidate's minute-long timing stage. Its train/rl_evaluations.jsonl now says
+# what each candidate was and where its time went.
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # SEED=k: the training seed of SFT and RL (default 0; the same in B and C). With SFT_FROM_ADAPTER=1 only
 # RL trains, so each lease with another SEED adds one RL seed from the same SFT model (the seed spread).
