@@ -199,6 +199,7 @@ def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any
     `<directory>/evaluations.jsonl` (seconds since `started_s`, a `time.perf_counter()` reading; the
     result's outcome, stage, stage times and flags; the candidate's source)."""
     path = Path(directory) / EVALUATIONS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
 
     def on_result(progress: Any) -> None:
         r = progress.result
@@ -206,7 +207,6 @@ def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any
                 "solution_id": r.solution_id, "outcome": r.outcome.value, "stage": r.stage,
                 "stage_durations_s": r.stage_durations_s, "flags": sorted({f.code for f in r.flags}),
                 "source": progress.solution.source if progress.solution is not None else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, default=str) + "\n")  # a stray type must not stop the run
 
