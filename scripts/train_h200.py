@@ -441,16 +441,15 @@ def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
     if not (adapter / "adapter_config.json").is_file():
         raise SystemExit(f"--rl-final-from-adapter {adapter}: no adapter_config.json there")
     t0 = time.monotonic()
-    made_from = final / "from_adapter.json"
-    if not (made_from.is_file() and json.loads(made_from.read_text())["sha256"] == _adapter_sha(adapter)):
+    made_from, digest = final / "from_adapter.json", _adapter_sha(adapter)
+    if not (made_from.is_file() and json.loads(made_from.read_text())["sha256"] == digest):
         if final.exists():
             shutil.rmtree(final)
         _merged_from_adapter(sft_final, adapter, final)
     if (adapter / LINEAGE).is_file():
         shutil.copyfile(adapter / LINEAGE, final / LINEAGE)
     lineage = json.loads((final / LINEAGE).read_text()) if (final / LINEAGE).is_file() else {}
-    return {"finished": True, "from_adapter": str(adapter),
-            "adapter_sha256": json.loads(made_from.read_text())["sha256"],
+    return {"finished": True, "from_adapter": str(adapter), "adapter_sha256": digest,
             "steps_total": lineage.get("steps_total"), "minutes": (time.monotonic() - t0) / 60}
 
 
