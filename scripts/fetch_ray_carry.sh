@@ -17,8 +17,8 @@ version=${1:-2.60.0}
 root=.cache/ray-wheels
 parts=${RAY_PARTS:-5}
 (( parts >= 2 && parts <= 26 )) || { echo "RAY_PARTS must be 2-26 (one folder a-z each)" >&2; exit 2; }
-folders=()
-for (( i = 0; i < parts; i++ )); do folders+=("$root/$(printf "\\$(printf %03o $((97 + i)))")"); done
+letters=abcdefghijklmnopqrstuvwxyz folders=()
+for (( i = 0; i < parts; i++ )); do folders+=("$root/${letters:i:1}"); done
 rm -rf "$root" && mkdir -p "${folders[@]}" "$root/whole"
 source scripts/carry.sh
 "${GPU_PIP_DOWNLOAD[@]}" -d "$root/whole" "ray==$version"
