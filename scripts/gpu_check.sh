@@ -12,7 +12,8 @@
 #   verdicts (every adversarial fixture's verdict as JSONL) boundary (the sandbox boundary's cost, the eager
 #   baseline; boundary-default: with eager and torch.compile, the evaluator's default) hostile
 #   (a batch of NaN/inf/crashing candidates) self-check (KernelBench levels 1-3, the reference as candidate)
-#   build-saving (build-pool CPU with rejected candidates) baselines (cross-run agreement of the baselines)
+#   build-saving (build-pool CPU with rejected candidates) prepared-references (a refereed C worker's host
+#   references before timing, one thread against `prepare_threads`; no GPU used) baselines (cross-run agreement of the baselines)
 #   full-size (KernelBench-format problems of many GB) sandbox (the boundary and the referee, verbose)
 #   eval-modes (the default and RL evaluation modes side by side, 5 PyTorch and 3 C tasks, the RL mode with 8
 #   workers (EVAL_MODES_ARMS, default 8; e.g. 4,8,8/5 for more arms, 8,8r for the gate left at the worker's
@@ -138,6 +139,8 @@ run_step() {
     self-check) step self-check 420 python3 scripts/kernelbench_self_check.py --kernelbench "$KERNELBENCH" \
       --out "$OUT/kb-self-check" --budget-s "${SELF_CHECK_BUDGET_S:-110}" ;;
     build-saving) step build-saving 300 python3 benchmarks/build_saving.py --out "$OUT/build_saving.json" ;;
+    prepared-references) step prepared-references 180 bash -c \
+      "python3 benchmarks/prepared_references.py --rounds 5 > \"$OUT/prepared_references.md\"" ;;
     full-size) step full-size 240 "${PYTEST[@]}" -s -m gpu "$FULL_SIZE" ;;
     sandbox) step sandbox 420 "${PYTEST[@]}" -v -s -m gpu tests/gpu/test_sandbox_gpu.py ;;
     # its JSON lives in /tmp (kept between back-to-back calls on a warm machine, for --append) and is copied out

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 def events_logged(job, report):
     """The real evaluation with every message to the parent and every serial C reference computed logged in
-    order (`events` in the payload: message types, "reference", and "inputs" for every input set drawn).
+    order (`events` in the payload: message types, "reference", and "inputs" for every input set the
+    worker draws for itself: a reference's own draw, on whichever thread computes it, is not logged).
     The job's `prepared_host_bytes`, when given, replaces `c_session.PREPARED_HOST_BYTES` for it."""
+    import threading
+
     from cudaperf.execute import c_session, dispatch
 
     budget, job = job.get("prepared_host_bytes"), {k: v for k, v in job.items() if k != "prepared_host_bytes"}
@@ -23,12 +26,19 @@ def events_logged(job, report):
         events.append(message.get("type"))
         return exchange(message)
 
+    inside = threading.local()  # set while this thread computes a reference
+
     def logged_reference(*args, **kwargs):
         events.append("reference")
-        return real_reference(*args, **kwargs)
+        inside.reference = True
+        try:
+            return real_reference(*args, **kwargs)
+        finally:
+            inside.reference = False
 
-    def logged_inputs(*args, **kwargs):  # a reference's own draw comes right after its "reference"
-        events.append("inputs")
+    def logged_inputs(*args, **kwargs):
+        if not getattr(inside, "reference", False):
+            events.append("inputs")
         return real_inputs(*args, **kwargs)
 
     report.exchange, c_session.compute_reference = logged_exchange, logged_reference

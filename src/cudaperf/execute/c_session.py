@@ -52,10 +52,12 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -100,6 +102,10 @@ HOST_REFERENCE_CACHE_BYTES = 4 << 30
 # At most what a refereed job's timing stage draws on the host before it asks for the GPU
 # (`CSession.prepare_timing`); the rest is drawn in the stage, after the go-ahead.
 PREPARED_HOST_BYTES = 2 << 30
+# At most this many threads compute those references (`prepare_threads`): each is a numpy draw and a ctypes
+# call, both of which release the GIL. One job's references of a 16.8M-element configuration took 6.1 s
+# one after another on the 2-core CPU, 3.5 s on two threads (dev/LOG.md, session 38).
+PREPARE_THREADS_MAX = 4
 NAIVE_MODULES_KEPT = 32
 
 
@@ -236,28 +242,53 @@ class CSession(Session):
 
     def prepare_timing(self) -> None:
         """With a referee, the host's share of the timing stage before the worker asks for the GPU
-        (`Session.prepare_and_ask`): for each timed configuration in order, the serial C references of the
-        timing-only and unseen seeds (inputs and outputs on the host), while they fit in
-        `PREPARED_HOST_BYTES`, and the reference the serial C baseline is timed on (kept across jobs,
-        `timing_reference`); what does not fit is computed in the stage. The correctness seeds' inputs are
-        on the device already (`run_and_ship` keeps them for timing). Nothing reaches the device here, and
-        the serial C baseline is timed in the stage. Without a referee the whole job already holds the GPU:
-        nothing is done ahead."""
+        (`Session.prepare_and_ask`): for each timed configuration in order, the reference the serial C
+        baseline is timed on (kept across jobs, `timing_reference`), then the serial C references of the
+        timing-only and unseen seeds (inputs and outputs on the host) while they fit in
+        `PREPARED_HOST_BYTES`, computed on up to `prepare_threads` threads; what does not fit is computed
+        in the stage. The correctness seeds' inputs are on the device already (`run_and_ship` keeps them
+        for timing). Nothing reaches the device here, and the serial C baseline is timed in the stage.
+        Without a referee the whole job already holds the GPU: nothing is done ahead."""
         if self.shipper is None:
             return
+        reached, keys = self.prepared_keys()
+        for name in reached:
+            if SERIAL_C in self.wanted:
+                self.timing_reference(self.ctask.config(name), self.timing_seeds[0])
+        self.prepare_references(keys)
+
+    def prepare_references(self, keys: list[tuple[str, int]]) -> None:
+        """The references of `keys` into `prepared_references`, on `prepare_threads` threads. A failure is
+        raised once every thread ended, with the references that were computed kept, so `scrub` zeroes
+        them too."""
+        if keys:  # the reference's library once, before threads could each build it
+            cref.build_reference(self.ctask, cache_dir=self.job.cache_dir)
+        with ThreadPoolExecutor(prepare_threads(len(keys)), thread_name_prefix="prepare") as pool:
+            futures = {key: pool.submit(compute_reference, self.ctask, self.ctask.config(key[0]), key[1],
+                                        self.job.cache_dir) for key in keys}
+        failures = [f.exception() for f in futures.values() if f.exception() is not None]
+        self.prepared_references.update({k: f.result() for k, f in futures.items() if f.exception() is None})
+        if failures:
+            raise failures[0]
+
+    def prepared_keys(self) -> tuple[list[str], list[tuple[str, int]]]:
+        """What `prepare_timing` computes: the timed configurations it reaches, and (configuration, seed)
+        of each reference, the timing-only and unseen seeds of each configuration in order, until the next
+        would pass `PREPARED_HOST_BYTES` (the configuration where that happens is reached)."""
+        reached: list[str] = []
+        keys: list[tuple[str, int]] = []
         held = 0
         for name in self.timed_names:
+            reached.append(name)
             config = self.ctask.config(name)
-            if SERIAL_C in self.wanted:
-                self.timing_reference(config, self.timing_seeds[0])
             fp = self.set_footprint(config)
             unseen = self.unseen_seeds[:self.unseen_count(config)]
             for seed in (*[s for s in self.timing_seeds if s not in self.seeds], *unseen):
                 held += fp.input_bytes + fp.output_bytes
                 if held > PREPARED_HOST_BYTES:
-                    return
-                self.prepared_references[(name, seed)] = compute_reference(self.ctask, config, seed,
-                                                                           self.job.cache_dir)
+                    return reached, keys
+                keys.append((name, seed))
+        return reached, keys
 
     def time_configs(self) -> None:
         for name in self.timed_names:
@@ -641,6 +672,18 @@ def entry_function(module: Any, entry: str, names: tuple[str, ...]) -> tuple[Cal
         return None, (f"`{entry}{signature}` cannot take the C parameters by name ({', '.join(names)}): "
                       f"{exc}")
     return fn, ""
+
+
+def prepare_threads(references: int) -> int:
+    """Threads for `references` prepared references: at most `PREPARE_THREADS_MAX` and the CPUs this
+    process may use (never the one kept for serial timing, `host_timing.keep_off_timing_cpus`), at least
+    one. The pool's even share of CPUs (`cpu_share`) is for torch's OpenMP threads, which spin after each
+    parallel region; these threads end with the references, and workers rarely prepare at once."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = 1
+    return max(1, min(references, PREPARE_THREADS_MAX, cpus))
 
 
 def compute_reference(ctask: CTask, config: CConfig, seed: int, cache_dir: str | None) -> CReference:

@@ -1,0 +1,82 @@
+"""`c_session.CSession.prepare_references` and `prepare_threads`: a refereed C worker's host work before it
+asks to time (the serial C references of its timing-only and unseen input sets) runs on several threads,
+gives the references one at a time would, and keeps what it computed when one fails, so the job's scrub
+zeroes it. The session is bare (`CSession.__new__` with the two fields the method reads); the real
+worker's run of it is in test_timing_go_ahead.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from test_c_session import SQUARE
+
+from cudaperf.execute import c_session
+
+
+@pytest.fixture
+def session(tmp_path):
+    bare = c_session.CSession.__new__(c_session.CSession)
+    bare.ctask, bare.job, bare.prepared_references = SQUARE, SimpleNamespace(cache_dir=str(tmp_path)), {}
+    return bare
+
+
+@pytest.fixture
+def four_cpus(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+
+
+KEYS = [(config.name, seed) for config in SQUARE.configs for seed in (7, 8)]
+
+
+def test_threads_are_at_most_the_cap_the_references_and_the_cpus(four_cpus, monkeypatch):
+    assert c_session.prepare_threads(100) == min(c_session.PREPARE_THREADS_MAX, 4)
+    assert c_session.prepare_threads(2) == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert c_session.prepare_threads(100) == 1
+
+
+def test_no_reference_still_gets_one_thread():
+    assert c_session.prepare_threads(0) == 1
+
+
+def test_references_are_computed_on_two_threads_at_once(session, four_cpus, monkeypatch):
+    both = threading.Barrier(2, timeout=30)  # broken (raised) unless two computations overlap
+    real = c_session.compute_reference
+
+    def meeting(*args):
+        both.wait()
+        return real(*args)
+
+    monkeypatch.setattr(c_session, "compute_reference", meeting)
+    session.prepare_references(KEYS[:2])
+    assert set(session.prepared_references) == set(KEYS[:2])
+
+
+def test_threaded_references_equal_those_computed_one_at_a_time(session, four_cpus):
+    session.prepare_references(KEYS)
+    for name, seed in KEYS:
+        alone = c_session.compute_reference(SQUARE, SQUARE.config(name), seed, session.job.cache_dir)
+        got = session.prepared_references[(name, seed)]
+        assert np.array_equal(got.outputs["out"], alone.outputs["out"]) and np.array_equal(
+            got.values["x"], alone.values["x"])
+
+
+def test_a_failure_is_raised_with_the_other_references_kept_for_the_scrub(session, four_cpus, monkeypatch):
+    real = c_session.compute_reference
+
+    def one_fails(ctask, config, seed, cache_dir):
+        if (config.name, seed) == KEYS[1]:
+            raise RuntimeError("the serial C reference failed")
+        return real(ctask, config, seed, cache_dir)
+
+    monkeypatch.setattr(c_session, "compute_reference", one_fails)
+    with pytest.raises(RuntimeError, match="reference failed"):
+        session.prepare_references(KEYS)
+    assert set(session.prepared_references) == set(KEYS) - {KEYS[1]}
