@@ -52,6 +52,11 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    cleanup) end after a minute or two (`RL_STAGE_TIMEOUTS_S`; on a GPU the correctness stage after 15 s,
    `RL_GPU_STAGE_TIMEOUTS_S`), not the sandbox's minutes, since a batch waits for its slowest candidate
    and a spinning one holds the gate.
+6. A C candidate at least `slow_cut_ratio` (10) times slower than the naive port over the bench's estimate
+   rounds, and at least `slow_cut_floor_ms` (100 ms) a call, is timed from those rounds alone when it is
+   anchored (never a carrier): no warm-up, no further round, no timing re-check (`timing.SlowCut`, INFO
+   `timing_cut_slow`). Its speedup is then under 0.1, which every reward preset scores as it scores a
+   kernel a few times faster, and what is cut short is recorded that slow, so nothing is gained by it.
 Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
 correct is never timed, in either mode.
 
@@ -175,6 +180,18 @@ class RlSettings:
     29.7 before the job (`benchmarks/results/2026-12-06-s30-h100/call2-eval-modes/`); on the 2-core CPU
     machine no difference (`benchmarks/results/cpu-2026-12-06-s29-planwait/`)."""
 
+    slow_cut_ratio: float = 10.0
+    """Anchored C candidates (`TimingConfig.slow_cut_ratio`): timed from the bench's estimate rounds alone
+    when at least this many times slower than the naive port there and past `slow_cut_floor_ms`
+    (`timing.SlowCut`, INFO flag `timing_cut_slow`). 0: never. Why: every reward preset gives such a
+    kernel what it gives one a few times faster (`cudaperf` clips the speedup at 0.5; `kevin` is linear,
+    0.008 against 0.05 is 0.04 of reward), while its full timing held the GPU alone for 111 s on the H100
+    (session 38: a correct `scan` at 0.008x, ~2.4 s a call). Carriers are never cut: their baselines are
+    cached for the task."""
+    slow_cut_floor_ms: float = 100.0
+    """The least median call time of a candidate cut short: under it the whole timing of a configuration
+    costs about a second at most, and microsecond noise can never reach the ratio."""
+
     stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_STAGE_TIMEOUTS_S))
     """Deadlines, in seconds, of the stages that run candidate code on a CPU (`gpu_stage_timeouts_s` on a
     GPU), in place of the sandbox's defaults (minutes, sized for the full protocol on the largest tasks);
@@ -200,6 +217,9 @@ class RlSettings:
         if not (self.budget_ms > 0 and self.warmup_ms >= 0):
             raise ValueError(f"RlSettings: budget_ms={self.budget_ms} must be > 0 and warmup_ms="
                              f"{self.warmup_ms} >= 0")
+        if not (self.slow_cut_ratio == 0 or self.slow_cut_ratio > 1) or self.slow_cut_floor_ms < 0:
+            raise ValueError(f"RlSettings: slow_cut_ratio={self.slow_cut_ratio} must be 0 (off) or above 1, "
+                             f"and slow_cut_floor_ms={self.slow_cut_floor_ms} at least 0")
         if self.drift_every < 1 or not self.drift_max_age_s > 0 or not self.drift_tolerance > 0:
             raise ValueError(f"RlSettings: drift_every={self.drift_every} must be >= 1, drift_max_age_s="
                              f"{self.drift_max_age_s} and drift_tolerance={self.drift_tolerance} > 0")
@@ -479,7 +499,8 @@ class BaselineCache:
         ranking = dataclasses.replace(timing, baselines=(anchor,) if anchor else (),
                                       budget_ms=min(self.settings.budget_ms, timing.budget_ms),
                                       warmup_ms=min(self.settings.warmup_ms, timing.warmup_ms),
-                                      overhead=False)
+                                      overhead=False, slow_cut_ratio=self.settings.slow_cut_ratio,
+                                      slow_cut_floor_ms=self.settings.slow_cut_floor_ms)
         if not wanted or set(wanted) == {anchor}:  # nothing to cache: every candidate times what it needs
             return TimingPlan(False, ranking, "live only" if wanted else "no baselines requested", anchor)
         key = self.key(task)

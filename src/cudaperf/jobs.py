@@ -64,12 +64,23 @@ class TimingConfig:
     """Time an empty function under the same protocol in every round, reported as `overhead_ms` beside the
     times (never subtracted). Off: one call fewer per round and `overhead_ms` None (the RL mode's ranking
     budget, `eval_modes`)."""
+    slow_cut_ratio: float = 0.0
+    """C tasks: time a candidate from the bench's estimate rounds alone when its median there is at least
+    this many times the anchor's (the naive CUDA port) and at least `slow_cut_floor_ms` (`timing.SlowCut`;
+    flag `timing_cut_slow`). 0: never (the default mode). The RL mode's anchored candidates get
+    `RlSettings.slow_cut_ratio`. PyTorch tasks are never cut: the referee expects the re-checked outputs of
+    every timed configuration, which a cut run has none of."""
+    slow_cut_floor_ms: float = 100.0
+    """The least median call time (ms) of a candidate cut short (`slow_cut_ratio`)."""
 
     def __post_init__(self) -> None:
         if self.input_sets < 1:
             raise ValueError(f"TimingConfig.input_sets={self.input_sets}: at least one input set is needed")
         if self.unseen_sets < 0:
             raise ValueError(f"TimingConfig.unseen_sets={self.unseen_sets}: give 0 or more")
+        if not (self.slow_cut_ratio == 0 or self.slow_cut_ratio > 1) or self.slow_cut_floor_ms < 0:
+            raise ValueError(f"TimingConfig: slow_cut_ratio={self.slow_cut_ratio} must be 0 (off) or above "
+                             f"1, and slow_cut_floor_ms={self.slow_cut_floor_ms} at least 0")
 
 
 TORCH_BASELINES = ("eager", "compile")
@@ -89,20 +100,25 @@ def timed_baselines(kind: TaskKind, listed: tuple[str, ...]) -> tuple[str, ...]:
 def narrowed_timing(kind: TaskKind, sent: TimingConfig, asked: Any) -> TimingConfig:
     """The timing a worker uses: `sent` (the job's) narrowed by `asked`, the parent's answer to its "ready"
     as wire data (`to_dict` of a `TimingConfig`; None: as sent). Only narrower: fewer baselines, a smaller
-    budget or warm-up, the empty function left out; baselines `sent` does not time, anything larger and
-    every other field are `sent`'s, and a malformed answer leaves `sent` as it is. The worker and the
-    referee both apply this, so the referee holds the timings to what the worker was told to time."""
+    budget or warm-up, the empty function left out, a slow cut (`slow_cut_ratio` above 1, with its floor:
+    it only ends the timing of a candidate far slower than its anchor early); baselines `sent` does not
+    time, anything larger and every other field are `sent`'s, and a malformed answer leaves `sent` as it
+    is. The worker and the referee both apply this, so the referee holds the timings to what the worker
+    was told to time."""
     try:
         want = from_dict(TimingConfig, asked)
         baselines = tuple(str(b) for b in want.baselines)
         budget_ms, warmup_ms = float(want.budget_ms), float(want.warmup_ms)
+        cut = (float(want.slow_cut_ratio), float(want.slow_cut_floor_ms))
     except (AttributeError, KeyError, TypeError, ValueError):  # None, or not a timing: as sent
         return sent
     fewer = set(timed_baselines(kind, baselines)) <= set(timed_baselines(kind, sent.baselines))
+    cut = cut if cut[0] > 1 and cut[1] >= 0 else (sent.slow_cut_ratio, sent.slow_cut_floor_ms)
     return replace(sent, baselines=baselines if fewer else sent.baselines,
                    budget_ms=budget_ms if 0 < budget_ms < sent.budget_ms else sent.budget_ms,
                    warmup_ms=warmup_ms if 0 <= warmup_ms < sent.warmup_ms else sent.warmup_ms,
-                   overhead=sent.overhead and want.overhead is not False)
+                   overhead=sent.overhead and want.overhead is not False,
+                   slow_cut_ratio=cut[0], slow_cut_floor_ms=cut[1])
 
 
 @dataclass(frozen=True)

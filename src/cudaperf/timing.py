@@ -64,6 +64,12 @@ and the lead's GPU time are in the report. The garbage collector is paused durin
 `timeit` does), so a collection cannot land inside a host path. The legacy baseline protocol
 (`host_timing`, A/B runs only) keeps one launch and the collector on.
 
+Cut short (`SlowCut`, the RL mode's): where one function's median over the untimed estimate rounds (each
+a call of every function under the same lead and events, one lead launch each, the leads not yet sized)
+is past a floor and a ratio to its anchor's, those rounds are the samples and nothing more runs: no
+warm-up, no re-check, no unseen round (`BenchReport.cut_slow` says so). The function cut short is
+recorded as that slow, so it gains nothing by it.
+
 CPU fallback: when the inputs live on the CPU (or `device="cpu"`), each call is timed with
 `time.perf_counter_ns` and nothing is flushed. It exists so the tests and CPU mode can run the same code;
 it is never used for reported GPU numbers.
@@ -159,6 +165,26 @@ class FunctionFailed(Exception):
 
 
 @dataclass(frozen=True)
+class SlowCut:
+    """When the bench stops after its estimate rounds (`bench_interleaved_report(slow_cut=...)`): `name`'s
+    median sample over those rounds is at least `floor_ms` and at least `ratio` times `anchor`'s. Every
+    function is then timed from those rounds alone (`ESTIMATE_ROUNDS` samples each, the same protocol,
+    in a fixed order, no output re-checked) and the report says why (`BenchReport.cut_slow`). For a
+    caller whose reward gives no more for the rounds past that point (the RL mode, `eval_modes`): a
+    function cut short is recorded slow, so nothing is gained by being cut (module docstring)."""
+
+    name: str
+    anchor: str
+    ratio: float
+    floor_ms: float
+
+    def __post_init__(self) -> None:
+        if not (self.ratio > 1 and self.floor_ms >= 0):
+            raise ValueError(f"SlowCut: ratio={self.ratio} must be above 1 and floor_ms={self.floor_ms} "
+                             "at least 0")
+
+
+@dataclass(frozen=True)
 class BenchReport:
     """Everything one interleaved run measured and noticed."""
 
@@ -194,6 +220,8 @@ class BenchReport:
     # holds the unseen rounds' samples alone and `all_rounds_median_ms` the median it replaced
     unseen_slowdown: dict[str, float] = field(default_factory=dict)
     all_rounds_median_ms: dict[str, float] = field(default_factory=dict)
+    cut_slow: dict[str, str] = field(default_factory=dict)  # function -> why the run stopped after its
+    # estimate rounds (`SlowCut`); empty: it ran its rounds
 
     def flags_for(self, name: str, config: str | None = None) -> tuple[Flag, ...]:
         """The problems this run saw for one function, as flags (ERROR: the timing cannot be trusted)."""
@@ -207,7 +235,9 @@ class BenchReport:
                        for code, counts, text in found if counts.get(name))
         hidden = self.host_path_hidden(name, config)
         unseen = self.unseen_slower(name, config)
-        return errors + tuple(f for f in (hidden, unseen) if f is not None)
+        cut = (Flag("timing_cut_slow", self.cut_slow[name], Severity.INFO, config) if name in self.cut_slow
+               else None)
+        return errors + tuple(f for f in (hidden, unseen, cut) if f is not None)
 
     def unseen_slower(self, name: str, config: str | None = None) -> Flag | None:
         """A WARNING when `name` was timed from its unseen rounds alone (module docstring)."""
@@ -554,6 +584,7 @@ def bench_interleaved_report(
     silent_checks: frozenset[str] = frozenset(),
     unseen_sets: Sequence[UnseenSet] = (),
     anchor: str | None = None,
+    slow_cut: SlowCut | None = None,
 ) -> BenchReport:
     """Time `fns` (name -> fn(inputs), or a `Disposed` one) over `input_sets`.
 
@@ -569,7 +600,8 @@ def bench_interleaved_report(
     layout as `input_sets[0]`, any device, or functions drawing such a set, called at its round) each get
     one timed round of their own (check index `len(input_sets) + j`), as many as the rounds after the
     first `len(input_sets)` allow; `anchor`: the function the unseen rounds' slowdown is judged against
-    (None: the raw samples). Raises
+    (None: the raw samples); `slow_cut`: stop after the estimate rounds when its function is that much
+    slower than its anchor there (`SlowCut`). Raises
     `FunctionFailed` when a function raises (the caller classifies `.error`).
     """
     if not input_sets or not fns:
@@ -580,6 +612,10 @@ def bench_interleaved_report(
                silent_checks=silent_checks, unseen_sets=unseen_sets)
     try:
         round_ms = run.estimate_round_ms()
+        cut = run.cut_reason(slow_cut)
+        if cut:
+            run.adopt_estimate()
+            return run.report(ESTIMATE_ROUNDS, 0, anchor, cut_slow={slow_cut.name: cut})
         warmup_rounds = _clamp(math.ceil(warmup_ms * len(fns) / round_ms), 1, max_reps)
         run.warm_up(warmup_rounds)
         per_fn_ms = (round_ms + run.set_lead_launches()) / len(fns)
@@ -669,6 +705,8 @@ class _Run:
                        ("checks", "check_failures", "input_mutations", "clock_violations", "stream_changes",
                         "host_bound_samples")}
         self.host_total_ms = 0.0
+        self.estimate_calls: dict[str, list[_Call]] = {name: [] for name in self.fns}  # their outputs dropped
+        self.estimate_host_ms = 0.0  # the estimate rounds' host time, less their disposals
         self.dispose_ns = 0  # in `done_with`: left out of the round estimate and the loop's host total
         self.sources: list[int] = []  # checked rounds' contents sources still to use (`_pick_source`)
 
@@ -705,12 +743,14 @@ class _Run:
         self.dispose_ns += _now_ns() - began
         self.settles += len(owed)
 
-    def untimed(self, name: str, inputs: list) -> None:
-        """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`."""
+    def untimed(self, name: str, inputs: list) -> _Call:
+        """A warm-up call: its host path and its lead's GPU time feed `set_lead_launches`; returned without
+        its output."""
         timed = self.call(name, inputs)
         self.done_with(name, timed)
         self.warm_fn_host[name].append(timed.fn_host_ms)
         self.warm_leads.append(timed.lead_ms / max(self.launches[name], 1))
+        return timed._replace(out=None)
 
     def set_lead_launches(self) -> float:
         """Each function's lead launches from its warm-up host paths (`lead_launches`); returns what the
@@ -744,10 +784,31 @@ class _Run:
         per_round = []
         for r in range(ESTIMATE_ROUNDS):
             start, disposing = _now_ns(), self.dispose_ns
+            inputs = self.input_sets[r % len(self.input_sets)]
             for name in self.fns:
-                self.untimed(name, self.input_sets[r % len(self.input_sets)])
+                self.estimate_calls[name].append(self.untimed(name, inputs))
             per_round.append((_now_ns() - start - (self.dispose_ns - disposing)) / 1e6)
+        self.estimate_host_ms = sum(per_round)
         return max(statistics.median(per_round), 1e-3)
+
+    def cut_reason(self, cut: SlowCut | None) -> str:
+        """Why the run stops after its estimate rounds (`SlowCut`), or "" where it does not."""
+        if cut is None or not self.estimate_calls.get(cut.name) or not self.estimate_calls.get(cut.anchor):
+            return ""
+        mine = statistics.median(c.event_ms for c in self.estimate_calls[cut.name])
+        theirs = max(statistics.median(c.event_ms for c in self.estimate_calls[cut.anchor]), 1e-9)
+        if mine < cut.floor_ms or mine < cut.ratio * theirs:
+            return ""
+        return (f"{cut.name}: {mine:.4g} ms a call (median of the {ESTIMATE_ROUNDS} estimate rounds), "
+                f"{mine / theirs:.1f}x {cut.anchor}'s {theirs:.4g} ms, past {cut.ratio:g}x and "
+                f"{cut.floor_ms:g} ms: every function timed from those rounds alone, no output re-checked")
+
+    def adopt_estimate(self) -> None:
+        """The estimate rounds' calls as the run's samples (`SlowCut`), their host time as the loop's."""
+        for name, calls in self.estimate_calls.items():
+            for timed in calls:
+                self.record(name, timed)
+        self.host_total_ms = self.estimate_host_ms
 
     def warm_up(self, rounds: int) -> None:
         for r in range(rounds):
@@ -851,7 +912,8 @@ class _Run:
         if not self.check(name, source, out):
             self.counts["check_failures"][name] += 1
 
-    def report(self, rounds: int, warmup_rounds: int, anchor: str | None = None) -> BenchReport:
+    def report(self, rounds: int, warmup_rounds: int, anchor: str | None = None,
+               cut_slow: dict[str, str] | None = None) -> BenchReport:
         timings = {name: summarize(self.samples[name], statistics.fmean(self.host[name]))
                    for name in self.fns if name != OVERHEAD_NAME}
         relative = {name: ratios for name in self.silent_checks if name in self.fns
@@ -877,6 +939,7 @@ class _Run:
             host_path_p90_ms={n: quantile(v, 0.9) for n, v in self.fn_host.items() if v},
             dispose_ms=self.dispose_ns / 1e6, disposals=self.disposals, settles=self.settles,
             unseen_rounds=tuple(self.unseen_rounds), unseen_slowdown=slowdown, all_rounds_median_ms=replaced,
+            cut_slow=dict(cut_slow or {}),
             **{key: _without_overhead(counts) for key, counts in self.counts.items()},
         )
 

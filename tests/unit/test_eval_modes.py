@@ -206,6 +206,20 @@ def test_later_candidates_time_only_the_anchor_with_the_ranking_budget():
     assert (plan.timing.baselines, plan.timing.budget_ms, plan.timing.warmup_ms) == (("eager",), 7.0, 3.0)
 
 
+def test_anchored_candidates_may_be_cut_short_and_a_carrier_may_not():
+    cache = BaselineCache(RlSettings(slow_cut_ratio=8.0, slow_cut_floor_ms=40.0))
+    carrier = cache.plan(_task(), FULL)
+    cache.settle(_task(), "carrier", _carried())
+    anchored = cache.plan(_task(), FULL).timing
+    assert carrier.timing.slow_cut_ratio == 0
+    assert (anchored.slow_cut_ratio, anchored.slow_cut_floor_ms) == (8.0, 40.0)
+
+
+def test_rl_settings_refuse_a_slow_cut_of_one_or_less():
+    with pytest.raises(ValueError, match="slow_cut_ratio"):
+        RlSettings(slow_cut_ratio=1.0)
+
+
 def test_the_ranking_budget_times_no_empty_function_and_a_carrier_does():
     cache = BaselineCache(RlSettings())
     carrier = cache.plan(_task(), FULL)

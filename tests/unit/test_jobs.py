@@ -152,6 +152,23 @@ def test_a_c_job_s_go_ahead_narrows_by_the_baselines_it_times():
     assert narrowed_timing(TaskKind.C, sent, to_dict(TimingConfig(baselines=("eager",)))) == sent
 
 
+def test_the_go_ahead_s_slow_cut_is_taken():
+    got = narrowed_timing(TaskKind.C, TimingConfig(), to_dict(TimingConfig(slow_cut_ratio=10.0,
+                                                                           slow_cut_floor_ms=50.0)))
+    assert (got.slow_cut_ratio, got.slow_cut_floor_ms) == (10.0, 50.0)
+
+
+def test_a_go_ahead_without_a_slow_cut_leaves_the_job_s():
+    sent = TimingConfig(slow_cut_ratio=4.0)
+    assert narrowed_timing(TaskKind.C, sent, to_dict(TimingConfig())).slow_cut_ratio == 4.0
+
+
+@pytest.mark.parametrize("ratio, floor_ms", [(1.0, 100.0), (-2.0, 100.0), (10.0, -1.0)])
+def test_a_slow_cut_is_off_or_above_one_with_a_floor_of_at_least_zero(ratio, floor_ms):
+    with pytest.raises(ValueError, match="slow_cut"):
+        TimingConfig(slow_cut_ratio=ratio, slow_cut_floor_ms=floor_ms)
+
+
 @pytest.mark.parametrize("asked", [None, 3, "x", {"budget_ms": "abc"}, {"input_sets": 0}, {"nope": 1}])
 def test_a_missing_or_malformed_go_ahead_timing_leaves_the_job_s(asked):
     assert narrowed_timing(TaskKind.PYTORCH, TimingConfig(), asked) == TimingConfig()

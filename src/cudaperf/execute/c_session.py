@@ -193,6 +193,7 @@ class CSession(Session):
     # verdict is the referee's alone (no claim: it would cost a second serial C run per job), and timing
     # re-checks the candidate against its own first outputs, which the referee found correct.
     REFEREED_STAGES = (("import", "import_candidate"), ("correctness", "run_and_ship"))
+    CUTS_SLOW = True  # its worker re-checks its timing outputs itself and ships none
 
     def __init__(self, report: Callable[[str], None]):
         super().__init__(report)

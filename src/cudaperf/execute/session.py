@@ -54,6 +54,7 @@ from cudaperf.timing import (
     UNSEEN_MIN_ROUNDS,
     BenchReport,
     FunctionFailed,
+    SlowCut,
     UnseenSet,
     bench_interleaved_report,
 )
@@ -101,6 +102,9 @@ class Session:
 
     # The stages between setup and timing, in order: (heartbeat name, method).
     STAGES: tuple[tuple[str, str], ...] = ()
+    # Whether a candidate far slower than its anchor may be timed from the estimate rounds alone
+    # (`TimingConfig.slow_cut_ratio`): not where the referee expects every configuration's re-checked outputs.
+    CUTS_SLOW = False
 
     def run(self, message: dict) -> EvalPayload:
         """The recipe, from the wire job (`jobs.job_message`) to the payload. The secret leaves `message`
@@ -278,7 +282,8 @@ class Session:
                         fns, input_sets, budget_ms=float(timing.budget_ms), warmup_ms=float(timing.warmup_ms),
                         l2_flush_bytes=self.l2_flush_bytes, check=check, device=self.device,
                         measure_overhead=timing.overhead, silent_checks=SILENT_CHECKS,
-                        unseen_sets=unseen_sets, anchor=anchor if anchor in fns else None)
+                        unseen_sets=unseen_sets, anchor=anchor if anchor in fns else None,
+                        slow_cut=self.slow_cut(fns, anchor))
             except FunctionFailed as failed:
                 if failed.name == CANDIDATE:
                     raise self.candidate_failure(failed.error, "timing", config) from None
@@ -288,6 +293,14 @@ class Session:
             finally:
                 self.flags += self.guards.after(tf32, config)
         raise RuntimeError("every baseline failed")  # unreachable: the candidate alone cannot be dropped
+
+    def slow_cut(self, fns: dict, anchor: str | None) -> SlowCut | None:
+        """The candidate's cut against `anchor` (`TimingConfig.slow_cut_ratio`), for a task kind that may
+        cut (`CUTS_SLOW`) and an anchor still timed."""
+        timing = self.job.timing
+        if not (self.CUTS_SLOW and timing.slow_cut_ratio > 1 and anchor in fns):
+            return None
+        return SlowCut(CANDIDATE, anchor, float(timing.slow_cut_ratio), float(timing.slow_cut_floor_ms))
 
     def note_unseen_count(self, count: int, config: str) -> None:
         """An INFO flag when `config` gets fewer unseen input sets than the job asked for (their host bytes
