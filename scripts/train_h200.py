@@ -99,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-tasks-per-step", type=int, default=4)
     p.add_argument("--rl-max-new-tokens", type=int, default=1536)
     p.add_argument("--rl-lr", type=float, default=2e-6)
+    p.add_argument("--rl-iterations", type=int, default=1,
+                   help="optimiser steps per rollout batch (RlConfig.num_iterations; --rl-steps a multiple)")
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
@@ -463,7 +465,8 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       kinds=tuple(args.rl_kinds), families=tuple(args.rl_families),
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
-                      max_steps=args.rl_steps, save_steps=1, eval_mode=args.eval_mode,
+                      max_steps=args.rl_steps, save_steps=args.rl_iterations, eval_mode=args.eval_mode,
+                      num_iterations=args.rl_iterations,
                       max_minutes=minutes, generation_cache=args.rl_generation_cache,
                       **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
                          else {"lora": args.lora}),

@@ -56,6 +56,14 @@ def test_clip_high_below_clip_low_is_refused():
         RlConfig(epsilon=0.3, epsilon_high=0.2)
 
 
+@pytest.mark.parametrize("changes", [{"num_iterations": 0}, {"num_iterations": 2, "max_steps": 5},
+                                     {"num_iterations": 2, "max_steps": 4, "save_steps": 3}],
+                         ids=["none", "steps not a multiple", "checkpoints between a batch's steps"])
+def test_iterations_per_batch_divide_the_steps_and_the_checkpoints(changes):
+    with pytest.raises(ConfigError, match="num_iterations"):
+        RlConfig(**changes)
+
+
 def test_lora_settings_without_lora_are_refused():
     with pytest.raises(ConfigError, match="lora=True"):
         SftConfig(lora_rank=8)

@@ -157,6 +157,15 @@ def test_rl_trains_with_rollouts_sampled_in_each_other_form(sft_run, cpu_evaluat
     assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
 
 
+def test_each_rollout_batch_serves_num_iterations_optimiser_steps(sft_run, cpu_evaluator, tmp_path):
+    _, sft_report = sft_run
+    config = rl_config(tmp_path / "rl", sft_report.final_dir, tasks=(_task_file(tmp_path),), max_steps=4,
+                       save_steps=2, num_iterations=2)
+    assert run_rl(config, evaluator=cpu_evaluator).steps == 4
+    assert [r["step"] for r in read_metrics(config.output_dir, "rollout")] == [1, 3]
+    assert len([r for r in read_metrics(config.output_dir, "train") if "loss" in r]) == 4
+
+
 def _task_file(tmp_path) -> str:
     path = tmp_path / "scale_add.py"
     path.write_text(TASK_SOURCE)

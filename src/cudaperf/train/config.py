@@ -224,6 +224,12 @@ class RlConfig(CommonConfig):
     """Optimiser steps (each: `tasks_per_step` tasks, all their trajectories)."""
     max_grad_norm: float = 0.05
     """Gradient-norm clip (Kevin: 0.05)."""
+    num_iterations: int = 1
+    """Optimiser steps per rollout batch (GRPO's mu; TRL's `num_iterations`): above 1, each generated and
+    evaluated batch serves that many steps, the importance ratio against the policy that sampled it
+    clipped by `epsilon`/`epsilon_high`. Why: evaluation is most of an RL step's time (80% on the H100,
+    session 38) and the optimiser step 5%. `max_steps` counts optimiser steps, so it and `save_steps` must be
+    multiples of it."""
     tasks: tuple[str, ...] = ("split:train",)
     """Task specs as `cudaperf optimize` takes them (split:NAME, a directory, examples, a file...)."""
     kinds: tuple[str, ...] = KINDS
@@ -322,6 +328,11 @@ class RlConfig(CommonConfig):
         self.check_common()
         if self.max_steps < 1:
             raise ConfigError(f"max_steps={self.max_steps}: RL needs a positive number of steps")
+        mu = self.num_iterations
+        if mu < 1 or self.max_steps % mu or self.save_steps % mu:
+            raise ConfigError(f"num_iterations={mu}: at least 1, with max_steps={self.max_steps} and "
+                              f"save_steps={self.save_steps} multiples of it (each rollout batch serves that "
+                              "many steps; a checkpoint between two of them would resume without its batch)")
         if self.credit not in ("turn", "trajectory"):
             raise ConfigError(f"credit={self.credit!r}: use 'turn' or 'trajectory'")
         if self.turn_mode not in ("sum", "max"):

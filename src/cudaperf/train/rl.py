@@ -174,6 +174,7 @@ def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rol
         output_dir=config.output_dir, seed=config.seed, data_seed=config.seed,
         learning_rate=config.learning_rate, max_steps=config.max_steps, max_grad_norm=config.max_grad_norm,
         per_device_train_batch_size=group, gradient_accumulation_steps=config.tasks_per_step,
+        num_iterations=config.num_iterations,
         num_generations=group, max_completion_length=completion, temperature=config.temperature,
         top_p=config.top_p, beta=config.beta, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
         loss_type=config.loss_type, scale_rewards=config.scale_rewards, logging_steps=config.logging_steps,
