@@ -44,6 +44,26 @@ def test_the_limit_counts_from_the_runs_start_not_the_callbacks(tmp_path):
     writer.close()
 
 
+def _rl_callback(tmp_path, limit_s: float):
+    from cudaperf.train.config import RlConfig
+
+    config = RlConfig(output_dir=str(tmp_path), max_minutes=limit_s / 60, num_iterations=2, max_steps=4,
+                      save_steps=2)
+    return make_callback(config, MetricsWriter(tmp_path, tensorboard=False))
+
+
+def test_a_run_whose_batches_serve_two_steps_never_stops_between_them(tmp_path):
+    callback = _rl_callback(tmp_path, 0.1)
+    assert not _step(callback, 0.15).should_training_stop  # past the limit, but mid-batch
+    assert _step(callback, 0.01).should_training_stop
+
+
+def test_the_next_batch_is_judged_by_the_whole_last_one(tmp_path):
+    callback = _rl_callback(tmp_path, 0.3)
+    _step(callback, 0.15)  # the rollout's step
+    assert _step(callback, 0.01).should_training_stop  # ~0.16 s done; a batch of ~0.16 s ends past 0.3 s
+
+
 def test_a_checkpoints_step_is_its_trainer_states(tmp_path):
     from cudaperf.train.monitor import checkpoint_step
 

@@ -136,16 +136,22 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
 def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float | None = None) -> Any:
     """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
     stops the run with a checkpoint at the end of the last step that fits `config.max_minutes` (the next
-    step is taken to last as long as the one just ended). `started_s`: the `time.perf_counter()` at which
-    the run began, so that the minutes count what came before the trainer too (loading, building the
-    examples, starting the evaluator); default: now."""
+    step is taken to last as long as the one just ended). An RL run whose rollout batch serves several
+    steps (`RlConfig.num_iterations`) stops only at the end of a batch, the next batch taken to last as
+    long as the one just ended: its first step holds the rollout, and a checkpoint between its steps
+    would resume without it. `started_s`: the `time.perf_counter()` at which the run began, so that the
+    minutes count what came before the trainer too (loading, building the examples, starting the
+    evaluator); default: now."""
     from transformers import TrainerCallback
+
+    steps_per_batch = getattr(config, "num_iterations", 1)
 
     class RunCallback(TrainerCallback):
         def __init__(self) -> None:
             self.step_started = time.perf_counter()
             self.started = self.step_started if started_s is None else started_s
             self.step_seconds: list[float] = []
+            self.batch_seconds: list[float] = []  # the steps of the batch in training so far
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.step_started = time.perf_counter()
@@ -153,9 +159,13 @@ def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float 
         def on_step_end(self, args, state, control, **kwargs):
             now = time.perf_counter()
             self.step_seconds.append(now - self.step_started)
-            # Stop when the next step, as long as this one, would end past the limit: an RL step takes
+            self.batch_seconds.append(now - self.step_started)
+            if len(self.batch_seconds) < steps_per_batch:
+                return  # within a rollout batch: never stop there
+            batch_s, self.batch_seconds = sum(self.batch_seconds), []
+            # Stop when the next batch, as long as this one, would end past the limit: an RL step takes
             # minutes, and a run lent a machine for a few must not start one it cannot finish.
-            next_end_s = now - self.started + (now - self.step_started)
+            next_end_s = now - self.started + batch_s
             if config.max_minutes and next_end_s > 60 * config.max_minutes:
                 control.should_save = True  # the time is up: checkpoint, stop; a rerun resumes
                 control.should_training_stop = True
