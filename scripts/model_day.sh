@@ -71,6 +71,10 @@
 # first turn evaluated in 153 s (answers run to the correctness deadline, 15 s on a GPU since) and its
 # second held by a correct candidate's minute-long timing stage. Its train/rl_evaluations.jsonl now says
 # what each candidate was and where its time went.
+# Measured on session 38's lease (H100, results/2026-12-06-s38-h100/): K the SFT adapter, B with
+# SFT_FROM_ADAPTER=1 (58 s), C with RL_S=450 BUDGET_S=580 (3 RL steps in 293 s: evaluation 80% of them) and
+# D with BUDGET_S=570 (the SFT/RL comparison's 12 runs in 512 s): RL and a whole comparison fit one lease.
+# The next: RL_STEPS=16 RL_ITERATIONS=2, two C calls with RL_FROM_ADAPTER=1 C_COMPARE=0 (dev/LOG.md).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # SEED=k: the training seed of SFT and RL (default 0; the same in B and C). With SFT_FROM_ADAPTER=1 only
 # RL trains, so each lease with another SEED adds one RL seed from the same SFT model (the seed spread).
