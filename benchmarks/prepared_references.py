@@ -39,18 +39,15 @@ def load_ctask(task_id: str):
 
 
 def job_seconds(ctask, cache_dir: str, threads: int, first_seed: int) -> float:
-    """One job's references on `threads` threads (the CPUs seen are narrowed to that many)."""
+    """One job's references on `threads` threads."""
     session = c_session.CSession.__new__(c_session.CSession)
     session.ctask, session.job, session.prepared_references = ctask, SimpleNamespace(cache_dir=cache_dir), {}
     keys = [(name, first_seed + k) for name in ctask.timed_names for k in range(SETS_PER_CONFIG)]
-    real = os.sched_getaffinity
-    os.sched_getaffinity = lambda pid: set(sorted(real(0))[:threads])
     try:
         start = time.perf_counter()
-        session.prepare_references(keys)
+        session.prepare_references(keys, threads)
         return time.perf_counter() - start
     finally:
-        os.sched_getaffinity = real
         session.drop_prepared()
 
 

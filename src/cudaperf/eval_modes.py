@@ -217,9 +217,8 @@ class RlSettings:
         if not (self.budget_ms > 0 and self.warmup_ms >= 0):
             raise ValueError(f"RlSettings: budget_ms={self.budget_ms} must be > 0 and warmup_ms="
                              f"{self.warmup_ms} >= 0")
-        if not (self.slow_cut_ratio == 0 or self.slow_cut_ratio > 1) or self.slow_cut_floor_ms < 0:
-            raise ValueError(f"RlSettings: slow_cut_ratio={self.slow_cut_ratio} must be 0 (off) or above 1, "
-                             f"and slow_cut_floor_ms={self.slow_cut_floor_ms} at least 0")
+        # the cut's rule has one home, the timing it is handed to (raises ValueError)
+        TimingConfig(slow_cut_ratio=self.slow_cut_ratio, slow_cut_floor_ms=self.slow_cut_floor_ms)
         if self.drift_every < 1 or not self.drift_max_age_s > 0 or not self.drift_tolerance > 0:
             raise ValueError(f"RlSettings: drift_every={self.drift_every} must be >= 1, drift_max_age_s="
                              f"{self.drift_max_age_s} and drift_tolerance={self.drift_tolerance} > 0")

@@ -113,7 +113,7 @@ def narrowed_timing(kind: TaskKind, sent: TimingConfig, asked: Any) -> TimingCon
     except (AttributeError, KeyError, TypeError, ValueError):  # None, or not a timing: as sent
         return sent
     fewer = set(timed_baselines(kind, baselines)) <= set(timed_baselines(kind, sent.baselines))
-    cut = cut if cut[0] > 1 and cut[1] >= 0 else (sent.slow_cut_ratio, sent.slow_cut_floor_ms)
+    cut = cut if cut[0] > 1 else (sent.slow_cut_ratio, sent.slow_cut_floor_ms)  # from_dict checked the floor
     return replace(sent, baselines=baselines if fewer else sent.baselines,
                    budget_ms=budget_ms if 0 < budget_ms < sent.budget_ms else sent.budget_ms,
                    warmup_ms=warmup_ms if 0 <= warmup_ms < sent.warmup_ms else sent.warmup_ms,

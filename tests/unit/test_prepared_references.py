@@ -46,7 +46,7 @@ def test_no_reference_still_gets_one_thread():
     assert c_session.prepare_threads(0) == 1
 
 
-def test_references_are_computed_on_two_threads_at_once(session, four_cpus, monkeypatch):
+def test_references_are_computed_on_two_threads_at_once(session, monkeypatch):
     both = threading.Barrier(2, timeout=30)  # broken (raised) unless two computations overlap
     real = c_session.compute_reference
 
@@ -55,12 +55,12 @@ def test_references_are_computed_on_two_threads_at_once(session, four_cpus, monk
         return real(*args)
 
     monkeypatch.setattr(c_session, "compute_reference", meeting)
-    session.prepare_references(KEYS[:2])
+    session.prepare_references(KEYS[:2], threads=2)
     assert set(session.prepared_references) == set(KEYS[:2])
 
 
-def test_threaded_references_equal_those_computed_one_at_a_time(session, four_cpus):
-    session.prepare_references(KEYS)
+def test_threaded_references_equal_those_computed_one_at_a_time(session):
+    session.prepare_references(KEYS, threads=4)
     for name, seed in KEYS:
         alone = c_session.compute_reference(SQUARE, SQUARE.config(name), seed, session.job.cache_dir)
         got = session.prepared_references[(name, seed)]
@@ -68,7 +68,7 @@ def test_threaded_references_equal_those_computed_one_at_a_time(session, four_cp
             got.values["x"], alone.values["x"])
 
 
-def test_a_failure_is_raised_with_the_other_references_kept_for_the_scrub(session, four_cpus, monkeypatch):
+def test_a_failure_is_raised_with_the_other_references_kept_for_the_scrub(session, monkeypatch):
     real = c_session.compute_reference
 
     def one_fails(ctask, config, seed, cache_dir):
@@ -78,5 +78,5 @@ def test_a_failure_is_raised_with_the_other_references_kept_for_the_scrub(sessio
 
     monkeypatch.setattr(c_session, "compute_reference", one_fails)
     with pytest.raises(RuntimeError, match="reference failed"):
-        session.prepare_references(KEYS)
+        session.prepare_references(KEYS, threads=4)
     assert set(session.prepared_references) == set(KEYS) - {KEYS[1]}

@@ -258,13 +258,13 @@ class CSession(Session):
                 self.timing_reference(self.ctask.config(name), self.timing_seeds[0])
         self.prepare_references(keys)
 
-    def prepare_references(self, keys: list[tuple[str, int]]) -> None:
-        """The references of `keys` into `prepared_references`, on `prepare_threads` threads. A failure is
-        raised once every thread ended, with the references that were computed kept, so `scrub` zeroes
-        them too."""
+    def prepare_references(self, keys: list[tuple[str, int]], threads: int | None = None) -> None:
+        """The references of `keys` into `prepared_references`, on `threads` threads (None:
+        `prepare_threads`). A failure is raised once every thread ended, with the references that were
+        computed kept, so `scrub` zeroes them too."""
         if keys:  # the reference's library once, before threads could each build it
             cref.build_reference(self.ctask, cache_dir=self.job.cache_dir)
-        with ThreadPoolExecutor(prepare_threads(len(keys)), thread_name_prefix="prepare") as pool:
+        with ThreadPoolExecutor(threads or prepare_threads(len(keys)), thread_name_prefix="prepare") as pool:
             futures = {key: pool.submit(compute_reference, self.ctask, self.ctask.config(key[0]), key[1],
                                         self.job.cache_dir) for key in keys}
         failures = [f.exception() for f in futures.values() if f.exception() is not None]
