@@ -95,7 +95,8 @@
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C. RL_ITERATIONS=mu: optimiser steps per rollout batch
 # (RlConfig.num_iterations, default 1; RL_STEPS a multiple of it; the same in B and C): each evaluated batch
-# serves mu steps, evaluation being ~80% of a step's time (session 38).
+# serves mu steps, evaluation being ~80% of a step's time (session 38). RL_EVAL_WORKERS: sandboxed
+# evaluation workers per GPU in RL (RlConfig.eval_workers_per_gpu, default 8).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
 # order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
@@ -486,6 +487,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --sft-lora-rank "${SFT_LORA:-0}" --rl-lora-rank "${RL_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
+            --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding

@@ -101,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-lr", type=float, default=2e-6)
     p.add_argument("--rl-iterations", type=int, default=1,
                    help="optimiser steps per rollout batch (RlConfig.num_iterations; --rl-steps a multiple)")
+    p.add_argument("--rl-eval-workers-per-gpu", type=int, default=8,
+                   help="sandboxed evaluation workers per GPU (RlConfig.eval_workers_per_gpu)")
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
@@ -466,7 +468,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=args.rl_iterations, eval_mode=args.eval_mode,
-                      num_iterations=args.rl_iterations,
+                      num_iterations=args.rl_iterations, eval_workers_per_gpu=args.rl_eval_workers_per_gpu,
                       max_minutes=minutes, generation_cache=args.rl_generation_cache,
                       **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
                          else {"lora": args.lora}),

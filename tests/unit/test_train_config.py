@@ -102,3 +102,24 @@ def test_resume_may_run_longer():
 def test_the_static_cache_with_bfloat16_weights_is_refused_with_the_alternatives():
     with pytest.raises(ConfigError, match="dynamic cache with bfloat16 weights"):
         RlConfig(generation_cache="static", generation_weights="bfloat16")
+
+
+def test_no_evaluation_worker_per_gpu_is_refused():
+    with pytest.raises(ConfigError, match="eval_workers_per_gpu=0"):
+        RlConfig(eval_workers_per_gpu=0)
+
+
+def test_a_resumed_rl_run_may_change_its_workers_per_gpu():
+    check_resume(RlConfig(), RlConfig(eval_workers_per_gpu=2))  # where it runs, not what it learns
+
+
+def test_the_rl_evaluator_has_the_configured_workers_per_gpu(tmp_path):
+    from cudaperf.train.rl import make_evaluator
+
+    config = RlConfig(model="tiny", output_dir=str(tmp_path), eval_device="cpu", device="cpu",
+                      allow_torch_ops=True, eval_workers_per_gpu=6)
+    evaluator = make_evaluator(config)
+    try:
+        assert evaluator.config.rl.workers_per_gpu == 6
+    finally:
+        evaluator.close()

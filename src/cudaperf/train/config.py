@@ -32,8 +32,8 @@ REPAIR_FAULT_KINDS = 5  # the kinds of fault `train.repair_data.FAULTS` knows
 # (the attention's), never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "build_workers", "ray_address", "profile_decoding", "generation_attention",
-                       "examples_file"})
+                       "eval_workers_per_gpu", "build_workers", "ray_address", "profile_decoding",
+                       "generation_attention", "examples_file"})
 
 
 class ConfigError(ValueError):
@@ -315,6 +315,12 @@ class RlConfig(CommonConfig):
     """Timing budget per candidate and configuration."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
+    eval_workers_per_gpu: int = 8
+    """Sandboxed workers per GPU in the 'rl' evaluation mode (`RlSettings.workers_per_gpu`, whose default
+    is 4): a step's turn is `tasks_per_step` x `trajectories` candidates at once, so with 16 of them four
+    workers ran four waves, and a candidate that spins to the correctness deadline (15 s on a GPU) held
+    a quarter of them (H100, session 38: a turn's last candidates started 40 s after the turn's first).
+    Timing never overlaps (the GPU gate); checks do, each worker with its referee (two CUDA contexts)."""
     build_workers: int = 0
     """CPU build processes; 0: the evaluator's default."""
     ray_address: str = ""
@@ -369,6 +375,8 @@ class RlConfig(CommonConfig):
                               "dynamic cache with bfloat16 weights, or the static cache with 'autocast'")
         if self.eval_mode not in ("rl", "default"):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
+        if self.eval_workers_per_gpu < 1:
+            raise ConfigError(f"eval_workers_per_gpu={self.eval_workers_per_gpu}: at least 1")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
             raise ConfigError(f"loss_type={self.loss_type!r}: use grpo, dr_grpo, dapo or bnpo")
         if self.scale_rewards not in ("group", "batch", "none"):

@@ -68,13 +68,15 @@ def load_tasks(config: RlConfig) -> list[Any]:
 def make_evaluator(config: RlConfig) -> Any:
     from cudaperf.agent.evaluation import LocalEvaluator
     from cudaperf.anticheat.policy import Policy
+    from cudaperf.eval_modes import RlSettings
     from cudaperf.evaluate import EvalConfig, TimingConfig
 
     gpus = tuple(range(config.eval_workers)) if config.eval_workers and not config.ray_address else None
     eval_config = EvalConfig(device=config.eval_device, mode=config.eval_mode, gpus=gpus,
                              seeds=config.eval_seeds, policy=Policy(allow_torch_ops=config.allow_torch_ops),
                              timing=TimingConfig(budget_ms=config.timing_budget_ms),
-                             build_workers=config.build_workers)
+                             build_workers=config.build_workers,
+                             rl=RlSettings(workers_per_gpu=config.eval_workers_per_gpu))
     if config.ray_address:  # the Ray evaluation pool (cudaperf.scale), off the policy's GPU
         import torch
 
