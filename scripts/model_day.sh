@@ -74,7 +74,9 @@
 # Measured on session 38's lease (H100, results/2026-12-06-s38-h100/): K the SFT adapter, B with
 # SFT_FROM_ADAPTER=1 (58 s), C with RL_S=450 BUDGET_S=580 (3 RL steps in 293 s: evaluation 80% of them) and
 # D with BUDGET_S=570 (the SFT/RL comparison's 12 runs in 512 s): RL and a whole comparison fit one lease.
-# The next: RL_STEPS=16 RL_ITERATIONS=2, two C calls with RL_FROM_ADAPTER=1 C_COMPARE=0 (dev/LOG.md).
+# Measured on session 39's lease (H200, results/2026-12-06-s39-h200/): two C calls with RL_STEPS=16
+# RL_ITERATIONS=2 RL_FROM_ADAPTER=1 C_COMPARE=0 (RL_S=500, then 270) took 16 GRPO steps at 28 s a step.
+# The next: the SFT/RL comparison, C with RL_FROM_ADAPTER=1 RL_S=0, then D (dev/LOG.md).
 # SFT_FASTEST=k: SFT on each task's k fastest measured implementations (default 0: all of them).
 # SEED=k: the training seed of SFT and RL (default 0; the same in B and C). With SFT_FROM_ADAPTER=1 only
 # RL trains, so each lease with another SEED adds one RL seed from the same SFT model (the seed spread).
