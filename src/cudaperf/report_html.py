@@ -20,8 +20,10 @@ loss (SFT's eval loss too). The keys read are those `cudaperf.train` writes (`RO
 A trajectory line is a JSON object with the keys `task_id`, `sample`, `turn` and `response` (plus `prompt`,
 `code`, `result` (an `EvalResult` dict), `reward`, `feedback`, and optionally `speedup`, `baseline`,
 `finish_reason`, `prompt_tokens`, `completion_tokens`, `durations_s`); any other line is read as an
-`EvalResult`. Lines that are neither are counted and named on the page, never fatal. A directory (or a
-file named metrics.jsonl) is a training run: one JSON record per line with `kind` and `step`.
+`EvalResult`. Lines that are neither are counted and named on the page, never fatal. A directory (its
+metrics.jsonl, or its one *metrics.jsonl) or a file whose name ends in metrics.jsonl (`rl_metrics.jsonl`)
+is a training run: one JSON record per line with `kind` and `step`; one with no records is named on the
+page as unreadable, not drawn.
 
 Not covered: computing fast_p and tables (`cudaperf.report`), writing trajectories (`cudaperf.agent`),
 images (a PNG needs a browser or matplotlib; the page is the artefact).
@@ -130,11 +132,29 @@ class ReportInputs:
 METRICS_FILE = "metrics.jsonl"
 
 
+def is_training_metrics(path: Path) -> bool:
+    """A run directory, or a file named metrics.jsonl or ending so (`rl_metrics.jsonl`, as a copied run's
+    records are often named beside other runs')."""
+    return path.is_dir() or path.name.endswith(METRICS_FILE)
+
+
+def metrics_file(path: Path) -> Path:
+    """The records of the run at `path`: the file itself, or a directory's metrics.jsonl, else its one
+    file named *metrics.jsonl (a run's folder as results keep it); else the metrics.jsonl that is not
+    there (read as no lines, and named unreadable)."""
+    if not path.is_dir():
+        return path
+    own = path / METRICS_FILE
+    others = sorted(path.glob(f"*{METRICS_FILE}"))
+    return others[0] if not own.is_file() and len(others) == 1 else own
+
+
 def read_training_run(path: str | Path) -> tuple[TrainingRun, list[str]]:
-    """A training run from its directory or its metrics.jsonl; also the unreadable lines ("file:line")."""
+    """A training run from its directory or its metrics file (`metrics_file`); also the unreadable lines
+    ("file:line"), and "DIR: no metrics.jsonl" when there are no records to read."""
     path = Path(path)
-    file = path / METRICS_FILE if path.is_dir() else path
-    name = (file.parent.name if file.name == METRICS_FILE else file.stem) or str(file)
+    file = metrics_file(path)
+    name = (file.parent.name if file.name == METRICS_FILE or path.is_dir() else file.stem) or str(file)
     records, bad = [], []
     lines = file.read_bytes().split(b"\n") if file.is_file() else []
     for number, raw in enumerate(lines, start=1):
@@ -145,10 +165,20 @@ def read_training_run(path: str | Path) -> tuple[TrainingRun, list[str]]:
         except ValueError:
             record = None
         if isinstance(record, dict) and "kind" in record:
-            records.append(record)
+            records.append(_speedup_defined(record))
         else:
             bad.append(f"{file.name}:{number}")
+    if not file.is_file():
+        bad.append(f"{path.name}: no {METRICS_FILE}")
     return TrainingRun(name, tuple(records)), bad
+
+
+def _speedup_defined(record: dict) -> dict:
+    """A rollout record with no correct turn has no speedup geomean: the trainer wrote 0.0 for it before
+    it wrote None, and 0.0 would be drawn as a 0x step."""
+    kind, correct, speedup = record.get("kind"), record.get("correct_rate"), record.get("speedup_geomean")
+    zero = kind == "rollout" and correct == 0 and speedup == 0
+    return {**record, "speedup_geomean": None} if zero else record
 
 
 def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
@@ -159,9 +189,9 @@ def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
     training: list[TrainingRun] = []
     for path in map(Path, paths):
         sources.append(str(path))
-        if path.is_dir() or path.name == METRICS_FILE:
+        if is_training_metrics(path):
             run, unreadable = read_training_run(path)
-            training.append(run)
+            training += [run] if run.records else []
             bad += unreadable
             continue
         for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
@@ -540,16 +570,29 @@ def flag_kinds(rollouts: dict[int, dict]) -> dict[str, int]:
 
 
 def optimizer_seconds(rollouts: dict[int, dict], train: dict[int, dict]) -> list[float | None]:
-    """Per rollout step: the trainer's step time less the rollout's (None when either is missing)."""
+    """Per rollout step: the trainer's step times from it to the next rollout's step (a batch serves
+    `num_iterations` optimiser steps, the later ones without a rollout of their own) less the rollout's
+    time; None when a time is missing."""
     out: list[float | None] = []
-    for step, r in rollouts.items():
-        step_s, rollout_s = _number(train.get(step, {}).get("step_s")), _number(r.get("rollout_s"))
-        out.append(max(0.0, step_s - rollout_s) if step_s is not None and rollout_s is not None else None)
+    steps = list(rollouts)
+    for step, end in zip(steps, [*steps[1:], None], strict=True):
+        served = [s for s in train if s >= step and (end is None or s < end)] or [step]
+        times = [t for s in served if (t := _number(train.get(s, {}).get("step_s"))) is not None]
+        rollout_s = _number(rollouts[step].get("rollout_s"))
+        known = len(times) == len(served) and rollout_s is not None
+        out.append(max(0.0, sum(times) - rollout_s) if known and rollout_s is not None else None)
     return out
 
 
 def _series(rows: dict[int, dict], key: str, scale: float = 1.0) -> list[float | None]:
     return [None if (v := _number(r.get(key))) is None else v * scale for r in rows.values()]
+
+
+def _step_count(rollouts: dict[int, dict], losses: dict[int, dict]) -> str:
+    """"N steps", or "N optimiser steps, M rollouts" where a rollout serves several optimiser steps."""
+    if rollouts and len(losses) > len(rollouts):
+        return f"{len(losses)} optimiser steps, {len(rollouts)} rollouts"
+    return f"{len(rollouts) or len(losses)} steps"
 
 
 def training_section(run: TrainingRun, index: int = 0) -> str:
@@ -569,7 +612,7 @@ def training_section(run: TrainingRun, index: int = 0) -> str:
     kinds = flag_kinds(rollouts)
     table = _flag_table(kinds, rollouts) + (_rollout_table(rollouts, train) if rollouts else "")
     return (f'<section class="training" id="training-{index}" data-run="{_e(run.name)}">'
-            f'<h2>Training run {_e(run.name)} ({len(rollouts) or len(losses)} steps)</h2>'
+            f'<h2>Training run {_e(run.name)} ({_step_count(rollouts, losses)})</h2>'
             f'<div class="charts">{"".join(charts)}</div>{table}</section>')
 
 

@@ -156,3 +156,59 @@ def test_training_page_renders_in_headless_chromium_without_script_errors(run_di
     assert "Uncaught" not in dom.stderr
     width, height, distinct = png_size_and_distinct_bytes(shot)
     assert (width, height, distinct > 40) == (1400, 1500, True)
+
+
+def test_a_batch_serving_two_optimiser_steps_counts_both_in_its_optimiser_time():
+    rollouts = {1: {"rollout_s": 40.0}, 3: {"rollout_s": 30.0}}
+    train = {1: {"step_s": 50.0}, 2: {"step_s": 2.0}, 3: {"step_s": 35.0}, 4: {"step_s": 1.5}}
+    assert optimizer_seconds(rollouts, train) == pytest.approx([12.0, 6.5])
+
+
+def test_a_copied_rl_metrics_file_is_a_training_run(run_dir, tmp_path):
+    copied = tmp_path / "rl_metrics.jsonl"
+    shutil.copy(run_dir / "metrics.jsonl", copied)
+    inputs = read_inputs([copied])
+    assert not inputs.bad_lines and [len(r.of_kind("rollout")) for r in inputs.training] == [STEPS]
+
+
+def test_a_folder_holding_one_copied_metrics_file_is_read(run_dir, tmp_path):
+    folder = tmp_path / "train"
+    folder.mkdir()
+    shutil.copy(run_dir / "metrics.jsonl", folder / "rl_metrics.jsonl")
+    inputs = read_inputs([folder])
+    assert [(r.name, len(r.of_kind("rollout"))) for r in inputs.training] == [("train", STEPS)]
+
+
+def test_a_folder_without_metrics_is_named_unreadable_and_not_drawn(tmp_path):
+    inputs = read_inputs([tmp_path])
+    assert inputs.training == () and inputs.bad_lines == (f"{tmp_path.name}: no metrics.jsonl",)
+
+
+def test_a_step_without_a_correct_turn_has_no_speedup_and_draws_none(run_dir, tmp_path):
+    from cudaperf.train.rollout import SAMPLE_COLUMNS, RolloutBatch, rollout_stats
+
+    empty = RolloutBatch([], [], [], [], {k: [] for k in SAMPLE_COLUMNS}, [], {"total": 1.0})
+    assert rollout_stats(empty).values["speedup_geomean"] is None
+    writer = MetricsWriter(tmp_path / "run", tensorboard=False)
+    writer.write("rollout", 1, {**rollout(1), "speedup_geomean": None})
+    writer.write("rollout", 2, rollout(2))
+    writer.close()
+    assert set(_dots(render_html(read_inputs([tmp_path / "run"])), "speedup")) == {"2"}
+
+
+def test_a_run_whose_rollouts_serve_two_steps_says_both_counts(tmp_path):
+    writer = MetricsWriter(tmp_path / "run", tensorboard=False)
+    for step in (1, 2, 3, 4):
+        if step % 2:
+            writer.write("rollout", step, rollout(step))
+        writer.write("train", step, {"loss": 0.1, "step_s": 2.0})
+    writer.close()
+    assert "(4 optimiser steps, 2 rollouts)" in render_html(read_inputs([tmp_path / "run"]))
+
+
+def test_a_zero_speedup_logged_for_a_step_without_a_correct_turn_is_read_as_none(tmp_path):
+    writer = MetricsWriter(tmp_path / "run", tensorboard=False)
+    writer.write("rollout", 1, {**rollout(1), "correct_rate": 0.0, "speedup_geomean": 0.0})
+    writer.close()
+    run, _ = read_training_run(tmp_path / "run")
+    assert run.of_kind("rollout")[1]["speedup_geomean"] is None

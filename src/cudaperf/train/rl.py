@@ -50,7 +50,7 @@ class RlReport:
     tasks: int
     steps: int
     resumed_from: str | None
-    last_rollout: dict[str, float]  # the last step's rollout summary
+    last_rollout: dict[str, float | None]  # the last step's rollout summary
     seconds: float
     finished: bool  # False: stopped at max_minutes with a checkpoint (run it again to continue)
 
@@ -105,7 +105,7 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     own_evaluator = evaluator is None
     evaluator = evaluator or make_evaluator(config)
     writer = MetricsWriter(config.output_dir)
-    last: dict[str, float] = {}
+    last: dict[str, float | None] = {}
 
     def on_batch(batch: RolloutBatch, step: int) -> None:
         stats = rollout_stats(batch)

@@ -489,7 +489,7 @@ def _add(out: RolloutBatch, prompt: list[int], completion: list[int], logprobs: 
 class RolloutStats:
     """What one step's rollouts did (every number is logged to metrics.jsonl and TensorBoard)."""
 
-    values: dict[str, float]
+    values: dict[str, float | None]  # None: not defined for the step (a speedup with no correct turn)
     hack_flags: dict[str, int]  # anti-cheat violation code -> turns flagged with it
 
 
@@ -517,7 +517,8 @@ def rollout_stats(batch: RolloutBatch) -> RolloutStats:
         "correct_rate": sum(r.correct for r in turns) / n,
         "first_turn_correct_rate": _mean([float(rs[0].correct) for rs in batch.records if rs]),
         "best_of_turns_correct_rate": _mean([float(any(r.correct for r in rs)) for rs in batch.records]),
-        "speedup_geomean": math.exp(_mean([math.log(s) for s in speedups])) if speedups else 0.0,
+        # no correct turn: no speedup to average (None, as the comparison's; 0.0 would read as 0x)
+        "speedup_geomean": math.exp(_mean([math.log(s) for s in speedups])) if speedups else None,
         "hack_rate": sum(r.result.outcome is Outcome.POLICY_VIOLATION for r in turns) / n,
         "not_applicable_rate": sum(not _applicable(r) for r in turns) / n,
         "no_code_rate": sum(r.code is None for r in turns) / n,
