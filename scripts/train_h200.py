@@ -490,17 +490,15 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
 
 
 def _rl_steps(records: list[dict]) -> list[dict]:
-    """Per step: the rollout summary joined with the trainer's step time (optimiser = step - rollout)."""
-    rollouts = {r["step"]: r for r in records if r["kind"] == "rollout"}
-    train = {r["step"]: r for r in records if r["kind"] == "train" and "loss" in r}
-    out = []
-    for step in sorted(rollouts):
-        row = dict(rollouts[step])
-        step_s = train.get(step, {}).get("step_s")
-        row["loss"] = train.get(step, {}).get("loss")
-        row["optimizer_s"] = step_s - row["rollout_s"] if step_s else None
-        out.append(row)
-    return out
+    """Per rollout step: its summary joined with the trainer's loss and the optimiser's time (the steps the
+    batch served less its rollout, `report_html.optimizer_seconds`)."""
+    from cudaperf.report_html import TrainingRun, optimizer_seconds
+
+    run = TrainingRun("rl", tuple(records))
+    rollouts, train = run.of_kind("rollout"), run.of_kind("train")
+    optimizer = optimizer_seconds(rollouts, train)
+    return [{**row, "loss": train.get(step, {}).get("loss"), "optimizer_s": optimizer_s}
+            for (step, row), optimizer_s in zip(rollouts.items(), optimizer, strict=True)]
 
 
 def _write(out: Path, rows: dict, stamp: str) -> None:

@@ -22,8 +22,8 @@ A trajectory line is a JSON object with the keys `task_id`, `sample`, `turn` and
 `finish_reason`, `prompt_tokens`, `completion_tokens`, `durations_s`); any other line is read as an
 `EvalResult`. Lines that are neither are counted and named on the page, never fatal. A directory (its
 metrics.jsonl, or its one *metrics.jsonl) or a file whose name ends in metrics.jsonl (`rl_metrics.jsonl`)
-is a training run: one JSON record per line with `kind` and `step`; one with no records is named on the
-page as unreadable, not drawn.
+is a training run: one JSON record per line with `kind` and `step`; a folder with no such file is named on
+the page as unreadable, not drawn.
 
 Not covered: computing fast_p and tables (`cudaperf.report`), writing trajectories (`cudaperf.agent`),
 images (a PNG needs a browser or matplotlib; the page is the artefact).
@@ -191,7 +191,7 @@ def read_inputs(paths: Iterable[str | Path]) -> ReportInputs:
         sources.append(str(path))
         if is_training_metrics(path):
             run, unreadable = read_training_run(path)
-            training += [run] if run.records else []
+            training += [run] if metrics_file(path).is_file() else []  # a run with no step yet is drawn
             bad += unreadable
             continue
         for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
@@ -579,8 +579,10 @@ def optimizer_seconds(rollouts: dict[int, dict], train: dict[int, dict]) -> list
         served = [s for s in train if s >= step and (end is None or s < end)] or [step]
         times = [t for s in served if (t := _number(train.get(s, {}).get("step_s"))) is not None]
         rollout_s = _number(rollouts[step].get("rollout_s"))
-        known = len(times) == len(served) and rollout_s is not None
-        out.append(max(0.0, sum(times) - rollout_s) if known and rollout_s is not None else None)
+        if rollout_s is None or len(times) < len(served):
+            out.append(None)
+        else:
+            out.append(max(0.0, sum(times) - rollout_s))
     return out
 
 

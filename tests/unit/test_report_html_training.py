@@ -212,3 +212,11 @@ def test_a_zero_speedup_logged_for_a_step_without_a_correct_turn_is_read_as_none
     writer.close()
     run, _ = read_training_run(tmp_path / "run")
     assert run.of_kind("rollout")[1]["speedup_geomean"] is None
+
+
+def test_a_run_with_no_step_yet_is_drawn_with_a_note(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    inputs = read_inputs([tmp_path / "run"])
+    assert [r.name for r in inputs.training] == ["run"] and not inputs.bad_lines
+    assert "No step was logged yet." in render_html(inputs)
