@@ -98,7 +98,8 @@
 # and learning rate (default 2e-6); the same in B and C. RL_ITERATIONS=mu: optimiser steps per rollout batch
 # (RlConfig.num_iterations, default 1; RL_STEPS a multiple of it; the same in B and C): each evaluated batch
 # serves mu steps, evaluation being ~80% of a step's time (session 38). RL_EVAL_WORKERS: sandboxed
-# evaluation workers per GPU in RL (RlConfig.eval_workers_per_gpu, default 8).
+# evaluation workers per GPU in RL (RlConfig.eval_workers_per_gpu, default 8). RL_BASELINES: what RL's
+# candidates are timed against (RlConfig.timing_baselines: reward, the default, or all; the same in B and C).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
 # order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
@@ -490,6 +491,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
             --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
+            --rl-timing-baselines "${RL_BASELINES:-reward}"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding

@@ -54,7 +54,7 @@ from pathlib import Path
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cudaperf.agent.backends.base import GENERATION_CACHES
     from cudaperf.agent.backends.decoding_attention import DECODING_ATTENTION
-    from cudaperf.train.config import GENERATION_WEIGHTS
+    from cudaperf.train.config import GENERATION_WEIGHTS, TIMING_BASELINES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
@@ -103,6 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="optimiser steps per rollout batch (RlConfig.num_iterations; --rl-steps a multiple)")
     p.add_argument("--rl-eval-workers-per-gpu", type=int, default=8,
                    help="sandboxed evaluation workers per GPU (RlConfig.eval_workers_per_gpu)")
+    p.add_argument("--rl-timing-baselines", default="reward", choices=TIMING_BASELINES,
+                   help="what the rollouts' candidates are timed against (RlConfig.timing_baselines)")
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
@@ -469,6 +471,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
                       max_steps=args.rl_steps, save_steps=args.rl_iterations, eval_mode=args.eval_mode,
                       num_iterations=args.rl_iterations, eval_workers_per_gpu=args.rl_eval_workers_per_gpu,
+                      timing_baselines=args.rl_timing_baselines,
                       max_minutes=minutes, generation_cache=args.rl_generation_cache,
                       **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
                          else {"lora": args.lora}),

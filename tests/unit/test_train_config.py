@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -123,3 +124,21 @@ def test_the_rl_evaluator_has_the_configured_workers_per_gpu(tmp_path):
         assert evaluator.config.rl.workers_per_gpu == 6
     finally:
         evaluator.close()
+
+
+def test_an_unknown_choice_of_timing_baselines_is_refused():
+    with pytest.raises(ConfigError, match="timing_baselines='serial_c'"):
+        RlConfig(timing_baselines="serial_c")
+
+
+def test_a_resumed_rl_run_may_not_change_its_timing_baselines():
+    with pytest.raises(ConfigError, match="timing_baselines"):  # the reward's speedups would change
+        check_resume(RlConfig(), RlConfig(timing_baselines="all"))
+
+
+def test_a_run_saved_before_timing_baselines_existed_is_read_as_timing_every_baseline(tmp_path):
+    path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
+    saved = json.loads(path.read_text())
+    del saved["timing_baselines"]
+    path.write_text(json.dumps(saved))
+    assert load_config(tmp_path).timing_baselines == "all"

@@ -24,6 +24,12 @@ from cudaperf.agent.backends.decoding_attention import check_attention
 
 # How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
 GENERATION_WEIGHTS = ("autocast", "bfloat16")
+# What the rollouts' candidates are timed against (`RlConfig.timing_baselines`); 'reward' names the baselines
+# every reward preset reads (`cudaperf.reward.unified`: eager and torch.compile; the naive CUDA port for C).
+TIMING_BASELINES = ("reward", "all")
+REWARD_BASELINES = ("eager", "compile", "naive_cuda")
+# Saved before `timing_baselines` existed, a run timed every baseline: read so, it resumes as it ran.
+LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all"}}
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
@@ -313,6 +319,15 @@ class RlConfig(CommonConfig):
     """Input seeds per correctness check."""
     timing_budget_ms: float = 50.0
     """Timing budget per candidate and configuration."""
+    timing_baselines: str = "reward"
+    """Which baselines the rollouts' candidates are timed against. 'reward': those a reward reads
+    (`REWARD_BASELINES`: eager and torch.compile for PyTorch tasks, the naive CUDA port for C tasks), so a
+    C task's candidates each time the naive port live, interleaved with themselves, under the RL mode's
+    ranking budget, and no candidate carries the task's baselines (`cudaperf.eval_modes`, point 3): the
+    serial C program, which no reward reads, is never timed. 'all': serial C too, timed by each C task's
+    first correct candidate (its carrier, with the full budget) while the task's other correct candidates
+    wait for it: in session 39's RL run (H200) those carriers held the GPU alone for 71 s of the 146 s of
+    timing, and candidates waited 281 s (summed) for them."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
     eval_workers_per_gpu: int = 8
@@ -377,6 +392,8 @@ class RlConfig(CommonConfig):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.eval_workers_per_gpu < 1:
             raise ConfigError(f"eval_workers_per_gpu={self.eval_workers_per_gpu}: at least 1")
+        if self.timing_baselines not in TIMING_BASELINES:
+            raise ConfigError(f"timing_baselines={self.timing_baselines!r}: use 'reward' or 'all'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):
             raise ConfigError(f"loss_type={self.loss_type!r}: use grpo, dr_grpo, dapo or bnpo")
         if self.scale_rewards not in ("group", "batch", "none"):
@@ -417,8 +434,9 @@ def load_config(path: str | Path) -> CommonConfig:
     if path.is_dir():
         path = path / CONFIG_FILE
     data = json.loads(path.read_text())
-    cls = {"SftConfig": SftConfig, "RlConfig": RlConfig}[data.pop("command")]
-    return from_plain(cls, data)
+    command = data.pop("command")
+    cls = {"SftConfig": SftConfig, "RlConfig": RlConfig}[command]
+    return from_plain(cls, {**LEGACY_DEFAULTS.get(command, {}), **data})
 
 
 def from_plain(cls: type, data: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.evaluation import ReportingEvaluator
-from cudaperf.train.config import ConfigError, RlConfig, save_config
+from cudaperf.train.config import REWARD_BASELINES, ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import (
@@ -65,16 +65,26 @@ def load_tasks(config: RlConfig) -> list[Any]:
     return list(found.tasks)
 
 
+def rollout_timing(config: RlConfig) -> Any:
+    """The rollouts' `TimingConfig`: the configured budget, and the baselines `config.timing_baselines`
+    names (`jobs.timed_baselines` keeps, per task kind, the ones that kind has)."""
+    from cudaperf.evaluate import TimingConfig
+
+    if config.timing_baselines == "reward":
+        return TimingConfig(budget_ms=config.timing_budget_ms, baselines=REWARD_BASELINES)
+    return TimingConfig(budget_ms=config.timing_budget_ms)
+
+
 def make_evaluator(config: RlConfig) -> Any:
     from cudaperf.agent.evaluation import LocalEvaluator
     from cudaperf.anticheat.policy import Policy
     from cudaperf.eval_modes import RlSettings
-    from cudaperf.evaluate import EvalConfig, TimingConfig
+    from cudaperf.evaluate import EvalConfig
 
     gpus = tuple(range(config.eval_workers)) if config.eval_workers and not config.ray_address else None
     eval_config = EvalConfig(device=config.eval_device, mode=config.eval_mode, gpus=gpus,
                              seeds=config.eval_seeds, policy=Policy(allow_torch_ops=config.allow_torch_ops),
-                             timing=TimingConfig(budget_ms=config.timing_budget_ms),
+                             timing=rollout_timing(config),
                              build_workers=config.build_workers,
                              rl=RlSettings(workers_per_gpu=config.eval_workers_per_gpu))
     if config.ray_address:  # the Ray evaluation pool (cudaperf.scale), off the policy's GPU
