@@ -176,8 +176,10 @@ class RlArm:
     """One run of the RL mode in a repeat: its workers per GPU, its ranking budget when not the library's
     (`RlSettings.budget_ms`; the warm-up then half of it), whether jobs leave the gate at the worker's
     result (`RlSettings.release_at_result`), task affinity, the baselines' plan at the go-ahead
-    (`RlSettings.plan_at_go_ahead`) and whether the referees share one store of C references
-    (`EvalConfig.shared_c_references_bytes`; on by default)."""
+    (`RlSettings.plan_at_go_ahead`), whether the referees share one store of C references
+    (`EvalConfig.shared_c_references_bytes`; on by default) and whether only the baselines a reward reads
+    are timed (`train.config.REWARD_BASELINES`, what `RlConfig.timing_baselines='reward'` times: no
+    serial C, so a C task's candidates time the naive port live and none carries)."""
 
     workers: int
     budget_ms: float | None = None
@@ -185,24 +187,26 @@ class RlArm:
     task_affinity: bool = False
     plan_at_go_ahead: bool = False
     shared_references: bool = True
+    reward_baselines: bool = False
 
     @staticmethod
     def parse(text: str) -> RlArm:
-        """"W" or "W/B", then any of the letters "r", "a", "p" and "n": W workers, a B ms budget, the gate
-        left at the worker's result (`RlSettings.release_at_result`), task affinity
+        """"W" or "W/B", then any of the letters "r", "a", "p", "n" and "w": W workers, a B ms budget, the
+        gate left at the worker's result (`RlSettings.release_at_result`), task affinity
         (`RlSettings.task_affinity`), the plan at the go-ahead (`RlSettings.plan_at_go_ahead`), no shared
-        store of C references (each referee computes its own)."""
-        head = text.strip().rstrip("rapn")
+        store of C references (each referee computes its own), the reward's baselines only."""
+        head = text.strip().rstrip("rapnw")
         letters = text.strip()[len(head):]
         workers, _, budget = head.partition("/")
         return RlArm(int(workers), float(budget) if budget else None, "r" in letters, "a" in letters,
-                     "p" in letters, "n" not in letters)
+                     "p" in letters, "n" not in letters, "w" in letters)
 
     @property
     def name(self) -> str:
         return (f"rl-w{self.workers}" + (f"-b{self.budget_ms:g}" if self.budget_ms is not None else "")
                 + ("-r" if self.release_at_result else "") + ("-a" if self.task_affinity else "")
-                + ("-p" if self.plan_at_go_ahead else "") + ("" if self.shared_references else "-n"))
+                + ("-p" if self.plan_at_go_ahead else "") + ("" if self.shared_references else "-n")
+                + ("-w" if self.reward_baselines else ""))
 
 
 def arms(rl: list[RlArm]) -> list[tuple[str, str, RlArm | None]]:
@@ -235,6 +239,10 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
 
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines else (
         ("eager",) if args.cpu else TimingConfig().baselines)
+    if arm is not None and arm.reward_baselines:
+        from cudaperf.train.config import REWARD_BASELINES
+
+        baselines = REWARD_BASELINES
     config = EvalConfig(device="cpu" if args.cpu else "cuda", mode=mode, cache_dir=args.cache_dir,
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,
@@ -467,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated RL arms, each W (workers per GPU) or W/B (and a ranking budget "
                         "of B ms), then any of r (jobs leave the gate at the worker's result, "
                         "RlSettings.release_at_result), a (RlSettings.task_affinity), p "
-                        "(RlSettings.plan_at_go_ahead) and n (no shared store of C references): the RL mode "
-                        "runs once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a-p-n); default: "
+                        "(RlSettings.plan_at_go_ahead), n (no shared store of C references) and w (only the "
+                        "baselines a reward reads: RlConfig.timing_baselines='reward'): the RL mode "
+                        "runs once per arm in the same run (rl-wW, rl-wW-bB, rl-wW-r-a-p-n-w); default: "
                         "--workers-per-gpu (--cpu-workers with --cpu)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--drift-every", type=int, default=None,

@@ -120,3 +120,8 @@ def test_the_schedule_report_of_a_timed_pass_leaves_out_the_warm_pass():
         6, 0, {"shared": 3.0}, {"free": 3.0})
     assert got["live_drift"]["n"] == 2 and got["live_drift"]["max_abs"] == pytest.approx(0.03)
     assert timed_pass_share({}, {}) == {}
+
+
+def test_an_arm_may_time_only_the_baselines_a_reward_reads():
+    arm = RlArm.parse("8pw")
+    assert arm == RlArm(8, None, False, False, True, True, True) and arm.name == "rl-w8-p-w"
