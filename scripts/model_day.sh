@@ -94,6 +94,8 @@
 # C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
+# COMPARE_SETS: its task sets (default "heldout test": held-out tasks of the training families, held-out
+# families; the same in C and D).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C. RL_ITERATIONS=mu: optimiser steps per rollout batch
 # (RlConfig.num_iterations, default 1; RL_STEPS a multiple of it; the same in B and C): each evaluated batch
@@ -499,12 +501,14 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --sft-examples "$T/carry/$SFT_EXAMPLES_FILE" "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
-  local s seeds models=() m
+  local s seeds sets models=() m
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
+  read -r -a sets <<< "${COMPARE_SETS:-heldout test}"
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
-    --seeds "${seeds[@]}" --turns "${COMPARE_TURNS:-2}" --limit-tasks "${COMPARE_TASKS:-8}" \
+    --seeds "${seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" \
+    --limit-tasks "${COMPARE_TASKS:-8}" \
     --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
