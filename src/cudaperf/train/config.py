@@ -327,7 +327,9 @@ class RlConfig(CommonConfig):
     serial C program, which no reward reads, is never timed. 'all': serial C too, timed by each C task's
     first correct candidate (its carrier, with the full budget) while the task's other correct candidates
     wait for it: in session 39's RL run (H200) those carriers held the GPU alone for 71 s of the 146 s of
-    timing, and candidates waited 281 s (summed) for them."""
+    timing, and candidates waited 281 s (summed) for them. What 'reward' changes besides: a C task's
+    feedback then names the naive port's speedup alone, where SFT's refinement examples and the comparison
+    (`cudaperf train compare`, every baseline) also show serial C's."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
     eval_workers_per_gpu: int = 8
