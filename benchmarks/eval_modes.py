@@ -178,7 +178,7 @@ class RlArm:
     result (`RlSettings.release_at_result`), task affinity, the baselines' plan at the go-ahead
     (`RlSettings.plan_at_go_ahead`), whether the referees share one store of C references
     (`EvalConfig.shared_c_references_bytes`; on by default) and whether only the baselines a reward reads
-    are timed (`train.config.REWARD_BASELINES`, what `RlConfig.timing_baselines='reward'` times: no
+    are timed (`cudaperf.reward.SPEEDUP_BASELINES`, what `RlConfig.timing_baselines='reward'` times: no
     serial C, so a C task's candidates time the naive port live and none carries)."""
 
     workers: int
@@ -240,9 +240,9 @@ def one_run(mode: str, label: str, tasks, candidates, args, arm: RlArm | None = 
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines else (
         ("eager",) if args.cpu else TimingConfig().baselines)
     if arm is not None and arm.reward_baselines:
-        from cudaperf.train.config import REWARD_BASELINES
+        from cudaperf.reward import SPEEDUP_BASELINES
 
-        baselines = REWARD_BASELINES
+        baselines = SPEEDUP_BASELINES
     config = EvalConfig(device="cpu" if args.cpu else "cuda", mode=mode, cache_dir=args.cache_dir,
                         timing=TimingConfig(baselines=baselines), analyze=not args.cpu,
                         policy=Policy(allow_torch_ops=True) if args.cpu else None,

@@ -359,3 +359,18 @@ def test_c_task_speed_is_measured_against_the_naive_cuda_port():
     slower = dataclasses.replace(base, speedups={"naive_cuda": 0.5, "serial_c": 25.0})
     config = get_preset("kevin")
     assert compute_reward(faster, config=config).total > compute_reward(slower, config=config).total
+
+
+@pytest.mark.parametrize("preset", ["cudaperf", "kevin", "cuda-agent"])
+def test_no_reward_reads_a_baseline_outside_speedup_baselines(preset):
+    import dataclasses
+
+    from cudaperf.reward import SPEEDUP_BASELINES, compute_reward, get_preset
+    from cudaperf.types import EvalResult, Outcome
+
+    base = EvalResult(task_id="t", solution_id="s", outcome=Outcome.CORRECT,
+                      speedups={"naive_cuda": 2.0}, speedup_vs_eager=2.0, speedup_vs_compile=1.5)
+    other = dataclasses.replace(base, speedups={**base.speedups, "serial_c": 300.0})
+    assert "serial_c" not in SPEEDUP_BASELINES
+    config = get_preset(preset)
+    assert compute_reward(other, config=config) == compute_reward(base, config=config)

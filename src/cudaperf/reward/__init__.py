@@ -47,11 +47,12 @@ from cudaperf.reward.structural import (
     structural_score,
 )
 from cudaperf.reward.turns import turn_returns
-from cudaperf.reward.unified import NOT_APPLICABLE_OUTCOMES, compute_reward, is_applicable
+from cudaperf.reward.unified import NOT_APPLICABLE_OUTCOMES, SPEEDUP_BASELINES, compute_reward, is_applicable
 
 __all__ = [
     "BASELINES", "DYNAMIC_GPU_TIME_MS", "DYNAMIC_LAUNCHES", "DYNAMIC_ROOFLINE_FRACTION",
-    "NOT_APPLICABLE_OUTCOMES", "PRESETS", "SPEEDUP_TRANSFORMS", "RewardConfig", "StructuralWeights",
+    "NOT_APPLICABLE_OUTCOMES", "PRESETS", "SPEEDUP_BASELINES", "SPEEDUP_TRANSFORMS", "RewardConfig",
+    "StructuralWeights",
     "compute_reward", "cuda_agent", "cudaperf", "get_preset", "import_object", "is_applicable",
     "kernel_structural_score", "kevin", "resolve_config", "structural_score", "turn_returns",
 ]

@@ -22,6 +22,11 @@ NOT_APPLICABLE_OUTCOMES: frozenset[Outcome] = frozenset({Outcome.SKIPPED, Outcom
 
 DEFAULT_CONFIG = RewardConfig()  # frozen: one shared default is safe
 
+# The timing baselines whose speedups a reward reads (`_baseline_pair`): a PyTorch task's eager and
+# torch.compile, a C task's naive CUDA port. The serial C time is never read. An evaluator that times only
+# these (`cudaperf.train` RL's `timing_baselines='reward'`) loses no reward term.
+SPEEDUP_BASELINES: tuple[str, ...] = ("eager", "compile", "naive_cuda")
+
 
 def is_applicable(result: EvalResult) -> bool:
     """False when the outcome says nothing about the candidate (SKIPPED, HARNESS_ERROR)."""

@@ -25,9 +25,8 @@ from cudaperf.agent.backends.decoding_attention import check_attention
 # How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
 GENERATION_WEIGHTS = ("autocast", "bfloat16")
 # What the rollouts' candidates are timed against (`RlConfig.timing_baselines`); 'reward' names the baselines
-# every reward preset reads (`cudaperf.reward.unified`: eager and torch.compile; the naive CUDA port for C).
+# a reward reads (`cudaperf.reward.SPEEDUP_BASELINES`).
 TIMING_BASELINES = ("reward", "all")
-REWARD_BASELINES = ("eager", "compile", "naive_cuda")
 # Saved before `timing_baselines` existed, a run timed every baseline: read so, it resumes as it ran.
 LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all"}}
 
@@ -321,15 +320,15 @@ class RlConfig(CommonConfig):
     """Timing budget per candidate and configuration."""
     timing_baselines: str = "reward"
     """Which baselines the rollouts' candidates are timed against. 'reward': those a reward reads
-    (`REWARD_BASELINES`: eager and torch.compile for PyTorch tasks, the naive CUDA port for C tasks), so a
-    C task's candidates each time the naive port live, interleaved with themselves, under the RL mode's
-    ranking budget, and no candidate carries the task's baselines (`cudaperf.eval_modes`, point 3): the
-    serial C program, which no reward reads, is never timed. 'all': serial C too, timed by each C task's
-    first correct candidate (its carrier, with the full budget) while the task's other correct candidates
-    wait for it: in session 39's RL run (H200) those carriers held the GPU alone for 71 s of the 146 s of
-    timing, and candidates waited 281 s (summed) for them. What 'reward' changes besides: a C task's
-    feedback then names the naive port's speedup alone, where SFT's refinement examples and the comparison
-    (`cudaperf train compare`, every baseline) also show serial C's."""
+    (`cudaperf.reward.SPEEDUP_BASELINES`: eager and torch.compile for PyTorch tasks, the naive CUDA port for C
+    tasks), so a C task's candidates each time the naive port live, interleaved with themselves, under the RL
+    mode's ranking budget, and no candidate carries the task's baselines (`cudaperf.eval_modes`, point 3): the
+    serial C program, which no reward reads, is never timed. 'all': serial C too, timed by each C task's first
+    correct candidate (its carrier, with the full budget) while the task's other correct candidates wait for
+    it: in session 39's RL run (H200) those carriers held the GPU alone for 71 s of the 146 s of timing, and
+    candidates waited 281 s (summed) for them. What 'reward' changes besides: a C task's feedback then names
+    the naive port's speedup alone, where SFT's refinement examples and the comparison (`cudaperf train
+    compare`, every baseline) also show serial C's."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
     eval_workers_per_gpu: int = 8

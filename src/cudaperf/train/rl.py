@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.evaluation import ReportingEvaluator
-from cudaperf.train.config import REWARD_BASELINES, ConfigError, RlConfig, save_config
+from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import (
@@ -69,9 +69,10 @@ def rollout_timing(config: RlConfig) -> Any:
     """The rollouts' `TimingConfig`: the configured budget, and the baselines `config.timing_baselines`
     names (`jobs.timed_baselines` keeps, per task kind, the ones that kind has)."""
     from cudaperf.evaluate import TimingConfig
+    from cudaperf.reward import SPEEDUP_BASELINES
 
     if config.timing_baselines == "reward":
-        return TimingConfig(budget_ms=config.timing_budget_ms, baselines=REWARD_BASELINES)
+        return TimingConfig(budget_ms=config.timing_budget_ms, baselines=SPEEDUP_BASELINES)
     return TimingConfig(budget_ms=config.timing_budget_ms)
 
 
