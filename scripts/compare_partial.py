@@ -9,7 +9,8 @@ comparison resolved them (same `--tasks` and kinds).
 
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
-Prints the table (`train.compare.table_markdown`) and the paired changes over seeds (`paired_gains`), per
+Prints the table (`train.compare_table.table_markdown`) and the paired changes over seeds (`paired_gains`;
+over training seeds too where models are named GROUP@seedK: `train.training_seeds`), per
 model and set how many trajectories are done (a
 trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
 lower than the finished one's), and a `RESULT partial` line of means a model and set.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cudaperf.train.compare import SeedRuns
+    from cudaperf.train.compare_table import SeedRuns
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,7 +46,8 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str]]:
     """model -> set -> seed -> that seed's figures over the trajectories there are (as
     `train.compare.complete_runs`), and one line a run on how many of its trajectories are done."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
-    from cudaperf.train.compare import CompareConfig, _tasks, run_figures, set_spec
+    from cudaperf.train.compare import CompareConfig, _tasks, set_spec
+    from cudaperf.train.compare_table import run_figures
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
     sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
@@ -80,12 +82,19 @@ def _load(path: Path, store: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cudaperf.train.compare import gains_markdown, paired_gains, table_from_runs, table_markdown
+    from cudaperf.train.compare_table import gains_markdown, paired_gains, table_from_runs, table_markdown
+    from cudaperf.train.training_seeds import (
+        policy_name,
+        training_seed_gains,
+        training_seed_table,
+        training_seeds_markdown,
+    )
 
     args = parse_args(argv)
     runs, notes = partial_runs(args)
     table = table_from_runs(runs)
-    print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs)))
+    print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs, policy_of=policy_name))
+          + training_seeds_markdown(training_seed_table(runs), training_seed_gains(runs)))
     print("\n".join(notes))
     for model, by_set in table.items():  # one line a model and set, for a model-day call's summary
         for set_name, row in by_set.items():

@@ -91,6 +91,12 @@
 # full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
 # with RL_S=0: no RL step; rl/final is the carried adapter merged into SFT's model, and C compares (a lease
 # that compares what an earlier one trained, with SFT_FROM_ADAPTER=1 and both adapters carried in K).
+# RL's training seeds (issue 23: three seeds): a lease with SEED=k, SFT_FROM_ADAPTER=1 and no
+# RL_FROM_ADAPTER trains seed k from the same SFT model; keep its returned adapter as .carry/rl-adapter-seedk
+# (K carries every .carry/rl-adapter-seed*, one a call). FINAL_FROM_ADAPTERS="rl@seed0=rl-adapter
+# rl@seed1=rl-adapter-seed1" makes each NAME's model in call C (SFT's model merged with that adapter) and,
+# with RL_S=0, C compares: COMPARE_MODELS="sft rl@seed0 rl@seed1" reports RL over its training seeds
+# (cudaperf.train.training_seeds; compare_partial.py does the same across leases' trajectories).
 # C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
@@ -332,8 +338,9 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
   # a call C whose carry cannot hold them beside its own; SFT's carried state (.carry/sft-state) and its
   # prebuilt examples (.carry/sft-examples, made here by `bash scripts/model_day.sh examples`), for call
   # B, whose carry is full (one K call for each: the tree and ~20 MB fill a call)
-  local name n=0
-  for name in sft-adapter rl-adapter sft-state; do
+  local path name n=0
+  for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state; do
+    name=${path#.carry/}
     [[ -f .carry/$name/adapter_config.json ]] || continue
     mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r ".carry/$name" "$T/adapters/$name"
     n=$((n + 1))
@@ -549,10 +556,19 @@ call_C() {
     rl_from=(--rl-from-adapter "$carried")
   fi
   local s
-  if (( ${RL_FROM_ADAPTER:-0} )) && [[ ${RL_S:-270} == 0 ]]; then  # compare only: rl/final is the carried
-    # RL adapter merged into SFT's model, no RL step (a lease that compares what an earlier one trained)
-    step rl-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
-      --rl-final-from-adapter "${rl_from[1]}"
+  local named
+  for named in ${FINAL_FROM_ADAPTERS:-}; do  # NAME=ADAPTER: $WORK/NAME/final, SFT's model merged with a
+    # carried RL adapter (RL's training seeds compared as one: NAME rl@seedK, COMPARE_MODELS naming them)
+    step "final-${named%%=*}" 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+      --rl-final-from-adapter "$(adapter_dir "${named#*=}")" --rl-final-name "${named%%=*}"
+  done
+  if [[ ${RL_S:-270} == 0 ]] && (( ${RL_FROM_ADAPTER:-0} )) || [[ ${RL_S:-270} == 0 && -n ${FINAL_FROM_ADAPTERS:-} ]]
+  then  # compare only: rl/final is the carried RL adapter merged into SFT's model, no RL step (a lease
+    # that compares what an earlier one trained)
+    if (( ${RL_FROM_ADAPTER:-0} )); then
+      step rl-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
+        --rl-final-from-adapter "${rl_from[1]}"
+    fi
     if (( ${C_COMPARE:-1} )); then compare 9999; fi
     return
   fi

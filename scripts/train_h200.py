@@ -146,6 +146,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-final-from-adapter", type=Path, default=None,
                    help="no RL training: rl/final is sft/final merged with this adapter of an earlier RL run "
                         "(its rl/final/adapter, with rl_lineage.json), so that a later lease compares it")
+    p.add_argument("--rl-final-name", default="rl",
+                   help="the model folder --rl-final-from-adapter makes under --work (NAME/final), e.g. "
+                        "rl@seed1: a training seed of RL that the comparison reports with the others "
+                        "(cudaperf.train.training_seeds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu-smoke", action="store_true",
                    help="run here on the CPU (use with --model tiny and small limits): training on the CPU, "
@@ -441,9 +445,12 @@ def _write_lineage(args: argparse.Namespace, final: Path, steps: int | None) -> 
 
 
 def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
-    """rl/final made of sft/final and a carried RL adapter, its lineage copied beside it (rl/final/
-    rl_lineage.json); a final already made from the same adapter (its weights' sha256) is kept."""
-    adapter, final = args.rl_final_from_adapter, args.work / "rl" / "final"
+    """rl/final (--rl-final-name/final) made of sft/final and a carried RL adapter, its lineage copied
+    beside it (rl_lineage.json); a final already made from the same adapter (its weights' sha256) is kept."""
+    name = args.rl_final_name
+    if name in ("", ".", "..", "sft") or "/" in name:
+        raise SystemExit(f"--rl-final-name {name!r}: name one folder under --work other than sft")
+    adapter, final = args.rl_final_from_adapter, args.work / name / "final"
     if not (adapter / "adapter_config.json").is_file():
         raise SystemExit(f"--rl-final-from-adapter {adapter}: no adapter_config.json there")
     t0 = time.monotonic()

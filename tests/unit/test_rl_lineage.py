@@ -23,9 +23,9 @@ def adapter_dir(path, lineage=None):
     return path
 
 
-def args(tmp_path, carried=None, final_from=None):
+def args(tmp_path, carried=None, final_from=None, final_name="rl"):
     return argparse.Namespace(work=tmp_path / "work", rl_from_adapter=carried, seed=1,
-                              rl_final_from_adapter=final_from)
+                              rl_final_from_adapter=final_from, rl_final_name=final_name)
 
 
 def fake_merge(merges):
@@ -97,6 +97,22 @@ def test_a_final_made_from_another_adapter_is_merged_again(tmp_path, monkeypatch
     for carried in (first, second):
         train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried), tmp_path / "sft")
     assert merges == [(tmp_path / "sft", first), (tmp_path / "sft", second)]
+
+
+def test_a_carried_adapter_can_be_made_a_named_training_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_h200, "_merged_from_adapter", fake_merge([]))
+    carried = adapter_dir(tmp_path / "carried", lineage=8)
+    named = args(tmp_path, final_from=carried, final_name="rl@seed1")
+    train_h200._rl_final_from_adapter(named, tmp_path / "sft")
+    assert (tmp_path / "work" / "rl@seed1" / "final" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["sft", "a/b", "..", ""])
+def test_a_final_name_that_is_not_a_folder_of_its_own_is_refused(tmp_path, name):
+    carried = adapter_dir(tmp_path / "carried", lineage=8)
+    with pytest.raises(SystemExit, match="--rl-final-name"):
+        train_h200._rl_final_from_adapter(args(tmp_path, final_from=carried, final_name=name),
+                                          tmp_path / "sft")
 
 
 def test_a_folder_without_an_adapter_is_refused(tmp_path):

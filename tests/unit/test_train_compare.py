@@ -19,12 +19,9 @@ from cudaperf.train.compare import (
     FIGURES_FILE,
     RUN_FILE,
     CompareConfig,
-    gains_markdown,
-    paired_gains,
     run_compare,
-    spread,
-    table_from_runs,
 )
+from cudaperf.train.compare_table import gains_markdown, paired_gains, spread, table_from_runs
 from cudaperf.train.config import ConfigError
 
 TASK_SOURCE = '''
@@ -305,3 +302,14 @@ def test_the_gains_table_shows_points_and_ratios():
     points = "12.5 pt ± 17.7 pt (0.0 pt–25.0 pt)"
     assert f"| heldout | rl vs sft | first_turn_correct | 2 | {points} | no |" in text
     assert "| heldout | rl vs sft | speedup_geomean_all | 2 | 1.500 ± 0.000 (1.500–1.500) | yes |" in text
+
+
+def test_training_seeds_of_one_policy_are_reported_over_them(tmp_path, task_file, cpu_evaluator):
+    """Models named GROUP@seedK (`train.training_seeds`) get a row over their training seeds in
+    comparison.json and comparison.md, through a real comparison."""
+    models = ("scripted@seed0=scripted", "scripted@seed1=scripted")
+    config = compare_config(tmp_path, task_file, models=models)
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    seeded = json.loads((tmp_path / COMPARISON_JSON).read_text())["training_seeds"]
+    assert seeded["table"]["scripted"]["toy"]["training_seeds"] == [0, 1]
+    assert "| toy | scripted | 2 |" in (tmp_path / "comparison.md").read_text()

@@ -1,0 +1,215 @@
+"""The comparison's figures and tables (issue 23 item 6), apart from running it (`train.compare`): what one
+(model, set, sampling seed) run scored (`RunFigures`, `run_figures`), a figure's spread over seeds
+(`Spread`), the per-model table (`table_from_runs`, `table_markdown`) and the changes paired over sampling
+seeds (`paired_gains`, `gains_markdown`). `train.compare`'s docstring says what each figure means.
+
+Not covered: running the comparison and reading its run directories (`train.compare`), training seeds
+grouped as one policy (`train.training_seeds`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What one (model, set, seed) run scored (see the module docstring)."""
+
+    tasks: int
+    trajectories: int
+    turns: int
+    first_turn_correct: float
+    best_of_turns_correct: float
+    correct_rate: float  # over all turns
+    fast_1: float
+    speedup_geomean: float | None  # best kernels of solved tasks
+    speedup_geomean_all: float  # every task, unsolved = 1.0
+    structural_mean: float | None  # correct turns with a structural score
+    flagged_rate: float  # turns with an anti-cheat violation
+    no_code_rate: float
+    mean_reward: float
+    completion_tokens_per_turn: float
+
+
+FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "speedup_geomean", "speedup_geomean_all",
+           "structural_mean", "correct_rate", "flagged_rate", "no_code_rate", "mean_reward")
+
+
+def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = None) -> RunFigures:
+    """The figures of one run's trajectories (`agent.trajectory.Trajectory`); `task_ids`: the run's
+    tasks (a task without any trajectory counts as unsolved)."""
+    from cudaperf.agent.summary import best_per_task
+    from cudaperf.anticheat.policy import is_violation
+
+    turns = [r for tr in trajectories for r in tr.turns]
+    ids = sorted(set(task_ids or ()) | {tr.task_id for tr in trajectories})
+    best = best_per_task(trajectories)
+    solved = [b.speedup for b in best.values() if b.correct and b.speedup is not None and b.speedup > 0]
+    structural = [r.reward_breakdown.details["structural_score"] for r in turns if r.correct
+                  and r.reward_breakdown is not None and "structural_score" in r.reward_breakdown.details]
+    all_tasks = [math.log(best[t].speedup) if t in best and best[t].correct and best[t].speedup
+                 and best[t].speedup > 0 else 0.0 for t in ids]
+    return RunFigures(
+        tasks=len(ids), trajectories=len(trajectories), turns=len(turns),
+        first_turn_correct=_mean([float(tr.turns[0].correct) for tr in trajectories if tr.turns]),
+        best_of_turns_correct=_mean([float(any(r.correct for r in tr.turns)) for tr in trajectories]),
+        correct_rate=_mean([float(r.correct) for r in turns]),
+        fast_1=sum(1 for s in solved if s > 1.0) / max(1, len(ids)),
+        speedup_geomean=math.exp(_mean([math.log(s) for s in solved])) if solved else None,
+        speedup_geomean_all=math.exp(_mean(all_tasks)) if all_tasks else 1.0,
+        structural_mean=_mean(structural) if structural else None,
+        flagged_rate=_mean([float(any(is_violation(f.code) for f in r.result.flags)) for r in turns]),
+        no_code_rate=_mean([float(r.code is None) for r in turns]),
+        mean_reward=_mean([r.reward for r in turns]),
+        completion_tokens_per_turn=_mean([float(r.completion_tokens) for r in turns]))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure over seeds: mean, sample standard deviation (0 for one seed), min, max, how many."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    n: int
+
+    def cell(self, pct: bool) -> str:
+        if self.mean is None:
+            return "-"
+        show = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
+        if self.n < 2:
+            return show(self.mean)
+        return f"{show(self.mean)} ± {show(self.std)} ({show(self.min)}–{show(self.max)})"
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    known = [v for v in values if v is not None]
+    if not known:
+        return Spread(None, None, None, None, 0)
+    std = statistics.stdev(known) if len(known) > 1 else 0.0
+    return Spread(statistics.fmean(known), std, min(known), max(known), len(known))
+
+
+
+
+SeedRuns = dict[str, dict[str, dict[int, dict[str, Any]]]]
+"""model -> set -> seed -> that run's figures (`RunFigures` as a dict), models in the comparison's order."""
+
+
+def table_from_runs(runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
+    """model -> set -> `table_row` of its seeds' runs."""
+    return {model: {set_name: table_row(sorted(by_seed), [by_seed[k] for k in sorted(by_seed)])
+                    for set_name, by_seed in by_set.items() if by_seed}
+            for model, by_set in runs.items()}
+
+
+GAIN_FIGURES = ("first_turn_correct", "best_of_turns_correct", "speedup_geomean_all")
+RATIO_FIGURES = {"speedup_geomean_all"}  # compared as later / earlier, not as a difference
+
+
+def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
+    """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
+    model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
+    geometric-mean speedup), and every model's best-of-turns correct rate against its first-turn one (what
+    refinement adds). Each row: set, what, figure, seeds, the spread of the seeds' changes and whether
+    every seed's is a gain. The seed spread of such a change is what a claimed gain must exceed. Two
+    models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
+    rows: list[dict[str, Any]] = []
+    models = list(runs)
+    for set_name in sorted({s for by_set in runs.values() for s in by_set}):
+        for i, later in enumerate(models):
+            for earlier in (m for m in models[:i] if policy_of(m) != policy_of(later)):
+                rows += _model_gains(set_name, later, earlier, runs[later].get(set_name, {}),
+                                     runs[earlier].get(set_name, {}))
+        for model in models:
+            rows += _refinement_gain(set_name, model, runs[model].get(set_name, {}))
+    return rows
+
+
+def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str, Any]],
+                 a: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    seeds = sorted(set(a) & set(b))
+    rows = []
+    for figure in GAIN_FIGURES if seeds else ():
+        ratio = figure in RATIO_FIGURES
+        values = [b[k][figure] / a[k][figure] if ratio else b[k][figure] - a[k][figure] for k in seeds]
+        rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds, values, 1.0 if ratio else 0.0))
+    return rows
+
+
+def _refinement_gain(set_name: str, model: str, by_seed: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    seeds = sorted(by_seed)
+    if not seeds:
+        return []
+    values = [by_seed[k]["best_of_turns_correct"] - by_seed[k]["first_turn_correct"] for k in seeds]
+    return [_gain(set_name, f"{model}: best of turns vs first turn", "correct", seeds, values, 0.0)]
+
+
+def _gain(set_name: str, what: str, figure: str, seeds: list[int], values: list[float],
+          neutral: float) -> dict[str, Any]:
+    return {"set": set_name, "what": what, "figure": figure, "seeds": seeds, "neutral": neutral,
+            "change": asdict(spread(values)), "gain_every_seed": all(v > neutral for v in values)}
+
+
+def gains_markdown(rows: list[dict[str, Any]]) -> str:
+    """`paired_gains` as a table: each change's mean ± sample std (min–max) over the seeds."""
+    if not rows:
+        return ""
+    head = ["set", "comparison", "figure", "seeds", "change over seeds", "a gain on every seed"]
+    lines = [markdown_row(head), markdown_row(["---"] * len(head))]
+    for r in rows:
+        change = Spread(**r["change"])
+        cell = change.cell(pct=False) if r["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
+        lines.append(markdown_row([r["set"], r["what"], r["figure"], len(r["seeds"]), cell,
+                           "yes" if r["gain_every_seed"] else "no"]))
+    return ("\nPaired over seeds (both sides on the same tasks with the same sampling seed): each seed's "
+            "change, in percentage points (pt), or as a ratio for the geometric-mean speedup (1 = none).\n\n"
+            + "\n".join(lines) + "\n")
+
+
+def table_row(seeds: Sequence[int], figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One model and set of the table: each figure's spread over the seeds' runs (`RunFigures` as dicts)."""
+    row: dict[str, Any] = {"seeds": list(seeds), "tasks": figures[0]["tasks"]}
+    for name in FIGURES:
+        row[name] = asdict(spread([f[name] for f in figures]))
+    return row
+
+
+PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "correct_rate", "flagged_rate",
+       "no_code_rate"}
+COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct", "best-of-turns correct"),
+           ("fast_1", "fast_1"), ("speedup_geomean", "geomean x (solved)"),
+           ("speedup_geomean_all", "geomean x (all, unsolved=1)"), ("structural_mean", "structural"),
+           ("flagged_rate", "anti-cheat flagged"))
+
+
+def table_markdown(table: dict[str, dict[str, dict[str, Any]]], turns: int) -> str:
+    """One row per model and set: mean ± std (min–max) over seeds."""
+    head = ["set", "model", "seeds", "tasks", *[label for _, label in COLUMNS]]
+    lines = [markdown_row(head), markdown_row(["---"] * len(head))]
+    sets = sorted({s for by_set in table.values() for s in by_set})
+    for set_name in sets:
+        for model, by_set in table.items():
+            row = by_set.get(set_name)
+            if row is None:
+                continue
+            cells = [Spread(**row[name]).cell(name in PCT) for name, _ in COLUMNS]
+            lines.append(markdown_row([set_name, model, len(row["seeds"]), row["tasks"], *cells]))
+    note = (f"\nBest of {turns} turns; cells: mean ± sample std (min–max) over seeds. fast_1 and geomean: "
+            "the best kernel of each task against its baseline (eager for PyTorch tasks, the naive CUDA "
+            "port for C tasks unless --baseline says otherwise).\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def markdown_row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"

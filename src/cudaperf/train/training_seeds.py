@@ -1,0 +1,213 @@
+"""Training seeds in the comparison: one policy trained several times with different seeds, compared as
+one (issue 23: RL above SFT by more than the seed spread).
+
+A model of the comparison named `GROUP@seedK` is training seed K of the policy GROUP (`rl@seed0`,
+`rl@seed1`, ...); any other name is a group of its own. Figures per training seed are the mean over the
+comparison's sampling seeds (each a full run of the same model, `train.compare`), so the spread reported
+here is the spread between trained models, not between samples of one.
+
+Covers:
+- `training_group`, `seed_groups`: names to groups, in the comparison's order;
+- `training_seed_table`: per group with two or more training seeds and per set, every figure's spread
+  over its training seeds (each seed's figure the mean over its sampling seeds);
+- `training_seed_gains`: every group against every group before it where either has two or more
+  training seeds, per figure of `compare.GAIN_FIGURES` (a difference; for the geometric-mean speedup a
+  ratio, averaged geometrically over sampling seeds), each training seed's change paired on the same tasks
+  and sampling seeds: with the other side a single model, every training seed against it; with both
+  seeded, seed K against seed K. Per row, `beyond_spread` says whether the mean change is larger than the
+  changes' sample standard deviation (None with fewer than two training seeds); and every seeded group's
+  best-of-turns against its first turn, the same way;
+- `training_seeds_markdown`: both as tables.
+
+Not covered: training the seeds (`train_h200.py --seed`, model_day.sh's `SEED`), the per-model table and
+the sampling-seed changes (`train.compare_table`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from cudaperf.train.compare_table import (
+    COLUMNS,
+    FIGURES,
+    GAIN_FIGURES,
+    PCT,
+    RATIO_FIGURES,
+    SeedRuns,
+    Spread,
+    markdown_row,
+    spread,
+)
+
+SEED_MARK = re.compile(r"^(?P<group>.+)@seed(?P<seed>\d+)$")
+
+Group = dict[int | None, str]
+"""training seed (None: a model named without one) -> model name."""
+
+
+def training_group(name: str) -> tuple[str, int | None]:
+    """('rl', 1) for 'rl@seed1'; (name, None) for a name without a training seed."""
+    m = SEED_MARK.match(name)
+    return (m["group"], int(m["seed"])) if m else (name, None)
+
+
+def policy_name(name: str) -> str:
+    """The policy a model of the comparison is a training seed of (its own name when it is none)."""
+    return training_group(name)[0]
+
+
+def seed_groups(models: Sequence[str]) -> dict[str, Group]:
+    """group -> its models by training seed, groups in the order of their first model."""
+    groups: dict[str, Group] = {}
+    for name in models:
+        group, seed = training_group(name)
+        members = groups.setdefault(group if seed is not None else name, {})
+        if seed in members:
+            raise ValueError(f"models {members[seed]!r} and {name!r} are the same training seed")
+        members[seed] = name
+    return groups
+
+
+def _seeded(groups: dict[str, Group]) -> dict[str, Group]:
+    return {g: members for g, members in groups.items() if len(members) > 1}
+
+
+def _sets(runs: SeedRuns) -> list[str]:
+    return sorted({s for by_set in runs.values() for s in by_set})
+
+
+def _seed_mean(by_seed: dict[int, dict[str, Any]], figure: str) -> float | None:
+    known = [run[figure] for run in by_seed.values() if run.get(figure) is not None]
+    return statistics.fmean(known) if known else None
+
+
+def training_seed_table(runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
+    """group -> set -> {'training_seeds', and per figure the spread over them}, for seeded groups."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for group, members in _seeded(seed_groups(list(runs))).items():
+        for set_name in _sets(runs):
+            present = {k: runs[m][set_name] for k, m in members.items() if runs[m].get(set_name)}
+            if not present:
+                continue
+            row: dict[str, Any] = {"training_seeds": sorted(present)}
+            for figure in FIGURES:
+                row[figure] = asdict(spread([_seed_mean(present[k], figure) for k in sorted(present)]))
+            table.setdefault(group, {})[set_name] = row
+    return table
+
+
+def _pairs(later: Group, earlier: Group) -> list[tuple[int | None, str, str]]:
+    """(training seed, later model, earlier model) as the module docstring says."""
+    if len(earlier) == 1:
+        (only,) = earlier.values()
+        return [(k, m, only) for k, m in sorted(later.items(), key=_seed_key)]
+    if len(later) == 1:
+        (only,) = later.values()
+        return [(k, only, m) for k, m in sorted(earlier.items(), key=_seed_key)]
+    return [(k, later[k], earlier[k]) for k in sorted(set(later) & set(earlier), key=_seed_or)]
+
+
+def _seed_key(item: tuple[int | None, str]) -> int:
+    return _seed_or(item[0])
+
+
+def _seed_or(seed: int | None) -> int:
+    return -1 if seed is None else seed
+
+
+def _change(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str) -> float | None:
+    """One training seed's change in `figure`, paired over the sampling seeds both sides ran."""
+    common = [k for k in sorted(set(a) & set(b))
+              if a[k].get(figure) is not None and b[k].get(figure) is not None]
+    if not common:
+        return None
+    if figure in RATIO_FIGURES:
+        ratios = [b[k][figure] / a[k][figure] for k in common]
+        return math.exp(statistics.fmean(math.log(r) for r in ratios)) if all(r > 0 for r in ratios) else None
+    return statistics.fmean(b[k][figure] - a[k][figure] for k in common)
+
+
+def _row(set_name: str, what: str, figure: str, seeds: list[int | None], values: list[float],
+         neutral: float) -> dict[str, Any]:
+    change = spread(values)
+    beyond = None if change.n < 2 else (change.mean - neutral) > change.std
+    return {"set": set_name, "what": what, "figure": figure, "training_seeds": seeds, "neutral": neutral,
+            "change": asdict(change), "gain_every_training_seed": all(v > neutral for v in values),
+            "beyond_spread": beyond}
+
+
+def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups: dict[str, Group]
+                 ) -> list[dict[str, Any]]:
+    pairs = _pairs(groups[later], groups[earlier])
+    rows = []
+    for figure in GAIN_FIGURES:
+        neutral = 1.0 if figure in RATIO_FIGURES else 0.0
+        changes = [(k, _change(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
+                   for k, b, a in pairs]
+        kept = [(k, v) for k, v in changes if v is not None]
+        if kept:
+            rows.append(_row(set_name, f"{later} vs {earlier}", figure, [k for k, _ in kept],
+                             [v for _, v in kept], neutral))
+    return rows
+
+
+def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> list[dict[str, Any]]:
+    kept = []
+    for k, model in sorted(members.items(), key=_seed_key):
+        by_seed = runs[model].get(set_name, {})
+        if by_seed:
+            kept.append((k, statistics.fmean(r["best_of_turns_correct"] - r["first_turn_correct"]
+                                             for r in by_seed.values())))
+    if not kept:
+        return []
+    return [_row(set_name, f"{group}: best of turns vs first turn", "correct", [k for k, _ in kept],
+                 [v for _, v in kept], 0.0)]
+
+
+def training_seed_gains(runs: SeedRuns) -> list[dict[str, Any]]:
+    """The changes of the module docstring, one row per set, comparison and figure."""
+    groups = seed_groups(list(runs))
+    names = list(groups)
+    rows: list[dict[str, Any]] = []
+    for set_name in _sets(runs):
+        for i, later in enumerate(names):
+            for earlier in names[:i]:
+                if len(groups[later]) > 1 or len(groups[earlier]) > 1:
+                    rows += _group_gains(runs, set_name, later, earlier, groups)
+        for group, members in _seeded(groups).items():
+            rows += _refinement(runs, set_name, group, members)
+    return rows
+
+
+def training_seeds_markdown(table: dict[str, dict[str, dict[str, Any]]], rows: list[dict[str, Any]]) -> str:
+    """The seeded groups' figures and their changes, as tables ('' when no group has two seeds)."""
+    if not table and not rows:
+        return ""
+    head = ["set", "policy", "training seeds", *[label for _, label in COLUMNS]]
+    lines = [markdown_row(head), markdown_row(["---"] * len(head))]
+    for group, by_set in table.items():
+        for set_name, row in sorted(by_set.items()):
+            cells = [Spread(**row[name]).cell(name in PCT) for name, _ in COLUMNS]
+            lines.append(markdown_row([set_name, group, len(row["training_seeds"]), *cells]))
+    gains_head = ["set", "comparison", "figure", "training seeds", "change over training seeds",
+                  "a gain on every training seed", "mean change beyond their spread"]
+    gains = [markdown_row(gains_head), markdown_row(["---"] * len(gains_head))]
+    for r in rows:
+        change = Spread(**r["change"])
+        cell = change.cell(pct=False) if r["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
+        beyond = {True: "yes", False: "no", None: "-"}[r["beyond_spread"]]
+        gains.append(markdown_row([r["set"], r["what"], r["figure"], len(r["training_seeds"]), cell,
+                          "yes" if r["gain_every_training_seed"] else "no", beyond]))
+    return ("\nOver training seeds (each training seed's figure the mean over its sampling seeds; cells: "
+            "mean ± sample std (min–max) over training seeds).\n\n" + "\n".join(lines) + "\n\n"
+            "Each training seed's change, paired on the same tasks and sampling seeds (pt: percentage "
+            "points; the geometric-mean speedup as a ratio, 1 = none).\n\n" + "\n".join(gains) + "\n")
+
+
+__all__ = ["SEED_MARK", "policy_name", "seed_groups", "training_group", "training_seed_gains",
+           "training_seed_table", "training_seeds_markdown"]
