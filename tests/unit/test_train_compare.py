@@ -313,3 +313,8 @@ def test_training_seeds_of_one_policy_are_reported_over_them(tmp_path, task_file
     seeded = json.loads((tmp_path / COMPARISON_JSON).read_text())["training_seeds"]
     assert seeded["table"]["scripted"]["toy"]["training_seeds"] == [0, 1]
     assert "| toy | scripted | 2 |" in (tmp_path / "comparison.md").read_text()
+
+
+def test_two_models_named_as_one_training_seed_are_refused_before_any_run(tmp_path, task_file):
+    with pytest.raises(ConfigError, match="training seed"):
+        compare_config(tmp_path, task_file, models=("rl@seed1=scripted", "rl@seed01=scripted"))

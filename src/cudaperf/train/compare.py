@@ -48,6 +48,7 @@ from cudaperf.train.compare_table import (
 from cudaperf.train.config import ConfigError
 from cudaperf.train.training_seeds import (
     policy_name,
+    seed_groups,
     training_seed_gains,
     training_seed_table,
     training_seeds_markdown,
@@ -138,6 +139,10 @@ class CompareConfig:
         names = [model_name(m) for m in self.models]
         if len(set(names)) != len(names):
             raise ConfigError(f"models={self.models}: two share a name; write them as NAME=SPEC")
+        try:
+            seed_groups(names)
+        except ValueError as e:
+            raise ConfigError(f"models: {e}; name each training seed once (NAME@seedK)") from None
         if self.turns < 1 or self.samples < 1:
             raise ConfigError("turns and samples must be >= 1")
         if self.batch_seeds and self.samples != 1:

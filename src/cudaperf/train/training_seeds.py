@@ -2,7 +2,8 @@
 one (issue 23: RL above SFT by more than the seed spread).
 
 A model of the comparison named `GROUP@seedK` is training seed K of the policy GROUP (`rl@seed0`,
-`rl@seed1`, ...); any other name is a group of its own. Figures per training seed are the mean over the
+`rl@seed1`, ...); any other name is a policy of its own, or, named GROUP beside GROUP@seedK models, one
+more model of that policy whose training seed is not named. Figures per training seed are the mean over the
 comparison's sampling seeds (each a full run of the same model, `train.compare`), so the spread reported
 here is the spread between trained models, not between samples of one.
 
