@@ -18,8 +18,11 @@ geometric-mean speedup of the best kernels of solved tasks and over all tasks (a
 1.0: it keeps its baseline), mean structural score of the correct turns (`structural_score` of the
 unified reward), and the anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max
 (`Spread`); `table_markdown` and `comparison.json` show them per model and set. Paired over seeds
-(`paired_gains`, both sides on the same tasks and sampling seed): every model against every model before
-it, and every model's best-of-turns against its first turn, each seed's change and their spread.
+(`paired_gains`, both sides on the same tasks and sampling seed): every model against every model of
+another policy before it, and every model's best-of-turns against its first turn, each seed's change and
+their spread. Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the
+same over training seeds (`train.training_seeds`). The figures and tables themselves are
+`train.compare_table`'s; this module runs the comparison and writes them.
 
 Not covered: training (`sft.py`, `rl.py`), the evaluator's own checks (`cudaperf.evaluate`), drawing
 (`cudaperf report --html` reads each run's trajectories.jsonl).
