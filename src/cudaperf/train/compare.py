@@ -70,7 +70,8 @@ class CompareConfig:
 
     models: tuple[str, ...] = ("base=smollm2",)
     """Models as NAME=SPEC: a backend spec ('smollm2', 'hf:DIR', 'openai:URL', 'replay:FILE') or a model
-    directory (a run's final/, loaded as hf:DIR). NAME names the table row and the run directory."""
+    directory (a run's final/, loaded as hf:DIR). NAME names the table row and the run directory; names
+    GROUP@seedK (rl@seed0, rl@seed1, ...) are training seeds of one policy, also reported over them."""
     sets: tuple[str, ...] = ("heldout", "test")
     """Task sets: 'heldout' (held-out tasks of the training families), 'val' or 'test' (held-out
     families of the dataset's split), 'train', or NAME=TASK_SPEC (any spec `cudaperf optimize` takes)."""
