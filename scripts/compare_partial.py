@@ -9,9 +9,10 @@ comparison resolved them (same `--tasks` and kinds).
 
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
-Prints the table (`train.compare_table.table_markdown`) and the paired changes over seeds (`paired_gains`;
-over training seeds too where models are named GROUP@seedK: `train.training_seeds`), per
-model and set how many trajectories are done (a
+Prints the table (`train.compare_table.table_markdown`), the paired changes over seeds (`paired_gains`),
+which trajectories' outcomes differ between models (`paired_outcomes`), the changes over training seeds
+where models are named GROUP@seedK (`train.training_seeds`), per model and set how many trajectories are
+done (a
 trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
 lower than the finished one's), and a `RESULT partial` line of means a model and set.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cudaperf.train.compare_table import SeedRuns
+    from cudaperf.train.compare_table import SeedOutcomes, SeedRuns
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,16 +43,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str]]:
+def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOutcomes]:
     """model -> set -> seed -> that seed's figures over the trajectories there are (as
-    `train.compare.complete_runs`), and one line a run on how many of its trajectories are done."""
+    `train.compare.complete_runs`), one line a run on how many of its trajectories are done, and the
+    runs' `trajectory_outcomes` (as `train.compare.complete_outcomes`)."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
     from cudaperf.train.compare import CompareConfig, _tasks, set_spec
-    from cudaperf.train.compare_table import run_figures
+    from cudaperf.train.compare_table import run_figures, trajectory_outcomes
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
     sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
     runs: SeedRuns = {}
+    outcomes: SeedOutcomes = {}
     notes = []
     for entry in args.models:
         name, _, path = entry.partition("=")
@@ -65,7 +68,9 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str]]:
                 if trajectories:
                     by_seed = runs.setdefault(name, {}).setdefault(set_name, {})
                     by_seed[seed] = asdict(run_figures(trajectories, ids))
-    return runs, notes
+                    outcomes.setdefault(name, {}).setdefault(set_name, {})[seed] = trajectory_outcomes(
+                        trajectories)
+    return runs, notes, outcomes
 
 
 def _load(path: Path, store: type) -> list:
@@ -82,7 +87,14 @@ def _load(path: Path, store: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cudaperf.train.compare_table import gains_markdown, paired_gains, table_from_runs, table_markdown
+    from cudaperf.train.compare_table import (
+        gains_markdown,
+        outcomes_markdown,
+        paired_gains,
+        paired_outcomes,
+        table_from_runs,
+        table_markdown,
+    )
     from cudaperf.train.training_seeds import (
         policy_name,
         training_seed_gains,
@@ -91,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     args = parse_args(argv)
-    runs, notes = partial_runs(args)
+    runs, notes, outcomes = partial_runs(args)
     table = table_from_runs(runs)
     print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs, policy_of=policy_name))
+          + outcomes_markdown(paired_outcomes(outcomes, policy_of=policy_name))
           + training_seeds_markdown(training_seed_table(runs), training_seed_gains(runs)))
     print("\n".join(notes))
     for model, by_set in table.items():  # one line a model and set, for a model-day call's summary

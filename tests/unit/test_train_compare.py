@@ -246,7 +246,7 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     batched = tmp_path / "scripted" / "batched_trajectories.jsonl"
     partial = load_script("compare_partial")
     argv = [f"scripted={batched}", "--seeds", "2", "--sets", f"toy={task_file}"]
-    runs, notes = partial.partial_runs(partial.parse_args(argv))
+    runs, notes, _ = partial.partial_runs(partial.parse_args(argv))
     table = table_from_runs(runs)
     for name in ("first_turn_correct", "best_of_turns_correct", "fast_1"):
         assert table["scripted"]["toy"][name] == report.table["scripted"]["toy"][name]
@@ -254,7 +254,7 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     lines = batched.read_text().splitlines()
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(x for x in lines if json.loads(x)["turn"] == 0) + "\n")  # second turns lost
-    runs, notes = partial.partial_runs(partial.parse_args([f"scripted={cut}", *argv[1:]]))
+    runs, notes, _ = partial.partial_runs(partial.parse_args([f"scripted={cut}", *argv[1:]]))
     assert table_from_runs(runs)["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 0.0
     assert notes[0] == "scripted toy seed 0: 0 of 1 trajectories done, 1 begun"
 
@@ -318,3 +318,11 @@ def test_training_seeds_of_one_policy_are_reported_over_them(tmp_path, task_file
 def test_two_models_named_as_one_training_seed_are_refused_before_any_run(tmp_path, task_file):
     with pytest.raises(ConfigError, match="training seed"):
         compare_config(tmp_path, task_file, models=("rl@seed1=scripted", "rl@seed01=scripted"))
+
+
+def test_a_comparison_writes_the_paired_outcomes_of_its_models(tmp_path, task_file, cpu_evaluator):
+    """Two models with the same scripted replies: every first reply the same, no task solved by one only."""
+    config = compare_config(tmp_path, task_file, models=("a=scripted", "b=scripted"))
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    (row,) = json.loads((tmp_path / COMPARISON_JSON).read_text())["outcomes"]
+    assert (row["what"], row["pairs"], row["same_first_reply"], row["best_later_only"]) == ("b vs a", 2, 2, 0)

@@ -41,12 +41,16 @@ from cudaperf.agent.backends.base import GENERATION_CACHES
 from cudaperf.agent.backends.decoding_attention import check_attention
 from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 from cudaperf.train.compare_table import (
+    SeedOutcomes,
     SeedRuns,
     gains_markdown,
+    outcomes_markdown,
     paired_gains,
+    paired_outcomes,
     run_figures,
     table_from_runs,
     table_markdown,
+    trajectory_outcomes,
 )
 from cudaperf.train.config import ConfigError
 from cudaperf.train.training_seeds import (
@@ -253,7 +257,7 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     finally:
         if own:
             evaluator.close()
-    table = write_comparison(config, complete_runs(config))
+    table = write_comparison(config, complete_runs(config), complete_outcomes(config))
     return CompareReport(str(out), done, skipped, unfinished, table, time.perf_counter() - started)
 
 
@@ -366,7 +370,8 @@ def _write_figures(directory: Path, entry: str, set_name: str, seed: int, tasks:
     timing = {"rounds": len(rounds), "generate_s": sum(r.generate_s for r in rounds),
               "evaluate_s": sum(r.evaluate_s for r in rounds), "wall_s": sum(r.wall_s for r in rounds)}
     record = {"model": model_name(entry), "spec": model_spec(entry), "set": set_name, "seed": seed,
-              "figures": asdict(figures), "timing": timing, "tasks": [t.task_id for t in tasks]}
+              "figures": asdict(figures), "timing": timing, "tasks": [t.task_id for t in tasks],
+              "outcomes": trajectory_outcomes(trajectories)}
     (directory / FIGURES_FILE).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
 
 
@@ -449,17 +454,36 @@ def complete_runs(config: CompareConfig) -> SeedRuns:
     return runs
 
 
-def write_comparison(config: CompareConfig, runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
+def complete_outcomes(config: CompareConfig) -> SeedOutcomes:
+    """Every complete run's `trajectory_outcomes` (runs written before they were kept have none)."""
+    out = Path(config.output_dir)
+    outcomes: SeedOutcomes = {}
+    for entry in config.models:
+        for set_name, _ in map(set_spec, config.sets):
+            for k in config.seeds:
+                path = _run_dir(out, entry, set_name, k) / FIGURES_FILE
+                run = json.loads(path.read_text()) if path.is_file() else {}
+                if "outcomes" in run:
+                    outcomes.setdefault(model_name(entry), {}).setdefault(set_name, {})[k] = run["outcomes"]
+    return outcomes
+
+
+def write_comparison(config: CompareConfig, runs: SeedRuns,
+                     outcomes: SeedOutcomes | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """comparison.json and comparison.md from the complete runs: the per-model table, the changes paired
-    over sampling seeds and, where models are training seeds of one policy (`train.training_seeds`), the
-    same over training seeds. Returns the per-model table."""
+    over sampling seeds, the paired outcomes of the trajectories (`outcomes`: `complete_outcomes`) and,
+    where models are training seeds of one policy (`train.training_seeds`), the changes over training
+    seeds. Returns the per-model table."""
     table = table_from_runs(runs)
     gains = paired_gains(runs, policy_of=policy_name)
+    pairs = paired_outcomes(outcomes or {}, policy_of=policy_name)
     seeded = {"table": training_seed_table(runs), "gains": training_seed_gains(runs)}
     out = Path(config.output_dir)
-    record = {"config": asdict(config), "table": table, "gains": gains, "training_seeds": seeded}
+    record = {"config": asdict(config), "table": table, "gains": gains, "outcomes": pairs,
+              "training_seeds": seeded}
     (out / COMPARISON_JSON).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     (out / COMPARISON_MD).write_text(table_markdown(table, config.turns) + gains_markdown(gains)
+                                     + outcomes_markdown(pairs)
                                      + training_seeds_markdown(seeded["table"], seeded["gains"]))
     return table
 
@@ -468,6 +492,6 @@ def config_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(CompareConfig))
 
 
-__all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "complete_runs",
-           "make_evaluator", "model_name", "model_spec", "refine_config", "run_compare", "set_spec",
-           "write_comparison"]
+__all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "complete_outcomes",
+           "complete_runs", "make_evaluator", "model_name", "model_spec", "refine_config", "run_compare",
+           "set_spec", "write_comparison"]

@@ -1,7 +1,9 @@
 """The comparison's figures and tables (issue 23 item 6), apart from running it (`train.compare`): what one
 (model, set, sampling seed) run scored (`RunFigures`, `run_figures`), a figure's spread over seeds
 (`Spread`), the per-model table (`table_from_runs`, `table_markdown`) and the changes paired over sampling
-seeds (`paired_gains`, `gains_markdown`). `train.compare`'s docstring says what each figure means.
+seeds (`paired_gains`, `gains_markdown`), and which trajectories' outcomes differ between two models on the
+same task and sampling seed (`trajectory_outcomes`, `paired_outcomes`, `outcomes_markdown`: aggregate rates
+can be equal while the tasks solved differ). `train.compare`'s docstring says what each figure means.
 
 Not covered: running the comparison and reading its run directories (`train.compare`), training seeds
 grouped as one policy (`train.training_seeds`).
@@ -9,6 +11,7 @@ grouped as one policy (`train.training_seeds`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -213,3 +216,83 @@ def table_markdown(table: dict[str, dict[str, dict[str, Any]]], turns: int) -> s
 
 def markdown_row(cells: Sequence[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired outcomes
+
+
+SeedOutcomes = dict[str, dict[str, dict[int, dict[str, list]]]]
+"""model -> set -> seed -> `trajectory_outcomes` of that run."""
+
+
+def trajectory_outcomes(trajectories: Sequence[Any]) -> dict[str, list]:
+    """'TASK#k' (the task's k-th trajectory of the run, by sample) -> [first turn correct, any turn
+    correct, the first reply's sha256 prefix]: what `paired_outcomes` compares across models."""
+    out: dict[str, list] = {}
+    seen: dict[str, int] = {}
+    for tr in sorted(trajectories, key=lambda tr: (tr.task_id, tr.sample)):
+        if not tr.turns:
+            continue
+        k = seen[tr.task_id] = seen.get(tr.task_id, -1) + 1
+        reply = hashlib.sha256((tr.turns[0].response or "").encode()).hexdigest()[:16]
+        out[f"{tr.task_id}#{k}"] = [tr.turns[0].correct, any(r.correct for r in tr.turns), reply]
+    return out
+
+
+@dataclass(frozen=True)
+class PairedOutcomes:
+    """Two models' trajectories on the same task and sampling seed, over a set's seeds: how many pairs,
+    how many first replies are the same text, and in how many pairs only one of the two is correct (at the
+    first turn; at any turn)."""
+
+    pairs: int
+    same_first_reply: int
+    first_later_only: int
+    first_earlier_only: int
+    best_later_only: int
+    best_earlier_only: int
+
+
+def paired_outcomes(outcomes: SeedOutcomes, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
+    """Every model against every model of another policy before it, per set, summed over the seeds both
+    ran: `PairedOutcomes` as a row with the set and the comparison."""
+    rows = []
+    models = list(outcomes)
+    for set_name in sorted({s for by_set in outcomes.values() for s in by_set}):
+        for i, later in enumerate(models):
+            for earlier in (m for m in models[:i] if policy_of(m) != policy_of(later)):
+                pairs = _pairs(outcomes[later].get(set_name, {}), outcomes[earlier].get(set_name, {}))
+                if pairs:
+                    rows.append({"set": set_name, "what": f"{later} vs {earlier}", **asdict(_count(pairs))})
+    return rows
+
+
+def _pairs(later: dict[int, dict[str, list]], earlier: dict[int, dict[str, list]]) -> list[tuple[list, list]]:
+    """(later's, earlier's) outcome of every trajectory both ran, seed by seed."""
+    return [(later[seed][key], earlier[seed][key]) for seed in sorted(set(later) & set(earlier))
+            for key in sorted(set(later[seed]) & set(earlier[seed]))]
+
+
+def _count(pairs: list[tuple[list, list]]) -> PairedOutcomes:
+    return PairedOutcomes(
+        pairs=len(pairs), same_first_reply=sum(b[2] == a[2] for b, a in pairs),
+        first_later_only=sum(b[0] and not a[0] for b, a in pairs),
+        first_earlier_only=sum(a[0] and not b[0] for b, a in pairs),
+        best_later_only=sum(b[1] and not a[1] for b, a in pairs),
+        best_earlier_only=sum(a[1] and not b[1] for b, a in pairs))
+
+
+def outcomes_markdown(rows: list[dict[str, Any]]) -> str:
+    """`paired_outcomes` as a table ('' without rows)."""
+    if not rows:
+        return ""
+    head = ["set", "comparison", "pairs", "same first reply", "first turn: only later correct",
+            "only earlier", "any turn: only later correct", "only earlier"]
+    lines = [markdown_row(head), markdown_row(["---"] * len(head))]
+    for r in rows:
+        lines.append(markdown_row([r["set"], r["what"], r["pairs"], r["same_first_reply"],
+                                   r["first_later_only"], r["first_earlier_only"], r["best_later_only"],
+                                   r["best_earlier_only"]]))
+    return ("\nPaired outcomes (each task and sampling seed both models ran, summed over seeds): equal rates "
+            "can hide tasks one model solves and the other does not.\n\n" + "\n".join(lines) + "\n")
