@@ -90,7 +90,7 @@
 # adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
 # into SFT's model and trains a new adapter on top, a fresh optimiser; carry it in call K when C's carry is
-# full: the tree ~40 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
+# full: the tree ~29 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
 # with RL_S=0: no RL step; rl/final is the carried adapter merged into SFT's model, and C compares (a lease
 # that compares what an earlier one trained, with SFT_FROM_ADAPTER=1 and both adapters carried in K).
 # RL's training seeds (issue 23: three seeds): a lease with SEED=k, SFT_FROM_ADAPTER=1 and no
@@ -301,9 +301,11 @@ call_A() {
   [[ -d .carry/model-1/wheels ]] || { echo "carry .carry/model-1 (fetch_model_carry.sh)" >&2; exit 2; }
   mkdir -p "$T/carry"
   cp .carry/model-1/*.part0 "$T/carry/"
-  local middle  # a middle part carried beside it (.carry/model-1b: the tree leaves room for one, without
+  # a middle part carried beside it (.carry/model-1b: the tree leaves room for one without .carry/model-3;
+  # A2 copies the rest)
+  local middle
   # shellcheck disable=SC2086  # one path a line, none with spaces
-  middle=$(compgen -G ".carry/model-1[b-h]/*.xz.part*") && cp $middle "$T/carry/"  # model-3); A2 the rest
+  middle=$(compgen -G ".carry/model-1[b-h]/*.xz.part*") && cp $middle "$T/carry/"
   install .carry/model-1 && touch "$T/carry/done-A"
   eval_deps
   step env 60 python3 -c "$ENV_PY"
@@ -342,7 +344,7 @@ call_A2() {  # the middle part(s) of the carried folder (.carry/model-1b, or -1c
 call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-adapter: those present), for
   # a call C whose carry cannot hold them beside its own; SFT's carried state (.carry/sft-state) and its
   # prebuilt examples (.carry/sft-examples, made here by `bash scripts/model_day.sh examples`), for call
-  # B, whose carry is full (one K call for each: the tree and ~20 MB fill a call)
+  # B (one K call an adapter: the tree and two ~20-MB adapters are more than a call carries)
   local path name n=0
   for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state; do
     name=${path#.carry/}
@@ -567,9 +569,9 @@ call_C() {
     step "final-${named%%=*}" 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
       --rl-final-from-adapter "$(adapter_dir "${named#*=}")" --rl-final-name "${named%%=*}"
   done
-  if [[ ${RL_S:-270} == 0 ]] && (( ${RL_FROM_ADAPTER:-0} )) || [[ ${RL_S:-270} == 0 && -n ${FINAL_FROM_ADAPTERS:-} ]]
-  then  # compare only: rl/final is the carried RL adapter merged into SFT's model, no RL step (a lease
-    # that compares what an earlier one trained)
+  if [[ ${RL_S:-270} == 0 ]] && { (( ${RL_FROM_ADAPTER:-0} )) || [[ -n ${FINAL_FROM_ADAPTERS:-} ]]; }; then
+    # compare only, no RL step (a lease that compares what earlier ones trained): rl/final is the carried
+    # RL adapter merged into SFT's model, and/or the FINAL_FROM_ADAPTERS models above
     if (( ${RL_FROM_ADAPTER:-0} )); then
       step rl-from-adapter 120 python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" \
         --rl-final-from-adapter "${rl_from[1]}"
