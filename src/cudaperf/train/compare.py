@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -439,32 +439,31 @@ def refine_config(config: CompareConfig, seed: int) -> Any:
 # The table
 
 
-def complete_runs(config: CompareConfig) -> SeedRuns:
-    """The figures of every complete run (`figures.json` files)."""
+def _complete_records(config: CompareConfig) -> Iterator[tuple[str, str, int, dict[str, Any]]]:
+    """(model, set, seed, the run's figures.json) of every complete run."""
     out = Path(config.output_dir)
-    runs: SeedRuns = {}
     for entry in config.models:
         for set_name, _ in map(set_spec, config.sets):
             for k in config.seeds:
                 path = _run_dir(out, entry, set_name, k) / FIGURES_FILE
                 if path.is_file():
-                    run = json.loads(path.read_text())
-                    by_seed = runs.setdefault(model_name(entry), {}).setdefault(set_name, {})
-                    by_seed[run["seed"]] = run["figures"]
+                    yield model_name(entry), set_name, k, json.loads(path.read_text())
+
+
+def complete_runs(config: CompareConfig) -> SeedRuns:
+    """The figures of every complete run (`figures.json` files)."""
+    runs: SeedRuns = {}
+    for model, set_name, _, run in _complete_records(config):
+        runs.setdefault(model, {}).setdefault(set_name, {})[run["seed"]] = run["figures"]
     return runs
 
 
 def complete_outcomes(config: CompareConfig) -> SeedOutcomes:
     """Every complete run's `trajectory_outcomes` (runs written before they were kept have none)."""
-    out = Path(config.output_dir)
     outcomes: SeedOutcomes = {}
-    for entry in config.models:
-        for set_name, _ in map(set_spec, config.sets):
-            for k in config.seeds:
-                path = _run_dir(out, entry, set_name, k) / FIGURES_FILE
-                run = json.loads(path.read_text()) if path.is_file() else {}
-                if "outcomes" in run:
-                    outcomes.setdefault(model_name(entry), {}).setdefault(set_name, {})[k] = run["outcomes"]
+    for model, set_name, seed, run in _complete_records(config):
+        if "outcomes" in run:
+            outcomes.setdefault(model, {}).setdefault(set_name, {})[seed] = run["outcomes"]
     return outcomes
 
 
