@@ -347,9 +347,9 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
   # B (one K call an adapter: the tree and two ~20-MB adapters are more than a call carries)
   local path name n=0
   for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state; do
+    [[ -f $path/adapter_config.json ]] || continue
     name=${path#.carry/}
-    [[ -f .carry/$name/adapter_config.json ]] || continue
-    mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r ".carry/$name" "$T/adapters/$name"
+    mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r "$path" "$T/adapters/$name"
     n=$((n + 1))
     echo "| K | $name into $T/adapters |" | tee -a "$SUMMARY"
   done
@@ -358,7 +358,8 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
     n=$((n + 1))
     echo "| K | sft-examples into $T/carry |" | tee -a "$SUMMARY"
   fi
-  (( n )) || { echo "carry .carry/sft-adapter, .carry/rl-adapter and/or .carry/sft-examples" >&2; exit 2; }
+  (( n )) || { echo "carry .carry/sft-adapter, .carry/rl-adapter(-seedk) and/or .carry/sft-examples" >&2
+    exit 2; }
 }
 
 call_examples() {  # here, not on the GPU machine: SFT's examples with the settings B trains with, into

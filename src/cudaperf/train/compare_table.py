@@ -120,6 +120,24 @@ GAIN_FIGURES = ("first_turn_correct", "best_of_turns_correct", "speedup_geomean_
 RATIO_FIGURES = {"speedup_geomean_all"}  # compared as later / earlier, not as a difference
 
 
+def set_names(by_model: dict[str, dict[str, Any]]) -> list[str]:
+    """Every set any model of `by_model` (model -> set -> ...) has, sorted."""
+    return sorted({s for by_set in by_model.values() for s in by_set})
+
+
+def later_earlier(names: Sequence[str], policy_of: Callable[[str], str] = str) -> list[tuple[str, str]]:
+    """(later, earlier) for every name against every name before it, two that `policy_of` names alike
+    (training seeds of one policy) left out."""
+    return [(later, earlier) for i, later in enumerate(names) for earlier in names[:i]
+            if policy_of(earlier) != policy_of(later)]
+
+
+def change_cell(row: dict[str, Any]) -> str:
+    """A paired change's spread as a cell: a ratio (neutral 1) as it is, a difference in points (pt)."""
+    change = Spread(**row["change"])
+    return change.cell(pct=False) if row["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
+
+
 def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
     model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
@@ -129,11 +147,10 @@ def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[
     models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
     rows: list[dict[str, Any]] = []
     models = list(runs)
-    for set_name in sorted({s for by_set in runs.values() for s in by_set}):
-        for i, later in enumerate(models):
-            for earlier in (m for m in models[:i] if policy_of(m) != policy_of(later)):
-                rows += _model_gains(set_name, later, earlier, runs[later].get(set_name, {}),
-                                     runs[earlier].get(set_name, {}))
+    for set_name in set_names(runs):
+        for later, earlier in later_earlier(models, policy_of):
+            rows += _model_gains(set_name, later, earlier, runs[later].get(set_name, {}),
+                                 runs[earlier].get(set_name, {}))
         for model in models:
             rows += _refinement_gain(set_name, model, runs[model].get(set_name, {}))
     return rows
@@ -171,10 +188,8 @@ def gains_markdown(rows: list[dict[str, Any]]) -> str:
     head = ["set", "comparison", "figure", "seeds", "change over seeds", "a gain on every seed"]
     lines = [markdown_row(head), markdown_row(["---"] * len(head))]
     for r in rows:
-        change = Spread(**r["change"])
-        cell = change.cell(pct=False) if r["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
-        lines.append(markdown_row([r["set"], r["what"], r["figure"], len(r["seeds"]), cell,
-                           "yes" if r["gain_every_seed"] else "no"]))
+        lines.append(markdown_row([r["set"], r["what"], r["figure"], len(r["seeds"]), change_cell(r),
+                                   "yes" if r["gain_every_seed"] else "no"]))
     return ("\nPaired over seeds (both sides on the same tasks with the same sampling seed): each seed's "
             "change, in percentage points (pt), or as a ratio for the geometric-mean speedup (1 = none).\n\n"
             + "\n".join(lines) + "\n")
@@ -200,8 +215,7 @@ def table_markdown(table: dict[str, dict[str, dict[str, Any]]], turns: int) -> s
     """One row per model and set: mean ± std (min–max) over seeds."""
     head = ["set", "model", "seeds", "tasks", *[label for _, label in COLUMNS]]
     lines = [markdown_row(head), markdown_row(["---"] * len(head))]
-    sets = sorted({s for by_set in table.values() for s in by_set})
-    for set_name in sets:
+    for set_name in set_names(table):
         for model, by_set in table.items():
             row = by_set.get(set_name)
             if row is None:
@@ -258,13 +272,11 @@ def paired_outcomes(outcomes: SeedOutcomes, policy_of: Callable[[str], str] = st
     """Every model against every model of another policy before it, per set, summed over the seeds both
     ran: `PairedOutcomes` as a row with the set and the comparison."""
     rows = []
-    models = list(outcomes)
-    for set_name in sorted({s for by_set in outcomes.values() for s in by_set}):
-        for i, later in enumerate(models):
-            for earlier in (m for m in models[:i] if policy_of(m) != policy_of(later)):
-                pairs = _pairs(outcomes[later].get(set_name, {}), outcomes[earlier].get(set_name, {}))
-                if pairs:
-                    rows.append({"set": set_name, "what": f"{later} vs {earlier}", **asdict(_count(pairs))})
+    for set_name in set_names(outcomes):
+        for later, earlier in later_earlier(list(outcomes), policy_of):
+            pairs = _pairs(outcomes[later].get(set_name, {}), outcomes[earlier].get(set_name, {}))
+            if pairs:
+                rows.append({"set": set_name, "what": f"{later} vs {earlier}", **asdict(_count(pairs))})
     return rows
 
 

@@ -41,7 +41,10 @@ from cudaperf.train.compare_table import (
     RATIO_FIGURES,
     SeedRuns,
     Spread,
+    change_cell,
+    later_earlier,
     markdown_row,
+    set_names,
     spread,
 )
 
@@ -78,10 +81,6 @@ def _seeded(groups: dict[str, Group]) -> dict[str, Group]:
     return {g: members for g, members in groups.items() if len(members) > 1}
 
 
-def _sets(runs: SeedRuns) -> list[str]:
-    return sorted({s for by_set in runs.values() for s in by_set})
-
-
 def _seed_mean(by_seed: dict[int, dict[str, Any]], figure: str) -> float | None:
     known = [run[figure] for run in by_seed.values() if run.get(figure) is not None]
     return statistics.fmean(known) if known else None
@@ -91,7 +90,7 @@ def training_seed_table(runs: SeedRuns) -> dict[str, dict[str, dict[str, Any]]]:
     """group -> set -> {'training_seeds', and per figure the spread over them}, for seeded groups."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for group, members in _seeded(seed_groups(list(runs))).items():
-        for set_name in _sets(runs):
+        for set_name in set_names(runs):
             present = {k: runs[m][set_name] for k, m in members.items() if runs[m].get(set_name)}
             if not present:
                 continue
@@ -106,19 +105,16 @@ def _pairs(later: Group, earlier: Group) -> list[tuple[int | None, str, str]]:
     """(training seed, later model, earlier model) as the module docstring says."""
     if len(earlier) == 1:
         (only,) = earlier.values()
-        return [(k, m, only) for k, m in sorted(later.items(), key=_seed_key)]
+        return [(k, m, only) for k, m in _by_seed(later)]
     if len(later) == 1:
         (only,) = later.values()
-        return [(k, only, m) for k, m in sorted(earlier.items(), key=_seed_key)]
-    return [(k, later[k], earlier[k]) for k in sorted(set(later) & set(earlier), key=_seed_or)]
+        return [(k, only, m) for k, m in _by_seed(earlier)]
+    return [(k, m, earlier[k]) for k, m in _by_seed(later) if k in earlier]
 
 
-def _seed_key(item: tuple[int | None, str]) -> int:
-    return _seed_or(item[0])
-
-
-def _seed_or(seed: int | None) -> int:
-    return -1 if seed is None else seed
+def _by_seed(members: Group) -> list[tuple[int | None, str]]:
+    """A group's (training seed, model), the unnamed seed first."""
+    return sorted(members.items(), key=lambda item: -1 if item[0] is None else item[0])
 
 
 def _change(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str) -> float | None:
@@ -159,7 +155,7 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
 
 def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> list[dict[str, Any]]:
     kept = []
-    for k, model in sorted(members.items(), key=_seed_key):
+    for k, model in _by_seed(members):
         by_seed = runs[model].get(set_name, {})
         if by_seed:
             kept.append((k, statistics.fmean(r["best_of_turns_correct"] - r["first_turn_correct"]
@@ -175,11 +171,10 @@ def training_seed_gains(runs: SeedRuns) -> list[dict[str, Any]]:
     groups = seed_groups(list(runs))
     names = list(groups)
     rows: list[dict[str, Any]] = []
-    for set_name in _sets(runs):
-        for i, later in enumerate(names):
-            for earlier in names[:i]:
-                if len(groups[later]) > 1 or len(groups[earlier]) > 1:
-                    rows += _group_gains(runs, set_name, later, earlier, groups)
+    for set_name in set_names(runs):
+        for later, earlier in later_earlier(names):
+            if len(groups[later]) > 1 or len(groups[earlier]) > 1:
+                rows += _group_gains(runs, set_name, later, earlier, groups)
         for group, members in _seeded(groups).items():
             rows += _refinement(runs, set_name, group, members)
     return rows
@@ -199,11 +194,9 @@ def training_seeds_markdown(table: dict[str, dict[str, dict[str, Any]]], rows: l
                   "a gain on every training seed", "mean change beyond their spread"]
     gains = [markdown_row(gains_head), markdown_row(["---"] * len(gains_head))]
     for r in rows:
-        change = Spread(**r["change"])
-        cell = change.cell(pct=False) if r["neutral"] == 1.0 else change.cell(pct=True).replace("%", " pt")
         beyond = {True: "yes", False: "no", None: "-"}[r["beyond_spread"]]
-        gains.append(markdown_row([r["set"], r["what"], r["figure"], len(r["training_seeds"]), cell,
-                          "yes" if r["gain_every_training_seed"] else "no", beyond]))
+        gains.append(markdown_row([r["set"], r["what"], r["figure"], len(r["training_seeds"]), change_cell(r),
+                                   "yes" if r["gain_every_training_seed"] else "no", beyond]))
     return ("\nOver training seeds (each training seed's figure the mean over its sampling seeds; cells: "
             "mean ± sample std (min–max) over training seeds).\n\n" + "\n".join(lines) + "\n\n"
             "Each training seed's change, paired on the same tasks and sampling seeds (pt: percentage "
