@@ -9,8 +9,8 @@
 #                                                             (+ A_EXTRA_S s of eval-modes, default 0; it
 #                                                             needs .carry/model-3 carried too; + the GPU
 #                                                             tests named in A_TESTS)
-#         (+ .carry/model-1b: part 1 too, when the call carries no .carry/model-3: the tree ~29 MB, a
-#         GGUF part ~18.5 MB, 64 MiB in all; then one A2 carries -1c and -1d)
+#         (a call's 64 MiB are counted in disk blocks: the tree's 1,873 files take ~33 MB, a GGUF part
+#         ~18.5 MB, so a call carries one part; two were refused in session 42: A, then one A2 a part)
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
 #                                                             travels in parts so that every call fits the
 #                                                             64 MiB carry limit; A2 again with
@@ -301,8 +301,7 @@ call_A() {
   [[ -d .carry/model-1/wheels ]] || { echo "carry .carry/model-1 (fetch_model_carry.sh)" >&2; exit 2; }
   mkdir -p "$T/carry"
   cp .carry/model-1/*.part0 "$T/carry/"
-  # a middle part carried beside it (.carry/model-1b: the tree leaves room for one without .carry/model-3;
-  # A2 copies the rest)
+  # a middle part carried beside it, where a smaller tree leaves room for one (A2 copies the rest)
   local middle
   # shellcheck disable=SC2086  # one path a line, none with spaces
   middle=$(compgen -G ".carry/model-1[b-h]/*.xz.part*") && cp $middle "$T/carry/"
