@@ -542,7 +542,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   done
   if (( ${#entries[@]} )); then
     step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" --tasks "${COMPARE_TASKS:-8}" \
-      --seeds "${#seeds[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
+      --seeds "${#seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
   fi
 }
 
