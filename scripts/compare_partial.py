@@ -10,7 +10,8 @@ comparison resolved them (same `--tasks` and kinds).
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
 Prints the table (`train.compare_table.table_markdown`), the paired changes over seeds (`paired_gains`),
-which trajectories' outcomes differ between models (`paired_outcomes`), the changes over training seeds
+which trajectories' outcomes differ between models (`paired_outcomes`), those outcomes by task family
+(`family_outcomes`), the changes over training seeds
 where models are named GROUP@seedK (`train.training_seeds`), per model and set how many trajectories are
 done (a
 trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
@@ -43,16 +44,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOutcomes]:
+def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOutcomes, dict[str, str]]:
     """model -> set -> seed -> that seed's figures over the trajectories there are (as
-    `train.compare.complete_runs`), one line a run on how many of its trajectories are done, and the
-    runs' `trajectory_outcomes` (as `train.compare.complete_outcomes`)."""
+    `train.compare.complete_runs`), one line a run on how many of its trajectories are done, the runs'
+    `trajectory_outcomes` (as `train.compare.complete_outcomes`) and the sets' task families (task id ->
+    `task_family`)."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
     from cudaperf.train.compare import CompareConfig, _tasks, set_spec
-    from cudaperf.train.compare_table import run_figures, trajectory_outcomes
+    from cudaperf.train.compare_table import run_figures, task_family, trajectory_outcomes
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
-    sets = {name: [t.task_id for t in _tasks(spec, config)] for name, spec in map(set_spec, args.sets)}
+    tasks = {name: _tasks(spec, config) for name, spec in map(set_spec, args.sets)}
+    sets = {name: [t.task_id for t in found] for name, found in tasks.items()}
+    families = {t.task_id: task_family(t) for found in tasks.values() for t in found}
     runs: SeedRuns = {}
     outcomes: SeedOutcomes = {}
     notes = []
@@ -70,7 +74,7 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOut
                     by_seed[seed] = asdict(run_figures(trajectories, ids))
                     outcomes.setdefault(name, {}).setdefault(set_name, {})[seed] = trajectory_outcomes(
                         trajectories)
-    return runs, notes, outcomes
+    return runs, notes, outcomes, families
 
 
 def _load(path: Path, store: type) -> list:
@@ -88,6 +92,8 @@ def _load(path: Path, store: type) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     from cudaperf.train.compare_table import (
+        families_markdown,
+        family_outcomes,
         gains_markdown,
         outcomes_markdown,
         paired_gains,
@@ -103,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     args = parse_args(argv)
-    runs, notes, outcomes = partial_runs(args)
+    runs, notes, outcomes, families = partial_runs(args)
     table = table_from_runs(runs)
     print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs, policy_of=policy_name))
           + outcomes_markdown(paired_outcomes(outcomes, policy_of=policy_name))
+          + families_markdown(family_outcomes(outcomes, families))
           + training_seeds_markdown(training_seed_table(runs), training_seed_gains(runs)))
     print("\n".join(notes))
     for model, by_set in table.items():  # one line a model and set, for a model-day call's summary

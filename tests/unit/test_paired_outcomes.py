@@ -1,13 +1,21 @@
 """Which trajectories' outcomes differ between two models on the same task and sampling seed
 (`cudaperf.train.compare_table.trajectory_outcomes`, `paired_outcomes`): equal rates can hide tasks one
-model solves and the other does not."""
+model solves and the other does not; and those outcomes counted by task family (`family_outcomes`)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cudaperf.train.compare_table import outcomes_markdown, paired_outcomes, trajectory_outcomes
+from cudaperf.train.compare_table import (
+    families_markdown,
+    family_outcomes,
+    outcomes_markdown,
+    paired_outcomes,
+    task_family,
+    trajectory_outcomes,
+)
 from cudaperf.train.training_seeds import policy_name
+from cudaperf.types import TaskKind
 
 
 def _trajectory(task: str, sample: int, *turns: tuple[bool, str]):
@@ -67,3 +75,48 @@ def test_two_training_seeds_of_one_policy_are_not_paired():
 def test_the_markdown_has_a_row_a_comparison():
     text = outcomes_markdown(paired_outcomes(OUTCOMES))
     assert "| s | rl vs sft | 3 | 2 | 1 | 1 | 1 | 1 |" in text and outcomes_markdown([]) == ""
+
+
+FAMILIES = {"a": "c/gemv", "b": "c/gemv", "c": "pytorch/softmax"}
+
+
+def test_a_task_family_is_its_kind_and_family():
+    assert task_family(SimpleNamespace(kind=TaskKind.C, family="gemv")) == "c/gemv"
+
+
+def test_a_task_without_a_family_is_named_with_a_dash():
+    assert task_family(SimpleNamespace(kind=TaskKind.PYTORCH, family=None)) == "pytorch/-"
+
+
+def test_outcomes_are_counted_per_family_and_model():
+    rows = family_outcomes(OUTCOMES, FAMILIES)
+    gemv = {r["model"]: (r["trajectories"], r["first_turn_correct"], r["any_turn_correct"])
+            for r in rows if r["family"] == "c/gemv"}
+    assert gemv == {"sft": (2, 1, 1), "rl": (2, 1, 1)}
+
+
+def test_a_later_turns_fix_counts_at_any_turn_only():
+    (row,) = [r for r in family_outcomes(OUTCOMES, FAMILIES) if (r["family"], r["model"]) ==
+              ("pytorch/softmax", "rl")]
+    assert (row["first_turn_correct"], row["any_turn_correct"]) == (0, 1)
+
+
+def test_family_counts_sum_over_seeds():
+    outcomes = {"m": {"s": {0: OUTCOMES["sft"]["s"][0], 1: OUTCOMES["sft"]["s"][0]}}}
+    (row,) = [r for r in family_outcomes(outcomes, FAMILIES) if r["family"] == "c/gemv"]
+    assert (row["trajectories"], row["first_turn_correct"]) == (4, 2)
+
+
+def test_a_task_of_unknown_family_is_counted_under_a_question_mark():
+    rows = family_outcomes(OUTCOMES, {"a": "c/gemv"})
+    assert {r["family"] for r in rows} == {"c/gemv", "?"}
+
+
+def test_without_families_there_is_no_table():
+    assert family_outcomes(OUTCOMES, {}) == [] and families_markdown([]) == ""
+
+
+def test_the_family_table_has_a_column_a_model():
+    table = families_markdown(family_outcomes(OUTCOMES, FAMILIES))
+    assert "| s | c/gemv | 1 of 2 (any turn 1) | 1 of 2 (any turn 1) |" in table
+

@@ -16,6 +16,7 @@ from cudaperf.agent.backends._common import rough_token_count
 from cudaperf.agent.backends.base import Generation
 from cudaperf.train.compare import (
     COMPARISON_JSON,
+    COMPARISON_MD,
     FIGURES_FILE,
     RUN_FILE,
     CompareConfig,
@@ -246,7 +247,7 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     batched = tmp_path / "scripted" / "batched_trajectories.jsonl"
     partial = load_script("compare_partial")
     argv = [f"scripted={batched}", "--seeds", "2", "--sets", f"toy={task_file}"]
-    runs, notes, _ = partial.partial_runs(partial.parse_args(argv))
+    runs, notes, _, _ = partial.partial_runs(partial.parse_args(argv))
     table = table_from_runs(runs)
     for name in ("first_turn_correct", "best_of_turns_correct", "fast_1"):
         assert table["scripted"]["toy"][name] == report.table["scripted"]["toy"][name]
@@ -254,7 +255,7 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     lines = batched.read_text().splitlines()
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(x for x in lines if json.loads(x)["turn"] == 0) + "\n")  # second turns lost
-    runs, notes, _ = partial.partial_runs(partial.parse_args([f"scripted={cut}", *argv[1:]]))
+    runs, notes, _, _ = partial.partial_runs(partial.parse_args([f"scripted={cut}", *argv[1:]]))
     assert table_from_runs(runs)["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 0.0
     assert notes[0] == "scripted toy seed 0: 0 of 1 trajectories done, 1 begun"
 
@@ -326,3 +327,14 @@ def test_a_comparison_writes_the_paired_outcomes_of_its_models(tmp_path, task_fi
     run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
     (row,) = json.loads((tmp_path / COMPARISON_JSON).read_text())["outcomes"]
     assert (row["what"], row["pairs"], row["same_first_reply"], row["best_later_only"]) == ("b vs a", 2, 2, 0)
+
+
+def test_a_comparison_writes_its_models_outcomes_by_task_family(tmp_path, task_file, cpu_evaluator):
+    """Each run's figures.json names its tasks' families; comparison.json and .md count the outcomes by
+    them (one task here, two seeds: two trajectories a model)."""
+    config = compare_config(tmp_path, task_file, models=("a=scripted", "b=scripted"))
+    run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    rows = json.loads((tmp_path / COMPARISON_JSON).read_text())["by_family"]
+    assert [(r["model"], r["trajectories"]) for r in rows] == [("a", 2), ("b", 2)]
+    assert "By family" in (tmp_path / COMPARISON_MD).read_text()
+

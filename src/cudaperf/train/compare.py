@@ -20,7 +20,9 @@ unified reward), and the anti-cheat flagged share. Over seeds each figure gets m
 (`Spread`); `table_markdown` and `comparison.json` show them per model and set. Paired over seeds
 (`paired_gains`, both sides on the same tasks and sampling seed): every model against every model of
 another policy before it, and every model's best-of-turns against its first turn, each seed's change and
-their spread. Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the
+their spread; which trajectories' outcomes differ between two models (`paired_outcomes`), and the
+outcomes counted by task family (`family_outcomes`: each run's `figures.json` names its tasks'
+families). Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the
 same over training seeds (`train.training_seeds`). The figures and tables themselves are
 `train.compare_table`'s; this module runs the comparison and writes them.
 
@@ -43,6 +45,8 @@ from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE
 from cudaperf.train.compare_table import (
     SeedOutcomes,
     SeedRuns,
+    families_markdown,
+    family_outcomes,
     gains_markdown,
     outcomes_markdown,
     paired_gains,
@@ -50,6 +54,7 @@ from cudaperf.train.compare_table import (
     run_figures,
     table_from_runs,
     table_markdown,
+    task_family,
     trajectory_outcomes,
 )
 from cudaperf.train.config import ConfigError
@@ -257,7 +262,8 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     finally:
         if own:
             evaluator.close()
-    table = write_comparison(config, complete_runs(config), complete_outcomes(config))
+    table = write_comparison(config, complete_runs(config), complete_outcomes(config),
+                             complete_families(config))
     return CompareReport(str(out), done, skipped, unfinished, table, time.perf_counter() - started)
 
 
@@ -371,7 +377,8 @@ def _write_figures(directory: Path, entry: str, set_name: str, seed: int, tasks:
               "evaluate_s": sum(r.evaluate_s for r in rounds), "wall_s": sum(r.wall_s for r in rounds)}
     record = {"model": model_name(entry), "spec": model_spec(entry), "set": set_name, "seed": seed,
               "figures": asdict(figures), "timing": timing, "tasks": [t.task_id for t in tasks],
-              "outcomes": trajectory_outcomes(trajectories)}
+              "outcomes": trajectory_outcomes(trajectories),
+              "families": {t.task_id: task_family(t) for t in tasks}}
     (directory / FIGURES_FILE).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
 
 
@@ -467,22 +474,31 @@ def complete_outcomes(config: CompareConfig) -> SeedOutcomes:
     return outcomes
 
 
-def write_comparison(config: CompareConfig, runs: SeedRuns,
-                     outcomes: SeedOutcomes | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+def complete_families(config: CompareConfig) -> dict[str, str]:
+    """Task id -> `task_family` over every complete run (runs written before they were kept have none)."""
+    families: dict[str, str] = {}
+    for _, _, _, run in _complete_records(config):
+        families.update(run.get("families", {}))
+    return families
+
+
+def write_comparison(config: CompareConfig, runs: SeedRuns, outcomes: SeedOutcomes | None = None,
+                     families: dict[str, str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """comparison.json and comparison.md from the complete runs: the per-model table, the changes paired
-    over sampling seeds, the paired outcomes of the trajectories (`outcomes`: `complete_outcomes`) and,
-    where models are training seeds of one policy (`train.training_seeds`), the changes over training
-    seeds. Returns the per-model table."""
+    over sampling seeds, the paired outcomes of the trajectories (`outcomes`: `complete_outcomes`), those
+    outcomes by task family (`families`: `complete_families`) and, where models are training seeds of one
+    policy (`train.training_seeds`), the changes over training seeds. Returns the per-model table."""
     table = table_from_runs(runs)
     gains = paired_gains(runs, policy_of=policy_name)
     pairs = paired_outcomes(outcomes or {}, policy_of=policy_name)
+    by_family = family_outcomes(outcomes or {}, families or {})
     seeded = {"table": training_seed_table(runs), "gains": training_seed_gains(runs)}
     out = Path(config.output_dir)
     record = {"config": asdict(config), "table": table, "gains": gains, "outcomes": pairs,
-              "training_seeds": seeded}
+              "by_family": by_family, "training_seeds": seeded}
     (out / COMPARISON_JSON).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     (out / COMPARISON_MD).write_text(table_markdown(table, config.turns) + gains_markdown(gains)
-                                     + outcomes_markdown(pairs)
+                                     + outcomes_markdown(pairs) + families_markdown(by_family)
                                      + training_seeds_markdown(seeded["table"], seeded["gains"]))
     return table
 

@@ -3,7 +3,9 @@
 (`Spread`), the per-model table (`table_from_runs`, `table_markdown`) and the changes paired over sampling
 seeds (`paired_gains`, `gains_markdown`), and which trajectories' outcomes differ between two models on the
 same task and sampling seed (`trajectory_outcomes`, `paired_outcomes`, `outcomes_markdown`: aggregate rates
-can be equal while the tasks solved differ). `train.compare`'s docstring says what each figure means.
+can be equal while the tasks solved differ), and those outcomes counted by task family (`task_family`,
+`family_outcomes`, `families_markdown`: a set whose families a model already solves leaves a later model
+no room to gain there). `train.compare`'s docstring says what each figure means.
 
 Not covered: running the comparison and reading its run directories (`train.compare`), training seeds
 grouped as one policy (`train.training_seeds`).
@@ -308,3 +310,52 @@ def outcomes_markdown(rows: list[dict[str, Any]]) -> str:
                                    r["best_earlier_only"]]))
     return ("\nPaired outcomes (each task and sampling seed both models ran, summed over seeds): equal rates "
             "can hide tasks one model solves and the other does not.\n\n" + "\n".join(lines) + "\n")
+
+
+def task_family(task: Any) -> str:
+    """'KIND/FAMILY' of a task (`c/conv2d`, `pytorch/softmax`; '-' for a task without a family)."""
+    kind = getattr(task.kind, "value", task.kind)
+    return f"{kind}/{task.family or '-'}"
+
+
+def family_outcomes(outcomes: SeedOutcomes, families: dict[str, str]) -> list[dict[str, Any]]:
+    """Per set, family (`families`: task id -> `task_family`; '?' for a task it lacks) and model, summed
+    over the seeds: how many trajectories, how many correct at the first turn and at any turn. Rows in
+    family order, the models in `outcomes`' order; none without `families`."""
+    if not families:
+        return []
+    rows = []
+    for set_name in set_names(outcomes):
+        counts: dict[tuple[str, str], list[int]] = {}
+        for model, by_set in outcomes.items():
+            for by_key in by_set.get(set_name, {}).values():
+                for key, (first, best, _) in by_key.items():
+                    count = counts.setdefault((families.get(key.rpartition("#")[0], "?"), model), [0, 0, 0])
+                    count[0] += 1
+                    count[1] += bool(first)
+                    count[2] += bool(best)
+        order = list(outcomes)
+        for (family, model), (n, first, best) in sorted(counts.items(),
+                                                        key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+            rows.append({"set": set_name, "family": family, "model": model, "trajectories": n,
+                         "first_turn_correct": first, "any_turn_correct": best})
+    return rows
+
+
+def families_markdown(rows: list[dict[str, Any]]) -> str:
+    """`family_outcomes` as a table, a column a model ('' without rows)."""
+    if not rows:
+        return ""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for r in rows:
+        cells.setdefault((r["set"], r["family"]), {})[r["model"]] = (
+            f"{r['first_turn_correct']} of {r['trajectories']} (any turn {r['any_turn_correct']})")
+    head = ["set", "family", *models]
+    lines = [markdown_row(head), markdown_row(["---"] * len(head))]
+    for (set_name, family), by_model in cells.items():
+        lines.append(markdown_row([set_name, family, *(by_model.get(m, "") for m in models)]))
+    return ("\nBy family (correct at the first turn of the trajectories run, summed over seeds): where a "
+            "model already solves a family, a later one has no room to gain there.\n\n"
+            + "\n".join(lines) + "\n")
+
