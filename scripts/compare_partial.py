@@ -11,11 +11,10 @@ comparison resolved them (same `--tasks` and kinds).
 
 Prints the table (`train.compare_table.table_markdown`), the paired changes over seeds (`paired_gains`),
 which trajectories' outcomes differ between models (`paired_outcomes`), those outcomes by task family
-(`family_outcomes`), the changes over training seeds
-where models are named GROUP@seedK (`train.training_seeds`), per model and set how many trajectories are
-done (a
-trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
-lower than the finished one's), and a `RESULT partial` line of means a model and set.
+(`family_outcomes`), the changes over training seeds where models are named GROUP@seedK
+(`train.training_seeds`), per model and set how many trajectories are done (a trajectory cut before its
+last turn counts with the turns it has: its best-of-turns figure can only be lower than the finished
+one's), and a `RESULT partial` line of means a model and set.
 
 Not covered: running the comparison (`cudaperf train eval`, `scripts/train_compare_h200.py`).
 """

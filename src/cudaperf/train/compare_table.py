@@ -324,22 +324,29 @@ def family_outcomes(outcomes: SeedOutcomes, families: dict[str, str]) -> list[di
     family order, the models in `outcomes`' order; none without `families`."""
     if not families:
         return []
+    order = list(outcomes)
     rows = []
     for set_name in set_names(outcomes):
-        counts: dict[tuple[str, str], list[int]] = {}
-        for model, by_set in outcomes.items():
-            for by_key in by_set.get(set_name, {}).values():
-                for key, (first, best, _) in by_key.items():
-                    count = counts.setdefault((families.get(key.rpartition("#")[0], "?"), model), [0, 0, 0])
-                    count[0] += 1
-                    count[1] += bool(first)
-                    count[2] += bool(best)
-        order = list(outcomes)
-        for (family, model), (n, first, best) in sorted(counts.items(),
-                                                        key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+        counts = _family_counts(outcomes, families, set_name)
+        for family, model in sorted(counts, key=lambda fm: (fm[0], order.index(fm[1]))):
+            n, first, best = counts[family, model]
             rows.append({"set": set_name, "family": family, "model": model, "trajectories": n,
                          "first_turn_correct": first, "any_turn_correct": best})
     return rows
+
+
+def _family_counts(outcomes: SeedOutcomes, families: dict[str, str],
+                   set_name: str) -> dict[tuple[str, str], list[int]]:
+    """(family, model) -> [trajectories, first turn correct, any turn correct] in one set, over its seeds."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for model, by_set in outcomes.items():
+        for by_key in by_set.get(set_name, {}).values():
+            for key, (first, best, _) in by_key.items():
+                count = counts.setdefault((families.get(key.rpartition("#")[0], "?"), model), [0, 0, 0])
+                count[0] += 1
+                count[1] += bool(first)
+                count[2] += bool(best)
+    return counts
 
 
 def families_markdown(rows: list[dict[str, Any]]) -> str:
