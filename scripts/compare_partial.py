@@ -3,7 +3,7 @@
 not: a batched comparison writes its run directories and figures only once every trajectory is done, and
 those stay on the GPU machine, so a comparison cut by its call's end leaves no table. Trajectory k of a
 task is seed k's (`train.compare._batched_runs`); the tasks of each set are resolved here as the
-comparison resolved them (same `--tasks` and kinds).
+comparison resolved them (same `--tasks`, kinds and families).
 
     python3 scripts/compare_partial.py sft=DIR/sft-trajectories.jsonl rl=DIR/rl-trajectories.jsonl --tasks 16
 
@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sets", nargs="+", default=["heldout", "test"],
                    help="the comparison's sets: heldout, val, test, train or NAME=TASK_SPEC")
     p.add_argument("--kinds", nargs="*", default=[], help="task kinds of the comparison (empty: both)")
+    p.add_argument("--families", nargs="*", default=[], help="task families of the comparison (empty: all)")
     return p.parse_args(argv)
 
 
@@ -52,7 +53,7 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOut
     from cudaperf.train.compare import CompareConfig, _tasks, set_spec
     from cudaperf.train.compare_table import run_figures, task_family, trajectory_outcomes
 
-    config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds))
+    config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds), families=tuple(args.families))
     tasks = {name: _tasks(spec, config) for name, spec in map(set_spec, args.sets)}
     sets = {name: [t.task_id for t in found] for name, found in tasks.items()}
     families = {t.task_id: task_family(t) for found in tasks.values() for t in found}

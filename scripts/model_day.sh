@@ -103,7 +103,9 @@
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
 # COMPARE_SETS: its task sets (default "heldout test": held-out tasks of the training families, held-out
-# families; the same in C and D).
+# families; the same in C and D). COMPARE_KINDS, COMPARE_FAMILIES (space-separated; default all): only
+# those tasks in every set, e.g. COMPARE_KINDS=c COMPARE_FAMILIES="$RL_FAMILIES" COMPARE_SETS=heldout for
+# the held-out tasks of the families RL trained on (a set round-robin over all families holds few of them).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C. RL_ITERATIONS=mu: optimiser steps per rollout batch
 # (RlConfig.num_iterations, default 1; RL_STEPS a multiple of it; the same in B and C): each evaluated batch
@@ -515,14 +517,18 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --sft-examples "$T/carry/$SFT_EXAMPLES_FILE" "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
-  local s seeds sets models=() m
+  local s seeds sets models=() m kinds fams
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   read -r -a sets <<< "${COMPARE_SETS:-heldout test}"
+  local narrow=()  # only these kinds and families, in the comparison and its partial table alike
+  [[ -n ${COMPARE_KINDS:-} ]] && { read -r -a kinds <<< "$COMPARE_KINDS"; narrow+=(--kinds "${kinds[@]}"); }
+  [[ -n ${COMPARE_FAMILIES:-} ]] && {
+    read -r -a fams <<< "$COMPARE_FAMILIES"; narrow+=(--families "${fams[@]}"); }
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" \
-    --limit-tasks "${COMPARE_TASKS:-8}" \
+    --limit-tasks "${COMPARE_TASKS:-8}" "${narrow[@]}" \
     --max-new-tokens 1024 \
     --base "${COMPARE_BASE:-smollm2}" --generation-cache "$GEN_CACHE" --profile-decoding \
     --generation-attention "${RL_GEN_ATTENTION:-no_cudnn}" \
@@ -542,7 +548,8 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   done
   if (( ${#entries[@]} )); then
     step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" --tasks "${COMPARE_TASKS:-8}" \
-      --seeds "${#seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" "${X_PARTIAL[@]}"
+      --seeds "${#seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" "${narrow[@]}" \
+      "${X_PARTIAL[@]}"
   fi
 }
 

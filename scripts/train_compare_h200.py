@@ -14,6 +14,9 @@ agent loop side by side (`CompareConfig.batch_seeds`): one generate call per rou
 Each call copies comparison.md / comparison.json and every run's figures.json to --out and prints the table
 (mean ± std (min–max) over the seeds done so far) and a `RESULT compare` line.
 
+`--kinds` and `--families` narrow every set (e.g. to the families RL trained on, where a set round-robin
+over all families holds few of their tasks).
+
 Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1, geometric-mean
 speedup (solved tasks; all tasks with unsolved = 1), mean structural score, anti-cheat flagged share.
 
@@ -29,6 +32,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--turns", type=int, default=2)
     p.add_argument("--limit-tasks", type=int, default=8, help="tasks per set, round-robin over families")
+    p.add_argument("--kinds", nargs="*", default=[],
+                   help="only tasks of these kinds (pytorch, c; empty: both)")
+    p.add_argument("--families", nargs="*", default=[],
+                   help="only tasks of these families (empty: all), e.g. the ones RL trained on")
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
@@ -70,21 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
-    from cudaperf.train.compare import COMPARISON_MD, CompareConfig, run_compare
+    from cudaperf.train.compare import COMPARISON_MD, run_compare
 
     models = args.models if args.models is not None else _default_models(args)
     if not models:
         print("no model to compare (train first: scripts/train_h200.py)", file=sys.stderr)
         return 2
-    config = CompareConfig(
-        models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / "compare"),
-        seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
-        max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
-        batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,
-        generation_attention=args.generation_attention,
-        profile_decoding=args.profile_decoding,
-        eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
+    config = compare_config(args, models)
     report = run_compare(config)
     _copy_out(Path(config.output_dir), args.out)
     print((Path(config.output_dir) / COMPARISON_MD).read_text(), end="")
@@ -98,6 +98,22 @@ def main(argv: list[str] | None = None) -> int:
                   for m, by_set in report.table.items() for s, row in by_set.items()}}), flush=True)
     print("done" if report.finished else "not finished: call the same command again (it resumes from /tmp)")
     return 0
+
+
+def compare_config(args: argparse.Namespace, models: list[str]) -> Any:
+    """The `CompareConfig` the arguments ask for (its own checks refuse a bad kind or set)."""
+    from cudaperf.train.compare import CompareConfig
+
+    return CompareConfig(
+        models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / "compare"),
+        seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
+        kinds=tuple(args.kinds), families=tuple(args.families),
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
+        max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
+        batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,
+        generation_attention=args.generation_attention,
+        profile_decoding=args.profile_decoding,
+        eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
 
 
 def _default_models(args: argparse.Namespace) -> list[str]:

@@ -338,3 +338,13 @@ def test_a_comparison_writes_its_models_outcomes_by_task_family(tmp_path, task_f
     assert [(r["model"], r["trajectories"]) for r in rows] == [("a", 2), ("b", 2)]
     assert "By family" in (tmp_path / COMPARISON_MD).read_text()
 
+
+
+def test_the_compare_script_narrows_every_set_to_the_kinds_and_families_asked(tmp_path):
+    """`scripts/train_compare_h200.py --kinds --families` (model_day.sh's COMPARE_KINDS, COMPARE_FAMILIES)."""
+    from script_module import load_script
+
+    script = load_script("train_compare_h200")
+    args = script.parse_args(["--work", str(tmp_path), "--kinds", "c", "--families", "gemv", "map"])
+    config = script.compare_config(args, ["sft=x"])
+    assert (config.kinds, config.families) == (("c",), ("gemv", "map"))
