@@ -9,12 +9,11 @@ comparison resolved them (same `--tasks`, kinds and families).
 
 (a file may be gzipped, as those committed under benchmarks/results/ are).
 
-Prints the table (`train.compare_table.table_markdown`), the paired changes over seeds (`paired_gains`),
-which trajectories' outcomes differ between models (`paired_outcomes`), those outcomes by task family
-(`family_outcomes`), the changes over training seeds where models are named GROUP@seedK
-(`train.training_seeds`), per model and set how many trajectories are done (a trajectory cut before its
-last turn counts with the turns it has: its best-of-turns figure can only be lower than the finished
-one's), and a `RESULT partial` line of means a model and set.
+Prints what the comparison writes (`train.compare.comparison_sections`: the table, the paired changes over
+seeds, which trajectories' outcomes differ between models, those outcomes by task family, the changes over
+training seeds where models are named GROUP@seedK), per model and set how many trajectories are done (a
+trajectory cut before its last turn counts with the turns it has: its best-of-turns figure can only be
+lower than the finished one's), and a `RESULT partial` line of means a model and set.
 
 Not covered: running the comparison (`cudaperf train eval`, `scripts/train_compare_h200.py`).
 """
@@ -91,32 +90,14 @@ def _load(path: Path, store: type) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cudaperf.train.compare_table import (
-        families_markdown,
-        family_outcomes,
-        gains_markdown,
-        outcomes_markdown,
-        paired_gains,
-        paired_outcomes,
-        table_from_runs,
-        table_markdown,
-    )
-    from cudaperf.train.training_seeds import (
-        policy_name,
-        training_seed_gains,
-        training_seed_table,
-        training_seeds_markdown,
-    )
+    from cudaperf.train.compare import comparison_sections
 
     args = parse_args(argv)
     runs, notes, outcomes, families = partial_runs(args)
-    table = table_from_runs(runs)
-    print(table_markdown(table, args.turns) + gains_markdown(paired_gains(runs, policy_of=policy_name))
-          + outcomes_markdown(paired_outcomes(outcomes, policy_of=policy_name))
-          + families_markdown(family_outcomes(outcomes, families))
-          + training_seeds_markdown(training_seed_table(runs), training_seed_gains(runs)))
+    sections, markdown = comparison_sections(runs, outcomes, families, args.turns)
+    print(markdown)
     print("\n".join(notes))
-    for model, by_set in table.items():  # one line a model and set, for a model-day call's summary
+    for model, by_set in sections["table"].items():  # a line a model and set, for a model-day call's summary
         for set_name, row in by_set.items():
             means = {name: row[name]["mean"] for name in ("first_turn_correct", "best_of_turns_correct",
                                                            "fast_1", "speedup_geomean_all")}

@@ -482,31 +482,43 @@ def complete_families(config: CompareConfig) -> dict[str, str]:
     return families
 
 
-def write_comparison(config: CompareConfig, runs: SeedRuns, outcomes: SeedOutcomes | None = None,
-                     families: dict[str, str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """comparison.json and comparison.md from the complete runs: the per-model table, the changes paired
-    over sampling seeds, the paired outcomes of the trajectories (`outcomes`: `complete_outcomes`), those
-    outcomes by task family (`families`: `complete_families`) and, where models are training seeds of one
-    policy (`train.training_seeds`), the changes over training seeds. Returns the per-model table."""
+def comparison_sections(runs: SeedRuns, outcomes: SeedOutcomes | None = None,
+                        families: dict[str, str] | None = None,
+                        turns: int = 2) -> tuple[dict[str, Any], str]:
+    """(the comparison's sections, its markdown) from complete or partial runs: the per-model table, the
+    changes paired over sampling seeds, the paired outcomes of the trajectories (`outcomes`:
+    `complete_outcomes`), those outcomes by task family (`families`: `complete_families`) and, where
+    models are training seeds of one policy (`train.training_seeds`), the changes over training seeds.
+    `write_comparison` writes them; `scripts/compare_partial.py` prints them."""
     table = table_from_runs(runs)
     gains = paired_gains(runs, policy_of=policy_name)
     pairs = paired_outcomes(outcomes or {}, policy_of=policy_name)
     by_family = family_outcomes(outcomes or {}, families or {})
     seeded = {"table": training_seed_table(runs), "gains": training_seed_gains(runs)}
+    sections = {"table": table, "gains": gains, "outcomes": pairs, "by_family": by_family,
+                "training_seeds": seeded}
+    markdown = (table_markdown(table, turns) + gains_markdown(gains) + outcomes_markdown(pairs)
+                + families_markdown(by_family) + training_seeds_markdown(seeded["table"], seeded["gains"]))
+    return sections, markdown
+
+
+def write_comparison(config: CompareConfig, runs: SeedRuns, outcomes: SeedOutcomes | None = None,
+                     families: dict[str, str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """comparison.json (the configuration and `comparison_sections`) and comparison.md from the complete
+    runs. Returns the per-model table."""
+    sections, markdown = comparison_sections(runs, outcomes, families, config.turns)
     out = Path(config.output_dir)
-    record = {"config": asdict(config), "table": table, "gains": gains, "outcomes": pairs,
-              "by_family": by_family, "training_seeds": seeded}
+    record = {"config": asdict(config), **sections}
     (out / COMPARISON_JSON).write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-    (out / COMPARISON_MD).write_text(table_markdown(table, config.turns) + gains_markdown(gains)
-                                     + outcomes_markdown(pairs) + families_markdown(by_family)
-                                     + training_seeds_markdown(seeded["table"], seeded["gains"]))
-    return table
+    (out / COMPARISON_MD).write_text(markdown)
+    return sections["table"]
 
 
 def config_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(CompareConfig))
 
 
-__all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "complete_outcomes",
+__all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "comparison_sections",
+           "complete_outcomes",
            "complete_runs", "make_evaluator", "model_name", "model_spec", "refine_config", "run_compare",
            "set_spec", "write_comparison"]
