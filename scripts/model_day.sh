@@ -10,7 +10,7 @@
 #                                                             needs .carry/model-3 carried too; + the GPU
 #                                                             tests named in A_TESTS)
 #         (a call's 64 MiB are counted in disk blocks: the tree's 1,873 files take ~33 MB, a GGUF part
-#         ~18.5 MB, so a call carries one part; two were refused in session 42: A, then one A2 a part)
+#         ~18.5 MB, so a call carries one part: A, then one A2 a part)
 #   A2    .carry/model-1b    bash scripts/model_day.sh A2     GGUF part 1 -> /tmp/carry (seconds: the GGUF
 #                                                             travels in parts so that every call fits the
 #                                                             64 MiB carry limit; A2 again with
@@ -90,7 +90,7 @@
 # adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
 # into SFT's model and trains a new adapter on top, a fresh optimiser; carry it in call K when C's carry is
-# full: the tree ~29 MB, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
+# full: the tree ~33 MB in disk blocks, model-3 1.3 MB, each rank-16 adapter ~20 MB, 64 MiB in all). RL_FROM_ADAPTER=1
 # with RL_S=0: no RL step; rl/final is the carried adapter merged into SFT's model, and C compares (a lease
 # that compares what an earlier one trained, with SFT_FROM_ADAPTER=1 and both adapters carried in K).
 # RL's training seeds (issue 23: three seeds): a lease with SEED=k, SFT_FROM_ADAPTER=1 and no
@@ -303,10 +303,6 @@ call_A() {
   [[ -d .carry/model-1/wheels ]] || { echo "carry .carry/model-1 (fetch_model_carry.sh)" >&2; exit 2; }
   mkdir -p "$T/carry"
   cp .carry/model-1/*.part0 "$T/carry/"
-  # a middle part carried beside it, where a smaller tree leaves room for one (A2 copies the rest)
-  local middle
-  # shellcheck disable=SC2086  # one path a line, none with spaces
-  middle=$(compgen -G ".carry/model-1[b-h]/*.xz.part*") && cp $middle "$T/carry/"
   install .carry/model-1 && touch "$T/carry/done-A"
   eval_deps
   step env 60 python3 -c "$ENV_PY"
