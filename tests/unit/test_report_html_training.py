@@ -114,13 +114,11 @@ def test_sft_run_draws_its_losses(tmp_path):
     assert _dots(page, "eval_loss") == {"30": 1.5}
 
 
-def test_command_takes_a_run_directory_and_refuses_it_without_html(run_dir, tmp_path, capsys):
+def test_command_draws_a_run_directory_with_html(run_dir, tmp_path, capsys):
     from cudaperf.commands import report_cmd
 
     parser = argparse.ArgumentParser()
     report_cmd.add_arguments(parser)
-    assert report_cmd.run(parser.parse_args([str(run_dir)])) == 2
-    assert "need --html" in capsys.readouterr().err
     out = tmp_path / "page.html"
     assert report_cmd.run(parser.parse_args([str(run_dir), "--html", str(out)])) == 0
     assert "1 training runs" in capsys.readouterr().out and 'data-run="rl"' in out.read_text()

@@ -1,7 +1,9 @@
 """`cudaperf report FILE... [--markdown | --html OUT.html]`: fast_p, outcome counts, speedup histograms and
 the best solution per task, from results JSONL written by `cudaperf eval --out`; with `--html`, one
 self-contained page for results and refinement trajectories (`cudaperf optimize` output) together, and
-training curves of `cudaperf train sft|rl` runs (give the run directory, or its metrics.jsonl).
+training curves of `cudaperf train sft|rl` runs (give the run directory, or its metrics.jsonl). Without
+`--html`, a training run gets a summary of where its time went (generation, evaluation, optimiser, per
+rollout batch and in all; its evaluations' outcomes and stage times: `cudaperf.train.run_summary`).
 
 Rich tables on the terminal by default; `--markdown` prints the same report as markdown, to commit
 next to the results; `--html` writes a page that opens offline (charts, per-task tables, each trajectory
@@ -39,14 +41,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.html:
         return _html(args, paths)
-    runs = [p for p in paths if p.is_dir() or p.name == "metrics.jsonl"]
-    if runs:
-        print(f"cudaperf report: {runs[0]} is a training run: its curves need --html OUT.html",
-              file=sys.stderr)
-        return 2
+    runs = [p for p in paths if _is_run(p)]
+    for run in runs:
+        _run_summary(run, args.markdown)
+    if runs and len(runs) == len(paths):
+        return 0
     results = []
     for path in paths:
-        results += _read_results(path)
+        results += _read_results(path) if path not in runs else []
     title = args.title or f"cudaperf report: {', '.join(p.name for p in paths)}"
     if args.markdown:
         from cudaperf.report import render
@@ -54,6 +56,29 @@ def run(args: argparse.Namespace) -> int:
         print(render(results, title=title), end="")
         return 0
     return _rich(results, paths)
+
+
+def _is_run(path: Path) -> bool:
+    from cudaperf.report_html import is_training_metrics
+
+    return is_training_metrics(path)
+
+
+def _run_summary(path: Path, markdown: bool) -> None:
+    from cudaperf.report_html import read_training_run
+    from cudaperf.train.run_summary import run_markdown
+
+    run, unreadable = read_training_run(path)
+    if unreadable:
+        print(f"cudaperf report: skipped in {path}: {unreadable[:10]}", file=sys.stderr)
+    text = run_markdown(run, path)
+    if markdown:
+        print(text)
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))
 
 
 def _read_results(path: Path) -> list:
