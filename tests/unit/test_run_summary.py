@@ -135,3 +135,13 @@ def test_a_run_without_rollouts_says_so(tmp_path, capsys):
     writer.close()
     assert main(["report", "--markdown", str(tmp_path)]) == 0
     assert "No rollout batches" in capsys.readouterr().out
+
+
+def test_a_folder_of_two_runs_is_refused_with_the_fix(tmp_path, capsys):
+    write_run(tmp_path / "rl")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for name in ("sft_metrics.jsonl", "rl_metrics.jsonl"):
+        shutil.copy(tmp_path / "rl" / "metrics.jsonl", kept / name)
+    assert main(["report", str(kept)]) == 2
+    assert "DIR/rl_metrics.jsonl" in capsys.readouterr().err

@@ -42,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         return _html(args, paths)
     runs = [p for p in paths if _is_run(p)]
+    unread = [p for p in runs if not _has_metrics(p)]
+    if unread:
+        print(f"cudaperf report: {unread[0]}: no metrics.jsonl, and not one *metrics.jsonl to take instead: "
+              "name the run's metrics file (e.g. DIR/rl_metrics.jsonl)", file=sys.stderr)
+        return 2
     for run in runs:
         _run_summary(run, args.markdown)
     if runs and len(runs) == len(paths):
@@ -62,6 +67,12 @@ def _is_run(path: Path) -> bool:
     from cudaperf.report_html import is_training_metrics
 
     return is_training_metrics(path)
+
+
+def _has_metrics(path: Path) -> bool:
+    from cudaperf.report_html import metrics_file
+
+    return metrics_file(path).is_file()
 
 
 def _run_summary(path: Path, markdown: bool) -> None:
