@@ -414,8 +414,10 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   if (( ${SFT_FROM_ADAPTER:-0} )); then  # SFT comes from a carried adapter, merged in call C
     echo "| sft | skipped: SFT_FROM_ADAPTER=1 (call C merges the carried adapter) |" | tee -a "$SUMMARY"
   else
+    # margin 0.5 min: SFT's steps take ~0.7 s and its final save is inside its own budget (session 43's
+    # B: SFT ended 12 s inside its budget, the step 76 s inside its limit with a 1.0-min margin)
     step sft "$s" python3 scripts/train_h200.py --out "$STAGE/train" "${TRAIN_ARGS[@]}" --sft-only \
-      "${more[@]}" --max-minutes "$(mins "$s" 20)" --margin-minutes 1.0
+      "${more[@]}" --max-minutes "$(mins "$s" 20)" --margin-minutes 0.5
     export_adapter sft
     export_sft_state
   fi
