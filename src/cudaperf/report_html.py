@@ -231,15 +231,16 @@ def turn_from_dict(data: dict) -> TurnView:
     return TurnView(
         task_id=str(data["task_id"]), sample=int(data["sample"]), turn=int(data["turn"]),
         response=str(data["response"]), code=data.get("code"), result=result,
-        reward=_number(data.get("reward")), feedback=str(data.get("feedback") or ""),
-        speedup=_number(own), baseline=str(data.get("baseline") or "eager"), prompt=prompt,
+        reward=finite_number(data.get("reward")), feedback=str(data.get("feedback") or ""),
+        speedup=finite_number(own), baseline=str(data.get("baseline") or "eager"), prompt=prompt,
         finish_reason=str(data.get("finish_reason") or ""), prompt_tokens=data.get("prompt_tokens"),
         completion_tokens=data.get("completion_tokens"),
-        durations_s=tuple((str(k), float(v)) for k, v in durations.items() if _number(v) is not None),
+        durations_s=tuple((str(k), float(v)) for k, v in durations.items() if finite_number(v) is not None),
     )
 
 
-def _number(value) -> float | None:
+def finite_number(value) -> float | None:
+    """A record's value as a float; None for anything else (text, a bool, NaN, an infinity)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
@@ -563,7 +564,7 @@ def flag_kinds(rollouts: dict[int, dict]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for r in rollouts.values():
         for key, value in r.items():
-            counted = key not in ("hack_rate", "hack_kinds") and _number(value) is not None
+            counted = key not in ("hack_rate", "hack_kinds") and finite_number(value) is not None
             if key.startswith("hack_") and counted:
                 totals[key[5:]] = totals.get(key[5:], 0) + int(value)
     return dict(sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -577,8 +578,8 @@ def optimizer_seconds(rollouts: dict[int, dict], train: dict[int, dict]) -> list
     steps = list(rollouts)
     for step, end in zip(steps, [*steps[1:], None], strict=True):
         served = [s for s in train if s >= step and (end is None or s < end)] or [step]
-        times = [t for s in served if (t := _number(train.get(s, {}).get("step_s"))) is not None]
-        rollout_s = _number(rollouts[step].get("rollout_s"))
+        times = [t for s in served if (t := finite_number(train.get(s, {}).get("step_s"))) is not None]
+        rollout_s = finite_number(rollouts[step].get("rollout_s"))
         if rollout_s is None or len(times) < len(served):
             out.append(None)
         else:
@@ -587,7 +588,7 @@ def optimizer_seconds(rollouts: dict[int, dict], train: dict[int, dict]) -> list
 
 
 def _series(rows: dict[int, dict], key: str, scale: float = 1.0) -> list[float | None]:
-    return [None if (v := _number(r.get(key))) is None else v * scale for r in rows.values()]
+    return [None if (v := finite_number(r.get(key))) is None else v * scale for r in rows.values()]
 
 
 def _step_count(rollouts: dict[int, dict], losses: dict[int, dict]) -> str:
@@ -606,7 +607,7 @@ def training_section(run: TrainingRun, index: int = 0) -> str:
         x = [str(k) for k in losses]
         charts.append(line_chart("training loss per step", x, [
             (name, _series(losses, name)) for name in ("loss", "eval_loss")
-            if any(_number(r.get(name)) is not None for r in losses.values())]))
+            if any(finite_number(r.get(name)) is not None for r in losses.values())]))
     if rollouts:
         charts += _rollout_charts(rollouts, train)
     if not charts:
@@ -621,8 +622,8 @@ def training_section(run: TrainingRun, index: int = 0) -> str:
 def _rollout_charts(rollouts: dict[int, dict], train: dict[int, dict]) -> list[str]:
     x = [str(k) for k in rollouts]
     kinds = flag_kinds(rollouts)
-    turns = [_number(r.get("turns")) or 0.0 for r in rollouts.values()]
-    per_kind = [(kind, [(_number(r.get(f"hack_{kind}")) or 0.0) / n if n else None
+    turns = [finite_number(r.get("turns")) or 0.0 for r in rollouts.values()]
+    per_kind = [(kind, [(finite_number(r.get(f"hack_{kind}")) or 0.0) / n if n else None
                         for r, n in zip(rollouts.values(), turns, strict=True)])
                 for kind in list(kinds)[:FLAG_KINDS_SHOWN]]
     return [
@@ -660,7 +661,7 @@ def _seconds(v: float) -> str:
 def _flag_table(kinds: dict[str, int], rollouts: dict[int, dict]) -> str:
     if not rollouts:
         return ""
-    turns = sum(_number(r.get("turns")) or 0.0 for r in rollouts.values())
+    turns = sum(finite_number(r.get("turns")) or 0.0 for r in rollouts.values())
     rows = [[kind, count, f"{100 * count / turns:.1f}%" if turns else "-"] for kind, count in kinds.items()]
     if not rows:
         return f'<p class="note flags">No turn was flagged by anti-cheat in {turns:.0f} turns.</p>'
@@ -673,7 +674,7 @@ def _rollout_table(rollouts: dict[int, dict], train: dict[int, dict]) -> str:
     rows = []
     for (step, r), opt in zip(rollouts.items(), optimiser, strict=True):
         def num(key, fmt="{:.3f}", scale=1.0):
-            v = _number(r.get(key))
+            v = finite_number(r.get(key))
             return "-" if v is None else fmt.format(v * scale)
         rows.append((str(step), num("score_mean"), num("correct_rate", "{:.1f}%", 100),
                      num("first_turn_correct_rate", "{:.1f}%", 100),

@@ -41,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.html:
         return _html(args, paths)
-    runs = [p for p in paths if _is_run(p)]
-    unread = [p for p in runs if not _has_metrics(p)]
+    from cudaperf.report_html import is_training_metrics, metrics_file
+
+    runs = [p for p in paths if is_training_metrics(p)]
+    unread = [p for p in runs if not metrics_file(p).is_file()]
     if unread:
         print(f"cudaperf report: {unread[0]}: no metrics.jsonl, and not one *metrics.jsonl to take instead: "
               "name the run's metrics file (e.g. DIR/rl_metrics.jsonl)", file=sys.stderr)
@@ -61,18 +63,6 @@ def run(args: argparse.Namespace) -> int:
         print(render(results, title=title), end="")
         return 0
     return _rich(results, paths)
-
-
-def _is_run(path: Path) -> bool:
-    from cudaperf.report_html import is_training_metrics
-
-    return is_training_metrics(path)
-
-
-def _has_metrics(path: Path) -> bool:
-    from cudaperf.report_html import metrics_file
-
-    return metrics_file(path).is_file()
 
 
 def _run_summary(path: Path, markdown: bool) -> None:

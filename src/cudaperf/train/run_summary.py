@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudaperf.report_html import TrainingRun, flag_kinds, optimizer_seconds
+from cudaperf.report_html import TrainingRun, finite_number, flag_kinds, optimizer_seconds
+from cudaperf.train.monitor import EVALUATIONS_FILE
 
-EVALUATIONS_NAME = "evaluations.jsonl"
 WAIT_STAGES = ("build_wait", "gate_wait", "plan_wait")  # an answer waiting for another's stage
 PARTS = ("generation", "evaluation", "optimiser")
 
@@ -74,18 +74,14 @@ class TimeSplit:
         return 60.0 * turns / total_s if total_s > 0 else None
 
 
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def time_split(run: TrainingRun) -> TimeSplit:
     """The run's rollout batches with their generation, evaluation and optimiser seconds."""
     rollouts, train = run.of_kind("rollout"), run.of_kind("train")
     optimiser = optimizer_seconds(rollouts, train) if rollouts else []
-    batches = tuple(BatchTime(step, int(_number(r.get("turns")) or 0), _number(r.get("generate_s")),
-                              _number(r.get("evaluate_s")), opt)
+    batches = tuple(BatchTime(step, int(finite_number(r.get("turns")) or 0),
+                              finite_number(r.get("generate_s")), finite_number(r.get("evaluate_s")), opt)
                     for (step, r), opt in zip(rollouts.items(), optimiser, strict=True))
-    steps = [s for s, r in train.items() if _number(r.get("step_s")) is not None]
+    steps = [s for s, r in train.items() if finite_number(r.get("step_s")) is not None]
     return TimeSplit(batches, len(steps))
 
 
@@ -120,7 +116,7 @@ def summarise_evaluations(records: Iterable[Mapping], unreadable: int = 0) -> Ev
         outcome = str(r.get("outcome"))
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         for stage, value in (r.get("stage_durations_s") or {}).items():
-            if (seconds := _number(value)) is None or stage == "total":
+            if (seconds := finite_number(value)) is None or stage == "total":
                 continue
             every.setdefault(stage, []).append(seconds)
             if outcome == "correct":
@@ -137,14 +133,14 @@ def evaluations_file(run_path: Path) -> Path | None:
     named *evaluations.jsonl(.gz); beside a metrics file, the one with its prefix (`rl_metrics.jsonl` ->
     `rl_evaluations.jsonl` or `.jsonl.gz`); None when there is none."""
     if run_path.is_dir():
-        own = run_path / EVALUATIONS_NAME
+        own = run_path / EVALUATIONS_FILE
         if own.is_file():
             return own
-        found = [p for pattern in (f"*{EVALUATIONS_NAME}", f"*{EVALUATIONS_NAME}.gz")
+        found = [p for pattern in (f"*{EVALUATIONS_FILE}", f"*{EVALUATIONS_FILE}.gz")
                  for p in sorted(run_path.glob(pattern))]
         return found[0] if len(found) == 1 else None
     prefix = run_path.name.removesuffix("metrics.jsonl")
-    for name in (f"{prefix}{EVALUATIONS_NAME}", f"{prefix}{EVALUATIONS_NAME}.gz"):
+    for name in (f"{prefix}{EVALUATIONS_FILE}", f"{prefix}{EVALUATIONS_FILE}.gz"):
         if (run_path.parent / name).is_file():
             return run_path.parent / name
     return None
