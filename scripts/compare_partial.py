@@ -91,6 +91,7 @@ def _load(path: Path, store: type) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     from cudaperf.train.compare import comparison_sections
+    from cudaperf.train.compare_table import HEADLINE_FIGURES
 
     args = parse_args(argv)
     runs, notes, outcomes, families = partial_runs(args)
@@ -99,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(notes))
     for model, by_set in sections["table"].items():  # a line a model and set, for a model-day call's summary
         for set_name, row in by_set.items():
-            means = {name: row[name]["mean"] for name in ("first_turn_correct", "best_of_turns_correct",
-                                                           "fast_1", "speedup_geomean_all")}
+            means = {name: row[name]["mean"] for name in HEADLINE_FIGURES}
             print("RESULT partial " + json.dumps({"model": model, "set": set_name, **means}))
     return 0
 

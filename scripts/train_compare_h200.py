@@ -17,7 +17,8 @@ Each call copies comparison.md / comparison.json and every run's figures.json to
 `--kinds` and `--families` narrow every set (e.g. to the families RL trained on, where a set round-robin
 over all families holds few of their tasks).
 
-Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1, geometric-mean
+Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1 (and counting only
+speedups whose 95% lower bound clears 1.0x), geometric-mean
 speedup (solved tasks; all tasks with unsolved = 1), mean structural score, anti-cheat flagged share.
 
 Not covered: training (train_h200.py), plots (`cudaperf report --html` over a run's trajectories.jsonl).
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
     from cudaperf.train.compare import COMPARISON_MD, run_compare
+    from cudaperf.train.compare_table import HEADLINE_FIGURES
 
     models = args.models if args.models is not None else _default_models(args)
     if not models:
@@ -92,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{report.runs_unfinished} unfinished; {(time.monotonic() - started) / 60:.1f} min this call")
     print("RESULT compare " + json.dumps({
         "runs_done": report.runs_done, "runs_unfinished": report.runs_unfinished,
-        "table": {f"{m}/{s}": {k: (row[k]["mean"], row[k]["std"]) for k in ("first_turn_correct",
-                                                                            "best_of_turns_correct",
-                                                                            "fast_1", "speedup_geomean_all")}
+        "table": {f"{m}/{s}": {k: (row[k]["mean"], row[k]["std"]) for k in HEADLINE_FIGURES}
                   for m, by_set in report.table.items() for s, row in by_set.items()}}), flush=True)
     print("done" if report.finished else "not finished: call the same command again (it resumes from /tmp)")
     return 0

@@ -222,9 +222,13 @@ class ConfigTiming:
     def speedup_vs_compile(self) -> float | None:
         return self.compiled.median_ms / self.candidate.median_ms if self.compiled else None
 
+    def baseline_timing(self, baseline: str) -> Timing | None:
+        """Any baseline's timing by name ('eager', 'compile', or a key of `baselines`)."""
+        return {"eager": self.eager, "compile": self.compiled, **self.baselines}.get(baseline)
+
     def speedup(self, baseline: str) -> float | None:
         """Speedup against any baseline by name ('eager', 'compile', or a key of `baselines`)."""
-        timing = {"eager": self.eager, "compile": self.compiled, **self.baselines}.get(baseline)
+        timing = self.baseline_timing(baseline)
         return (timing.median_ms / self.candidate.median_ms if timing and self.candidate.median_ms > 0
                 else None)
 

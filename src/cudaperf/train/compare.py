@@ -14,6 +14,8 @@ from their last turn (`TrajectoryStore`), so the comparison survives calls of a 
 Figures per run (`RunFigures`): first-turn correct rate (over trajectories), best-of-turns correct rate
 (a trajectory with any correct turn), fast_1 (share of tasks whose best kernel is correct and faster than
 the baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `baseline='auto'`),
+fast_1_sure (the same, counting only kernels whose speedup's bootstrap lower bound clears 1.0x:
+`cudaperf.speedup_confidence`; a copy of the baseline lands above 1.0x about half the time),
 geometric-mean speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted
 1.0: it keeps its baseline), mean structural score of the correct turns (`structural_score` of the
 unified reward), and the anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max

@@ -32,6 +32,7 @@ class RunFigures:
     best_of_turns_correct: float
     correct_rate: float  # over all turns
     fast_1: float
+    fast_1_sure: float  # fast_1 counting only speedups whose 95% lower bound is above 1.0
     speedup_geomean: float | None  # best kernels of solved tasks
     speedup_geomean_all: float  # every task, unsolved = 1.0
     structural_mean: float | None  # correct turns with a structural score
@@ -41,8 +42,12 @@ class RunFigures:
     completion_tokens_per_turn: float
 
 
-FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "speedup_geomean", "speedup_geomean_all",
-           "structural_mean", "correct_rate", "flagged_rate", "no_code_rate", "mean_reward")
+FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "speedup_geomean",
+           "speedup_geomean_all", "structural_mean", "correct_rate", "flagged_rate", "no_code_rate",
+           "mean_reward")
+HEADLINE_FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure",
+                    "speedup_geomean_all")
+"""The figures a one-line summary of a comparison shows (the scripts' `RESULT` lines)."""
 
 
 def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = None) -> RunFigures:
@@ -50,6 +55,7 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
     tasks (a task without any trajectory counts as unsolved)."""
     from cudaperf.agent.summary import best_per_task
     from cudaperf.anticheat.policy import is_violation
+    from cudaperf.speedup_confidence import speedup_interval, surely_faster
 
     turns = [r for tr in trajectories for r in tr.turns]
     ids = sorted(set(task_ids or ()) | {tr.task_id for tr in trajectories})
@@ -65,6 +71,8 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
         best_of_turns_correct=_mean([float(any(r.correct for r in tr.turns)) for tr in trajectories]),
         correct_rate=_mean([float(r.correct) for r in turns]),
         fast_1=sum(1 for s in solved if s > 1.0) / max(1, len(ids)),
+        fast_1_sure=sum(1 for b in best.values() if b.correct and b.speedup is not None
+                        and surely_faster(speedup_interval(b.result.timings, b.baseline))) / max(1, len(ids)),
         speedup_geomean=math.exp(_mean([math.log(s) for s in solved])) if solved else None,
         speedup_geomean_all=math.exp(_mean(all_tasks)) if all_tasks else 1.0,
         structural_mean=_mean(structural) if structural else None,
@@ -201,14 +209,15 @@ def table_row(seeds: Sequence[int], figures: Sequence[dict[str, Any]]) -> dict[s
     """One model and set of the table: each figure's spread over the seeds' runs (`RunFigures` as dicts)."""
     row: dict[str, Any] = {"seeds": list(seeds), "tasks": figures[0]["tasks"]}
     for name in FIGURES:
-        row[name] = asdict(spread([f[name] for f in figures]))
+        row[name] = asdict(spread([f.get(name) for f in figures]))  # a run from before a figure: None
     return row
 
 
-PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "correct_rate", "flagged_rate",
+PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "correct_rate", "flagged_rate",
        "no_code_rate"}
 COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct", "best-of-turns correct"),
-           ("fast_1", "fast_1"), ("speedup_geomean", "geomean x (solved)"),
+           ("fast_1", "fast_1"), ("fast_1_sure", "fast_1 (95% sure)"),
+           ("speedup_geomean", "geomean x (solved)"),
            ("speedup_geomean_all", "geomean x (all, unsolved=1)"), ("structural_mean", "structural"),
            ("flagged_rate", "anti-cheat flagged"))
 
@@ -226,7 +235,8 @@ def table_markdown(table: dict[str, dict[str, dict[str, Any]]], turns: int) -> s
             lines.append(markdown_row([set_name, model, len(row["seeds"]), row["tasks"], *cells]))
     note = (f"\nBest of {turns} turns; cells: mean ± sample std (min–max) over seeds. fast_1 and geomean: "
             "the best kernel of each task against its baseline (eager for PyTorch tasks, the naive CUDA "
-            "port for C tasks unless --baseline says otherwise).\n")
+            "port for C tasks unless --baseline says otherwise). fast_1 (95% sure): only kernels whose "
+            "speedup's bootstrap lower bound (one-sided 95%, over the timing samples) is above 1.0x.\n")
     return "\n".join(lines) + "\n" + note
 
 
