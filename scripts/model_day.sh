@@ -112,6 +112,8 @@
 # serves mu steps, evaluation being ~80% of a step's time (session 38). RL_EVAL_WORKERS: sandboxed
 # evaluation workers per GPU in RL (RlConfig.eval_workers_per_gpu, default 8). RL_BASELINES: what RL's
 # candidates are timed against (RlConfig.timing_baselines: reward, the default, or all; the same in B and C).
+# RL_SHARE=0: every RL answer evaluated, repeats too (RlConfig.share_repeated_answers; default 1: each
+# distinct answer once, its repeats given its result; the same in B and C).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
 # order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
@@ -497,6 +499,8 @@ PY
 }
 GEN_WEIGHTS=$(gen_weights)
 
+SHARE_FLAG=--rl-share-repeated-answers  # RL_SHARE=0: every answer evaluated, repeats too
+(( ${RL_SHARE:-1} )) || SHARE_FLAG=--no-rl-share-repeated-answers
 SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carries it, B trains on it
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 # shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
@@ -508,6 +512,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
             --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
             --rl-timing-baselines "${RL_BASELINES:-reward}"
+            "$SHARE_FLAG"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding

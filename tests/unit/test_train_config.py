@@ -142,3 +142,16 @@ def test_a_run_saved_before_timing_baselines_existed_is_read_as_timing_every_bas
     del saved["timing_baselines"]
     path.write_text(json.dumps(saved))
     assert load_config(tmp_path).timing_baselines == "all"
+
+
+def test_a_run_saved_before_shared_answers_existed_is_read_as_evaluating_every_answer(tmp_path):
+    path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
+    saved = json.loads(path.read_text())
+    del saved["share_repeated_answers"]
+    path.write_text(json.dumps(saved))
+    assert load_config(tmp_path).share_repeated_answers is False
+
+
+def test_a_resumed_rl_run_may_not_change_whether_it_shares_repeated_answers():
+    with pytest.raises(ConfigError, match="share_repeated_answers"):  # repeats' rewards would change
+        check_resume(RlConfig(), RlConfig(share_repeated_answers=False))

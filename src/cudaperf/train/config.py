@@ -27,8 +27,9 @@ GENERATION_WEIGHTS = ("autocast", "bfloat16")
 # What the rollouts' candidates are timed against (`RlConfig.timing_baselines`); 'reward' names the baselines
 # a reward reads (`cudaperf.reward.SPEEDUP_BASELINES`).
 TIMING_BASELINES = ("reward", "all")
-# Saved before `timing_baselines` existed, a run timed every baseline: read so, it resumes as it ran.
-LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all"}}
+# Saved before `timing_baselines` existed, a run timed every baseline; before `share_repeated_answers`, it
+# evaluated every answer: read so, it resumes as it ran.
+LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all", "share_repeated_answers": False}}
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
@@ -329,6 +330,11 @@ class RlConfig(CommonConfig):
     candidates waited 281 s (summed) for them. What 'reward' changes besides: a C task's feedback then names
     the naive port's speedup alone, where SFT's refinement examples and the comparison (`cudaperf train
     compare`, every baseline) also show serial C's."""
+    share_repeated_answers: bool = True
+    """Evaluate each distinct answer once in a run (`agent.shared_answers.SharedAnswers`, the last 4,096
+    distinct answers remembered): an answer repeated character for character gets the evaluated one's
+    result, and so its reward, instead of an evaluation that would differ only by timing noise. Off: every
+    answer is evaluated. A run saved before the field existed is read as off, the way it ran."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
     eval_workers_per_gpu: int = 8

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cudaperf.agent.evaluation import ReportingEvaluator
+from cudaperf.agent.shared_answers import SharedAnswers
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
@@ -136,7 +137,8 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
         slow(progress)
         record(progress)
 
-    judge = ReportingEvaluator(evaluator, on_result, report_stalls(started, config.output_dir))
+    judge = ReportingEvaluator(SharedAnswers(evaluator) if config.share_repeated_answers else evaluator,
+                               on_result, report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
