@@ -3,7 +3,7 @@
 not: a batched comparison writes its run directories and figures only once every trajectory is done, and
 those stay on the GPU machine, so a comparison cut by its call's end leaves no table. Trajectory k of a
 task is seed k's (`train.compare._batched_runs`); the tasks of each set are resolved here as the
-comparison resolved them (same `--tasks`, kinds and families).
+comparison resolved them (same `--tasks`, kinds, families and `--min-headroom`).
 
     python3 scripts/compare_partial.py sft=DIR/sft-trajectories.jsonl rl=DIR/rl-trajectories.jsonl --tasks 16
 
@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the comparison's sets: heldout, val, test, train or NAME=TASK_SPEC")
     p.add_argument("--kinds", nargs="*", default=[], help="task kinds of the comparison (empty: both)")
     p.add_argument("--families", nargs="*", default=[], help="task families of the comparison (empty: all)")
+    p.add_argument("--min-headroom", type=float, default=0.0, help="the comparison's --min-headroom")
+    p.add_argument("--measurements", default="benchmarks/dataset_measure",
+                   help="the dataset measurements --min-headroom reads")
     return p.parse_args(argv)
 
 
@@ -52,7 +55,9 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOut
     from cudaperf.train.compare import CompareConfig, _tasks, set_spec
     from cudaperf.train.compare_table import run_figures, task_family, trajectory_outcomes
 
-    config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds), families=tuple(args.families))
+    config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds), families=tuple(args.families),
+                           min_headroom=args.min_headroom,
+                           measurements=args.measurements if args.min_headroom else "")
     tasks = {name: _tasks(spec, config) for name, spec in map(set_spec, args.sets)}
     sets = {name: [t.task_id for t in found] for name, found in tasks.items()}
     families = {t.task_id: task_family(t) for found in tasks.values() for t in found}

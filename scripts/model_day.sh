@@ -112,6 +112,9 @@
 # serves mu steps, evaluation being ~80% of a step's time (session 38). RL_EVAL_WORKERS: sandboxed
 # evaluation workers per GPU in RL (RlConfig.eval_workers_per_gpu, default 8). RL_BASELINES: what RL's
 # candidates are timed against (RlConfig.timing_baselines: reward, the default, or all; the same in B and C).
+# RL_MIN_HEADROOM=x: RL only on tasks whose fastest measured implementation is x times their baseline or
+# more (RlConfig.min_headroom; the same in B and C; `cudaperf dataset stats benchmarks/dataset_measure`
+# shows each family's headroom); COMPARE_MIN_HEADROOM=x: the comparison's tasks alike (C and D alike).
 # RL_SHARE=0: every RL answer evaluated, repeats too (RlConfig.share_repeated_answers; default 1: each
 # distinct answer once, its repeats given its result; the same in B and C).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
@@ -514,6 +517,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --rl-timing-baselines "${RL_BASELINES:-reward}"
             "$SHARE_FLAG"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
+            --rl-min-headroom "${RL_MIN_HEADROOM:-0}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024
             --rl-generation-cache "$GEN_CACHE" --rl-generation-weights "$GEN_WEIGHTS" --rl-profile-decoding
             --rl-generation-attention "${RL_GEN_ATTENTION:-no_cudnn}"
@@ -528,6 +532,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
   [[ -n ${COMPARE_KINDS:-} ]] && { read -r -a kinds <<< "$COMPARE_KINDS"; narrow+=(--kinds "${kinds[@]}"); }
   [[ -n ${COMPARE_FAMILIES:-} ]] && {
     read -r -a fams <<< "$COMPARE_FAMILIES"; narrow+=(--families "${fams[@]}"); }
+  [[ -n ${COMPARE_MIN_HEADROOM:-} ]] && narrow+=(--min-headroom "$COMPARE_MIN_HEADROOM")
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
   step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
     --seeds "${seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" \

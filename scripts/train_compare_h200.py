@@ -15,7 +15,8 @@ Each call copies comparison.md / comparison.json and every run's figures.json to
 (mean ± std (min–max) over the seeds done so far) and a `RESULT compare` line.
 
 `--kinds` and `--families` narrow every set (e.g. to the families RL trained on, where a set round-robin
-over all families holds few of their tasks).
+over all families holds few of their tasks); `--min-headroom X` to the tasks the dataset's measurements
+show X or more room over their baseline on (`datasets.measure.headroom`).
 
 Prints: per model and task set, first-turn and best-of-turns correct rate, fast_1 (and counting only
 speedups whose 95% lower bound clears 1.0x), geometric-mean
@@ -54,6 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="only tasks of these kinds (pytorch, c; empty: both)")
     p.add_argument("--families", nargs="*", default=[],
                    help="only tasks of these families (empty: all), e.g. the ones RL trained on")
+    p.add_argument("--min-headroom", type=float, default=0.0,
+                   help="only tasks the --measurements show this much room over the baseline or more "
+                        "(CompareConfig.min_headroom; 0: every task)")
+    p.add_argument("--measurements", default="benchmarks/dataset_measure",
+                   help="the dataset measurements --min-headroom reads")
     p.add_argument("--max-new-tokens", type=int, default=1536)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
@@ -107,7 +113,8 @@ def compare_config(args: argparse.Namespace, models: list[str]) -> Any:
     return CompareConfig(
         models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / "compare"),
         seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
-        kinds=tuple(args.kinds), families=tuple(args.families),
+        kinds=tuple(args.kinds), families=tuple(args.families), min_headroom=args.min_headroom,
+        measurements=args.measurements if args.min_headroom else "",
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, eval_mode=args.eval_mode,
         max_minutes=args.max_minutes, device="cpu" if args.cpu_smoke else "cuda",
         batch_seeds=not args.separate_seeds, generation_cache=args.generation_cache,

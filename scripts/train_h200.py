@@ -89,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--measurements", default="benchmarks/dataset_measure",
                    help="keep implementations measured correct here ('' for all)")
     p.add_argument("--rl-steps", type=int, default=4)
+    p.add_argument("--rl-min-headroom", type=float, default=0.0,
+                   help="RL only on tasks the --measurements show this much room over the baseline or more "
+                        "(RlConfig.min_headroom; 0: every task)")
     p.add_argument("--rl-tasks", nargs="+", default=["split:train"])
     p.add_argument("--rl-limit-tasks", type=int, default=32)
     p.add_argument("--rl-kinds", nargs="+", default=["pytorch", "c"],
@@ -475,6 +478,8 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
 
     config = RlConfig(model=model_dir, output_dir=str(args.work / "rl"), seed=args.seed,
                       tasks=tuple(args.rl_tasks), limit_tasks=args.rl_limit_tasks, max_turns=args.rl_turns,
+                      min_headroom=args.rl_min_headroom,
+                      measurements=args.measurements if args.rl_min_headroom else "",
                       kinds=tuple(args.rl_kinds), families=tuple(args.rl_families),
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,

@@ -12,7 +12,8 @@ count it, measure it on the GPU.
             task at a time, and a rerun continues where the last one stopped
   stats     counts per family and kind, configurations per task, implementations per task, splits,
             and what validate found; with a measurement (measurements.jsonl), its statistics
-            (stats.py); `--export DIR` also writes stats.md, task_ratios.csv, measurements.parquet
+            (stats.py), each family's headroom over its baseline among them (headroom.py); `--export DIR`
+            also writes stats.md, task_ratios.csv, measurements.parquet
   measure   verify and time every implementation on the GPU, resumably (`cudaperf.datasets.measure`: this
             module maps its flags to `MeasureOptions` and prints the run's summary)
 

@@ -59,7 +59,7 @@ from cudaperf.train.compare_table import (
     task_family,
     trajectory_outcomes,
 )
-from cudaperf.train.config import ConfigError
+from cudaperf.train.config import ConfigError, check_headroom
 from cudaperf.train.training_seeds import (
     policy_name,
     seed_groups,
@@ -103,6 +103,11 @@ class CompareConfig:
     """Only these families (empty: all)."""
     holdout_fraction: float = 0.05
     """The training runs' `holdout_fraction` (the 'heldout' set is the tasks it held out)."""
+    min_headroom: float = 0.0
+    """Only tasks the dataset shows can be made this much faster than their baseline or more (as
+    `RlConfig.min_headroom`; needs `measurements`), in every set, before `limit_tasks`. 0: every task."""
+    measurements: str = ""
+    """Directory of `dataset measure` results that `min_headroom` reads."""
     max_new_tokens: int = 2048
     """New tokens per reply."""
     temperature: float = 0.7
@@ -158,6 +163,7 @@ class CompareConfig:
             seed_groups(names)
         except ValueError as e:
             raise ConfigError(f"models: {e}; name each training seed once (NAME@seedK)") from None
+        check_headroom(self.min_headroom, self.measurements)
         if self.turns < 1 or self.samples < 1:
             raise ConfigError("turns and samples must be >= 1")
         if self.batch_seeds and self.samples != 1:
@@ -270,10 +276,11 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
 
 
 def _tasks(spec: str, config: CompareConfig) -> list[Any]:
-    from cudaperf.train.heldout import resolve_tasks
+    from cudaperf.train.heldout import headroom_ids, resolve_tasks
 
     found = resolve_tasks([spec], kinds=config.kinds, families=config.families, limit=config.limit_tasks,
-                          holdout_fraction=config.holdout_fraction if spec.startswith("heldout:") else 0.0)
+                          holdout_fraction=config.holdout_fraction if spec.startswith("heldout:") else 0.0,
+                          only=headroom_ids(config.min_headroom, config.measurements))
     if not found.tasks:
         raise ConfigError(f"task set {spec!r}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
     return list(found.tasks)
@@ -315,6 +322,8 @@ GENERATE_ROWS = 128  # rows per generate call of a local model
 
 def _settings(config: CompareConfig) -> dict[str, Any]:
     values = {k: getattr(config, k) for k in RUN_SETTINGS}
+    if config.min_headroom:  # only when set: runs from before the field compare equal without it
+        values["min_headroom"] = config.min_headroom
     return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 

@@ -46,6 +46,13 @@ class ConfigError(ValueError):
     """An impossible or contradictory configuration; the message says which fields and how to fix it."""
 
 
+def check_headroom(min_headroom: float, measurements: str) -> None:
+    """Refuse a negative `min_headroom`, or one without the measurements it reads."""
+    if min_headroom < 0 or (min_headroom and not measurements):
+        raise ConfigError(f"min_headroom={min_headroom}: use >= 0 (0: every task), and name the "
+                          "measurements it reads (measurements=DIR, e.g. benchmarks/dataset_measure)")
+
+
 @dataclass(frozen=True)
 class CommonConfig:
     """Fields both commands share."""
@@ -244,6 +251,14 @@ class RlConfig(CommonConfig):
     """Only these families (empty: all)."""
     limit_tasks: int = 64
     """At most this many tasks, round-robin across families (0: all)."""
+    min_headroom: float = 0.0
+    """RL only on tasks the dataset shows can be made this much faster than their baseline or more: the
+    fastest measured implementation over the naive CUDA port (C tasks) or eager (PyTorch tasks), geometric
+    mean over configurations (`datasets.measure.headroom`; needs `measurements`), applied before
+    `limit_tasks`. A task whose baseline is already the fastest gives RL correctness to learn and no speed:
+    a correct answer there measures at about 1.0x whatever it does. 0: every task."""
+    measurements: str = ""
+    """Directory of `dataset measure` results (measurements*.jsonl[.gz]) that `min_headroom` reads."""
     max_turns: int = 2
     """Turns per trajectory (Kevin: 4 in training)."""
     trajectories: int = 4
@@ -399,6 +414,7 @@ class RlConfig(CommonConfig):
             raise ConfigError(f"eval_mode={self.eval_mode!r}: use 'rl' or 'default'")
         if self.eval_workers_per_gpu < 1:
             raise ConfigError(f"eval_workers_per_gpu={self.eval_workers_per_gpu}: at least 1")
+        check_headroom(self.min_headroom, self.measurements)
         if self.timing_baselines not in TIMING_BASELINES:
             raise ConfigError(f"timing_baselines={self.timing_baselines!r}: use 'reward' or 'all'")
         if self.loss_type not in ("grpo", "dr_grpo", "dapo", "bnpo"):

@@ -18,7 +18,7 @@ Not covered: the family split itself (`cudaperf.datasets.splits`), loading task 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 HELDOUT_SPEC = "heldout:train"
@@ -57,10 +57,11 @@ def index_heldout(fraction: float, dataset_seed: int = 0) -> tuple[list[Any], di
 
 
 def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: Sequence[str] = (),
-                  limit: int = 0, holdout_fraction: float = 0.0) -> Any:
+                  limit: int = 0, holdout_fraction: float = 0.0, only: Collection[str] | None = None) -> Any:
     """The `TaskSet` of `specs` as `agent.taskset.resolve` gives it, without the held-out tasks (when
     `holdout_fraction` > 0); `heldout:train` gives exactly the held-out tasks, and `split:NAME` (no
-    directory) is read from the index with the held-out tasks removed before `limit` is applied."""
+    directory) is read from the index with the held-out tasks removed before `limit` is applied. `only`:
+    these task ids and no others (None: all), also before `limit`."""
     from cudaperf.agent.taskset import TaskSet, TaskSpecError, resolve, select, tasks_from_generated
 
     needs_index = any(s == HELDOUT_SPEC or (s.startswith("split:") and s.count(":") == 1) for s in specs)
@@ -73,15 +74,31 @@ def resolve_tasks(specs: Sequence[str], *, kinds: Sequence[str] = (), families: 
         if spec == HELDOUT_SPEC or (spec.startswith("split:") and spec.count(":") == 1):
             name = spec.split(":", 1)[1]
             chosen = [g for g in index if (g.task_id in held if spec == HELDOUT_SPEC
-                                           else assigned[g.task_id] == name and g.task_id not in held)]
+                                           else assigned[g.task_id] == name and g.task_id not in held)
+                      and (only is None or g.task_id in only)]
             found, bad = tasks_from_generated(select(chosen, kinds=kinds, families=families, limit=limit))
         else:
             other = resolve([spec], kinds=kinds, families=families)
-            found, bad = [t for t in other.tasks if t.task_id not in held], list(other.errors)
+            found, bad = [t for t in other.tasks if t.task_id not in held
+                          and (only is None or t.task_id in only)], list(other.errors)
         tasks.extend(found)
         errors.extend(bad)
     unique = list({t.task_id: t for t in reversed(tasks)}.values())[::-1]
     return TaskSet(tuple(select(unique, kinds=kinds, families=families, limit=limit)), tuple(errors))
 
 
-__all__ = ["HELDOUT_SPEC", "heldout_ids", "index_heldout", "resolve_tasks"]
+def headroom_ids(min_headroom: float, measurements: str) -> frozenset[str] | None:
+    """The task ids the measurements in `measurements` show `min_headroom` or more of room over the
+    baseline on (`datasets.measure.headroom`), for `resolve_tasks`' `only`; None when `min_headroom` is 0."""
+    if not min_headroom:
+        return None
+    from cudaperf.datasets.measure.headroom import tasks_with_headroom
+    from cudaperf.train.config import ConfigError
+
+    try:
+        return frozenset(tasks_with_headroom(measurements, min_headroom))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"measurements={measurements!r}: {exc}") from exc
+
+
+__all__ = ["HELDOUT_SPEC", "headroom_ids", "heldout_ids", "index_heldout", "resolve_tasks"]

@@ -2,7 +2,8 @@
 
 Recipe: tasks (`agent.taskset` specs) -> a dataset of their first prompts -> GRPOTrainer with
 `MultiTurnRollout` as its `rollout_func` (trajectories through the agent environment, evaluation in the
-sandboxed workers of `agent.evaluation.LocalEvaluator`, feedback masked by `env_mask`) and
+sandboxed workers of `agent.evaluation.LocalEvaluator`, each distinct answer once with
+`share_repeated_answers`: `agent.shared_answers`, feedback masked by `env_mask`) and
 `TurnReturnReward` as its reward (per-turn credit: `credit.py` says exactly how it reaches the loss).
 Defaults follow Kevin: KL off (beta 0, no reference model), clip-high (epsilon_high 0.28), constant
 length normalisation (dr_grpo), gradient clip 0.05. Each step's rollouts are summarised into
@@ -57,12 +58,17 @@ class RlReport:
 
 
 def load_tasks(config: RlConfig) -> list[Any]:
-    from cudaperf.train.heldout import resolve_tasks
+    """The tasks RL draws from: the configured specs, kinds and families, with `min_headroom` those the
+    measurements show room on, at most `limit_tasks`."""
+    from cudaperf.train.heldout import headroom_ids, resolve_tasks
 
+    only = headroom_ids(config.min_headroom, config.measurements)
     found = resolve_tasks(config.tasks, kinds=config.kinds, families=config.families,
-                          limit=config.limit_tasks, holdout_fraction=config.holdout_fraction)
+                          limit=config.limit_tasks, holdout_fraction=config.holdout_fraction, only=only)
     if not found.tasks:
-        raise ConfigError(f"tasks={config.tasks}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
+        room = f", with headroom >= {config.min_headroom}x in {config.measurements}" if only else ""
+        raise ConfigError(f"tasks={config.tasks}: no task{room} "
+                          f"({'; '.join(found.errors[:3]) or 'none matched'})")
     return list(found.tasks)
 
 

@@ -5,7 +5,8 @@ the export: the full table as Parquet (static features joined) and a summary sma
 Statistics (`MeasureStats`): tasks per family, configurations and implementations per task, the share
 of implementations verified (correct on every configuration of their task), tasks with >= 3 verified
 implementations, the distribution (quantiles, histogram) of each task's ratio between its slowest and
-fastest correct implementation, and throughput (tasks per minute) from the records' timestamps.
+fastest correct implementation, throughput (tasks per minute) from the records' timestamps, and each
+family's headroom over its baseline (`headroom.py`).
 
 The per-task ratio: on each configuration, the slowest correct implementation's median time over the
 fastest's; a task's ratio is the geometric mean over its configurations with >= 2 timed correct
@@ -38,6 +39,7 @@ from typing import Any
 
 from cudaperf.datasets.jsonl import read_records, result_files
 from cudaperf.datasets.measure.features import load_features
+from cudaperf.datasets.measure.headroom import family_headroom, headroom_markdown
 from cudaperf.datasets.measure.results import (
     flagged_tasks,
     impl_hash,
@@ -292,7 +294,9 @@ def stats_markdown(m: Measurements) -> str:
              *_overview(m, summaries), "",
              "## Slowest / fastest correct implementation per task (geometric mean over configurations)", "",
              *_ratio_section([s.ratio for s in summaries if s.ratio]), "", "## Per family", "",
-             *_family_table(family_stats(m, summaries))]
+             *_family_table(family_stats(m, summaries)), "",
+             "## Headroom: the fastest correct implementation over the baseline (C: the naive CUDA port; "
+             "PyTorch: eager)", "", *headroom_markdown(family_headroom(summaries))]
     return "\n".join(parts) + "\n"
 
 

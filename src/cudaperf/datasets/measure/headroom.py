@@ -1,0 +1,110 @@
+"""How much faster than its baseline a task can be made, as far as the dataset's own implementations
+show: per family, the speedup of each task's fastest correct implementation over the baseline a policy
+is judged against (the naive CUDA port for C tasks, PyTorch eager for PyTorch tasks).
+
+A family whose baseline is already (nearly) the fastest implementation gives RL correctness to learn but
+no speed: a correct answer there measures at about 1.0x whatever it does, so the reward's speedup term
+and fast_1 see only timing noise. Choosing RL's families by this table and by where the warm-started
+policy is correct puts it where both are to be had.
+
+Per task (`TaskSummary.speedups`, `stats.summarize_task`): on each configuration, the fastest correct
+implementation's time against the baseline's, the geometric mean over configurations. The fastest may
+differ between configurations, so this is an upper bound on what one kernel shows; for C tasks the naive
+port is among the implementations, so it is at least 1.0. Per family: tasks, the median and 90th
+percentile, the share of tasks at 1.1x or more, and the share whose baseline was the fastest
+implementation on every configuration.
+
+`tasks_with_headroom` gives the tasks at a threshold or more (`RlConfig.min_headroom`).
+
+Not covered: reading measurements (`stats.load_current`), the per-task ratios between implementations
+(`stats`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cudaperf.datasets.measure.stats import TaskSummary
+
+BASELINE = {"c": "naive", "pytorch": "eager"}
+"""The baseline of each task kind: the speedup key of `TaskSummary.speedups` a policy is judged by."""
+
+ROOM = 1.1
+"""A task has room when its fastest implementation is at least this much faster than the baseline."""
+
+
+@dataclass(frozen=True)
+class FamilyHeadroom:
+    """One family's headroom over its baseline (see the module docstring)."""
+
+    kind: str
+    family: str
+    tasks: int  # tasks with a measured speedup over the baseline
+    median: float
+    p90: float
+    with_room: float  # share of tasks at ROOM or more
+    baseline_fastest: float  # share of tasks whose baseline implementation was fastest everywhere
+
+
+def family_headroom(summaries: Sequence[TaskSummary]) -> list[FamilyHeadroom]:
+    """Per (kind, family), sorted, for the tasks with a speedup over their kind's baseline."""
+    groups: dict[tuple[str, str], list[TaskSummary]] = {}
+    for s in summaries:
+        if s.speedups.get(BASELINE.get(s.kind, "")):
+            groups.setdefault((s.kind, s.family), []).append(s)
+    out = []
+    for (kind, family), tasks in sorted(groups.items()):
+        speedups = sorted(s.speedups[BASELINE[kind]] for s in tasks)
+        out.append(FamilyHeadroom(
+            kind, family, len(tasks), statistics.median(speedups), _p90(speedups),
+            sum(v >= ROOM for v in speedups) / len(speedups),
+            sum(_baseline_fastest(s) for s in tasks) / len(tasks)))
+    return out
+
+
+def task_headroom(summaries: Sequence[TaskSummary]) -> dict[str, float]:
+    """task id -> its speedup over its kind's baseline, for the tasks that have one."""
+    return {s.task_id: s.speedups[BASELINE[s.kind]] for s in summaries
+            if s.speedups.get(BASELINE.get(s.kind, ""))}
+
+
+def tasks_with_headroom(measurements: str | Path, at_least: float) -> dict[str, float]:
+    """task id -> headroom, for the tasks of the measurements in `measurements` (a directory, its rows of
+    current sources: `stats.load_current`) whose headroom is `at_least` or more."""
+    from cudaperf.datasets.measure import stats
+
+    directory = Path(measurements)
+    if not stats.measurement_files(directory):
+        raise FileNotFoundError(f"no measurements*.jsonl[.gz] under {directory}: name the directory "
+                                "`cudaperf dataset measure` wrote")
+    found = task_headroom(stats.task_summaries(stats.load_current(directory)))
+    return {task_id: v for task_id, v in found.items() if v >= at_least}
+
+
+def _p90(ordered: list[float]) -> float:
+    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+
+def _baseline_fastest(summary: TaskSummary) -> bool:
+    """Whether the baseline implementation (C: the `naive` strategy) was fastest on every configuration;
+    PyTorch's eager is not among the implementations, so never."""
+    strategies = set(summary.best_strategy.values())
+    return summary.kind == "c" and strategies == {"naive"}
+
+
+def headroom_markdown(rows: Sequence[FamilyHeadroom]) -> list[str]:
+    """The table as markdown lines ([] without rows)."""
+    if not rows:
+        return []
+    lines = [f"| kind | family | tasks | fastest / baseline p50 | p90 | tasks >= {ROOM}x "
+             "| baseline fastest |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.kind} | {r.family} | {r.tasks} | {r.median:.2f} | {r.p90:.2f} | "
+                     f"{r.with_room:.0%} | {r.baseline_fastest:.0%} |")
+    return lines
