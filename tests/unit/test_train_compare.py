@@ -348,3 +348,31 @@ def test_the_compare_script_narrows_every_set_to_the_kinds_and_families_asked(tm
     args = script.parse_args(["--work", str(tmp_path), "--kinds", "c", "--families", "gemv", "map"])
     config = script.compare_config(args, ["sft=x"])
     assert (config.kinds, config.families) == (("c",), ("gemv", "map"))
+
+
+class _Counting:
+    """The real evaluator, with the pairs it was sent counted."""
+
+    def __init__(self, inner):
+        self.inner, self.pairs = inner, 0
+
+    @property
+    def arch(self):
+        return self.inner.arch
+
+    def evaluate_stream(self, pairs):
+        self.pairs += len(pairs)
+        return self.inner.evaluate_stream(pairs)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("share, evaluated", [(True, 2), (False, 4)])
+def test_an_answer_repeated_by_another_seed_is_evaluated_once(tmp_path, task_file, cpu_evaluator, share,
+                                                              evaluated):
+    counting = _Counting(cpu_evaluator)  # two seeds write the same two answers, one a turn
+    config = compare_config(tmp_path, task_file, share_repeated_answers=share)
+    report = run_compare(config, evaluator=counting, backend_factory=scripted_factory([]))
+    assert counting.pairs == evaluated
+    assert report.table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0

@@ -6,7 +6,8 @@ e.g. a training run's `final/`), every task set (`heldout`: held-out tasks of th
 `train/heldout.py`; `val` / `test`: the dataset's held-out families; or `NAME=TASK_SPEC`) and every seed,
 `agent.loop.refine` runs `samples` trajectories of `turns` turns per task against one evaluator
 (`agent.evaluation.LocalEvaluator`, `eval_mode='rl'` by default), with the environment the RL rollouts use
-(reward preset, context budget, anti-cheat policy). Each (model, set, seed) is one run directory
+(reward preset, context budget, anti-cheat policy), each distinct answer evaluated once
+(`share_repeated_answers`). Each (model, set, seed) is one run directory
 `<output_dir>/<model>/<set>/seed<k>/` holding `trajectories.jsonl` (one line per turn, written as it
 finishes) and, once complete, `figures.json`; a second call skips complete runs and continues partial ones
 from their last turn (`TrajectoryStore`), so the comparison survives calls of a few minutes each.
@@ -140,6 +141,11 @@ class CompareConfig:
     """Input seeds per correctness check."""
     timing_budget_ms: float = 50.0
     """Timing budget per candidate and configuration."""
+    share_repeated_answers: bool = True
+    """Evaluate each distinct answer once over the whole comparison (`agent.shared_answers`): an answer
+    written again, character for character, by another seed or model gets the first one's result, so two
+    models that answer alike are judged on one measurement. Off: every answer is evaluated. Not part of a
+    run's settings (a result is the same answer's either way, up to timing noise)."""
     max_minutes: float = 0.0
     """Start no round after this many minutes (0: no limit); calling again continues."""
     profile_decoding: bool = False
@@ -229,6 +235,7 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     """Every (model, set, seed) run not yet complete, then the table over what is complete.
     `evaluator` replaces the configured one; `backend_factory(spec)` replaces `load_backend`."""
     from cudaperf.agent.evaluation import ReportingEvaluator
+    from cudaperf.agent.shared_answers import SharedAnswers
     from cudaperf.train.monitor import report_slow_results, report_stalls
 
     started = time.perf_counter()
@@ -241,7 +248,8 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     own = evaluator is None
     evaluator = evaluator or make_evaluator(config)
     # a stalled round names its laggards, and one with no result at all says where its jobs wait
-    judge = ReportingEvaluator(evaluator, report_slow_results(started), report_stalls(started, out))
+    judge = ReportingEvaluator(SharedAnswers(evaluator) if config.share_repeated_answers else evaluator,
+                               report_slow_results(started), report_stalls(started, out))
     done = skipped = unfinished = 0
     try:
         for entry in config.models:
