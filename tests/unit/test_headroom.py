@@ -44,13 +44,13 @@ def test_the_table_has_a_row_a_family():
 
 
 def test_rl_draws_only_tasks_with_the_headroom_asked_for():
-    from cudaperf.datasets.measure.headroom import tasks_with_headroom
+    from cudaperf.train.heldout import headroom_ids
     from cudaperf.train.rl import load_tasks
 
     config = RlConfig(kinds=("c",), families=("conv2d", "map"), min_headroom=1.1, measurements=MEASUREMENTS,
                       limit_tasks=8, eval_device="cuda")
     tasks = load_tasks(config)
-    room = tasks_with_headroom(MEASUREMENTS, 1.1)
+    room = headroom_ids(1.1, MEASUREMENTS)
     assert len(tasks) == 8 and all(t.task_id in room for t in tasks)
     assert {t.family for t in tasks} == {"map"}  # no conv2d task has 1.1x of room in these measurements
 

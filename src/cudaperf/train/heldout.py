@@ -92,13 +92,17 @@ def headroom_ids(min_headroom: float, measurements: str) -> frozenset[str] | Non
     baseline on (`datasets.measure.headroom`), for `resolve_tasks`' `only`; None when `min_headroom` is 0."""
     if not min_headroom:
         return None
-    from cudaperf.datasets.measure.headroom import tasks_with_headroom
+    from pathlib import Path
+
+    from cudaperf.datasets.measure import stats
+    from cudaperf.datasets.measure.headroom import task_headroom
     from cudaperf.train.config import ConfigError
 
-    try:
-        return frozenset(tasks_with_headroom(measurements, min_headroom))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"measurements={measurements!r}: {exc}") from exc
+    if not stats.measurement_files(Path(measurements)):
+        raise ConfigError(f"measurements={measurements!r}: no measurements*.jsonl[.gz] there; name the "
+                          "directory `cudaperf dataset measure` wrote")
+    found = task_headroom(stats.task_summaries(stats.load_current(Path(measurements))))
+    return frozenset(task_id for task_id, room in found.items() if room >= min_headroom)
 
 
 __all__ = ["HELDOUT_SPEC", "headroom_ids", "heldout_ids", "index_heldout", "resolve_tasks"]

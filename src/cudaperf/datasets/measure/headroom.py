@@ -14,7 +14,7 @@ port is among the implementations, so it is at least 1.0. Per family: tasks, the
 percentile, the share of tasks at 1.1x or more, and the share whose baseline was the fastest
 implementation on every configuration.
 
-`tasks_with_headroom` gives the tasks at a threshold or more (`RlConfig.min_headroom`).
+`task_headroom` gives each task's, which `train.heldout.headroom_ids` thresholds (`RlConfig.min_headroom`).
 
 Not covered: reading measurements (`stats.load_current`), the per-task ratios between implementations
 (`stats`).
@@ -25,11 +25,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from cudaperf.datasets.measure.stats import TaskSummary
+
+class TaskSummary(Protocol):
+    """What this module reads of a task's measurement (`stats.TaskSummary` has it; `stats` imports this
+    module, so it is named here by shape)."""
+
+    task_id: str
+    kind: str
+    family: str
+    best_strategy: dict[str, str]  # configuration -> fastest correct strategy
+    speedups: dict[str, float | None]  # baseline -> the fastest implementation's speedup over it
 
 BASELINE = {"c": "naive", "pytorch": "eager"}
 """The baseline of each task kind: the speedup key of `TaskSummary.speedups` a policy is judged by."""
@@ -71,19 +78,6 @@ def task_headroom(summaries: Sequence[TaskSummary]) -> dict[str, float]:
     """task id -> its speedup over its kind's baseline, for the tasks that have one."""
     return {s.task_id: s.speedups[BASELINE[s.kind]] for s in summaries
             if s.speedups.get(BASELINE.get(s.kind, ""))}
-
-
-def tasks_with_headroom(measurements: str | Path, at_least: float) -> dict[str, float]:
-    """task id -> headroom, for the tasks of the measurements in `measurements` (a directory, its rows of
-    current sources: `stats.load_current`) whose headroom is `at_least` or more."""
-    from cudaperf.datasets.measure import stats
-
-    directory = Path(measurements)
-    if not stats.measurement_files(directory):
-        raise FileNotFoundError(f"no measurements*.jsonl[.gz] under {directory}: name the directory "
-                                "`cudaperf dataset measure` wrote")
-    found = task_headroom(stats.task_summaries(stats.load_current(directory)))
-    return {task_id: v for task_id, v in found.items() if v >= at_least}
 
 
 def _p90(ordered: list[float]) -> float:
