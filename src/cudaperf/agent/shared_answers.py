@@ -1,18 +1,25 @@
 """Each distinct answer evaluated once: `SharedAnswers`, a `CandidateEvaluator` that sends its inner
 evaluator one pair per distinct (task, answer) and gives every repeat of that answer the same result.
 
-A sampled policy repeats itself: once it has learned a kernel, several answers of a group, and of later
-groups, are that kernel token for token. Evaluating each again costs the evaluator (the GPU's timing gate
+A sampled policy repeats itself: a refinement turn often sends the last turn's kernel back unchanged,
+and a policy that has learned a kernel writes it again for a task it meets again. Evaluating each again costs the evaluator (the GPU's timing gate
 above all) a result that differs from the first only by timing noise, and that noise then ranks copies of
 one kernel against each other in GRPO's group advantages. Shared, equal answers get equal results and
 equal rewards, and the evaluator times each answer once.
 
 Identity: the task id and the answer's exact source text and format (one character apart is another
-answer: the source is the program, docstring included, and a program can read its own text). Memory:
-the last `remember` distinct answers' results over batches (0: repeats within a batch only). A repeat's
-result is the evaluated one's with the repeat's solution id, and stage durations `{"shared": 0.0,
-"total": 0.0}`: it took no evaluator time, so a run's time accounting counts each evaluation once. A
-harness error (the machine's fault, not the answer's) is shared within its batch but not remembered.
+answer: the source is the program, docstring included, and a program can read its own text). Memory: the
+last `remember` distinct answers' results over batches (0: repeats within a batch only). Most repeats are
+across batches: a refinement turn that sends the last turn's code back unchanged. A repeat's result is
+the evaluated one's with the repeat's solution id, and stage durations `{"shared": 0.0, "total": 0.0}`:
+it took no evaluator time, so a run's time accounting counts each evaluation once. A harness error (the
+machine's fault, not the answer's) is shared within its batch but not remembered. Batches handed in from
+several threads at once share what is known when each starts; an answer new to two of them is evaluated
+in both.
+
+What a repeat does not get: a second draw of what an evaluation randomises. The correctness checks run on
+the evaluator's fixed seeds, so they would give the repeat the same verdict, but the unseen timing rounds'
+inputs and a flaky answer's luck would differ; a flaky answer keeps its first verdict.
 
 Not covered: near-duplicates (answers that differ only in comments or names are evaluated apart); what
 an evaluation does (`cudaperf.evaluate`).
@@ -76,7 +83,8 @@ class SharedAnswers:
                 repeats[key] = []
                 sent.append((task, solution))
                 origin.append(index)
-        self.evaluated += len(sent)
+        with self._lock:
+            self.evaluated += len(sent)
         for k, result in self.inner.evaluate_stream(sent):
             index = origin[k]
             key = answer_key(*pairs[index])
@@ -86,7 +94,8 @@ class SharedAnswers:
                 yield self._share(repeat, result, pairs[repeat][1])
 
     def _share(self, index: int, result: EvalResult, solution: Solution) -> tuple[int, EvalResult]:
-        self.shared += 1
+        with self._lock:
+            self.shared += 1
         return index, shared_result(result, solution)
 
     def _recall(self, key: AnswerKey) -> EvalResult | None:

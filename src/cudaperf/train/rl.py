@@ -66,7 +66,7 @@ def load_tasks(config: RlConfig) -> list[Any]:
     found = resolve_tasks(config.tasks, kinds=config.kinds, families=config.families,
                           limit=config.limit_tasks, holdout_fraction=config.holdout_fraction, only=only)
     if not found.tasks:
-        room = f", with headroom >= {config.min_headroom}x in {config.measurements}" if only else ""
+        room = "" if only is None else f", with headroom >= {config.min_headroom}x in {config.measurements}"
         raise ConfigError(f"tasks={config.tasks}: no task{room} "
                           f"({'; '.join(found.errors[:3]) or 'none matched'})")
     return list(found.tasks)

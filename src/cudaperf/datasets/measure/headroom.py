@@ -38,6 +38,7 @@ class TaskSummary(Protocol):
     best_strategy: dict[str, str]  # configuration -> fastest correct strategy
     speedups: dict[str, float | None]  # baseline -> the fastest implementation's speedup over it
 
+
 BASELINE = {"c": "naive", "pytorch": "eager"}
 """The baseline of each task kind: the speedup key of `TaskSummary.speedups` a policy is judged by."""
 
