@@ -96,6 +96,17 @@ def test_the_total_is_not_a_stage(tmp_path):
     assert "total" not in {t.stage for t in summary.stages}
 
 
+def test_a_shared_repeat_counts_as_an_answer_without_evaluator_time(tmp_path):
+    from cudaperf.agent.shared_answers import SHARED_DURATIONS
+
+    write_evaluations(tmp_path)
+    record_evaluations(0.0, tmp_path)(_result(Outcome.CORRECT, dict(SHARED_DURATIONS)))
+    summary = _summary(tmp_path)
+    stages = {t.stage: t for t in summary.stages}
+    assert summary.answers == 4 and (stages["shared"].answers, stages["shared"].sum_s) == (1, 0.0)
+    assert stages["timing"].sum_s == 4.0  # the evaluated answers' time, counted once
+
+
 def test_outcomes_are_counted_most_first(tmp_path):
     write_evaluations(tmp_path)
     summary = _summary(tmp_path)
