@@ -2,10 +2,10 @@
 evaluator one pair per distinct (task, answer) and gives every repeat of that answer the same result.
 
 A sampled policy repeats itself: a refinement turn often sends the last turn's kernel back unchanged,
-and a policy that has learned a kernel writes it again for a task it meets again. Evaluating each again costs the evaluator (the GPU's timing gate
-above all) a result that differs from the first only by timing noise, and that noise then ranks copies of
-one kernel against each other in GRPO's group advantages. Shared, equal answers get equal results and
-equal rewards, and the evaluator times each answer once.
+and a policy that has learned a kernel writes it again for a task it meets again. Evaluating each again
+costs the evaluator (the GPU's timing gate above all) a result that differs from the first only by timing
+noise, and that noise then ranks copies of one kernel against each other in GRPO's group advantages.
+Shared, equal answers get equal results and equal rewards, and the evaluator times each answer once.
 
 Identity: the task id and the answer's exact source text and format (one character apart is another
 answer: the source is the program, docstring included, and a program can read its own text). Memory: the
