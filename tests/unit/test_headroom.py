@@ -40,7 +40,12 @@ def test_a_task_without_its_baselines_speedup_is_left_out():
 
 def test_the_table_has_a_row_a_family():
     lines = headroom_markdown(family_headroom([_summary("a", "c", 2.0)]))
-    assert len(lines) == 3 and lines[2].startswith("| c | fam | 1 | 2.00 |")
+    assert len(lines) == 3 and lines[2].startswith("| c | fam | - | 1 | 2.00 |")
+
+
+def test_a_family_is_named_with_its_split():
+    (row,) = family_headroom([_summary("a", "c", 2.0), _summary("b", "c", 1.0)], {"a": "train", "b": "train"})
+    assert row.split == "train"
 
 
 def test_rl_draws_only_tasks_with_the_headroom_asked_for():

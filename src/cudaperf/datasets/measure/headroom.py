@@ -11,8 +11,8 @@ Per task (`TaskSummary.speedups`, `stats.summarize_task`): on each configuration
 implementation's time against the baseline's, the geometric mean over configurations. The fastest may
 differ between configurations, so this is an upper bound on what one kernel shows; for C tasks the naive
 port is among the implementations, so it is at least 1.0. Per family: tasks, the median and 90th
-percentile, the share of tasks at 1.1x or more, and the share whose baseline was the fastest
-implementation on every configuration.
+percentile, the share of tasks at 1.1x or more, the share whose baseline was the fastest implementation
+on every configuration, and the family's split (RL trains on the train split's families).
 
 `task_headroom` gives each task's, which `train.heldout.headroom_ids` thresholds (`RlConfig.min_headroom`).
 
@@ -23,7 +23,7 @@ Not covered: reading measurements (`stats.load_current`), the per-task ratios be
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,6 +52,7 @@ class FamilyHeadroom:
 
     kind: str
     family: str
+    split: str  # the family's split (train, val, test; several joined by "/"; "-" unknown)
     tasks: int  # tasks with a measured speedup over the baseline
     median: float
     p90: float
@@ -59,8 +60,10 @@ class FamilyHeadroom:
     baseline_fastest: float  # share of tasks whose baseline implementation was fastest everywhere
 
 
-def family_headroom(summaries: Sequence[TaskSummary]) -> list[FamilyHeadroom]:
-    """Per (kind, family), sorted, for the tasks with a speedup over their kind's baseline."""
+def family_headroom(summaries: Sequence[TaskSummary],
+                    split_of: Mapping[str, str] | None = None) -> list[FamilyHeadroom]:
+    """Per (kind, family), sorted, for the tasks with a speedup over their kind's baseline; `split_of`:
+    task id -> its split (`datasets.splits.split_tasks`), naming each family's."""
     groups: dict[tuple[str, str], list[TaskSummary]] = {}
     for s in summaries:
         if s.speedups.get(BASELINE.get(s.kind, "")):
@@ -68,8 +71,9 @@ def family_headroom(summaries: Sequence[TaskSummary]) -> list[FamilyHeadroom]:
     out = []
     for (kind, family), tasks in sorted(groups.items()):
         speedups = sorted(s.speedups[BASELINE[kind]] for s in tasks)
+        splits = sorted({(split_of or {}).get(s.task_id, "-") for s in tasks})
         out.append(FamilyHeadroom(
-            kind, family, len(tasks), statistics.median(speedups), _p90(speedups),
+            kind, family, "/".join(splits), len(tasks), statistics.median(speedups), _p90(speedups),
             sum(v >= ROOM for v in speedups) / len(speedups),
             sum(_baseline_fastest(s) for s in tasks) / len(tasks)))
     return out
@@ -96,10 +100,10 @@ def headroom_markdown(rows: Sequence[FamilyHeadroom]) -> list[str]:
     """The table as markdown lines ([] without rows)."""
     if not rows:
         return []
-    lines = [f"| kind | family | tasks | fastest / baseline p50 | p90 | tasks >= {ROOM}x "
+    lines = [f"| kind | family | split | tasks | fastest / baseline p50 | p90 | tasks >= {ROOM}x "
              "| baseline fastest |",
-             "|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.kind} | {r.family} | {r.tasks} | {r.median:.2f} | {r.p90:.2f} | "
+        lines.append(f"| {r.kind} | {r.family} | {r.split} | {r.tasks} | {r.median:.2f} | {r.p90:.2f} | "
                      f"{r.with_room:.0%} | {r.baseline_fastest:.0%} |")
     return lines

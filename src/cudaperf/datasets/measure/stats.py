@@ -130,6 +130,21 @@ def _index_hashes(seed: int) -> dict[str, str]:
             for impl in registry.implementations(task)}
 
 
+def _task_splits(m: Measurements) -> dict[str, str]:
+    """task id -> split, for the tasks of the seeds the measurement's runs used (as
+    `current_source_hashes`)."""
+    seeds = {int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0}
+    return {task_id: split for seed in sorted(seeds) for task_id, split in _index_splits(seed).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _index_splits(seed: int) -> dict[str, str]:
+    """task id -> split of the index of `seed` (computed once per process, as `_index_hashes`)."""
+    from cudaperf.datasets import registry, splits
+
+    return splits.split_tasks(registry.build_index(seed, fresh=True), seed)
+
+
 def load_current(*directories: Path) -> Measurements:
     """`load`, less the rows of sources the generators no longer produce."""
     m = load(*directories)
@@ -296,7 +311,7 @@ def stats_markdown(m: Measurements) -> str:
              *_ratio_section([s.ratio for s in summaries if s.ratio]), "", "## Per family", "",
              *_family_table(family_stats(m, summaries)), "",
              "## Headroom: the fastest correct implementation over the baseline (C: the naive CUDA port; "
-             "PyTorch: eager)", "", *headroom_markdown(family_headroom(summaries))]
+             "PyTorch: eager)", "", *headroom_markdown(family_headroom(summaries, _task_splits(m)))]
     return "\n".join(parts) + "\n"
 
 
