@@ -19,8 +19,8 @@ from typing import Any
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Every parseable line of `path` (plain or .gz; none if missing) and the number of lines that were
-    not (a line cut by a kill mid-write: its key was not finished, it is measured again)."""
+    """Every parseable line of `path` (plain or .gz; none if missing; blank lines skipped) and the number of
+    lines that were not (a line cut by a kill mid-write: its key was not finished, it is measured again)."""
     if not path.exists():
         return [], 0
     rows, torn = [], 0
@@ -28,6 +28,8 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     with opener(path, "rb") as fh:
         try:
             for raw in fh:
+                if not raw.strip():
+                    continue
                 try:
                     rows.append(json.loads(raw))
                 except (json.JSONDecodeError, UnicodeDecodeError):

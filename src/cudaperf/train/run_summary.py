@@ -17,13 +17,12 @@ report's training section), what each stage does (`docs/evaluation.md`).
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudaperf.datasets.jsonl import read_jsonl
 from cudaperf.report_html import TrainingRun, finite_number, flag_kinds, optimizer_seconds
 from cudaperf.train.monitor import EVALUATIONS_FILE
 
@@ -147,23 +146,11 @@ def evaluations_file(run_path: Path) -> Path | None:
 
 
 def read_evaluations(path: Path) -> tuple[list[dict], int]:
-    """The records of an evaluations file (gzip when named .gz), and how many lines were unreadable (a
-    torn last line of a killed run among them)."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    records, bad = [], 0
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if isinstance(record, dict) and "outcome" in record:
-                records.append(record)
-            else:
-                bad += 1
-    return records, bad
+    """The records of an evaluations file (gzip when named .gz: `datasets.jsonl.read_jsonl`), and how many
+    lines were unreadable or not an evaluation record (a torn last line of a killed run among them)."""
+    rows, torn = read_jsonl(path)
+    records = [r for r in rows if isinstance(r, dict) and "outcome" in r]
+    return records, torn + len(rows) - len(records)
 
 
 def _s(value: float | None, digits: int = 1) -> str:
