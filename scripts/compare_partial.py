@@ -52,13 +52,13 @@ def partial_runs(args: argparse.Namespace) -> tuple[SeedRuns, list[str], SeedOut
     `trajectory_outcomes` (as `train.compare.complete_outcomes`) and the sets' task families (task id ->
     `task_family`)."""
     from cudaperf.agent.trajectory import TrajectoryStore, group
-    from cudaperf.train.compare import CompareConfig, _tasks, set_spec
+    from cudaperf.train.compare import CompareConfig, resolve_sets
     from cudaperf.train.compare_table import run_figures, task_family, trajectory_outcomes
 
     config = CompareConfig(limit_tasks=args.tasks, kinds=tuple(args.kinds), families=tuple(args.families),
                            min_headroom=args.min_headroom,
                            measurements=args.measurements if args.min_headroom else "")
-    tasks = {name: _tasks(spec, config) for name, spec in map(set_spec, args.sets)}
+    tasks = resolve_sets(config, args.sets)
     sets = {name: [t.task_id for t in found] for name, found in tasks.items()}
     families = {t.task_id: task_family(t) for found in tasks.values() for t in found}
     runs: SeedRuns = {}

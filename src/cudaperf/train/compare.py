@@ -243,7 +243,7 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare_config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
     check_runs(config)
-    task_sets = {name: _tasks(spec, config) for name, spec in map(set_spec, config.sets)}
+    task_sets = resolve_sets(config)
     deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
     own = evaluator is None
     evaluator = evaluator or make_evaluator(config)
@@ -283,12 +283,21 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     return CompareReport(str(out), done, skipped, unfinished, table, time.perf_counter() - started)
 
 
-def _tasks(spec: str, config: CompareConfig) -> list[Any]:
-    from cudaperf.train.heldout import headroom_ids, resolve_tasks
+def resolve_sets(config: CompareConfig, sets: Sequence[str] | None = None) -> dict[str, list[Any]]:
+    """Set name -> its tasks, for `config.sets` (or `sets`), the measurements `min_headroom` reads read
+    once for all of them."""
+    from cudaperf.train.heldout import headroom_ids
+
+    only = headroom_ids(config.min_headroom, config.measurements)
+    return {name: _tasks(spec, config, only) for name, spec in map(set_spec, sets or config.sets)}
+
+
+def _tasks(spec: str, config: CompareConfig, only: frozenset[str] | None) -> list[Any]:
+    from cudaperf.train.heldout import resolve_tasks
 
     found = resolve_tasks([spec], kinds=config.kinds, families=config.families, limit=config.limit_tasks,
                           holdout_fraction=config.holdout_fraction if spec.startswith("heldout:") else 0.0,
-                          only=headroom_ids(config.min_headroom, config.measurements))
+                          only=only)
     if not found.tasks:
         raise ConfigError(f"task set {spec!r}: no task ({'; '.join(found.errors[:3]) or 'none matched'})")
     return list(found.tasks)
@@ -539,5 +548,5 @@ def config_fields() -> tuple[str, ...]:
 
 __all__ = ["COMPARISON_JSON", "COMPARISON_MD", "CompareConfig", "CompareReport", "comparison_sections",
            "complete_outcomes",
-           "complete_runs", "make_evaluator", "model_name", "model_spec", "refine_config", "run_compare",
-           "set_spec", "write_comparison"]
+           "complete_runs", "make_evaluator", "model_name", "model_spec", "refine_config", "resolve_sets",
+           "run_compare", "set_spec", "write_comparison"]
