@@ -64,13 +64,14 @@ def family_headroom(summaries: Sequence[TaskSummary],
                     split_of: Mapping[str, str] | None = None) -> list[FamilyHeadroom]:
     """Per (kind, family), sorted, for the tasks with a speedup over their kind's baseline; `split_of`:
     task id -> its split (`datasets.splits.split_tasks`), naming each family's."""
+    room = task_headroom(summaries)
     groups: dict[tuple[str, str], list[TaskSummary]] = {}
     for s in summaries:
-        if s.speedups.get(BASELINE.get(s.kind, "")):
+        if s.task_id in room:
             groups.setdefault((s.kind, s.family), []).append(s)
     out = []
     for (kind, family), tasks in sorted(groups.items()):
-        speedups = sorted(s.speedups[BASELINE[kind]] for s in tasks)
+        speedups = sorted(room[s.task_id] for s in tasks)
         splits = sorted({(split_of or {}).get(s.task_id, "-") for s in tasks})
         out.append(FamilyHeadroom(
             kind, family, "/".join(splits), len(tasks), statistics.median(speedups), _p90(speedups),

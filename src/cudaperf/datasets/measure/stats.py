@@ -115,8 +115,12 @@ def without_stale(m: Measurements, current_hashes: Mapping[str, str]) -> Measure
 def current_source_hashes(m: Measurements) -> dict[str, str]:
     """impl id -> the hash of the source its generator produces now, for every task of the seeds the
     measurement's runs used (seed 0 without a run record)."""
-    seeds = {int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0}
-    return {impl_id: h for seed in sorted(seeds) for impl_id, h in _index_hashes(seed).items()}
+    return {impl_id: h for seed in _run_seeds(m) for impl_id, h in _index_hashes(seed).items()}
+
+
+def _run_seeds(m: Measurements) -> list[int]:
+    """The dataset seeds the measurement's runs used, sorted (seed 0 without a run record)."""
+    return sorted({int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0})
 
 
 @functools.lru_cache(maxsize=4)
@@ -133,8 +137,7 @@ def _index_hashes(seed: int) -> dict[str, str]:
 def _task_splits(m: Measurements) -> dict[str, str]:
     """task id -> split, for the tasks of the seeds the measurement's runs used (as
     `current_source_hashes`)."""
-    seeds = {int((r.get("options") or {}).get("seed", 0)) for r in m.runs} or {0}
-    return {task_id: split for seed in sorted(seeds) for task_id, split in _index_splits(seed).items()}
+    return {task_id: split for seed in _run_seeds(m) for task_id, split in _index_splits(seed).items()}
 
 
 @functools.lru_cache(maxsize=4)
