@@ -57,8 +57,13 @@ What the RL mode changes, and only this (`EvalConfig(mode="rl")`, `RlSettings`):
    anchored (never a carrier): no warm-up, no further round, no timing re-check (`timing.SlowCut`, INFO
    `timing_cut_slow`). Its speedup is then under 0.1, which every reward preset scores as it scores a
    kernel a few times faster, and what is cut short is recorded that slow, so nothing is gained by it.
-Nothing else differs: no check, tolerance, seed or stage is skipped or loosened; a candidate that is not
-correct is never timed, in either mode.
+7. A C candidate that is its task's naive CUDA port, docstrings aside (`anchor_copies`), is checked as any
+   other and takes the port's live timings from the task's last timed pass instead of a timed pass of its
+   own (the first copy of a task with none is timed, and its timings become the port's): its speedup
+   against the port is 1.0 and the INFO flag `anchor_copy` says so (`RlSettings.anchor_copies`).
+Nothing else differs: no check, tolerance, seed or stage is skipped or loosened (a copy of point 7 is the
+port's own program, timed once per task rather than once per copy); a candidate that is not correct is
+never timed, in either mode.
 
 Covers: `EvalMode`, `RlSettings`, the gate (`GpuGate`, a readers-writer lock with a turnstile so timing is
 never starved by a stream of checks), the cache of baselines and its drift records (`BaselineCache`), and
@@ -90,9 +95,10 @@ from enum import Enum
 from typing import Any
 
 from cudaperf import jobs
+from cudaperf.anchor_copies import AnchorTimings, anchor_timings, copies_anchor
 from cudaperf.jobs import TimingConfig
 from cudaperf.stats import geomean
-from cudaperf.types import ConfigTiming, EvalResult, Outcome, Task, TaskKind, Timing
+from cudaperf.types import ConfigTiming, EvalResult, Flag, Outcome, Severity, Task, TaskKind, Timing
 
 __all__ = ["BaselineCache", "BaselineDrift", "CachedBaselines", "EvalMode", "GpuGate", "RlScheduler",
            "RlSettings", "TimingPlan", "drift_figures", "fill_timings", "median_ci95_rel", "through_anchor",
@@ -191,6 +197,16 @@ class RlSettings:
     slow_cut_floor_ms: float = 100.0
     """The least median call time of a candidate cut short: under it the whole timing of a configuration
     costs about a second at most, and microsecond noise can never reach the ratio."""
+    anchor_copies: bool = True
+    """A C answer whose module is the task's naive CUDA port's program, docstrings aside
+    (`anchor_copies.copies_anchor`), takes the port's timings from the last timed pass of its task that
+    timed the port (`drift_max_age_s` at most) instead of a timed pass of its own: its correctness is
+    checked as any answer's, its speedup against the port is 1.0, and the flag `anchor_copy` (INFO) says
+    so. The first such copy of a task with no timings yet is timed, and copies arriving meanwhile wait for
+    it; its own measured speedup is kept in `environment["anchor_copy_measured"]` and its timings are the
+    port's too. Why: timing the port against itself ranks equal answers by timing noise, and in session 44's
+    RL run such copies were 67 of 115 correct answers, their timed passes 100 s of the 163 s of exclusive
+    GPU time (dev/LOG.md)."""
 
     stage_timeouts_s: dict[str, float] = field(default_factory=lambda: dict(RL_STAGE_TIMEOUTS_S))
     """Deadlines, in seconds, of the stages that run candidate code on a CPU (`gpu_stage_timeouts_s` on a
@@ -703,13 +719,83 @@ class RlScheduler:
         self.one_pass = one_pass  # the referee's go-ahead gates the timing stage (module docstring, 2)
         self.gate = GpuGate()
         self.baselines = BaselineCache(settings, clock)
-        self.counts = {"checked": 0, "timed": 0, "carriers": 0, "verdict_changed": 0}
+        self.anchors = AnchorTimings(settings.drift_max_age_s, clock)
+        self.counts = {"checked": 0, "timed": 0, "carriers": 0, "verdict_changed": 0, "anchor_copies": 0}
         self._count_lock = threading.Lock()
 
     def finish(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
+        copy = self._copy_key(task, solution)
+        claimed = copy is not None and self.anchors.begin(copy)
+        if copy is not None and not claimed:
+            copied = self._finish_copy(task, solution, start, submitted, copy)
+            if copied is not None:
+                return copied  # else the copy timed before left no timings of the anchor: this one is timed
+        try:
+            result = self._timed(task, solution, start, submitted)
+            return self._anchor_seen(task, result, copy is not None)
+        finally:
+            if claimed:
+                self.anchors.release(copy)
+
+    def _timed(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         if self.one_pass and self.timing.enabled:
             return self._finish_once(task, solution, start, submitted)
         return self._finish_twice(task, solution, start, submitted)
+
+    def _copy_key(self, task: Task, solution: Any) -> tuple[str, str] | None:
+        """The task's key when `solution` is a copy of its anchor program the timing would time
+        (`RlSettings.anchor_copies`, point 7), else None."""
+        anchor = ANCHORS.get(task.kind)
+        if not (self.settings.anchor_copies and self.timing.enabled
+                and anchor in timed_baselines(task, self.timing.baselines) and copies_anchor(task, solution)):
+            return None
+        return BaselineCache.key(task)
+
+    def _finish_copy(self, task: Task, solution: Any, start: Any, submitted: Any,
+                     key: tuple[str, str]) -> EvalResult | None:
+        """A copy of the anchor checked with timing off (gate shared), then given the anchor's live timings
+        of the task, waited for while another copy's timed pass is in flight; None when it is correct and
+        none are left to give (it is then timed)."""
+        waits: list[float] = []
+        checked = self._finish(task, solution, start, submitted, dataclasses.replace(
+            self.timing, enabled=False), self._hold(self.gate.shared, waits))
+        self._count("checked")
+        if checked.outcome is not Outcome.CORRECT:
+            return _noted(checked, {"eval_mode": EvalMode.RL.value}, {"gate_wait": sum(waits)})
+        began = time.perf_counter()
+        live = self.anchors.wait(key)
+        if live is None:
+            return None
+        self._count("anchor_copies")
+        anchor = ANCHORS[task.kind]
+        timings = tuple(ConfigTiming(config, candidate=t, baselines={anchor: t}) for config, t in
+                        sorted(live.timings.items()))
+        result = dataclasses.replace(checked, timings=timings,
+                                     flags=checked.flags + (_copy_flag(anchor, live.solution_id),))
+        found = self.baselines.lookup(task)
+        notes = {"eval_mode": EvalMode.RL.value, "timing": f"none: the {anchor} program, timed beside "
+                 f"{live.solution_id}", "baselines": f"cached from {found[1]}" if found else anchor}
+        return _noted(self._fill(result, found[0] if found else {}), notes,
+                      {"gate_wait": sum(waits), "anchor_wait": time.perf_counter() - began})
+
+    def _anchor_seen(self, task: Task, result: EvalResult, copy: bool) -> EvalResult:
+        """Keep the anchor's live timings of a timed pass of `task` for its copies; the timed copy itself
+        takes them as its own (its measured speedup against the anchor kept in the environment)."""
+        anchor = ANCHORS.get(task.kind)
+        timings = anchor_timings(result, anchor) if anchor and self.settings.anchor_copies else None
+        if timings is None:
+            return result
+        key = BaselineCache.key(task)
+        self.anchors.record(key, timings, result.solution_id)
+        if not copy:
+            return result
+        measured = result.speedups.get(anchor)
+        copied = dataclasses.replace(result, timings=tuple(
+            dataclasses.replace(t, candidate=timings[t.config]) for t in result.timings),
+            flags=result.flags + (_copy_flag(anchor, result.solution_id),))
+        found = self.baselines.lookup(task)
+        copied = self._fill(copied, found[0] if found else {})
+        return _noted(copied, {"anchor_copy_measured": f"{measured:.4f}" if measured else "none"}, {})
 
     def _finish_once(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead) with
@@ -831,6 +917,12 @@ def drift_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = sorted(abs(r["ratio"] - 1) for r in records)
     return {"n": len(ratios), "median_abs": ratios[len(ratios) // 2] if ratios else None,
             "max_abs": ratios[-1] if ratios else None, "records": records}
+
+
+def _copy_flag(anchor: str, timed_beside: str) -> Flag:
+    return Flag("anchor_copy", f"the answer is the task's {anchor} program, docstrings aside: its timings "
+                f"are that program's, timed live beside {timed_beside}, so its speedup against {anchor} is "
+                f"1.0 (eval_modes, point 7)", Severity.INFO)
 
 
 def _timing_note(task: Task, plan: TimingPlan) -> str:

@@ -211,8 +211,11 @@ class Evaluator:
                             shared_c_references_bytes=self.config.shared_c_references_bytes)
             self._workers = WorkerPool(self._worker_devices(), limits)
         if self.config.mode == EvalMode.RL.value:
-            self._rl = RlScheduler(self._finish_with, with_cached_baselines, self.config.timing,
-                                   self.config.rl, one_pass=self.config.referee)
+            # a CPU-mode worker cannot time the naive CUDA port, so its copies would have no timings to take
+            settings = dataclasses.replace(self.config.rl,
+                                           anchor_copies=self.config.rl.anchor_copies and self.mode == "cuda")
+            self._rl = RlScheduler(self._finish_with, with_cached_baselines, self.config.timing, settings,
+                                   one_pass=self.config.referee)
         return self
 
     def _worker_devices(self) -> list[int | None] | None:

@@ -48,8 +48,10 @@ def _c_pairs() -> list:
 
 
 def _run(mode: str, cache_dir: str, **options: bool) -> tuple[dict, dict]:
+    # anchor_copies off: the C candidates are copies of the naive port standing in for any correct answer,
+    # timed as such (tests/gpu/test_anchor_copies_gpu.py has the copies' own schedule)
     config = EvalConfig(device="cuda", seeds=1, timing=TIMING, mode=mode, cache_dir=cache_dir,
-                        rl=RlSettings(workers_per_gpu=3, **options))
+                        rl=RlSettings(workers_per_gpu=3, **{"anchor_copies": False, **options}))
     with Evaluator(config) as ev:
         results = {r.solution_id: r for r in ev.evaluate_many(_pairs())}
         return results, ev.mode_report

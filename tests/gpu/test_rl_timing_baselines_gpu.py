@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from test_c_session_gpu import _task_and_naive
 
-from cudaperf.evaluate import EvalConfig, Evaluator
+from cudaperf.evaluate import EvalConfig, Evaluator, RlSettings
 from cudaperf.train.config import RlConfig
 from cudaperf.train.rl import rollout_timing
 from cudaperf.types import Outcome, Solution, SolutionFormat
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.gpu
 def _evaluate_twice(choice: str, cache_dir: str) -> list:
     task, naive = _task_and_naive("map")
     config = EvalConfig(device="cuda", mode="rl", seeds=1, cache_dir=cache_dir,
+                        rl=RlSettings(anchor_copies=False),  # both candidates are the naive port: timed
                         timing=rollout_timing(RlConfig(timing_baselines=choice)))
     with Evaluator(config) as ev:
         results = [ev.evaluate(task, Solution(f"naive-{i}", naive, SolutionFormat.FAST)) for i in range(2)]
