@@ -117,6 +117,8 @@
 # shows each family's headroom); COMPARE_MIN_HEADROOM=x: the comparison's tasks alike (C and D alike).
 # RL_SHARE=0: every RL answer evaluated, repeats too (RlConfig.share_repeated_answers; default 1: each
 # distinct answer once, its repeats given its result; the same in B and C).
+# RL_COPIES=0: every RL answer that copies its C task's naive port is timed (RlConfig.anchor_copies; default
+# 1: such a copy takes the port's timings from the task's last timed pass; the same in B and C).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
 # order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
@@ -504,6 +506,8 @@ GEN_WEIGHTS=$(gen_weights)
 
 SHARE_FLAG=--rl-share-repeated-answers  # RL_SHARE=0: every answer evaluated, repeats too
 (( ${RL_SHARE:-1} )) || SHARE_FLAG=--no-rl-share-repeated-answers
+COPIES_FLAG=--rl-anchor-copies  # RL_COPIES=0: every copy of a naive port timed
+(( ${RL_COPIES:-1} )) || COPIES_FLAG=--no-rl-anchor-copies
 SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carries it, B trains on it
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 # shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
@@ -515,7 +519,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
             --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
             --rl-timing-baselines "${RL_BASELINES:-reward}"
-            "$SHARE_FLAG"
+            "$SHARE_FLAG" "$COPIES_FLAG"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-min-headroom "${RL_MIN_HEADROOM:-0}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024

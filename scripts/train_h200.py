@@ -110,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="what the rollouts' candidates are timed against (RlConfig.timing_baselines)")
     p.add_argument("--rl-share-repeated-answers", action=argparse.BooleanOptionalAction, default=True,
                    help="evaluate each distinct answer once (RlConfig.share_repeated_answers)")
+    p.add_argument("--rl-anchor-copies", action=argparse.BooleanOptionalAction, default=True,
+                   help="a copy of a C task's naive port takes the port's timings (RlConfig.anchor_copies)")
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
@@ -487,6 +489,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       num_iterations=args.rl_iterations, eval_workers_per_gpu=args.rl_eval_workers_per_gpu,
                       timing_baselines=args.rl_timing_baselines,
                       share_repeated_answers=args.rl_share_repeated_answers,
+                      anchor_copies=args.rl_anchor_copies,
                       max_minutes=minutes, generation_cache=args.rl_generation_cache,
                       **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
                          else {"lora": args.lora}),

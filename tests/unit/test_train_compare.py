@@ -376,3 +376,13 @@ def test_an_answer_repeated_by_another_seed_is_evaluated_once(tmp_path, task_fil
     report = run_compare(config, evaluator=counting, backend_factory=scripted_factory([]))
     assert counting.pairs == evaluated
     assert report.table["scripted"]["toy"]["best_of_turns_correct"]["mean"] == 1.0
+
+
+def test_the_comparisons_evaluator_follows_anchor_copies(tmp_path, task_file):
+    from cudaperf.train.compare import make_evaluator
+
+    evaluator = make_evaluator(compare_config(tmp_path, task_file, anchor_copies=False))
+    try:
+        assert evaluator.config.rl.anchor_copies is False
+    finally:
+        evaluator.close()

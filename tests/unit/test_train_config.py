@@ -126,6 +126,18 @@ def test_the_rl_evaluator_has_the_configured_workers_per_gpu(tmp_path):
         evaluator.close()
 
 
+def test_the_rl_evaluator_follows_the_configured_anchor_copies(tmp_path):
+    from cudaperf.train.rl import make_evaluator
+
+    config = RlConfig(model="tiny", output_dir=str(tmp_path), eval_device="cpu", device="cpu",
+                      allow_torch_ops=True, anchor_copies=False)
+    evaluator = make_evaluator(config)
+    try:
+        assert evaluator.config.rl.anchor_copies is False
+    finally:
+        evaluator.close()
+
+
 def test_an_unknown_choice_of_timing_baselines_is_refused():
     with pytest.raises(ConfigError, match="timing_baselines='serial_c'"):
         RlConfig(timing_baselines="serial_c")
@@ -155,3 +167,16 @@ def test_a_run_saved_before_shared_answers_existed_is_read_as_evaluating_every_a
 def test_a_resumed_rl_run_may_not_change_whether_it_shares_repeated_answers():
     with pytest.raises(ConfigError, match="share_repeated_answers"):  # repeats' rewards would change
         check_resume(RlConfig(), RlConfig(share_repeated_answers=False))
+
+
+def test_a_run_saved_before_anchor_copies_existed_is_read_as_timing_every_copy(tmp_path):
+    path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
+    saved = json.loads(path.read_text())
+    del saved["anchor_copies"]
+    path.write_text(json.dumps(saved))
+    assert load_config(tmp_path).anchor_copies is False
+
+
+def test_a_resumed_rl_run_may_not_change_whether_copies_take_the_ports_timings():
+    with pytest.raises(ConfigError, match="anchor_copies"):  # the copies' rewards would change
+        check_resume(RlConfig(), RlConfig(anchor_copies=False))

@@ -146,6 +146,11 @@ class CompareConfig:
     written again, character for character, by another seed or model gets the first one's result, so two
     models that answer alike are judged on one measurement. Off: every answer is evaluated. Not part of a
     run's settings (a result is the same answer's either way, up to timing noise)."""
+    anchor_copies: bool = True
+    """In the 'rl' evaluation mode, a C answer that is its task's naive CUDA port, docstrings aside, takes
+    the port's timings from the task's last timed pass (`RlSettings.anchor_copies`): a speedup of 1.0, so a
+    copy of the baseline never counts as faster by timing noise (fast_1), nor slower. Off: every copy is
+    timed. Not part of a run's settings, like `share_repeated_answers`."""
     max_minutes: float = 0.0
     """Start no round after this many minutes (0: no limit); calling again continues."""
     profile_decoding: bool = False
@@ -306,12 +311,13 @@ def _tasks(spec: str, config: CompareConfig, only: frozenset[str] | None) -> lis
 def make_evaluator(config: CompareConfig) -> Any:
     from cudaperf.agent.evaluation import LocalEvaluator
     from cudaperf.anticheat.policy import Policy
-    from cudaperf.evaluate import EvalConfig, TimingConfig
+    from cudaperf.evaluate import EvalConfig, RlSettings, TimingConfig
 
     return LocalEvaluator(EvalConfig(device=config.eval_device, mode=config.eval_mode,
                                      seeds=config.eval_seeds,
                                      policy=Policy(allow_torch_ops=config.allow_torch_ops),
-                                     timing=TimingConfig(budget_ms=config.timing_budget_ms)))
+                                     timing=TimingConfig(budget_ms=config.timing_budget_ms),
+                                     rl=RlSettings(anchor_copies=config.anchor_copies)))
 
 
 def _load_backend(config: CompareConfig) -> BackendFactory:

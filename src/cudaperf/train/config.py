@@ -28,8 +28,10 @@ GENERATION_WEIGHTS = ("autocast", "bfloat16")
 # a reward reads (`cudaperf.reward.SPEEDUP_BASELINES`).
 TIMING_BASELINES = ("reward", "all")
 # Saved before `timing_baselines` existed, a run timed every baseline; before `share_repeated_answers`, it
-# evaluated every answer: read so, it resumes as it ran.
-LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all", "share_repeated_answers": False}}
+# evaluated every answer; before `anchor_copies`, it timed every copy of a naive port: read so, it resumes as
+# it ran.
+LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all", "share_repeated_answers": False,
+                                "anchor_copies": False}}
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
@@ -350,6 +352,12 @@ class RlConfig(CommonConfig):
     distinct answers remembered): an answer repeated character for character gets the evaluated one's
     result, and so its reward, instead of an evaluation that would differ only by timing noise. Off: every
     answer is evaluated. A run saved before the field existed is read as off, the way it ran."""
+    anchor_copies: bool = True
+    """A C answer that is its task's naive CUDA port, docstrings aside, takes the port's timings from the
+    task's last timed pass instead of being timed (`RlSettings.anchor_copies`, `eval_modes` point 7): its
+    speedup against the port, the one a reward reads, is 1.0 rather than timing noise around it, so equal
+    programs get equal rewards. Off: every copy is timed. A run saved before the field existed is read as
+    off, the way it ran."""
     eval_workers: int = 0
     """GPU evaluation workers; 0: one per visible GPU."""
     eval_workers_per_gpu: int = 8

@@ -94,7 +94,8 @@ def make_evaluator(config: RlConfig) -> Any:
                              seeds=config.eval_seeds, policy=Policy(allow_torch_ops=config.allow_torch_ops),
                              timing=rollout_timing(config),
                              build_workers=config.build_workers,
-                             rl=RlSettings(workers_per_gpu=config.eval_workers_per_gpu))
+                             rl=RlSettings(workers_per_gpu=config.eval_workers_per_gpu,
+                                           anchor_copies=config.anchor_copies))
     if config.ray_address:  # the Ray evaluation pool (cudaperf.scale), off the policy's GPU
         import torch
 
