@@ -781,8 +781,9 @@ class RlScheduler:
     def _anchor_seen(self, task: Task, result: EvalResult, copy: bool) -> EvalResult:
         """Keep the anchor's live timings of a timed pass of `task` for its copies; the timed copy itself
         takes them as its own (its measured speedup against the anchor kept in the environment)."""
-        anchor = ANCHORS.get(task.kind)
-        timings = anchor_timings(result, anchor) if anchor and self.settings.anchor_copies else None
+        anchor = ANCHORS[TaskKind.C]
+        copies_possible = self.settings.anchor_copies and task.kind is TaskKind.C
+        timings = anchor_timings(result, anchor) if copies_possible else None
         if timings is None:
             return result
         key = BaselineCache.key(task)

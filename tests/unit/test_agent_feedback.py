@@ -138,6 +138,13 @@ def test_timing_lists_every_baseline_with_its_speedup():
     assert "compile 1.50x, eager 2.00x" in text
 
 
+def test_a_copy_of_the_naive_port_is_told_so_beside_its_times():
+    timing = ConfigTiming("large", candidate=_timing(2.0), baselines={"naive_cuda": _timing(2.0)})
+    flag = Flag("anchor_copy", "the answer is the task's naive_cuda program", Severity.INFO)
+    result = _result(Outcome.CORRECT, timings=(timing,), speedups={"naive_cuda": 1.0}, flags=(flag,))
+    assert "Your answer is the naive CUDA port itself" in render_feedback(result, FOUND).text
+
+
 def test_policy_violation_states_rule_line_and_reason():
     flag = Flag("torch_compute_op", "calls torch.matmul", Severity.ERROR, line=12)
     result = _result(Outcome.POLICY_VIOLATION, flags=(flag,), stage="static")
