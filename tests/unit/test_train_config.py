@@ -148,35 +148,18 @@ def test_a_resumed_rl_run_may_not_change_its_timing_baselines():
         check_resume(RlConfig(), RlConfig(timing_baselines="all"))
 
 
-def test_a_run_saved_before_timing_baselines_existed_is_read_as_timing_every_baseline(tmp_path):
+@pytest.mark.parametrize(("field", "as_it_ran"), [("timing_baselines", "all"),  # timed every baseline
+                                                  ("share_repeated_answers", False),  # evaluated every answer
+                                                  ("anchor_copies", False)])  # timed every copy of a port
+def test_a_run_saved_before_a_field_existed_is_read_as_it_ran(tmp_path, field, as_it_ran):
     path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
     saved = json.loads(path.read_text())
-    del saved["timing_baselines"]
+    del saved[field]
     path.write_text(json.dumps(saved))
-    assert load_config(tmp_path).timing_baselines == "all"
+    assert getattr(load_config(tmp_path), field) == as_it_ran
 
 
-def test_a_run_saved_before_shared_answers_existed_is_read_as_evaluating_every_answer(tmp_path):
-    path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
-    saved = json.loads(path.read_text())
-    del saved["share_repeated_answers"]
-    path.write_text(json.dumps(saved))
-    assert load_config(tmp_path).share_repeated_answers is False
-
-
-def test_a_resumed_rl_run_may_not_change_whether_it_shares_repeated_answers():
-    with pytest.raises(ConfigError, match="share_repeated_answers"):  # repeats' rewards would change
-        check_resume(RlConfig(), RlConfig(share_repeated_answers=False))
-
-
-def test_a_run_saved_before_anchor_copies_existed_is_read_as_timing_every_copy(tmp_path):
-    path = save_config(RlConfig(output_dir=str(tmp_path)), tmp_path)
-    saved = json.loads(path.read_text())
-    del saved["anchor_copies"]
-    path.write_text(json.dumps(saved))
-    assert load_config(tmp_path).anchor_copies is False
-
-
-def test_a_resumed_rl_run_may_not_change_whether_copies_take_the_ports_timings():
-    with pytest.raises(ConfigError, match="anchor_copies"):  # the copies' rewards would change
-        check_resume(RlConfig(), RlConfig(anchor_copies=False))
+@pytest.mark.parametrize("field", ["share_repeated_answers", "anchor_copies"])  # the rewards would change
+def test_a_resumed_rl_run_may_not_switch_how_equal_programs_are_judged(field):
+    with pytest.raises(ConfigError, match=field):
+        check_resume(RlConfig(), RlConfig(**{field: False}))
