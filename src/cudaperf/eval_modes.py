@@ -364,6 +364,7 @@ class GateTurn:
     def __init__(self, gate: GpuGate):
         self.gate = gate
         self.waited_s = 0.0
+        self.held_exclusive_s = 0.0  # how long the job held the GPU alone (`gate_held` in its durations)
         self._leave: Callable[[], None] | None = None  # leaves the side held now
 
     @contextlib.contextmanager
@@ -379,7 +380,12 @@ class GateTurn:
         if self._leave is None:
             raise RuntimeError("GateTurn.upgrade outside hold()")
         self._leave()
-        self._leave = self._take(self.gate.exclusive)
+        leave, since = self._take(self.gate.exclusive), time.perf_counter()
+
+        def leave_exclusive() -> None:
+            leave()
+            self.held_exclusive_s += time.perf_counter() - since
+        self._leave = leave_exclusive
 
     def step_aside(self) -> None:
         """Leave the side held and hold nothing until `upgrade`: called as the referee's "all correct"
@@ -816,7 +822,7 @@ class RlScheduler:
             plan = go.plan
             drift = self.baselines.settle(task, solution.solution_id, result) if plan and plan.carrier else []
         self._count("checked")
-        waits = {"gate_wait": turn.waited_s, "plan_wait": go.waited_s}
+        waits = {"gate_wait": turn.waited_s, "plan_wait": go.waited_s, "gate_held": turn.held_exclusive_s}
         if plan is None or result.outcome is not Outcome.CORRECT or not result.timings:
             return _noted(result, {"eval_mode": EvalMode.RL.value}, waits)
         self._count("timed")
@@ -829,6 +835,7 @@ class RlScheduler:
         """A check pass with timing off (gate shared), then, for a correct candidate, the timed pass (gate
         exclusive): for evaluators without a referee, whose workers give no go-ahead to wait for."""
         waits: list[float] = []
+        held: list[float] = []
         t0 = time.perf_counter()
         checked = self._finish(task, solution, start, submitted, dataclasses.replace(
             self.timing, enabled=False), self._hold(self.gate.shared, waits))
@@ -840,7 +847,7 @@ class RlScheduler:
         timed = None
         try:
             timed = self._finish(task, solution, start, submitted, plan.timing,
-                                 self._hold(self.gate.exclusive, waits))
+                                 self._hold(self.gate.exclusive, waits, held))
         finally:
             drift = self.baselines.settle(task, solution.solution_id, timed) if plan.carrier else []
         self._count("timed")
@@ -850,7 +857,7 @@ class RlScheduler:
             notes["rl_check_outcome"] = checked.outcome.value
         timed = self._with_baselines(task, timed, plan, drift, notes)
         notes["timing"] = _timing_note(task, plan)
-        durations = {"check_pass": check_s, "gate_wait": sum(waits),
+        durations = {"check_pass": check_s, "gate_wait": sum(waits), "gate_held": sum(held),
                      "build_wait": checked.stage_durations_s.get("build_wait", 0.0)}
         return _noted(timed, notes, durations)
 
@@ -882,14 +889,21 @@ class RlScheduler:
                                                           sort_keys=True)
         return self._fill(timed, cached)
 
-    def _hold(self, mode: Callable[[], contextlib.AbstractContextManager[None]], waits: list[float]) -> Hold:
+    def _hold(self, mode: Callable[[], contextlib.AbstractContextManager[None]], waits: list[float],
+              held: list[float] | None = None) -> Hold:
+        """`mode` held around a run: the wait for it appended to `waits`, the time holding it to `held`."""
         @contextlib.contextmanager
-        def held() -> Iterator[None]:
+        def holding() -> Iterator[None]:
             start = time.perf_counter()
             with mode():
-                waits.append(time.perf_counter() - start)
-                yield
-        return held
+                taken = time.perf_counter()
+                waits.append(taken - start)
+                try:
+                    yield
+                finally:
+                    if held is not None:
+                        held.append(time.perf_counter() - taken)
+        return holding
 
     def _count(self, what: str) -> None:
         with self._count_lock:

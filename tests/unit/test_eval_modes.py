@@ -438,11 +438,14 @@ class _FakeFinish:
 
     def __init__(self, gate_of, *outcomes: Outcome):
         self.gate_of, self.outcomes, self.passes = gate_of, list(outcomes), []
+        self.exclusive_s = 0.0  # how long a pass holding the gate exclusively lasts
 
     def __call__(self, task, solution, start, submitted, timing, hold) -> EvalResult:
         with hold():
             gate = self.gate_of()
             mode = "exclusive" if gate.exclusive_held else "shared"
+            if mode == "exclusive":
+                time.sleep(self.exclusive_s)
         self.passes.append((timing.enabled, timing.baselines, mode))
         timings = ()
         if timing.enabled:
@@ -486,6 +489,13 @@ def test_an_anchored_candidate_gets_the_carriers_costly_baselines_and_its_own_an
     assert result.environment["baselines"].startswith("eager live, cached from first")
     assert json.loads(result.environment["anchor_offset"]) == {"small": 1.0, "large": 1.0}
     assert json.loads(result.environment["speedups_through_anchor"]) == {"compile": pytest.approx(2.0)}
+
+
+def test_a_timed_pass_reports_how_long_it_held_the_gpu_alone():
+    scheduler, fake = _scheduler(Outcome.CORRECT, Outcome.CORRECT)
+    fake.exclusive_s = 0.05
+    result = scheduler.finish(_task(), _Sol("s"), None, None)
+    assert result.stage_durations_s["gate_held"] >= 0.05
 
 
 def test_with_timing_off_every_candidate_gets_one_pass():

@@ -48,6 +48,7 @@ class _RefereedFinish:
         self.before_proceed: dict[str, threading.Event] = {}
         self.asked: dict[str, TimingConfig] = {}
         self.events: list[tuple[str, str]] = []
+        self.timing_s = 0.0  # how long each timing stage lasts
 
     def __call__(self, task, solution, start, submitted, timing, hold, on_proceed=None, on_checked=None,
                  on_result=None) -> EvalResult:
@@ -63,6 +64,7 @@ class _RefereedFinish:
             self.events.append(("proceed", sid))
             asked = self.asked[sid] = on_proceed() or timing
             self.events.append(("timing", sid))
+            time.sleep(self.timing_s)
         if sid in self.paused:
             assert self.paused[sid].wait(WAIT_S)
         self.events.append(("done", sid))
@@ -162,6 +164,15 @@ def test_planned_before_the_job_a_candidate_starts_its_checks_only_after_the_car
     results, _, held_s = _second_behind_a_paused_carrier(fake, at_go_ahead=False)
     assert fake.before(("done", "first"), ("checks", "second")), fake.events
     assert results["second"].stage_durations_s["plan_wait"] >= held_s
+
+
+def test_a_timed_candidate_reports_how_long_it_held_the_gpu_alone_and_a_failed_one_none():
+    fake = _RefereedFinish(wrong={"first"})
+    fake.timing_s = 0.05
+    scheduler = _scheduler(fake)
+    failed = scheduler.finish(_task(), _Sol("first"), None, None)
+    timed = scheduler.finish(_task(), _Sol("second"), None, None)
+    assert failed.stage_durations_s["gate_held"] == 0.0 and timed.stage_durations_s["gate_held"] >= 0.05
 
 
 def test_a_candidate_that_fails_its_checks_never_carries():

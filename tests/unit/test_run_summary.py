@@ -49,7 +49,7 @@ def _result(outcome: Outcome, stages: dict[str, float]) -> SimpleNamespace:
 def write_evaluations(directory: Path) -> None:
     record = record_evaluations(0.0, directory)
     record(_result(Outcome.CORRECT, {"gate_wait": 2.0, "timing": 1.0, "total": 9.0}))
-    record(_result(Outcome.CORRECT, {"gate_wait": 4.0, "timing": 3.0, "total": 9.0}))
+    record(_result(Outcome.CORRECT, {"gate_wait": 4.0, "timing": 3.0, "gate_held": 3.5, "total": 9.0}))
     record(_result(Outcome.COMPILE_ERROR, {"build": 0.5, "gate_wait": 1.0, "total": 1.0}))
 
 
@@ -138,6 +138,7 @@ def test_report_prints_a_runs_summary(tmp_path, capsys):
     assert main(["report", "--markdown", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "evaluation 70.0 s (63%)" in out and "| gate_wait (waiting) | 3 | 7.0 | 6.0 | 3.00 | 4.0 |" in out
+    assert "| gate_held (GPU alone) | 1 | 3.5 | 3.5 | 3.50 | 3.5 |" in out
 
 
 def test_a_run_without_rollouts_says_so(tmp_path, capsys):

@@ -9,7 +9,8 @@ Covered: the records as `cudaperf train rl` writes them (`metrics.jsonl`, `evalu
 directory) and as results keep them (`rl_metrics.jsonl`, `rl_evaluations.jsonl` or `.jsonl.gz` beside it).
 Stage times are each answer's own: answers are evaluated side by side, so their sums exceed the batches'
 evaluation seconds, and the waits (`gate_wait`, `plan_wait`, `build_wait`) are time an answer spent
-waiting for another's stage.
+waiting for another's stage; `gate_held` is the time it held the GPU alone (its timing stage and what
+runs inside the same turn: the go-ahead's answer, the verdict), which no two answers overlap.
 
 Not covered: SFT runs (no rollouts: the summary says there are none), drawing the curves (the HTML
 report's training section), what each stage does (`docs/evaluation.md`).
@@ -27,6 +28,7 @@ from cudaperf.report_html import TrainingRun, finite_number, flag_kinds, optimiz
 from cudaperf.train.monitor import EVALUATIONS_FILE
 
 WAIT_STAGES = ("build_wait", "gate_wait", "plan_wait")  # an answer waiting for another's stage
+HELD_STAGES = ("gate_held",)  # an answer holding the GPU alone (the RL mode's exclusive side of the gate)
 PARTS = ("generation", "evaluation", "optimiser")
 
 
@@ -181,7 +183,8 @@ def evaluations_markdown(summary: EvaluationSummary) -> str:
              "| stage | answers | sum s | sum s (correct) | median s (correct) | max s |",
              "|---|---|---|---|---|---|"]
     for t in summary.stages:
-        name = f"{t.stage} (waiting)" if t.stage in WAIT_STAGES else t.stage
+        name = (f"{t.stage} (waiting)" if t.stage in WAIT_STAGES else
+                f"{t.stage} (GPU alone)" if t.stage in HELD_STAGES else t.stage)
         lines.append(f"| {name} | {t.answers} | {t.sum_s:.1f} | {t.correct_sum_s:.1f} | "
                      f"{_s(t.correct_median_s, 2)} | {t.max_s:.1f} |")
     return "\n".join(lines) + "\n"
