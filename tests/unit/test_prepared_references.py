@@ -80,3 +80,20 @@ def test_a_failure_is_raised_with_the_other_references_kept_for_the_scrub(sessio
     with pytest.raises(RuntimeError, match="reference failed"):
         session.prepare_references(KEYS, threads=4)
     assert set(session.prepared_references) == set(KEYS) - {KEYS[1]}
+
+
+@pytest.mark.parametrize(("physical_gib", "budget_gib"), [(0, 2), (24, 2), (128, 4), (1024, 8)])
+def test_the_host_budget_before_the_turn_is_a_share_of_the_machine_within_bounds(physical_gib, budget_gib):
+    assert c_session.prepared_host_bytes(physical_gib << 30) == budget_gib << 30
+
+
+def test_a_gemv_configurations_timing_sets_fit_the_budget_of_a_gpu_host():
+    sets = 7 * 8192 * 8192 * 8  # 2 timing-only and 5 unseen sets of an 8192 x 8192 double matrix
+    assert sets > c_session.PREPARED_HOST_MIN_BYTES and sets < c_session.prepared_host_bytes(128 << 30)
+
+
+def test_an_unseen_set_is_held_without_a_copy_of_its_arrays():
+    array = np.arange(1024, dtype=np.float64)
+    array.setflags(write=False)
+    view = c_session.host_view(array)
+    assert view.data_ptr() == array.ctypes.data and view[3].item() == 3.0

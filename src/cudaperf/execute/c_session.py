@@ -99,9 +99,29 @@ RESTORE = "inout_restore"  # the inout restore alone, timed with the others (see
 FILL_BYTES = (0xFF, 0x5A)  # out-array fill per call: 0xFF.. is NaN / -1, 0x5A.. a finite, unlikely value
 SERIAL_C_REPEATS = (3, 30)  # least and most timed calls of the serial reference per configuration
 HOST_REFERENCE_CACHE_BYTES = 4 << 30
-# At most what a refereed job's timing stage draws on the host before it asks for the GPU
-# (`CSession.prepare_timing`); the rest is drawn in the stage, after the go-ahead.
-PREPARED_HOST_BYTES = 2 << 30
+# What a refereed job's timing stage draws on the host before it asks for the GPU (`CSession.prepare_timing`)
+# is at most a 32nd of the machine's memory, from 2 to 8 GiB (`prepared_host_bytes`); the rest is drawn in
+# the stage, after the go-ahead, inside the RL mode's exclusive turn. Why not a flat 2 GiB: a gemv task's
+# largest configuration (8192 x 8192 doubles) needs 3.5 GiB for its 7 timing-only and unseen sets, so
+# four of its serial C references (each a 512 MB draw and a serial product: ~2 s on the 2-core CPU) ran
+# inside the turn, and gemv answers held it 2.8 s (median) against ~0.8 s for the other families in
+# session 44's RL run (dev/LOG.md). With 8 workers on a 128-GiB host, 4 GiB each is 32 GiB at most.
+PREPARED_HOST_SHARE = 32
+PREPARED_HOST_MIN_BYTES, PREPARED_HOST_MAX_BYTES = 2 << 30, 8 << 30
+
+
+def prepared_host_bytes(physical_bytes: int | None = None) -> int:
+    """The host budget of `prepare_timing` for a machine with `physical_bytes` of memory (None: this one's,
+    or the least budget where the system does not say)."""
+    if physical_bytes is None:
+        try:
+            physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (OSError, ValueError):
+            physical_bytes = 0
+    return min(max(physical_bytes // PREPARED_HOST_SHARE, PREPARED_HOST_MIN_BYTES), PREPARED_HOST_MAX_BYTES)
+
+
+PREPARED_HOST_BYTES = prepared_host_bytes()
 # At most this many threads compute those references (`prepare_threads`): each is a numpy draw and a ctypes
 # call, both of which release the GIL. One job's references of a 16.8M-element configuration took 6.1 s
 # one after another on the 2-core CPU, 3.5 s on two threads (dev/LOG.md, session 38).
@@ -518,7 +538,7 @@ class CSession(Session):
         sets, expected = [], []
         for seed in self.unseen_seeds[:count]:
             entry = self.host_reference(config, seed)
-            sets.append([to_device(entry.values[name], torch.device("cpu")) for name in self.input_names])
+            sets.append([host_view(entry.values[name]) for name in self.input_names])
             expected.append(tuple(comparable(to_device(entry.outputs[p.name], self.device))
                                   for p in self.ctask.outputs))
             if self.shipper is not None:
@@ -732,6 +752,15 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only arrays; we copy at once
         return torch.from_numpy(array).to(device, copy=True)
+
+
+def host_view(array: np.ndarray) -> torch.Tensor:
+    """A tensor over a (read-only) numpy array's memory, without a copy: for contents that are only read,
+    as an unseen set's are (the bench copies them into the working set at its round, `timing`), so no
+    write can reach the array. A copy of a 512 MB set took 0.25 s on the 2-core CPU, inside the turn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only arrays: none written here
+        return torch.from_numpy(array)
 
 
 def filled(length: int, ctype: str, device: torch.device, fill_byte: int) -> torch.Tensor:
