@@ -43,11 +43,16 @@ WAIT_S = 900.0  # the longest a copy waits for the timed pass of another copy (a
 
 def same_program(source: str, anchor: str) -> bool:
     """Whether `source` is `anchor`'s program: equal syntax trees without docstrings (module docstring)."""
-    theirs = _program(anchor)
+    theirs = _anchor_program(anchor)
     return theirs is not None and _program(source) == theirs
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)
+def _anchor_program(anchor: str) -> str | None:
+    """`_program` of an anchor, kept: each task's port is compared with every answer to it."""
+    return _program(anchor)
+
+
 def _program(source: str) -> str | None:
     """The module's syntax tree without its docstrings, as text; None when it does not parse or reads its
     own text."""
