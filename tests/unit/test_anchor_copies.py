@@ -5,6 +5,7 @@ runs on the GPU in tests/gpu/test_anchor_copies_gpu.py: the naive port's kernels
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -159,6 +160,13 @@ class _Finish:
         return with_cached_baselines(EvalResult(task.task_id, sid, Outcome.CORRECT, timings=timings), {})
 
 
+def _wait_until(condition) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
 def _scheduler(fake: _Finish, **settings) -> RlScheduler:
     timing = TimingConfig(baselines=(NAIVE_CUDA,))
     return RlScheduler(fake, with_cached_baselines, timing, RlSettings(**settings))
@@ -228,8 +236,7 @@ def test_a_copy_arriving_while_the_first_is_timed_waits_for_it_and_is_not_timed(
     results: dict[str, EvalResult] = {}
     first = threading.Thread(target=lambda: results.setdefault("first", _finish(scheduler, _sol("first"))))
     first.start()
-    while ("first", True) not in fake.passes:
-        threading.Event().wait(0.01)
+    _wait_until(lambda: ("first", True) in fake.passes)
     second = threading.Thread(target=lambda: results.setdefault("second", _finish(scheduler, _sol("second"))))
     second.start()
     second.join(0.2)
@@ -247,8 +254,7 @@ def test_a_copy_whose_timed_predecessor_failed_is_timed_itself():
     scheduler = _scheduler(fake)
     first = threading.Thread(target=lambda: _finish(scheduler, _sol("first")))
     first.start()
-    while ("first", True) not in fake.passes:
-        threading.Event().wait(0.01)
+    _wait_until(lambda: ("first", True) in fake.passes)
     fake.wrong.add("first")  # its timed pass finds it incorrect: no timings of the port are left
     second = threading.Thread(target=lambda: _finish(scheduler, _sol("second")))
     second.start()
