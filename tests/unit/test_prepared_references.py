@@ -97,3 +97,18 @@ def test_an_unseen_set_is_held_without_a_copy_of_its_arrays():
     array.setflags(write=False)
     view = c_session.host_view(array)
     assert view.data_ptr() == array.ctypes.data and view[3].item() == 3.0
+
+
+def test_a_set_past_the_budget_is_left_to_the_stage_and_a_later_smaller_one_is_still_prepared(monkeypatch):
+    from cudaperf.execute.memory_plan import Footprint
+
+    bare = c_session.CSession.__new__(c_session.CSession)
+    sizes = {"small": 10, "large": 600, "odd": 100}
+    bare.timed_names, bare.seeds, bare.timing_seeds, bare.unseen_seeds = list(sizes), (1,), (1, 2), (3, 4)
+    bare.ctask = SimpleNamespace(config=lambda name: SimpleNamespace(name=name))
+    monkeypatch.setattr(bare, "set_footprint", lambda config: Footprint(sizes[config.name], 0), raising=False)
+    monkeypatch.setattr(bare, "unseen_count", lambda config: 2, raising=False)
+    monkeypatch.setattr(c_session, "PREPARED_HOST_BYTES", 1000)
+    keys = bare.prepared_keys()  # three sets each: 30 + 600 fit, then the second large one would pass 1000
+    assert [k for k in keys if k[0] == "large"] == [("large", 2)]
+    assert [k for k in keys if k[0] == "odd"] == [("odd", 2), ("odd", 3), ("odd", 4)]

@@ -265,18 +265,17 @@ class CSession(Session):
         """With a referee, the host's share of the timing stage before the worker asks for the GPU
         (`Session.prepare_and_ask`): for each timed configuration in order, the reference the serial C
         baseline is timed on (kept across jobs, `timing_reference`), then the serial C references of the
-        timing-only and unseen seeds (inputs and outputs on the host) while they fit in
-        `PREPARED_HOST_BYTES`, computed on up to `prepare_threads` threads; what does not fit is computed
-        in the stage. The correctness seeds' inputs are on the device already (`run_and_ship` keeps them
+        timing-only and unseen seeds (inputs and outputs on the host) that fit in `PREPARED_HOST_BYTES`
+        (`prepared_keys`), computed on up to `prepare_threads` threads; what does not fit is computed in
+        the stage. The correctness seeds' inputs are on the device already (`run_and_ship` keeps them
         for timing). Nothing reaches the device here, and the serial C baseline is timed in the stage.
         Without a referee the whole job already holds the GPU: nothing is done ahead."""
         if self.shipper is None:
             return
-        reached, keys = self.prepared_keys()
-        for name in reached:
-            if SERIAL_C in self.wanted:
+        if SERIAL_C in self.wanted:
+            for name in self.timed_names:
                 self.timing_reference(self.ctask.config(name), self.timing_seeds[0])
-        self.prepare_references(keys)
+        self.prepare_references(self.prepared_keys())
 
     def prepare_references(self, keys: list[tuple[str, int]], threads: int | None = None) -> None:
         """The references of `keys` into `prepared_references`, on `threads` threads (None:
@@ -292,24 +291,22 @@ class CSession(Session):
         if failures:
             raise failures[0]
 
-    def prepared_keys(self) -> tuple[list[str], list[tuple[str, int]]]:
-        """What `prepare_timing` computes: the timed configurations it reaches, and (configuration, seed)
-        of each reference, the timing-only and unseen seeds of each configuration in order, until the next
-        would pass `PREPARED_HOST_BYTES` (the configuration where that happens is reached)."""
-        reached: list[str] = []
+    def prepared_keys(self) -> list[tuple[str, int]]:
+        """What `prepare_timing` computes: (configuration, seed) of each reference, the timing-only and
+        unseen seeds of each timed configuration in order, each that fits what is left of
+        `PREPARED_HOST_BYTES` (one that does not is computed in the stage; a later, smaller one may still
+        fit)."""
         keys: list[tuple[str, int]] = []
         held = 0
         for name in self.timed_names:
-            reached.append(name)
             config = self.ctask.config(name)
             fp = self.set_footprint(config)
             unseen = self.unseen_seeds[:self.unseen_count(config)]
             for seed in (*[s for s in self.timing_seeds if s not in self.seeds], *unseen):
-                held += fp.input_bytes + fp.output_bytes
-                if held > PREPARED_HOST_BYTES:
-                    return reached, keys
-                keys.append((name, seed))
-        return reached, keys
+                if held + fp.input_bytes + fp.output_bytes <= PREPARED_HOST_BYTES:
+                    held += fp.input_bytes + fp.output_bytes
+                    keys.append((name, seed))
+        return keys
 
     def time_configs(self) -> None:
         for name in self.timed_names:
