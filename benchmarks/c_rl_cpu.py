@@ -26,6 +26,10 @@ compare them.
 `--weak K` makes the batch a weak policy's: per task and copy K wrong candidates, then its right one (the
 baselines' plan before the job against at the go-ahead on it: `--plan-before-job`, `--plan-at-go-ahead`).
 
+`--gemv` replaces the three tasks with one shaped like the dataset's gemv family (an 8192 x 8192 double
+matrix on its largest configuration): the host work a refereed C job does before and inside its turn
+when a configuration's sets pass the host budget.
+
 Not covered: CUDA (no kernel runs; the naive CUDA port is unavailable in CPU mode), the default mode.
 """
 
@@ -98,6 +102,34 @@ STENCIL_RIGHT = ("import torch.nn.functional as F\n\n"
                  "    out.copy_(s)\n")
 
 
+def gemv_task() -> list:
+    """(task record, {kind: candidate source}) of a task shaped like the dataset's gemv family, whose
+    largest configuration is an 8192 x 8192 double matrix (512 MB a set: 3.5 GiB for the 7 timing-only
+    and unseen sets, past a 2-GiB host budget before the turn)."""
+    from cudaperf.tasks.ctask import ArrayGen, CConfig, CParam, CTask, ParamKind, to_task
+    from cudaperf.types import Tolerance
+
+    gemv = CTask(
+        task_id="c_bench_gemv", family="bench", entry="gemv",
+        source="void gemv(const double* a, const double* xv, double* c, int m, int kk) {\n"
+               "    for (int i = 0; i < m; ++i) {\n        double s = 0.0;\n"
+               "        for (int j = 0; j < kk; ++j) s += a[(long)i * kk + j] * xv[j];\n"
+               "        c[i] = s;\n    }\n}\n",
+        params=(CParam("a", "double", ParamKind.IN, "m*kk"), CParam("xv", "double", ParamKind.IN, "kk"),
+                CParam("c", "double", ParamKind.OUT, "m"), CParam("m", "int", ParamKind.SCALAR),
+                CParam("kk", "int", ParamKind.SCALAR)),
+        inputs={"a": ArrayGen("uniform", -1, 1), "xv": ArrayGen("uniform", -1, 1)},
+        configs=(CConfig("small", {"m": 64, "kk": 100}), CConfig("large", {"m": 8192, "kk": 8192}),
+                 CConfig("odd", {"m": 3001, "kk": 2047})),
+        tolerance=Tolerance(1e-8, 1e-8))
+    right = "def gemv(a, xv, c, m, kk):\n    c.copy_(a.view(m, kk) @ xv)\n"
+    sources = {"right": right,
+               "slower": right.replace("c.copy_(a.view(m, kk) @ xv)",
+                                       "c.copy_((a.view(m, kk) @ xv + a.view(m, kk) @ xv) * 0.5)"),
+               "wrong": right.replace("@ xv)", "@ xv + 1.0)")}
+    return [(to_task(gemv), sources)]
+
+
 def pairs(tasks: list, copies: int, label: str, weak: int = 0) -> list:
     """Each task's candidates together, `copies` times; with `weak`, a weak policy's group instead: per
     task and copy `weak` wrong candidates (distinct texts) before its one right one."""
@@ -120,7 +152,7 @@ def one_run(label: str, args) -> dict:
     from cudaperf.eval_modes import RlSettings
     from cudaperf.evaluate import EvalConfig, Evaluator, TimingConfig
 
-    tasks = c_tasks()
+    tasks = gemv_task() if args.gemv else c_tasks()
     store = ({} if args.shared_c_references_bytes is None  # a tree without the setting runs too
              else {"shared_c_references_bytes": args.shared_c_references_bytes})
     config = EvalConfig(device="cpu", mode="rl", timing=TimingConfig(baselines=("eager",)), analyze=False,
@@ -194,6 +226,9 @@ def main() -> None:
     parser.add_argument("--shared-c-references-bytes", type=int, default=None,
                         help="EvalConfig.shared_c_references_bytes (0: each referee computes its own); "
                              "unset: the tree's default")
+    parser.add_argument("--gemv", action="store_true",
+                        help="the gemv-shaped task alone (512-MB sets on its largest configuration), in "
+                             "place of the three tasks")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     row = one_run(args.label, args)
