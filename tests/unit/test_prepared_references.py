@@ -88,7 +88,7 @@ def test_the_host_budget_before_the_turn_is_a_share_of_the_machine_within_bounds
 
 
 def test_a_gemv_configurations_timing_sets_fit_the_budget_of_a_gpu_host():
-    sets = 7 * 8192 * 8192 * 8  # 2 timing-only and 5 unseen sets of an 8192 x 8192 double matrix
+    sets = 6 * 8192 * 8192 * 8  # RL's 2 timing-only and 4 unseen sets of an 8192 x 8192 double matrix
     assert sets > c_session.PREPARED_HOST_MIN_BYTES and sets < c_session.prepared_host_bytes(128 << 30)
 
 

@@ -102,10 +102,12 @@ HOST_REFERENCE_CACHE_BYTES = 4 << 30
 # What a refereed job's timing stage draws on the host before it asks for the GPU (`CSession.prepare_timing`)
 # is at most a 32nd of the machine's memory, from 2 to 8 GiB (`prepared_host_bytes`); the rest is drawn in
 # the stage, after the go-ahead, inside the RL mode's exclusive turn. Why not a flat 2 GiB: a gemv task's
-# largest configuration (8192 x 8192 doubles) needs 3.5 GiB for its 7 timing-only and unseen sets, so
-# four of its serial C references (each a 512 MB draw and a serial product: ~2 s on the 2-core CPU) ran
-# inside the turn, and gemv answers held it 2.8 s (median) against ~0.8 s for the other families in
-# session 44's RL run (dev/LOG.md). With 8 workers on a 128-GiB host, 4 GiB each is 32 GiB at most.
+# largest configuration (8192 x 8192 doubles) needs 3 GiB for its 6 timing-only and unseen sets under RL's
+# one correctness seed (2 timing-only, and 4 unseen: `memory_plan.UNSEEN_HOST_BYTES`), so three of its
+# serial C references (each a 512 MB draw and a serial product: ~2 s on the 2-core CPU), and every set of
+# the configuration after it, ran inside the turn; gemv answers held it 2.8 s (median) against ~0.8 s for
+# the other families in session 44's RL run (dev/LOG.md). With 8 workers on a 128-GiB host, 4 GiB each is
+# 32 GiB at most.
 PREPARED_HOST_SHARE = 32
 PREPARED_HOST_MIN_BYTES, PREPARED_HOST_MAX_BYTES = 2 << 30, 8 << 30
 
