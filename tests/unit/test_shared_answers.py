@@ -4,6 +4,9 @@ bound, which the real one cannot be made to show on demand)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from cudaperf.agent.environment import EnvConfig, RefineEnv, step_many
@@ -13,28 +16,12 @@ from cudaperf.anticheat.policy import Policy
 from cudaperf.tasks import task_from_source
 from cudaperf.types import EvalResult, Outcome, Solution, SolutionFormat
 
-TASK = task_from_source('''
-import torch
-from torch import nn
+sys.path.insert(0, str(Path(__file__).parent))
+from test_train_compare import ANSWER, TASK_SOURCE  # noqa: E402
 
-
-class Model(nn.Module):
-    def forward(self, a, b):
-        return a * 2 + b
-
-
-def get_input_configs():
-    return [{"name": "small", "n": 64}]
-
-
-def get_inputs(n=64):
-    return [torch.randn(n), torch.randn(n)]
-''', "scale_add_shared")
-OTHER_TASK = task_from_source(TASK.source, "scale_add_other")
-ANSWER = ("```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n"
-          "        {}\n```")
-RIGHT = ANSWER.format("return a * 2 + b")
-WRONG = ANSWER.format("return a * 2 - b")
+TASK = task_from_source(TASK_SOURCE, "scale_add_shared")  # the comparison tests' task
+OTHER_TASK = task_from_source(TASK_SOURCE, "scale_add_other")
+RIGHT, WRONG = ANSWER.format("+"), ANSWER.format("-")
 
 
 class Recording:
