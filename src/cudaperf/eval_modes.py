@@ -774,15 +774,14 @@ class RlScheduler:
             return None
         self._count("anchor_copies")
         anchor = ANCHORS[task.kind]
-        timings = tuple(ConfigTiming(config, candidate=t, baselines={anchor: t}) for config, t in
-                        sorted(live.timings.items()))
-        result = dataclasses.replace(checked, timings=timings,
-                                     flags=checked.flags + (_copy_flag(anchor, live.solution_id),))
+        untimed = dataclasses.replace(checked, timings=tuple(
+            ConfigTiming(config, candidate=t, baselines={anchor: t})
+            for config, t in sorted(live.timings.items())))
         found = self.baselines.lookup(task)
+        copied = self._as_copy(untimed, live.timings, live.solution_id, found[0] if found else {})
         notes = {"eval_mode": EvalMode.RL.value, "timing": f"none: the {anchor} program, timed beside "
                  f"{live.solution_id}", "baselines": f"cached from {found[1]}" if found else anchor}
-        return _noted(self._fill(result, found[0] if found else {}), notes,
-                      {"gate_wait": sum(waits), "anchor_wait": time.perf_counter() - began})
+        return _noted(copied, notes, {"gate_wait": sum(waits), "anchor_wait": time.perf_counter() - began})
 
     def _anchor_seen(self, task: Task, result: EvalResult, copy: bool) -> EvalResult:
         """Keep the anchor's live timings of a timed pass of `task` for its copies; the timed copy itself
@@ -797,12 +796,18 @@ class RlScheduler:
         if not copy:
             return result
         measured = result.speedups.get(anchor)
+        found = self.baselines.lookup(task)
+        return _noted(self._as_copy(result, timings, result.solution_id, found[0] if found else {}),
+                      {"anchor_copy_measured": f"{measured:.4f}" if measured else "none"}, {})
+
+    def _as_copy(self, result: EvalResult, timings: dict[str, Timing], timed_beside: str,
+                 cached: dict[str, CachedBaselines]) -> EvalResult:
+        """`result` of a copy of the C anchor with the anchor's `timings` as its candidate's, flagged
+        `anchor_copy`, the `cached` baselines written in and its speedups redone."""
         copied = dataclasses.replace(result, timings=tuple(
             dataclasses.replace(t, candidate=timings[t.config]) for t in result.timings),
-            flags=result.flags + (_copy_flag(anchor, result.solution_id),))
-        found = self.baselines.lookup(task)
-        copied = self._fill(copied, found[0] if found else {})
-        return _noted(copied, {"anchor_copy_measured": f"{measured:.4f}" if measured else "none"}, {})
+            flags=result.flags + (_copy_flag(ANCHORS[TaskKind.C], timed_beside),))
+        return self._fill(copied, cached)
 
     def _finish_once(self, task: Task, solution: Any, start: Any, submitted: Any) -> EvalResult:
         """One job: correctness with the gate shared, the timing stage (after the referee's go-ahead) with
