@@ -304,9 +304,10 @@ class CSession(Session):
             config = self.ctask.config(name)
             fp = self.set_footprint(config)
             unseen = self.unseen_seeds[:self.unseen_count(config)]
+            size = fp.input_bytes + fp.output_bytes
             for seed in (*[s for s in self.timing_seeds if s not in self.seeds], *unseen):
-                if held + fp.input_bytes + fp.output_bytes <= PREPARED_HOST_BYTES:
-                    held += fp.input_bytes + fp.output_bytes
+                if held + size <= PREPARED_HOST_BYTES:
+                    held += size
                     keys.append((name, seed))
         return keys
 
@@ -748,15 +749,13 @@ def torch_dtype(ctype: str) -> torch.dtype:
 
 def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A device copy of a (read-only) numpy array: always a copy, so writes to it never reach the cache."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only arrays; we copy at once
-        return torch.from_numpy(array).to(device, copy=True)
+    return host_view(array).to(device, copy=True)
 
 
 def host_view(array: np.ndarray) -> torch.Tensor:
     """A tensor over a (read-only) numpy array's memory, without a copy: for contents that are only read,
-    as an unseen set's are (the bench copies them into the working set at its round, `timing`), so no
-    write can reach the array. A copy of a 512 MB set took 0.25 s on the 2-core CPU, inside the turn."""
+    as an unseen set's are (the bench copies them into the working set at its round, `timing`), or copied
+    at once (`to_device`). A copy of a 512 MB set took 0.25 s on the 2-core CPU, inside the turn."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch warns about read-only arrays: none written here
         return torch.from_numpy(array)
