@@ -135,7 +135,6 @@ class AnchorTimings:
     def record(self, key: tuple[str, str], timings: dict[str, Timing], solution_id: str) -> None:
         with self._lock:
             self._known[key] = LiveAnchor(dict(timings), solution_id, self._clock())
-            self._lock.notify_all()
 
     def release(self, key: tuple[str, str]) -> None:
         with self._lock:
