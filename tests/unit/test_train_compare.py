@@ -116,11 +116,20 @@ def test_every_turn_is_written_and_the_table_lands_in_json_and_markdown(tmp_path
 def test_the_comparison_keeps_what_refinement_adds_seed_by_seed(tmp_path, task_file, cpu_evaluator):
     config = compare_config(tmp_path, task_file, seeds=(0,))
     run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
-    [gain] = json.loads((tmp_path / COMPARISON_JSON).read_text())["gains"]
-    assert (gain["what"], gain["change"]["mean"], gain["gain_every_seed"]) == (
-        "scripted: best of turns vs first turn", 1.0, True)
+    gain = json.loads((tmp_path / COMPARISON_JSON).read_text())["gains"][0]
+    assert (gain["what"], gain["figure"], gain["change"]["mean"], gain["gain_every_seed"]) == (
+        "scripted: best of turns vs first turn", "correct", 1.0, True)
     assert "| toy | scripted: best of turns vs first turn | correct | 1 | 100.0 pt | yes |" in \
         (tmp_path / "comparison.md").read_text()
+
+
+def test_the_first_turns_speedup_counts_a_task_solved_only_later_as_its_baseline(tmp_path, task_file,
+                                                                                   cpu_evaluator):
+    config = compare_config(tmp_path, task_file, seeds=(0,))
+    report = run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    row = report.table["scripted"]["toy"]  # the scripted policy is wrong first, right second
+    assert row["first_turn_speedup_geomean_all"]["mean"] == 1.0
+    assert row["speedup_geomean_all"]["mean"] != 1.0
 
 
 def test_a_second_call_skips_complete_runs_and_continues_a_partial_one(tmp_path, task_file, cpu_evaluator):
@@ -260,8 +269,9 @@ def test_the_table_from_batched_trajectories_matches_the_comparisons_and_counts_
     assert notes[0] == "scripted toy seed 0: 0 of 1 trajectories done, 1 begun"
 
 
-def _figures(first: float, best: float, geomean: float = 1.0) -> dict:
-    return {"first_turn_correct": first, "best_of_turns_correct": best, "speedup_geomean_all": geomean}
+def _figures(first: float, best: float, geomean: float = 1.0, first_geomean: float | None = None) -> dict:
+    figures = {"first_turn_correct": first, "best_of_turns_correct": best, "speedup_geomean_all": geomean}
+    return figures if first_geomean is None else {**figures, "first_turn_speedup_geomean_all": first_geomean}
 
 
 PAIRED = {"sft": {"heldout": {0: _figures(0.25, 0.25, 1.0), 1: _figures(0.5, 0.5, 1.2),
@@ -292,6 +302,16 @@ def test_the_geometric_mean_speedups_are_compared_as_a_ratio():
 def test_every_model_gets_what_its_later_turns_add():
     row = _row(paired_gains(PAIRED), "sft: best of turns vs first turn", "correct")
     assert (row["seeds"], row["change"]["max"], row["gain_every_seed"]) == ([0, 1, 2], 0.25, False)
+
+
+def test_what_later_turns_add_to_the_speedup_is_a_ratio_per_seed():
+    runs = {"rl": {"heldout": {0: _figures(0.5, 0.5, 1.5, 1.2), 1: _figures(0.5, 0.5, 1.0, 1.0)}}}
+    row = _row(paired_gains(runs), "rl: best of turns vs first turn", "speedup_geomean_all")
+    assert (row["neutral"], row["change"]["max"], row["gain_every_seed"]) == (1.0, 1.25, False)
+
+
+def test_runs_without_the_first_turns_speedup_give_no_speedup_refinement_row():
+    assert not [r for r in paired_gains(PAIRED) if r["figure"] == "speedup_geomean_all" and ":" in r["what"]]
 
 
 def test_no_model_is_compared_with_a_later_one():

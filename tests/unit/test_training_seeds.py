@@ -105,6 +105,14 @@ def test_refinement_is_reported_over_training_seeds():
     assert row["change"]["mean"] == pytest.approx((0.125 + 0.125 + 0.125) / 3)
 
 
+def test_refinements_speedup_is_a_geometric_mean_ratio_per_training_seed():
+    runs = {"rl@seed0": {"heldout": {0: {**_figures(0.5, 0.5, 2.0), "first_turn_speedup_geomean_all": 1.0},
+                                     1: {**_figures(0.5, 0.5, 1.0), "first_turn_speedup_geomean_all": 2.0}}},
+            "rl@seed1": {"heldout": {0: {**_figures(0.5, 0.5, 1.5), "first_turn_speedup_geomean_all": 1.0}}}}
+    row = _row(training_seed_gains(runs), "rl: best of turns vs first turn", "speedup_geomean_all")
+    assert row["change"]["min"] == pytest.approx(1.0) and row["change"]["max"] == pytest.approx(1.5)
+
+
 def test_sampling_seed_pairs_skip_two_seeds_of_one_policy():
     rows = paired_gains(RUNS, policy_of=policy_name)
     assert not [r for r in rows if r["what"].startswith("rl@seed1 vs rl@")]

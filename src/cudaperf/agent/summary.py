@@ -95,11 +95,12 @@ def evaluation_split(results: Sequence[EvalResult]) -> dict[str, float]:
             "correctness_s": stages(CORRECTNESS_STAGES), "timing_s": stages(TIMING_STAGES)}
 
 
-def best_per_task(trajectories: Sequence[Trajectory]) -> dict[str, TurnRecord]:
-    """The best turn of each task over all its samples and turns."""
+def best_per_task(trajectories: Sequence[Trajectory], first_turn_only: bool = False) -> dict[str, TurnRecord]:
+    """The best turn of each task over all its samples and turns (`first_turn_only`: over the samples'
+    first turns alone, what the task had before any feedback)."""
     out: dict[str, TurnRecord] = {}
     for tr in trajectories:
-        b = tr.best()
+        b = best_turn(tr.turns[:1]) if first_turn_only else tr.best()
         if b is not None and (tr.task_id not in out or rank_key(b) > rank_key(out[tr.task_id])):
             out[tr.task_id] = b
     return out

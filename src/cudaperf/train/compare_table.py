@@ -35,6 +35,7 @@ class RunFigures:
     fast_1_sure: float  # fast_1 counting only speedups whose 95% lower bound is above 1.0
     speedup_geomean: float | None  # best kernels of solved tasks
     speedup_geomean_all: float  # every task, unsolved = 1.0
+    first_turn_speedup_geomean_all: float  # the same from the first turns alone (before any feedback)
     structural_mean: float | None  # correct turns with a structural score
     flagged_rate: float  # turns with an anti-cheat violation
     no_code_rate: float
@@ -43,8 +44,8 @@ class RunFigures:
 
 
 FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "speedup_geomean",
-           "speedup_geomean_all", "structural_mean", "correct_rate", "flagged_rate", "no_code_rate",
-           "mean_reward")
+           "speedup_geomean_all", "first_turn_speedup_geomean_all", "structural_mean", "correct_rate",
+           "flagged_rate", "no_code_rate", "mean_reward")
 HEADLINE_FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure",
                     "speedup_geomean_all")
 """The figures a one-line summary of a comparison shows (the scripts' `RESULT` lines)."""
@@ -63,8 +64,6 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
     solved = [b.speedup for b in best.values() if b.correct and b.speedup is not None and b.speedup > 0]
     structural = [r.reward_breakdown.details["structural_score"] for r in turns if r.correct
                   and r.reward_breakdown is not None and "structural_score" in r.reward_breakdown.details]
-    all_tasks = [math.log(best[t].speedup) if t in best and best[t].correct and best[t].speedup
-                 and best[t].speedup > 0 else 0.0 for t in ids]
     return RunFigures(
         tasks=len(ids), trajectories=len(trajectories), turns=len(turns),
         first_turn_correct=_mean([float(tr.turns[0].correct) for tr in trajectories if tr.turns]),
@@ -74,12 +73,21 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
         fast_1_sure=sum(1 for b in best.values() if b.correct and b.speedup is not None
                         and surely_faster(speedup_interval(b.result.timings, b.baseline))) / max(1, len(ids)),
         speedup_geomean=math.exp(_mean([math.log(s) for s in solved])) if solved else None,
-        speedup_geomean_all=math.exp(_mean(all_tasks)) if all_tasks else 1.0,
+        speedup_geomean_all=_geomean_all(best, ids),
+        first_turn_speedup_geomean_all=_geomean_all(best_per_task(trajectories, first_turn_only=True), ids),
         structural_mean=_mean(structural) if structural else None,
         flagged_rate=_mean([float(any(is_violation(f.code) for f in r.result.flags)) for r in turns]),
         no_code_rate=_mean([float(r.code is None) for r in turns]),
         mean_reward=_mean([r.reward for r in turns]),
         completion_tokens_per_turn=_mean([float(r.completion_tokens) for r in turns]))
+
+
+def _geomean_all(best: dict[str, Any], ids: Sequence[str]) -> float:
+    """The geometric-mean speedup of each task's best turn in `best` over every task of `ids`, a task
+    without a correct one counted 1.0 (it keeps its baseline)."""
+    logs = [math.log(best[t].speedup) if t in best and best[t].correct and best[t].speedup
+            and best[t].speedup > 0 else 0.0 for t in ids]
+    return math.exp(_mean(logs)) if logs else 1.0
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -151,8 +159,8 @@ def change_cell(row: dict[str, Any]) -> str:
 def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
     model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
-    geometric-mean speedup), and every model's best-of-turns correct rate against its first-turn one (what
-    refinement adds). Each row: set, what, figure, seeds, the spread of the seeds' changes and whether
+    geometric-mean speedup), and every model's best-of-turns correct rate and geometric-mean speedup against
+    its first-turn ones (what refinement adds). Each row: set, what, figure, seeds, the spread of the seeds' changes and whether
     every seed's is a gain. The seed spread of such a change is what a claimed gain must exceed. Two
     models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
     rows: list[dict[str, Any]] = []
@@ -178,11 +186,28 @@ def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str,
 
 
 def _refinement_gain(set_name: str, model: str, by_seed: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """What later turns add: correct rate (a difference) and, where every seed's run has the first-turn
+    figure, the geometric-mean speedup over all tasks (a ratio; runs from before it lack it)."""
     seeds = sorted(by_seed)
     if not seeds:
         return []
+    what = f"{model}: best of turns vs first turn"
     values = [by_seed[k]["best_of_turns_correct"] - by_seed[k]["first_turn_correct"] for k in seeds]
-    return [_gain(set_name, f"{model}: best of turns vs first turn", "correct", seeds, values, 0.0)]
+    rows = [_gain(set_name, what, "correct", seeds, values, 0.0)]
+    ratios = refinement_speedups(by_seed)
+    if ratios is not None:
+        rows.append(_gain(set_name, what, "speedup_geomean_all", seeds, ratios, 1.0))
+    return rows
+
+
+def refinement_speedups(by_seed: dict[int, dict[str, Any]]) -> list[float] | None:
+    """Each seed's best-of-turns geometric-mean speedup over its first-turn one (seeds in order); None
+    when a run lacks the first-turn figure."""
+    seeds = sorted(by_seed)
+    first = [by_seed[k].get("first_turn_speedup_geomean_all") for k in seeds]
+    if not seeds or any(f is None or f <= 0 for f in first):
+        return None
+    return [by_seed[k]["speedup_geomean_all"] / f for k, f in zip(seeds, first, strict=True)]
 
 
 def _gain(set_name: str, what: str, figure: str, seeds: list[int], values: list[float],
@@ -218,7 +243,8 @@ PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "
 COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct", "best-of-turns correct"),
            ("fast_1", "fast_1"), ("fast_1_sure", "fast_1 (95% sure)"),
            ("speedup_geomean", "geomean x (solved)"),
-           ("speedup_geomean_all", "geomean x (all, unsolved=1)"), ("structural_mean", "structural"),
+           ("speedup_geomean_all", "geomean x (all, unsolved=1)"),
+           ("first_turn_speedup_geomean_all", "first-turn geomean x (all)"), ("structural_mean", "structural"),
            ("flagged_rate", "anti-cheat flagged"))
 
 

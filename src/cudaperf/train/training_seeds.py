@@ -17,7 +17,7 @@ Covers:
   and sampling seeds: with the other side a single model, every training seed against it; with both
   seeded, seed K against seed K. Per row, `beyond_spread` says whether the mean change is larger than the
   changes' sample standard deviation (None with fewer than two training seeds); and every seeded group's
-  best-of-turns against its first turn, the same way;
+  best-of-turns against its first turn (correct rate and geometric-mean speedup), the same way;
 - `training_seeds_markdown`: both as tables.
 
 Not covered: training the seeds (`train_h200.py --seed`, model_day.sh's `SEED`), the per-model table and
@@ -44,6 +44,7 @@ from cudaperf.train.compare_table import (
     change_cell,
     later_earlier,
     markdown_row,
+    refinement_speedups,
     set_names,
     spread,
 )
@@ -154,16 +155,23 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
 
 
 def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> list[dict[str, Any]]:
-    kept = []
+    """What later turns add per training seed: correct rate (mean difference over sampling seeds) and
+    geometric-mean speedup (ratio, averaged geometrically), the latter where every seed's runs have it."""
+    kept, ratios = [], []
     for k, model in _by_seed(members):
         by_seed = runs[model].get(set_name, {})
         if by_seed:
             kept.append((k, statistics.fmean(r["best_of_turns_correct"] - r["first_turn_correct"]
                                              for r in by_seed.values())))
+            per_seed = refinement_speedups(by_seed)
+            ratios.append(None if per_seed is None else math.exp(statistics.fmean(map(math.log, per_seed))))
     if not kept:
         return []
-    return [_row(set_name, f"{group}: best of turns vs first turn", "correct", [k for k, _ in kept],
-                 [v for _, v in kept], 0.0)]
+    what, seeds = f"{group}: best of turns vs first turn", [k for k, _ in kept]
+    rows = [_row(set_name, what, "correct", seeds, [v for _, v in kept], 0.0)]
+    if None not in ratios:
+        rows.append(_row(set_name, what, "speedup_geomean_all", seeds, ratios, 1.0))
+    return rows
 
 
 def training_seed_gains(runs: SeedRuns) -> list[dict[str, Any]]:
