@@ -159,10 +159,10 @@ def change_cell(row: dict[str, Any]) -> str:
 def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
     model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
-    geometric-mean speedup), and every model's best-of-turns correct rate and geometric-mean speedup against
-    its first-turn ones (what refinement adds). Each row: set, what, figure, seeds, the spread of the seeds' changes and whether
-    every seed's is a gain. The seed spread of such a change is what a claimed gain must exceed. Two
-    models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
+    geometric-mean speedup), and every model's best-of-turns correct rate and geometric-mean speedup
+    against its first-turn ones (what refinement adds). Each row: set, what, figure, seeds, the spread of
+    the seeds' changes and whether every seed's is a gain. The seed spread of such a change is what a
+    claimed gain must exceed. Two models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
     rows: list[dict[str, Any]] = []
     models = list(runs)
     for set_name in set_names(runs):
@@ -244,7 +244,8 @@ COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct
            ("fast_1", "fast_1"), ("fast_1_sure", "fast_1 (95% sure)"),
            ("speedup_geomean", "geomean x (solved)"),
            ("speedup_geomean_all", "geomean x (all, unsolved=1)"),
-           ("first_turn_speedup_geomean_all", "first-turn geomean x (all)"), ("structural_mean", "structural"),
+           ("first_turn_speedup_geomean_all", "first-turn geomean x (all)"),
+           ("structural_mean", "structural"),
            ("flagged_rate", "anti-cheat flagged"))
 
 
