@@ -162,7 +162,8 @@ def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[
     geometric-mean speedup), and every model's best-of-turns correct rate and geometric-mean speedup
     against its first-turn ones (what refinement adds). Each row: set, what, figure, seeds, the spread of
     the seeds' changes and whether every seed's is a gain. The seed spread of such a change is what a
-    claimed gain must exceed. Two models that `policy_of` names alike (training seeds of one policy) are not compared with each other."""
+    claimed gain must exceed. Two models that `policy_of` names alike (training seeds of one policy) are
+    not compared with each other."""
     rows: list[dict[str, Any]] = []
     models = list(runs)
     for set_name in set_names(runs):
