@@ -310,6 +310,13 @@ def test_what_later_turns_add_to_the_speedup_is_a_ratio_per_seed():
     assert (row["neutral"], row["change"]["max"], row["gain_every_seed"]) == (1.0, 1.25, False)
 
 
+def test_what_later_turns_add_to_the_sure_speedups_is_a_difference_per_seed():
+    sure = {"fast_1_sure": 0.5, "first_turn_fast_1_sure": 0.25}
+    runs = {"rl": {"heldout": {0: {**_figures(0.5, 0.5), **sure}}}}
+    row = _row(paired_gains(runs), "rl: best of turns vs first turn", "fast_1_sure")
+    assert (row["neutral"], row["change"]["mean"], row["gain_every_seed"]) == (0.0, 0.25, True)
+
+
 def test_runs_without_the_first_turns_speedup_give_no_speedup_refinement_row():
     assert not [r for r in paired_gains(PAIRED) if r["figure"] == "speedup_geomean_all" and ":" in r["what"]]
 

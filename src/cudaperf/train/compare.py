@@ -18,14 +18,15 @@ the baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `bas
 fast_1_sure (the same, counting only kernels whose speedup's bootstrap lower bound clears 1.0x:
 `cudaperf.speedup_confidence`; a copy of the baseline lands above 1.0x about half the time),
 geometric-mean speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted
-1.0: it keeps its baseline), the latter also from the first turns alone (what refinement adds to speed),
+1.0: it keeps its baseline; also from the first turns alone, as fast_1_sure is: what refinement adds
+to speed),
 mean structural score of the correct turns (`structural_score` of the unified reward), and the
 anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max
 (`Spread`); `table_markdown` and `comparison.json` show them per model and set. Paired over seeds
 (`paired_gains`, both sides on the same tasks and sampling seed): every model against every model of
-another policy before it, and every model's best-of-turns against its first turn (correct rate and
-geometric-mean speedup), each seed's change and
-their spread; which trajectories' outcomes differ between two models (`paired_outcomes`), and the
+another policy before it, and every model's best-of-turns against its first turn (correct rate,
+fast_1_sure and geometric-mean speedup; `compare_table.REFINEMENT` says why the speed rows favour later
+turns by selection alone), each seed's change and their spread; which trajectories' outcomes differ between two models (`paired_outcomes`), and the
 outcomes counted by task family (`family_outcomes`: each run's `figures.json` names its tasks'
 families). Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the
 same over training seeds (`train.training_seeds`). The figures and tables themselves are

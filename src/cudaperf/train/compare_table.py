@@ -33,6 +33,7 @@ class RunFigures:
     correct_rate: float  # over all turns
     fast_1: float
     fast_1_sure: float  # fast_1 counting only speedups whose 95% lower bound is above 1.0
+    first_turn_fast_1_sure: float  # the same from the first turns alone (before any feedback)
     speedup_geomean: float | None  # best kernels of solved tasks
     speedup_geomean_all: float  # every task, unsolved = 1.0
     first_turn_speedup_geomean_all: float  # the same from the first turns alone (before any feedback)
@@ -43,7 +44,8 @@ class RunFigures:
     completion_tokens_per_turn: float
 
 
-FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "speedup_geomean",
+FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "first_turn_fast_1_sure",
+           "speedup_geomean",
            "speedup_geomean_all", "first_turn_speedup_geomean_all", "structural_mean", "correct_rate",
            "flagged_rate", "no_code_rate", "mean_reward")
 HEADLINE_FIGURES = ("first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure",
@@ -56,11 +58,10 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
     tasks (a task without any trajectory counts as unsolved)."""
     from cudaperf.agent.summary import best_per_task
     from cudaperf.anticheat.policy import is_violation
-    from cudaperf.speedup_confidence import speedup_interval, surely_faster
 
     turns = [r for tr in trajectories for r in tr.turns]
     ids = sorted(set(task_ids or ()) | {tr.task_id for tr in trajectories})
-    best = best_per_task(trajectories)
+    best, first = best_per_task(trajectories), best_per_task(trajectories, first_turn_only=True)
     solved = [b.speedup for b in best.values() if b.correct and b.speedup is not None and b.speedup > 0]
     structural = [r.reward_breakdown.details["structural_score"] for r in turns if r.correct
                   and r.reward_breakdown is not None and "structural_score" in r.reward_breakdown.details]
@@ -70,16 +71,24 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
         best_of_turns_correct=_mean([float(any(r.correct for r in tr.turns)) for tr in trajectories]),
         correct_rate=_mean([float(r.correct) for r in turns]),
         fast_1=sum(1 for s in solved if s > 1.0) / max(1, len(ids)),
-        fast_1_sure=sum(1 for b in best.values() if b.correct and b.speedup is not None
-                        and surely_faster(speedup_interval(b.result.timings, b.baseline))) / max(1, len(ids)),
+        fast_1_sure=_sure_share(best, ids), first_turn_fast_1_sure=_sure_share(first, ids),
         speedup_geomean=math.exp(_mean([math.log(s) for s in solved])) if solved else None,
         speedup_geomean_all=_geomean_all(best, ids),
-        first_turn_speedup_geomean_all=_geomean_all(best_per_task(trajectories, first_turn_only=True), ids),
+        first_turn_speedup_geomean_all=_geomean_all(first, ids),
         structural_mean=_mean(structural) if structural else None,
         flagged_rate=_mean([float(any(is_violation(f.code) for f in r.result.flags)) for r in turns]),
         no_code_rate=_mean([float(r.code is None) for r in turns]),
         mean_reward=_mean([r.reward for r in turns]),
         completion_tokens_per_turn=_mean([float(r.completion_tokens) for r in turns]))
+
+
+def _sure_share(best: dict[str, Any], ids: Sequence[str]) -> float:
+    """The share of `ids` whose best turn in `best` is correct and surely faster than its baseline (the
+    speedup's one-sided 95% bootstrap lower bound above 1.0x)."""
+    from cudaperf.speedup_confidence import speedup_interval, surely_faster
+
+    return sum(1 for b in best.values() if b.correct and b.speedup is not None
+               and surely_faster(speedup_interval(b.result.timings, b.baseline))) / max(1, len(ids))
 
 
 def _geomean_all(best: dict[str, Any], ids: Sequence[str]) -> float:
@@ -159,8 +168,8 @@ def change_cell(row: dict[str, Any]) -> str:
 def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
     """What a model gains, seed by seed on the same tasks and sampling seed: every model against every
     model before it in `runs` (base, SFT, RL), per figure of `GAIN_FIGURES` (a difference; a ratio for the
-    geometric-mean speedup), and every model's best-of-turns correct rate and geometric-mean speedup
-    against its first-turn ones (what refinement adds). Each row: set, what, figure, seeds, the spread of
+    geometric-mean speedup), and every model's best-of-turns figures against its first-turn ones
+    (`REFINEMENT`: what refinement adds). Each row: set, what, figure, seeds, the spread of
     the seeds' changes and whether every seed's is a gain. The seed spread of such a change is what a
     claimed gain must exceed. Two models that `policy_of` names alike (training seeds of one policy) are
     not compared with each other."""
@@ -187,28 +196,39 @@ def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str,
 
 
 def _refinement_gain(set_name: str, model: str, by_seed: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    """What later turns add: correct rate (a difference) and, where every seed's run has the first-turn
-    figure, the geometric-mean speedup over all tasks (a ratio; runs from before it lack it)."""
+    """What later turns add, one row per figure of `REFINEMENT` that every seed's run has (runs from before
+    the first-turn speed figures lack them)."""
     seeds = sorted(by_seed)
-    if not seeds:
-        return []
     what = f"{model}: best of turns vs first turn"
-    values = [by_seed[k]["best_of_turns_correct"] - by_seed[k]["first_turn_correct"] for k in seeds]
-    rows = [_gain(set_name, what, "correct", seeds, values, 0.0)]
-    ratios = refinement_speedups(by_seed)
-    if ratios is not None:
-        rows.append(_gain(set_name, what, "speedup_geomean_all", seeds, ratios, 1.0))
+    rows = []
+    for figure in REFINEMENT if seeds else ():
+        values = refinement_changes(by_seed, figure)
+        if values is not None:
+            rows.append(_gain(set_name, what, figure, seeds, values, 1.0 if figure in RATIO_FIGURES else 0.0))
     return rows
 
 
-def refinement_speedups(by_seed: dict[int, dict[str, Any]]) -> list[float] | None:
-    """Each seed's best-of-turns geometric-mean speedup over its first-turn one (seeds in order); None
-    when a run lacks the first-turn figure."""
+REFINEMENT = {"correct": ("best_of_turns_correct", "first_turn_correct"),
+              "fast_1_sure": ("fast_1_sure", "first_turn_fast_1_sure"),
+              "speedup_geomean_all": ("speedup_geomean_all", "first_turn_speedup_geomean_all")}
+"""What refinement adds, by row figure: (best-of-turns figure, first-turn figure). Both speed rows favour
+the later turns by selection alone: the best of more candidates, each timed with noise, is faster on
+average even when no later kernel is. The fast_1_sure row counts only speedups surely above 1.0x, so its
+share of that is small; the geometric-mean ratio has it in full (a noise floor above 1.0)."""
+
+
+def refinement_changes(by_seed: dict[int, dict[str, Any]], figure: str) -> list[float] | None:
+    """Each seed's best-of-turns `figure` against its first-turn one (seeds in order): a ratio for
+    `RATIO_FIGURES`, else a difference; None when a run lacks either figure."""
+    later_name, first_name = REFINEMENT[figure]
     seeds = sorted(by_seed)
-    first = [by_seed[k].get("first_turn_speedup_geomean_all") for k in seeds]
-    if not seeds or any(f is None or f <= 0 for f in first):
+    later = [by_seed[k].get(later_name) for k in seeds]
+    first = [by_seed[k].get(first_name) for k in seeds]
+    if not seeds or None in later or None in first:
         return None
-    return [by_seed[k]["speedup_geomean_all"] / f for k, f in zip(seeds, first, strict=True)]
+    if figure in RATIO_FIGURES:
+        return None if any(f <= 0 for f in first) else [b / f for b, f in zip(later, first, strict=True)]
+    return [b - f for b, f in zip(later, first, strict=True)]
 
 
 def _gain(set_name: str, what: str, figure: str, seeds: list[int], values: list[float],
@@ -239,10 +259,12 @@ def table_row(seeds: Sequence[int], figures: Sequence[dict[str, Any]]) -> dict[s
     return row
 
 
-PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "correct_rate", "flagged_rate",
+PCT = {"first_turn_correct", "best_of_turns_correct", "fast_1", "fast_1_sure", "first_turn_fast_1_sure",
+       "correct_rate", "flagged_rate",
        "no_code_rate"}
 COLUMNS = (("first_turn_correct", "first-turn correct"), ("best_of_turns_correct", "best-of-turns correct"),
            ("fast_1", "fast_1"), ("fast_1_sure", "fast_1 (95% sure)"),
+           ("first_turn_fast_1_sure", "first-turn fast_1 (95% sure)"),
            ("speedup_geomean", "geomean x (solved)"),
            ("speedup_geomean_all", "geomean x (all, unsolved=1)"),
            ("first_turn_speedup_geomean_all", "first-turn geomean x (all)"),

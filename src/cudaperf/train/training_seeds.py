@@ -17,7 +17,7 @@ Covers:
   and sampling seeds: with the other side a single model, every training seed against it; with both
   seeded, seed K against seed K. Per row, `beyond_spread` says whether the mean change is larger than the
   changes' sample standard deviation (None with fewer than two training seeds); and every seeded group's
-  best-of-turns against its first turn (correct rate and geometric-mean speedup), the same way;
+  best-of-turns against its first turn (`compare_table.REFINEMENT`'s figures), the same way;
 - `training_seeds_markdown`: both as tables.
 
 Not covered: training the seeds (`train_h200.py --seed`, model_day.sh's `SEED`), the per-model table and
@@ -39,12 +39,13 @@ from cudaperf.train.compare_table import (
     GAIN_FIGURES,
     PCT,
     RATIO_FIGURES,
+    REFINEMENT,
     SeedRuns,
     Spread,
     change_cell,
     later_earlier,
     markdown_row,
-    refinement_speedups,
+    refinement_changes,
     set_names,
     spread,
 )
@@ -155,22 +156,21 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
 
 
 def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> list[dict[str, Any]]:
-    """What later turns add per training seed: correct rate (mean difference over sampling seeds) and
-    geometric-mean speedup (ratio, averaged geometrically), the latter where every seed's runs have it."""
-    kept, ratios = [], []
-    for k, model in _by_seed(members):
-        by_seed = runs[model].get(set_name, {})
-        if by_seed:
-            kept.append((k, statistics.fmean(r["best_of_turns_correct"] - r["first_turn_correct"]
-                                             for r in by_seed.values())))
-            per_seed = refinement_speedups(by_seed)
-            ratios.append(None if per_seed is None else math.exp(statistics.fmean(map(math.log, per_seed))))
-    if not kept:
-        return []
-    what, seeds = f"{group}: best of turns vs first turn", [k for k, _ in kept]
-    rows = [_row(set_name, what, "correct", seeds, [v for _, v in kept], 0.0)]
-    if None not in ratios:
-        rows.append(_row(set_name, what, "speedup_geomean_all", seeds, ratios, 1.0))
+    """What later turns add per training seed, one row per figure of `REFINEMENT` that every seed's runs
+    have: the mean over sampling seeds of each seed's change (a difference; a ratio averaged
+    geometrically for `RATIO_FIGURES`)."""
+    runs_of = [(k, runs[model].get(set_name, {})) for k, model in _by_seed(members)]
+    runs_of = [(k, by_seed) for k, by_seed in runs_of if by_seed]
+    rows = []
+    what, seeds = f"{group}: best of turns vs first turn", [k for k, _ in runs_of]
+    for figure in REFINEMENT if runs_of else ():
+        ratio = figure in RATIO_FIGURES
+        per_seed = [refinement_changes(by_seed, figure) for _, by_seed in runs_of]
+        if any(v is None for v in per_seed):
+            continue
+        values = [math.exp(statistics.fmean(map(math.log, v))) if ratio else statistics.fmean(v)
+                  for v in per_seed]
+        rows.append(_row(set_name, what, figure, seeds, values, 1.0 if ratio else 0.0))
     return rows
 
 
