@@ -12,25 +12,24 @@ e.g. a training run's `final/`), every task set (`heldout`: held-out tasks of th
 finishes) and, once complete, `figures.json`; a second call skips complete runs and continues partial ones
 from their last turn (`TrajectoryStore`), so the comparison survives calls of a few minutes each.
 
-Figures per run (`RunFigures`): first-turn correct rate (over trajectories), best-of-turns correct rate
-(a trajectory with any correct turn), fast_1 (share of tasks whose best kernel is correct and faster than
-the baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `baseline='auto'`),
-fast_1_sure (the same, counting only kernels whose speedup's bootstrap lower bound clears 1.0x:
-`cudaperf.speedup_confidence`; a copy of the baseline lands above 1.0x about half the time),
-geometric-mean speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted
-1.0: it keeps its baseline; also from the first turns alone, as fast_1_sure is: what refinement adds
-to speed),
-mean structural score of the correct turns (`structural_score` of the unified reward), and the
-anti-cheat flagged share. Over seeds each figure gets mean, std (n-1), min and max
-(`Spread`); `table_markdown` and `comparison.json` show them per model and set. Paired over seeds
-(`paired_gains`, both sides on the same tasks and sampling seed): every model against every model of
-another policy before it, and every model's best-of-turns against its first turn (correct rate,
-fast_1_sure and geometric-mean speedup; `compare_table.REFINEMENT` says why the speed rows favour later
-turns by selection alone), each seed's change and their spread; which trajectories' outcomes differ between two models (`paired_outcomes`), and the
-outcomes counted by task family (`family_outcomes`: each run's `figures.json` names its tasks'
-families). Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the
-same over training seeds (`train.training_seeds`). The figures and tables themselves are
-`train.compare_table`'s; this module runs the comparison and writes them.
+Figures per run (`RunFigures`): first-turn correct rate (over trajectories), best-of-turns correct rate (a
+trajectory with any correct turn), fast_1 (share of tasks whose best kernel is correct and faster than the
+baseline: eager for PyTorch tasks, the naive CUDA port for C tasks with `baseline='auto'`), fast_1_sure (the
+same, counting only kernels whose speedup's bootstrap lower bound clears 1.0x:
+`cudaperf.speedup_confidence`; a copy of the baseline lands above 1.0x about half the time), geometric-mean
+speedup of the best kernels of solved tasks and over all tasks (an unsolved task counted 1.0: it keeps its
+baseline; also from the first turns alone, as fast_1_sure is: what refinement adds to speed), mean
+structural score of the correct turns (`structural_score` of the unified reward), and the anti-cheat flagged
+share. Over seeds each figure gets mean, std (n-1), min and max (`Spread`); `table_markdown` and
+`comparison.json` show them per model and set. Paired over seeds (`paired_gains`, both sides on the same
+tasks and sampling seed): every model against every model of another policy before it, and every model's
+best-of-turns against its first turn (correct rate, fast_1_sure and geometric-mean speedup;
+`compare_table.REFINEMENT` says why the speed rows favour later turns by selection alone), each seed's
+change and their spread; which trajectories' outcomes differ between two models (`paired_outcomes`), and the
+outcomes counted by task family (`family_outcomes`: each run's `figures.json` names its tasks' families).
+Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the same over training
+seeds (`train.training_seeds`). The figures and tables themselves are `train.compare_table`'s; this module
+runs the comparison and writes them.
 
 Not covered: training (`sft.py`, `rl.py`), the evaluator's own checks (`cudaperf.evaluate`), drawing
 (`cudaperf report --html` reads each run's trajectories.jsonl).
