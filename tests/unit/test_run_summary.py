@@ -141,6 +141,15 @@ def test_report_prints_a_runs_summary(tmp_path, capsys):
     assert "| gate_held (GPU alone) | 1 | 3.5 | 3.5 | 3.50 | 3.5 |" in out
 
 
+def test_report_names_the_steps_the_gradient_guard_skipped(tmp_path, capsys):
+    write_run(tmp_path)
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer.write("guard", 3, {"nonfinite_gradient_skipped": 1, "nonfinite_gradient_skips": 1})
+    writer.close()
+    assert main(["report", "--markdown", str(tmp_path)]) == 0
+    assert "skipped for a non-finite gradient (weights kept): 3." in capsys.readouterr().out
+
+
 def test_a_run_without_rollouts_says_so(tmp_path, capsys):
     writer = MetricsWriter(tmp_path, tensorboard=False)
     writer.write("train", 1, {"loss": 1.0})  # an SFT run's records

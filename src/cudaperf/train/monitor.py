@@ -7,7 +7,8 @@ line being written; the same scalars to TensorBoard under `<output_dir>/tensorbo
 `transformers.TrainerCallback`: the trainer's logs to the writer, the configuration into each
 `checkpoint-<step>/`, the wall time of each optimiser step), `record_batch` (the fingerprint line of one
 micro-batch in `batches.jsonl`; `RecordsBatches`, the trainer mix-in that calls it every training step),
-`last_checkpoint`, `report_slow_results` (a slow evaluation batch's results in the run's log) and
+`last_checkpoint` (the newest with finite weights), `report_slow_results` (a slow evaluation batch's
+results in the run's log) and
 `report_stalls` (a batch long without a result: where its jobs are in the log, every thread's stack in
 `stalls.txt`), `record_evaluations` (every evaluated candidate, its code with it, in `evaluations.jsonl`
 as its result arrives, so a step killed mid-rollout keeps what its candidates were and how long each
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -116,13 +118,24 @@ def read_batches(output_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete `checkpoint-<step>` directory (one the trainer finished writing), or None."""
+    """The newest `checkpoint-<step>` directory whose weights are finite (`finite_guard.weights_finite`),
+    or None. One with non-finite weights (a step that wrote NaN before the gradient guard existed) is
+    never resumed or promoted: it is named on stderr and the one before it is taken."""
     directory = Path(output_dir)
     if not directory.is_dir():
         return None
-    from transformers.trainer_utils import get_last_checkpoint
+    from cudaperf.train.finite_guard import weights_finite
 
-    return get_last_checkpoint(str(directory))
+    # newest first, by step (transformers' get_last_checkpoint gives only the newest, and its sorting
+    # helper is not in every version the GPU machine and this one run)
+    steps = [(int(m.group(1)), d) for d in directory.iterdir()
+             if d.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", d.name))]
+    for _, checkpoint in sorted(steps, reverse=True):
+        if weights_finite(checkpoint):
+            return str(checkpoint)
+        print(f"note: {checkpoint} holds non-finite weights: not resumed or promoted", file=sys.stderr,
+              flush=True)
+    return None
 
 
 def checkpoint_step(checkpoint: str | Path | None) -> int:

@@ -29,6 +29,7 @@ from cudaperf.agent.evaluation import ReportingEvaluator
 from cudaperf.agent.shared_answers import SharedAnswers
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
+from cudaperf.train.finite_guard import gradient_guard
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import (
     MetricsWriter,
@@ -207,7 +208,8 @@ def _trainer(config: RlConfig, model: Any, tokenizer: Any, tasks: list[Any], rol
     return RecordingGRPOTrainer(model=model, reward_funcs=[TurnReturnReward()], args=args,
                                 train_dataset=_dataset(tasks, config), processing_class=tokenizer,
                                 peft_config=lora_config(config), rollout_func=rollout,
-                                callbacks=[make_callback(config, writer, started_s)])
+                                callbacks=[make_callback(config, writer, started_s),
+                                           gradient_guard(writer)])
 
 
 __all__ = ["ROLLOUTS_FILE", "RlReport", "load_tasks", "make_evaluator", "run_rl"]

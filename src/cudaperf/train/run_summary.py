@@ -1,9 +1,10 @@
 """Where an RL run's time went, from its records: per rollout batch and in all, the seconds and shares of
 generation, evaluation and the optimiser (the trainer's step times from a batch to the next one, less the
-rollout: `report_html.optimizer_seconds`), turns per minute, the anti-cheat flags by kind; and, from its
-evaluation records (`train.monitor.record_evaluations`), the answers' outcomes and their stage times
-(summed, median, largest), over every evaluated answer and over the correct ones, the only ones timed.
-`cudaperf report RUN_DIR` prints it.
+rollout: `report_html.optimizer_seconds`), turns per minute, the anti-cheat flags by kind, the optimiser
+steps the gradient guard skipped (`train.finite_guard`); and, from its evaluation records
+(`train.monitor.record_evaluations`), the answers' outcomes and their stage times (summed, median,
+largest), over every evaluated answer and over the correct ones, the only ones timed. `cudaperf report
+RUN_DIR` prints it.
 
 Covered: the records as `cudaperf train rl` writes them (`metrics.jsonl`, `evaluations.jsonl` in the run's
 directory) and as results keep them (`rl_metrics.jsonl`, `rl_evaluations.jsonl` or `.jsonl.gz` beside it).
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from cudaperf.datasets.jsonl import read_jsonl
 from cudaperf.report_html import TrainingRun, finite_number, flag_kinds, optimizer_seconds
+from cudaperf.train.finite_guard import GUARD_RECORD
 from cudaperf.train.monitor import EVALUATIONS_FILE
 
 WAIT_STAGES = ("build_wait", "gate_wait", "plan_wait")  # an answer waiting for another's stage
@@ -194,6 +196,10 @@ def run_markdown(run: TrainingRun, run_path: Path) -> str:
     """The whole summary of one run: its time split and flags, then its evaluations when recorded."""
     parts = [f"## {run.name}: where the time went", "", split_markdown(time_split(run),
                                                                        flag_kinds(run.of_kind("rollout")))]
+    skipped = sorted(run.of_kind(GUARD_RECORD))
+    if skipped:  # finite_guard.gradient_guard's records
+        parts += [f"Optimiser steps skipped for a non-finite gradient (weights kept): "
+                  f"{', '.join(map(str, skipped))}.", ""]
     found = evaluations_file(run_path)
     if found is not None:
         records, bad = read_evaluations(found)

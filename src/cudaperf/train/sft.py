@@ -28,6 +28,7 @@ from typing import Any
 from cudaperf.train.carried_state import lacks_optimizer, schedule_callback
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
 from cudaperf.train.epoch_order import EpochOrderSampler
+from cudaperf.train.finite_guard import gradient_guard
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
 from cudaperf.train.refine_data import build_refine_examples
@@ -244,7 +245,8 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
                                processing_class=tokenizer, peft_config=lora_config(config),
-                               callbacks=[make_callback(config, writer, started_s)])
+                               callbacks=[make_callback(config, writer, started_s),
+                                          gradient_guard(writer)])
 
 
 __all__ = ["SftReport", "prepare_run", "run_sft"]
