@@ -348,6 +348,20 @@ def test_two_models_named_as_one_training_seed_are_refused_before_any_run(tmp_pa
         compare_config(tmp_path, task_file, models=("rl@seed1=scripted", "rl@seed01=scripted"))
 
 
+def test_a_model_with_non_finite_weights_is_refused_before_any_run(tmp_path, task_file, cpu_evaluator):
+    import torch
+    from safetensors.torch import save_file
+
+    model = tmp_path / "diverged"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    save_file({"w": torch.tensor([1.0, float("nan")])}, str(model / "model.safetensors"))
+    config = compare_config(tmp_path / "out", task_file, models=(f"rl={model}",))
+    with pytest.raises(ConfigError, match="rl: .* non-finite weights"):
+        run_compare(config, evaluator=cpu_evaluator, backend_factory=scripted_factory([]))
+    assert not list((tmp_path / "out").glob("rl/*/seed*/trajectories.jsonl"))
+
+
 def test_a_comparison_writes_the_paired_outcomes_of_its_models(tmp_path, task_file, cpu_evaluator):
     """Two models with the same scripted replies: every first reply the same, no task solved by one only."""
     config = compare_config(tmp_path, task_file, models=("a=scripted", "b=scripted"))

@@ -29,7 +29,8 @@ change and their spread; which trajectories' outcomes differ between two models 
 outcomes counted by task family (`family_outcomes`: each run's `figures.json` names its tasks' families).
 Models named `GROUP@seedK` are training seeds of one policy: `write_comparison` adds the same over training
 seeds (`train.training_seeds`). The figures and tables themselves are `train.compare_table`'s; this module
-runs the comparison and writes them.
+runs the comparison and writes them. A model directory whose weights are not all finite is refused before
+any run (`check_models`).
 
 Not covered: training (`sft.py`, `rl.py`), the evaluator's own checks (`cudaperf.evaluate`), drawing
 (`cudaperf report --html` reads each run's trajectories.jsonl).
@@ -250,6 +251,7 @@ def run_compare(config: CompareConfig, evaluator: Any = None,
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare_config.json").write_text(json.dumps(asdict(config), indent=2) + "\n")
     check_runs(config)
+    check_models(config)
     task_sets = resolve_sets(config)
     deadline = time.monotonic() + 60 * config.max_minutes if config.max_minutes else None
     own = evaluator is None
@@ -375,6 +377,19 @@ def check_runs(config: CompareConfig) -> None:
                                 run_settings(config, entry, set_name, seed))
         if config.batch_seeds:
             _check_settings(out / model_name(entry) / BATCHED_SETTINGS_FILE, batched_settings(config, entry))
+
+
+def check_models(config: CompareConfig) -> None:
+    """Refuse a model directory whose weights are not all finite (a training run that diverged): its
+    sampler would die on NaN probabilities mid-comparison, after the other models' rounds."""
+    from cudaperf.train.finite_guard import weights_finite
+
+    for entry in config.models:
+        spec = model_spec(entry)
+        if spec.startswith("hf:") and not weights_finite(Path(spec[3:]).expanduser()):
+            raise ConfigError(f"{model_name(entry)}: {spec[3:]} holds non-finite weights (a training run "
+                              "that diverged): leave the model out, or promote a checkpoint with finite "
+                              "weights")
 
 
 def _check_settings(path: Path, now: dict[str, Any]) -> None:
