@@ -12,7 +12,8 @@ NaN too. Covers:
   stderr. The batch's data is still consumed: a skipped step is a lost step, not a retried one.
 - `weights_finite`: whether every floating tensor of a checkpoint's safetensors files is finite.
 
-Not covered: why a gradient was not finite (the guard records that it happened and where); float16 runs
+Not covered: why a gradient was not finite, or which (the guard records that it happened and at which
+step; it runs after clipping, which has already spread one NaN to every gradient); float16 runs
 (their loss scaler already skips); weights stored other than as safetensors (checked as finite).
 """
 
