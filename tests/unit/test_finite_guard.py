@@ -40,6 +40,38 @@ def test_the_guard_drops_every_gradient_of_a_non_finite_step_and_records_it(tmp_
     assert (record["kind"], record["step"], record["nonfinite_gradient_skips"]) == (GUARD_RECORD, 9, 1)
 
 
+def test_the_guard_names_the_micro_batch_that_made_the_gradients_non_finite(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    state = type("S", (), {"global_step": 4})()
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    guard = gradient_guard(writer)
+    guard.on_step_begin(None, state, None)
+    model.weight.grad, model.bias.grad = torch.ones(2, 2), torch.ones(2)
+    guard.on_substep_end(None, state, None, model=model)  # micro-batch 1: finite
+    model.weight.grad[0, 0] = float("inf")
+    guard.on_substep_end(None, state, None, model=model)  # micro-batch 2 began it
+    model.bias.grad[:] = float("nan")  # as clipping leaves every gradient
+    guard.on_pre_optimizer_step(None, state, None, model=model)
+    writer.close()
+    [record] = _records(tmp_path)
+    assert (record["nonfinite_microbatch"], record["nonfinite_tensors"]) == (2, 1)
+
+
+def test_a_non_finite_gradient_seen_only_after_the_last_micro_batch_is_blamed_on_it(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    state = type("S", (), {"global_step": 0})()
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    guard = gradient_guard(writer)
+    guard.on_step_begin(None, state, None)
+    model.weight.grad, model.bias.grad = torch.ones(2, 2), torch.ones(2)
+    guard.on_substep_end(None, state, None, model=model)
+    model.weight.grad[:] = float("nan")
+    guard.on_pre_optimizer_step(None, state, None, model=model)
+    writer.close()
+    [record] = _records(tmp_path)
+    assert (record["nonfinite_microbatch"], record["nonfinite_tensors"]) == (2, None)
+
+
 def test_the_guard_leaves_a_finite_step_alone(tmp_path):
     model = torch.nn.Linear(2, 2)
     model.weight.grad, model.bias.grad = torch.ones(2, 2), torch.ones(2)
@@ -72,13 +104,14 @@ def test_a_real_trainer_keeps_finite_weights_past_a_nan_gradient_and_trains_on(t
     model = _Regression()
     before = model.linear.weight.detach().clone()
     writer = MetricsWriter(tmp_path, tensorboard=False)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=2,
-                             learning_rate=0.1, max_grad_norm=1.0, report_to="none", use_cpu=True,
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=1,
+                             gradient_accumulation_steps=2, learning_rate=0.1, max_grad_norm=1.0, report_to="none", use_cpu=True,
                              save_strategy="no", logging_steps=1, disable_tqdm=True)
     Trainer(model=model, args=args, train_dataset=data, callbacks=[gradient_guard(writer)]).train()
     writer.close()
     assert torch.isfinite(model.linear.weight).all() and not torch.equal(model.linear.weight, before)
-    assert [r["step"] for r in _records(tmp_path) if r["kind"] == GUARD_RECORD] == [1]
+    [record] = [r for r in _records(tmp_path) if r["kind"] == GUARD_RECORD]  # found before clipping
+    assert (record["step"], record["nonfinite_microbatch"], record["nonfinite_tensors"]) == (1, 1, 1)
 
 
 def _checkpoint(directory: Path, step: int, value: float) -> Path:
