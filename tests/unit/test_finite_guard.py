@@ -105,8 +105,9 @@ def test_a_real_trainer_keeps_finite_weights_past_a_nan_gradient_and_trains_on(t
     before = model.linear.weight.detach().clone()
     writer = MetricsWriter(tmp_path, tensorboard=False)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=1,
-                             gradient_accumulation_steps=2, learning_rate=0.1, max_grad_norm=1.0, report_to="none", use_cpu=True,
-                             save_strategy="no", logging_steps=1, disable_tqdm=True)
+                             gradient_accumulation_steps=2, learning_rate=0.1, max_grad_norm=1.0,
+                             report_to="none", use_cpu=True, save_strategy="no", logging_steps=1,
+                             disable_tqdm=True)
     Trainer(model=model, args=args, train_dataset=data, callbacks=[gradient_guard(writer)]).train()
     writer.close()
     assert torch.isfinite(model.linear.weight).all() and not torch.equal(model.linear.weight, before)
