@@ -40,33 +40,35 @@ def test_the_guard_drops_every_gradient_of_a_non_finite_step_and_records_it(tmp_
     assert (record["kind"], record["step"], record["nonfinite_gradient_skips"]) == (GUARD_RECORD, 9, 1)
 
 
-def test_the_guard_names_the_micro_batch_that_made_the_gradients_non_finite(tmp_path):
+STATE = type("S", (), {"global_step": 4})()
+
+
+def _guard_after_a_finite_micro_batch(directory: Path):
+    """A linear model, its guard (writing to `directory`) and a step whose first micro-batch ended finite."""
     model = torch.nn.Linear(2, 2)
-    state = type("S", (), {"global_step": 4})()
-    writer = MetricsWriter(tmp_path, tensorboard=False)
+    writer = MetricsWriter(directory, tensorboard=False)
     guard = gradient_guard(writer)
-    guard.on_step_begin(None, state, None)
+    guard.on_step_begin(None, STATE, None)
     model.weight.grad, model.bias.grad = torch.ones(2, 2), torch.ones(2)
-    guard.on_substep_end(None, state, None, model=model)  # micro-batch 1: finite
+    guard.on_substep_end(None, STATE, None, model=model)
+    return model, writer, guard
+
+
+def test_the_guard_names_the_micro_batch_that_made_the_gradients_non_finite(tmp_path):
+    model, writer, guard = _guard_after_a_finite_micro_batch(tmp_path)
     model.weight.grad[0, 0] = float("inf")
-    guard.on_substep_end(None, state, None, model=model)  # micro-batch 2 began it
+    guard.on_substep_end(None, STATE, None, model=model)  # micro-batch 2 began it
     model.bias.grad[:] = float("nan")  # as clipping leaves every gradient
-    guard.on_pre_optimizer_step(None, state, None, model=model)
+    guard.on_pre_optimizer_step(None, STATE, None, model=model)
     writer.close()
     [record] = _records(tmp_path)
     assert (record["nonfinite_microbatch"], record["nonfinite_tensors"]) == (2, 1)
 
 
 def test_a_non_finite_gradient_seen_only_after_the_last_micro_batch_is_blamed_on_it(tmp_path):
-    model = torch.nn.Linear(2, 2)
-    state = type("S", (), {"global_step": 0})()
-    writer = MetricsWriter(tmp_path, tensorboard=False)
-    guard = gradient_guard(writer)
-    guard.on_step_begin(None, state, None)
-    model.weight.grad, model.bias.grad = torch.ones(2, 2), torch.ones(2)
-    guard.on_substep_end(None, state, None, model=model)
+    model, writer, guard = _guard_after_a_finite_micro_batch(tmp_path)
     model.weight.grad[:] = float("nan")
-    guard.on_pre_optimizer_step(None, state, None, model=model)
+    guard.on_pre_optimizer_step(None, STATE, None, model=model)
     writer.close()
     [record] = _records(tmp_path)
     assert (record["nonfinite_microbatch"], record["nonfinite_tensors"]) == (2, None)
