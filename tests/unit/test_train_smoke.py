@@ -166,6 +166,28 @@ def test_each_rollout_batch_serves_num_iterations_optimiser_steps(sft_run, cpu_e
     assert len([r for r in read_metrics(config.output_dir, "train") if "loss" in r]) == 4
 
 
+def test_a_nan_gradient_in_grpo_skips_its_step_and_the_run_ends_with_finite_weights(sft_run, cpu_evaluator,
+                                                                                    tmp_path, monkeypatch):
+    import cudaperf.train.rl as rl
+    from cudaperf.train.finite_guard import GUARD_RECORD, weights_finite
+
+    real_load = rl.load_policy
+    backwards = []
+
+    def poisoned_load(config):  # the policy, with a NaN gradient in its first backward pass
+        model, tokenizer = real_load(config)
+        model.model.norm.weight.register_hook(
+            lambda grad: (backwards.append(1), grad * float("nan") if len(backwards) == 1 else grad)[1])
+        return model, tokenizer
+
+    monkeypatch.setattr(rl, "load_policy", poisoned_load)
+    _, sft_report = sft_run
+    config = rl_config(tmp_path / "rl", sft_report.final_dir, tasks=(_task_file(tmp_path),))
+    report = run_rl(config, evaluator=cpu_evaluator)
+    assert report.finished and weights_finite(report.final_dir)
+    assert [r["step"] for r in read_metrics(config.output_dir, GUARD_RECORD)] == [1]
+
+
 def _task_file(tmp_path) -> str:
     path = tmp_path / "scale_add.py"
     path.write_text(TASK_SOURCE)
