@@ -16,8 +16,8 @@ NaN too. Covers:
 - `weights_finite`: whether every floating tensor of a checkpoint's safetensors files is finite.
 
 Not covered: why a gradient was not finite; which tensors, when it was the step's last micro-batch
-(clipping has spread the NaN to every gradient by then); float16 runs
-(their loss scaler already skips); weights stored other than as safetensors (checked as finite).
+(clipping has spread the NaN to every gradient by then); float16 runs (their loss scaler already skips);
+weights stored other than as safetensors (checked as finite).
 """
 
 from __future__ import annotations

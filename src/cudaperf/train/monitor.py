@@ -119,8 +119,8 @@ def read_batches(output_dir: str | Path) -> list[dict[str, Any]]:
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
     """The newest `checkpoint-<step>` directory whose weights are finite (`finite_guard.weights_finite`),
-    or None. One with non-finite weights (a step that wrote NaN before the gradient guard existed) is
-    never resumed or promoted: it is named on stderr and the one before it is taken."""
+    or None. One with non-finite weights (a diverged run's) is never resumed or promoted: it is named on
+    stderr and the one before it is taken."""
     directory = Path(output_dir)
     if not directory.is_dir():
         return None
