@@ -244,8 +244,8 @@ FINAL_SKIP = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_ar
 def _promote(out: Path, steps: int, max_steps: int | None, base: Callable[[], Path] | None = None) -> bool:
     """Copy the last checkpoint's model (`monitor.last_checkpoint`: the newest with finite weights; not its
     optimiser state) to out/final, marked stopped early; a checkpoint of a LoRA run (an adapter alone) is
-    merged into the model `base()` names (the stage's starting model). False when there is no checkpoint, or an adapter
-    and no `base`."""
+    merged into the model `base()` names (the stage's starting model). False when there is no checkpoint, or
+    an adapter and no `base`."""
     from cudaperf.train.models import merge_adapter
     from cudaperf.train.monitor import last_checkpoint
 
