@@ -1,6 +1,6 @@
 """Training seeds of one policy compared as one (`cudaperf.train.training_seeds`): names to groups, the
 spread over training seeds, each training seed's change paired on the same sampling seeds, and whether the
-mean change is beyond their spread."""
+mean change is beyond both the training seeds' spread and the spread over every seed pair."""
 
 from __future__ import annotations
 
@@ -88,6 +88,19 @@ def test_a_mean_gain_within_the_seeds_spread_is_not_beyond_it():
     assert not row["gain_every_training_seed"] and row["beyond_spread"] is False
 
 
+def test_the_spread_over_seed_pairs_counts_every_training_and_sampling_seed():
+    row = _row(training_seed_gains(RUNS), "rl vs sft", "first_turn_correct")
+    assert row["pairs"]["n"] == 6 and row["pairs"]["mean"] == pytest.approx(0.25)
+
+
+def test_training_seeds_that_gained_alike_are_not_beyond_a_wider_sampling_spread():
+    sft = {"heldout": {k: _figures(0.5, 0.5) for k in range(3)}}
+    one_lucky_sample = {"heldout": {0: _figures(0.5, 0.5), 1: _figures(0.5, 0.5), 2: _figures(0.75, 0.75)}}
+    runs = {"sft": sft, "rl@seed0": one_lucky_sample, "rl@seed1": one_lucky_sample}
+    row = _row(training_seed_gains(runs), "rl vs sft", "first_turn_correct")
+    assert row["change"]["std"] == 0.0 and row["beyond_spread"] is False
+
+
 def test_a_change_over_one_training_seed_has_no_spread_to_exceed():
     runs = {"sft": RUNS["sft"], "rl@seed0": RUNS["rl@seed0"], "rl@seed1": {}}
     row = _row(training_seed_gains(runs), "rl vs sft", "first_turn_correct")
@@ -123,6 +136,7 @@ def test_the_markdown_names_the_policy_and_whether_its_gain_is_beyond_the_spread
     text = training_seeds_markdown(training_seed_table(RUNS), training_seed_gains(RUNS))
     line = next(x for x in text.splitlines() if "| rl vs sft | first_turn_correct |" in x)
     assert line.endswith("| yes | yes |") and "| heldout | rl | 3 |" in text
+    assert "over every seed pair" in text
 
 
 def test_no_seeded_policy_writes_no_training_seed_section():

@@ -15,9 +15,12 @@ Covers:
   training seeds, per figure of `compare.GAIN_FIGURES` (a difference; for the geometric-mean speedup a
   ratio, averaged geometrically over sampling seeds), each training seed's change paired on the same tasks
   and sampling seeds: with the other side a single model, every training seed against it; with both
-  seeded, seed K against seed K. Per row, `beyond_spread` says whether the mean change is larger than the
-  changes' sample standard deviation (None with fewer than two training seeds); and every seeded group's
-  best-of-turns against its first turn (`compare_table.REFINEMENT`'s figures), the same way;
+  seeded, seed K against seed K. Per row, `pairs` is the spread of the change over every (training seed,
+  sampling seed) pair, and `beyond_spread` says whether the mean change is larger than both standard
+  deviations: the training seeds' and the pairs' (None with fewer than two training seeds). Two training
+  seeds that gained alike have a spread of 0, so the training seeds' spread alone would call any such
+  gain real however much the sampling seeds disagree; and every seeded group's best-of-turns against its
+  first turn (`compare_table.REFINEMENT`'s figures), the same way;
 - `training_seeds_markdown`: both as tables.
 
 Not covered: training the seeds (`train_h200.py --seed`, model_day.sh's `SEED`), the per-model table and
@@ -119,25 +122,36 @@ def _by_seed(members: Group) -> list[tuple[int | None, str]]:
     return sorted(members.items(), key=lambda item: -1 if item[0] is None else item[0])
 
 
-def _change(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str) -> float | None:
-    """One training seed's change in `figure`, paired over the sampling seeds both sides ran."""
+def _pair_changes(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str
+                  ) -> list[float] | None:
+    """One training seed's change in `figure` on each sampling seed both sides ran (a ratio for
+    `RATIO_FIGURES`, else a difference); None when there is none, or a ratio's side is not positive."""
     common = [k for k in sorted(set(a) & set(b))
               if a[k].get(figure) is not None and b[k].get(figure) is not None]
     if not common:
         return None
     if figure in RATIO_FIGURES:
-        ratios = [b[k][figure] / a[k][figure] for k in common]
-        return math.exp(statistics.fmean(math.log(r) for r in ratios)) if all(r > 0 for r in ratios) else None
-    return statistics.fmean(b[k][figure] - a[k][figure] for k in common)
+        if any(a[k][figure] <= 0 or b[k][figure] <= 0 for k in common):
+            return None
+        return [b[k][figure] / a[k][figure] for k in common]
+    return [b[k][figure] - a[k][figure] for k in common]
 
 
-def _row(set_name: str, what: str, figure: str, seeds: list[int | None], values: list[float],
+def _seed_change(pairs: list[float], ratio: bool) -> float:
+    """A training seed's change over its sampling seeds: the mean (geometric for a ratio)."""
+    return math.exp(statistics.fmean(map(math.log, pairs))) if ratio else statistics.fmean(pairs)
+
+
+def _row(set_name: str, what: str, figure: str, seeds: list[int | None], per_seed: list[list[float]],
          neutral: float) -> dict[str, Any]:
+    """One change's row from each training seed's changes over its sampling seeds (`per_seed`)."""
+    values = [_seed_change(pairs, neutral == 1.0) for pairs in per_seed]
     change = spread(values)
-    beyond = None if change.n < 2 else (change.mean - neutral) > change.std
+    pairs = spread([v for seed_pairs in per_seed for v in seed_pairs])
+    beyond = None if change.n < 2 else (change.mean - neutral) > max(change.std, pairs.std)
     return {"set": set_name, "what": what, "figure": figure, "training_seeds": seeds, "neutral": neutral,
-            "change": asdict(change), "gain_every_training_seed": all(v > neutral for v in values),
-            "beyond_spread": beyond}
+            "change": asdict(change), "pairs": asdict(pairs),
+            "gain_every_training_seed": all(v > neutral for v in values), "beyond_spread": beyond}
 
 
 def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups: dict[str, Group]
@@ -146,7 +160,7 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
     rows = []
     for figure in GAIN_FIGURES:
         neutral = 1.0 if figure in RATIO_FIGURES else 0.0
-        changes = [(k, _change(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
+        changes = [(k, _pair_changes(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
                    for k, b, a in pairs]
         kept = [(k, v) for k, v in changes if v is not None]
         if kept:
@@ -164,13 +178,10 @@ def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> li
     rows = []
     what, seeds = f"{group}: best of turns vs first turn", [k for k, _ in runs_of]
     for figure in REFINEMENT if runs_of else ():
-        ratio = figure in RATIO_FIGURES
         per_seed = [refinement_changes(by_seed, figure) for _, by_seed in runs_of]
         if any(v is None for v in per_seed):
             continue
-        values = [math.exp(statistics.fmean(map(math.log, v))) if ratio else statistics.fmean(v)
-                  for v in per_seed]
-        rows.append(_row(set_name, what, figure, seeds, values, 1.0 if ratio else 0.0))
+        rows.append(_row(set_name, what, figure, seeds, per_seed, 1.0 if figure in RATIO_FIGURES else 0.0))
     return rows
 
 
@@ -199,16 +210,21 @@ def training_seeds_markdown(table: dict[str, dict[str, dict[str, Any]]], rows: l
             cells = [Spread(**row[name]).cell(name in PCT) for name, _ in COLUMNS]
             lines.append(markdown_row([set_name, group, len(row["training_seeds"]), *cells]))
     gains_head = ["set", "comparison", "figure", "training seeds", "change over training seeds",
-                  "a gain on every training seed", "mean change beyond their spread"]
+                  "change over every seed pair", "a gain on every training seed",
+                  "mean change beyond both spreads"]
     gains = [markdown_row(gains_head), markdown_row(["---"] * len(gains_head))]
     for r in rows:
         beyond = {True: "yes", False: "no", None: "-"}[r["beyond_spread"]]
+        pairs = change_cell({"change": r["pairs"], "neutral": r["neutral"]})
         gains.append(markdown_row([r["set"], r["what"], r["figure"], len(r["training_seeds"]), change_cell(r),
-                                   "yes" if r["gain_every_training_seed"] else "no", beyond]))
+                                   pairs, "yes" if r["gain_every_training_seed"] else "no", beyond]))
     return ("\nOver training seeds (each training seed's figure the mean over its sampling seeds; cells: "
             "mean ± sample std (min–max) over training seeds).\n\n" + "\n".join(lines) + "\n\n"
             "Each training seed's change, paired on the same tasks and sampling seeds (pt: percentage "
-            "points; the geometric-mean speedup as a ratio, 1 = none).\n\n" + "\n".join(gains) + "\n")
+            "points; the geometric-mean speedup as a ratio, 1 = none); over every seed pair: one change "
+            "a (training seed, sampling seed). Beyond both spreads: the mean change over training seeds "
+            "exceeds the standard deviation over training seeds and the one over seed pairs.\n\n"
+            + "\n".join(gains) + "\n")
 
 
 __all__ = ["SEED_MARK", "policy_name", "seed_groups", "training_group", "training_seed_gains",
