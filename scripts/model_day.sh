@@ -99,6 +99,11 @@
 # rl@seed1=rl-adapter-seed1" makes each NAME's model in call C (SFT's model merged with that adapter) and,
 # with RL_S=0, C compares: COMPARE_MODELS="sft rl@seed0 rl@seed1" reports RL over its training seeds
 # (cudaperf.train.training_seeds; compare_partial.py does the same across leases' trajectories).
+# RL_FROM_STATE=1 (call C): RL continues an earlier lease's run itself, from its last checkpoint that call C
+# returned without its optimiser state ($OUT/rl-state.tgz, ~20 MB; restore it into .carry/rl-state and carry
+# it in a K call of its own): the same adapter and data order (the tasks after those it trained on), a fresh
+# optimiser (train.carried_state); RL_STEPS above its step, the same SEED, and the SFT adapter it trained on
+# (refused otherwise: rl_base.json). Unlike RL_FROM_ADAPTER, one adapter and one task order span the leases.
 # C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
@@ -194,7 +199,8 @@ BUDGET_S=${BUDGET_S:-${BUDGETS[$CALL]:-570}}
 # SMOKE=1: the same command lines at smoke scale on a CPU machine (small sizes appended: argparse keeps
 # the last value), with MODEL_DAY_TMP moving every /tmp path (join_model_carry.sh follows it): checks the
 # commands and the plumbing, not the H200's times. The wheels are not installed then (this machine has
-# them; they are built for the H200's Python 3.12).
+# them; they are built for the H200's Python 3.12). SMOKE_RL_STEPS: RL's steps there (default
+# RL_ITERATIONS; more to try a run continued across two smoke leases with RL_FROM_STATE).
 SMOKE=${SMOKE:-0}
 export MODEL_DAY_TMP=${MODEL_DAY_TMP:-/tmp}
 T=$MODEL_DAY_TMP
@@ -213,7 +219,7 @@ X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=() X_PROFILE=()
 if [[ $SMOKE == 1 ]]; then
   X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2
          --sft-val-limit-tasks 1 --sft-save-steps 1)
-  X_RL=(--cpu-smoke --rl-steps "${RL_ITERATIONS:-1}" --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
+  X_RL=(--cpu-smoke --rl-steps "${SMOKE_RL_STEPS:-${RL_ITERATIONS:-1}}" --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
         --rl-max-new-tokens 16)
   X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
   X_PARTIAL=(--tasks 1)
@@ -350,7 +356,7 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
   # prebuilt examples (.carry/sft-examples, made here by `bash scripts/model_day.sh examples`), for call
   # B (one K call an adapter: the tree and two ~20-MB adapters are more than a call carries)
   local path name n=0
-  for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state; do
+  for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state .carry/rl-state; do
     [[ -f $path/adapter_config.json ]] || continue
     name=${path#.carry/}
     mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r "$path" "$T/adapters/$name"
@@ -470,6 +476,20 @@ export_sft_state() {
     --exclude='optimizer.*'
 }
 
+# RL's last checkpoint with finite weights (`train.monitor.last_checkpoint`) without its optimiser state (the
+# adapter, the trainer's state, the random generators, the configuration, and rl_base.json: the SFT adapter
+# it trains on; ~20 MB) back through $OUT as rl-state.tgz (`ship`): kept in .carry/rl-state, a later lease's C
+# continues the run from it with RL_FROM_STATE=1.
+export_rl_state() {
+  local checkpoint
+  checkpoint=$(python3 -c "import sys; from cudaperf.train.monitor import last_checkpoint
+print(last_checkpoint(sys.argv[1]) or '')" "$WORK/rl" 2>/dev/null)
+  [[ -f $checkpoint/adapter_config.json && -f $WORK/rl/rl_base.json ]] || return 0
+  cp "$WORK/rl/rl_base.json" "$checkpoint/"
+  ship rl-state "rl state $(basename "$checkpoint")" "$(dirname "$checkpoint")" "$(basename "$checkpoint")" \
+    --exclude='optimizer.*'
+}
+
 # A carried adapter folder: where call K put it on this machine, else the carried one (K: C's carry did not
 # hold it with the rest).
 adapter_dir() { [[ -f $T/adapters/$1/adapter_config.json ]] && echo "$T/adapters/$1" || echo ".carry/$1"; }
@@ -581,6 +601,12 @@ call_C() {
     [[ -f $carried/adapter_config.json ]] || { echo "RL_FROM_ADAPTER=1 but no $carried" >&2; exit 2; }
     rl_from=(--rl-from-adapter "$carried")
   fi
+  if (( ${RL_FROM_STATE:-0} )); then  # RL continues an earlier lease's run (its state carried in K)
+    carried=$(adapter_dir rl-state)
+    [[ -f $carried/trainer_state.json ]] || {
+      echo "RL_FROM_STATE=1 but no $carried/trainer_state.json (carry .carry/rl-state in a K call)" >&2; exit 2; }
+    rl_from=(--rl-from-state "$carried")
+  fi
   local s
   local named
   for named in ${FINAL_FROM_ADAPTERS:-}; do  # NAME=ADAPTER: $WORK/NAME/final, SFT's model merged with a
@@ -605,6 +631,7 @@ call_C() {
   step promote 60 python3 scripts/train_h200.py --work "$WORK" --out "$STAGE/train" --promote-only \
     --seed "${SEED:-0}" "${rl_from[@]}"
   export_adapter rl
+  export_rl_state
   if (( ${C_COMPARE:-1} )); then compare 9999; fi  # C_COMPARE=0: a C whose RL the next C call resumes
 }
 

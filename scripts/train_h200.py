@@ -28,7 +28,10 @@ lease, where --sft-from-adapter makes sft/final from it and the base without tra
 RL trains LoRA adapters too, kept in rl/final/adapter with `rl_lineage.json` (the RL steps behind it, over
 every lease); --rl-from-adapter starts RL from sft/final merged with such an adapter (rl_start/), so RL
 continues in a later lease, with a fresh optimiser, on a new adapter; --rl-final-from-adapter makes
-rl/final from sft/final and such an adapter without training (a later lease that compares it).
+rl/final from sft/final and such an adapter without training (a later lease that compares it);
+--rl-from-state DIR continues an earlier lease's RL run itself from its last checkpoint, carried without
+its optimiser state: the same adapter, the same data order (the tasks after those it trained on), a fresh
+optimiser, refused when the checkpoint was trained on another SFT model (`rl_base.json`).
 --build-sft-examples FILE builds SFT's examples with the options given and stops (on a machine without a
 GPU, before the lease); --sft-examples FILE trains on them (built in the run when the file was built for
 other options or another tokenizer). --sft-continue trains an SFT stopped by its limit on from its
@@ -42,6 +45,7 @@ Not covered: the before/after comparison of base, SFT and RL models on held-out 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -150,6 +154,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-from-adapter", type=Path, default=None,
                    help="RL starts from sft/final merged with this adapter of an earlier RL run (its "
                         "rl/final/adapter): RL continued in a later lease, a new adapter trained on top")
+    p.add_argument("--rl-from-state", type=Path, default=None,
+                   help="RL continues from this checkpoint of an earlier lease's RL run, carried without its "
+                        "optimiser state (export_rl_state in model_day.sh): placed in rl/ as its checkpoint "
+                        "when rl/ holds none, then resumed with the same adapter and data order; --rl-steps "
+                        "must exceed its step")
     p.add_argument("--rl-final-from-adapter", type=Path, default=None,
                    help="no RL training: rl/final is sft/final merged with this adapter of an earlier RL run "
                         "(its rl/final/adapter, with rl_lineage.json), so that a later lease compares it")
@@ -176,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         _stage_records(args, "rl")  # a train call killed by its limit never copied them
         print("RESULT promote " + json.dumps({f"{k}_final": v for k, v in done.items()}))
         return 0
+    if args.rl_from_state is not None and (args.rl_from_adapter or args.rl_final_from_adapter):
+        print("--rl-from-state continues one RL run; --rl-from-adapter and --rl-final-from-adapter start or "
+              "make another: pass one of them", file=sys.stderr)
+        return 2
     started = time.monotonic()
     os.environ.setdefault("CUDAPERF_CACHE_DIR", str(args.work / "cache"))  # the converted model, builds
     if args.build_sft_examples is not None:
@@ -411,6 +424,7 @@ def _adapter_sha(adapter: Path) -> str | None:
 
 
 LINEAGE = "rl_lineage.json"  # beside an RL adapter: the RL steps behind it, over every lease
+RL_BASE = "rl_base.json"  # in rl/ and in its carried state: which SFT adapter the RL run trains on
 RL_START = "rl_start"  # under --work: SFT's model merged with a carried RL adapter, where RL starts
 
 
@@ -474,6 +488,44 @@ def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
             "steps_total": lineage.get("steps_total"), "minutes": (time.monotonic() - t0) / 60}
 
 
+def _base_identity(model_dir: Path) -> dict:
+    """What an RL run trains on, as `rl_base.json` keeps it: the sha256 of the adapter its start model was
+    merged from (`from_adapter.json`; None for a model trained on this machine)."""
+    made = model_dir / "from_adapter.json"
+    return {"sft_adapter_sha256": json.loads(made.read_text())["sha256"] if made.is_file() else None}
+
+
+def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
+    """With --rl-from-state and no checkpoint in rl/: the carried checkpoint placed there
+    (`train.carried_state.seed_run_directory`), once its `rl_base.json` names the model RL starts from now
+    and its step is below --rl-steps; the placed configuration then names the model where it lies on this
+    machine (its identity is the adapter's sha256, not its path). Then rl/ notes its base for the next
+    lease's state."""
+    from cudaperf.train.carried_state import carried_step, seed_run_directory
+    from cudaperf.train.config import load_config, save_config
+    from cudaperf.train.monitor import last_checkpoint
+
+    out, state = args.work / "rl", args.rl_from_state
+    if state is not None and last_checkpoint(out) is None:
+        noted = state / RL_BASE
+        if not noted.is_file():
+            raise SystemExit(f"--rl-from-state {state}: no {RL_BASE}, so which SFT model it trained on is "
+                             "unknown (export_rl_state in model_day.sh ships it)")
+        if json.loads(noted.read_text()) != _base_identity(model_dir):
+            raise SystemExit(f"--rl-from-state {state} trained on {noted.read_text().strip()}, RL starts now "
+                             f"from {_base_identity(model_dir)}: carry the SFT adapter that run started from")
+        if carried_step(state) >= args.rl_steps:
+            raise SystemExit(f"--rl-from-state {state} is at step {carried_step(state)}: pass --rl-steps "
+                             "above it (RL_STEPS in model_day.sh) to train on")
+        placed = seed_run_directory(state, out)
+        here = dataclasses.replace(load_config(out), model=str(model_dir))
+        save_config(here, out)
+        save_config(here, placed)
+        print(f"RL continues from {placed}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RL_BASE).write_text(json.dumps(_base_identity(model_dir)) + "\n")
+
+
 def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
     from cudaperf.train.config import RlConfig
     from cudaperf.train.monitor import read_metrics
@@ -499,6 +551,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       profile_decoding=args.rl_profile_decoding,
                       device="cpu" if args.cpu_smoke else "cuda",
                       eval_device="cpu" if args.cpu_smoke else "cuda", allow_torch_ops=args.cpu_smoke)
+    _seed_rl_state(args, Path(model_dir))
     t0 = time.monotonic()
     report = run_rl(config)
     steps = _rl_steps(read_metrics(config.output_dir))

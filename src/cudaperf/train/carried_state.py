@@ -1,6 +1,7 @@
 """A training checkpoint carried to another machine without its optimiser state, and continued there.
 
-One GPU lease is too short for an epoch of SFT, and a lease's machine keeps nothing for the next one.
+One GPU lease is too short for an epoch of SFT, or for more than ~16 GRPO steps of RL, and a lease's
+machine keeps nothing for the next one.
 What can travel between them is small: a LoRA checkpoint's adapter (~20 MB), the trainer's state (the step,
 the epoch), the learning-rate schedule and the random generators, but not Adam's moments (twice the
 adapter's size, over what a device call brings back and carries beside a model part). So a run continued
@@ -12,8 +13,9 @@ first steps, the one difference from a run that never stopped. The examples do n
 are, which the same examples file, or the same code building them, gives.
 
 Covers: placing a carried state as a run directory's checkpoint (`seed_run_directory`) and the schedule's
-state. Not covered: copying the state off the machine (`scripts/model_day.sh`, `export_sft_state`) and the
-trainer's own resume (`train.sft.run_sft`).
+state, for SFT and RL alike. Not covered: copying the state off the machine (`scripts/model_day.sh`,
+`export_sft_state`, `export_rl_state`), checking an RL state's base model (`train_h200.py`,
+`--rl-from-state`) and the trainers' own resume (`train.sft.run_sft`, `train.rl.run_rl`).
 """
 
 from __future__ import annotations

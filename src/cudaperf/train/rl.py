@@ -10,7 +10,7 @@ length normalisation (dr_grpo), gradient clip 0.05. Each step's rollouts are sum
 metrics.jsonl / TensorBoard (kind "rollout") and every turn is appended to rollouts.jsonl (outcome,
 score, return, anti-cheat flags) at the step's end, and every evaluation to evaluations.jsonl (with the
 candidate's code and its stage times) as it ends; checkpoints hold the configuration and resume like
-SFT's.
+SFT's, one carried from another machine without its optimiser state too (`carried_state.py`).
 
 Not covered: the rollouts (`rollout.py`), the reward (`cudaperf.reward`), verl (many nodes).
 """
@@ -27,6 +27,7 @@ from typing import Any
 
 from cudaperf.agent.evaluation import ReportingEvaluator
 from cudaperf.agent.shared_answers import SharedAnswers
+from cudaperf.train.carried_state import lacks_optimizer, schedule_callback
 from cudaperf.train.config import ConfigError, RlConfig, save_config
 from cudaperf.train.credit import TurnReturnReward
 from cudaperf.train.finite_guard import gradient_guard
@@ -149,6 +150,10 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
                                on_result, report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn)
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
+    if lacks_optimizer(checkpoint):  # carried from another machine (`train.carried_state`)
+        trainer.add_callback(schedule_callback(checkpoint))
+        print(f"RL resumes from {checkpoint}, carried without its optimiser state: the same adapter and data "
+              "order, a fresh optimiser", file=sys.stderr, flush=True)
     print(f"[{time.perf_counter() - started:.0f} s] RL trainer ready (tasks, policy, evaluator loaded)",
           file=sys.stderr, flush=True)
     try:
