@@ -219,8 +219,8 @@ X_SFT=() X_RL=() X_COMPARE=() X_REFINE=() X_BACKENDS=() X_RANKER=() X_PROFILE=()
 if [[ $SMOKE == 1 ]]; then
   X_SFT=(--cpu-smoke --sft-limit-tasks 3 --sft-batch 1 --sft-max-length 2300 --sft-max-steps 2
          --sft-val-limit-tasks 1 --sft-save-steps 1)
-  X_RL=(--cpu-smoke --rl-steps "${SMOKE_RL_STEPS:-${RL_ITERATIONS:-1}}" --rl-limit-tasks 2 --rl-tasks-per-step 1 --rl-trajectories 2
-        --rl-max-new-tokens 16)
+  X_RL=(--cpu-smoke --rl-steps "${SMOKE_RL_STEPS:-${RL_ITERATIONS:-1}}" --rl-limit-tasks 2
+        --rl-tasks-per-step 1 --rl-trajectories 2 --rl-max-new-tokens 16)
   X_COMPARE=(--cpu-smoke --limit-tasks 1 --max-new-tokens 16)
   X_PARTIAL=(--tasks 1)
   X_REFINE=(--device cpu --limit 2 --samples 1 --turns 2 --max-new-tokens 16)
