@@ -356,7 +356,8 @@ call_K() {  # carried adapters onto the machine (.carry/sft-adapter, .carry/rl-a
   # prebuilt examples (.carry/sft-examples, made here by `bash scripts/model_day.sh examples`), for call
   # B (one K call an adapter: the tree and two ~20-MB adapters are more than a call carries)
   local path name n=0
-  for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state .carry/rl-state; do
+  for path in .carry/sft-adapter .carry/rl-adapter .carry/rl-adapter-seed* .carry/sft-state \
+      .carry/rl-state; do
     [[ -f $path/adapter_config.json ]] || continue
     name=${path#.carry/}
     mkdir -p "$T/adapters" && rm -rf "$T/adapters/$name" && cp -r "$path" "$T/adapters/$name"
@@ -604,7 +605,8 @@ call_C() {
   if (( ${RL_FROM_STATE:-0} )); then  # RL continues an earlier lease's run (its state carried in K)
     carried=$(adapter_dir rl-state)
     [[ -f $carried/trainer_state.json ]] || {
-      echo "RL_FROM_STATE=1 but no $carried/trainer_state.json (carry .carry/rl-state in a K call)" >&2; exit 2; }
+      echo "RL_FROM_STATE=1 but no $carried/trainer_state.json (carry .carry/rl-state in a K call)" >&2
+      exit 2; }
     rl_from=(--rl-from-state "$carried")
   fi
   local s
