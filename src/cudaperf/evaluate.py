@@ -225,6 +225,11 @@ class Evaluator:
             return [d for d in self.devices for _ in range(rl.workers_per_gpu if rl else 1)]
         return [None] * rl.cpu_workers if rl else None
 
+    def gate_states(self) -> dict[str, float] | None:
+        """The RL mode's GPU gate: the wall seconds it spent in each of its states so far
+        (`eval_modes.GpuGate.states`); None in the default mode, which has no gate."""
+        return self._rl.gate.states() if self._rl is not None else None
+
     @property
     def mode_report(self) -> dict[str, Any]:
         """What the evaluation mode's schedule did (the RL mode: passes, carriers, gate waits, baseline

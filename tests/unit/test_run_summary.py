@@ -150,6 +150,25 @@ def test_report_names_the_steps_the_gradient_guard_skipped(tmp_path, capsys):
     assert "skipped for a non-finite gradient (weights kept): 3." in capsys.readouterr().out
 
 
+def test_report_shows_what_the_gpu_gate_did_during_the_evaluations(tmp_path, capsys):
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    for step, free_s in ((1, 2.0), (3, 4.0)):
+        writer.write("rollout", step, {"generate_s": 1.0, "evaluate_s": 9.0, "turns": 4.0,
+                                       "gate_free_s": free_s, "gate_shared_s": 1.0, "gate_draining_s": 0.0,
+                                       "gate_exclusive_s": 3.0})
+    writer.close()
+    assert main(["report", "--markdown", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "the GPU gate was free 6.0 s (43%: no job on the GPU: builds, host work)" in out
+    assert "exclusive 6.0 s (43%: a timed pass alone)" in out
+
+
+def test_a_run_evaluated_without_a_gate_has_no_gate_line(tmp_path, capsys):
+    write_run(tmp_path)
+    assert main(["report", "--markdown", str(tmp_path)]) == 0
+    assert "GPU gate was" not in capsys.readouterr().out
+
+
 def test_a_run_without_rollouts_says_so(tmp_path, capsys):
     writer = MetricsWriter(tmp_path, tensorboard=False)
     writer.write("train", 1, {"loss": 1.0})  # an SFT run's records

@@ -273,6 +273,12 @@ class LocalEvaluator:
         evaluator = self._evaluator
         return evaluator.activity() if evaluator is not None else ()
 
+    def gate_states(self) -> dict[str, float] | None:
+        """The RL mode's GPU gate's seconds per state so far (`Evaluator.gate_states`); None in the
+        default mode and before the first batch opened the evaluator."""
+        evaluator = self._evaluator
+        return evaluator.gate_states() if evaluator is not None else None
+
     def close(self) -> None:
         with self._lock:
             if self._evaluator is not None:

@@ -22,7 +22,8 @@ during generation), the turn loop over all trajectories of the step at once (one
 turn, `step_many`), the per-sample rewards, and a summary of the step (`RolloutStats`): reward and each
 component, correct rates, speedups, anti-cheat flags by kind, tokens per turn, the time split (each turn's
 time per decoding step in its progress line; with `RlConfig.profile_decoding`, the first `generate` call's
-`DecodingProbe` report in the output folder).
+`DecodingProbe` report in the output folder), and, in the evaluator's RL mode, what its GPU gate did during
+the evaluations (`gate_<state>_s`: free, shared, draining, exclusive).
 
 Not covered: the optimisation (GRPOTrainer), what a turn's score is (`cudaperf.reward`), evaluation
 (`agent.evaluation`). The policy's generator is a seam (`TokenGenerator`) so a test can drive the real
@@ -36,7 +37,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -323,15 +324,35 @@ class TurnProgress:
                 f"{counts}")
 
 
+GateStates = Callable[[], dict[str, float] | None]
+"""The evaluator's GPU gate's cumulative seconds per state (`eval_modes.GATE_STATES`), or None."""
+
+
+def add_gate_seconds(seconds: dict[str, float], before: dict[str, float] | None,
+                     after: dict[str, float] | None) -> None:
+    """Add what the gate did between two readings to `seconds` as `gate_<state>`. A reading of None before
+    (the evaluator opened during the evaluation, its gate new) counts from zero; None after: no gate."""
+    if after is None:
+        return
+    for state, total_s in after.items():
+        key = f"gate_{state}"
+        seconds[key] = seconds.get(key, 0.0) + total_s - (before or {}).get(state, 0.0)
+
+
 class MultiTurnRollout:
     """TRL's `rollout_func` over cudaperf's refinement environment (see the module docstring)."""
 
     def __init__(self, config: RlConfig, tasks: Sequence[Task], evaluator: CandidateEvaluator, tokenizer: Any,
-                 on_batch: Any = None, generator: TokenGenerator | None = None, on_turn: Any = None) -> None:
+                 on_batch: Any = None, generator: TokenGenerator | None = None, on_turn: Any = None,
+                 gate_states: GateStates | None = None) -> None:
+        """`gate_states`: the evaluator's GPU gate's seconds per state so far (the RL mode's,
+        `LocalEvaluator.gate_states`; None or a call that returns None: no gate), read around each turn's
+        evaluation so that a batch's `seconds` hold what the gate did meanwhile (`gate_<state>`)."""
         self.config, self.evaluator, self.tokenizer = config, evaluator, tokenizer
         self.env_config = env_config(config)
         self.tasks = {prompt_key(first_prompt(t, config)): t for t in tasks}
         self.on_batch, self.generator, self.on_turn = on_batch, generator, on_turn
+        self.gate_states = gate_states
         self._kept: ModelGenerator | None = None
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -408,14 +429,19 @@ class MultiTurnRollout:
         share = generate_s / max(1, len(replies))
         generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
         t1 = time.perf_counter()
+        before = self._gate()
         steps = step_many(envs, generations, self.evaluator)
         evaluate_s = time.perf_counter() - t1
         seconds["evaluate"] += evaluate_s
+        add_gate_seconds(seconds, before, self._gate())
         for trace, prompt, reply, step in zip(traces, inputs, replies, steps, strict=True):
             self._append(trace, prompt, reply, step)
         outcomes = collections.Counter(step.record.result.outcome.value for step in steps)
         return TurnProgress(turn, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
                             dict(outcomes), max((len(r.ids) for r in replies), default=0))
+
+    def _gate(self) -> dict[str, float] | None:
+        return self.gate_states() if self.gate_states is not None else None
 
     def _generation(self, reply: GeneratedTokens, prompt_tokens: int, seconds: float) -> Generation:
         text = self.tokenizer.decode(list(reply.ids), skip_special_tokens=True)
@@ -528,6 +554,9 @@ def rollout_stats(batch: RolloutBatch) -> RolloutStats:
         "generate_s": batch.seconds.get("generate", 0.0), "evaluate_s": batch.seconds.get("evaluate", 0.0),
         "rollout_s": batch.seconds.get("total", 0.0),
         "turns_per_min": 60.0 * len(turns) / batch.seconds["total"] if batch.seconds.get("total") else 0.0,
+        # the GPU gate during the batch's evaluations (the RL mode): free (no job on the GPU: builds and host
+        # work), shared (checks), draining (checks ending while a timed pass waits), exclusive (timing)
+        **{f"{key}_s": s for key, s in batch.seconds.items() if key.startswith("gate_")},
     }
     values.update({f"hack_{code}": float(count) for code, count in flags.items()})
     return RolloutStats(values, flags)

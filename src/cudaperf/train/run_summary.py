@@ -1,7 +1,9 @@
 """Where an RL run's time went, from its records: per rollout batch and in all, the seconds and shares of
 generation, evaluation and the optimiser (the trainer's step times from a batch to the next one, less the
 rollout: `report_html.optimizer_seconds`), turns per minute, the anti-cheat flags by kind, the optimiser
-steps the gradient guard skipped (`train.finite_guard`); and, from its evaluation records
+steps the gradient guard skipped (`train.finite_guard`), what the evaluator's GPU gate did during the
+evaluations (the RL mode's records: seconds and shares of each state, `gate_split`); and, from its
+evaluation records
 (`train.monitor.record_evaluations`), the answers' outcomes and their stage times (summed, median,
 largest), over every evaluated answer and over the correct ones, the only ones timed. `cudaperf report
 RUN_DIR` prints it.
@@ -86,6 +88,32 @@ def time_split(run: TrainingRun) -> TimeSplit:
                     for (step, r), opt in zip(rollouts.items(), optimiser, strict=True))
     steps = [s for s, r in train.items() if finite_number(r.get("step_s")) is not None]
     return TimeSplit(batches, len(steps))
+
+
+GATE_WORDS = {"free": "no job on the GPU: builds, host work", "shared": "checks",
+              "draining": "checks ending while a timed pass waits", "exclusive": "a timed pass alone"}
+
+
+def gate_split(run: TrainingRun) -> dict[str, float]:
+    """The seconds the GPU gate spent in each state during the run's evaluations (`gate_<state>_s` of its
+    rollout records, summed; empty for a run evaluated without a gate)."""
+    totals: dict[str, float] = {}
+    for record in run.of_kind("rollout").values():
+        for state in GATE_WORDS:
+            value = finite_number(record.get(f"gate_{state}_s"))
+            if value is not None:
+                totals[state] = totals.get(state, 0.0) + value
+    return totals
+
+
+def gate_markdown(totals: Mapping[str, float]) -> str:
+    """One line: the gate's states during evaluation, seconds and shares ('' without a gate)."""
+    total = sum(totals.values())
+    if not totals or total <= 0:
+        return ""
+    parts = [f"{state} {s:.1f} s ({100 * s / total:.0f}%: {GATE_WORDS[state]})"
+             for state, s in totals.items()]
+    return "During the evaluations the GPU gate was " + "; ".join(parts) + ".\n"
 
 
 @dataclass(frozen=True)
@@ -196,6 +224,9 @@ def run_markdown(run: TrainingRun, run_path: Path) -> str:
     """The whole summary of one run: its time split and flags, then its evaluations when recorded."""
     parts = [f"## {run.name}: where the time went", "", split_markdown(time_split(run),
                                                                        flag_kinds(run.of_kind("rollout")))]
+    gate = gate_markdown(gate_split(run))
+    if gate:
+        parts += [gate]
     skipped = sorted(run.of_kind(GUARD_RECORD))
     if skipped:  # finite_guard.gradient_guard's records
         parts += [f"Optimiser steps skipped for a non-finite gradient (weights kept): "
