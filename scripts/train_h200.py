@@ -511,7 +511,12 @@ def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
         if not noted.is_file():
             raise SystemExit(f"--rl-from-state {state}: no {RL_BASE}, so which SFT model it trained on is "
                              "unknown (export_rl_state in model_day.sh ships it)")
-        if json.loads(noted.read_text()) != _base_identity(model_dir):
+        carried = json.loads(noted.read_text())
+        if carried.get("sft_adapter_sha256") is None:
+            raise SystemExit(f"--rl-from-state {state} trained on an SFT model made on its own machine (no "
+                             "adapter sha256), which no other machine can match: continue RL from a run on "
+                             "an SFT adapter (SFT_FROM_ADAPTER=1), or use --rl-from-adapter")
+        if carried != _base_identity(model_dir):
             raise SystemExit(f"--rl-from-state {state} trained on {noted.read_text().strip()}, RL starts now "
                              f"from {_base_identity(model_dir)}: carry the SFT adapter that run started from")
         if carried_step(state) >= args.rl_steps:

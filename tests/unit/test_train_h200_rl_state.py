@@ -55,6 +55,12 @@ def test_a_state_from_another_sft_model_is_refused(tmp_path):
         train_h200._seed_rl_state(args(tmp_path, state), start_model(tmp_path / "sft", "def"))
 
 
+def test_a_state_trained_on_an_sft_model_made_on_its_own_machine_is_refused(tmp_path):
+    state = carried_state(tmp_path / "state", sha=None)
+    with pytest.raises(SystemExit, match="no other machine can match"):
+        train_h200._seed_rl_state(args(tmp_path, state), start_model(tmp_path / "sft", None))
+
+
 def test_a_state_without_its_base_is_refused(tmp_path):
     state = carried_state(tmp_path / "state", sha=False)
     with pytest.raises(SystemExit, match="no rl_base.json"):
