@@ -107,6 +107,8 @@
 # C_COMPARE=0: call C trains and promotes only (a first of two C calls: the second resumes its RL, and
 # the comparison must see the last RL model).
 # COMPARE_TASKS: tasks a set in the comparison (default 8; the same in C and D: D resumes C's runs).
+# COMPARE_NAME: the comparison's folder (default compare: $WORK/compare, $STAGE/compare): a comparison of
+# other sets or settings for a model already compared on this machine needs its own (settings are checked).
 # COMPARE_SETS: its task sets (default "heldout test": held-out tasks of the training families, held-out
 # families; the same in C and D). COMPARE_KINDS, COMPARE_FAMILIES (space-separated; default all): only
 # those tasks in every set, e.g. COMPARE_KINDS=c COMPARE_FAMILIES="$RL_FAMILIES" COMPARE_SETS=heldout for
@@ -549,7 +551,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --sft-examples "$T/carry/$SFT_EXAMPLES_FILE" "${X_SFT[@]}" "${X_RL[@]}")
 
 compare() {  # the comparison for at most $1 seconds (no round starts in the last ROUND_S)
-  local s seeds sets models=() m kinds fams
+  local s seeds sets models=() m kinds fams name=${COMPARE_NAME:-compare}
   s=$(cap "$1")
   read -r -a seeds <<< "${COMPARE_SEEDS:-0 1 2}"
   read -r -a sets <<< "${COMPARE_SETS:-heldout test}"
@@ -559,7 +561,7 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
     read -r -a fams <<< "$COMPARE_FAMILIES"; narrow+=(--families "${fams[@]}"); }
   [[ -n ${COMPARE_MIN_HEADROOM:-} ]] && narrow+=(--min-headroom "$COMPARE_MIN_HEADROOM")
   for m in ${COMPARE_MODELS:-}; do models+=("$m=$WORK/$m/final"); done  # e.g. "rl": only the RL model
-  step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --out "$STAGE/compare" \
+  step compare "$s" python3 scripts/train_compare_h200.py --work "$WORK" --name "$name" --out "$STAGE/$name" \
     --seeds "${seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" \
     --limit-tasks "${COMPARE_TASKS:-8}" "${narrow[@]}" \
     --max-new-tokens 1024 \
@@ -568,15 +570,15 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
     --max-minutes "$(mins "$s" "${ROUND_S:-120}")" ${COMPARE_MODELS:+--models "${models[@]}"} \
     "${X_COMPARE[@]}"
   local f  # every turn of every model (the runs' own copies stay under $WORK)
-  mkdir -p "$STAGE/compare"
-  for f in "$WORK"/compare/*/batched_trajectories.jsonl "$WORK"/compare/*/decoding_probe.txt; do
-    local name=${f##*/} model=${f%/*}
-    [[ -f $f ]] && cp "$f" "$STAGE/compare/${model##*/}-${name#batched_}"
+  mkdir -p "$STAGE/$name"
+  for f in "$WORK/$name"/*/batched_trajectories.jsonl "$WORK/$name"/*/decoding_probe.txt; do
+    local file=${f##*/} model=${f%/*}
+    [[ -f $f ]] && cp "$f" "$STAGE/$name/${model##*/}-${file#batched_}"
   done
   pack
   # the table so far, from the trajectories above (a cut comparison writes none of its own)
   local entries=()
-  for f in "$STAGE"/compare/*-trajectories.jsonl; do
+  for f in "$STAGE/$name"/*-trajectories.jsonl; do
     [[ -f $f ]] && { m=${f##*/}; entries+=("${m%-trajectories.jsonl}=$f"); }
   done
   if (( ${#entries[@]} )); then

@@ -44,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "compare")
     p.add_argument("--work", type=Path, default=Path("/tmp/cudaperf_train"))
+    p.add_argument("--name", default="compare",
+                   help="the comparison's folder under --work: another name keeps a comparison of other sets "
+                        "or settings apart from an earlier one (a folder resumes only its own settings)")
     p.add_argument("--max-minutes", type=float, default=8.5, help="start no round after this")
     p.add_argument("--models", nargs="*", default=None,
                    help="NAME=SPEC entries (default: base=smollm2, sft=WORK/sft/final, rl=WORK/rl/final)")
@@ -111,7 +114,7 @@ def compare_config(args: argparse.Namespace, models: list[str]) -> Any:
     from cudaperf.train.compare import CompareConfig
 
     return CompareConfig(
-        models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / "compare"),
+        models=tuple(models), sets=tuple(args.sets), output_dir=str(args.work / args.name),
         seeds=tuple(args.seeds), turns=args.turns, limit_tasks=args.limit_tasks,
         kinds=tuple(args.kinds), families=tuple(args.families), min_headroom=args.min_headroom,
         measurements=args.measurements if args.min_headroom else "",

@@ -391,6 +391,19 @@ def test_the_compare_script_narrows_every_set_to_the_kinds_and_families_asked(tm
     assert (config.kinds, config.families) == (("c",), ("gemv", "map"))
 
 
+def test_the_compare_script_keeps_a_named_comparison_in_its_own_folder(tmp_path):
+    """`scripts/train_compare_h200.py --name` (model_day.sh's COMPARE_NAME): another set's comparison of a
+    model already compared is not refused by the first one's settings."""
+    from script_module import load_script
+
+    script = load_script("train_compare_h200")
+    default = script.compare_config(script.parse_args(["--work", str(tmp_path)]), ["sft=x"])
+    named = script.compare_config(script.parse_args(["--work", str(tmp_path), "--name", "compare-test"]),
+                                  ["sft=x"])
+    assert default.output_dir == str(tmp_path / "compare")
+    assert named.output_dir == str(tmp_path / "compare-test")
+
+
 class _Counting:
     """The real evaluator, with the pairs it was sent counted."""
 
