@@ -186,13 +186,30 @@ def paired_gains(runs: SeedRuns, policy_of: Callable[[str], str] = str) -> list[
 
 def _model_gains(set_name: str, later: str, earlier: str, b: dict[int, dict[str, Any]],
                  a: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
-    seeds = sorted(set(a) & set(b))
     rows = []
-    for figure in GAIN_FIGURES if seeds else ():
-        ratio = figure in RATIO_FIGURES
-        values = [b[k][figure] / a[k][figure] if ratio else b[k][figure] - a[k][figure] for k in seeds]
-        rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds, values, 1.0 if ratio else 0.0))
+    for figure in GAIN_FIGURES:
+        found = paired_changes(b, a, figure)
+        if found is not None:
+            seeds, values = found
+            rows.append(_gain(set_name, f"{later} vs {earlier}", figure, seeds, values,
+                              1.0 if figure in RATIO_FIGURES else 0.0))
     return rows
+
+
+def paired_changes(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str
+                   ) -> tuple[list[int], list[float]] | None:
+    """(sampling seeds, the change in `figure` from `a`'s run to `b`'s on each): the seeds both ran with
+    the figure, in order; a ratio for `RATIO_FIGURES`, else a difference. None when there is no such seed,
+    or a ratio's side is not positive."""
+    seeds = [k for k in sorted(set(a) & set(b))
+             if a[k].get(figure) is not None and b[k].get(figure) is not None]
+    if not seeds:
+        return None
+    if figure in RATIO_FIGURES:
+        if any(a[k][figure] <= 0 or b[k][figure] <= 0 for k in seeds):
+            return None
+        return seeds, [b[k][figure] / a[k][figure] for k in seeds]
+    return seeds, [b[k][figure] - a[k][figure] for k in seeds]
 
 
 def _refinement_gain(set_name: str, model: str, by_seed: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

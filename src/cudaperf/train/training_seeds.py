@@ -48,6 +48,7 @@ from cudaperf.train.compare_table import (
     change_cell,
     later_earlier,
     markdown_row,
+    paired_changes,
     refinement_changes,
     set_names,
     spread,
@@ -122,21 +123,6 @@ def _by_seed(members: Group) -> list[tuple[int | None, str]]:
     return sorted(members.items(), key=lambda item: -1 if item[0] is None else item[0])
 
 
-def _pair_changes(b: dict[int, dict[str, Any]], a: dict[int, dict[str, Any]], figure: str
-                  ) -> list[float] | None:
-    """One training seed's change in `figure` on each sampling seed both sides ran (a ratio for
-    `RATIO_FIGURES`, else a difference); None when there is none, or a ratio's side is not positive."""
-    common = [k for k in sorted(set(a) & set(b))
-              if a[k].get(figure) is not None and b[k].get(figure) is not None]
-    if not common:
-        return None
-    if figure in RATIO_FIGURES:
-        if any(a[k][figure] <= 0 or b[k][figure] <= 0 for k in common):
-            return None
-        return [b[k][figure] / a[k][figure] for k in common]
-    return [b[k][figure] - a[k][figure] for k in common]
-
-
 def _seed_change(pairs: list[float], ratio: bool) -> float:
     """A training seed's change over its sampling seeds: the mean (geometric for a ratio)."""
     return math.exp(statistics.fmean(map(math.log, pairs))) if ratio else statistics.fmean(pairs)
@@ -160,9 +146,9 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
     rows = []
     for figure in GAIN_FIGURES:
         neutral = 1.0 if figure in RATIO_FIGURES else 0.0
-        changes = [(k, _pair_changes(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
+        changes = [(k, paired_changes(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
                    for k, b, a in pairs]
-        kept = [(k, v) for k, v in changes if v is not None]
+        kept = [(k, found[1]) for k, found in changes if found is not None]
         if kept:
             rows.append(_row(set_name, f"{later} vs {earlier}", figure, [k for k, _ in kept],
                              [v for _, v in kept], neutral))
