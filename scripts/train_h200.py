@@ -505,7 +505,7 @@ def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
     from cudaperf.train.config import load_config, save_config
     from cudaperf.train.monitor import last_checkpoint
 
-    out, state = args.work / "rl", args.rl_from_state
+    out, state, base = args.work / "rl", args.rl_from_state, _base_identity(model_dir)
     if state is not None and last_checkpoint(out) is None:
         noted = state / RL_BASE
         if not noted.is_file():
@@ -516,9 +516,9 @@ def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
             raise SystemExit(f"--rl-from-state {state} trained on an SFT model made on its own machine (no "
                              "adapter sha256), which no other machine can match: continue RL from a run on "
                              "an SFT adapter (SFT_FROM_ADAPTER=1), or use --rl-from-adapter")
-        if carried != _base_identity(model_dir):
-            raise SystemExit(f"--rl-from-state {state} trained on {noted.read_text().strip()}, RL starts now "
-                             f"from {_base_identity(model_dir)}: carry the SFT adapter that run started from")
+        if carried != base:
+            raise SystemExit(f"--rl-from-state {state} trained on {carried}, RL starts now from {base}: "
+                             "carry the SFT adapter that run started from")
         if carried_step(state) >= args.rl_steps:
             raise SystemExit(f"--rl-from-state {state} is at step {carried_step(state)}: pass --rl-steps "
                              "above it (RL_STEPS in model_day.sh) to train on")
@@ -528,7 +528,7 @@ def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
         save_config(here, placed)
         print(f"RL continues from {placed}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    (out / RL_BASE).write_text(json.dumps(_base_identity(model_dir)) + "\n")
+    (out / RL_BASE).write_text(json.dumps(base) + "\n")
 
 
 def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
