@@ -486,7 +486,7 @@ export_sft_state() {
 export_rl_state() {
   local checkpoint
   checkpoint=$(python3 -c "import sys; from cudaperf.train.monitor import last_checkpoint
-print(last_checkpoint(sys.argv[1]) or '')" "$WORK/rl" 2>/dev/null)
+print(last_checkpoint(sys.argv[1]) or '')" "$WORK/rl")  # its notes (a non-finite one passed over) shown
   [[ -f $checkpoint/adapter_config.json && -f $WORK/rl/rl_base.json ]] || return 0
   cp "$WORK/rl/rl_base.json" "$checkpoint/"
   ship rl-state "rl state $(basename "$checkpoint")" "$(dirname "$checkpoint")" "$(basename "$checkpoint")" \
