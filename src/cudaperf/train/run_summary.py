@@ -3,10 +3,9 @@ generation, evaluation and the optimiser (the trainer's step times from a batch 
 rollout: `report_html.optimizer_seconds`), turns per minute, the anti-cheat flags by kind, the optimiser
 steps the gradient guard skipped (`train.finite_guard`), what the evaluator's GPU gate did during the
 evaluations (the RL mode's records: seconds and shares of each state, `gate_split`); and, from its
-evaluation records
-(`train.monitor.record_evaluations`), the answers' outcomes and their stage times (summed, median,
-largest), over every evaluated answer and over the correct ones, the only ones timed. `cudaperf report
-RUN_DIR` prints it.
+evaluation records (`train.monitor.record_evaluations`), the answers' outcomes and their stage times
+(summed, median, largest), over every evaluated answer and over the correct ones, the only ones timed.
+`cudaperf report RUN_DIR` prints it.
 
 Covered: the records as `cudaperf train rl` writes them (`metrics.jsonl`, `evaluations.jsonl` in the run's
 directory) and as results keep them (`rl_metrics.jsonl`, `rl_evaluations.jsonl` or `.jsonl.gz` beside it).
