@@ -252,7 +252,10 @@ def median_ci95_rel(timing: Timing | None) -> float | None:
 # The gate
 
 
-GATE_STATES = ("free", "shared", "draining", "exclusive")
+GATE_STATES = {"free": "no job on the GPU: builds, host work", "shared": "checks",
+               "draining": "checks ending while a timed pass waits", "exclusive": "a timed pass alone",
+               "paused": "lent outside the evaluator (generation), checks beside it"}
+"""The gate's states, each with what it means in words (`GpuGate`'s docstring)."""
 
 
 class GpuGate:
@@ -262,15 +265,21 @@ class GpuGate:
     queue meanwhile run one after another before any check starts again, so the checks in flight are
     drained once per burst of timed passes rather than once per pass (on the H200, session 20, a
     candidate's 0.2 s timed stage waited a median 0.76 s, mostly for other workers' checks to end).
+    `paused()` lends the GPUs to someone outside the evaluator (the policy's generation in RL): while
+    it is held no timed pass starts, and checks go on beside it, writers first suspended (a timed pass
+    waiting then could not run anyway, so holding the checks back would only idle them). It waits for a
+    timed pass under way to end, never for checks.
     `wait_s` adds up the time spent waiting, per mode; `state_s` the wall time the gate spent in each of
     its states (`GATE_STATES`: "draining" is checks still running while a timed pass waits, GPU time the
-    exclusive side costs; "free" is no job on the GPUs, time spent outside the gate: builds, the parent)."""
+    exclusive side costs; "free" is no job on the GPUs, time spent outside the gate: builds, the parent;
+    "paused" is the GPUs lent by `paused()`, checks or none beside it)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._state = threading.Condition()
         self._readers = 0
         self._writing = False
         self._writers_waiting = 0
+        self._pauses = 0
         self.wait_s = {"shared": 0.0, "exclusive": 0.0}
         self._clock = clock
         self.state_s = dict.fromkeys(GATE_STATES, 0.0)
@@ -282,6 +291,8 @@ class GpuGate:
         now = self._clock()
         if self._writing:
             state = "exclusive"
+        elif self._pauses:
+            state = "paused"
         elif self._readers:
             state = "draining" if self._writers_waiting else "shared"
         else:
@@ -293,7 +304,7 @@ class GpuGate:
     def shared(self) -> Iterator[None]:
         start = time.perf_counter()
         with self._state:
-            self._state.wait_for(lambda: not self._writing and self._writers_waiting == 0)
+            self._state.wait_for(lambda: not self._writing and (self._writers_waiting == 0 or self._pauses))
             self._account()
             self._readers += 1
             self.wait_s["shared"] += time.perf_counter() - start
@@ -313,7 +324,7 @@ class GpuGate:
             self._account()
             self._writers_waiting += 1
             try:
-                self._state.wait_for(lambda: not self._writing and self._readers == 0)
+                self._state.wait_for(lambda: not self._writing and self._readers == 0 and not self._pauses)
             finally:
                 self._account()
                 self._writers_waiting -= 1
@@ -325,6 +336,22 @@ class GpuGate:
             with self._state:
                 self._account()
                 self._writing = False
+                self._state.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No timed pass starts while this is held (see the class docstring); re-entrant across threads."""
+        with self._state:
+            self._state.wait_for(lambda: not self._writing)
+            self._account()
+            self._pauses += 1
+            self._state.notify_all()  # checks held back by a waiting timed pass may start now
+        try:
+            yield
+        finally:
+            with self._state:
+                self._account()
+                self._pauses -= 1
                 self._state.notify_all()
 
     def states(self) -> dict[str, float]:
@@ -345,7 +372,8 @@ class GpuGate:
         """Who holds the gate and who waits, in words (a stalled batch's report)."""
         with self._state:
             held = "a timed pass holds it" if self._writing else f"{self._readers} job(s) checking"
-            return f"GPU gate: {held}, {self._writers_waiting} waiting to time"
+            lent = ", lent outside the evaluator (timing paused)" if self._pauses else ""
+            return f"GPU gate: {held}{lent}, {self._writers_waiting} waiting to time"
 
     @property
     def exclusive_held(self) -> bool:

@@ -415,29 +415,39 @@ class Evaluator:
         finish. Pairs already in `store` are skipped (resume). A candidate rejected by the static verdict
         is never built; a fault while finishing, storing or showing one result becomes a HARNESS_ERROR
         row for that candidate (stored), and the batch goes on. `deadline_s`: no evaluation starts after
-        that many seconds; the pairs not started yield nothing and are not stored (a resume runs them)."""
+        that many seconds; the pairs not started yield nothing and are not stored (a resume runs them).
+        `pairs` is read as it arrives, by a thread of its own: an iterable that hands its pairs over time
+        (the RL rollout's answers as the policy finishes each) has each one queued, its build started, on
+        arrival, and results come out before it ends; the batch ends when it has ended and every pair it
+        gave has its result. An exception raised by the iterable is raised here once the pairs it gave
+        before are done."""
         stop_at = None if deadline_s is None else time.monotonic() + deadline_s
         done = store.done() if store is not None else set()
-        todo = [(t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done]
+        fresh = ((t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done)
+        total = sum(1 for t, s in pairs if (t.task_id, s.solution_id) not in done) \
+            if isinstance(pairs, (list, tuple)) else None
         jobs = TaskQueue()
         results: queue.Queue = queue.Queue()
-        for task, sol in todo:  # builds submitted up front: the CPU pool runs ahead of the GPUs
-            decided = self._queue_one(task, sol, jobs)
-            if decided is not None:
-                results.put(decided)
         n_threads = self._workers.size if self._workers is not None else 1  # one per worker
         bound = self._task_affinity()  # thread i on worker i, preferring the task that worker ran last
         threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at, i if bound else None),
                                     daemon=True) for i in range(n_threads)]
+        feed = _Feed(fresh, self._queue_one, jobs, results)
+        feeder = threading.Thread(target=feed.run, daemon=True, name="cudaperf-eval-feed")
+        feeder.start()  # builds submitted as pairs arrive: the CPU pool runs ahead of the GPUs
         for th in threads:
             th.start()
-        with ProgressBar(progress, len(todo)) as advance:
-            for _ in range(len(todo)):
-                result = results.get()
-                if result is not None:  # None: a pair left unstarted at the deadline
-                    yield deliver(result, store, advance)
+        try:
+            with ProgressBar(progress, total) as advance:
+                for result in feed.results():
+                    if result is not None:  # None: a pair left unstarted at the deadline
+                        yield deliver(result, store, advance)
+        finally:
+            jobs.close()  # a consumer that leaves early lets the drain threads end with the queue
         for th in threads:
             th.join()
+        if feed.error is not None:
+            raise feed.error
 
     def _task_affinity(self) -> bool:
         return (self._rl is not None and self._rl.settings.task_affinity and self._workers is not None
@@ -498,22 +508,71 @@ class Evaluator:
 
 class TaskQueue:
     """A batch's queued pairs: `put` one; `take(task_id)` the oldest pair of that task (a batch thread
-    bound to a worker, `RlSettings.task_affinity`), else the oldest of any, else None."""
+    bound to a worker, `RlSettings.task_affinity`), else the oldest of any, waiting while the queue is
+    empty and open; None once it is empty and `close`d (no more pairs will come)."""
 
     def __init__(self) -> None:
         self._items: list[tuple] = []
-        self._lock = threading.Lock()
+        self._state = threading.Condition()
+        self._closed = False
 
     def put(self, item: tuple) -> None:
-        with self._lock:
+        with self._state:
             self._items.append(item)
+            self._state.notify()
+
+    def close(self) -> None:
+        with self._state:
+            self._closed = True
+            self._state.notify_all()
 
     def take(self, task_id: str | None) -> tuple | None:
-        with self._lock:
+        with self._state:
+            self._state.wait_for(lambda: self._items or self._closed)
             if not self._items:
                 return None
             at = next((i for i, item in enumerate(self._items) if item[0].task_id == task_id), 0)
             return self._items.pop(at)
+
+
+_FED = object()
+"""`_Feed`'s mark in the results queue: every pair has been read from the iterable."""
+
+
+class _Feed:
+    """Reads a batch's pairs as they arrive (`run`, in a thread of its own): each queued for the drain
+    threads with its build submitted, or its decided result (`queue_one`'s) put straight into `results`;
+    then closes the queue. `results()` yields every pair's row (or None, unstarted at the deadline) until
+    the last pair read has one. Every pair read puts exactly one item in `results` (see `_drain`)."""
+
+    def __init__(self, pairs: Iterator[tuple[Task, Solution]], queue_one: Callable[..., EvalResult | None],
+                 jobs: "TaskQueue", results: queue.Queue) -> None:
+        self.pairs, self.queue_one, self.jobs, self.out = pairs, queue_one, jobs, results
+        self.read = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for task, sol in self.pairs:
+                self.read += 1
+                decided = self.queue_one(task, sol, self.jobs)
+                if decided is not None:
+                    self.out.put(decided)
+        except BaseException as exc:  # noqa: BLE001 - raised in the consumer's thread (`evaluate_many`)
+            self.error = exc
+        finally:
+            self.jobs.close()
+            self.out.put(_FED)
+
+    def results(self) -> Iterator[EvalResult | None]:
+        got, fed = 0, False
+        while not fed or got < self.read:
+            item = self.out.get()
+            if item is _FED:
+                fed = True
+            else:
+                got += 1
+                yield item
 
 
 def deliver(result: EvalResult, store, advance: Callable[[EvalResult], None]) -> EvalResult:
@@ -721,9 +780,9 @@ def _now() -> str:
 class ProgressBar:
     """A rich progress bar (or nothing), advanced once per finished result: `with ProgressBar(...) as
     advance: advance(result)`. `describe(result)` is the text beside the bar (default: the pair and its
-    outcome); `label` names the batch."""
+    outcome); `label` names the batch; `total` None: a batch whose size is not known in advance."""
 
-    def __init__(self, enabled: bool, total: int, label: str = "eval",
+    def __init__(self, enabled: bool, total: int | None, label: str = "eval",
                  describe: Callable[[EvalResult], str] | None = None):
         self.enabled, self.total, self.label, self._bar = enabled, total, label, None
         self.describe = describe or (lambda r: f"{r.task_id}/{r.solution_id}: {r.outcome.value}")

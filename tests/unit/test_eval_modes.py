@@ -158,7 +158,7 @@ def test_the_gate_adds_its_wall_time_to_the_state_it_was_in():
     for t in (checker, timer):
         t.join(5)
     clock.now = 6.5  # half a second free
-    assert gate.states() == {"free": 0.5, "shared": 1.0, "draining": 3.0, "exclusive": 2.0}
+    assert gate.states() == {"free": 0.5, "shared": 1.0, "draining": 3.0, "exclusive": 2.0, "paused": 0.0}
 
 
 def test_timed_passes_queued_behind_one_run_before_a_waiting_check():
@@ -611,5 +611,6 @@ def test_a_bound_thread_takes_the_oldest_pair_of_its_workers_last_task_first():
     jobs = TaskQueue()
     for pair in (_pair("a", 0), _pair("b", 1), _pair("b", 2), _pair("a", 3)):
         jobs.put(pair)
+    jobs.close()  # every pair is in: an empty queue then answers None rather than waiting
     assert [jobs.take("b")[1], jobs.take("a")[1], jobs.take("c")[1], jobs.take(None)[1]] == [1, 0, 2, 3]
     assert jobs.take("a") is None

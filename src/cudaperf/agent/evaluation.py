@@ -25,8 +25,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -48,6 +47,27 @@ class CandidateEvaluator(Protocol):
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ArrivingEvaluator(CandidateEvaluator, Protocol):
+    """A `CandidateEvaluator` that also takes a batch whose pairs arrive over time:
+    `evaluate_arriving(pairs)` reads `pairs` (an iterable that may wait between pairs) as it goes, starts
+    each pair on arrival, and yields `(index, EvalResult)` as `evaluate_stream` does (`index`: the pair's
+    position in arrival order), results before the iterable ends included; it ends once the iterable has
+    ended and every pair has its result."""
+
+    def evaluate_arriving(self, pairs: Iterable[tuple[Task, Solution]]) \
+            -> Iterator[tuple[int, EvalResult]]: ...
+
+
+def evaluate_arriving(evaluator: CandidateEvaluator,
+                      pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+    """`evaluator.evaluate_arriving(pairs)`; an evaluator without it gets the whole batch once the iterable
+    has ended (`evaluate_stream`)."""
+    if isinstance(evaluator, ArrivingEvaluator):
+        return evaluator.evaluate_arriving(pairs)
+    return evaluator.evaluate_stream(list(pairs))
 
 
 def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solution]]) -> list[EvalResult]:
@@ -139,12 +159,30 @@ class ReportingEvaluator:
         return self.inner.arch
 
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
-        watch = _StallWatch(self, pairs, watched=self.on_stall is not None and bool(pairs))
+        watch = _StallWatch(self, len(pairs), watched=self.on_stall is not None and bool(pairs))
+        for index, pair in enumerate(pairs):
+            watch.add(index, pair)
+        yield from self._reported(self.inner.evaluate_stream(pairs), watch)
+
+    def evaluate_arriving(self, pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+        """`evaluate_stream` over pairs that arrive over time (`ArrivingEvaluator`); a report's total is
+        the pairs arrived so far."""
+        watch = _StallWatch(self, None, watched=self.on_stall is not None)
+
+        def watched() -> Iterator[tuple[Task, Solution]]:
+            for index, pair in enumerate(pairs):
+                watch.add(index, pair)
+                yield pair
+
+        yield from self._reported(evaluate_arriving(self.inner, watched()), watch)
+
+    def _reported(self, results: Iterator[tuple[int, EvalResult]],
+                  watch: "_StallWatch") -> Iterator[tuple[int, EvalResult]]:
         try:
-            for index, result in self.inner.evaluate_stream(pairs):
-                still_out = watch.arrived(index)
-                self.on_result(BatchProgress(len(pairs) - len(still_out), len(pairs), result, still_out,
-                                             time.perf_counter() - watch.started, pairs[index][1]))
+            for index, result in results:
+                still_out, total = watch.arrived(index)
+                self.on_result(BatchProgress(total - len(still_out), total, result, still_out,
+                                             time.perf_counter() - watch.started, watch.solution(index)))
                 yield index, result
         finally:
             watch.stop()
@@ -161,9 +199,11 @@ class _StallWatch:
     """One batch's candidates still out and the time of its last result; when `watched`, a thread that
     calls its evaluator's `on_stall` while the batch has had no result for `stall_s`."""
 
-    def __init__(self, owner: ReportingEvaluator, pairs: Sequence[tuple[Task, Solution]], watched: bool):
-        self._owner, self._total = owner, len(pairs)
-        self._out = {i: f"{task.task_id}/{solution.solution_id}" for i, (task, solution) in enumerate(pairs)}
+    def __init__(self, owner: ReportingEvaluator, total: int | None, watched: bool):
+        """`total`: the batch's pairs, or None when they arrive over time (then those added so far)."""
+        self._owner, self._total = owner, total
+        self._out: dict[int, str] = {}  # index -> "task_id/solution_id", of the pairs without a result
+        self._solutions: dict[int, Solution] = {}
         self._lock = threading.Lock()
         self.started = self._last = time.perf_counter()  # the batch's start; the last result
         self._stopped = threading.Event()
@@ -172,12 +212,25 @@ class _StallWatch:
             self._thread = threading.Thread(target=self._watch, name="cudaperf-stall-watch", daemon=True)
             self._thread.start()
 
-    def arrived(self, index: int) -> tuple[str, ...]:
-        """Pair `index` has its result; the candidates still out."""
+    def add(self, index: int, pair: tuple[Task, Solution]) -> None:
+        task, solution = pair
+        with self._lock:
+            self._out[index] = f"{task.task_id}/{solution.solution_id}"
+            self._solutions[index] = solution
+
+    @property
+    def total(self) -> int:
+        return self._total if self._total is not None else len(self._solutions)
+
+    def solution(self, index: int) -> Solution | None:
+        return self._solutions.get(index)
+
+    def arrived(self, index: int) -> tuple[tuple[str, ...], int]:
+        """Pair `index` has its result; the candidates still out, and the batch's total."""
         with self._lock:
             self._out.pop(index, None)
             self._last = time.perf_counter()
-            return tuple(self._out.values())
+            return tuple(self._out.values()), self.total
 
     def stop(self) -> None:
         self._stopped.set()
@@ -194,7 +247,7 @@ class _StallWatch:
             if quiet_s < stall_s or now - reported < stall_s or not still_out:
                 continue
             reported = now
-            stall = BatchStall(self._total - len(still_out), self._total, still_out, now - self.started,
+            stall = BatchStall(self.total - len(still_out), self.total, still_out, now - self.started,
                                quiet_s, self._activity(), thread_stacks())
             try:
                 self._owner.on_stall(stall)  # type: ignore[misc]
@@ -208,21 +261,17 @@ class _StallWatch:
             return (f"the evaluator's activity could not be read: {exc!r}",)
 
 
-def _unique_ids(pairs: Sequence[tuple[Task, Solution]]) -> tuple[list, dict[tuple[str, str], int]]:
-    """The pairs as sent, each (task, solution id) once (a repeated id gets its index appended: results
-    come back in the order they finish, found by that key, so two answers under one id, such as two
-    environments stepping the same task, sample and turn, could otherwise swap), and key -> index."""
-    repeated = Counter((task.task_id, solution.solution_id) for task, solution in pairs)
-    sent, waiting = [], {}
-    for index, (task, solution) in enumerate(pairs):
-        if repeated[(task.task_id, solution.solution_id)] > 1:
-            unique = f"{solution.solution_id}#{index}"
-            while (task.task_id, unique) in waiting or repeated[(task.task_id, unique)]:
-                unique += "#"
-            solution = dataclasses.replace(solution, solution_id=unique)
-        sent.append((task, solution))
-        waiting[(task.task_id, solution.solution_id)] = index
-    return sent, waiting
+def _unique_id(task_id: str, solution_id: str, index: int, taken: Mapping[tuple[str, str], int]) -> str:
+    """The id a pair is sent under: its own, or, when the batch already sent that (task, id), the id with
+    its index appended (results come back in the order they finish, found by that key, so two answers
+    under one id, such as two environments stepping the same task, sample and turn, could otherwise
+    swap)."""
+    unique = solution_id
+    if (task_id, unique) in taken:
+        unique = f"{solution_id}#{index}"
+        while (task_id, unique) in taken:
+            unique += "#"
+    return unique
 
 
 class LocalEvaluator:
@@ -260,13 +309,28 @@ class LocalEvaluator:
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
         if not pairs:
             return
-        sent, waiting = _unique_ids(pairs)
         # The whole batch goes in at once: its builds start together in the CPU pool and overlap with
         # the GPU work of the first candidates.
-        for result in self._open().evaluate_many(sent):
+        yield from self.evaluate_arriving(pairs)
+
+    def evaluate_arriving(self, pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+        """`evaluate_stream` over pairs that arrive over time (`ArrivingEvaluator`): each is queued, its
+        build started, as it arrives (`Evaluator.evaluate_many` reads the iterable in a thread of its own)."""
+        original: list[Solution] = []  # by index: the solution as handed in
+        waiting: dict[tuple[str, str], int] = {}  # (task id, id as sent) -> index
+
+        def sent() -> Iterator[tuple[Task, Solution]]:
+            for index, (task, solution) in enumerate(pairs):
+                original.append(solution)
+                unique = _unique_id(task.task_id, solution.solution_id, index, waiting)
+                waiting[(task.task_id, unique)] = index
+                yield task, (solution if unique == solution.solution_id
+                             else dataclasses.replace(solution, solution_id=unique))
+
+        for result in self._open().evaluate_many(sent()):
             index = waiting.pop((result.task_id, result.solution_id), None)
             if index is not None:
-                yield index, dataclasses.replace(result, solution_id=pairs[index][1].solution_id)
+                yield index, dataclasses.replace(result, solution_id=original[index].solution_id)
 
     def activity(self) -> tuple[str, ...]:
         """Where the evaluator's jobs are now (`Evaluator.activity`); none before its first batch."""

@@ -30,9 +30,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.evaluation import CandidateEvaluator, evaluate_arriving
 from cudaperf.types import EvalResult, Outcome, Solution, Task
 
 AnswerKey = tuple[str, str, str]
@@ -69,29 +69,22 @@ class SharedAnswers:
         return self.inner.arch
 
     def evaluate_stream(self, pairs: Sequence[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
-        sent: list[tuple[Task, Solution]] = []
-        origin: list[int] = []  # the index in `pairs` of each pair sent
-        repeats: dict[AnswerKey, list[int]] = {}
-        for index, (task, solution) in enumerate(pairs):
-            key = answer_key(task, solution)
-            known = self._recall(key)
-            if known is not None:
-                yield self._share(index, known, solution)
-            elif key in repeats:
-                repeats[key].append(index)
-            else:
-                repeats[key] = []
-                sent.append((task, solution))
-                origin.append(index)
-        with self._lock:
-            self.evaluated += len(sent)
-        for k, result in self.inner.evaluate_stream(sent):
-            index = origin[k]
-            key = answer_key(*pairs[index])
-            self._keep(key, result)
-            yield index, result
-            for repeat in repeats[key]:
-                yield self._share(repeat, result, pairs[repeat][1])
+        return self._evaluate(pairs, lambda sent: self.inner.evaluate_stream(list(sent)))
+
+    def evaluate_arriving(self, pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
+        """`evaluate_stream` over pairs that arrive over time (`ArrivingEvaluator`): a new answer goes to
+        the inner evaluator on arrival; a repeat's shared result comes out with the next result after its
+        answer's result is known (at the latest when the batch ends)."""
+        return self._evaluate(pairs, lambda sent: evaluate_arriving(self.inner, sent))
+
+    def _evaluate(self, pairs: Iterable[tuple[Task, Solution]],
+                  inner: Callable[[Iterable[tuple[Task, Solution]]], Iterator[tuple[int, EvalResult]]]
+                  ) -> Iterator[tuple[int, EvalResult]]:
+        batch = _Batch(self)
+        for k, result in inner(batch.sent(pairs)):
+            yield from batch.ready()
+            yield from batch.evaluated(k, result)
+        yield from batch.ready()
 
     def _share(self, index: int, result: EvalResult, solution: Solution) -> tuple[int, EvalResult]:
         with self._lock:
@@ -120,3 +113,53 @@ class SharedAnswers:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _Batch:
+    """One batch of a `SharedAnswers`: `sent(pairs)` reads the pairs (in the inner evaluator's thread when
+    they arrive over time) and yields the new answers for the inner evaluator, keeping each repeat to
+    share; `evaluated(k, result)` is the k-th sent answer's result and its repeats' shared results;
+    `ready()` the shared results known since the last call. A lock orders the two sides, so a repeat that
+    arrives as its answer's result comes back is shared exactly once."""
+
+    def __init__(self, owner: SharedAnswers) -> None:
+        self.owner = owner
+        self.pairs: list[tuple[Task, Solution]] = []  # by index, as they arrived
+        self.origin: list[int] = []  # the index of each pair sent
+        self.repeats: dict[AnswerKey, list[int]] = {}  # a sent answer's repeats still waiting for it
+        self.results: dict[AnswerKey, EvalResult] = {}  # the batch's answers whose result is known
+        self._ready: list[tuple[int, EvalResult]] = []
+        self._lock = threading.Lock()
+
+    def sent(self, pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[Task, Solution]]:
+        for index, (task, solution) in enumerate(pairs):
+            key = answer_key(task, solution)
+            with self._lock:
+                self.pairs.append((task, solution))
+                known = self.results.get(key) or self.owner._recall(key)
+                if known is not None:
+                    self._ready.append(self.owner._share(index, known, solution))
+                    continue
+                if key in self.repeats:
+                    self.repeats[key].append(index)
+                    continue
+                self.repeats[key] = []
+                self.origin.append(index)
+            with self.owner._lock:
+                self.owner.evaluated += 1
+            yield task, solution
+
+    def evaluated(self, k: int, result: EvalResult) -> list[tuple[int, EvalResult]]:
+        with self._lock:
+            index = self.origin[k]
+            key = answer_key(*self.pairs[index])
+            self.results[key] = result
+            repeats = self.repeats.pop(key, [])
+            solutions = [self.pairs[r][1] for r in repeats]
+        self.owner._keep(key, result)
+        return [(index, result)] + [self.owner._share(r, result, s) for r, s in zip(repeats, solutions)]
+
+    def ready(self) -> list[tuple[int, EvalResult]]:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        return ready

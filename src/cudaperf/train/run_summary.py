@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaperf.datasets.jsonl import read_jsonl
+from cudaperf.eval_modes import GATE_STATES
 from cudaperf.report_html import TrainingRun, finite_number, flag_kinds, optimizer_seconds
 from cudaperf.train.finite_guard import GUARD_RECORD
 from cudaperf.train.monitor import EVALUATIONS_FILE
@@ -89,16 +90,12 @@ def time_split(run: TrainingRun) -> TimeSplit:
     return TimeSplit(batches, len(steps))
 
 
-GATE_WORDS = {"free": "no job on the GPU: builds, host work", "shared": "checks",
-              "draining": "checks ending while a timed pass waits", "exclusive": "a timed pass alone"}
-
-
 def gate_split(run: TrainingRun) -> dict[str, float]:
     """The seconds the GPU gate spent in each state during the run's evaluations (`gate_<state>_s` of its
     rollout records, summed; empty for a run evaluated without a gate)."""
     totals: dict[str, float] = {}
     for record in run.of_kind("rollout").values():
-        for state in GATE_WORDS:
+        for state in GATE_STATES:
             value = finite_number(record.get(f"gate_{state}_s"))
             if value is not None:
                 totals[state] = totals.get(state, 0.0) + value
@@ -110,7 +107,7 @@ def gate_markdown(totals: Mapping[str, float]) -> str:
     total = sum(totals.values())
     if not totals or total <= 0:
         return ""
-    parts = [f"{state} {s:.1f} s ({100 * s / total:.0f}%: {GATE_WORDS[state]})"
+    parts = [f"{state} {s:.1f} s ({100 * s / total:.0f}%: {GATE_STATES[state]})"
              for state, s in totals.items()]
     return "During the evaluations the GPU gate was " + "; ".join(parts) + ".\n"
 
