@@ -230,6 +230,12 @@ class Evaluator:
         (`eval_modes.GpuGate.states`); None in the default mode, which has no gate."""
         return self._rl.gate.states() if self._rl is not None else None
 
+    def timing_paused(self) -> contextlib.AbstractContextManager[None] | None:
+        """The RL mode's GPU gate lent to work outside the evaluator (`GpuGate.paused`: the policy's
+        generation): while held, no timed pass starts and checks go on. None in the default mode, which
+        has no gate: nothing there keeps its timing off a GPU in use."""
+        return self._rl.gate.paused() if self._rl is not None else None
+
     @property
     def mode_report(self) -> dict[str, Any]:
         """What the evaluation mode's schedule did (the RL mode: passes, carriers, gate waits, baseline

@@ -46,7 +46,8 @@ def test_every_arriving_pair_gets_its_row(evaluator):
         feed.put(None)
 
     threading.Thread(target=hand_over).start()
-    assert sorted(r.solution_id for r in evaluator.evaluate_many(_arriving(feed))) == sorted(s for s, _ in BATCH)
+    got = sorted(r.solution_id for r in evaluator.evaluate_many(_arriving(feed)))
+    assert got == sorted(s for s, _ in BATCH)
 
 
 def test_an_iterable_that_fails_has_its_error_raised_after_the_pairs_it_gave(evaluator):

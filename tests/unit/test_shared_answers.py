@@ -82,7 +82,7 @@ def test_an_answer_seen_in_an_earlier_batch_is_not_evaluated_again(cpu_evaluator
     shared = SharedAnswers(recording)
     step_many(_envs(shared, 1), [RIGHT], shared)
     steps = step_many(_envs(shared, 1), [RIGHT], shared)
-    assert [len(batch) for batch in recording.sent] == [1, 0]
+    assert [len(batch) for batch in recording.sent if batch] == [1]  # the second batch sent nothing
     assert steps[0].record.result.outcome is Outcome.CORRECT
 
 

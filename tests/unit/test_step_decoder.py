@@ -243,3 +243,47 @@ def test_every_decoding_step_takes_the_folded_path(lm, monkeypatch):
     layers, width = model.config.num_hidden_layers, ids.shape[1]
     assert [q for q, _ in seen] == [width] * layers + [1] * 2 * layers  # prefill, then two decoding steps
     assert all(shape[2] == 1 for q, shape in seen if q == 1)  # one query row: the fold applies
+
+
+def test_a_row_that_ends_is_handed_over_at_the_next_check_while_others_decode(lm):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    free, _ = reference(model, tokenizer, ids, mask)
+    eos = int(free[0, 3])  # row 0's fourth token ends it
+    handed = []
+    sampling = Sampling(0.0, eos_ids=(eos,), pad_id=tokenizer.pad_token_id)
+    tokens, _ = decode(model, ids, mask, NEW_TOKENS, sampling, check_every=8,
+                       on_finished=lambda rows, t, lp: handed.append((rows, t.shape)))
+    if (tokens[1:] == eos).any():
+        pytest.skip("another row ended too: the check needs one row that ends alone")
+    assert handed == [([0], torch.Size([1, 8]))]
+
+
+def test_the_rollouts_generator_hands_each_reply_once_as_it_returns_it(lm):
+    model, tokenizer = lm
+    prompts, _, _ = batch(tokenizer)
+    handed = {}
+
+    def on_reply(i, reply):
+        assert i not in handed
+        handed[i] = reply
+
+    generator = ModelGenerator(model, tokenizer, 0.0, 1.0, cache="graph")
+    replies = generator.generate(prompts, NEW_TOKENS, on_reply)
+    assert [handed[i] for i in range(len(prompts))] == replies
+
+
+def test_a_reply_handed_before_its_batch_ends_is_the_reply_generate_gives(lm):
+    import copy
+
+    model, tokenizer = lm
+    prompts, ids, mask = batch(tokenizer)
+    free, _ = reference(model, tokenizer, ids, mask)
+    ending = copy.deepcopy(tokenizer)
+    ending.eos_token = ending.convert_ids_to_tokens(int(free[0, 3]))  # the first prompt's reply ends early
+    order = []
+    graph = ModelGenerator(model, ending, 0.0, 1.0, cache="graph").generate(
+        prompts, NEW_TOKENS, lambda i, reply: order.append(i))
+    plain = ModelGenerator(model, ending, 0.0, 1.0).generate(prompts, NEW_TOKENS)
+    assert graph[0].ended and not graph[1].ended
+    assert order[0] == 0 and [g.ids for g in graph] == [p.ids for p in plain]

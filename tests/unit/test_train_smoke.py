@@ -200,11 +200,14 @@ class ScriptedPolicy:
     def __init__(self, tokenizer, replies):
         self.tokenizer, self.replies, self.turn = tokenizer, replies, 0
 
-    def generate(self, prompts, max_new_tokens):
+    def generate(self, prompts, max_new_tokens, on_reply=None):
         text = self.replies[self.turn]
         self.turn += 1
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [GeneratedTokens(tuple(ids), (0.0,) * len(ids), True) for _ in prompts]
+        replies = [GeneratedTokens(tuple(ids), (0.0,) * len(ids), True) for _ in prompts]
+        for i, reply in enumerate(replies if on_reply is not None else ()):
+            on_reply(i, reply)
+        return replies
 
 
 @pytest.fixture(scope="module")

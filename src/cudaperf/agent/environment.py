@@ -9,8 +9,10 @@ records (`StepResult`, `TurnRecord`), all picklable; nothing here knows a traini
 
 Many environments step concurrently against one evaluator through `step_many`: their candidates go to the
 evaluator as one batch (builds overlap, GPU workers stay busy), and each environment's step completes as
-its result arrives. A step is also split into `prepare` (extraction) and `observe` (everything after the
-evaluation) for callers that batch evaluations themselves.
+its result arrives; `step_arriving` does the same for replies that arrive over time (each candidate
+handed to the evaluator as its reply comes, `evaluation.evaluate_arriving`). A step is also split into
+`prepare` (extraction) and `observe` (everything after the evaluation) for callers that batch evaluations
+themselves.
 
 Pickling: an environment pickles with its task, configuration and history; its evaluator, token counter
 and ranker stay behind (`attach` them again after unpickling; without a counter, tokens are estimated).
@@ -22,13 +24,13 @@ turn's own score; `trajectory.Trajectory.returns` gives Kevin's discounted retur
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.context import Context, ContextConfig, build_context
-from cudaperf.agent.evaluation import CandidateEvaluator
+from cudaperf.agent.evaluation import CandidateEvaluator, evaluate_arriving
 from cudaperf.agent.extract import Extraction, ExtractOutcome, extract_code
 from cudaperf.agent.feedback import (
     FeedbackConfig,
@@ -306,29 +308,48 @@ class RefineEnv:
 def step_many(envs: Sequence[RefineEnv], replies: Sequence[str | Generation], evaluator: CandidateEvaluator,
               on_step: Callable[[int, StepResult], None] | None = None) -> list[StepResult]:
     """Step every environment with its reply; all candidates are evaluated as one batch. `on_step(i,
-    step)` is called as each environment's step completes (replies without code first)."""
+    step)` is called as each environment's step completes."""
     if len(envs) != len(replies):
         raise ValueError(f"step_many: {len(envs)} environments but {len(replies)} replies")
-    pending = [env.prepare(reply) for env, reply in zip(envs, replies, strict=True)]
+    return step_arriving(envs, list(enumerate(replies)), evaluator, on_step)
+
+
+def step_arriving(envs: Sequence[RefineEnv], replies: Iterable[tuple[int, str | Generation]],
+                  evaluator: CandidateEvaluator,
+                  on_step: Callable[[int, StepResult], None] | None = None) -> list[StepResult]:
+    """`step_many` for replies that arrive over time, in any order, as (environment index, reply): each
+    reply is prepared and its candidate handed to the evaluator on arrival (`evaluate_arriving`; read in
+    the evaluator's thread when it takes arriving batches), so evaluation starts before the last reply
+    exists. Returns when every environment has its step; those whose reply has no code step last."""
+    pending: list[Pending | None] = [None] * len(envs)
     steps: list[StepResult | None] = [None] * len(envs)
+    sent: list[int] = []  # the environment of each candidate handed to the evaluator
+    without_code: list[int] = []
+
+    def candidates() -> Iterator[tuple[Task, Solution]]:
+        for i, reply in replies:
+            if pending[i] is not None:
+                raise ValueError(f"step_arriving: environment {i} got a second reply")
+            pending[i] = prepared = envs[i].prepare(reply)
+            if prepared.solution is None:
+                without_code.append(i)
+            else:
+                sent.append(i)
+                yield envs[i]._task(), prepared.solution
 
     def finish(i: int, result: EvalResult | None) -> None:
-        steps[i] = envs[i].observe(pending[i], result)
+        steps[i] = envs[i].observe(pending[i], result)  # type: ignore[arg-type]
         if on_step is not None:
             on_step(i, steps[i])
 
-    for i, p in enumerate(pending):
-        if p.solution is None:
-            finish(i, None)
-    todo = [i for i, p in enumerate(pending) if p.solution is not None]
-    pairs = [(envs[i]._task(), pending[i].solution) for i in todo]
-    if pairs:
-        for k, result in evaluator.evaluate_stream(pairs):
-            finish(todo[k], result)
+    for k, result in evaluate_arriving(evaluator, candidates()):
+        finish(sent[k], result)
+    for i in without_code:
+        finish(i, None)
     missing = [i for i, s in enumerate(steps) if s is None]
     if missing:
-        raise RuntimeError(f"the evaluator returned no result for environments {missing}")
+        raise RuntimeError(f"no step for environments {missing}: no reply, or no result from the evaluator")
     return steps  # type: ignore[return-value]
 
 
-__all__ = ["EnvConfig", "Pending", "RankerFn", "RefineEnv", "StepResult", "step_many"]
+__all__ = ["EnvConfig", "Pending", "RankerFn", "RefineEnv", "StepResult", "step_arriving", "step_many"]

@@ -20,6 +20,7 @@ Not covered: what an evaluation does (`cudaperf.evaluate`), rewards (`cudaperf.r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import threading
@@ -49,7 +50,6 @@ class CandidateEvaluator(Protocol):
     def close(self) -> None: ...
 
 
-@runtime_checkable
 class ArrivingEvaluator(CandidateEvaluator, Protocol):
     """A `CandidateEvaluator` that also takes a batch whose pairs arrive over time:
     `evaluate_arriving(pairs)` reads `pairs` (an iterable that may wait between pairs) as it goes, starts
@@ -65,9 +65,12 @@ def evaluate_arriving(evaluator: CandidateEvaluator,
                       pairs: Iterable[tuple[Task, Solution]]) -> Iterator[tuple[int, EvalResult]]:
     """`evaluator.evaluate_arriving(pairs)`; an evaluator without it gets the whole batch once the iterable
     has ended (`evaluate_stream`)."""
-    if isinstance(evaluator, ArrivingEvaluator):
-        return evaluator.evaluate_arriving(pairs)
-    return evaluator.evaluate_stream(list(pairs))
+    # The method looked up on the type: a protocol isinstance check would read `arch`, which starts a
+    # LocalEvaluator's workers.
+    if callable(getattr(type(evaluator), "evaluate_arriving", None)):
+        return evaluator.evaluate_arriving(pairs)  # type: ignore[attr-defined]
+    batch = list(pairs)
+    return evaluator.evaluate_stream(batch) if batch else iter(())
 
 
 def evaluate_all(evaluator: CandidateEvaluator, pairs: Sequence[tuple[Task, Solution]]) -> list[EvalResult]:
@@ -342,6 +345,11 @@ class LocalEvaluator:
         default mode and before the first batch opened the evaluator."""
         evaluator = self._evaluator
         return evaluator.gate_states() if evaluator is not None else None
+
+    def timing_paused(self) -> contextlib.AbstractContextManager[None] | None:
+        """`Evaluator.timing_paused` (the evaluator started if it was not: a pause must hold before the
+        first candidate can be timed); None in the default mode."""
+        return self._open().timing_paused()
 
     def close(self) -> None:
         with self._lock:

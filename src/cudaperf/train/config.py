@@ -28,10 +28,11 @@ GENERATION_WEIGHTS = ("autocast", "bfloat16")
 # a reward reads (`cudaperf.reward.SPEEDUP_BASELINES`).
 TIMING_BASELINES = ("reward", "all")
 # Saved before `timing_baselines` existed, a run timed every baseline; before `share_repeated_answers`, it
-# evaluated every answer; before `anchor_copies`, it timed every copy of a naive port: read so, it resumes as
-# it ran.
+# evaluated every answer; before `anchor_copies`, it timed every copy of a naive port; before
+# `evaluate_while_generating`, it evaluated a turn's answers after the turn's generation: read so, it resumes
+# as it ran.
 LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all", "share_repeated_answers": False,
-                                "anchor_copies": False}}
+                                "anchor_copies": False, "evaluate_while_generating": False}}
 
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
@@ -347,6 +348,14 @@ class RlConfig(CommonConfig):
     candidates waited 281 s (summed) for them. What 'reward' changes besides: a C task's feedback then names
     the naive port's speedup alone, where SFT's refinement examples and the comparison (`cudaperf train
     compare`, every baseline) also show serial C's."""
+    evaluate_while_generating: bool = True
+    """Hand each answer to the evaluator as soon as its row of the batch ends (`generation_cache='graph'`;
+    the other caches as their batch of rows ends), while the turn's longer replies are still sampled: its
+    build, static checks and correctness checks overlap the generation, and the evaluator's GPU gate is
+    lent to the generation meanwhile (`eval_modes.GpuGate.paused`), so no answer is timed while the
+    policy uses the GPU. Needs the RL evaluation mode (`eval_mode='rl'`, the gate); with the default mode
+    or a Ray evaluator, answers are evaluated after the generation whatever this says. Off: after the
+    generation always. A run saved before the field existed is read as off, the way it ran."""
     share_repeated_answers: bool = True
     """Evaluate each distinct answer once in a run (`agent.shared_answers.SharedAnswers`, the last 4,096
     distinct answers remembered): an answer repeated character for character gets the evaluated one's

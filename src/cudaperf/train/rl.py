@@ -149,7 +149,8 @@ def run_rl(config: RlConfig, evaluator: Any = None) -> RlReport:
     judge = ReportingEvaluator(SharedAnswers(evaluator) if config.share_repeated_answers else evaluator,
                                on_result, report_stalls(started, config.output_dir))
     rollout = MultiTurnRollout(config, tasks, judge, tokenizer, on_batch=on_batch, on_turn=on_turn,
-                               gate_states=getattr(evaluator, "gate_states", None))
+                               gate_states=getattr(evaluator, "gate_states", None),
+                               timing_paused=getattr(evaluator, "timing_paused", None))
     trainer = _trainer(config, model, tokenizer, tasks, rollout, writer, started)
     if lacks_optimizer(checkpoint):  # carried from another machine (`train.carried_state`)
         trainer.add_callback(schedule_callback(checkpoint))

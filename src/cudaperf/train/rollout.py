@@ -19,7 +19,9 @@ Two layouts (`RlConfig.credit`):
 Covers: batched sampling with the trainer's current weights (`ModelGenerator`: left padding, the
 context length respected, each chosen token's log-probability at the sampling temperature, recorded
 during generation), the turn loop over all trajectories of the step at once (one evaluation batch per
-turn, `step_many`), the per-sample rewards, and a summary of the step (`RolloutStats`): reward and each
+turn: `step_many` after the generation, or, with `RlConfig.evaluate_while_generating` and the evaluator's
+GPU gate, `step_arriving` fed each reply as its row ends while the timed passes wait for the generation to
+end), the per-sample rewards, and a summary of the step (`RolloutStats`): reward and each
 component, correct rates, speedups, anti-cheat flags by kind, tokens per turn, the time split (each turn's
 time per decoding step in its progress line; with `RlConfig.profile_decoding`, the first `generate` call's
 `DecodingProbe` report in the output folder), and, in the evaluator's RL mode, what its GPU gate did during
@@ -33,11 +35,14 @@ environment with scripted replies.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import math
+import queue
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,7 +51,7 @@ from cudaperf.agent.backends.base import GENERATION_CACHES, Generation
 from cudaperf.agent.backends.decoding_attention import attention_kernels, check_attention
 from cudaperf.agent.backends.decoding_probe import DECODING_PROBE_FILE, probing
 from cudaperf.agent.context import ContextConfig
-from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
+from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_arriving, step_many
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
 from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
@@ -65,10 +70,17 @@ class GeneratedTokens:
     ended: bool  # the model emitted its end-of-turn token (False: cut at the token limit)
 
 
-class TokenGenerator(Protocol):
-    """Samples one reply per prompt (token ids in, `GeneratedTokens` out, in order)."""
+ReplyReady = Callable[[int, GeneratedTokens], None]
+"""`on_reply(i, reply)`: prompt i's reply, final, handed as soon as it is (`TokenGenerator.generate`)."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]: ...
+
+class TokenGenerator(Protocol):
+    """Samples one reply per prompt (token ids in, `GeneratedTokens` out, in order). With `on_reply`, each
+    prompt's reply is also handed to it exactly once, as soon as it is final (possibly before the call
+    returns: a caller may start on it while other replies are still being sampled)."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 on_reply: ReplyReady | None = None) -> list[GeneratedTokens]: ...
 
 
 # Measured, not assumed: on the H100 (torch 2.11, transformers 5.17, session 24) the static cache's compiled
@@ -102,18 +114,30 @@ class ModelGenerator:
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.context_tokens = context_tokens or int(getattr(cfg, "max_position_embeddings", 1 << 30))
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[GeneratedTokens]:
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                 on_reply: ReplyReady | None = None) -> list[GeneratedTokens]:
+        """`TokenGenerator.generate`. With cache='graph' a reply is handed to `on_reply` as its row ends
+        while the batch's other rows still decode (`step_decoder.decode`'s `on_finished`, at its checks);
+        with the other caches as its batch of `batch_size` rows ends."""
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[GeneratedTokens | None] = [None] * len(prompts)
+
+        def ready(i: int, reply: GeneratedTokens) -> None:
+            if out[i] is None:
+                out[i] = reply
+                if on_reply is not None:
+                    on_reply(i, reply)
+
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling
         try:
             sampler = self.sampler()
             for start in range(0, len(order), self.batch_size):
                 rows = order[start:start + self.batch_size]
-                for i, g in zip(rows, self._batch(sampler, [prompts[i] for i in rows], max_new_tokens),
-                                strict=True):
-                    out[i] = g
+                replies = self._batch(sampler, [prompts[i] for i in rows], max_new_tokens,
+                                      lambda b, reply, rows=rows: ready(rows[b], reply))
+                for i, g in zip(rows, replies, strict=True):
+                    ready(i, g)
         finally:
             self.model.train(was_training)
         return [g for g in out if g is not None]
@@ -152,8 +176,9 @@ class ModelGenerator:
             self._copy.generation_config = self.model.generation_config
         return self._copy.eval()
 
-    def _batch(self, sampler: Any, prompts: list[Sequence[int]],
-               max_new_tokens: int) -> list[GeneratedTokens]:
+    def _batch(self, sampler: Any, prompts: list[Sequence[int]], max_new_tokens: int,
+               on_row: ReplyReady | None = None) -> list[GeneratedTokens]:
+        """The replies of one batch; `on_row(b, reply)` is handed row b's as it ends (cache='graph' only)."""
         import torch
         from transformers import LogitsProcessorList
 
@@ -182,7 +207,8 @@ class ModelGenerator:
         with torch.no_grad(), bf16, attention_kernels(self.attention, device.type), \
                 probing(self.probe_to, str(device), [len(p) for p in prompts], kwargs):
             if self.cache == "graph":
-                new, logprobs = self._decode(sampler, ids.to(device), mask.to(device), limit, kwargs)
+                new, logprobs = self._decode(sampler, ids.to(device), mask.to(device), limit, kwargs,
+                                             _ended_rows(on_row, eos, pad))
             else:
                 output = sampler.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
                 new = output[:, width:].cpu()
@@ -190,8 +216,8 @@ class ModelGenerator:
         self.probe_to = None  # the first call only
         return [_trim(new[b].tolist(), logprobs[b].tolist(), eos, pad) for b in range(len(prompts))]
 
-    def _decode(self, sampler: Any, ids: Any, mask: Any, limit: int,
-                kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    def _decode(self, sampler: Any, ids: Any, mask: Any, limit: int, kwargs: dict[str, Any],
+                on_finished: Any = None) -> tuple[Any, Any]:
         """`generate`'s work by `step_decoder.decode` (cache='graph'): the same sampling settings, the
         sampler's `min_new_tokens`, and the decoding probe `probing` put among `kwargs`' processors."""
         from cudaperf.agent.backends.step_decoder import Sampling, calling, decode
@@ -200,7 +226,8 @@ class ModelGenerator:
         config = getattr(sampler, "generation_config", None)
         sampling = Sampling(self.temperature, self.top_p, (self.tokenizer.eos_token_id,),
                             self.tokenizer.pad_token_id, int(getattr(config, "min_new_tokens", None) or 0))
-        new, logprobs = decode(sampler, ids, mask, limit, sampling, on_step=calling(probes))
+        new, logprobs = decode(sampler, ids, mask, limit, sampling, on_step=calling(probes),
+                               on_finished=on_finished)
         return new.cpu(), logprobs.float().cpu()
 
 
@@ -230,6 +257,17 @@ class _ChosenLogprobs:
             last = new_tokens[:, len(self.chosen):len(self.chosen) + 1].to(self.previous.device)
             self.chosen.append(self.previous.gather(1, last).squeeze(1))
         return torch.stack(self.chosen, dim=1).cpu() if self.chosen else torch.zeros(new_tokens.shape)
+
+
+def _ended_rows(on_row: ReplyReady | None, eos: int, pad: int) -> Any:
+    """`step_decoder.decode`'s `on_finished` handing each ended row's reply to `on_row` (None without)."""
+    if on_row is None:
+        return None
+
+    def on_finished(rows: list[int], tokens: Any, logprobs: Any) -> None:
+        for j, b in enumerate(rows):
+            on_row(b, _trim(tokens[j].tolist(), logprobs[j].tolist(), eos, pad))
+    return on_finished
 
 
 def _trim(ids: list[int], logprobs: list[float], eos: int, pad: int) -> GeneratedTokens:
@@ -305,7 +343,7 @@ class TurnProgress:
     replies: int
     reply_tokens: int
     generate_s: float
-    evaluate_s: float
+    evaluate_s: float  # after the generation (evaluating while generating: the time it added)
     outcomes: dict[str, int]
     longest_reply_tokens: int = 0
 
@@ -327,6 +365,9 @@ class TurnProgress:
 GateStates = Callable[[], dict[str, float] | None]
 """The evaluator's GPU gate's cumulative seconds per state (`eval_modes.GATE_STATES`), or None."""
 
+TimingPause = Callable[[], contextlib.AbstractContextManager[None] | None]
+"""The evaluator's GPU gate lent to the generation (`LocalEvaluator.timing_paused`), or None: no gate."""
+
 
 def add_gate_seconds(seconds: dict[str, float], before: dict[str, float] | None,
                      after: dict[str, float] | None) -> None:
@@ -344,15 +385,19 @@ class MultiTurnRollout:
 
     def __init__(self, config: RlConfig, tasks: Sequence[Task], evaluator: CandidateEvaluator, tokenizer: Any,
                  on_batch: Any = None, generator: TokenGenerator | None = None, on_turn: Any = None,
-                 gate_states: GateStates | None = None) -> None:
+                 gate_states: GateStates | None = None, timing_paused: TimingPause | None = None) -> None:
         """`gate_states`: the evaluator's GPU gate's seconds per state so far (the RL mode's,
         `LocalEvaluator.gate_states`; None or a call that returns None: no gate), read around each turn's
-        evaluation so that a batch's `seconds` hold what the gate did meanwhile (`gate_<state>`)."""
+        generation and evaluation so that a batch's `seconds` hold what the gate did meanwhile
+        (`gate_<state>`). `timing_paused`: the gate lent to the generation (`LocalEvaluator.timing_paused`);
+        with it and `RlConfig.evaluate_while_generating`, each answer is evaluated as its reply ends, the
+        timed passes held back until the turn's generation is over (None, or a call that returns None:
+        the answers are evaluated after the generation)."""
         self.config, self.evaluator, self.tokenizer = config, evaluator, tokenizer
         self.env_config = env_config(config)
         self.tasks = {prompt_key(first_prompt(t, config)): t for t in tasks}
         self.on_batch, self.generator, self.on_turn = on_batch, generator, on_turn
-        self.gate_states = gate_states
+        self.gate_states, self.timing_paused = gate_states, timing_paused
         self._kept: ModelGenerator | None = None
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -422,16 +467,13 @@ class MultiTurnRollout:
         turn_mode = self.config.credit == "turn"
         inputs = [prompt_ids(self.tokenizer, env.prompt_messages()) if turn_mode
                   else tr.first_ids + tr.completion for env, tr in zip(envs, traces, strict=True)]
-        t0 = time.perf_counter()
-        replies = generator.generate(inputs, self.config.max_new_tokens)
-        generate_s = time.perf_counter() - t0
-        seconds["generate"] += generate_s
-        share = generate_s / max(1, len(replies))
-        generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
-        t1 = time.perf_counter()
         before = self._gate()
-        steps = step_many(envs, generations, self.evaluator)
-        evaluate_s = time.perf_counter() - t1
+        pause = self._pause()
+        if pause is None:
+            replies, steps, generate_s, evaluate_s = self._after(envs, inputs, generator)
+        else:
+            replies, steps, generate_s, evaluate_s = self._while(envs, inputs, generator, pause)
+        seconds["generate"] += generate_s
         seconds["evaluate"] += evaluate_s
         add_gate_seconds(seconds, before, self._gate())
         for trace, prompt, reply, step in zip(traces, inputs, replies, steps, strict=True):
@@ -439,6 +481,48 @@ class MultiTurnRollout:
         outcomes = collections.Counter(step.record.result.outcome.value for step in steps)
         return TurnProgress(turn, len(replies), sum(len(r.ids) for r in replies), generate_s, evaluate_s,
                             dict(outcomes), max((len(r.ids) for r in replies), default=0))
+
+    def _pause(self) -> contextlib.AbstractContextManager[None] | None:
+        """The gate lent to this turn's generation, or None: evaluate after it."""
+        if not self.config.evaluate_while_generating or self.timing_paused is None:
+            return None
+        return self.timing_paused()
+
+    def _after(self, envs: list[RefineEnv], inputs: list[list[int]],
+               generator: TokenGenerator) -> tuple[list[GeneratedTokens], list[StepResult], float, float]:
+        """Generate every reply, then evaluate them as one batch: (replies, steps, generate_s, evaluate_s)."""
+        t0 = time.perf_counter()
+        replies = generator.generate(inputs, self.config.max_new_tokens)
+        generate_s = time.perf_counter() - t0
+        share = generate_s / max(1, len(replies))
+        generations = [self._generation(r, len(p), share) for r, p in zip(replies, inputs, strict=True)]
+        steps = step_many(envs, generations, self.evaluator)
+        return replies, steps, generate_s, time.perf_counter() - t0 - generate_s
+
+    def _while(self, envs: list[RefineEnv], inputs: list[list[int]], generator: TokenGenerator,
+               pause: contextlib.AbstractContextManager[None]
+               ) -> tuple[list[GeneratedTokens], list[StepResult], float, float]:
+        """Evaluate each reply as it ends while the others are generated, no timed pass until the
+        generation is over (`pause`); `evaluate_s` is the time the evaluation added after the generation.
+        A reply's `Generation.seconds` is the time until it was handed over."""
+        arrived: queue.Queue = queue.Queue()
+        t0 = time.perf_counter()
+
+        def handed() -> Iterator[tuple[int, Generation]]:
+            while (item := arrived.get()) is not None:
+                i, reply, at = item
+                yield i, self._generation(reply, len(inputs[i]), at - t0)
+
+        stepping = _Stepping(envs, handed(), self.evaluator)
+        try:
+            with pause:
+                replies = generator.generate(inputs, self.config.max_new_tokens,
+                                             lambda i, reply: arrived.put((i, reply, time.perf_counter())))
+        finally:
+            arrived.put(None)  # every reply handed (or the generation failed): the batch ends
+        generate_s = time.perf_counter() - t0
+        steps = stepping.result()
+        return replies, steps, generate_s, time.perf_counter() - t0 - generate_s
 
     def _gate(self) -> dict[str, float] | None:
         return self.gate_states() if self.gate_states is not None else None
@@ -473,6 +557,32 @@ class MultiTurnRollout:
                 _add(out, trace.first_ids, trace.completion, trace.logprobs, trace.env_mask, rewards[0],
                      records)
         return out
+
+
+class _Stepping:
+    """`step_arriving` in a thread of its own, over replies handed while the generation goes on."""
+
+    def __init__(self, envs: list[RefineEnv], replies: Iterator[tuple[int, Generation]],
+                 evaluator: CandidateEvaluator) -> None:
+        self._steps: list[StepResult] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(envs, replies, evaluator), daemon=True,
+                                        name="cudaperf-rollout-evaluation")
+        self._thread.start()
+
+    def _run(self, envs: list[RefineEnv], replies: Iterator[tuple[int, Generation]],
+             evaluator: CandidateEvaluator) -> None:
+        try:
+            self._steps = step_arriving(envs, replies, evaluator)
+        except BaseException as exc:  # noqa: BLE001 - raised in the rollout's thread (`result`)
+            self._error = exc
+
+    def result(self) -> list[StepResult]:
+        """Every environment's step, once the last reply has been handed and evaluated."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._steps  # type: ignore[return-value]
 
 
 SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct", "outcome", "reward_gate",

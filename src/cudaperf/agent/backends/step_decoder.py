@@ -24,7 +24,9 @@ as it is instead of copied per group first (the copies were about a third of a s
 (64% of a graph step's kernel time in session 33's profile: `_one_token_attention`). The first decoding
 step runs eagerly (it is also the capture's warm-up); the graph, captured for the second step's inputs, is
 replayed for every later step. Rows that finish early keep decoding pad tokens until every row has finished
-(checked every `check_every` steps, the only reads back to the host).
+(checked every `check_every` steps, the only reads back to the host); at each check the rows that ended
+since the last one can be handed to the caller (`on_finished`: the RL rollout evaluates them while the
+others decode).
 
 On a CPU (or with `graph=False`) the same loop runs eagerly: that is how the CPU tests check it against
 `generate`. Covers: decoder-only `transformers` models whose forward takes `position_ids`, a 4-D mask and
@@ -53,12 +55,20 @@ class Sampling:
     min_new_tokens: int = 0
 
 
+FinishedRows = Callable[[list[int], Any, Any], None]
+"""`decode`'s `on_finished(rows, tokens, logprobs)`: rows that have just ended, with their tokens and
+log-probabilities so far ([len(rows), steps], on the host; a row's tokens end with its end-of-turn token)."""
+
+
 def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampling, *, graph: bool = True,
-           on_step: Callable[[Any], None] | None = None, check_every: int = CHECK_EVERY) -> tuple[Any, Any]:
+           on_step: Callable[[Any], None] | None = None, check_every: int = CHECK_EVERY,
+           on_finished: FinishedRows | None = None) -> tuple[Any, Any]:
     """(new tokens [rows, n], their log-probabilities [rows, n]) for left-padded `ids` and `mask`
     [rows, width]; n <= `max_new_tokens` (fewer when every row finished). `graph`: capture the step as a
     CUDA graph (on a CUDA device; elsewhere ignored). `on_step(scores)` sees each step's scores (a decoding
-    probe)."""
+    probe). `on_finished` is handed the rows that ended since the last check, at each check (every
+    `check_every` steps) while others still decode, so a caller can use a reply before the batch ends; the
+    rows still decoding at the last check are in the return value only."""
     import torch
 
     rows, width = ids.shape
@@ -71,6 +81,7 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
         unfinished = torch.ones(rows, dtype=torch.bool, device=device)
         eos = torch.tensor(sampling.eos_ids, dtype=torch.long, device=device)
         step = _Step(model, state)
+        handed = torch.zeros(rows, dtype=torch.bool)  # rows given to `on_finished` (on the host)
         for t in range(max_new_tokens):
             if on_step is not None:
                 on_step(scores)
@@ -80,11 +91,28 @@ def decode(model: Any, ids: Any, mask: Any, max_new_tokens: int, sampling: Sampl
             logprobs.append(logprob)
             if sampling.eos_ids:
                 unfinished &= ~torch.isin(token, eos)
-            if t + 1 == max_new_tokens or ((t + 1) % check_every == 0 and not bool(unfinished.any())):
+            if t + 1 == max_new_tokens:
                 break
+            if (t + 1) % check_every == 0:
+                running = unfinished.cpu()  # the only read back: it waits for the GPU
+                if not bool(running.any()):
+                    break
+                if on_finished is not None:
+                    _hand_over(~running & ~handed, tokens, logprobs, on_finished)
+                    handed |= ~running
             state.advance(token, width + t)
             scores = step.run(graph and device.type == "cuda")
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
+
+
+def _hand_over(ended: Any, tokens: list[Any], logprobs: list[Any], on_finished: FinishedRows) -> None:
+    """Rows newly `ended` (a host mask), with their tokens and log-probabilities so far, to `on_finished`."""
+    import torch
+
+    rows = [int(r) for r in torch.nonzero(ended).flatten()]
+    if rows:
+        at = torch.tensor(rows, device=tokens[0].device)
+        on_finished(rows, torch.stack(tokens, 1)[at].cpu(), torch.stack(logprobs, 1)[at].float().cpu())
 
 
 def calling(processors: list[Any]) -> Callable[[Any], None] | None:
