@@ -102,3 +102,19 @@ def test_the_local_backend_generates_in_the_graph_form(lm, capsys):
                                GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=0.7, seed=0))
     assert all(r.error is None and 0 < r.completion_tokens <= NEW_TOKENS for r in replies)
     assert "could not be captured" not in capsys.readouterr().out
+
+
+def test_a_row_handed_over_while_the_graph_replays_is_the_row_it_returns(lm, capsys):
+    model, tokenizer = lm
+    _, ids, mask = batch(tokenizer)
+    with attention_kernels("no_cudnn", "cuda"):
+        free, _ = decode(model, ids, mask, NEW_TOKENS, Sampling(0.0, pad_id=tokenizer.pad_token_id))
+        eos = int(free[0, 3])  # row 0's fourth token ends it
+        handed = {}
+        sampling = Sampling(0.0, eos_ids=(eos,), pad_id=tokenizer.pad_token_id)
+        tokens, _ = decode(model, ids, mask, NEW_TOKENS, sampling, graph=True,
+                           on_finished=lambda rows, t, lp: handed.update(zip(rows, t)))
+    assert "could not be captured" not in capsys.readouterr().out
+    assert 0 in handed and handed[0].device.type == "cpu"
+    for row, early in handed.items():
+        assert torch.equal(early, tokens[row, :early.shape[0]].cpu())
