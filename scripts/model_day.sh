@@ -126,6 +126,8 @@
 # distinct answer once, its repeats given its result; the same in B and C).
 # RL_COPIES=0: every RL answer that copies its C task's naive port is timed (RlConfig.anchor_copies; default
 # 1: such a copy takes the port's timings from the task's last timed pass; the same in B and C).
+# RL_OVERLAP=0: a turn's RL answers are evaluated after its generation (RlConfig.evaluate_while_generating;
+# default 1: each answer as its reply ends, the GPU gate lent to the generation so timing waits for its end).
 # SFT_CONTINUE=1 (call B again): an SFT stopped by B's limit trains on from its last checkpoint (same data
 # order, its optimiser state), so SFT can span two calls. With SFT_LORA, B also returns the last checkpoint
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
@@ -531,6 +533,8 @@ SHARE_FLAG=--rl-share-repeated-answers  # RL_SHARE=0: every answer evaluated, re
 (( ${RL_SHARE:-1} )) || SHARE_FLAG=--no-rl-share-repeated-answers
 COPIES_FLAG=--rl-anchor-copies  # RL_COPIES=0: every copy of a naive port timed
 (( ${RL_COPIES:-1} )) || COPIES_FLAG=--no-rl-anchor-copies
+OVERLAP_FLAG=--rl-evaluate-while-generating  # RL_OVERLAP=0: a turn's answers evaluated after its generation
+(( ${RL_OVERLAP:-1} )) || OVERLAP_FLAG=--no-rl-evaluate-while-generating
 SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carries it, B trains on it
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
 # shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
@@ -542,7 +546,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
             --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
             --rl-timing-baselines "${RL_BASELINES:-reward}"
-            "$SHARE_FLAG" "$COPIES_FLAG"
+            "$SHARE_FLAG" "$COPIES_FLAG" "$OVERLAP_FLAG"
             --rl-kinds ${RL_KINDS:-pytorch c} --rl-families ${RL_FAMILIES:-}
             --rl-min-headroom "${RL_MIN_HEADROOM:-0}"
             --rl-trajectories 4 --rl-turns 2 --rl-max-new-tokens 1024

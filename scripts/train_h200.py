@@ -116,6 +116,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="evaluate each distinct answer once (RlConfig.share_repeated_answers)")
     p.add_argument("--rl-anchor-copies", action=argparse.BooleanOptionalAction, default=True,
                    help="a copy of a C task's naive port takes the port's timings (RlConfig.anchor_copies)")
+    p.add_argument("--rl-evaluate-while-generating", action=argparse.BooleanOptionalAction, default=True,
+                   help="evaluate each answer as its reply ends, timing after the generation "
+                        "(RlConfig.evaluate_while_generating)")
     p.add_argument("--rl-generation-cache", default="dynamic", choices=GENERATION_CACHES,
                    help="the rollouts' KV cache (RlConfig.generation_cache)")
     p.add_argument("--rl-generation-attention", default="no_cudnn", choices=DECODING_ATTENTION,
@@ -548,6 +551,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       timing_baselines=args.rl_timing_baselines,
                       share_repeated_answers=args.rl_share_repeated_answers,
                       anchor_copies=args.rl_anchor_copies,
+                      evaluate_while_generating=args.rl_evaluate_while_generating,
                       max_minutes=minutes, generation_cache=args.rl_generation_cache,
                       **({"lora": True, "lora_rank": args.rl_lora_rank} if args.rl_lora_rank > 0
                          else {"lora": args.lora}),

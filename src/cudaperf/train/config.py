@@ -37,12 +37,12 @@ LEGACY_DEFAULTS = {"RlConfig": {"timing_baselines": "all", "share_repeated_answe
 CONFIG_FILE = "train_config.json"
 KINDS = ("pytorch", "c")
 REPAIR_FAULT_KINDS = 5  # the kinds of fault `train.repair_data.FAULTS` knows
-# Fields a resumed run may change: where it runs, for how long and with which kernels for the same function
-# (the attention's), never what it learns from.
+# Fields a resumed run may change: where it runs, for how long, with which kernels for the same function
+# (the attention's) and on which schedule its answers are evaluated, never what it learns from.
 RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
                        "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
                        "eval_workers_per_gpu", "build_workers", "ray_address", "profile_decoding",
-                       "generation_attention", "examples_file"})
+                       "generation_attention", "examples_file", "evaluate_while_generating"})
 
 
 class ConfigError(ValueError):
