@@ -468,27 +468,33 @@ export_adapter() {
   ship "$1-adapter" "$1 adapter" "$WORK/$1/final" adapter
 }
 
-# SFT's last checkpoint without its optimiser state (an adapter, the trainer's state, the schedule, the
-# random generators, the configuration: ~18 MB) back through $OUT as sft-state.tgz (`ship`; a LoRA run
-# stopped at its limit saves one there): kept in .carry/sft-state (restored as the adapter is), a later
-# lease's B continues the run from it with SFT_FROM_STATE=1 (same data order and schedule, a fresh
-# optimiser: train.carried_state).
+# SFT's last checkpoint with finite weights (`finite_checkpoint`) without its optimiser state (an adapter,
+# the trainer's state, the schedule, the random generators, the configuration: ~18 MB) back through $OUT as
+# sft-state.tgz (`ship`; a LoRA run stopped at its limit saves one there): kept in .carry/sft-state
+# (restored as the adapter is), a later lease's B continues the run from it with SFT_FROM_STATE=1 (same
+# data order and schedule, a fresh optimiser: train.carried_state).
 export_sft_state() {
   local checkpoint
-  checkpoint=$(find "$WORK/sft" -maxdepth 1 -name 'checkpoint-*' | sort -V | tail -n 1)
+  checkpoint=$(finite_checkpoint "$WORK/sft")
   [[ -f $checkpoint/adapter_config.json ]] || return 0
   ship sft-state "sft state $(basename "$checkpoint")" "$(dirname "$checkpoint")" "$(basename "$checkpoint")" \
     --exclude='optimizer.*'
 }
 
-# RL's last checkpoint with finite weights (`train.monitor.last_checkpoint`) without its optimiser state (the
-# adapter, the trainer's state, the random generators, the configuration, and rl_base.json: the SFT adapter
-# it trains on; ~20 MB) back through $OUT as rl-state.tgz (`ship`): kept in .carry/rl-state, a later lease's C
+# The newest checkpoint under DIR whose weights are finite (`train.monitor.last_checkpoint`; its notes, a
+# non-finite one passed over, shown), or nothing: finite_checkpoint DIR.
+finite_checkpoint() {
+  python3 -c "import sys; from cudaperf.train.monitor import last_checkpoint
+print(last_checkpoint(sys.argv[1]) or '')" "$1"
+}
+
+# RL's last checkpoint with finite weights (`finite_checkpoint`) without its optimiser state (the adapter,
+# the trainer's state, the random generators, the configuration, and rl_base.json: the SFT adapter it trains
+# on; ~20 MB) back through $OUT as rl-state.tgz (`ship`): kept in .carry/rl-state, a later lease's C
 # continues the run from it with RL_FROM_STATE=1.
 export_rl_state() {
   local checkpoint
-  checkpoint=$(python3 -c "import sys; from cudaperf.train.monitor import last_checkpoint
-print(last_checkpoint(sys.argv[1]) or '')" "$WORK/rl")  # its notes (a non-finite one passed over) shown
+  checkpoint=$(finite_checkpoint "$WORK/rl")
   [[ -f $checkpoint/adapter_config.json && -f $WORK/rl/rl_base.json ]] || return 0
   cp "$WORK/rl/rl_base.json" "$checkpoint/"
   ship rl-state "rl state $(basename "$checkpoint")" "$(dirname "$checkpoint")" "$(basename "$checkpoint")" \
