@@ -560,8 +560,8 @@ class _Feed:
     def run(self) -> None:
         try:
             for task, sol in self.pairs:
-                self.read += 1
                 decided = self.queue_one(task, sol, self.jobs)
+                self.read += 1  # after: a pair `queue_one` raised on has no row to wait for
                 if decided is not None:
                     self.out.put(decided)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer's thread (`evaluate_many`)

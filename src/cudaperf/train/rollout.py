@@ -513,11 +513,18 @@ class MultiTurnRollout:
                 i, reply, at = item
                 yield i, self._generation(reply, len(inputs[i]), at - t0)
 
+        given: set[int] = set()
+
+        def hand(i: int, reply: GeneratedTokens) -> None:
+            given.add(i)
+            arrived.put((i, reply, time.perf_counter()))
+
         stepping = _Stepping(envs, handed(), self.evaluator)
         try:
             with pause:
-                replies = generator.generate(inputs, self.config.max_new_tokens,
-                                             lambda i, reply: arrived.put((i, reply, time.perf_counter())))
+                replies = generator.generate(inputs, self.config.max_new_tokens, hand)
+            for i in sorted(set(range(len(replies))) - given):  # a generator that only returns them
+                hand(i, replies[i])
         finally:
             arrived.put(None)  # every reply handed (or the generation failed): the batch ends
         generate_s = time.perf_counter() - t0
