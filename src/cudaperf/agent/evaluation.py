@@ -5,10 +5,12 @@ take `EvalResult`s back as they finish; they never touch workers, builds or timi
 evaluation mode (say one sized for RL batches: correctness in many workers, baselines timed once per
 task and configuration, timing only for correct candidates) drops in by implementing the same two methods.
 
-Covers: the contract, `ReportingEvaluator` (any evaluator, each result reported as it arrives with the
-candidates still out, and a batch long without any result reported with where its jobs and threads wait:
-`BatchStall`), and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the CPU build pool
-and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
+Covers: the contract, its extension for batches whose pairs arrive over time (`ArrivingEvaluator`,
+`evaluate_arriving`: the RL rollout hands each answer as the policy finishes it; an evaluator without it
+gets the batch once it has ended), `ReportingEvaluator` (any evaluator, each result reported as it
+arrives with the candidates still out, and a batch long without any result reported with where its jobs
+and threads wait: `BatchStall`), and `LocalEvaluator`, which puts `cudaperf.evaluate.Evaluator` (the
+CPU build pool and one sandboxed worker per GPU) behind it. The evaluator starts on first use, and a pickled
 `LocalEvaluator` carries only its `EvalConfig`, so environments holding one can be sent to other processes
 (each process then starts its own evaluator there). Threads may share one: `Evaluator.evaluate_many` takes
 concurrent batches (its worker pool hands each job a free worker). `LocalEvaluator(config, mode="rl")` (or
