@@ -9,7 +9,6 @@ scripted policy this uses. Run:
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,12 @@ pytest.importorskip("trl")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 
-from test_rollout_overlap import HandingPolicy  # noqa: E402 - the CPU twin's policy, on the path above
-from test_train_smoke import TASK, rl_config  # noqa: E402
+from test_rollout_overlap import run_overlapped  # noqa: E402 - the CPU twin's turn, on the path above
+from test_train_smoke import rl_config  # noqa: E402
 
-from cudaperf.agent.evaluation import LocalEvaluator, ReportingEvaluator  # noqa: E402
+from cudaperf.agent.evaluation import LocalEvaluator  # noqa: E402
 from cudaperf.anticheat.policy import Policy  # noqa: E402
 from cudaperf.evaluate import EvalConfig, TimingConfig  # noqa: E402
-from cudaperf.train.models import load_policy  # noqa: E402
-from cudaperf.train.rollout import MultiTurnRollout, first_prompt  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,21 +31,11 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def overlapped(tmp_path_factory):
     config = rl_config(tmp_path_factory.mktemp("rl"), "tiny", max_turns=1, eval_device="cuda")
-    _, tokenizer = load_policy(config)
-    results: dict[str, float] = {}
-
-    def on_result(progress) -> None:
-        results["right" if progress.result.outcome.value == "correct" else "wrong"] = time.perf_counter()
-
     eval_config = EvalConfig(device="cuda", seeds=1, policy=Policy(allow_torch_ops=True),
                              cache_dir=str(tmp_path_factory.mktemp("cache")),
                              timing=TimingConfig(budget_ms=20, warmup_ms=2, baselines=("eager",)))
     with LocalEvaluator(eval_config, mode="rl") as evaluator:
-        policy = HandingPolicy(tokenizer, results, lambda: evaluator._open()._rl.gate)
-        rollout = MultiTurnRollout(config, [TASK], ReportingEvaluator(evaluator, on_result), tokenizer,
-                                   gate_states=evaluator.gate_states, timing_paused=evaluator.timing_paused,
-                                   generator=policy)
-        batch = rollout.run([first_prompt(TASK, config)] * config.num_generations, policy)
+        batch, policy, results = run_overlapped(config, evaluator)
     print(f"\nseconds: {batch.seconds}")
     return batch, policy, results
 

@@ -59,22 +59,28 @@ class HandingPolicy:
         return replies
 
 
-@pytest.fixture(scope="module")
-def overlapped(tmp_path_factory):
-    config = rl_config(tmp_path_factory.mktemp("rl"), "tiny", max_turns=1)
+def run_overlapped(config, evaluator):
+    """One turn of `HandingPolicy` through `evaluator` (an RL-mode `LocalEvaluator`): the batch, the
+    policy, and when each answer's result came out."""
     _, tokenizer = load_policy(config)
     results: dict[str, float] = {}
 
     def on_result(progress) -> None:
         results["right" if progress.result.outcome.value == "correct" else "wrong"] = time.perf_counter()
 
-    with rl_mode_evaluator() as evaluator:
-        policy = HandingPolicy(tokenizer, results, lambda: evaluator._open()._rl.gate)
-        rollout = MultiTurnRollout(config, [TASK], ReportingEvaluator(evaluator, on_result), tokenizer,
-                                   gate_states=evaluator.gate_states, timing_paused=evaluator.timing_paused,
-                                   generator=policy)
-        batch = rollout.run([first_prompt(TASK, config)] * config.num_generations, policy)
+    policy = HandingPolicy(tokenizer, results, lambda: evaluator._open()._rl.gate)
+    rollout = MultiTurnRollout(config, [TASK], ReportingEvaluator(evaluator, on_result), tokenizer,
+                               gate_states=evaluator.gate_states, timing_paused=evaluator.timing_paused,
+                               generator=policy)
+    batch = rollout.run([first_prompt(TASK, config)] * config.num_generations, policy)
     return batch, policy, results
+
+
+@pytest.fixture(scope="module")
+def overlapped(tmp_path_factory):
+    config = rl_config(tmp_path_factory.mktemp("rl"), "tiny", max_turns=1)
+    with rl_mode_evaluator() as evaluator:
+        return run_overlapped(config, evaluator)
 
 
 def test_an_answer_handed_early_is_checked_while_the_policy_generates(overlapped):
