@@ -429,16 +429,19 @@ class Evaluator:
         before are done."""
         stop_at = None if deadline_s is None else time.monotonic() + deadline_s
         done = store.done() if store is not None else set()
-        fresh = ((t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done)
-        total = sum(1 for t, s in pairs if (t.task_id, s.solution_id) not in done) \
-            if isinstance(pairs, (list, tuple)) else None
+        fresh: Iterable[tuple[Task, Solution]] = (
+            (t, s) for t, s in pairs if (t.task_id, s.solution_id) not in done)
+        total = None  # an iterable's size is not known before it ends
+        if isinstance(pairs, (list, tuple)):
+            fresh = list(fresh)
+            total = len(fresh)
         jobs = TaskQueue()
         results: queue.Queue = queue.Queue()
         n_threads = self._workers.size if self._workers is not None else 1  # one per worker
         bound = self._task_affinity()  # thread i on worker i, preferring the task that worker ran last
         threads = [threading.Thread(target=self._drain, args=(jobs, results, stop_at, i if bound else None),
                                     daemon=True) for i in range(n_threads)]
-        feed = _Feed(fresh, self._queue_one, jobs, results)
+        feed = _Feed(iter(fresh), self._queue_one, jobs, results)
         feeder = threading.Thread(target=feed.run, daemon=True, name="cudaperf-eval-feed")
         feeder.start()  # builds submitted as pairs arrive: the CPU pool runs ahead of the GPUs
         for th in threads:
