@@ -32,27 +32,27 @@ def _pair(text: str, solution_id: str):
     return TASK, solution_from_text(text.split("```python\n")[1].split("```")[0], solution_id)
 
 
-def test_a_result_comes_out_before_the_last_answer_arrives(cpu_evaluator):
+def _first_then(evaluator, first, then):
+    """`first` handed alone, its result taken, then `then` handed and the batch ended: (the first
+    result, the rest)."""
     feed: queue.Queue = queue.Queue()
-    feed.put(_pair(RIGHT, "a"))
-    results = evaluate_arriving(SharedAnswers(cpu_evaluator), _arriving(feed))
-    first = next(results)
-    feed.put(_pair(WRONG, "b"))
+    feed.put(first)
+    results = evaluate_arriving(evaluator, _arriving(feed))
+    got = next(results)
+    feed.put(then)
     feed.put(None)
-    rest = list(results)
+    return got, list(results)
+
+
+def test_a_result_comes_out_before_the_last_answer_arrives(cpu_evaluator):
+    first, rest = _first_then(SharedAnswers(cpu_evaluator), _pair(RIGHT, "a"), _pair(WRONG, "b"))
     assert first[0] == 0 and first[1].outcome is Outcome.CORRECT
     assert [(i, r.solution_id) for i, r in rest] == [(1, "b")]
 
 
 def test_a_repeat_arriving_after_its_answer_is_shared_not_evaluated_again(cpu_evaluator):
     shared = SharedAnswers(cpu_evaluator, remember=0)  # within the batch only
-    feed: queue.Queue = queue.Queue()
-    feed.put(_pair(RIGHT, "a"))
-    results = evaluate_arriving(shared, _arriving(feed))
-    next(results)
-    feed.put(_pair(RIGHT, "again"))
-    feed.put(None)
-    rest = list(results)
+    _, rest = _first_then(shared, _pair(RIGHT, "a"), _pair(RIGHT, "again"))
     assert (shared.evaluated, shared.shared) == (1, 1)
     assert [(i, r.solution_id, r.outcome) for i, r in rest] == [(1, "again", Outcome.CORRECT)]
 
@@ -60,13 +60,7 @@ def test_a_repeat_arriving_after_its_answer_is_shared_not_evaluated_again(cpu_ev
 def test_progress_counts_the_answers_arrived_so_far(cpu_evaluator):
     lines = []
     reporting = ReportingEvaluator(cpu_evaluator, on_result=lambda p: lines.append((p.done, p.total)))
-    feed: queue.Queue = queue.Queue()
-    feed.put(_pair(RIGHT, "a"))
-    results = evaluate_arriving(reporting, _arriving(feed))
-    next(results)
-    feed.put(_pair(WRONG, "b"))
-    feed.put(None)
-    list(results)
+    _first_then(reporting, _pair(RIGHT, "a"), _pair(WRONG, "b"))
     assert lines == [(1, 1), (2, 2)]
 
 
