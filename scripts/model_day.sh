@@ -86,6 +86,9 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# SFT_REFINE_FROM="naive ...": those pairs' first replies from these strategies first (SftConfig.refine_from;
+# default: the slowest first). "naive" starts them from the C tasks' speedup baseline, the answer the
+# policy gives most often at turn 1 (dev/LOG.md, refinement from what the policy writes).
 # RL_LORA=r: RL trains LoRA adapters of rank r (default 0: full weights); call C then returns the RL
 # adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
@@ -543,9 +546,10 @@ OVERLAP_FLAG=--rl-evaluate-while-generating  # RL_OVERLAP=0: a turn's answers ev
 (( ${RL_OVERLAP:-1} )) || OVERLAP_FLAG=--no-rl-evaluate-while-generating
 SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carries it, B trains on it
 # train_h200.py's settings, the same in B and C (a resumed run must match the saved configuration)
-# shellcheck disable=SC2206  # RL_KINDS and RL_FAMILIES are word lists
+# shellcheck disable=SC2206  # RL_KINDS, RL_FAMILIES and SFT_REFINE_FROM are word lists
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
-            --sft-refine-per-task "${SFT_REFINE:-0}" --sft-repair-per-task "${SFT_REPAIR:-0}"
+            --sft-refine-per-task "${SFT_REFINE:-0}" --sft-refine-from ${SFT_REFINE_FROM:-}
+            --sft-repair-per-task "${SFT_REPAIR:-0}"
             --seed "${SEED:-0}"
             --sft-lora-rank "${SFT_LORA:-0}" --rl-lora-rank "${RL_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"

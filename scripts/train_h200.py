@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-refine-per-task", type=int, default=0,
                    help="second-turn examples a task, improving on a slower measured implementation "
                    "(SftConfig.refine_per_task)")
+    p.add_argument("--sft-refine-from", nargs="*", default=[], metavar="STRATEGY",
+                   help="refinement pairs' first replies from these strategies first, in this order "
+                   "(SftConfig.refine_from; default: the slowest first)")
     p.add_argument("--sft-repair-per-task", type=int, default=0,
                    help="repair examples a task: a broken copy of a verified implementation, its feedback, "
                    "the intact one (SftConfig.repair_per_task)")
@@ -327,7 +330,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      epochs=args.sft_epochs, batch_size=args.sft_batch, learning_rate=args.sft_lr,
                      limit_tasks=args.sft_limit_tasks, val_limit_tasks=args.sft_val_limit_tasks,
                      measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
-                     refine_per_task=args.sft_refine_per_task,
+                     refine_per_task=args.sft_refine_per_task, refine_from=tuple(args.sft_refine_from),
                      repair_per_task=args.sft_repair_per_task,
                      max_length=args.sft_max_length, save_steps=args.sft_save_steps,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,

@@ -65,6 +65,24 @@ def test_the_answer_is_the_fastest_after_the_slowest_first(task, measured):
     assert {p.answer.impl_id for p in pairs} == {impls[1].impl_id}
 
 
+def test_first_replies_of_the_named_strategies_come_first(task, measured):
+    impls, _, verified = measured  # naive 4 ms, grid_stride 1 (the fastest), coarsened 3, warp_shuffle 2
+    pairs = refine_pairs(task, verified, per_task=1, min_speedup=1.2, first_from=("naive",))
+    assert [p.first.strategy for p in pairs] == ["naive"]
+
+
+def test_the_named_strategies_keep_their_order_and_the_rest_follow_slowest_first(task, measured):
+    impls, _, verified = measured
+    pairs = refine_pairs(task, verified, per_task=3, min_speedup=1.2, first_from=("warp_shuffle", "naive"))
+    assert [p.first.strategy for p in pairs] == ["warp_shuffle", "naive", "coarsened"]
+
+
+def test_a_named_strategy_not_slow_enough_is_not_a_first_reply(task, measured):
+    impls, _, verified = measured
+    pairs = refine_pairs(task, verified, per_task=1, min_speedup=2.5, first_from=("warp_shuffle",))
+    assert [p.first.strategy for p in pairs] == ["naive"]  # warp_shuffle is 2.0x the fastest: the slowest
+
+
 def test_a_first_reply_not_slow_enough_makes_no_pair(task, measured):
     impls, _, verified = measured
     pairs = refine_pairs(task, verified, per_task=len(impls), min_speedup=2.5)
@@ -132,6 +150,11 @@ def test_rows_are_read_back_by_implementation_and_configuration(measured, tmp_pa
 def test_refinement_without_measurements_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="refine_per_task"):
         SftConfig(model="tiny", output_dir=str(tmp_path), refine_per_task=1)
+
+
+def test_an_order_of_first_replies_without_refinement_examples_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="refine_from"):
+        SftConfig(model="tiny", output_dir=str(tmp_path), refine_from=("naive",))
 
 
 def test_a_minimum_speedup_under_one_is_refused(tmp_path):

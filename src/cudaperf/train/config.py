@@ -166,6 +166,12 @@ class SftConfig(CommonConfig):
     refine_min_speedup: float = 1.2
     """A refinement pair's answer is at least this many times faster than its first reply (measured
     geometric means over the configurations)."""
+    refine_from: tuple[str, ...] = ()
+    """Strategies a refinement pair's first reply is taken from before the others, in this order (among
+    those at least `refine_min_speedup` slower than the task's fastest); empty: the slowest first. The
+    first replies a policy meets at turn 2 are its own first answers: session 47's RL and comparison
+    answers were the `naive` port (the C tasks' speedup baseline) in about half of them, while the
+    slowest-first pairs started from `coarsened` (dev/LOG.md, refinement from what the policy writes)."""
     repair_per_task: int = 0
     """Repair examples per task besides the first-turn ones (`train.repair_data`): the conversation at
     turn 2 after a broken copy of a verified implementation (cut short, entry point renamed, a syntax
@@ -222,6 +228,9 @@ class SftConfig(CommonConfig):
         if not 0 <= self.repair_per_task <= REPAIR_FAULT_KINDS:
             raise ConfigError(f"repair_per_task={self.repair_per_task}: 0 to {REPAIR_FAULT_KINDS} (one "
                               "example of each kind of fault at most)")
+        if self.refine_from and not self.refine_per_task:
+            raise ConfigError(f"refine_from={list(self.refine_from)}: it orders refinement examples; set "
+                              "refine_per_task >= 1 too (0 builds none)")
         if not self.refine_min_speedup >= 1.0:
             raise ConfigError(f"refine_min_speedup={self.refine_min_speedup}: at least 1 (the answer must "
                               "not be slower than the first reply)")

@@ -15,7 +15,8 @@ Why: SFT on first turns alone left the model without the second turn: in session
 second replies carried no solution (dev/LOG.md), so best-of-turns could not rise above first-turn.
 
 Covers: choosing the pairs (`refine_pairs`: each task's fastest verified implementation as the answer,
-after each of up to `per_task` others at least `min_speedup` times slower, slowest first), the measured
+after each of up to `per_task` others at least `min_speedup` times slower: those of the strategies named
+in `first_from` first, in that order, then the rest slowest first), the measured
 result, the example's tokens (prompt masked out of the loss, as `sft_data.build_examples`).
 Not covered: refinement from wrong answers (the dataset holds verified implementations only), turns after
 the second, the GPU measurement itself (`cudaperf dataset measure`).
@@ -23,7 +24,7 @@ the second, the GPU measurement itself (`cudaperf dataset measure`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,15 +61,18 @@ class RefinePair:
 
 
 def refine_pairs(task: GeneratedTask, verified: dict[str, MeasuredImpl], per_task: int,
-                 min_speedup: float) -> list[RefinePair]:
+                 min_speedup: float, first_from: Sequence[str] = ()) -> list[RefinePair]:
     """Up to `per_task` pairs of `task`: its fastest verified, timed implementation as the answer after
-    each other one at least `min_speedup` times slower, the slowest first."""
+    each other one at least `min_speedup` times slower; first replies of the strategies in `first_from`
+    come first (in its order), then the others, the slowest first."""
     order = fastest_first(verified_of(registry.implementations(task), verified), verified)
     if len(order) < 2 or per_task < 1:
         return []
     ms = {i.impl_id: float(verified[i.impl_id].geomean_ms) for i in order}  # type: ignore[arg-type]
     fastest = order[0]
     slower = [i for i in reversed(order[1:]) if ms[i.impl_id] >= min_speedup * ms[fastest.impl_id]]
+    rank = {strategy: n for n, strategy in enumerate(first_from)}
+    slower.sort(key=lambda i: rank.get(i.strategy, len(rank)))  # stable: the rest stay slowest first
     return [RefinePair(task.task_id, i, fastest, ms[i.impl_id] / ms[fastest.impl_id])
             for i in slower[:per_task]]
 
@@ -138,7 +142,8 @@ def build_refine_examples(tasks: Iterable[GeneratedTask], tokenizer: Any, config
     max_length = config.max_length
     count = token_counter(tokenizer)
     for task in tasks:
-        for pair in refine_pairs(task, verified, config.refine_per_task, config.refine_min_speedup):
+        for pair in refine_pairs(task, verified, config.refine_per_task, config.refine_min_speedup,
+                                 config.refine_from):
             prompt = prompt_ids(tokenizer, second_turn_messages(task, pair, rows[pair.first.impl_id], count))
             answer = answer_ids(tokenizer, answer_text(pair.answer.source))
             lengths.append(len(prompt) + len(answer))

@@ -34,7 +34,7 @@ from cudaperf.train.sft_data import LengthStats, SftExample
 # `repair_data`); the rest decide how they are trained on.
 DATA_FIELDS = ("dataset_seed", "holdout_fraction", "kinds", "families", "limit_tasks", "val_limit_tasks",
                "measurements", "strategies", "fastest_per_task", "refine_per_task", "refine_min_speedup",
-               "repair_per_task", "max_length", "format")
+               "refine_from", "repair_per_task", "max_length", "format")
 
 
 def _measurement_files(directory: str) -> list[tuple[str, int]]:
