@@ -86,6 +86,9 @@
 # implementation, answered by the fastest; SftConfig.refine_per_task; default 0: first turns only). B then
 # carries [".carry/model-3", ".carry/model-2"] (tree-sitter for the feedback's structural analysis; ~63 MB
 # with the tree). Building them took 27 s for k=1 on the 2-core CPU (1,221 pairs, 1,123 within 4,096 tokens).
+# SFT_INIT_ADAPTER=1: B's SFT starts its LoRA adapter from the carried .carry/sft-adapter (K) and trains it
+# on B's examples (SftConfig.init_adapter): a second SFT stage, e.g. with SFT_REFINE_FROM and SFT_EPOCHS=0.25;
+# its adapter comes back as sft-adapter.tgz, one adapter over the base as before.
 # SFT_REFINE_FROM="naive ...": those pairs' first replies from these strategies first (SftConfig.refine_from;
 # default: the slowest first). "naive" starts them from the C tasks' speedup baseline, the answer the
 # policy gives most often at turn 1 (dev/LOG.md, refinement from what the policy writes).
@@ -431,6 +434,12 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
       echo "SFT_FROM_STATE=1 but no $(adapter_dir sft-state)/trainer_state.json (carry .carry/sft-state" \
         "in call K)" >&2; exit 2; }
     more+=(--sft-from-state "$(adapter_dir sft-state)")
+  fi
+  if (( ${SFT_INIT_ADAPTER:-0} )); then  # a second SFT stage on the carried SFT adapter (K carries it)
+    [[ -f $(adapter_dir sft-adapter)/adapter_config.json ]] || {
+      echo "SFT_INIT_ADAPTER=1 but no $(adapter_dir sft-adapter)/adapter_config.json (carry" \
+        ".carry/sft-adapter in call K)" >&2; exit 2; }
+    more+=(--sft-init-adapter "$(adapter_dir sft-adapter)")
   fi
   if (( ${SFT_FROM_ADAPTER:-0} )); then  # SFT comes from a carried adapter, merged in call C
     echo "| sft | skipped: SFT_FROM_ADAPTER=1 (call C merges the carried adapter) |" | tee -a "$SUMMARY"

@@ -139,6 +139,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-from-adapter", type=Path, default=None,
                    help="no SFT training: sft/final is the base model merged with this LoRA adapter folder "
                         "(an earlier run's sft/final/adapter)")
+    p.add_argument("--sft-init-adapter", type=Path, default=None,
+                   help="SFT's LoRA adapter starts from this one's weights (an earlier run's sft/final/adapter, "
+                        "the same rank) and trains on this run's examples: a second stage of SFT "
+                        "(SftConfig.init_adapter)")
     p.add_argument("--sft-examples", type=Path, default=None,
                    help="train SFT on this file's examples (--build-sft-examples, built on another machine "
                         "with the same SFT options) instead of building them here; a file built for other "
@@ -336,7 +340,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
                      max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda",
                      examples_file=str(args.sft_examples) if args.sft_examples and args.sft_examples.is_file()
-                     else "")
+                     else "", init_adapter=str(args.sft_init_adapter or ""))
 
 
 def _sft_base(args: argparse.Namespace) -> Path:

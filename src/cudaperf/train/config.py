@@ -204,9 +204,17 @@ class SftConfig(CommonConfig):
     """Train on the examples of this file (`cudaperf train sft --build-examples FILE`, built on any machine
     with the same data options and model) instead of building them in the run; a file built for other data
     or another tokenizer is refused (`train.sft_examples_file`). Empty: build them in the run."""
+    init_adapter: str = ""
+    """A LoRA adapter folder (an earlier run's `final/adapter`) whose weights the run's adapter starts
+    from, trained on this run's examples with a fresh optimiser and schedule: a second stage of SFT on other
+    examples, saved as one adapter over the same base model (needs `lora`, with the adapter's rank and
+    targets). Empty: a new adapter."""
 
     def __post_init__(self) -> None:
         self.check_common()
+        if self.init_adapter and not self.lora:
+            raise ConfigError(f"init_adapter={self.init_adapter!r} continues a LoRA adapter: set lora=True "
+                              "with its rank")
         bad = [k for k in self.kinds if k not in KINDS]
         if bad or not self.kinds:
             raise ConfigError(f"kinds={self.kinds}: choose from {KINDS}")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cudaperf.train.config import CommonConfig
+from cudaperf.train.config import CommonConfig, ConfigError
 
 TINY_DIR = "tiny-init"
 
@@ -97,6 +97,27 @@ def lora_config(config: CommonConfig) -> Any:
                       target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
 
 
+def start_adapter(model: Any, config: CommonConfig, directory: str) -> Any:
+    """`model` with the LoRA adapter of `directory` loaded for training (its weights; the run's own
+    optimiser); refused unless its rank, alpha and targets are the run's (`lora_config`)."""
+    import json
+
+    from peft import PeftModel
+
+    path = Path(directory) / "adapter_config.json"
+    if not path.is_file():
+        raise ConfigError(f"init_adapter={directory!r}: no adapter_config.json there (not a LoRA adapter)")
+    saved = json.loads(path.read_text())
+    mine = {"r": config.lora_rank, "lora_alpha": config.lora_alpha,
+            "target_modules": sorted(config.lora_targets)}
+    theirs = {"r": saved.get("r"), "lora_alpha": saved.get("lora_alpha"),
+              "target_modules": sorted(saved.get("target_modules") or ())}
+    if mine != theirs:
+        raise ConfigError(f"init_adapter={directory!r} has {theirs}; the run's LoRA settings are {mine}: "
+                          "set lora_rank, lora_alpha and lora_targets to the adapter's")
+    return PeftModel.from_pretrained(model, str(directory), is_trainable=True)
+
+
 ADAPTER_DIR = "adapter"  # a LoRA run's adapter, kept beside the merged model it made
 
 
@@ -169,4 +190,4 @@ def between_turns_ids(tokenizer: Any, user_message: str, reply_ended: bool) -> l
 
 
 __all__ = ["answer_ids", "between_turns_ids", "fix_special_tokens", "load_policy", "lora_config",
-           "model_directory", "prompt_ids", "resolve_device", "save_model", "token_counter"]
+           "model_directory", "prompt_ids", "resolve_device", "save_model", "start_adapter", "token_counter"]

@@ -3,11 +3,11 @@
 Recipe: tasks of the train families (val families for the eval loss) -> examples (`sft_data.py`: the
 agent's prompt, one implementation as the answer, loss on the answer only; with `refine_per_task`, also
 second turns that improve on a slower implementation, `refine_data.py`; with `repair_per_task`, second
-turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a
-LoRA adapter) with checkpoints every `save_steps`, each holding the configuration, resumed from the last
-one when the run is started again (the trainer restores optimiser, scheduler, RNG states and skips the
-batches already seen, and each epoch's order is fixed by the seed and the epoch, `epoch_order.py`, so the
-data order continues unchanged: `batches.jsonl` lets a test check that; a checkpoint carried from another
+turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a LoRA adapter, new or
+continued from an earlier run's: `init_adapter`) with checkpoints every `save_steps`, each holding the
+configuration, resumed from the last one when the run is started again (the trainer restores optimiser,
+scheduler, RNG states and skips the batches already seen, and each epoch's order is fixed by the seed and
+the epoch, `epoch_order.py`, so the data order continues unchanged: `batches.jsonl` lets a test check that; a checkpoint carried from another
 machine without its optimiser state resumes with the same data order and schedule and a fresh optimiser:
 `carried_state.py`).
 The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
@@ -29,7 +29,7 @@ from cudaperf.train.carried_state import lacks_optimizer, schedule_callback
 from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_resume, load_config, save_config
 from cudaperf.train.epoch_order import EpochOrderSampler
 from cudaperf.train.finite_guard import gradient_guard
-from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model
+from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model, start_adapter
 from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
 from cudaperf.train.refine_data import build_refine_examples
 from cudaperf.train.repair_data import build_repair_examples
@@ -242,9 +242,12 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         gradient_checkpointing=config.gradient_checkpointing,
     )
+    if config.init_adapter:  # a second stage: the earlier adapter's weights, this run's optimiser
+        model = start_adapter(model, config, config.init_adapter)
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
-                               processing_class=tokenizer, peft_config=lora_config(config),
+                               processing_class=tokenizer,
+                               peft_config=None if config.init_adapter else lora_config(config),
                                callbacks=[make_callback(config, writer, started_s),
                                           gradient_guard(writer)])
 
