@@ -140,9 +140,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="no SFT training: sft/final is the base model merged with this LoRA adapter folder "
                         "(an earlier run's sft/final/adapter)")
     p.add_argument("--sft-init-adapter", type=Path, default=None,
-                   help="SFT's LoRA adapter starts from this one's weights (an earlier run's sft/final/adapter, "
-                        "the same rank) and trains on this run's examples: a second stage of SFT "
-                        "(SftConfig.init_adapter)")
+                   help="SFT's LoRA adapter starts from this one's weights (an earlier run's "
+                        "sft/final/adapter, the same rank) and trains on this run's examples: a second "
+                        "stage of SFT (SftConfig.init_adapter)")
     p.add_argument("--sft-examples", type=Path, default=None,
                    help="train SFT on this file's examples (--build-sft-examples, built on another machine "
                         "with the same SFT options) instead of building them here; a file built for other "

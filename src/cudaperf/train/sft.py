@@ -7,9 +7,9 @@ turns that fix a broken one, `repair_data.py`) -> SFTTrainer (optionally a LoRA 
 continued from an earlier run's: `init_adapter`) with checkpoints every `save_steps`, each holding the
 configuration, resumed from the last one when the run is started again (the trainer restores optimiser,
 scheduler, RNG states and skips the batches already seen, and each epoch's order is fixed by the seed and
-the epoch, `epoch_order.py`, so the data order continues unchanged: `batches.jsonl` lets a test check that; a checkpoint carried from another
-machine without its optimiser state resumes with the same data order and schedule and a fresh optimiser:
-`carried_state.py`).
+the epoch, `epoch_order.py`, so the data order continues unchanged: `batches.jsonl` lets a test check
+that; a checkpoint carried from another machine without its optimiser state resumes with the same data
+order and schedule and a fresh optimiser: `carried_state.py`).
 The trained model (adapter merged) and its tokenizer go to `<output_dir>/final`. The examples can be built
 beforehand, on any machine (`build_examples_file`; `examples_file` names them to the run, which checks
 their fingerprint: `sft_examples_file.py`).
