@@ -90,6 +90,9 @@ def run_sft(config: SftConfig) -> SftReport:
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
     trainer = _trainer(config, model, tokenizer, train, val, writer, started)
+    if config.init_adapter:
+        print(f"SFT's adapter starts from {config.init_adapter} (its weights; a fresh optimiser and "
+              "schedule)", flush=True)
     if lacks_optimizer(checkpoint):  # carried from another machine (`train.carried_state`)
         trainer.add_callback(schedule_callback(checkpoint))
         print(f"SFT resumes from {checkpoint}, carried without its optimiser state: the same data order and "
