@@ -1,0 +1,110 @@
+"""Which strategies a model's answers are, per family and turn, from a comparison's or an RL run's
+trajectories: what its speed figures come from. An answer names its strategy on its first line, as the
+dataset's implementations it learned from do (`\"\"\"<strategy> CUDA implementation of <task> ...`); an
+answer without that line counts as "?".
+
+    python3 scripts/answer_strategies.py sft=DIR/sft-trajectories.jsonl.gz rl=DIR/rl-trajectories.jsonl.gz
+
+Prints, per model: for each family, turn and strategy the answers, the correct ones and their geometric-mean
+speedup; then each second turn against its own first ("naive -> vectorized"), counted over the
+trajectories whose first answer was correct. Why: session 47's models wrote the C tasks' baseline shape
+(`naive`) in about half of their answers, and the strategies that win on the headroom families almost
+never (dev/LOG.md), which no correct-rate or speedup row shows.
+
+Not covered: the strategies' measured times (`cudaperf dataset stats`), answers of other formats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+FIRST_LINE = re.compile(r'^\s*(?:"""|\'\'\')?\s*([A-Za-z_][\w]*) CUDA implementation of')
+
+
+def strategy_of(code: str | None) -> str:
+    """The strategy an answer names on its first line, or "?"."""
+    match = FIRST_LINE.match((code or "").split("\n", 1)[0])
+    return match.group(1) if match else "?"
+
+
+def family_of(task_id: str) -> str:
+    """A dataset task id's family (`c_gemv_<hash>` -> gemv)."""
+    parts = task_id.split("_")
+    return "_".join(parts[1:-1]) or task_id
+
+
+def read_turns(path: Path) -> Iterator[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as lines:
+        for line in lines:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _correct(turn: dict) -> bool:
+    return (turn.get("result") or {}).get("outcome") == "correct"
+
+
+def strategy_rows(turns: Iterable[dict]) -> list[tuple[str, int, str, int, int, float | None]]:
+    """(family, turn, strategy, answers, correct, geometric-mean speedup of the correct ones), sorted."""
+    cells: dict[tuple[str, int, str], list[float | None]] = defaultdict(list)
+    for t in turns:
+        speedup = t.get("speedup") if _correct(t) else None
+        cells[(family_of(t["task_id"]), int(t["turn"]), strategy_of(t.get("code")))].append(
+            speedup if speedup and speedup > 0 else (0.0 if _correct(t) else None))
+    rows = []
+    for key in sorted(cells):
+        values = cells[key]
+        right = [v for v in values if v is not None]
+        timed = [v for v in right if v > 0]
+        geomean = math.exp(sum(map(math.log, timed)) / len(timed)) if timed else None
+        rows.append((*key, len(values), len(right), geomean))
+    return rows
+
+
+def transitions(turns: Iterable[dict]) -> Counter:
+    """(family, first strategy, second strategy) over trajectories whose first answer was correct."""
+    by_trajectory: dict[tuple[str, int], dict[int, dict]] = defaultdict(dict)
+    for t in turns:
+        by_trajectory[(t["task_id"], int(t.get("sample", 0)))][int(t["turn"])] = t
+    found: Counter = Counter()
+    for (task_id, _), turns_of in by_trajectory.items():
+        first, second = turns_of.get(0), turns_of.get(1)
+        if first is not None and second is not None and _correct(first):
+            found[(family_of(task_id), strategy_of(first.get("code")), strategy_of(second.get("code")))] += 1
+    return found
+
+
+def report(name: str, turns: list[dict]) -> str:
+    lines = [f"## {name}", "", "| family | turn | strategy | answers | correct | geomean speedup |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for family, turn, strategy, answers, right, geomean in strategy_rows(turns):
+        shown = f"{geomean:.3f}" if geomean is not None else "-"
+        lines.append(f"| {family} | {turn + 1} | {strategy} | {answers} | {right} | {shown} |")
+    lines += ["", "| family | first (correct) -> second | trajectories |", "| --- | --- | --- |"]
+    for (family, first, second), n in sorted(transitions(turns).items()):
+        lines.append(f"| {family} | {first} -> {second} | {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="+", help="NAME=TRAJECTORIES.jsonl[.gz]")
+    args = p.parse_args(argv)
+    for item in args.models:
+        name, _, path = item.partition("=")
+        if not path:
+            p.error(f"{item!r}: write NAME=PATH")
+        print(report(name, list(read_turns(Path(path)))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
