@@ -608,6 +608,8 @@ compare() {  # the comparison for at most $1 seconds (no round starts in the las
     step compare-partial 60 python3 scripts/compare_partial.py "${entries[@]}" --tasks "${COMPARE_TASKS:-8}" \
       --seeds "${#seeds[@]}" --sets "${sets[@]}" --turns "${COMPARE_TURNS:-2}" "${narrow[@]}" \
       "${X_PARTIAL[@]}"
+    # which strategies the answers name, per turn (scripts/answer_strategies.py; in compare-strategies.log)
+    step compare-strategies 30 python3 scripts/answer_strategies.py "${entries[@]}"
   fi
 }
 
