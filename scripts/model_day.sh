@@ -92,6 +92,8 @@
 # SFT_REFINE_FROM="naive ...": those pairs' first replies from these strategies first (SftConfig.refine_from;
 # default: the slowest first). "naive" starts them from the C tasks' speedup baseline, the answer the
 # policy gives most often at turn 1 (dev/LOG.md, refinement from what the policy writes).
+# SFT_REFINE_MIN=x: a pair's answer at least x times faster than its first reply (default 1.2; 1.1, the
+# headroom threshold, gives map's headroom tasks 282 naive -> vectorized pairs instead of 21).
 # RL_LORA=r: RL trains LoRA adapters of rank r (default 0: full weights); call C then returns the RL
 # adapter as $OUT/rl-adapter.tgz (parts as for SFT), with rl_lineage.json (the RL steps behind it over every
 # lease); kept in .carry/rl-adapter, a later lease continues RL from it with RL_FROM_ADAPTER=1 (C merges it
@@ -558,6 +560,7 @@ SFT_EXAMPLES_FILE=sft-examples.json.gz  # call_examples builds it here, K carrie
 # shellcheck disable=SC2206  # RL_KINDS, RL_FAMILIES and SFT_REFINE_FROM are word lists
 TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-task "${SFT_FASTEST:-0}"
             --sft-refine-per-task "${SFT_REFINE:-0}" --sft-refine-from ${SFT_REFINE_FROM:-}
+            --sft-refine-min-speedup "${SFT_REFINE_MIN:-1.2}"
             --sft-repair-per-task "${SFT_REPAIR:-0}"
             --seed "${SEED:-0}"
             --sft-lora-rank "${SFT_LORA:-0}" --rl-lora-rank "${RL_LORA:-0}"

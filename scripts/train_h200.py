@@ -79,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-refine-per-task", type=int, default=0,
                    help="second-turn examples a task, improving on a slower measured implementation "
                    "(SftConfig.refine_per_task)")
+    p.add_argument("--sft-refine-min-speedup", type=float, default=1.2,
+                   help="a refinement pair's answer at least this many times faster than its first reply "
+                   "(SftConfig.refine_min_speedup)")
     p.add_argument("--sft-refine-from", nargs="*", default=[], metavar="STRATEGY",
                    help="refinement pairs' first replies from these strategies first, in this order "
                    "(SftConfig.refine_from; default: the slowest first)")
@@ -335,6 +338,7 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      limit_tasks=args.sft_limit_tasks, val_limit_tasks=args.sft_val_limit_tasks,
                      measurements=measurements, fastest_per_task=args.sft_fastest_per_task,
                      refine_per_task=args.sft_refine_per_task, refine_from=tuple(args.sft_refine_from),
+                     refine_min_speedup=args.sft_refine_min_speedup,
                      repair_per_task=args.sft_repair_per_task,
                      max_length=args.sft_max_length, save_steps=args.sft_save_steps,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,

@@ -89,12 +89,14 @@ def test_other_configuration_errors_are_not_swallowed(train_h200, tmp_path, monk
 
 def test_the_refinement_order_and_the_starting_adapter_reach_sfts_configuration(train_h200, tmp_path):
     args = args_for(train_h200, tmp_path, "--sft-lora-rank", "4", "--sft-refine-per-task", "1",
-                    "--sft-refine-from", "naive", "grid_stride", "--sft-init-adapter", str(tmp_path / "a"))
+                    "--sft-refine-from", "naive", "grid_stride", "--sft-refine-min-speedup", "1.1",
+                    "--sft-init-adapter", str(tmp_path / "a"))
     config = train_h200._sft_config(args, 0.0)
     assert config.refine_from == ("naive", "grid_stride")
+    assert config.refine_min_speedup == 1.1
     assert config.init_adapter == str(tmp_path / "a")
 
 
 def test_without_them_sft_starts_a_new_adapter_with_the_slowest_first(train_h200, tmp_path):
     config = train_h200._sft_config(args_for(train_h200, tmp_path, "--sft-lora-rank", "4"), 0.0)
-    assert (config.refine_from, config.init_adapter) == ((), "")
+    assert (config.refine_from, config.refine_min_speedup, config.init_adapter) == ((), 1.2, "")
