@@ -169,9 +169,9 @@ class SftConfig(CommonConfig):
     refine_from: tuple[str, ...] = ()
     """Strategies a refinement pair's first reply is taken from before the others, in this order (among
     those at least `refine_min_speedup` slower than the task's fastest); empty: the slowest first. The
-    first replies a policy meets at turn 2 are its own first answers: session 47's RL and comparison
-    answers were the `naive` port (the C tasks' speedup baseline) in about half of them, while the
-    slowest-first pairs started from `coarsened` (dev/LOG.md, refinement from what the policy writes)."""
+    first replies a policy meets at turn 2 are its own first answers, most often the `naive` port (the C
+    tasks' speedup baseline), where slowest-first pairs start from slow variants such as `coarsened`
+    (dev/LOG.md, The learning half: why RL cannot move speed on the headroom families)."""
     repair_per_task: int = 0
     """Repair examples per task besides the first-turn ones (`train.repair_data`): the conversation at
     turn 2 after a broken copy of a verified implementation (cut short, entry point renamed, a syntax

@@ -5,7 +5,7 @@ Covers: resolving `model` ('tiny', 'smollm2' or a directory) to a plain, trainab
 tokenizer (SmolLM2 through the agent's offline GGUF conversion; the tiny model built once per run under
 `<output_dir>/tiny-init`), the tokenizer fixes training needs (a pad token, `<|im_end|>` as end of turn),
 optional LoRA (peft; a LoRA run's adapter kept beside its merged model, and merged again into its base
-elsewhere: `merge_adapter`), and token ids of a prompt (`prompt_ids`: the chat template with the generation
+elsewhere: `merge_adapter`; or continued by a later run: `start_adapter`), and token ids of a prompt (`prompt_ids`: the chat template with the generation
 prompt, exactly as `agent.backends.hf_local` renders it) and of an answer (`answer_ids`: the text and the
 end-of-turn token the model must learn to emit).
 
@@ -14,6 +14,7 @@ Not covered: downloading (no hub here), quantised training, models without a cha
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,6 @@ def lora_config(config: CommonConfig) -> Any:
 def start_adapter(model: Any, config: CommonConfig, directory: str) -> Any:
     """`model` with the LoRA adapter of `directory` loaded for training (its weights; the run's own
     optimiser); refused unless its rank, alpha and targets are the run's (`lora_config`)."""
-    import json
-
     from peft import PeftModel
 
     path = Path(directory) / "adapter_config.json"
