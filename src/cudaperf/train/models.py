@@ -5,9 +5,9 @@ Covers: resolving `model` ('tiny', 'smollm2' or a directory) to a plain, trainab
 tokenizer (SmolLM2 through the agent's offline GGUF conversion; the tiny model built once per run under
 `<output_dir>/tiny-init`), the tokenizer fixes training needs (a pad token, `<|im_end|>` as end of turn),
 optional LoRA (peft; a LoRA run's adapter kept beside its merged model, and merged again into its base
-elsewhere: `merge_adapter`; or continued by a later run: `start_adapter`), and token ids of a prompt (`prompt_ids`: the chat template with the generation
-prompt, exactly as `agent.backends.hf_local` renders it) and of an answer (`answer_ids`: the text and the
-end-of-turn token the model must learn to emit).
+elsewhere: `merge_adapter`; or continued by a later run: `start_adapter`), and token ids of a prompt
+(`prompt_ids`: the chat template with the generation prompt, exactly as `agent.backends.hf_local` renders
+it) and of an answer (`answer_ids`: the text and the end-of-turn token the model must learn to emit).
 
 Not covered: downloading (no hub here), quantised training, models without a chat template.
 """
