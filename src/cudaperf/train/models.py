@@ -100,15 +100,14 @@ def lora_config(config: CommonConfig) -> Any:
 
 def start_adapter(model: Any, config: CommonConfig, directory: str) -> Any:
     """`model` with the LoRA adapter of `directory` loaded for training (its weights; the run's own
-    optimiser); refused unless its rank, alpha and targets are the run's (`lora_config`)."""
+    optimiser); refused unless its rank, alpha and targets are those of the run's `lora_config`."""
     from peft import PeftModel
 
     path = Path(directory) / "adapter_config.json"
     if not path.is_file():
         raise ConfigError(f"init_adapter={directory!r}: no adapter_config.json there (not a LoRA adapter)")
-    saved = json.loads(path.read_text())
-    mine = {"r": config.lora_rank, "lora_alpha": config.lora_alpha,
-            "target_modules": sorted(config.lora_targets)}
+    saved, wanted = json.loads(path.read_text()), lora_config(config)
+    mine = {"r": wanted.r, "lora_alpha": wanted.lora_alpha, "target_modules": sorted(wanted.target_modules)}
     theirs = {"r": saved.get("r"), "lora_alpha": saved.get("lora_alpha"),
               "target_modules": sorted(saved.get("target_modules") or ())}
     if mine != theirs:

@@ -16,8 +16,8 @@ second replies carried no solution (dev/LOG.md), so best-of-turns could not rise
 
 Covers: choosing the pairs (`refine_pairs`: each task's fastest verified implementation as the answer,
 after each of up to `per_task` others at least `min_speedup` times slower: those of the strategies named
-in `first_from` first, in that order, then the rest slowest first), the measured
-result, the example's tokens (prompt masked out of the loss, as `sft_data.build_examples`).
+in `first_from` first, in that order, then the rest slowest first), the measured result, the example's
+tokens (prompt masked out of the loss, as `sft_data.build_examples`).
 Not covered: refinement from wrong answers (the dataset holds verified implementations only), turns after
 the second, the GPU measurement itself (`cudaperf dataset measure`).
 """

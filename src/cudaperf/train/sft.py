@@ -90,9 +90,6 @@ def run_sft(config: SftConfig) -> SftReport:
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
     trainer = _trainer(config, model, tokenizer, train, val, writer, started)
-    if config.init_adapter:
-        print(f"SFT's adapter starts from {config.init_adapter} (its weights; a fresh optimiser and "
-              "schedule)", flush=True)
     if lacks_optimizer(checkpoint):  # carried from another machine (`train.carried_state`)
         trainer.add_callback(schedule_callback(checkpoint))
         print(f"SFT resumes from {checkpoint}, carried without its optimiser state: the same data order and "
@@ -245,12 +242,14 @@ def _trainer(config: SftConfig, model: Any, tokenizer: Any, train: list, val: li
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         gradient_checkpointing=config.gradient_checkpointing,
     )
+    peft_config = lora_config(config)
     if config.init_adapter:  # a second stage: the earlier adapter's weights, this run's optimiser
-        model = start_adapter(model, config, config.init_adapter)
+        model, peft_config = start_adapter(model, config, config.init_adapter), None
+        print(f"SFT's adapter starts from {config.init_adapter} (its weights; a fresh optimiser and "
+              "schedule)", flush=True)
     return RecordingSFTTrainer(model=model, args=args, train_dataset=as_dataset(train),
                                eval_dataset=as_dataset(val) if evaluate else None,
-                               processing_class=tokenizer,
-                               peft_config=None if config.init_adapter else lora_config(config),
+                               processing_class=tokenizer, peft_config=peft_config,
                                callbacks=[make_callback(config, writer, started_s),
                                           gradient_guard(writer)])
 
