@@ -504,9 +504,15 @@ def _rl_final_from_adapter(args: argparse.Namespace, sft_final: Path) -> dict:
 
 def _base_identity(model_dir: Path) -> dict:
     """What an RL run trains on, as `rl_base.json` keeps it: the sha256 of the adapter its start model was
-    merged from (`from_adapter.json`; None for a model trained on this machine)."""
+    merged from: a carried one (`from_adapter.json`), or, for a LoRA SFT trained on this machine, its own
+    (`adapter/` beside the merged model, the weights that ship as sft-adapter.tgz and that a later lease's
+    SFT_FROM_ADAPTER merges into the same base); None for a model with neither (a full fine-tune)."""
+    from cudaperf.train.models import ADAPTER_DIR
+
     made = model_dir / "from_adapter.json"
-    return {"sft_adapter_sha256": json.loads(made.read_text())["sha256"] if made.is_file() else None}
+    if made.is_file():
+        return {"sft_adapter_sha256": json.loads(made.read_text())["sha256"]}
+    return {"sft_adapter_sha256": _adapter_sha(model_dir / ADAPTER_DIR)}
 
 
 def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
@@ -527,9 +533,9 @@ def _seed_rl_state(args: argparse.Namespace, model_dir: Path) -> None:
                              "unknown (export_rl_state in model_day.sh ships it)")
         carried = json.loads(noted.read_text())
         if carried.get("sft_adapter_sha256") is None:
-            raise SystemExit(f"--rl-from-state {state} trained on an SFT model made on its own machine (no "
-                             "adapter sha256), which no other machine can match: continue RL from a run on "
-                             "an SFT adapter (SFT_FROM_ADAPTER=1), or use --rl-from-adapter")
+            raise SystemExit(f"--rl-from-state {state} trained on an SFT model with no adapter (no sha256), "
+                             "which no other machine can match: continue RL from a run on a LoRA SFT model, "
+                             "or use --rl-from-adapter")
         if carried != base:
             raise SystemExit(f"--rl-from-state {state} trained on {carried}, RL starts now from {base}: "
                              "carry the SFT adapter that run started from")
