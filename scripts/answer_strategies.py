@@ -1,9 +1,10 @@
-"""Which strategies a model's answers are, per family and turn, from a comparison's or an RL run's
-trajectories: what its speed figures come from. An answer names its strategy on its first line, as the
-dataset's implementations it learned from do (`\"\"\"<strategy> CUDA implementation of <task> ...`); an
-answer without that line counts as "?".
+"""Which strategies a model's answers are, per family and turn, from a comparison's trajectories or an RL
+run's evaluated answers (`rl_evaluations.jsonl`): what its speed figures come from. An answer names its
+strategy on its first line, as the dataset's implementations it learned from do (`\"\"\"<strategy> CUDA
+implementation of <task> ...`); an answer without that line counts as "?".
 
     python3 scripts/answer_strategies.py sft=DIR/sft-trajectories.jsonl.gz rl=DIR/rl-trajectories.jsonl.gz
+    python3 scripts/answer_strategies.py rl-training=RUN/train/rl_evaluations.jsonl.gz
 
 Prints, per model: for each family, turn and strategy the answers, the correct ones and their geometric-mean
 speedup; then each second turn against its own first ("naive -> vectorized"), counted over the
@@ -40,12 +41,35 @@ def family_of(task_id: str) -> str:
     return "_".join(parts[1:-1]) or task_id
 
 
-def read_turns(path: Path) -> Iterator[dict]:
+def read_records(path: Path) -> Iterator[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as lines:
         for line in lines:
             if line.strip():
                 yield json.loads(line)
+
+
+SOLUTION_ID = re.compile(r"^(?P<task>.+)/s(?P<sample>\d+)/t(?P<turn>\d+)$")
+
+
+def read_turns(path: Path) -> list[dict]:
+    """A file's answers as trajectory turns. An RL run's `rl_evaluations.jsonl[.gz]` (each answer's
+    source, outcome and `solution_id` TASK/sSAMPLE/tTURN) becomes the same shape, its speedups taken from
+    `rl_rollouts.jsonl[.gz]` beside it (the same task, sample and turn; a run trains on each task once)."""
+    records = list(read_records(path))
+    if not records or "solution_id" not in records[0]:
+        return records
+    speedups = {(r["task_id"], int(r["sample"]), int(r["turn"])): r.get("speedup")
+                for name in ("rl_rollouts.jsonl", "rl_rollouts.jsonl.gz") if (path.parent / name).is_file()
+                for r in read_records(path.parent / name)}
+    return [_evaluated_turn(r, speedups) for r in records if SOLUTION_ID.match(r["solution_id"])]
+
+
+def _evaluated_turn(record: dict, speedups: dict) -> dict:
+    found = SOLUTION_ID.match(record["solution_id"])
+    key = (found["task"], int(found["sample"]), int(found["turn"]))
+    return {"task_id": key[0], "sample": key[1], "turn": key[2], "code": record.get("source"),
+            "result": {"outcome": record.get("outcome")}, "speedup": speedups.get(key)}
 
 
 def _correct(turn: dict) -> bool:
@@ -96,13 +120,14 @@ def report(name: str, turns: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("models", nargs="+", help="NAME=TRAJECTORIES.jsonl[.gz]")
+    p.add_argument("models", nargs="+",
+                   help="NAME=TRAJECTORIES.jsonl[.gz] or NAME=RUN/rl_evaluations.jsonl[.gz]")
     args = p.parse_args(argv)
     for item in args.models:
         name, _, path = item.partition("=")
         if not path:
             p.error(f"{item!r}: write NAME=PATH")
-        print(report(name, list(read_turns(Path(path)))))
+        print(report(name, read_turns(Path(path))))
     return 0
 
 
