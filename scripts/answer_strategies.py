@@ -55,21 +55,36 @@ SOLUTION_ID = re.compile(r"^(?P<task>.+)/s(?P<sample>\d+)/t(?P<turn>\d+)$")
 def read_turns(path: Path) -> list[dict]:
     """A file's answers as trajectory turns. An RL run's `rl_evaluations.jsonl[.gz]` (each answer's
     source, outcome and `solution_id` TASK/sSAMPLE/tTURN) becomes the same shape, its speedups taken from
-    `rl_rollouts.jsonl[.gz]` beside it (the same task, sample and turn; a run trains on each task once)."""
+    `rl_rollouts.jsonl[.gz]` beside it by task, sample and turn (none where a run met a task twice, so
+    that the key names two answers)."""
     records = list(read_records(path))
     if not records or "solution_id" not in records[0]:
         return records
-    speedups = {(r["task_id"], int(r["sample"]), int(r["turn"])): r.get("speedup")
-                for name in ("rl_rollouts.jsonl", "rl_rollouts.jsonl.gz") if (path.parent / name).is_file()
-                for r in read_records(path.parent / name)}
-    return [_evaluated_turn(r, speedups) for r in records if SOLUTION_ID.match(r["solution_id"])]
+    turns = [turn for turn in map(_evaluated_turn, records) if turn is not None]
+    speedups = _rollout_speedups(path.parent)
+    for turn in turns:
+        turn["speedup"] = speedups.get((turn["task_id"], turn["sample"], turn["turn"]))
+    return turns
 
 
-def _evaluated_turn(record: dict, speedups: dict) -> dict:
+def _evaluated_turn(record: dict) -> dict | None:
     found = SOLUTION_ID.match(record["solution_id"])
-    key = (found["task"], int(found["sample"]), int(found["turn"]))
-    return {"task_id": key[0], "sample": key[1], "turn": key[2], "code": record.get("source"),
-            "result": {"outcome": record.get("outcome")}, "speedup": speedups.get(key)}
+    if found is None:
+        return None
+    return {"task_id": found["task"], "sample": int(found["sample"]), "turn": int(found["turn"]),
+            "code": record.get("source"), "result": {"outcome": record.get("outcome")}}
+
+
+def _rollout_speedups(run: Path) -> dict[tuple[str, int, int], float | None]:
+    seen: Counter = Counter()
+    speedups = {}
+    for name in ("rl_rollouts.jsonl", "rl_rollouts.jsonl.gz"):
+        if (run / name).is_file():
+            for r in read_records(run / name):
+                key = (r["task_id"], int(r["sample"]), int(r["turn"]))
+                seen[key] += 1
+                speedups[key] = r.get("speedup")
+    return {key: value for key, value in speedups.items() if seen[key] == 1}
 
 
 def _correct(turn: dict) -> bool:

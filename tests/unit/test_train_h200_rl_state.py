@@ -92,20 +92,22 @@ def test_continuing_one_rl_run_and_starting_another_are_refused_together(tmp_pat
     assert train_h200.main(argv) == 2 and "pass one of them" in capsys.readouterr().err
 
 
-def test_a_lora_sft_model_trained_here_is_known_by_its_own_adapter(tmp_path):
-    model = start_model(tmp_path / "sft", None)
+def lora_model_trained_here(path):
+    model = start_model(path, None)
     (model / "adapter").mkdir()
     (model / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    return model
+
+
+def test_a_lora_sft_model_trained_here_is_known_by_its_own_adapter(tmp_path):
+    model = lora_model_trained_here(tmp_path / "sft")
     train_h200._seed_rl_state(args(tmp_path), model)
     noted = json.loads((tmp_path / "work" / "rl" / train_h200.RL_BASE).read_text())
     assert noted == {"sft_adapter_sha256": train_h200._adapter_sha(model / "adapter")}
 
 
 def test_its_state_continues_where_that_adapter_is_carried_and_merged(tmp_path):
-    trained_here = start_model(tmp_path / "lease1", None)
-    (trained_here / "adapter").mkdir()
-    (trained_here / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
-    sha = train_h200._adapter_sha(trained_here / "adapter")
+    sha = train_h200._adapter_sha(lora_model_trained_here(tmp_path / "lease1") / "adapter")
     state = carried_state(tmp_path / "state", step=4, sha=sha)
     train_h200._seed_rl_state(args(tmp_path, state), start_model(tmp_path / "lease2", sha))
     assert (tmp_path / "work" / "rl" / "checkpoint-4" / "trainer_state.json").is_file()
