@@ -7,10 +7,11 @@ implementation of <task> ...`); an answer without that line counts as "?".
     python3 scripts/answer_strategies.py rl-training=RUN/train/rl_evaluations.jsonl.gz
 
 Prints, per model: for each family, turn and strategy the answers, the correct ones and their geometric-mean
-speedup; then each second turn against its own first ("naive -> vectorized"), counted over the
-trajectories whose first answer was correct. Why: session 47's models wrote the C tasks' baseline shape
-(`naive`) in about half of their answers, and the strategies that win on the headroom families almost
-never (dev/LOG.md), which no correct-rate or speedup row shows.
+speedup; then each second turn against its own first ("naive -> vectorized"), counted over the trajectories
+whose first answer was correct; for an RL run, each strategy's mean score standardised within its GRPO group
+(`group_advantages`: which strategies the run's gradient favoured). Why: session 47's models wrote the C
+tasks' baseline shape (`naive`) in about half of their answers, and the strategies that win on the headroom
+families almost never (dev/LOG.md), which no correct-rate or speedup row shows.
 
 Not covered: the strategies' measured times (`cudaperf dataset stats`), answers of other formats.
 """
@@ -54,16 +55,17 @@ SOLUTION_ID = re.compile(r"^(?P<task>.+)/s(?P<sample>\d+)/t(?P<turn>\d+)$")
 
 def read_turns(path: Path) -> list[dict]:
     """A file's answers as trajectory turns. An RL run's `rl_evaluations.jsonl[.gz]` (each answer's
-    source, outcome and `solution_id` TASK/sSAMPLE/tTURN) becomes the same shape, its speedups taken from
-    `rl_rollouts.jsonl[.gz]` beside it by task, sample and turn (none where a run met a task twice, so
-    that the key names two answers)."""
+    source, outcome and `solution_id` TASK/sSAMPLE/tTURN) becomes the same shape, its speedup, score and
+    step taken from `rl_rollouts.jsonl[.gz]` beside it by task, sample and turn (none where a run met a
+    task twice, so that the key names two answers)."""
     records = list(read_records(path))
     if not records or "solution_id" not in records[0]:
         return records
     turns = [turn for turn in map(_evaluated_turn, records) if turn is not None]
-    speedups = _rollout_speedups(path.parent)
+    rollouts = _rollout_rows(path.parent)
     for turn in turns:
-        turn["speedup"] = speedups.get((turn["task_id"], turn["sample"], turn["turn"]))
+        row = rollouts.get((turn["task_id"], turn["sample"], turn["turn"]), {})
+        turn.update(speedup=row.get("speedup"), score=row.get("score"), step=row.get("step"))
     return turns
 
 
@@ -75,16 +77,35 @@ def _evaluated_turn(record: dict) -> dict | None:
             "code": record.get("source"), "result": {"outcome": record.get("outcome")}}
 
 
-def _rollout_speedups(run: Path) -> dict[tuple[str, int, int], float | None]:
+def _rollout_rows(run: Path) -> dict[tuple[str, int, int], dict]:
     seen: Counter = Counter()
-    speedups = {}
+    rows = {}
     for name in ("rl_rollouts.jsonl", "rl_rollouts.jsonl.gz"):
         if (run / name).is_file():
             for r in read_records(run / name):
                 key = (r["task_id"], int(r["sample"]), int(r["turn"]))
                 seen[key] += 1
-                speedups[key] = r.get("speedup")
-    return {key: value for key, value in speedups.items() if seen[key] == 1}
+                rows[key] = r
+    return {key: row for key, row in rows.items() if seen[key] == 1}
+
+
+def group_advantages(turns: Iterable[dict]) -> list[tuple[str, str, int, float]]:
+    """(family, strategy, answers, mean standardised score) over an RL run's answers: each answer's own
+    score against the mean and standard deviation of its GRPO group's (the same step and task, every
+    turn), groups whose scores all agree left out. What GRPO pulls toward, before the discounted returns
+    mix later turns in."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for t in turns:
+        if t.get("score") is not None and t.get("step") is not None:
+            groups[(t["step"], t["task_id"])].append(t)
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for members in groups.values():
+        scores = [m["score"] for m in members]
+        mean = sum(scores) / len(scores)
+        std = math.sqrt(sum((x - mean) ** 2 for x in scores) / len(scores))
+        for m in members if std > 1e-9 else ():
+            cells[(family_of(m["task_id"]), strategy_of(m.get("code")))].append((m["score"] - mean) / std)
+    return [(*key, len(v), sum(v) / len(v)) for key, v in sorted(cells.items())]
 
 
 def _correct(turn: dict) -> bool:
@@ -130,6 +151,11 @@ def report(name: str, turns: list[dict]) -> str:
     lines += ["", "| family | first (correct) -> second | trajectories |", "| --- | --- | --- |"]
     for (family, first, second), n in sorted(transitions(turns).items()):
         lines.append(f"| {family} | {first} -> {second} | {n} |")
+    pulls = group_advantages(turns)
+    if pulls:
+        lines += ["", "| family | strategy | answers in varied groups | mean standardised score |",
+                  "| --- | --- | --- | --- |"]
+        lines += [f"| {family} | {strategy} | {n} | {z:+.2f} |" for family, strategy, n, z in pulls]
     return "\n".join(lines) + "\n"
 
 

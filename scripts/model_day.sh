@@ -121,6 +121,8 @@
 # families; the same in C and D). COMPARE_KINDS, COMPARE_FAMILIES (space-separated; default all): only
 # those tasks in every set, e.g. COMPARE_KINDS=c COMPARE_FAMILIES="$RL_FAMILIES" COMPARE_SETS=heldout for
 # the held-out tasks of the families RL trained on (a set round-robin over all families holds few of them).
+# RL_TURN_SCORE=best_so_far (B and C): a turn's score in RL's returns is the best of the turns up to it, so
+# a failed refinement after a correct turn keeps that turn's score (RlConfig.turn_score; default own).
 # RL_KINDS, RL_FAMILIES (space-separated), RL_LR: the RL tasks' kinds and families (default: all of both)
 # and learning rate (default 2e-6); the same in B and C. RL_ITERATIONS=mu: optimiser steps per rollout batch
 # (RlConfig.num_iterations, default 1; RL_STEPS a multiple of it; the same in B and C): each evaluated batch
@@ -566,6 +568,7 @@ TRAIN_ARGS=(--work "$WORK" --sft-epochs "${SFT_EPOCHS:-2}" --sft-fastest-per-tas
             --sft-lora-rank "${SFT_LORA:-0}" --rl-lora-rank "${RL_LORA:-0}"
             --final-on-limit --rl-steps "${RL_STEPS:-2}" --rl-tasks-per-step "${RL_TASKS:-4}"
             --rl-lr "${RL_LR:-2e-6}" --rl-iterations "${RL_ITERATIONS:-1}"
+            --rl-turn-score "${RL_TURN_SCORE:-own}"
             --rl-eval-workers-per-gpu "${RL_EVAL_WORKERS:-8}"
             --rl-timing-baselines "${RL_BASELINES:-reward}"
             "$SHARE_FLAG" "$COPIES_FLAG" "$OVERLAP_FLAG"

@@ -134,6 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-profile-decoding", action="store_true",
                    help="time and profile the first rollout's decoding steps (RlConfig.profile_decoding)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
+    p.add_argument("--rl-turn-score", default="own", choices=("own", "best_so_far"),
+                   help="a turn's score in the returns: its own, or the best up to it (RlConfig.turn_score)")
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")
     p.add_argument("--sft-lora-rank", type=int, default=0,
@@ -563,6 +565,7 @@ def _rl(args: argparse.Namespace, model_dir: str, minutes: float) -> dict:
                       kinds=tuple(args.rl_kinds), families=tuple(args.rl_families),
                       trajectories=args.rl_trajectories, tasks_per_step=args.rl_tasks_per_step,
                       max_new_tokens=args.rl_max_new_tokens, learning_rate=args.rl_lr, credit=args.credit,
+                      turn_score=args.rl_turn_score,
                       max_steps=args.rl_steps, save_steps=args.rl_iterations, eval_mode=args.eval_mode,
                       num_iterations=args.rl_iterations, eval_workers_per_gpu=args.rl_eval_workers_per_gpu,
                       timing_baselines=args.rl_timing_baselines,

@@ -80,3 +80,12 @@ def test_a_task_the_run_met_twice_gives_its_answers_no_speedup(tmp_path):
         for step in (1, 9)])
     turns = strategies.read_turns(tmp_path / "rl_evaluations.jsonl")
     assert strategies.strategy_rows(turns) == [("map", 0, "naive", 2, 2, None)]
+
+
+def test_group_advantages_standardise_each_answers_score_within_its_step_and_task():
+    def scored(sample, strategy, score, step=1, task="c_map_a"):
+        return {**turn(task, sample, 0, strategy), "score": score, "step": step}
+
+    rows = strategies.group_advantages([scored(0, "naive", 1.0), scored(1, "vectorized", 0.0),
+                                        scored(0, "naive", 1.0, step=2), scored(1, "naive", 1.0, step=2)])
+    assert rows == [("map", "naive", 1, 1.0), ("map", "vectorized", 1, -1.0)]

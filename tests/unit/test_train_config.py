@@ -43,6 +43,11 @@ def test_an_unknown_generation_weights_form_is_refused():
         RlConfig(generation_weights="float16")
 
 
+def test_an_unknown_turn_score_is_refused_with_the_choices():
+    with pytest.raises(ConfigError, match="own, best_so_far"):
+        RlConfig(turn_score="best")
+
+
 def test_group_of_one_sample_is_refused():
     with pytest.raises(ConfigError, match="no baseline"):
         RlConfig(credit="trajectory", trajectories=1)

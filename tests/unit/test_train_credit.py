@@ -43,3 +43,24 @@ def test_reward_function_returns_the_rollouts_returns_and_logs_components():
 def test_reward_function_without_the_rollout_column_fails_loudly():
     with pytest.raises(KeyError, match="turn_return"):
         TurnReturnReward()(["p"], ["c"])
+
+
+def test_best_so_far_scores_a_failed_refinement_with_the_kernel_held_before_it():
+    rewards = sample_rewards([1.0, 0.0], [True, True], "turn", gamma=0.4, turn_score="best_so_far")
+    assert rewards == pytest.approx([1.0 + 0.4 * 1.0, 1.0])
+
+
+def test_best_so_far_scores_an_improvement_with_its_own_score():
+    rewards = sample_rewards([1.0, 1.2], [True, True], "turn", gamma=0.4, turn_score="best_so_far")
+    assert rewards == pytest.approx([1.0 + 0.4 * 1.2, 1.2])
+
+
+def test_best_so_far_keeps_a_not_applicable_turn_out_of_earlier_returns():
+    rewards = sample_rewards([1.0, 5.0, 0.0], [True, False, True], "turn", gamma=0.5,
+                             turn_score="best_so_far")
+    assert rewards == pytest.approx([1.0 + 0.25 * 1.0, None, 1.0])
+
+
+def test_an_unknown_turn_score_is_refused():
+    with pytest.raises(ValueError, match="turn_score"):
+        sample_rewards([1.0], [True], "turn", gamma=0.4, turn_score="mean")

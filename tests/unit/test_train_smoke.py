@@ -228,6 +228,18 @@ def test_turn_credit_rewards_each_turn_with_its_discounted_return(tiny, cpu_eval
     assert batch.env_mask == [[1] * len(c) for c in batch.completion_ids]
 
 
+def test_best_so_far_credit_scores_a_broken_refinement_with_the_correct_turn_before_it(tiny, cpu_evaluator,
+                                                                                      tmp_path):
+    _, tokenizer = tiny
+    config = rl_config(tmp_path, "tiny", trajectories=1, gamma=0.4, turn_score="best_so_far")
+    rollout = MultiTurnRollout(config, [TASK], cpu_evaluator, tokenizer,
+                               generator=ScriptedPolicy(tokenizer, [ANSWER.format("+"), ANSWER.format("-")]))
+    batch = rollout.run([first_prompt(TASK, config)] * config.num_generations, rollout.generator)
+    (right, wrong), = batch.records
+    assert right.correct and not wrong.correct
+    assert batch.columns["turn_return"] == pytest.approx([1.4 * right.reward, right.reward])
+
+
 def test_each_turn_of_a_rollout_is_reported_as_it_ends(tiny, cpu_evaluator, tmp_path):
     _, tokenizer = tiny
     config = rl_config(tmp_path, "tiny", trajectories=1)

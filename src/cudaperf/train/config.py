@@ -21,6 +21,7 @@ from typing import Any
 
 from cudaperf.agent.backends.base import GENERATION_CACHES
 from cudaperf.agent.backends.decoding_attention import check_attention
+from cudaperf.train.credit import TURN_SCORES
 
 # How the rollouts' sampler holds the policy's weights (`RlConfig.generation_weights`).
 GENERATION_WEIGHTS = ("autocast", "bfloat16")
@@ -293,6 +294,10 @@ class RlConfig(CommonConfig):
     """Discount of later turns' scores in a turn's return (Kevin: 0.4)."""
     turn_mode: str = "sum"
     """'sum' (Kevin's choice) or 'max' of the discounted later scores."""
+    turn_score: str = "own"
+    """What a turn's score s_k is in the returns: 'own' (Kevin: its own unified reward) or 'best_so_far'
+    (the best of turns up to it: the kernel the agent holds then, so a failed refinement after a correct
+    turn keeps that turn's score; `cudaperf.train.credit`)."""
     reward: str = "cudaperf"
     """Reward preset ('cudaperf', 'kevin', 'cuda-agent' or 'pkg.module:function'); each component is
     logged."""
@@ -414,6 +419,8 @@ class RlConfig(CommonConfig):
             raise ConfigError(f"credit={self.credit!r}: use 'turn' or 'trajectory'")
         if self.turn_mode not in ("sum", "max"):
             raise ConfigError(f"turn_mode={self.turn_mode!r}: use 'sum' or 'max'")
+        if self.turn_score not in TURN_SCORES:
+            raise ConfigError(f"turn_score={self.turn_score!r}: use one of {', '.join(TURN_SCORES)}")
         if not 0 <= self.gamma <= 1:
             raise ConfigError(f"gamma={self.gamma}: in [0, 1]")
         if self.max_turns < 1 or self.trajectories < 1 or self.tasks_per_step < 1:

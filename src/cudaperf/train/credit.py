@@ -5,17 +5,21 @@ The scheme ('turn' credit, Kevin, arXiv 2507.11948): every turn of a trajectory 
 
     G_t = sum_{k>=t} gamma^(k-t) * s_k        (or max_{k>=t} gamma^(k-t) * s_k with mode 'max')
 
-where s_k is turn k's own unified-reward score. A task's K trajectories of T turns give K*T samples, and
-they are TRL's group (`num_generations` = K*T), so the group-relative advantage of a turn is its return
-against the mean (and std) of the returns of all turns of all trajectories of the task, as in Kevin.
+where s_k is turn k's score: its own unified-reward score ('own'), or with `turn_score="best_so_far"` the
+best of turns 0..k, the kernel the agent holds after turn k (a refinement that fails keeps the earlier
+one, so a turn that tries a riskier, faster strategy after a correct one loses nothing against repeating
+it, where with its own score a failure costs the whole correct bonus). A task's K trajectories of T turns
+give K*T samples, and they are TRL's group (`num_generations` = K*T), so the group-relative advantage of a
+turn is its return against the mean (and std) of the returns of all turns of all trajectories of the task,
+as in Kevin.
 
 'trajectory' credit: one sample per trajectory (its completion holds every reply and, masked out by
 env_mask, the feedback between them); its reward is G_0, the return of the first turn. Every reply token
 of the trajectory then shares one advantage: there is no per-turn credit in this mode.
 
 A turn whose score is not applicable (a harness fault, SKIPPED: not the policy's doing) contributes 0 to
-the returns of earlier turns and its own sample gets no reward (None: TRL leaves it out of the group
-baseline and gives it advantage 0).
+the returns of earlier turns (in either `turn_score`) and its own sample gets no reward (None: TRL leaves
+it out of the group baseline and gives it advantage 0).
 
 Covers: the returns per sample (`sample_rewards`) and `TurnReturnReward`, the TRL reward function that
 hands them to GRPOTrainer and logs the reward's components. Not covered: the returns' formula itself
@@ -29,20 +33,35 @@ from typing import Any
 
 from cudaperf.reward import turn_returns
 
+TURN_SCORES = ("own", "best_so_far")  # what s_k is (the module docstring)
 COMPONENT_COLUMNS = ("reward_gate", "reward_speedup_term", "reward_structural_term", "reward_ranker_term",
                      "turn_correct")
 
 
 def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: str, gamma: float,
-                   mode: str = "sum") -> list[float | None]:
+                   mode: str = "sum", turn_score: str = "own") -> list[float | None]:
     """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory."""
-    counted = [s if ok else 0.0 for s, ok in zip(scores, applicable, strict=True)]
+    if turn_score not in TURN_SCORES:
+        raise ValueError(f"turn_score={turn_score!r}: use one of {TURN_SCORES}")
+    held = _best_so_far(scores, applicable) if turn_score == "best_so_far" else scores
+    counted = [s if ok else 0.0 for s, ok in zip(held, applicable, strict=True)]
     returns = turn_returns(counted, gamma, mode)  # type: ignore[arg-type]
     if credit == "turn":
         return [g if ok else None for g, ok in zip(returns, applicable, strict=True)]
     if credit == "trajectory":
         return [returns[0] if any(applicable) else None]
     raise ValueError(f"credit={credit!r}: use 'turn' or 'trajectory'")
+
+
+def _best_so_far(scores: Sequence[float], applicable: Sequence[bool]) -> list[float]:
+    """Each turn's best score among the applicable turns up to it (its own where none came before)."""
+    best: float | None = None
+    held = []
+    for score, ok in zip(scores, applicable, strict=True):
+        if ok:
+            best = score if best is None else max(best, score)
+        held.append(score if best is None else best)
+    return held
 
 
 class TurnReturnReward:
@@ -66,4 +85,4 @@ class TurnReturnReward:
         return [None if v is None else float(v) for v in values]
 
 
-__all__ = ["COMPONENT_COLUMNS", "TurnReturnReward", "sample_rewards"]
+__all__ = ["COMPONENT_COLUMNS", "TURN_SCORES", "TurnReturnReward", "sample_rewards"]

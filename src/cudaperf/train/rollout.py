@@ -555,7 +555,8 @@ class MultiTurnRollout:
             records = [r for _, _, r in trace.turns]
             out.records.append(records)
             rewards = sample_rewards([r.reward for r in records], [_applicable(r) for r in records],
-                                     self.config.credit, self.config.gamma, self.config.turn_mode)
+                                     self.config.credit, self.config.gamma, self.config.turn_mode,
+                                     self.config.turn_score)
             if self.config.credit == "turn":
                 for (prompt, reply, record), reward in zip(trace.turns, rewards, strict=True):
                     _add(out, prompt, list(reply.ids), list(reply.logprobs), [1] * len(reply.ids), reward,
