@@ -18,9 +18,10 @@ from cudaperf.train.training_seeds import policy_name
 from cudaperf.types import TaskKind
 
 
-def _trajectory(task: str, sample: int, *turns: tuple[bool, str]):
-    return SimpleNamespace(task_id=task, sample=sample,
-                           turns=[SimpleNamespace(correct=c, response=r) for c, r in turns])
+def _trajectory(task: str, sample: int, *turns: tuple[bool, str], speedup: float | None = None):
+    return SimpleNamespace(task_id=task, sample=sample, turns=[
+        SimpleNamespace(correct=c, response=r, speedup=speedup, baseline="naive",
+                        result=SimpleNamespace(timings=())) for c, r in turns])
 
 
 def test_a_tasks_trajectories_are_keyed_by_their_rank_not_their_sample_number():
@@ -37,6 +38,29 @@ def test_the_same_first_reply_has_the_same_digest():
     a = trajectory_outcomes([_trajectory("t", 0, (False, "same"))])
     b = trajectory_outcomes([_trajectory("t", 0, (True, "same"))])
     assert a["t#0"][2] == b["t#0"][2]
+
+
+def test_a_correct_timed_first_reply_keeps_its_speedup_and_an_untimed_one_none():
+    timed = trajectory_outcomes([_trajectory("t", 0, (True, "a"), speedup=1.2)])
+    wrong = trajectory_outcomes([_trajectory("t", 0, (False, "a"), speedup=1.2)])
+    assert timed["t#0"][3:] == [1.2, False] and wrong["t#0"][3:] == [None, None]
+
+
+def test_the_same_reply_timed_in_both_runs_gives_the_timings_drift():
+    later = {"s": {0: {"a#0": [True, True, "x", 1.10, True], "b#0": [True, True, "y", 0.99, False],
+                       "c#0": [True, True, "z", 1.5, True]}}}
+    earlier = {"s": {0: {"a#0": [True, True, "x", 1.00, False], "b#0": [True, True, "y", 1.0, False],
+                         "c#0": [True, True, "other", 1.0, False]}}}
+    (row,) = paired_outcomes({"earlier": earlier, "later": later})
+    assert (row["same_reply_timed"], row["same_reply_sure_differs"]) == (2, 1)
+    assert row["same_reply_ratio_max"] == 1.1
+
+
+def test_outcomes_kept_without_speedups_count_as_untimed():
+    old = {"s": {0: {"a#0": [True, True, "x"]}}}
+    new = {"s": {0: {"a#0": [True, True, "x", 1.0, False]}}}
+    (row,) = paired_outcomes({"old": old, "new": new})
+    assert (row["same_first_reply"], row["same_reply_timed"], row["same_reply_ratio_max"]) == (1, 0, None)
 
 
 def _runs(**models):
@@ -74,7 +98,7 @@ def test_two_training_seeds_of_one_policy_are_not_paired():
 
 def test_the_markdown_has_a_row_a_comparison():
     text = outcomes_markdown(paired_outcomes(OUTCOMES))
-    assert "| s | rl vs sft | 3 | 2 | 1 | 1 | 1 | 1 |" in text and outcomes_markdown([]) == ""
+    assert "| s | rl vs sft | 3 | 2 | 1 | 1 | 1 | 1 | 0 | - | 0 |" in text and outcomes_markdown([]) == ""
 
 
 FAMILIES = {"a": "c/gemv", "b": "c/gemv", "c": "pytorch/softmax"}

@@ -321,23 +321,37 @@ SeedOutcomes = dict[str, dict[str, dict[int, dict[str, list]]]]
 
 def trajectory_outcomes(trajectories: Sequence[Any]) -> dict[str, list]:
     """'TASK#k' (the task's k-th trajectory of the run, by sample) -> [first turn correct, any turn
-    correct, the first reply's sha256 prefix]: what `paired_outcomes` compares across models."""
+    correct, the first reply's sha256 prefix, its speedup, whether it is surely faster (both None unless
+    it is correct and timed)]: what `paired_outcomes` compares across models."""
     out: dict[str, list] = {}
     seen: dict[str, int] = {}
     for tr in sorted(trajectories, key=lambda tr: (tr.task_id, tr.sample)):
         if not tr.turns:
             continue
         k = seen[tr.task_id] = seen.get(tr.task_id, -1) + 1
-        reply = hashlib.sha256((tr.turns[0].response or "").encode()).hexdigest()[:16]
-        out[f"{tr.task_id}#{k}"] = [tr.turns[0].correct, any(r.correct for r in tr.turns), reply]
+        first = tr.turns[0]
+        reply = hashlib.sha256((first.response or "").encode()).hexdigest()[:16]
+        out[f"{tr.task_id}#{k}"] = [first.correct, any(r.correct for r in tr.turns), reply, *_timed(first)]
     return out
+
+
+def _timed(turn: Any) -> tuple[float | None, bool | None]:
+    """A correct turn's speedup and whether it is surely faster; (None, None) for any other."""
+    from cudaperf.speedup_confidence import speedup_interval, surely_faster
+
+    if not (turn.correct and turn.speedup and turn.speedup > 0):
+        return None, None
+    return turn.speedup, surely_faster(speedup_interval(turn.result.timings, turn.baseline))
 
 
 @dataclass(frozen=True)
 class PairedOutcomes:
     """Two models' trajectories on the same task and sampling seed, over a set's seeds: how many pairs,
     how many first replies are the same text, and in how many pairs only one of the two is correct (at the
-    first turn; at any turn)."""
+    first turn; at any turn). The same first reply timed in both runs measures the timing's own drift
+    between them (another machine, another lease): the largest ratio of its two speedups (1.0 = none)
+    and in how many of those pairs one run found it surely faster and the other not; 1.0 and none where
+    the two runs shared one evaluation of the reply (one comparison's `share_repeated_answers`)."""
 
     pairs: int
     same_first_reply: int
@@ -345,6 +359,9 @@ class PairedOutcomes:
     first_earlier_only: int
     best_later_only: int
     best_earlier_only: int
+    same_reply_timed: int = 0
+    same_reply_ratio_max: float | None = None
+    same_reply_sure_differs: int = 0
 
 
 def paired_outcomes(outcomes: SeedOutcomes, policy_of: Callable[[str], str] = str) -> list[dict[str, Any]]:
@@ -366,12 +383,18 @@ def _pairs(later: dict[int, dict[str, list]], earlier: dict[int, dict[str, list]
 
 
 def _count(pairs: list[tuple[list, list]]) -> PairedOutcomes:
+    # outcomes kept before the speedups were (three entries) count as untimed
+    timed = [(b, a) for b, a in pairs if b[2] == a[2] and len(b) > 4 and len(a) > 4
+             and b[3] is not None and a[3] is not None]
     return PairedOutcomes(
         pairs=len(pairs), same_first_reply=sum(b[2] == a[2] for b, a in pairs),
         first_later_only=sum(b[0] and not a[0] for b, a in pairs),
         first_earlier_only=sum(a[0] and not b[0] for b, a in pairs),
         best_later_only=sum(b[1] and not a[1] for b, a in pairs),
-        best_earlier_only=sum(a[1] and not b[1] for b, a in pairs))
+        best_earlier_only=sum(a[1] and not b[1] for b, a in pairs),
+        same_reply_timed=len(timed),
+        same_reply_ratio_max=max((max(b[3] / a[3], a[3] / b[3]) for b, a in timed), default=None),
+        same_reply_sure_differs=sum(b[4] != a[4] for b, a in timed))
 
 
 def outcomes_markdown(rows: list[dict[str, Any]]) -> str:
@@ -379,14 +402,20 @@ def outcomes_markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
     head = ["set", "comparison", "pairs", "same first reply", "first turn: only later correct",
-            "only earlier", "any turn: only later correct", "only earlier"]
+            "only earlier", "any turn: only later correct", "only earlier",
+            "same reply timed in both", "its largest speedup ratio", "surely faster in one only"]
     lines = [markdown_row(head), markdown_row(["---"] * len(head))]
     for r in rows:
+        ratio = r.get("same_reply_ratio_max")
         lines.append(markdown_row([r["set"], r["what"], r["pairs"], r["same_first_reply"],
                                    r["first_later_only"], r["first_earlier_only"], r["best_later_only"],
-                                   r["best_earlier_only"]]))
+                                   r["best_earlier_only"], r.get("same_reply_timed", 0),
+                                   "-" if ratio is None else f"{ratio:.3f}",
+                                   r.get("same_reply_sure_differs", 0)]))
     return ("\nPaired outcomes (each task and sampling seed both models ran, summed over seeds): equal rates "
-            "can hide tasks one model solves and the other does not.\n\n" + "\n".join(lines) + "\n")
+            "can hide tasks one model solves and the other does not. The same first reply timed in both "
+            "runs is the timing's own drift between them (none where one comparison evaluated it once for "
+            "both).\n\n" + "\n".join(lines) + "\n")
 
 
 def task_family(task: Any) -> str:
@@ -418,7 +447,7 @@ def _family_counts(outcomes: SeedOutcomes, families: dict[str, str],
     counts: dict[tuple[str, str], list[int]] = {}
     for model, by_set in outcomes.items():
         for by_key in by_set.get(set_name, {}).values():
-            for key, (first, best, _) in by_key.items():
+            for key, (first, best, *_) in by_key.items():
                 count = counts.setdefault((families.get(key.rpartition("#")[0], "?"), model), [0, 0, 0])
                 count[0] += 1
                 count[1] += bool(first)
