@@ -667,6 +667,9 @@ call_C() {
     --seed "${SEED:-0}" "${rl_from[@]}"
   export_adapter rl
   export_rl_state
+  if [[ -f $STAGE/train/rl_evaluations.jsonl ]]; then  # which strategies RL wrote and its groups favoured
+    step rl-strategies 30 python3 scripts/answer_strategies.py "rl=$STAGE/train/rl_evaluations.jsonl"
+  fi
   if (( ${C_COMPARE:-1} )); then compare 9999; fi  # C_COMPARE=0: a C whose RL the next C call resumes
 }
 
