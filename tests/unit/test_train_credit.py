@@ -64,3 +64,9 @@ def test_best_so_far_keeps_a_not_applicable_turn_out_of_earlier_returns():
 def test_an_unknown_turn_score_is_refused():
     with pytest.raises(ValueError, match="turn_score"):
         sample_rewards([1.0], [True], "turn", gamma=0.4, turn_score="mean")
+
+
+def test_best_so_far_leaves_a_flagged_turn_its_own_score():
+    rewards = sample_rewards([1.0, 0.0], [True, True], "turn", gamma=0.4, turn_score="best_so_far",
+                             flagged=[False, True])
+    assert rewards == pytest.approx([1.0, 0.0])

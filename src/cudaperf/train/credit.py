@@ -8,7 +8,8 @@ The scheme ('turn' credit, Kevin, arXiv 2507.11948): every turn of a trajectory 
 where s_k is turn k's score: its own unified-reward score ('own'), or with `turn_score="best_so_far"` the
 best of turns 0..k, the kernel the agent holds after turn k (a refinement that fails keeps the earlier
 one, so a turn that tries a riskier, faster strategy after a correct one loses nothing against repeating
-it, where with its own score a failure costs the whole correct bonus). A task's K trajectories of T turns
+it, where with its own score a failure costs the whole correct bonus); a turn flagged by anti-cheat scores
+its own even then, so an attempted hack stays penalised. A task's K trajectories of T turns
 give K*T samples, and they are TRL's group (`num_generations` = K*T), so the group-relative advantage of a
 turn is its return against the mean (and std) of the returns of all turns of all trajectories of the task,
 as in Kevin.
@@ -39,11 +40,14 @@ COMPONENT_COLUMNS = ("reward_gate", "reward_speedup_term", "reward_structural_te
 
 
 def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: str, gamma: float,
-                   mode: str = "sum", turn_score: str = "own") -> list[float | None]:
-    """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory."""
+                   mode: str = "sum", turn_score: str = "own",
+                   flagged: Sequence[bool] | None = None) -> list[float | None]:
+    """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory. `flagged`:
+    the turns anti-cheat flagged (they score their own under 'best_so_far'; default none)."""
     if turn_score not in TURN_SCORES:
         raise ValueError(f"turn_score={turn_score!r}: use one of {TURN_SCORES}")
-    held = _best_so_far(scores, applicable) if turn_score == "best_so_far" else scores
+    own = [bool(f) for f in flagged] if flagged is not None else [False] * len(scores)
+    held = _best_so_far(scores, applicable, own) if turn_score == "best_so_far" else scores
     counted = [s if ok else 0.0 for s, ok in zip(held, applicable, strict=True)]
     returns = turn_returns(counted, gamma, mode)  # type: ignore[arg-type]
     if credit == "turn":
@@ -53,14 +57,15 @@ def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: 
     raise ValueError(f"credit={credit!r}: use 'turn' or 'trajectory'")
 
 
-def _best_so_far(scores: Sequence[float], applicable: Sequence[bool]) -> list[float]:
-    """Each turn's best score among the applicable turns up to it (its own where none came before)."""
+def _best_so_far(scores: Sequence[float], applicable: Sequence[bool], own: Sequence[bool]) -> list[float]:
+    """Each turn's best score among the applicable, unflagged turns up to it (its own where none came
+    before, and always for a turn in `own`)."""
     best: float | None = None
     held = []
-    for score, ok in zip(scores, applicable, strict=True):
-        if ok:
+    for score, ok, alone in zip(scores, applicable, own, strict=True):
+        if ok and not alone:
             best = score if best is None else max(best, score)
-        held.append(score if best is None else best)
+        held.append(score if alone or best is None else best)
     return held
 
 

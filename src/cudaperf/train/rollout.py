@@ -556,7 +556,7 @@ class MultiTurnRollout:
             out.records.append(records)
             rewards = sample_rewards([r.reward for r in records], [_applicable(r) for r in records],
                                      self.config.credit, self.config.gamma, self.config.turn_mode,
-                                     self.config.turn_score)
+                                     self.config.turn_score, [_flagged(r) for r in records])
             if self.config.credit == "turn":
                 for (prompt, reply, record), reward in zip(trace.turns, rewards, strict=True):
                     _add(out, prompt, list(reply.ids), list(reply.logprobs), [1] * len(reply.ids), reward,
@@ -595,6 +595,13 @@ class _Stepping:
 
 SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct", "outcome", "reward_gate",
                   "reward_speedup_term", "reward_structural_term", "reward_ranker_term")
+
+
+def _flagged(record: TurnRecord) -> bool:
+    """Whether anti-cheat flagged the turn (a violation: `anticheat.policy.is_violation`)."""
+    from cudaperf.anticheat.policy import is_violation
+
+    return any(is_violation(f.code) for f in record.result.flags)
 
 
 def _applicable(record: TurnRecord) -> bool:
