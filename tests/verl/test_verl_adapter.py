@@ -97,12 +97,12 @@ def trainer_config(use_v1=True, response_length=2048):
                                                                "response_length": response_length}}})
 
 
-def make_loop(tokenizer, server, use_v1=True, response_length=2048):
+def make_loop(tokenizer, server, use_v1=True, response_length=2048, **entry_changes):
     """As verl's AgentLoopWorker does: the registry entry from the example's file, through hydra."""
     entries = OmegaConf.load(EXAMPLES / "agent_loops.yaml")
     entry = next(e for e in entries if e.name == "cudaperf_refine_local")
     entry = OmegaConf.merge(entry, {"max_turns": 2, "allow_torch_ops": True,
-                                    "evaluator_kwargs": EVALUATOR_KWARGS})
+                                    "evaluator_kwargs": EVALUATOR_KWARGS, **entry_changes})
     _agent_loop_registry[entry.name] = entry
     config = trainer_config(use_v1, response_length)
     return instantiate(_agent_loop_registry[entry.name], trainer_config=DictConfigWrap(config=config),
@@ -164,6 +164,13 @@ def test_turn_scores_sit_on_the_last_reply_token_and_sum_to_the_reward(trajector
     assert rm.sum().item() == pytest.approx(output.reward_score) and right > wrong
     assert output.extra_fields["reward_extra_info"]["best_correct"] == 1.0
     assert output.extra_fields["reward_extra_info"]["first_correct"] == 0.0
+
+
+def test_best_so_far_scores_a_broken_second_turn_with_the_correct_first(tokenizer):
+    output, _ = run_trajectory(tokenizer, [RIGHT, WRONG], turn_score="best_so_far")
+    right, held = output.extra_fields["turn_scores"]
+    assert held == pytest.approx(right) and output.extra_fields["reward_extra_info"]["first_correct"] == 1.0
+    assert output.reward_score == pytest.approx(2 * right)
 
 
 def test_the_legacy_trainer_is_refused(tokenizer):

@@ -14,6 +14,7 @@ This module imports neither torch nor CUDA.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cudaperf.types import Flag, Severity
@@ -155,6 +156,11 @@ def is_violation(code: str) -> bool:
     `VIOLATION_CODES_ELSEWHERE`."""
     rule = RULES.get(code)
     return code in VIOLATION_CODES_ELSEWHERE or (rule is not None and rule.severity is Severity.ERROR)
+
+
+def has_violation(flags: Iterable[Flag]) -> bool:
+    """Whether any of a result's flags is a violation (`is_violation`): anti-cheat flagged the answer."""
+    return any(is_violation(f.code) for f in flags)
 
 
 # Rules that enforce "do the work in your own kernels"; `allow_torch_ops=True` turns them off.

@@ -57,7 +57,7 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
     """The figures of one run's trajectories (`agent.trajectory.Trajectory`); `task_ids`: the run's
     tasks (a task without any trajectory counts as unsolved)."""
     from cudaperf.agent.summary import best_per_task
-    from cudaperf.anticheat.policy import is_violation
+    from cudaperf.anticheat.policy import has_violation
 
     turns = [r for tr in trajectories for r in tr.turns]
     ids = sorted(set(task_ids or ()) | {tr.task_id for tr in trajectories})
@@ -76,7 +76,7 @@ def run_figures(trajectories: Sequence[Any], task_ids: Sequence[str] | None = No
         speedup_geomean_all=_geomean_all(best, ids),
         first_turn_speedup_geomean_all=_geomean_all(first, ids),
         structural_mean=_mean(structural) if structural else None,
-        flagged_rate=_mean([float(any(is_violation(f.code) for f in r.result.flags)) for r in turns]),
+        flagged_rate=_mean([float(has_violation(r.result.flags)) for r in turns]),
         no_code_rate=_mean([float(r.code is None) for r in turns]),
         mean_reward=_mean([r.reward for r in turns]),
         completion_tokens_per_turn=_mean([float(r.completion_tokens) for r in turns]))

@@ -22,9 +22,10 @@ A turn whose score is not applicable (a harness fault, SKIPPED: not the policy's
 the returns of earlier turns (in either `turn_score`) and its own sample gets no reward (None: TRL leaves
 it out of the group baseline and gives it advantage 0).
 
-Covers: the returns per sample (`sample_rewards`) and `TurnReturnReward`, the TRL reward function that
-hands them to GRPOTrainer and logs the reward's components. Not covered: the returns' formula itself
-(`cudaperf.reward.turn_returns`), rollouts (`rollout.py`).
+Covers: the turns' scores (`held_scores`, which the verl agent loop uses too), the returns per sample
+(`sample_rewards`) and `TurnReturnReward`, the TRL reward function that hands them to GRPOTrainer and logs
+the reward's components. Not covered: the returns' formula itself (`cudaperf.reward.turn_returns`),
+rollouts (`rollout.py`).
 """
 
 from __future__ import annotations
@@ -44,10 +45,7 @@ def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: 
                    flagged: Sequence[bool] | None = None) -> list[float | None]:
     """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory. `flagged`:
     the turns anti-cheat flagged (they score their own under 'best_so_far'; default none)."""
-    if turn_score not in TURN_SCORES:
-        raise ValueError(f"turn_score={turn_score!r}: use one of {TURN_SCORES}")
-    own = [bool(f) for f in flagged] if flagged is not None else [False] * len(scores)
-    held = _best_so_far(scores, applicable, own) if turn_score == "best_so_far" else scores
+    held = held_scores(scores, applicable, turn_score, flagged)
     counted = [s if ok else 0.0 for s, ok in zip(held, applicable, strict=True)]
     returns = turn_returns(counted, gamma, mode)  # type: ignore[arg-type]
     if credit == "turn":
@@ -55,6 +53,18 @@ def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: 
     if credit == "trajectory":
         return [returns[0] if any(applicable) else None]
     raise ValueError(f"credit={credit!r}: use 'turn' or 'trajectory'")
+
+
+def held_scores(scores: Sequence[float], applicable: Sequence[bool], turn_score: str,
+                flagged: Sequence[bool] | None = None) -> list[float]:
+    """s_k for each turn under `turn_score` (the module docstring): the scores themselves ('own'), or each
+    turn's best so far ('best_so_far'; a turn in `flagged` keeps its own)."""
+    if turn_score not in TURN_SCORES:
+        raise ValueError(f"turn_score={turn_score!r}: use one of {TURN_SCORES}")
+    if turn_score == "own":
+        return list(scores)
+    own = [bool(f) for f in flagged] if flagged is not None else [False] * len(scores)
+    return _best_so_far(scores, applicable, own)
 
 
 def _best_so_far(scores: Sequence[float], applicable: Sequence[bool], own: Sequence[bool]) -> list[float]:
@@ -90,4 +100,4 @@ class TurnReturnReward:
         return [None if v is None else float(v) for v in values]
 
 
-__all__ = ["COMPONENT_COLUMNS", "TURN_SCORES", "TurnReturnReward", "sample_rewards"]
+__all__ = ["COMPONENT_COLUMNS", "TURN_SCORES", "TurnReturnReward", "held_scores", "sample_rewards"]

@@ -598,10 +598,9 @@ SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct"
 
 
 def _flagged(record: TurnRecord) -> bool:
-    """Whether anti-cheat flagged the turn (a violation: `anticheat.policy.is_violation`)."""
-    from cudaperf.anticheat.policy import is_violation
+    from cudaperf.anticheat.policy import has_violation
 
-    return any(is_violation(f.code) for f in record.result.flags)
+    return has_violation(record.result.flags)
 
 
 def _applicable(record: TurnRecord) -> bool:

@@ -10,18 +10,21 @@ raw conversation, token for token (verl's Continuous Token builder merges replie
 What verl receives (`TurnScoredOutput`): the response reply_0 + feedback_0 + reply_1 + ..., its
 `response_mask` 1 exactly on the tokens the policy generated and 0 on every feedback token and chat-template
 boundary; `reward_score` the sum of the turns' scores; and `rm_scores` with each turn's score on the last
-token of its reply, which the turn-level estimator reads (`verl_adapter.credit`). A non-applicable turn's
-reply is masked (no gradient) and ends the trajectory. `extra_fields["turn_scores"]` lists the scores and
-`extra_fields["reward_extra_info"]` summarises the trajectory (each reward component's mean over turns,
-first-turn and best-turn correctness, best speedup, anti-cheat flags).
+token of its reply (a turn's score is its own unified reward, or with `turn_score: best_so_far` the best so
+far: `cudaperf.train.credit.held_scores`, as the TRL path's `RlConfig.turn_score`), which the turn-level
+estimator reads (`verl_adapter.credit`). A non-applicable turn's reply is masked (no gradient) and ends the
+trajectory. `extra_fields["turn_scores"]` lists the scores and `extra_fields["reward_extra_info"]`
+summarises the trajectory (each reward component's mean over turns, first-turn and best-turn correctness,
+best speedup, anti-cheat flags).
 
 The per-token scores reach the estimator through `AgentLoopOutput.as_dict`, which verl's V1 trainer
 (`trainer.use_v1=True`, the default of verl 0.9.1) uses; the legacy trainer builds `rm_scores` from
 `reward_score` alone, so this loop refuses it.
 
 Configuration (keys of the loop's entry in `rollout.agent.agent_loop_config_path`): `max_turns`,
-`target_speedup`, `reward` (a preset), `format`, `allow_torch_ops`, `evaluator` ("package.module:factory"
-returning a `CandidateEvaluator`) and `evaluator_kwargs` (`verl_adapter.evaluators`).
+`target_speedup`, `reward` (a preset), `turn_score` ("own" or "best_so_far"), `format`, `allow_torch_ops`,
+`evaluator` ("package.module:factory" returning a `CandidateEvaluator`) and `evaluator_kwargs`
+(`verl_adapter.evaluators`).
 
 Not covered: generation (verl's LLM servers), advantages (`verl_adapter.estimator`), multimodal rows.
 """
@@ -40,7 +43,8 @@ from verl.utils.profiler import simple_timer
 
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
-from cudaperf.anticheat.policy import Policy
+from cudaperf.anticheat.policy import Policy, has_violation
+from cudaperf.train.credit import TURN_SCORES, held_scores
 from cudaperf.train.verl_adapter.credit import score_positions
 from cudaperf.train.verl_adapter.data import AGENT_NAME, task_from_row
 from cudaperf.train.verl_adapter.evaluators import DEFAULT_FACTORY, shared_evaluator
@@ -72,8 +76,11 @@ class RefineAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, max_turns: int = 4, target_speedup: float | None = None,
                  reward: str = "cudaperf", format: str = "fast", allow_torch_ops: bool = False,
                  evaluator: str = DEFAULT_FACTORY, evaluator_kwargs: Mapping[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 turn_score: str = "own", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if turn_score not in TURN_SCORES:
+            raise ValueError(f"turn_score={turn_score!r}: use one of {', '.join(TURN_SCORES)}")
+        self.turn_score = turn_score
         if not self.config.trainer.get("use_v1", False):
             raise ValueError("cudaperf_refine needs verl's V1 trainer (trainer.use_v1=True): the legacy "
                              "trainer keeps only the trajectory's total reward, so per-turn credit is lost")
@@ -123,6 +130,7 @@ class RefineAgentLoop(AgentLoopBase):
             state.mask[start:] = [0] * (len(state.mask) - start)  # the harness's fault: no gradient
             return None
         state.scores.append(float(step.reward))
+        state.flagged.append(has_violation(step.record.result.flags))
         return step
 
     async def _feedback(self, state: _State, feedback: str) -> bool:
@@ -142,7 +150,8 @@ class RefineAgentLoop(AgentLoopBase):
         response = state.tokens[len(state.tokens) - len(state.mask):][:n]
         prompt = state.tokens[:len(state.tokens) - len(state.mask)]
         positions = score_positions(mask)[:len(state.scores)]
-        values = state.scores[:len(positions)]
+        held = held_scores(state.scores, [True] * len(state.scores), self.turn_score, state.flagged)
+        values = held[:len(positions)]
         return TurnScoredOutput(
             prompt_ids=prompt, response_ids=response, response_mask=mask,
             response_logprobs=state.logprobs[:n] if state.logprobs else None,
@@ -161,6 +170,7 @@ class _State:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.scores: list[float] = []
+        self.flagged: list[bool] = []  # per scored turn: anti-cheat flagged it
 
 
 def _applicable(step: StepResult) -> bool:
