@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cudaperf.anticheat.policy import RULES, TORCH_OP_RULES, Policy, make_flag
+from cudaperf.anticheat.policy import RULES, TORCH_OP_RULES, Policy, has_violation, make_flag
 from cudaperf.types import Severity, from_dict, to_dict
 
 
@@ -71,3 +71,9 @@ def test_every_rule_has_a_rationale_comment():
     for i, line in enumerate(lines):
         if line.strip().startswith('Rule("'):
             assert lines[i - 1].strip().startswith("#"), line
+
+
+def test_a_result_has_a_violation_when_any_flag_is_one():
+    info = make_flag("analysis_note", "a note")
+    hack = make_flag("verdict_mismatch", "forged")
+    assert has_violation([info, hack]) and not has_violation([info]) and not has_violation([])
