@@ -74,6 +74,6 @@ def test_every_rule_has_a_rationale_comment():
 
 
 def test_a_result_has_a_violation_when_any_flag_is_one():
-    info = make_flag("analysis_note", "a note")
-    hack = make_flag("verdict_mismatch", "forged")
+    info = make_flag("precision_downcast", "a warning")
+    hack = make_flag("forbidden_import", "imports the dataset")
     assert has_violation([info, hack]) and not has_violation([info]) and not has_violation([])
