@@ -6,13 +6,13 @@ The scheme ('turn' credit, Kevin, arXiv 2507.11948): every turn of a trajectory 
     G_t = sum_{k>=t} gamma^(k-t) * s_k        (or max_{k>=t} gamma^(k-t) * s_k with mode 'max')
 
 where s_k is turn k's score: its own unified-reward score ('own'), or with `turn_score="best_so_far"` the
-best of turns 0..k, the kernel the agent holds after turn k (a refinement that fails keeps the earlier
-one, so a turn that tries a riskier, faster strategy after a correct one loses nothing against repeating
-it, where with its own score a failure costs the whole correct bonus); a turn flagged by anti-cheat scores
-its own even then, so an attempted hack stays penalised. A task's K trajectories of T turns
-give K*T samples, and they are TRL's group (`num_generations` = K*T), so the group-relative advantage of a
-turn is its return against the mean (and std) of the returns of all turns of all trajectories of the task,
-as in Kevin.
+best of turns 0..k, the kernel the agent holds after turn k (a refinement that fails keeps the earlier one,
+so a turn that tries a riskier, faster strategy after a correct one loses nothing against repeating it,
+where with its own score a failure costs the whole correct bonus); a turn judged a policy violation
+(cheating or tampering) scores its own even then, so an attempted hack stays penalised. A task's K
+trajectories of T turns give K*T samples, and they are TRL's group (`num_generations` = K*T), so the
+group-relative advantage of a turn is its return against the mean (and std) of the returns of all turns of
+all trajectories of the task, as in Kevin.
 
 'trajectory' credit: one sample per trajectory (its completion holds every reply and, masked out by
 env_mask, the feedback between them); its reward is G_0, the return of the first turn. Every reply token
@@ -44,7 +44,7 @@ def sample_rewards(scores: Sequence[float], applicable: Sequence[bool], credit: 
                    mode: str = "sum", turn_score: str = "own",
                    flagged: Sequence[bool] | None = None) -> list[float | None]:
     """One trajectory's sample rewards: per turn ('turn' credit) or one for the trajectory. `flagged`:
-    the turns anti-cheat flagged (they score their own under 'best_so_far'; default none)."""
+    the turns judged policy violations (they score their own under 'best_so_far'; default none)."""
     held = held_scores(scores, applicable, turn_score, flagged)
     counted = [s if ok else 0.0 for s, ok in zip(held, applicable, strict=True)]
     returns = turn_returns(counted, gamma, mode)  # type: ignore[arg-type]

@@ -598,9 +598,8 @@ SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct"
 
 
 def _flagged(record: TurnRecord) -> bool:
-    from cudaperf.anticheat.policy import has_violation
-
-    return has_violation(record.result.flags)
+    """A policy violation (cheating or tampering), not a failed attempt such as a syntax error."""
+    return record.result.outcome is Outcome.POLICY_VIOLATION
 
 
 def _applicable(record: TurnRecord) -> bool:

@@ -43,7 +43,7 @@ from verl.utils.profiler import simple_timer
 
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
-from cudaperf.anticheat.policy import Policy, has_violation
+from cudaperf.anticheat.policy import Policy
 from cudaperf.train.credit import TURN_SCORES, held_scores
 from cudaperf.train.verl_adapter.credit import score_positions
 from cudaperf.train.verl_adapter.data import AGENT_NAME, task_from_row
@@ -130,7 +130,7 @@ class RefineAgentLoop(AgentLoopBase):
             state.mask[start:] = [0] * (len(state.mask) - start)  # the harness's fault: no gradient
             return None
         state.scores.append(float(step.reward))
-        state.flagged.append(has_violation(step.record.result.flags))
+        state.flagged.append(step.record.result.outcome is Outcome.POLICY_VIOLATION)
         return step
 
     async def _feedback(self, state: _State, feedback: str) -> bool:
@@ -170,7 +170,7 @@ class _State:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.scores: list[float] = []
-        self.flagged: list[bool] = []  # per scored turn: anti-cheat flagged it
+        self.flagged: list[bool] = []  # per scored turn: a policy violation
 
 
 def _applicable(step: StepResult) -> bool:
