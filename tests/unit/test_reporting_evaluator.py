@@ -12,8 +12,8 @@ import json
 import time
 
 from cudaperf.agent.evaluation import BatchProgress, CandidateEvaluator, ReportingEvaluator
-from cudaperf.train.monitor import EVALUATIONS_FILE, record_evaluations, report_slow_results
-from cudaperf.types import EvalResult, Outcome, Solution, SolutionFormat, Task, TaskKind
+from cudaperf.train.monitor import EVALUATIONS_FILE, record_evaluations, report_slow_results, timing_breakdown
+from cudaperf.types import ConfigTiming, EvalResult, Outcome, Solution, SolutionFormat, Task, TaskKind, Timing
 
 
 class InOrder:
@@ -88,3 +88,14 @@ def test_each_result_reaches_the_evaluations_file_with_its_candidates_code_as_it
     list(stream)
     lines = (tmp_path / EVALUATIONS_FILE).read_text().splitlines()
     assert [json.loads(line)["stage_durations_s"]["total"] for line in lines] == [2.0, 0.5]
+
+
+def test_a_timed_results_breakdown_names_each_configurations_bench_and_the_referees_time():
+    timing = ConfigTiming("c", candidate=Timing(0.1, 0.01, 0.09, 0.1, 12), rounds=12, dispose_ms=3.25,
+                          baselines={"naive_cuda": Timing(0.2, 0.01, 0.19, 0.2, 12)})
+    result = EvalResult("t", "s", Outcome.CORRECT, timings=(timing,),
+                        environment={"referee_ms": json.dumps({"timed": 41.0})})
+    assert timing_breakdown(result) == {
+        "configs": [{"config": "c", "rounds": 12, "dispose_ms": 3.25, "samples": 12, "candidate_ms": 0.1,
+                     "baselines": ["naive_cuda"]}],
+        "referee_ms": {"timed": 41.0}}

@@ -220,7 +220,8 @@ EVALUATIONS_FILE = "evaluations.jsonl"
 def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any], None]:
     """An `on_result` of an `agent.evaluation.ReportingEvaluator`: one line per result in
     `<directory>/evaluations.jsonl` (seconds since `started_s`, a `time.perf_counter()` reading; the
-    result's outcome, stage, stage times and flags; the candidate's source)."""
+    result's outcome, stage, stage times and flags; where a timed result's timing went, `timing_breakdown`;
+    the candidate's source)."""
     path = Path(directory) / EVALUATIONS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -229,11 +230,25 @@ def record_evaluations(started_s: float, directory: str | Path) -> Callable[[Any
         line = {"at_s": round(time.perf_counter() - started_s, 1), "task_id": r.task_id,
                 "solution_id": r.solution_id, "outcome": r.outcome.value, "stage": r.stage,
                 "stage_durations_s": r.stage_durations_s, "flags": sorted({f.code for f in r.flags}),
+                "timing": timing_breakdown(r) if r.timings else None,
                 "source": progress.solution.source if progress.solution is not None else None}
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, default=str) + "\n")  # a stray type must not stop the run
 
     return on_result
+
+
+def timing_breakdown(result: Any) -> dict[str, Any]:
+    """Where a timed result's timing stage went: per configuration its bench's rounds, its disposals' wall
+    time (outside every sample), the candidate's samples and median, the baselines timed beside it; and
+    the referee's time per message kind and part (`referee_ms` of the result's environment), if refereed.
+    Why: an RL run's exclusive GPU turn per answer (~0.6 s on an H100) is mostly not its samples."""
+    configs = [{"config": t.config, "rounds": t.rounds, "dispose_ms": round(t.dispose_ms, 3),
+                "samples": t.candidate.n_samples, "candidate_ms": t.candidate.median_ms,
+                "baselines": sorted(name for name in ("eager", "compile", *t.baselines)
+                                    if t.baseline_timing(name) is not None)} for t in result.timings]
+    referee = result.environment.get("referee_ms")
+    return {"configs": configs, "referee_ms": json.loads(referee) if referee else None}
 
 
 STALLS_FILE = "stalls.txt"
@@ -261,4 +276,4 @@ def report_stalls(started_s: float, directory: str | Path) -> Callable[[Any], No
 __all__ = ["BATCHES_FILE", "METRICS_FILE", "MetricsWriter", "checkpoint_step", "fingerprint",
            "last_checkpoint", "make_callback", "read_batches", "read_metrics", "record_batch",
            "RecordsBatches", "record_evaluations", "report_slow_results", "report_stalls", "STALLS_FILE",
-           "EVALUATIONS_FILE"]
+           "EVALUATIONS_FILE", "timing_breakdown"]
