@@ -99,3 +99,9 @@ def test_a_timed_results_breakdown_names_each_configurations_bench_and_the_refer
         "configs": [{"config": "c", "rounds": 12, "dispose_ms": 3.25, "samples": 12, "candidate_ms": 0.1,
                      "baselines": ["naive_cuda"]}],
         "referee_ms": {"timed": 41.0}}
+
+
+def test_a_referee_figure_that_is_not_json_is_kept_as_text():
+    timing = ConfigTiming("c", candidate=Timing(0.1, 0.01, 0.09, 0.1, 12))
+    result = EvalResult("t", "s", Outcome.CORRECT, timings=(timing,), environment={"referee_ms": "n/a"})
+    assert timing_breakdown(result)["referee_ms"] == "n/a"

@@ -247,8 +247,17 @@ def timing_breakdown(result: Any) -> dict[str, Any]:
                 "samples": t.candidate.n_samples, "candidate_ms": t.candidate.median_ms,
                 "baselines": sorted(name for name in ("eager", "compile", *t.baselines)
                                     if t.baseline_timing(name) is not None)} for t in result.timings]
-    referee = result.environment.get("referee_ms")
-    return {"configs": configs, "referee_ms": json.loads(referee) if referee else None}
+    return {"configs": configs, "referee_ms": _json_or_text(result.environment.get("referee_ms"))}
+
+
+def _json_or_text(value: str | None) -> Any:
+    """A JSON environment value parsed, or kept as text when it is not JSON (a record must not stop a run)."""
+    if not value:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 STALLS_FILE = "stalls.txt"
