@@ -19,12 +19,10 @@ Not covered: the strategies' measured times (`cudaperf dataset stats`), answers 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 FIRST_LINE = re.compile(r'^\s*(?:"""|\'\'\')?\s*([A-Za-z_][\w]*) CUDA implementation of')
@@ -42,12 +40,11 @@ def family_of(task_id: str) -> str:
     return "_".join(parts[1:-1]) or task_id
 
 
-def read_records(path: Path) -> Iterator[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as lines:
-        for line in lines:
-            if line.strip():
-                yield json.loads(line)
+def read_records(path: Path) -> list[dict]:
+    """A JSONL file's records, plain or gzipped (a torn last line of a killed run skipped)."""
+    from cudaperf.datasets.jsonl import read_jsonl
+
+    return read_jsonl(path)[0]
 
 
 SOLUTION_ID = re.compile(r"^(?P<task>.+)/s(?P<sample>\d+)/t(?P<turn>\d+)$")
@@ -58,7 +55,7 @@ def read_turns(path: Path) -> list[dict]:
     source, outcome and `solution_id` TASK/sSAMPLE/tTURN) becomes the same shape, its speedup, score and
     step taken from `rl_rollouts.jsonl[.gz]` beside it by task, sample and turn (none where a run met a
     task twice, so that the key names two answers)."""
-    records = list(read_records(path))
+    records = read_records(path)
     if not records or "solution_id" not in records[0]:
         return records
     turns = [turn for turn in map(_evaluated_turn, records) if turn is not None]
@@ -168,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, path = item.partition("=")
         if not path:
             p.error(f"{item!r}: write NAME=PATH")
+        if not Path(path).is_file():
+            p.error(f"{path}: no such file")
         print(report(name, read_turns(Path(path))))
     return 0
 

@@ -59,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from cudaperf.agent.backends.base import GENERATION_CACHES
     from cudaperf.agent.backends.decoding_attention import DECODING_ATTENTION
     from cudaperf.train.config import GENERATION_WEIGHTS, TIMING_BASELINES
+    from cudaperf.train.credit import TURN_SCORES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "runs")) / "train")
@@ -134,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rl-profile-decoding", action="store_true",
                    help="time and profile the first rollout's decoding steps (RlConfig.profile_decoding)")
     p.add_argument("--credit", default="turn", choices=("turn", "trajectory"))
-    p.add_argument("--rl-turn-score", default="own", choices=("own", "best_so_far"),
+    p.add_argument("--rl-turn-score", default="own", choices=TURN_SCORES,
                    help="a turn's score in the returns: its own, or the best up to it (RlConfig.turn_score)")
     p.add_argument("--eval-mode", default="rl", choices=("rl", "default"))
     p.add_argument("--lora", action="store_true", help="LoRA adapters in both stages")

@@ -63,8 +63,7 @@ def held_scores(scores: Sequence[float], applicable: Sequence[bool], turn_score:
         raise ValueError(f"turn_score={turn_score!r}: use one of {TURN_SCORES}")
     if turn_score == "own":
         return list(scores)
-    own = [bool(f) for f in flagged] if flagged is not None else [False] * len(scores)
-    return _best_so_far(scores, applicable, own)
+    return _best_so_far(scores, applicable, flagged if flagged is not None else [False] * len(scores))
 
 
 def _best_so_far(scores: Sequence[float], applicable: Sequence[bool], own: Sequence[bool]) -> list[float]:
