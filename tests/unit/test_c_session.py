@@ -122,6 +122,12 @@ def test_inout_restore_is_timed_alongside_and_flagged():
     assert "timing_includes_inout_restore" in _codes(payload, Severity.INFO)
 
 
+def test_the_timing_stage_names_its_benches_within_it_as_in_a_pytorch_task():
+    payload, _ = _run(_job(SAXPY, SAXPY_OK))
+    took = payload["durations_s"]
+    assert 0 < took["timing_loop"] <= took["timing_bench"] <= took["timing"]
+
+
 def test_naive_port_is_unavailable_in_cpu_mode_with_a_reason():
     payload, _ = _run(_job(SQUARE, SQUARE_OK, naive="def square(x, out, n):\n    pass\n"))
     messages = [f["message"] for f in payload["flags"] if f["code"] == "naive_cuda_unavailable"]

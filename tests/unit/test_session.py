@@ -149,6 +149,17 @@ def test_payload_has_the_contract_keys_and_is_json():
     json.dumps(payload)
 
 
+def test_the_timing_stage_names_its_benches_and_their_timed_rounds_within_it():
+    payload, _ = _run(_job(CORRECT))
+    took = payload["durations_s"]
+    assert 0 < took["timing_loop"] <= took["timing_bench"] <= took["timing"]
+
+
+def test_an_untimed_job_names_no_bench():
+    payload, _ = _run(_job(CORRECT, timing=TimingConfig(enabled=False)))
+    assert not {"timing_bench", "timing_loop"} & set(payload["durations_s"])
+
+
 def test_the_secret_is_popped_from_the_job():
     job = _job(CORRECT)
     _run(job)

@@ -611,7 +611,7 @@ class CSession(Session):
                 for array in run.outputs.values():
                     array.fill(0)
             entry.serial_c = summarize(run.samples_ms)
-            self.durations[SERIAL_C] = self.durations.get(SERIAL_C, 0.0) + time.perf_counter() - start
+            self.add_duration(SERIAL_C, time.perf_counter() - start)
         return entry.serial_c
 
     def timing_reference(self, config: CConfig, seed: int) -> CReference:

@@ -13,6 +13,9 @@ recipe, in stages (each one a heartbeat, `jobs.STAGES`):
   so a scheduler's exclusive turn is not spent on host work);
 - coverage, on a GPU under the same condition.
 
+Each stage's wall time is in the payload's durations, with the timing stage's parts beside it
+(`BENCH_DURATIONS`: its benches, and their timed rounds alone).
+
 The shared safety steps: the stage wrapper (a failure of the task or of cudaperf is HARNESS_ERROR), the
 candidate window (`Session.candidate`: the guard scope, synchronised, between two anti-cheat checks), the
 classification of candidate exceptions into outcomes, the interleaved bench with its baseline-dropping,
@@ -74,6 +77,9 @@ CANDIDATE = "candidate"  # the candidate's name among the timed functions
 # rounds apart (an input's version counter moves when their contents are copied in) could skip its work
 # in the others.
 SILENT_CHECKS = frozenset({CANDIDATE})
+# The timing stage's parts its durations name beside the stages (`Session.bench`): every bench's wall time,
+# and the host time of its timed rounds alone.
+BENCH_DURATIONS = ("timing_bench", "timing_loop")
 MESSAGE_CHARS = 4000  # failure messages carry the traceback tail, truncated to this
 
 # Substrings (lower case) that identify errors raised by CUDA, whichever library reports them.
@@ -166,7 +172,7 @@ class Session:
             _, poisoned = classify_failure(exc, self.device)
             raise Stop(Outcome.HARNESS_ERROR, f"{name}: {describe(exc)}", poisoned) from exc
         finally:
-            self.durations[name] = self.durations.get(name, 0.0) + time.perf_counter() - start
+            self.add_duration(name, time.perf_counter() - start)
 
     def setup(self, message: dict) -> None:
         self.job, secret = read_job(message)
@@ -272,7 +278,24 @@ class Session:
               unseen_sets: Sequence[UnseenSet] = (), anchor: str | None = None) -> BenchReport:
         """The interleaved run (with `unseen_sets` and the `anchor` they are judged against, which is
         dropped with its baseline if it fails); a failing baseline is dropped (flagged) and the run
-        repeated once."""
+        repeated once. Its wall time adds to `durations["timing_bench"]` and its timed rounds' host time
+        to `durations["timing_loop"]` (`BENCH_DURATIONS`): the timing stage less them is the work around
+        the bench (inputs on the device, references, outputs shipped), the bench less its loop the
+        estimate and warm-up rounds."""
+        started = time.perf_counter()
+        try:
+            report = self._bench_once_or_without_baseline(fns, input_sets, check, config, unseen_sets, anchor)
+        finally:
+            self.add_duration(BENCH_DURATIONS[0], time.perf_counter() - started)
+        self.add_duration(BENCH_DURATIONS[1], report.host_total_ms / 1e3)
+        return report
+
+    def add_duration(self, name: str, seconds: float) -> None:
+        self.durations[name] = self.durations.get(name, 0.0) + seconds
+
+    def _bench_once_or_without_baseline(self, fns: dict, input_sets: list, check: Callable | None,
+                                        config: str, unseen_sets: Sequence[UnseenSet],
+                                        anchor: str | None) -> BenchReport:
         timing = self.job.timing
         for _ in range(len(fns)):
             watch, tf32 = self.guards.window()

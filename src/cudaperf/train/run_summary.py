@@ -12,7 +12,8 @@ directory) and as results keep them (`rl_metrics.jsonl`, `rl_evaluations.jsonl` 
 Stage times are each answer's own: answers are evaluated side by side, so their sums exceed the batches'
 evaluation seconds, and the waits (`gate_wait`, `plan_wait`, `build_wait`) are time an answer spent
 waiting for another's stage; `gate_held` is the time it held the GPU alone (its timing stage and what
-runs inside the same turn: the go-ahead's answer, the verdict), which no two answers overlap.
+runs inside the same turn: the go-ahead's answer, the verdict), which no two answers overlap; `timing_bench`
+and `timing_loop` are parts of the timing stage (its benches, and their timed rounds: `Session.bench`).
 
 Not covered: SFT runs (no rollouts: the summary says there are none), drawing the curves (the HTML
 report's training section), what each stage does (`docs/evaluation.md`).
