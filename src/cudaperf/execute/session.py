@@ -78,7 +78,7 @@ CANDIDATE = "candidate"  # the candidate's name among the timed functions
 # in the others.
 SILENT_CHECKS = frozenset({CANDIDATE})
 # The timing stage's parts its durations name beside the stages (`Session.bench`): every bench's wall time,
-# and the host time of its timed rounds alone.
+# and the host time of its timed rounds alone (of a run cut short, `timing.SlowCut`: its estimate rounds).
 BENCH_DURATIONS = ("timing_bench", "timing_loop")
 MESSAGE_CHARS = 4000  # failure messages carry the traceback tail, truncated to this
 
