@@ -70,3 +70,10 @@ def test_best_so_far_leaves_a_flagged_turn_its_own_score():
     rewards = sample_rewards([1.0, 0.0], [True, True], "turn", gamma=0.4, turn_score="best_so_far",
                              flagged=[False, True])
     assert rewards == pytest.approx([1.0, 0.0])
+
+
+def test_only_a_policy_violation_keeps_its_own_score_under_best_so_far():
+    from cudaperf.train.credit import keeps_own_score
+    from cudaperf.types import Outcome
+
+    assert [o for o in Outcome if keeps_own_score(o)] == [Outcome.POLICY_VIOLATION]

@@ -22,10 +22,10 @@ A turn whose score is not applicable (a harness fault, SKIPPED: not the policy's
 the returns of earlier turns (in either `turn_score`) and its own sample gets no reward (None: TRL leaves
 it out of the group baseline and gives it advantage 0).
 
-Covers: the turns' scores (`held_scores`, which the verl agent loop uses too), the returns per sample
-(`sample_rewards`) and `TurnReturnReward`, the TRL reward function that hands them to GRPOTrainer and logs
-the reward's components. Not covered: the returns' formula itself (`cudaperf.reward.turn_returns`),
-rollouts (`rollout.py`).
+Covers: the turns' scores (`held_scores` and `keeps_own_score`, which the verl agent loop uses too), the
+returns per sample (`sample_rewards`) and `TurnReturnReward`, the TRL reward function that hands them to
+GRPOTrainer and logs the reward's components. Not covered: the returns' formula itself
+(`cudaperf.reward.turn_returns`), rollouts (`rollout.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cudaperf.reward import turn_returns
+from cudaperf.types import Outcome
 
 TURN_SCORES = ("own", "best_so_far")  # what s_k is (the module docstring)
 COMPONENT_COLUMNS = ("reward_gate", "reward_speedup_term", "reward_structural_term", "reward_ranker_term",
@@ -64,6 +65,13 @@ def held_scores(scores: Sequence[float], applicable: Sequence[bool], turn_score:
     if turn_score == "own":
         return list(scores)
     return _best_so_far(scores, applicable, flagged if flagged is not None else [False] * len(scores))
+
+
+def keeps_own_score(outcome: Outcome) -> bool:
+    """Whether a turn with this outcome scores its own under 'best_so_far' (`held_scores`' `flagged`): a
+    policy violation (cheating or tampering), not a failed attempt such as a syntax error. The TRL rollout
+    and the verl agent loop both ask here."""
+    return outcome is Outcome.POLICY_VIOLATION
 
 
 def _best_so_far(scores: Sequence[float], applicable: Sequence[bool], own: Sequence[bool]) -> list[float]:
@@ -99,4 +107,5 @@ class TurnReturnReward:
         return [None if v is None else float(v) for v in values]
 
 
-__all__ = ["COMPONENT_COLUMNS", "TURN_SCORES", "TurnReturnReward", "held_scores", "sample_rewards"]
+__all__ = ["COMPONENT_COLUMNS", "TURN_SCORES", "TurnReturnReward", "held_scores", "keeps_own_score",
+           "sample_rewards"]

@@ -55,7 +55,7 @@ from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_ar
 from cudaperf.agent.evaluation import CandidateEvaluator
 from cudaperf.agent.trajectory import TurnRecord
 from cudaperf.train.config import GENERATION_WEIGHTS, RlConfig
-from cudaperf.train.credit import sample_rewards
+from cudaperf.train.credit import keeps_own_score, sample_rewards
 from cudaperf.train.models import between_turns_ids, prompt_ids, token_counter
 from cudaperf.types import Outcome, Task
 
@@ -556,7 +556,8 @@ class MultiTurnRollout:
             out.records.append(records)
             rewards = sample_rewards([r.reward for r in records], [_applicable(r) for r in records],
                                      self.config.credit, self.config.gamma, self.config.turn_mode,
-                                     self.config.turn_score, [_flagged(r) for r in records])
+                                     self.config.turn_score,
+                                     [keeps_own_score(r.result.outcome) for r in records])
             if self.config.credit == "turn":
                 for (prompt, reply, record), reward in zip(trace.turns, rewards, strict=True):
                     _add(out, prompt, list(reply.ids), list(reply.logprobs), [1] * len(reply.ids), reward,
@@ -595,11 +596,6 @@ class _Stepping:
 
 SAMPLE_COLUMNS = ("task_id", "turn", "turn_return", "turn_score", "turn_correct", "outcome", "reward_gate",
                   "reward_speedup_term", "reward_structural_term", "reward_ranker_term")
-
-
-def _flagged(record: TurnRecord) -> bool:
-    """A policy violation (cheating or tampering), not a failed attempt such as a syntax error."""
-    return record.result.outcome is Outcome.POLICY_VIOLATION
 
 
 def _applicable(record: TurnRecord) -> bool:

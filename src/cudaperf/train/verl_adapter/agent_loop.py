@@ -44,7 +44,7 @@ from verl.utils.profiler import simple_timer
 from cudaperf.agent.backends.base import Generation
 from cudaperf.agent.environment import EnvConfig, RefineEnv, StepResult, step_many
 from cudaperf.anticheat.policy import Policy
-from cudaperf.train.credit import TURN_SCORES, held_scores
+from cudaperf.train.credit import TURN_SCORES, held_scores, keeps_own_score
 from cudaperf.train.verl_adapter.credit import score_positions
 from cudaperf.train.verl_adapter.data import AGENT_NAME, task_from_row
 from cudaperf.train.verl_adapter.evaluators import DEFAULT_FACTORY, shared_evaluator
@@ -130,7 +130,7 @@ class RefineAgentLoop(AgentLoopBase):
             state.mask[start:] = [0] * (len(state.mask) - start)  # the harness's fault: no gradient
             return None
         state.scores.append(float(step.reward))
-        state.flagged.append(step.record.result.outcome is Outcome.POLICY_VIOLATION)
+        state.flagged.append(keeps_own_score(step.record.result.outcome))
         return step
 
     async def _feedback(self, state: _State, feedback: str) -> bool:
