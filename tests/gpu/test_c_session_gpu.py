@@ -143,3 +143,12 @@ def test_reference_cache_is_reused_by_the_next_candidate(worker_like_process):
     cached = len(c_session.C_REFERENCES)
     _run_in_process("reduce_all", worker_like_process)
     assert cached > 0 and len(c_session.C_REFERENCES) == cached
+
+
+def test_a_timed_answer_names_its_benches_and_their_rounds_within_its_timing_stage(evaluator):
+    result = _evaluate(evaluator, "map")
+    took = result.stage_durations_s
+    print(f"  timing {took['timing']:.3f} s, benches {took['timing_bench']:.3f} s, "
+          f"their rounds {took['timing_loop']:.3f} s")
+    assert result.outcome is Outcome.CORRECT
+    assert 0 < took["timing_loop"] <= took["timing_bench"] <= took["timing"]
