@@ -143,6 +143,9 @@
 # without its optimiser state ($OUT/sft-state.tgz, ~18 MB; restore it into .carry/sft-state), and a later
 # lease's B with SFT_FROM_STATE=1 (.carry/sft-state carried in a K call of its own) trains on from it: the
 # same data order and learning-rate schedule, a fresh optimiser (train.carried_state), so SFT spans leases.
+# SFT_STOP_AT=n: B's SFT stops after n optimiser steps, its schedule still the one SFT_EPOCHS gives
+# (SftConfig.stop_at_step): session 44's 782 steps of a 2-epoch schedule, cut there by the time limit, are
+# trained again in one call with SFT_STOP_AT=782.
 # SFT's examples: built in the run unless call K carried `bash scripts/model_day.sh examples`' file (made
 # here with the same settings; session 34's B spent 234 s building them and 117 s training).
 # SFT_REPAIR=k: besides, k repair examples a task (the conversation after a broken copy of a verified
@@ -433,6 +436,7 @@ print(f'RESULT convert {{\"dir\": \"{d}\", \"seconds\": {time.perf_counter() - t
   s=$(cap 9999)
   local more=()
   (( ${SFT_CONTINUE:-0} )) && more=(--sft-continue)  # B again: SFT stopped by B's limit trains on
+  (( ${SFT_STOP_AT:-0} )) && more+=(--sft-stop-at-step "$SFT_STOP_AT")  # the schedule's steps, cut at n
   if (( ${SFT_FROM_STATE:-0} )); then  # SFT continues an earlier lease's run (its state carried in K)
     [[ -f $(adapter_dir sft-state)/trainer_state.json ]] || {
       echo "SFT_FROM_STATE=1 but no $(adapter_dir sft-state)/trainer_state.json (carry .carry/sft-state" \

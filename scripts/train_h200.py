@@ -72,6 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--final-on-limit", action="store_true",
                    help="a stage stopped by its budget promotes its last checkpoint to final/")
     p.add_argument("--sft-max-steps", type=int, default=-1, help="SFT optimiser steps (-1: the epochs')")
+    p.add_argument("--sft-stop-at-step", type=int, default=0,
+                   help="stop SFT after this many steps, the schedule unchanged (0: no such stop)")
     p.add_argument("--sft-max-length", type=int, default=4096, help="longest example (keeps them all)")
     p.add_argument("--sft-val-limit-tasks", type=int, default=64,
                    help="validation tasks for the eval loss (every 200 steps and at the end)")
@@ -345,7 +347,8 @@ def _sft_config(args: argparse.Namespace, minutes: float):
                      repair_per_task=args.sft_repair_per_task,
                      max_length=args.sft_max_length, save_steps=args.sft_save_steps,
                      eval_steps=200, logging_steps=10, max_minutes=minutes, **lora,
-                     max_steps=args.sft_max_steps, device="cpu" if args.cpu_smoke else "cuda",
+                     max_steps=args.sft_max_steps, stop_at_step=args.sft_stop_at_step,
+                     device="cpu" if args.cpu_smoke else "cuda",
                      examples_file=str(args.sft_examples) if args.sft_examples and args.sft_examples.is_file()
                      else "", init_adapter=str(args.sft_init_adapter or ""))
 

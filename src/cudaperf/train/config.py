@@ -40,10 +40,11 @@ KINDS = ("pytorch", "c")
 REPAIR_FAULT_KINDS = 5  # the kinds of fault `train.repair_data.FAULTS` knows
 # Fields a resumed run may change: where it runs, for how long, with which kernels for the same function
 # (the attention's) and on which schedule its answers are evaluated, never what it learns from.
-RESUMABLE = frozenset({"output_dir", "max_minutes", "resume", "max_steps", "epochs", "logging_steps",
-                       "save_steps", "eval_steps", "device", "save_total_limit", "eval_workers",
-                       "eval_workers_per_gpu", "build_workers", "ray_address", "profile_decoding",
-                       "generation_attention", "examples_file", "evaluate_while_generating"})
+RESUMABLE = frozenset({"output_dir", "max_minutes", "stop_at_step", "resume", "max_steps", "epochs",
+                       "logging_steps", "save_steps", "eval_steps", "device", "save_total_limit",
+                       "eval_workers", "eval_workers_per_gpu", "build_workers", "ray_address",
+                       "profile_decoding", "generation_attention", "examples_file",
+                       "evaluate_while_generating"})
 
 
 class ConfigError(ValueError):
@@ -181,6 +182,11 @@ class SftConfig(CommonConfig):
     model's second replies fixed none of its 35 failed first replies (dev/LOG.md)."""
     epochs: float = 3.0
     """Passes over the training examples (when max_steps is -1)."""
+    stop_at_step: int = 0
+    """Stop with a checkpoint once this many optimiser steps are done, leaving the learning-rate schedule
+    the one `epochs` (or `max_steps`) gives (0: no such stop): a run cut where an earlier one was cut by
+    its time limit (e.g. 782 steps of a 2-epoch schedule) trains the same recipe again. The stopped run is
+    unfinished, as one stopped by `max_minutes` is; starting it again with a larger value trains on."""
     batch_size: int = 8
     """Examples per device batch."""
     group_by_length: bool = True
@@ -229,6 +235,11 @@ class SftConfig(CommonConfig):
             raise ConfigError(f"max_length={self.max_length}: the task prompts alone are longer; use >= 256")
         if self.max_steps < 1 and not self.epochs > 0:
             raise ConfigError("max_steps=-1 needs epochs > 0")
+        if self.stop_at_step < 0:
+            raise ConfigError(f"stop_at_step={self.stop_at_step}: 0 (no stop) or a positive step")
+        if 0 < self.max_steps <= self.stop_at_step:
+            raise ConfigError(f"stop_at_step={self.stop_at_step} is not before max_steps={self.max_steps}: "
+                              "the schedule ends the run first; use 0")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"warmup_ratio={self.warmup_ratio}: in [0, 1)")
         if self.refine_per_task < 0 or (self.refine_per_task and not self.measurements):

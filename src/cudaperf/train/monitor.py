@@ -149,15 +149,16 @@ def checkpoint_step(checkpoint: str | Path | None) -> int:
 def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float | None = None) -> Any:
     """A `TrainerCallback` that logs to `writer`, saves `config` into every checkpoint, times steps and
     stops the run with a checkpoint at the end of the last step that fits `config.max_minutes` (the next
-    step is taken to last as long as the one just ended). An RL run whose rollout batch serves several
-    steps (`RlConfig.num_iterations`) stops only at the end of a batch, the next batch taken to last as
-    long as the one just ended: its first step holds the rollout, and a checkpoint between its steps
-    would resume without it. `started_s`: the `time.perf_counter()` at which the run began, so that the
-    minutes count what came before the trainer too (loading, building the examples, starting the
-    evaluator); default: now."""
+    step is taken to last as long as the one just ended), or at SFT's `stop_at_step`, whichever comes
+    first. An RL run whose rollout batch serves several steps (`RlConfig.num_iterations`) stops only at
+    the end of a batch, the next batch taken to last as long as the one just ended: its first step holds
+    the rollout, and a checkpoint between its steps would resume without it. `started_s`: the
+    `time.perf_counter()` at which the run began, so that the minutes count what came before the trainer
+    too (loading, building the examples, starting the evaluator); default: now."""
     from transformers import TrainerCallback
 
     steps_per_batch = getattr(config, "num_iterations", 1)
+    stop_at_step = getattr(config, "stop_at_step", 0)  # SFT's step stop (`SftConfig.stop_at_step`)
 
     class RunCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -179,8 +180,9 @@ def make_callback(config: CommonConfig, writer: MetricsWriter, started_s: float 
             # Stop when the next batch, as long as this one, would end past the limit: an RL step takes
             # minutes, and a run lent a machine for a few must not start one it cannot finish.
             next_end_s = now - self.started + batch_s
-            if config.max_minutes and next_end_s > 60 * config.max_minutes:
-                control.should_save = True  # the time is up: checkpoint, stop; a rerun resumes
+            out_of_time = bool(config.max_minutes) and next_end_s > 60 * config.max_minutes
+            if out_of_time or 0 < stop_at_step <= state.global_step:
+                control.should_save = True  # the time or the steps are up: checkpoint, stop; a rerun resumes
                 control.should_training_stop = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
