@@ -105,6 +105,20 @@ def test_resume_may_run_longer():
     check_resume(SftConfig(max_steps=10), SftConfig(max_steps=20))
 
 
+def test_resume_may_move_the_step_stop():
+    check_resume(SftConfig(stop_at_step=782), SftConfig(stop_at_step=900))  # how long, not what
+
+
+def test_a_negative_step_stop_is_refused():
+    with pytest.raises(ConfigError, match="stop_at_step=-1"):
+        SftConfig(stop_at_step=-1)
+
+
+def test_a_step_stop_the_schedule_ends_before_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="not before max_steps=5.*use 0"):
+        SftConfig(max_steps=5, stop_at_step=5)
+
+
 def test_the_static_cache_with_bfloat16_weights_is_refused_with_the_alternatives():
     with pytest.raises(ConfigError, match="dynamic cache with bfloat16 weights"):
         RlConfig(generation_cache="static", generation_weights="bfloat16")

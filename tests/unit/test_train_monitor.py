@@ -1,5 +1,6 @@
-"""The training callback's time limit (`cudaperf.train.monitor.make_callback`): a run stops, with a
-checkpoint, at the end of the last step that fits `max_minutes`, judging the next step by the last one.
+"""The training callback's limits (`cudaperf.train.monitor.make_callback`): a run stops, with a
+checkpoint, at the end of the last step that fits `max_minutes`, judging the next step by the last one,
+or at SFT's `stop_at_step`.
 Drives the real `TrainerCallback` with transformers' own `TrainerControl`; needs the `train` extra."""
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from transformers import TrainerControl
+from transformers import TrainerControl, TrainerState
 
 from cudaperf.train.config import SftConfig
 from cudaperf.train.monitor import MetricsWriter, make_callback
 
 
-def _step(callback, seconds: float) -> TrainerControl:
+def _step(callback, seconds: float, state: TrainerState | None = None) -> TrainerControl:
     control = TrainerControl()
-    callback.on_step_begin(None, None, control)
+    callback.on_step_begin(None, state, control)
     time.sleep(seconds)
-    callback.on_step_end(None, None, control)
+    callback.on_step_end(None, state, control)
     return control
 
 
@@ -31,6 +32,15 @@ def test_a_step_that_would_end_past_the_limit_is_not_started(tmp_path):
     second = _step(callback, 0.2)  # ~0.21 s done, the next would end at ~0.41 s: past 0.3 s
     assert not first.should_training_stop
     assert second.should_training_stop and second.should_save
+    writer.close()
+
+
+def test_a_run_stops_with_a_checkpoint_at_its_step_stop(tmp_path):
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    callback = make_callback(SftConfig(output_dir=str(tmp_path), stop_at_step=3), writer)
+    before, at = (_step(callback, 0.0, TrainerState(global_step=k)) for k in (2, 3))
+    assert not before.should_training_stop
+    assert at.should_training_stop and at.should_save
     writer.close()
 
 

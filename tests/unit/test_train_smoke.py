@@ -127,6 +127,18 @@ def test_resume_from_a_checkpoint_gives_the_same_next_batches(sft_run, tmp_path)
     assert [b["hash"] for b in resumed[4:]] == [b["hash"] for b in original[4:]]
 
 
+def _learning_rates(directory) -> dict[int, float]:
+    return {r["step"]: r["learning_rate"] for r in read_metrics(directory, "train") if "learning_rate" in r}
+
+
+def test_a_step_stop_cuts_the_run_and_leaves_its_schedule(sft_run, tmp_path):
+    config, _ = sft_run
+    report = run_sft(dataclasses.replace(config, output_dir=str(tmp_path / "cut"), stop_at_step=2))
+    assert (report.steps, report.finished) == (2, False) and (tmp_path / "cut" / "checkpoint-2").is_dir()
+    cut, whole = _learning_rates(tmp_path / "cut"), _learning_rates(config.output_dir)
+    assert sorted(cut) == [1, 2] and all(math.isclose(cut[k], whole[k]) for k in cut)
+
+
 # -- RL -------------------------------------------------------------------------------------------------
 
 
