@@ -139,6 +139,14 @@ def test_a_step_stop_cuts_the_run_and_leaves_its_schedule(sft_run, tmp_path):
     assert sorted(cut) == [1, 2] and all(math.isclose(cut[k], whole[k]) for k in cut)
 
 
+def test_a_run_started_again_at_its_step_stop_trains_no_further(sft_run, tmp_path):
+    config, _ = sft_run
+    cut = dataclasses.replace(config, output_dir=str(tmp_path / "cut"), stop_at_step=2)
+    run_sft(cut)
+    again = run_sft(cut)
+    assert (again.steps, again.finished) == (2, False) and not (tmp_path / "cut" / "checkpoint-3").exists()
+
+
 # -- RL -------------------------------------------------------------------------------------------------
 
 

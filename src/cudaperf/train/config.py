@@ -186,7 +186,7 @@ class SftConfig(CommonConfig):
     """Stop with a checkpoint once this many optimiser steps are done, leaving the learning-rate schedule
     the one `epochs` (or `max_steps`) gives (0: no such stop): a run cut where an earlier one was cut by
     its time limit (e.g. 782 steps of a 2-epoch schedule) trains the same recipe again. The stopped run is
-    unfinished, as one stopped by `max_minutes` is; starting it again with a larger value trains on."""
+    unfinished, as one stopped by `max_minutes` is; starting it again trains on only to a larger value."""
     batch_size: int = 8
     """Examples per device batch."""
     group_by_length: bool = True

@@ -30,7 +30,13 @@ from cudaperf.train.config import CONFIG_FILE, ConfigError, SftConfig, check_res
 from cudaperf.train.epoch_order import EpochOrderSampler
 from cudaperf.train.finite_guard import gradient_guard
 from cudaperf.train.models import load_policy, lora_config, resolve_device, save_model, start_adapter
-from cudaperf.train.monitor import MetricsWriter, RecordsBatches, last_checkpoint, make_callback
+from cudaperf.train.monitor import (
+    MetricsWriter,
+    RecordsBatches,
+    checkpoint_step,
+    last_checkpoint,
+    make_callback,
+)
 from cudaperf.train.refine_data import build_refine_examples
 from cudaperf.train.repair_data import build_repair_examples
 from cudaperf.train.sft_data import (
@@ -95,6 +101,12 @@ def run_sft(config: SftConfig) -> SftReport:
         print(f"SFT resumes from {checkpoint}, carried without its optimiser state: the same data order and "
               "learning-rate schedule, a fresh optimiser", flush=True)
     final = Path(config.output_dir) / "final"
+    if 0 < config.stop_at_step <= checkpoint_step(checkpoint):  # started again at its step stop
+        writer.close()
+        print(f"SFT is at its step stop ({config.stop_at_step}) already: {checkpoint}", flush=True)
+        return SftReport(config.output_dir, str(final), len(train), len(val), lengths,
+                         checkpoint_step(checkpoint), None, None, checkpoint, time.perf_counter() - started,
+                         False)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
         finished = trainer.state.global_step >= trainer.state.max_steps
