@@ -135,7 +135,7 @@ def test_sampling_seed_pairs_skip_two_seeds_of_one_policy():
 def test_the_markdown_names_the_policy_and_whether_its_gain_is_beyond_the_spread():
     text = training_seeds_markdown(training_seed_table(RUNS), training_seed_gains(RUNS))
     line = next(x for x in text.splitlines() if "| rl vs sft | first_turn_correct |" in x)
-    assert line.endswith("| yes | yes |") and "| heldout | rl | 3 |" in text
+    assert "| yes | yes |" in line and "| heldout | rl | 3 |" in text
     assert "over every seed pair" in text
 
 
@@ -148,3 +148,43 @@ def test_a_nonpositive_ratio_leaves_that_training_seed_out():
     row = _row(training_seed_gains(runs), "rl vs sft", "speedup_geomean_all")
     assert row["training_seeds"] == [0, 1] and not any(math.isnan(v) for v in row["change"].values()
                                                         if isinstance(v, float))
+
+
+def test_a_rates_room_is_what_the_earlier_model_left_unsolved():
+    row = _row(training_seed_gains(RUNS), "rl vs sft", "first_turn_correct")
+    assert row["room"] == pytest.approx(0.75)  # sft's first turn: 25% on every sampling seed
+
+
+def test_a_ratio_has_no_room():
+    assert _row(training_seed_gains(RUNS), "rl vs sft", "speedup_geomean_all")["room"] is None
+
+
+def test_refinements_room_is_what_the_first_turn_left_unsolved():
+    row = _row(training_seed_gains(RUNS), "rl: best of turns vs first turn", "correct")
+    assert row["room"] == pytest.approx(1 - (0.5 + 0.5 + 0.5 + 0.75 + 0.25 + 0.5) / 6)
+
+
+def _with_tasks(runs, tasks):
+    return {m: {s: {k: {**f, "tasks": tasks} for k, f in by_seed.items()} for s, by_seed in by_set.items()}
+            for m, by_set in runs.items()}
+
+
+def test_the_tasks_needed_scale_the_run_by_the_squared_ratio_of_spread_to_gain():
+    sft = {"heldout": {k: _figures(0.5, 0.5) for k in range(2)}}
+    noisy = {"heldout": {0: _figures(0.5, 0.5), 1: _figures(0.75, 0.75)}}  # +0.125 ± 0.144 over the 4 pairs
+    row = _row(training_seed_gains(_with_tasks({"sft": sft, "rl@seed0": noisy, "rl@seed1": noisy}, 16)),
+               "rl vs sft", "first_turn_correct")
+    assert row["beyond_spread"] is False and row["tasks"] == 16
+    assert row["tasks_needed"] == math.ceil(16 * (row["pairs"]["std"] / 0.125) ** 2) == 22
+
+
+def test_no_tasks_are_needed_for_a_change_that_is_no_gain():
+    rl = {"heldout": {k: _figures(0.25, 0.25) for k in range(2)}}
+    runs = _with_tasks({"sft": RUNS["sft"], "rl@seed0": rl, "rl@seed1": rl}, 16)
+    assert _row(training_seed_gains(runs), "rl vs sft", "first_turn_correct")["tasks_needed"] is None
+
+
+def test_the_markdown_shows_the_room_and_the_tasks_needed():
+    text = training_seeds_markdown(training_seed_table(RUNS), training_seed_gains(_with_tasks(RUNS, 8)))
+    line = next(x for x in text.splitlines() if "| rl vs sft | first_turn_correct |" in x)
+    assert "| 75.0 pt |" in line and "(ran 8)" in line

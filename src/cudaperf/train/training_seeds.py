@@ -20,7 +20,11 @@ Covers:
   deviations: the training seeds' and the pairs' (None with fewer than two training seeds). Two training
   seeds that gained alike have a spread of 0, so the training seeds' spread alone would call any such
   gain real however much the sampling seeds disagree; and every seeded group's best-of-turns against its
-  first turn (`compare_table.REFINEMENT`'s figures), the same way;
+  first turn (`compare_table.REFINEMENT`'s figures), the same way. Each row also says, for a rate, its
+  `room` (the largest mean change possible: 100% less the earlier side's mean, so a set the earlier
+  model nearly solves cannot show a gain beyond a wider spread), and `tasks_needed`, an estimate of the
+  tasks per run at which its gain would exceed both spreads (the spreads taken to fall with the square
+  root of the tasks);
 - `training_seeds_markdown`: both as tables.
 
 Not covered: training the seeds (`train_h200.py --seed`, model_day.sh's `SEED`), the per-model table and
@@ -129,15 +133,41 @@ def _seed_change(pairs: list[float], ratio: bool) -> float:
 
 
 def _row(set_name: str, what: str, figure: str, seeds: list[int | None], per_seed: list[list[float]],
-         neutral: float) -> dict[str, Any]:
-    """One change's row from each training seed's changes over its sampling seeds (`per_seed`)."""
+         neutral: float, room: float | None = None, tasks: int | None = None) -> dict[str, Any]:
+    """One change's row from each training seed's changes over its sampling seeds (`per_seed`); `room`
+    and `tasks` as `_room` and `_tasks` give them."""
     values = [_seed_change(pairs, neutral == 1.0) for pairs in per_seed]
     change = spread(values)
     pairs = spread([v for seed_pairs in per_seed for v in seed_pairs])
     beyond = None if change.n < 2 else (change.mean - neutral) > max(change.std, pairs.std)
     return {"set": set_name, "what": what, "figure": figure, "training_seeds": seeds, "neutral": neutral,
             "change": asdict(change), "pairs": asdict(pairs),
-            "gain_every_training_seed": all(v > neutral for v in values), "beyond_spread": beyond}
+            "gain_every_training_seed": all(v > neutral for v in values), "beyond_spread": beyond,
+            "room": room, "tasks": tasks, "tasks_needed": _tasks_needed(change, pairs, neutral, tasks)}
+
+
+def _room(earlier: list[float], figure: str) -> float | None:
+    """The largest mean change a rate can show over the earlier side's values (each at most 1: 100%);
+    None for a ratio, which has no ceiling."""
+    return None if figure in RATIO_FIGURES or not earlier else statistics.fmean(1.0 - v for v in earlier)
+
+
+def _tasks(runs: list[dict[str, Any]]) -> int | None:
+    """The tasks a run of the change held (the fewest over its runs; None where a run does not say)."""
+    counts = [r.get("tasks") for r in runs]
+    return None if not counts or None in counts else min(counts)
+
+
+def _tasks_needed(change: Spread, pairs: Spread, neutral: float, tasks: int | None) -> int | None:
+    """An estimate of the tasks a run would need for this mean change to exceed both spreads, were the
+    change to hold on more tasks and the spreads to fall with the square root of the tasks (sampling
+    noise over independent tasks does; a true difference between training seeds would not): None without
+    a gain, a spread or a task count."""
+    gain = None if change.mean is None else change.mean - neutral
+    widest = max(change.std or 0.0, pairs.std or 0.0)
+    if tasks is None or gain is None or gain <= 0 or widest == 0:
+        return None
+    return math.ceil(tasks * (widest / gain) ** 2)
 
 
 def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups: dict[str, Group]
@@ -146,12 +176,14 @@ def _group_gains(runs: SeedRuns, set_name: str, later: str, earlier: str, groups
     rows = []
     for figure in GAIN_FIGURES:
         neutral = 1.0 if figure in RATIO_FIGURES else 0.0
-        changes = [(k, paired_changes(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
+        changes = [(k, b, a, paired_changes(runs[b].get(set_name, {}), runs[a].get(set_name, {}), figure))
                    for k, b, a in pairs]
-        kept = [(k, found[1]) for k, found in changes if found is not None]
+        kept = [(k, b, a, found) for k, b, a, found in changes if found is not None]
         if kept:
-            rows.append(_row(set_name, f"{later} vs {earlier}", figure, [k for k, _ in kept],
-                             [v for _, v in kept], neutral))
+            before = [runs[a][set_name][s][figure] for _, _, a, (seeds, _) in kept for s in seeds]
+            ran = [runs[m][set_name][s] for _, b, a, (seeds, _) in kept for m in (b, a) for s in seeds]
+            rows.append(_row(set_name, f"{later} vs {earlier}", figure, [k for k, *_ in kept],
+                             [found[1] for *_, found in kept], neutral, _room(before, figure), _tasks(ran)))
     return rows
 
 
@@ -167,7 +199,10 @@ def _refinement(runs: SeedRuns, set_name: str, group: str, members: Group) -> li
         per_seed = [refinement_changes(by_seed, figure) for _, by_seed in runs_of]
         if any(v is None for v in per_seed):
             continue
-        rows.append(_row(set_name, what, figure, seeds, per_seed, 1.0 if figure in RATIO_FIGURES else 0.0))
+        first = [run[REFINEMENT[figure][1]] for _, by_seed in runs_of for run in by_seed.values()]
+        ran = [run for _, by_seed in runs_of for run in by_seed.values()]
+        rows.append(_row(set_name, what, figure, seeds, per_seed, 1.0 if figure in RATIO_FIGURES else 0.0,
+                         _room(first, figure), _tasks(ran)))
     return rows
 
 
@@ -197,19 +232,26 @@ def training_seeds_markdown(table: dict[str, dict[str, dict[str, Any]]], rows: l
             lines.append(markdown_row([set_name, group, len(row["training_seeds"]), *cells]))
     gains_head = ["set", "comparison", "figure", "training seeds", "change over training seeds",
                   "change over every seed pair", "a gain on every training seed",
-                  "mean change beyond both spreads"]
+                  "mean change beyond both spreads", "room", "tasks a run would need"]
     gains = [markdown_row(gains_head), markdown_row(["---"] * len(gains_head))]
     for r in rows:
         beyond = {True: "yes", False: "no", None: "-"}[r["beyond_spread"]]
         pairs = change_cell({"change": r["pairs"], "neutral": r["neutral"]})
+        room = "-" if r.get("room") is None else f"{100 * r['room']:.1f} pt"
+        needed = "-" if r.get("tasks_needed") is None else f"~{r['tasks_needed']} (ran {r['tasks']})"
         gains.append(markdown_row([r["set"], r["what"], r["figure"], len(r["training_seeds"]), change_cell(r),
-                                   pairs, "yes" if r["gain_every_training_seed"] else "no", beyond]))
+                                   pairs, "yes" if r["gain_every_training_seed"] else "no", beyond, room,
+                                   needed]))
     return ("\nOver training seeds (each training seed's figure the mean over its sampling seeds; cells: "
             "mean ± sample std (min–max) over training seeds).\n\n" + "\n".join(lines) + "\n\n"
             "Each training seed's change, paired on the same tasks and sampling seeds (pt: percentage "
             "points; the geometric-mean speedup as a ratio, 1 = none); over every seed pair: one change "
             "a (training seed, sampling seed). Beyond both spreads: the mean change over training seeds "
-            "exceeds the standard deviation over training seeds and the one over seed pairs.\n\n"
+            "exceeds the standard deviation over training seeds and the one over seed pairs. Room: the "
+            "largest mean change a rate could show (100% less the earlier side's rate): no model gains "
+            "more on these tasks. Tasks a run would need: an estimate, "
+            "for a gain, of the tasks per run at which it would exceed both spreads, were it to hold on "
+            "more tasks and the spreads to fall with the square root of the tasks.\n\n"
             + "\n".join(gains) + "\n")
 
 
