@@ -92,6 +92,12 @@ def run_sft(config: SftConfig) -> SftReport:
     built_s = time.perf_counter() - built
     print(f"SFT examples: {len(train)} train, {len(val)} val, {origin} in {built_s:.0f} s (the setup "
           f"before them: {built - started:.0f} s)", flush=True)
+    final = Path(config.output_dir) / "final"
+    done = checkpoint_step(checkpoint)
+    if 0 < config.stop_at_step <= done:  # started again at its step stop: no trainer, no step
+        print(f"SFT is at its step stop ({config.stop_at_step}) already: {checkpoint}", flush=True)
+        return SftReport(config.output_dir, str(final), len(train), len(val), lengths, done, None, None,
+                         checkpoint, time.perf_counter() - started, False)
     writer = MetricsWriter(config.output_dir)
     writer.write("data", 0, {"train_examples": len(train), "val_examples": len(val), "build_s": built_s,
                              **{f"tokens_{k}": v for k, v in vars(lengths).items()}})
@@ -100,13 +106,6 @@ def run_sft(config: SftConfig) -> SftReport:
         trainer.add_callback(schedule_callback(checkpoint))
         print(f"SFT resumes from {checkpoint}, carried without its optimiser state: the same data order and "
               "learning-rate schedule, a fresh optimiser", flush=True)
-    final = Path(config.output_dir) / "final"
-    if 0 < config.stop_at_step <= checkpoint_step(checkpoint):  # started again at its step stop
-        writer.close()
-        print(f"SFT is at its step stop ({config.stop_at_step}) already: {checkpoint}", flush=True)
-        return SftReport(config.output_dir, str(final), len(train), len(val), lengths,
-                         checkpoint_step(checkpoint), None, None, checkpoint, time.perf_counter() - started,
-                         False)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
         finished = trainer.state.global_step >= trainer.state.max_steps
